@@ -1,0 +1,84 @@
+#include "diagnostic.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace optgen {
+
+std::string SourceFile::line(int line_number) const {
+  if (line_number < 1) return {};
+  size_t begin = 0;
+  for (int i = 1; i < line_number; ++i) {
+    begin = text.find('\n', begin);
+    if (begin == std::string::npos) return {};
+    ++begin;
+  }
+  size_t end = text.find('\n', begin);
+  std::string result = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  if (!result.empty() && result.back() == '\r') result.pop_back();
+  return result;
+}
+
+std::string format_diagnostic(const SourceLoc& loc, const std::string& message,
+                              const std::string& hint) {
+  std::ostringstream out;
+  if (loc.file) {
+    out << loc.file->path << ':';
+    if (loc.line > 0) out << loc.line << ':' << loc.column << ':';
+    out << ' ';
+  }
+  out << "error: " << message << '\n';
+  if (loc.known()) {
+    std::string text = loc.file->line(loc.line);
+    out << text << '\n';
+    std::string pad;
+    for (int i = 1; i < loc.column && i - 1 < static_cast<int>(text.size()); ++i)
+      pad += text[i - 1] == '\t' ? '\t' : ' ';
+    out << pad << "^\n";
+  }
+  if (!hint.empty()) out << "note: " << hint << '\n';
+  return out.str();
+}
+
+SpecError::SpecError(const SourceLoc& loc, const std::string& message, const std::string& hint)
+    : std::runtime_error(format_diagnostic(loc, message, hint)), bare_(message) {}
+
+InternalError::InternalError(const std::string& message)
+    : std::logic_error("internal error in optgen (a bug, please report it): " + message) {}
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string closest_name(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const auto& candidate : candidates) {
+    size_t d = edit_distance(name, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best = closest_name(name, candidates);
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+}  // namespace optgen

@@ -1,0 +1,145 @@
+#include "expr_printer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace optgen {
+
+std::string format_number(double value) {
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  std::string s = buffer;
+  return s;
+}
+
+std::string ExprPrinter::constant(const Node& c) const {
+  if (c.type == ValueType::Bool) return c.value != 0 ? "true" : "false";
+  std::string s = format_number(c.value);
+  if (c.type == ValueType::Float && s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string ExprPrinter::call(Builtin fn, const std::vector<std::string>& args) const {
+  std::string out = std::string(spelling(fn)) + "(";
+  for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + args[i];
+  return out + ")";
+}
+
+namespace {
+constexpr int kAtom = 100;
+int binary_precedence(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Or: return 2;
+    case BinaryOp::And: return 3;
+    case BinaryOp::Add:
+    case BinaryOp::Sub: return 5;
+    case BinaryOp::Mul:
+    case BinaryOp::Div: return 6;
+    case BinaryOp::Pow: return 8;
+    default: return 4;
+  }
+}
+}  // namespace
+
+std::string ExprPrinter::print(const Expr& e) const { return print(e, 0, false); }
+
+std::string ExprPrinter::print_body(const Expr& e) const {
+  int precedence;
+  return expand(*e, &precedence);
+}
+
+std::string ExprPrinter::print(const Expr& e, int context, bool right_side) const {
+  if (auto it = names.find(e.get()); it != names.end()) return it->second;
+  int precedence;
+  std::string text = expand(*e, &precedence);
+  // Operands of equal precedence need parentheses on the side the operator does not associate to
+  // (all binary operators are left-associative but `**`); comparisons never chain.
+  bool parens = precedence < context || (precedence == context && (right_side || precedence == 4 || precedence == 1));
+  if (precedence == 8 && context == 8 && !right_side) parens = true;
+  if (precedence == 8 && context == 8 && right_side) parens = false;
+  return parens ? "(" + text + ")" : text;
+}
+
+std::string ExprPrinter::expand(const Node& n, int* precedence) const {
+  *precedence = kAtom;
+  switch (n.kind) {
+    case NodeKind::Const: {
+      std::string s = constant(n);
+      if (!s.empty() && s[0] == '-') *precedence = 7;
+      return s;
+    }
+    case NodeKind::Var: return leaf(n);
+    case NodeKind::Unary:
+      *precedence = 7;
+      return std::string(spelling(n.unary_op())) + print(n.args[0], 7, true);
+    case NodeKind::Binary: {
+      BinaryOp op = n.binary_op();
+      int p = binary_precedence(op);
+      if (auto as_call = binary_as_call(op, print(n.args[0]), print(n.args[1]))) return *as_call;
+      *precedence = p;
+      return print(n.args[0], p, false) + " " + spelling(op) + " " + print(n.args[1], p, true);
+    }
+    case NodeKind::Select:
+      *precedence = 1;
+      return print(n.args[0], 2, false) + " ? " + print(n.args[1], 1, false) + " : " + print(n.args[2], 1, false);
+    case NodeKind::Call: {
+      std::vector<std::string> args;
+      for (const auto& a : n.args) args.push_back(print(a));
+      return call(n.builtin(), args);
+    }
+  }
+  throw InternalError("ExprPrinter: unknown node kind");
+}
+
+std::vector<Expr> schedule_temporaries(const std::vector<Expr>& roots, bool keep_named,
+                                       const std::function<bool(const Expr&)>& eligible) {
+  std::unordered_map<const Node*, int> uses;
+  std::unordered_set<const Node*> seen;
+  std::function<void(const Expr&)> count = [&](const Expr& e) {
+    for (const auto& a : e->args) {
+      ++uses[a.get()];
+      if (seen.insert(a.get()).second) count(a);
+    }
+  };
+  for (const auto& r : roots) {
+    ++uses[r.get()];
+    if (seen.insert(r.get()).second) count(r);
+  }
+  std::vector<Expr> order;
+  std::unordered_set<const Node*> placed;
+  std::function<void(const Expr&)> visit = [&](const Expr& e) {
+    if (e->kind == NodeKind::Const || e->kind == NodeKind::Var || !placed.insert(e.get()).second) return;
+    for (const auto& a : e->args) visit(a);
+    bool wanted = uses[e.get()] > 1 || (keep_named && !e->hint.empty());
+    if (wanted && eligible(e)) order.push_back(e);
+  };
+  for (const auto& r : roots) visit(r);
+  return order;
+}
+
+void name_temporaries(const std::vector<Expr>& nodes, const std::string& prefix, std::set<std::string>& taken,
+                      ExprPrinter& printer) {
+  int counter = 0;
+  for (const auto& e : nodes) {
+    std::string base = e->hint;
+    std::string name;
+    if (base.empty()) {
+      do name = prefix + std::to_string(counter++);
+      while (taken.count(name));
+    } else {
+      name = base;
+      for (int n = 1; taken.count(name); ++n) name = base + "_" + std::to_string(n);
+    }
+    taken.insert(name);
+    printer.names[e.get()] = name;
+  }
+}
+
+}  // namespace optgen

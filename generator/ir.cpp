@@ -1,0 +1,222 @@
+#include "ir.h"
+
+#include <functional>
+#include <set>
+#include <unordered_set>
+
+namespace optgen {
+
+const char* spelling(UnaryOp op) { return op == UnaryOp::Neg ? "-" : "!"; }
+
+const char* spelling(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "+";
+    case BinaryOp::Sub: return "-";
+    case BinaryOp::Mul: return "*";
+    case BinaryOp::Div: return "/";
+    case BinaryOp::Pow: return "**";
+    case BinaryOp::Lt: return "<";
+    case BinaryOp::Le: return "<=";
+    case BinaryOp::Gt: return ">";
+    case BinaryOp::Ge: return ">=";
+    case BinaryOp::Eq: return "==";
+    case BinaryOp::Ne: return "!=";
+    case BinaryOp::And: return "&&";
+    case BinaryOp::Or: return "||";
+  }
+  return "?";
+}
+
+const char* spelling(Builtin fn) {
+  switch (fn) {
+    case Builtin::Sqrt: return "sqrt";
+    case Builtin::Rsqrt: return "rsqrt";
+    case Builtin::Exp: return "exp";
+    case Builtin::Log: return "log";
+    case Builtin::Abs: return "abs";
+    case Builtin::Sign: return "sign";
+    case Builtin::Min: return "min";
+    case Builtin::Max: return "max";
+    case Builtin::Clamp: return "clamp";
+    case Builtin::Lerp: return "lerp";
+  }
+  return "?";
+}
+
+bool parse_builtin(const std::string& name, Builtin* fn) {
+  for (int i = 0; i <= static_cast<int>(Builtin::Lerp); ++i) {
+    if (name == spelling(static_cast<Builtin>(i))) {
+      *fn = static_cast<Builtin>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool is_comparison(BinaryOp op) { return op >= BinaryOp::Lt && op <= BinaryOp::Ne; }
+bool is_logical(BinaryOp op) { return op == BinaryOp::And || op == BinaryOp::Or; }
+
+namespace {
+bool is_number(ValueType t) { return t != ValueType::Bool; }
+
+std::shared_ptr<Node> blank(NodeKind kind, ValueType type, const std::vector<Expr>& args) {
+  auto n = std::make_shared<Node>();
+  n->kind = kind;
+  n->type = type;
+  n->per_element = false;
+  for (const auto& a : args) {
+    if (!a) throw InternalError("null operand");
+    n->per_element = n->per_element || a->per_element;
+  }
+  n->args = args;
+  return n;
+}
+
+ValueType arithmetic_type(ValueType a, ValueType b) {
+  return a == ValueType::Int && b == ValueType::Int ? ValueType::Int : ValueType::Float;
+}
+}  // namespace
+
+Expr Node::make_const(double value, ValueType type) {
+  auto n = blank(NodeKind::Const, type, {});
+  if (type == ValueType::Bool && value != 0 && value != 1) throw InternalError("bool constant not 0 or 1");
+  n->value = value;
+  return n;
+}
+
+Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
+  auto n = blank(NodeKind::Var, type, {});
+  n->var = var;
+  n->name = name;
+  n->per_element = var == VarKind::Param || var == VarKind::Grad || var == VarKind::State;
+  if (n->per_element && type != ValueType::Float) throw InternalError("element input '" + name + "' must be float");
+  return n;
+}
+
+Expr Node::make_unary(UnaryOp op, Expr a) {
+  if ((op == UnaryOp::Neg) != is_number(a->type)) throw InternalError(std::string("operand type of ") + spelling(op));
+  auto n = blank(NodeKind::Unary, a->type, {a});
+  n->op = static_cast<int>(op);
+  return n;
+}
+
+Expr Node::make_binary(BinaryOp op, Expr a, Expr b) {
+  ValueType type;
+  if (is_logical(op)) {
+    if (a->type != ValueType::Bool || b->type != ValueType::Bool) throw InternalError("logical operands must be bool");
+    type = ValueType::Bool;
+  } else if (is_comparison(op)) {
+    bool both_numbers = is_number(a->type) && is_number(b->type);
+    bool both_bools = a->type == ValueType::Bool && b->type == ValueType::Bool;
+    if (!both_numbers && !(both_bools && (op == BinaryOp::Eq || op == BinaryOp::Ne)))
+      throw InternalError(std::string("operand types of ") + spelling(op));
+    type = ValueType::Bool;
+  } else {
+    if (!is_number(a->type) || !is_number(b->type)) throw InternalError(std::string("operand types of ") + spelling(op));
+    type = (op == BinaryOp::Div || op == BinaryOp::Pow) ? ValueType::Float : arithmetic_type(a->type, b->type);
+  }
+  auto n = blank(NodeKind::Binary, type, {a, b});
+  n->op = static_cast<int>(op);
+  return n;
+}
+
+Expr Node::make_select(Expr condition, Expr if_true, Expr if_false) {
+  if (condition->type != ValueType::Bool) throw InternalError("select condition must be bool");
+  ValueType type;
+  if (if_true->type == ValueType::Bool && if_false->type == ValueType::Bool) type = ValueType::Bool;
+  else if (is_number(if_true->type) && is_number(if_false->type)) type = arithmetic_type(if_true->type, if_false->type);
+  else throw InternalError("select branches of different types");
+  return blank(NodeKind::Select, type, {condition, if_true, if_false});
+}
+
+Expr Node::make_call(Builtin fn, std::vector<Expr> args) {
+  static const int arity[] = {1, 1, 1, 1, 1, 1, 2, 2, 3, 3};
+  if (static_cast<int>(args.size()) != arity[static_cast<int>(fn)]) throw InternalError(std::string("arity of ") + spelling(fn));
+  for (const auto& a : args)
+    if (!is_number(a->type)) throw InternalError(std::string("operand type of ") + spelling(fn));
+  ValueType type = ValueType::Float;
+  if (fn == Builtin::Min || fn == Builtin::Max) type = arithmetic_type(args[0]->type, args[1]->type);
+  auto n = blank(NodeKind::Call, type, args);
+  n->op = static_cast<int>(fn);
+  return n;
+}
+
+Expr with_args(const Expr& e, std::vector<Expr> args) {
+  Expr fresh;
+  switch (e->kind) {
+    case NodeKind::Const:
+    case NodeKind::Var: return e;
+    case NodeKind::Unary: fresh = Node::make_unary(e->unary_op(), args.at(0)); break;
+    case NodeKind::Binary: fresh = Node::make_binary(e->binary_op(), args.at(0), args.at(1)); break;
+    case NodeKind::Select: fresh = Node::make_select(args.at(0), args.at(1), args.at(2)); break;
+    case NodeKind::Call: fresh = Node::make_call(e->builtin(), std::move(args)); break;
+  }
+  auto copy = std::const_pointer_cast<Node>(fresh);
+  copy->hint = e->hint;
+  copy->loc = e->loc;
+  return copy;
+}
+
+Expr with_provenance(const Expr& e, const std::string& hint, const SourceLoc& loc) {
+  if (!e->hint.empty() || e->kind == NodeKind::Var || e->kind == NodeKind::Const) return e;
+  auto copy = std::make_shared<Node>(*e);
+  copy->hint = hint;
+  copy->loc = loc;
+  return copy;
+}
+
+bool same_node(const Node& a, const Node& b) {
+  if (a.kind != b.kind || a.type != b.type || a.op != b.op || a.args != b.args) return false;
+  if (a.kind == NodeKind::Const) return a.value == b.value;
+  if (a.kind == NodeKind::Var) return a.var == b.var && a.name == b.name;
+  return true;
+}
+
+size_t shallow_hash(const Node& n) {
+  size_t h = std::hash<int>()(static_cast<int>(n.kind)) * 31 + static_cast<size_t>(n.op);
+  h = h * 31 + static_cast<size_t>(n.type);
+  if (n.kind == NodeKind::Const) h = h * 31 + std::hash<double>()(n.value);
+  if (n.kind == NodeKind::Var) h = h * 31 + std::hash<std::string>()(n.name) + static_cast<size_t>(n.var);
+  for (const auto& a : n.args) h = h * 31 + std::hash<const void*>()(a.get());
+  return h;
+}
+
+namespace {
+/// Post-order walk over a DAG, each node once however many roots share it.
+class Walk {
+ public:
+  explicit Walk(const std::function<void(const Expr&)>& f) : f_(f) {}
+  void operator()(const Expr& e) {
+    if (!seen_.insert(e.get()).second) return;
+    for (const auto& a : e->args) (*this)(a);
+    f_(e);
+  }
+
+ private:
+  const std::function<void(const Expr&)>& f_;
+  std::unordered_set<const Node*> seen_;
+};
+}  // namespace
+
+void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f) {
+  Walk walk(f);
+  walk(root);
+}
+
+void for_each_node(const Program& program, const std::function<void(const Expr&)>& f) {
+  Walk walk(f);
+  for (const auto& s : program.scalar_state_updates) walk(s.value);
+  for (const auto& s : program.step_scalars) walk(s.value);
+  for (const auto& o : program.element_outputs) walk(o.value);
+}
+
+Program map_roots(const Program& program, const std::function<Expr(const Expr&)>& f) {
+  Program result = program;
+  for (auto& [name, value] : result.derived_flags) value = f(value);
+  for (auto& o : result.scalar_state_updates) o.value = f(o.value);
+  for (auto& s : result.step_scalars) s.value = f(s.value);
+  for (auto& o : result.element_outputs) o.value = f(o.value);
+  return result;
+}
+
+}  // namespace optgen

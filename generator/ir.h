@@ -1,0 +1,134 @@
+#pragma once
+/// The IR: expressions are small immutable nodes shared in a DAG; a Program is the outputs an
+/// optimizer step computes from its inputs.
+///
+/// Values have one of three types. Bool is a truth value; Int and Float are numbers, and every
+/// number is computed in the precision of the code it ends up in (double on the host, float or
+/// double in the CPU reference, float on the GPU) — Int only records that a value is integral
+/// (`step`, int hyperparameters), for checking and printing.
+///
+/// Leaves name their inputs. Per-group values: hyperparameters, `step` (counting from 1) and the
+/// old value of each scalar state. Per-element values: `param`, `grad` and the old value of each
+/// state buffer. After hoisting, an element expression reads per-group values only through
+/// StepScalar leaves, which name the scalars computed once per step.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "diagnostic.h"
+#include "spec.h"
+
+namespace optgen {
+
+/// Every node kind, listed once.
+#define OPTGEN_FOR_EACH_NODE(X) \
+  X(Const)                      \
+  X(Var)                        \
+  X(Unary)                      \
+  X(Binary)                     \
+  X(Select)                     \
+  X(Call)
+
+enum class NodeKind {
+#define OPTGEN_ENUM(name) name,
+  OPTGEN_FOR_EACH_NODE(OPTGEN_ENUM)
+#undef OPTGEN_ENUM
+};
+
+/// What a Var leaf reads.
+enum class VarKind { Hyperparameter, Step, ScalarState, StepScalar, Param, Grad, State };
+
+enum class UnaryOp { Neg, Not };
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
+enum class Builtin { Sqrt, Rsqrt, Exp, Log, Abs, Sign, Min, Max, Clamp, Lerp };
+
+const char* spelling(UnaryOp op);
+const char* spelling(BinaryOp op);
+const char* spelling(Builtin fn);
+bool is_comparison(BinaryOp op);
+bool is_logical(BinaryOp op);
+bool parse_builtin(const std::string& name, Builtin* fn);
+
+struct Node;
+using Expr = std::shared_ptr<const Node>;
+
+struct Node {
+  NodeKind kind;
+  ValueType type;
+  bool per_element;  ///< reads param, grad or a state, directly or below
+
+  double value = 0;           ///< Const
+  VarKind var{};              ///< Var
+  std::string name;           ///< Var: the input's name
+  int op = 0;                 ///< Unary/Binary: the operator; Call: the Builtin
+  std::vector<Expr> args;     ///< operands (Select: condition, if_true, if_false)
+
+  // Not part of the node's identity: where it came from, for names and messages.
+  std::string hint;  ///< the spec's name for this value, if the author gave it one
+  SourceLoc loc;
+
+  UnaryOp unary_op() const { return static_cast<UnaryOp>(op); }
+  BinaryOp binary_op() const { return static_cast<BinaryOp>(op); }
+  Builtin builtin() const { return static_cast<Builtin>(op); }
+  bool is_const() const { return kind == NodeKind::Const; }
+  bool is_const(double v) const { return kind == NodeKind::Const && value == v; }
+
+  /// Factories check their invariants and throw InternalError when broken.
+  static Expr make_const(double value, ValueType type);
+  static Expr make_var(VarKind var, const std::string& name, ValueType type);
+  static Expr make_unary(UnaryOp op, Expr a);
+  static Expr make_binary(BinaryOp op, Expr a, Expr b);
+  static Expr make_select(Expr condition, Expr if_true, Expr if_false);
+  static Expr make_call(Builtin fn, std::vector<Expr> args);
+};
+
+/// A copy of `e` with new operands (same kind, operator and provenance).
+Expr with_args(const Expr& e, std::vector<Expr> args);
+/// A copy of `e` with the hint and location given, unless it already has a hint.
+Expr with_provenance(const Expr& e, const std::string& hint, const SourceLoc& loc);
+
+/// Structural equality and hashing, ignoring provenance.
+bool same_node(const Node& a, const Node& b);  ///< compares operands by pointer
+size_t shallow_hash(const Node& n);            ///< hashes operands by pointer
+
+/// A value the step writes: the parameter, a state buffer, or a scalar state.
+struct Output {
+  std::string name;
+  Expr value;
+  SourceLoc loc;  ///< the statement that last assigned it
+};
+
+/// A scalar computed once per step and param group, read by the element code.
+struct StepScalar {
+  std::string name;
+  Expr value;
+};
+
+/// One optimizer step as data flow. Before `hoist`, element outputs read hyperparameters and
+/// scalar state directly; after it, only through `step_scalars`.
+struct Program {
+  const Spec* spec = nullptr;
+  /// Values of specialized flags, once `specialize` has run; empty before.
+  std::map<std::string, bool> flags;
+  std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
+
+  std::vector<Output> scalar_state_updates;  ///< new value of each scalar state, in declaration order
+  std::vector<StepScalar> step_scalars;      ///< filled by `hoist`
+  std::vector<Output> element_outputs;       ///< param first, then states in declaration order
+  std::vector<std::string> states;           ///< state buffers the variant uses, declaration order
+  std::map<std::string, Expr> derived_flags;  ///< derived flag -> its value from hyperparameters
+  std::map<std::string, Expr> state_conditions;  ///< state -> when it is present (flags only)
+};
+
+/// Rebuilds every root of the program through `f` (see Mutator).
+Program map_roots(const Program& program, const std::function<Expr(const Expr&)>& f);
+
+/// Applies `f` to every node reachable from the program's roots, operands before users, each once.
+void for_each_node(const Program& program, const std::function<void(const Expr&)>& f);
+void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f);
+
+}  // namespace optgen

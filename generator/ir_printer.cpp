@@ -1,0 +1,80 @@
+#include "ir_printer.h"
+
+#include <sstream>
+
+#include "expr_printer.h"
+
+namespace optgen {
+namespace {
+
+/// Leaves print as their names; step scalars and old scalar state get sigils so a reader can
+/// tell the phases apart: `$bias_correction1` is a step scalar.
+class DumpPrinter : public ExprPrinter {
+ protected:
+  std::string leaf(const Node& var) const override {
+    return var.var == VarKind::StepScalar ? "$" + var.name : var.name;
+  }
+};
+
+}  // namespace
+
+std::string dump(const Program& program) {
+  std::ostringstream out;
+  out << "program " << program.variant;
+  if (!program.flags.empty()) {
+    out << " (";
+    bool first = true;
+    for (const auto& [flag, value] : program.flags) {
+      out << (first ? "" : ", ") << flag << "=" << (value ? "true" : "false");
+      first = false;
+    }
+    out << ")";
+  }
+  out << "\n";
+
+  DumpPrinter printer;
+  std::set<std::string> taken = {"param", "grad", "step"};
+  for (const auto& s : program.states) taken.insert(s);
+  std::vector<Expr> roots;
+  for (const auto& [name, value] : program.derived_flags) roots.push_back(value);
+  for (const auto& o : program.scalar_state_updates) roots.push_back(o.value);
+  for (const auto& s : program.step_scalars) roots.push_back(s.value);
+  for (const auto& o : program.element_outputs) roots.push_back(o.value);
+  auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
+  name_temporaries(temporaries, "t", taken, printer);
+
+  // Each temporary is printed just before the first section that needs it.
+  std::set<const Node*> printed;
+  auto lets_for = [&](const Expr& root, const std::string& indent) {
+    std::vector<Expr> needed;
+    for_each_node(root, [&](const Expr& e) {
+      if (printer.names.count(e.get()) && !printed.count(e.get())) needed.push_back(e);
+    });
+    for (const auto& e : needed) {
+      printed.insert(e.get());
+      out << indent << "let " << printer.names.at(e.get()) << " = " << printer.print_body(e) << "\n";
+    }
+  };
+  auto assignment = [&](const std::string& name, const Expr& value, const char* arrow) {
+    lets_for(value, "  ");
+    out << "  " << name << " " << arrow << " " << (printed.count(value.get()) ? printer.names.at(value.get()) : printer.print_body(value)) << "\n";
+  };
+
+  if (!program.derived_flags.empty()) {
+    out << "derived:\n";
+    for (const auto& [name, value] : program.derived_flags) assignment(name, value, "=");
+  }
+  if (!program.scalar_state_updates.empty()) {
+    out << "scalar_state:\n";
+    for (const auto& o : program.scalar_state_updates) assignment(o.name, o.value, "<-");
+  }
+  if (!program.step_scalars.empty()) {
+    out << "step_scalars:\n";
+    for (const auto& s : program.step_scalars) assignment("$" + s.name, s.value, "=");
+  }
+  out << "update:\n";
+  for (const auto& o : program.element_outputs) assignment(o.name, o.value, "<-");
+  return out.str();
+}
+
+}  // namespace optgen

@@ -1,0 +1,301 @@
+#include "lower.h"
+
+#include <map>
+#include <set>
+
+namespace optgen {
+namespace {
+
+enum class NameKind { Hyperparameter, Step, ScalarState, PerStepValue, Param, Grad, State, Local };
+
+struct Binding {
+  NameKind kind;
+  Expr value;
+  SourceLoc loc;  ///< declaration, or the statement that last assigned it
+};
+
+const char* describe(NameKind kind) {
+  switch (kind) {
+    case NameKind::Hyperparameter: return "hyperparameter";
+    case NameKind::Step: return "the step counter";
+    case NameKind::ScalarState: return "scalar state";
+    case NameKind::PerStepValue: return "per-step value";
+    case NameKind::Param: return "the parameter";
+    case NameKind::Grad: return "the gradient";
+    case NameKind::State: return "state buffer";
+    case NameKind::Local: return "local value";
+  }
+  return "name";
+}
+
+const char* type_name(ValueType t) { return t == ValueType::Bool ? "a bool" : "a number"; }
+
+class Lowering {
+ public:
+  explicit Lowering(const Spec& spec) : spec_(spec) {}
+
+  Program run() {
+    Program program;
+    program.spec = &spec_;
+    program.variant = spec_.name;
+
+    for (const auto& h : spec_.hyperparameters)
+      env_[h.name] = {NameKind::Hyperparameter, Node::make_var(VarKind::Hyperparameter, h.name, h.type), h.loc};
+    env_["step"] = {NameKind::Step, Node::make_var(VarKind::Step, "step", ValueType::Int), {}};
+    for (const auto& s : spec_.scalar_states)
+      env_[s.name] = {NameKind::ScalarState, Node::make_var(VarKind::ScalarState, s.name, ValueType::Float), s.loc};
+
+    for (const auto& h : spec_.hyperparameters) {
+      if (!h.derived) continue;
+      section_ = Section::Flag;
+      Expr value = expression(*h.derived);
+      require_bool(value, *h.derived, "the value of a derived flag");
+      program.derived_flags[h.name] = value;
+    }
+    for (const auto& s : spec_.states) {
+      if (!s.when) continue;
+      section_ = Section::Flag;
+      Expr value = expression(*s.when);
+      require_bool(value, *s.when, "a state's 'when'");
+      program.state_conditions[s.name] = value;
+      for_each_node(value, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && !spec_.find_hyperparameter(e->name)->specialize)
+          throw SpecError(s.when->loc, "a state's 'when' may use only specialized flags, and '" + e->name + "' is not one",
+                          "declare it with 'specialize: true', or add a derived flag");
+      });
+    }
+
+    section_ = Section::PerStep;
+    collect_targets(spec_.per_step);
+    block(spec_.per_step);
+    for (const auto& s : spec_.scalar_states) {
+      const Binding& b = env_.at(s.name);
+      if (b.value->kind == NodeKind::Var && b.value->var == VarKind::ScalarState)
+        throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
+      program.scalar_state_updates.push_back({s.name, b.value, b.loc});
+    }
+
+    section_ = Section::Update;
+    for (auto& [name, b] : env_)
+      if (b.kind == NameKind::Local) b.kind = NameKind::PerStepValue;
+    env_["param"] = {NameKind::Param, Node::make_var(VarKind::Param, "param", ValueType::Float), {}};
+    env_["grad"] = {NameKind::Grad, Node::make_var(VarKind::Grad, "grad", ValueType::Float), {}};
+    for (const auto& s : spec_.states)
+      env_[s.name] = {NameKind::State, Node::make_var(VarKind::State, s.name, ValueType::Float), s.loc};
+    targets_.clear();
+    collect_targets(spec_.update);
+    block(spec_.update);
+
+    const Binding& param = env_.at("param");
+    if (param.value->kind == NodeKind::Var)
+      throw SpecError(update_loc(), "'update' never assigns 'param'");
+    program.element_outputs.push_back({"param", param.value, param.loc});
+    for (const auto& s : spec_.states) {
+      const Binding& b = env_.at(s.name);
+      if (b.value->kind == NodeKind::Var && b.value->var == VarKind::State)
+        throw SpecError(s.loc, "state '" + s.name + "' is never written by 'update'");
+      program.element_outputs.push_back({s.name, b.value, b.loc});
+      program.states.push_back(s.name);
+    }
+    return program;
+  }
+
+ private:
+  enum class Section { Flag, PerStep, Update };
+
+  SourceLoc update_loc() const { return spec_.update_loc; }
+
+  void collect_targets(const Block& b) {
+    for (const auto& item : b.items) {
+      if (item.statement) targets_.emplace(item.statement->target, item.statement->target_loc);
+      else collect_targets(*item.body);
+    }
+  }
+
+  void block(const Block& b) {
+    for (const auto& item : b.items) {
+      if (item.statement) {
+        statement(*item.statement);
+        continue;
+      }
+      Expr condition = expression(*item.when);
+      require_bool(condition, *item.when, "'when'");
+      auto outer = env_;
+      block(*item.body);
+      std::map<std::string, Binding> merged = outer;
+      for (auto& [name, inner] : env_) {
+        auto it = merged.find(name);
+        if (it == merged.end()) {
+          scoped_out_.emplace(name, inner.loc);
+          continue;
+        }
+        if (it->second.value != inner.value) {
+          Expr chosen = Node::make_select(condition, inner.value, it->second.value);
+          it->second = {inner.kind, with_provenance(chosen, inner.value->hint, inner.loc), inner.loc};
+        }
+      }
+      env_ = std::move(merged);
+    }
+  }
+
+  void statement(const Statement& s) {
+    Expr value = expression(*s.value);
+    auto it = env_.find(s.target);
+    NameKind kind = NameKind::Local;
+    if (it != env_.end()) {
+      kind = it->second.kind;
+      check_assignable(s, kind);
+    } else if (is_reserved_name(s.target)) {
+      throw SpecError(s.target_loc, "cannot assign to '" + s.target + "': it is a built-in function");
+    }
+    bool numeric_target = kind == NameKind::Param || kind == NameKind::State || kind == NameKind::ScalarState;
+    if (numeric_target && value->type == ValueType::Bool)
+      throw SpecError(s.value->loc, "cannot assign a bool to " + std::string(describe(kind)) + " '" + s.target + "'");
+    if (numeric_target && value->type == ValueType::Int)
+      value = Node::make_binary(BinaryOp::Mul, value, Node::make_const(1.0, ValueType::Float));  // widen
+    if (kind == NameKind::Local || kind == NameKind::PerStepValue) value = with_provenance(value, s.target, s.target_loc);
+    if (kind == NameKind::State || kind == NameKind::Param || kind == NameKind::ScalarState)
+      value = with_provenance(value, s.target + "_next", s.target_loc);
+    env_[s.target] = {kind, value, s.target_loc};
+    scoped_out_.erase(s.target);
+  }
+
+  [[noreturn]] void cannot_assign(const Statement& s, NameKind kind, const std::string& why) {
+    throw SpecError(s.target_loc, "cannot assign to " + std::string(describe(kind)) + " '" + s.target + "'" + why);
+  }
+
+  void check_assignable(const Statement& s, NameKind kind) {
+    switch (kind) {
+      case NameKind::Hyperparameter: cannot_assign(s, kind, ": hyperparameters are inputs; assign to a new name instead");
+      case NameKind::Step: cannot_assign(s, kind, ": it counts steps by itself");
+      case NameKind::Grad: cannot_assign(s, kind, ": the gradient is read-only; assign to a new name (e.g. 'g = ...')");
+      case NameKind::ScalarState:
+        if (section_ != Section::PerStep)
+          cannot_assign(s, kind, " in 'update': scalar state changes once per step, in 'per_step'");
+        return;
+      case NameKind::PerStepValue: cannot_assign(s, kind, " in 'update': it was computed in 'per_step'; use a new name");
+      case NameKind::Param:
+      case NameKind::State:
+      case NameKind::Local: return;
+    }
+  }
+
+  void require_bool(const Expr& e, const Syntax& at, const std::string& what) {
+    if (e->type != ValueType::Bool) throw SpecError(at.loc, what + " must be a bool, but this is a number");
+  }
+
+  Expr expression(const Syntax& s) {
+    switch (s.kind) {
+      case Syntax::Kind::Number:
+        return Node::make_const(s.number, s.is_integer ? ValueType::Int : ValueType::Float);
+      case Syntax::Kind::Name:
+        return name(s);
+      case Syntax::Kind::Unary: {
+        Expr a = expression(*s.operands[0]);
+        if (s.text == "-") {
+          if (a->type == ValueType::Bool) throw SpecError(s.loc, "unary '-' needs a number, but its operand is a bool");
+          return Node::make_unary(UnaryOp::Neg, a);
+        }
+        if (a->type != ValueType::Bool) throw SpecError(s.loc, "'!' needs a bool, but its operand is a number");
+        return Node::make_unary(UnaryOp::Not, a);
+      }
+      case Syntax::Kind::Binary:
+        return binary(s);
+      case Syntax::Kind::Ternary: {
+        Expr c = expression(*s.operands[0]);
+        Expr t = expression(*s.operands[1]);
+        Expr f = expression(*s.operands[2]);
+        if (c->type != ValueType::Bool) throw SpecError(s.operands[0]->loc, "the condition of '?' must be a bool, but this is a number");
+        if ((t->type == ValueType::Bool) != (f->type == ValueType::Bool))
+          throw SpecError(s.loc, std::string("the branches of '?' differ in type: ") + type_name(t->type) + " and " + type_name(f->type));
+        return Node::make_select(c, t, f);
+      }
+      case Syntax::Kind::Call:
+        return call(s);
+    }
+    throw InternalError("lower: unknown syntax kind");
+  }
+
+  Expr binary(const Syntax& s) {
+    static const std::map<std::string, BinaryOp> ops = {
+        {"+", BinaryOp::Add}, {"-", BinaryOp::Sub}, {"*", BinaryOp::Mul}, {"/", BinaryOp::Div},
+        {"**", BinaryOp::Pow}, {"<", BinaryOp::Lt}, {"<=", BinaryOp::Le}, {">", BinaryOp::Gt},
+        {">=", BinaryOp::Ge}, {"==", BinaryOp::Eq}, {"!=", BinaryOp::Ne}, {"&&", BinaryOp::And},
+        {"||", BinaryOp::Or}};
+    BinaryOp op = ops.at(s.text);
+    Expr a = expression(*s.operands[0]);
+    Expr b = expression(*s.operands[1]);
+    auto check = [&](const Expr& e, const char* side, bool want_bool) {
+      if ((e->type == ValueType::Bool) != want_bool)
+        throw SpecError(s.loc, "operator '" + s.text + "' needs " + (want_bool ? "bools" : "numbers") + ", but its " + side +
+                                   " operand is " + type_name(e->type));
+    };
+    if (is_logical(op)) {
+      check(a, "left", true);
+      check(b, "right", true);
+    } else if ((op == BinaryOp::Eq || op == BinaryOp::Ne) && a->type == ValueType::Bool) {
+      check(b, "right", true);
+    } else {
+      check(a, "left", false);
+      check(b, "right", false);
+    }
+    return Node::make_binary(op, a, b);
+  }
+
+  Expr call(const Syntax& s) {
+    Builtin fn;
+    if (!parse_builtin(s.text, &fn)) {
+      if (env_.count(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a " + describe(env_.at(s.text).kind) + ", not a function");
+      throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, builtin_names()));
+    }
+    int arity = builtin_arity(s.text);
+    if (static_cast<int>(s.operands.size()) != arity)
+      throw SpecError(s.loc, "'" + s.text + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") + ", given " +
+                                 std::to_string(s.operands.size()));
+    std::vector<Expr> args;
+    for (const auto& operand : s.operands) {
+      Expr a = expression(*operand);
+      if (a->type == ValueType::Bool) throw SpecError(operand->loc, "'" + s.text + "' needs numbers, but this argument is a bool");
+      args.push_back(a);
+    }
+    return Node::make_call(fn, std::move(args));
+  }
+
+  Expr name(const Syntax& s) {
+    if (s.text == "true" || s.text == "false") return Node::make_const(s.text == "true", ValueType::Bool);
+    if (builtin_arity(s.text) >= 0) throw SpecError(s.loc, "'" + s.text + "' is a function; call it as " + s.text + "(...)");
+    auto it = env_.find(s.text);
+    if (it == env_.end()) {
+      if (auto out = scoped_out_.find(s.text); out != scoped_out_.end())
+        throw SpecError(s.loc, "'" + s.text + "' is assigned only inside a 'when' block (line " + std::to_string(out->second.line) + ")",
+                        "assign it before the block too, or use 'condition ? a : b'");
+      if (auto later = targets_.find(s.text); later != targets_.end())
+        throw SpecError(s.loc, "'" + s.text + "' is used before it is assigned (line " + std::to_string(later->second.line) + ")");
+      if (section_ == Section::PerStep && (s.text == "param" || s.text == "grad" || spec_.state_index(s.text) >= 0))
+        throw SpecError(s.loc, "'" + s.text + "' is a per-element value and cannot be used in 'per_step'",
+                        "per_step sees hyperparameters, step and scalar state");
+      std::vector<std::string> candidates;
+      for (const auto& [n, b] : env_) candidates.push_back(n);
+      throw SpecError(s.loc, "unknown name '" + s.text + "'" + did_you_mean(s.text, candidates));
+    }
+    const Binding& b = it->second;
+    if (section_ == Section::Flag) {
+      const Hyperparameter* h = b.kind == NameKind::Hyperparameter ? spec_.find_hyperparameter(s.text) : nullptr;
+      if (!h) throw SpecError(s.loc, "'" + s.text + "' cannot be used here: this expression may only use hyperparameters");
+      if (h->derived) throw SpecError(s.loc, "'" + s.text + "' is itself derived; derive from plain hyperparameters only");
+    }
+    return b.value;
+  }
+
+  const Spec& spec_;
+  Section section_ = Section::Flag;
+  std::map<std::string, Binding> env_;
+  std::map<std::string, SourceLoc> targets_;     ///< every name assigned in the current section
+  std::map<std::string, SourceLoc> scoped_out_;  ///< locals that ended with their 'when' block
+};
+
+}  // namespace
+
+Program lower(const Spec& spec) { return Lowering(spec).run(); }
+
+}  // namespace optgen

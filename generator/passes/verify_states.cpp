@@ -1,0 +1,54 @@
+#include <set>
+
+#include "passes.h"
+
+namespace optgen {
+namespace {
+
+std::string flags_text(const Program& program) {
+  std::string text;
+  for (const auto& [flag, value] : program.flags) text += (text.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
+  return text.empty() ? "always" : text;
+}
+
+const ElementState& declaration(const Program& program, const std::string& name) {
+  int index = program.spec->state_index(name);
+  if (index < 0) throw InternalError("verify_states: unknown state '" + name + "'");
+  return program.spec->states[index];
+}
+
+}  // namespace
+
+Program verify_states(const Program& program) {
+  std::set<std::string> present(program.states.begin(), program.states.end());
+  std::set<std::string> written;
+  bool param_written = false;
+  for (const auto& o : program.element_outputs) {
+    if (o.name == "param") {
+      param_written = true;
+      continue;
+    }
+    if (!present.count(o.name))
+      throw SpecError(o.loc, "state '" + o.name + "' is written here, but it is absent in variant " + program.variant + " (" +
+                                 flags_text(program) + ")",
+                      "guard the statement with `when: " + declaration(program, o.name).when_text + "`");
+    written.insert(o.name);
+  }
+  if (!param_written) throw SpecError(program.spec->update_loc, "variant " + program.variant + " never changes 'param'");
+  for (const auto& o : program.element_outputs)
+    for_each_node(o.value, [&](const Expr& e) {
+      if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))
+        throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant + " (" +
+                                   flags_text(program) + ")");
+    });
+  for (const auto& state : program.states)
+    if (!written.count(state))
+      throw SpecError(declaration(program, state).loc,
+                      "state '" + state + "' is present in variant " + program.variant + " (" + flags_text(program) +
+                          ") but never written there");
+  for (const auto& s : program.step_scalars)
+    if (s.value->per_element) throw InternalError("step scalar '" + s.name + "' depends on the element");
+  return program;
+}
+
+}  // namespace optgen

@@ -1,0 +1,32 @@
+#pragma once
+/// The generator's middle: lower a spec, then run the passes for each variant. Reads as the
+/// list of passes, in order; `after_each` sees the program after every step (for `optgen dump`).
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir.h"
+#include "spec.h"
+
+namespace optgen {
+
+using FlagValues = std::map<std::string, bool>;
+
+/// Every combination of the spec's specialized flags, in a fixed order (all false first).
+std::vector<FlagValues> enumerate_variants(const Spec& spec);
+
+/// The pass names `--after` accepts, in the order they run: lower, specialize, constant_fold,
+/// cse, hoist, dce, verify_states.
+const std::vector<std::string>& pass_names();
+
+using PassObserver = std::function<void(const std::string& pass, const Program&)>;
+
+/// Runs the passes after lowering for one variant.
+Program compile_variant(const Program& lowered, const FlagValues& flags, const PassObserver& after_each = {});
+
+/// Lowers the spec and compiles every variant.
+std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each = {});
+
+}  // namespace optgen

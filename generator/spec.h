@@ -1,0 +1,95 @@
+#pragma once
+/// A loaded optimizer spec: the YAML file's content, checked for shape (fields, names, defaults)
+/// but with expressions still as syntax trees. `load_spec` builds it; `lower` (lower.h) turns it
+/// into IR. The language is documented in specs/README.md.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diagnostic.h"
+#include "syntax.h"
+
+namespace optgen {
+
+enum class ValueType { Bool, Int, Float };
+const char* to_string(ValueType type);
+
+struct Hyperparameter {
+  std::string name;
+  SourceLoc loc;
+  ValueType type = ValueType::Float;
+  double default_value = 0;  ///< bools as 0/1
+  bool specialize = false;   ///< a bool that selects a kernel variant
+  std::shared_ptr<Syntax> derived;  ///< for a derived flag: its value from other hyperparameters
+  std::string derived_text;
+  std::string doc;
+};
+
+/// How a buffer or a scalar starts: a constant, or the value of a hyperparameter.
+struct Init {
+  SourceLoc loc;
+  double value = 0;
+  std::string hyperparameter;  ///< empty: the constant `value`
+};
+
+struct ElementState {
+  std::string name;
+  SourceLoc loc;
+  Init init;
+  std::shared_ptr<Syntax> when;  ///< present only when this flag expression holds; null: always
+  std::string when_text;
+};
+
+struct ScalarState {
+  std::string name;
+  SourceLoc loc;
+  Init init;
+};
+
+struct Block;
+
+/// One entry of `per_step:` or `update:`: a statement, or a block guarded by `when:`.
+struct BlockItem {
+  std::optional<Statement> statement;
+  std::shared_ptr<Syntax> when;  ///< for a guarded block
+  std::string when_text;
+  SourceLoc loc;
+  std::shared_ptr<Block> body;
+};
+
+struct Block {
+  std::vector<BlockItem> items;
+};
+
+struct Spec {
+  std::shared_ptr<const SourceFile> file;
+  std::string optimizer;  ///< the class name, e.g. AdamW
+  std::string name;       ///< the file's stem, e.g. adamw: names generated files and namespaces
+  std::string summary;
+  std::string reference;  ///< what the spec matches, e.g. torch.optim.AdamW (informative)
+  std::vector<Hyperparameter> hyperparameters;
+  std::vector<ElementState> states;
+  std::vector<ScalarState> scalar_states;
+  Block per_step;
+  Block update;
+  SourceLoc update_loc;  ///< the `update:` key
+
+  const Hyperparameter* find_hyperparameter(const std::string& name) const;
+  int state_index(const std::string& name) const;  ///< -1 when absent
+  std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
+};
+
+/// Reads and checks a spec file; throws SpecError naming the first problem.
+Spec load_spec(const std::string& path);
+/// Same, from text already in memory (`path` is used in messages only).
+Spec load_spec_text(const std::string& path, const std::string& text);
+
+/// Names with a fixed meaning in expressions: param, grad, step and the built-in functions.
+bool is_reserved_name(const std::string& name);
+/// The built-in functions and their arity.
+int builtin_arity(const std::string& name);  ///< -1 if not a built-in
+std::vector<std::string> builtin_names();
+
+}  // namespace optgen

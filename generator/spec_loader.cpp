@@ -1,0 +1,366 @@
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "spec.h"
+
+namespace optgen {
+
+const char* to_string(ValueType type) {
+  switch (type) {
+    case ValueType::Bool: return "bool";
+    case ValueType::Int: return "int";
+    case ValueType::Float: return "float";
+  }
+  return "?";
+}
+
+namespace {
+
+const std::vector<std::pair<std::string, int>>& builtins() {
+  static const std::vector<std::pair<std::string, int>> list = {
+      {"sqrt", 1}, {"rsqrt", 1}, {"exp", 1}, {"log", 1},   {"abs", 1},
+      {"sign", 1}, {"min", 2},   {"max", 2}, {"clamp", 3}, {"lerp", 3}};
+  return list;
+}
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+/// Wraps yaml-cpp nodes so that every error points at the node it is about.
+class Loader {
+ public:
+  explicit Loader(std::shared_ptr<const SourceFile> file) : file_(std::move(file)) {}
+
+  SourceLoc loc(const YAML::Node& node) const {
+    const YAML::Mark mark = node.Mark();
+    if (mark.line < 0) return {file_, 0, 0};
+    SourceLoc result{file_, mark.line + 1, mark.column + 1};
+    // Quoted scalars: point inside the quotes, where the text an error is about starts.
+    if (node.IsScalar()) {
+      std::string line = file_->line(result.line);
+      if (mark.column < static_cast<int>(line.size()) && (line[mark.column] == '"' || line[mark.column] == '\''))
+        result.column += 1;
+    }
+    return result;
+  }
+
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& message, const std::string& hint = "") const {
+    throw SpecError(loc(node), message, hint);
+  }
+
+  /// The entries of a mapping, in file order, rejecting duplicate and unknown keys.
+  std::vector<std::pair<YAML::Node, YAML::Node>> entries(const YAML::Node& map, const std::string& what,
+                                                         const std::vector<std::string>& allowed = {}) const {
+    if (!map.IsMap()) fail(map, what + " must be a mapping (`key: value` lines)");
+    std::vector<std::pair<YAML::Node, YAML::Node>> result;
+    std::map<std::string, YAML::Node> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) fail(it->first, "keys of " + what + " must be plain names");
+      std::string key = it->first.Scalar();
+      if (auto previous = seen.find(key); previous != seen.end())
+        fail(it->first, "duplicate key '" + key + "' in " + what,
+             "first given at line " + std::to_string(loc(previous->second).line));
+      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+        fail(it->first, "unknown key '" + key + "' in " + what + did_you_mean(key, allowed),
+             "allowed keys: " + join(allowed));
+      seen.emplace(key, it->first);
+      result.emplace_back(it->first, it->second);
+    }
+    return result;
+  }
+
+  static std::string join(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  }
+
+  std::string scalar(const YAML::Node& node, const std::string& what) const {
+    if (!node.IsScalar()) fail(node, what + " must be a single value");
+    return node.Scalar();
+  }
+
+  YAML::Node field(const YAML::Node& map, const YAML::Node& map_key, const char* key, const std::string& what) const {
+    YAML::Node value = map[key];
+    if (!value) fail(map_key, what + " has no '" + key + "'");
+    return value;
+  }
+
+  bool parse_bool(const YAML::Node& node, const std::string& what) const {
+    std::string s = scalar(node, what);
+    if (s == "true" || s == "True") return true;
+    if (s == "false" || s == "False") return false;
+    fail(node, what + " must be true or false, not '" + s + "'");
+  }
+
+  std::optional<double> parse_number(const std::string& s) const {
+    if (s.empty()) return std::nullopt;
+    std::string t = s;
+    if (t == ".inf" || t == "inf") return HUGE_VAL;
+    char* end = nullptr;
+    double value = std::strtod(t.c_str(), &end);
+    if (end != t.c_str() + t.size() || !std::isfinite(value)) return std::nullopt;
+    return value;
+  }
+
+  double parse_default(const YAML::Node& node, ValueType type, const std::string& name) const {
+    std::string s = scalar(node, "the default of '" + name + "'");
+    if (type == ValueType::Bool) {
+      if (s == "true" || s == "True") return 1;
+      if (s == "false" || s == "False") return 0;
+      fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
+    }
+    std::optional<double> value = parse_number(s);
+    if (!value) fail(node, "bad default '" + s + "' for " + to_string(type) + " hyperparameter '" + name + "': expected a number");
+    if (type == ValueType::Int && (*value != std::floor(*value) || s.find_first_of(".eE") != std::string::npos))
+      fail(node, "bad default '" + s + "' for int hyperparameter '" + name + "': expected an integer");
+    return *value;
+  }
+
+  std::shared_ptr<Syntax> expression(const YAML::Node& node, const std::string& what) const {
+    std::string text = scalar(node, what);
+    return std::shared_ptr<Syntax>(parse_expression(text, loc(node)));
+  }
+
+  /// YAML reads `- g = c ? a : b` as a one-entry mapping, because of ': '. Such an item is a
+  /// statement: take its text from the source line as written (up to a `#` comment).
+  std::optional<std::string> statement_with_colon(const YAML::Node& item) const {
+    if (!item.IsMap() || item.size() != 1) return std::nullopt;
+    const auto entry = *item.begin();
+    if (!entry.first.IsScalar() || entry.first.Scalar() == "when" || entry.first.Scalar() == "do") return std::nullopt;
+    if (entry.first.Scalar().find('=') == std::string::npos || !entry.second.IsScalar()) return std::nullopt;
+    SourceLoc at = loc(item);
+    if (at.line != loc(entry.second).line) return std::nullopt;
+    std::string text = file_->line(at.line).substr(at.column - 1);
+    size_t comment = text.find(" #");
+    if (comment != std::string::npos) text.erase(comment);
+    return text;
+  }
+
+  std::shared_ptr<const SourceFile> file_;
+};
+
+void check_new_name(const Loader& loader, const YAML::Node& key, std::map<std::string, SourceLoc>& names,
+                    const std::string& what) {
+  std::string name = key.Scalar();
+  if (!is_identifier(name)) loader.fail(key, "'" + name + "' is not a valid name for " + what);
+  if (is_reserved_name(name))
+    loader.fail(key, "'" + name + "' is a reserved name and cannot be used for " + what);
+  if (auto previous = names.find(name); previous != names.end())
+    loader.fail(key, "duplicate name '" + name + "'",
+                "first declared at line " + std::to_string(previous->second.line));
+  names.emplace(name, loader.loc(key));
+}
+
+Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, const std::string& owner) {
+  Init init;
+  init.loc = loader.loc(node);
+  std::string s = loader.scalar(node, "the init of '" + owner + "'");
+  if (s == "zeros" || s == "zero") return init;
+  if (std::optional<double> value = loader.parse_number(s)) {
+    init.value = *value;
+    return init;
+  }
+  const Hyperparameter* h = spec.find_hyperparameter(s);
+  if (!h) {
+    std::vector<std::string> names;
+    for (const auto& hp : spec.hyperparameters) names.push_back(hp.name);
+    loader.fail(node, "bad init '" + s + "' for '" + owner + "': expected zeros, a number or a hyperparameter" +
+                          did_you_mean(s, names));
+  }
+  if (h->type == ValueType::Bool) loader.fail(node, "cannot initialise '" + owner + "' from bool hyperparameter '" + s + "'");
+  init.hyperparameter = s;
+  return init;
+}
+
+void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section) {
+  if (!node.IsSequence()) loader.fail(node, "'" + section + "' must be a list of statements (`- name = expression`)");
+  for (const YAML::Node& item : node) {
+    BlockItem entry;
+    entry.loc = loader.loc(item);
+    if (item.IsScalar()) {
+      entry.statement = parse_statement(item.Scalar(), loader.loc(item));
+    } else if (std::optional<std::string> text = loader.statement_with_colon(item)) {
+      entry.statement = parse_statement(*text, loader.loc(item));
+    } else if (item.IsMap()) {
+      auto fields = loader.entries(item, "a guarded block", {"when", "do"});
+      if (!item["when"]) loader.fail(item, "a guarded block has no 'when'");
+      if (!item["do"]) loader.fail(item, "a guarded block has no 'do'");
+      entry.when = loader.expression(item["when"], "'when'");
+      entry.when_text = item["when"].Scalar();
+      entry.body = std::make_shared<Block>();
+      parse_block(loader, item["do"], *entry.body, section);
+    } else {
+      loader.fail(item, "each entry of '" + section + "' must be a statement or a `when:`/`do:` block");
+    }
+    block.items.push_back(std::move(entry));
+  }
+}
+
+std::string file_stem(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  size_t dot = base.find('.');
+  return dot == std::string::npos ? base : base.substr(0, dot);
+}
+
+Spec load(const std::shared_ptr<const SourceFile>& file) {
+  Loader loader(file);
+  YAML::Node root;
+  try {
+    root = YAML::Load(file->text);
+  } catch (const YAML::ParserException& e) {
+    SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
+    throw SpecError(at, "YAML syntax error: " + e.msg);
+  }
+  if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
+  if (!root.IsMap()) loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
+
+  Spec spec;
+  spec.file = file;
+  auto top = loader.entries(root, "the spec",
+                            {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
+                             "per_step", "update"});
+  for (const auto& [key, value] : top)
+    if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
+  for (const char* required : {"optimizer", "summary", "update"})
+    if (!root[required]) throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
+
+  spec.optimizer = loader.scalar(root["optimizer"], "'optimizer'");
+  if (!is_identifier(spec.optimizer))
+    loader.fail(root["optimizer"], "optimizer name '" + spec.optimizer + "' must be an identifier (it names a C++ class)");
+  spec.name = file_stem(file->path);
+  if (!is_identifier(spec.name))
+    throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name must be an identifier (it names generated files and namespaces)");
+  spec.summary = loader.scalar(root["summary"], "'summary'");
+  if (root["reference"]) spec.reference = loader.scalar(root["reference"], "'reference'");
+
+  std::map<std::string, SourceLoc> names;
+  if (YAML::Node hyper = root["hyperparameters"]) {
+    for (auto& [key, value] : loader.entries(hyper, "'hyperparameters'")) {
+      check_new_name(loader, key, names, "a hyperparameter");
+      Hyperparameter h;
+      h.name = key.Scalar();
+      h.loc = loader.loc(key);
+      const std::string what = "hyperparameter '" + h.name + "'";
+      loader.entries(value, what, {"type", "default", "specialize", "derived", "doc"});
+      std::string type = loader.scalar(loader.field(value, key, "type", what), "the type of " + what);
+      if (type == "float") h.type = ValueType::Float;
+      else if (type == "int") h.type = ValueType::Int;
+      else if (type == "bool") h.type = ValueType::Bool;
+      else loader.fail(value["type"], "unknown type '" + type + "' for " + what + ": expected float, int or bool");
+      if (value["specialize"]) {
+        h.specialize = loader.parse_bool(value["specialize"], "'specialize'");
+        if (h.specialize && h.type != ValueType::Bool)
+          loader.fail(value["specialize"], "only bool hyperparameters can be specialized; '" + h.name + "' is " + to_string(h.type));
+      }
+      if (value["derived"]) {
+        if (!h.specialize) loader.fail(value["derived"], "'derived' needs 'specialize: true': a derived value selects a kernel variant");
+        if (value["default"]) loader.fail(value["default"], "a derived flag has no default: its value comes from 'derived'");
+        h.derived = loader.expression(value["derived"], "'derived'");
+        h.derived_text = value["derived"].Scalar();
+      } else {
+        h.default_value = loader.parse_default(loader.field(value, key, "default", what), h.type, h.name);
+      }
+      if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
+      spec.hyperparameters.push_back(std::move(h));
+    }
+  }
+
+  if (YAML::Node state = root["state"]) {
+    for (auto& [key, value] : loader.entries(state, "'state'")) {
+      check_new_name(loader, key, names, "a state buffer");
+      ElementState s;
+      s.name = key.Scalar();
+      s.loc = loader.loc(key);
+      loader.entries(value, "state '" + s.name + "'", {"init", "when"});
+      s.init = parse_init(loader, loader.field(value, key, "init", "state '" + s.name + "'"), spec, s.name);
+      if (value["when"]) {
+        s.when = loader.expression(value["when"], "'when'");
+        s.when_text = value["when"].Scalar();
+      }
+      spec.states.push_back(std::move(s));
+    }
+  }
+
+  if (YAML::Node scalars = root["scalar_state"]) {
+    for (auto& [key, value] : loader.entries(scalars, "'scalar_state'")) {
+      check_new_name(loader, key, names, "a scalar state");
+      ScalarState s;
+      s.name = key.Scalar();
+      s.loc = loader.loc(key);
+      loader.entries(value, "scalar state '" + s.name + "'", {"init"});
+      s.init = parse_init(loader, loader.field(value, key, "init", "scalar state '" + s.name + "'"), spec, s.name);
+      spec.scalar_states.push_back(std::move(s));
+    }
+  }
+
+  if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
+  parse_block(loader, root["update"], spec.update, "update");
+  return spec;
+}
+
+}  // namespace
+
+bool is_reserved_name(const std::string& name) {
+  if (name == "param" || name == "grad" || name == "step" || name == "true" || name == "false") return true;
+  return builtin_arity(name) >= 0;
+}
+
+int builtin_arity(const std::string& name) {
+  for (const auto& [n, arity] : builtins())
+    if (n == name) return arity;
+  return -1;
+}
+
+std::vector<std::string> builtin_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : builtins()) names.push_back(entry.first);
+  return names;
+}
+
+const Hyperparameter* Spec::find_hyperparameter(const std::string& n) const {
+  for (const auto& h : hyperparameters)
+    if (h.name == n) return &h;
+  return nullptr;
+}
+
+int Spec::state_index(const std::string& n) const {
+  for (size_t i = 0; i < states.size(); ++i)
+    if (states[i].name == n) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<const Hyperparameter*> Spec::flags() const {
+  std::vector<const Hyperparameter*> result;
+  for (const auto& h : hyperparameters)
+    if (h.specialize) result.push_back(&h);
+  return result;
+}
+
+Spec load_spec_text(const std::string& path, const std::string& text) {
+  auto file = std::make_shared<SourceFile>();
+  file->path = path;
+  file->text = text;
+  return load(file);
+}
+
+Spec load_spec(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "cannot open spec file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_spec_text(path, text.str());
+}
+
+}  // namespace optgen

@@ -1,0 +1,289 @@
+#include "syntax.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <sstream>
+
+namespace optgen {
+namespace {
+
+struct Token {
+  enum class Kind { Number, Name, Op, End };
+  Kind kind;
+  std::string text;
+  int offset;  ///< 0-based offset into the scalar
+};
+
+/// Splits an expression into tokens; operators are the longest match from a fixed list.
+std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
+  static const char* const kOps[] = {"**", "<=", ">=", "==", "!=", "&&", "||", "+", "-", "*",
+                                     "/",  "<",  ">",  "!",  "?",  ":",  "(",  ")", ",", "="};
+  std::vector<Token> tokens;
+  size_t i = 0;
+  while (i < text.size()) {
+    char c = text[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    int start = static_cast<int>(i);
+    if (std::isdigit(static_cast<unsigned char>(c)) ||
+        (c == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])))) {
+      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
+                                 ((text[i] == '+' || text[i] == '-') &&
+                                  (text[i - 1] == 'e' || text[i - 1] == 'E'))))
+        ++i;
+      tokens.push_back({Token::Kind::Number, text.substr(start, i - start), start});
+      continue;
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_')) ++i;
+      tokens.push_back({Token::Kind::Name, text.substr(start, i - start), start});
+      continue;
+    }
+    bool matched = false;
+    for (const char* op : kOps) {
+      size_t n = std::char_traits<char>::length(op);
+      if (text.compare(i, n, op) == 0) {
+        tokens.push_back({Token::Kind::Op, op, start});
+        i += n;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched)
+      throw SpecError(loc.shifted(start), std::string("unexpected character '") + c + "' in expression");
+  }
+  tokens.push_back({Token::Kind::End, "", static_cast<int>(text.size())});
+  return tokens;
+}
+
+/// Recursive descent over the grammar in specs/README.md, lowest precedence first.
+class Parser {
+ public:
+  Parser(const std::string& text, const SourceLoc& loc) : loc_(loc), tokens_(tokenize(text, loc)) {}
+
+  SyntaxPtr expression() { return ternary(); }
+
+  const Token& peek() const { return tokens_[pos_]; }
+  bool at(const char* op) const { return peek().kind == Token::Kind::Op && peek().text == op; }
+  Token take() { return tokens_[pos_++]; }
+  SourceLoc loc_of(const Token& t) const { return loc_.shifted(t.offset); }
+
+  void expect(const char* op, const char* context) {
+    if (!at(op)) fail(std::string("expected '") + op + "' " + context);
+    take();
+  }
+  [[noreturn]] void fail(const std::string& message) const {
+    const Token& t = peek();
+    std::string found = t.kind == Token::Kind::End ? "end of expression" : "'" + t.text + "'";
+    throw SpecError(loc_of(t), message + ", found " + found);
+  }
+  void expect_end() {
+    if (peek().kind != Token::Kind::End) fail("expected an operator or the end of the expression");
+  }
+
+ private:
+  SyntaxPtr make(Syntax::Kind kind, const Token& at_token, std::string text) {
+    auto node = std::make_unique<Syntax>();
+    node->kind = kind;
+    node->loc = loc_of(at_token);
+    node->text = std::move(text);
+    return node;
+  }
+  SyntaxPtr binary(const Token& op, SyntaxPtr lhs, SyntaxPtr rhs) {
+    auto node = make(Syntax::Kind::Binary, op, op.text);
+    node->operands.push_back(std::move(lhs));
+    node->operands.push_back(std::move(rhs));
+    return node;
+  }
+
+  SyntaxPtr ternary() {
+    SyntaxPtr condition = logical_or();
+    if (!at("?")) return condition;
+    Token q = take();
+    SyntaxPtr if_true = expression();
+    expect(":", "after the true branch of '?'");
+    SyntaxPtr if_false = ternary();
+    auto node = make(Syntax::Kind::Ternary, q, "?:");
+    node->operands.push_back(std::move(condition));
+    node->operands.push_back(std::move(if_true));
+    node->operands.push_back(std::move(if_false));
+    return node;
+  }
+  SyntaxPtr logical_or() {
+    SyntaxPtr lhs = logical_and();
+    while (at("||")) {
+      Token op = take();
+      lhs = binary(op, std::move(lhs), logical_and());
+    }
+    return lhs;
+  }
+  SyntaxPtr logical_and() {
+    SyntaxPtr lhs = comparison();
+    while (at("&&")) {
+      Token op = take();
+      lhs = binary(op, std::move(lhs), comparison());
+    }
+    return lhs;
+  }
+  SyntaxPtr comparison() {
+    SyntaxPtr lhs = additive();
+    for (const char* op : {"<", "<=", ">", ">=", "==", "!="}) {
+      if (at(op)) {
+        Token t = take();
+        lhs = binary(t, std::move(lhs), additive());
+        for (const char* again : {"<", "<=", ">", ">=", "==", "!="})
+          if (at(again)) fail("comparisons do not chain; use '&&'");
+        return lhs;
+      }
+    }
+    return lhs;
+  }
+  SyntaxPtr additive() {
+    SyntaxPtr lhs = multiplicative();
+    while (at("+") || at("-")) {
+      Token op = take();
+      lhs = binary(op, std::move(lhs), multiplicative());
+    }
+    return lhs;
+  }
+  SyntaxPtr multiplicative() {
+    SyntaxPtr lhs = unary();
+    while (at("*") || at("/")) {
+      Token op = take();
+      lhs = binary(op, std::move(lhs), unary());
+    }
+    return lhs;
+  }
+  SyntaxPtr unary() {
+    if (at("-") || at("!")) {
+      Token op = take();
+      auto node = make(Syntax::Kind::Unary, op, op.text);
+      node->operands.push_back(unary());
+      return node;
+    }
+    if (at("+")) {
+      take();
+      return unary();
+    }
+    return power();
+  }
+  SyntaxPtr power() {
+    SyntaxPtr base = primary();
+    if (!at("**")) return base;
+    Token op = take();
+    return binary(op, std::move(base), unary());  // right-associative; -x**2 is -(x**2)
+  }
+  SyntaxPtr primary() {
+    const Token& t = peek();
+    if (t.kind == Token::Kind::Number) {
+      Token number = take();
+      auto node = make(Syntax::Kind::Number, number, number.text);
+      char* end = nullptr;
+      node->number = std::strtod(number.text.c_str(), &end);
+      if (end != number.text.c_str() + number.text.size())
+        throw SpecError(loc_of(number), "malformed number '" + number.text + "'");
+      node->is_integer = number.text.find_first_of(".eE") == std::string::npos;
+      return node;
+    }
+    if (t.kind == Token::Kind::Name) {
+      Token name = take();
+      if (!at("(")) return make(Syntax::Kind::Name, name, name.text);
+      take();
+      auto call = make(Syntax::Kind::Call, name, name.text);
+      if (!at(")")) {
+        call->operands.push_back(expression());
+        while (at(",")) {
+          take();
+          call->operands.push_back(expression());
+        }
+      }
+      expect(")", "to close the argument list of '" + name.text + "'");
+      return call;
+    }
+    if (at("(")) {
+      take();
+      SyntaxPtr inner = expression();
+      expect(")", "to close '('");
+      return inner;
+    }
+    fail("expected a number, a name or '('");
+  }
+
+  void expect(const char* op, const std::string& context) { expect(op, context.c_str()); }
+
+  SourceLoc loc_;
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+};
+
+int precedence(const Syntax& s) {
+  if (s.kind == Syntax::Kind::Ternary) return 1;
+  if (s.kind == Syntax::Kind::Unary) return 7;
+  if (s.kind != Syntax::Kind::Binary) return 9;
+  const std::string& op = s.text;
+  if (op == "||") return 2;
+  if (op == "&&") return 3;
+  if (op == "+" || op == "-") return 5;
+  if (op == "*" || op == "/") return 6;
+  if (op == "**") return 8;
+  return 4;  // comparisons
+}
+
+}  // namespace
+
+SyntaxPtr parse_expression(const std::string& text, const SourceLoc& loc) {
+  Parser parser(text, loc);
+  if (parser.peek().kind == Token::Kind::End) parser.fail("expected an expression");
+  SyntaxPtr result = parser.expression();
+  parser.expect_end();
+  return result;
+}
+
+Statement parse_statement(const std::string& text, const SourceLoc& loc) {
+  Parser parser(text, loc);
+  if (parser.peek().kind != Token::Kind::Name)
+    parser.fail("expected a statement of the form 'name = expression'");
+  Token target = parser.take();
+  parser.expect("=", "after the name being assigned (statements read 'name = expression')");
+  if (parser.peek().kind == Token::Kind::End) parser.fail("expected an expression after '='");
+  Statement statement;
+  statement.target = target.text;
+  statement.target_loc = parser.loc_of(target);
+  statement.value = parser.expression();
+  parser.expect_end();
+  statement.text = text;
+  while (!statement.text.empty() && std::isspace(static_cast<unsigned char>(statement.text.back())))
+    statement.text.pop_back();
+  return statement;
+}
+
+std::string to_string(const Syntax& s) {
+  auto operand = [&](const Syntax& child, bool right) {
+    int p = precedence(s), q = precedence(child);
+    bool parens = q < p || (q == p && (right != (s.text == "**")) && s.kind == Syntax::Kind::Binary);
+    if (s.kind == Syntax::Kind::Unary && child.kind == Syntax::Kind::Binary && child.text == "**") parens = false;
+    return parens ? "(" + to_string(child) + ")" : to_string(child);
+  };
+  switch (s.kind) {
+    case Syntax::Kind::Number:
+    case Syntax::Kind::Name:
+      return s.text;
+    case Syntax::Kind::Unary:
+      return s.text + operand(*s.operands[0], true);
+    case Syntax::Kind::Binary:
+      return operand(*s.operands[0], false) + " " + s.text + " " + operand(*s.operands[1], true);
+    case Syntax::Kind::Ternary:
+      return operand(*s.operands[0], false) + " ? " + to_string(*s.operands[1]) + " : " +
+             to_string(*s.operands[2]);
+    case Syntax::Kind::Call: {
+      std::string out = s.text + "(";
+      for (size_t i = 0; i < s.operands.size(); ++i) out += (i ? ", " : "") + to_string(*s.operands[i]);
+      return out + ")";
+    }
+  }
+  throw InternalError("to_string: unknown syntax kind");
+}
+
+}  // namespace optgen

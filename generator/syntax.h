@@ -1,0 +1,41 @@
+#pragma once
+/// The syntax tree of one infix expression or statement as written in a spec, before names are
+/// resolved. `parse_expression` and `parse_statement` turn a YAML scalar into it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "diagnostic.h"
+
+namespace optgen {
+
+struct Syntax;
+using SyntaxPtr = std::unique_ptr<Syntax>;
+
+struct Syntax {
+  enum class Kind { Number, Name, Unary, Binary, Ternary, Call };
+  Kind kind;
+  SourceLoc loc;          ///< where the construct starts (the operator for unary/binary)
+  std::string text;       ///< the name, the operator spelling, or the function name
+  double number = 0;      ///< for Number
+  bool is_integer = false;  ///< for Number: written without '.', 'e' or 'E'
+  std::vector<SyntaxPtr> operands;
+};
+
+/// `name = expression`, as written in `per_step:` and `update:`.
+struct Statement {
+  std::string target;
+  SourceLoc target_loc;
+  SyntaxPtr value;
+  std::string text;  ///< the statement as written, for comments in generated code
+};
+
+/// Parses `text`, which starts at `loc` in the spec. Throws SpecError on malformed input.
+SyntaxPtr parse_expression(const std::string& text, const SourceLoc& loc);
+Statement parse_statement(const std::string& text, const SourceLoc& loc);
+
+/// Renders a syntax tree back to infix text with minimal parentheses (for tests and comments).
+std::string to_string(const Syntax& syntax);
+
+}  // namespace optgen

@@ -1,0 +1,77 @@
+#pragma once
+/// Support for the CPU reference implementations that optgen emits (<name>_reference.h): the
+/// math the spec language offers, and a descriptor that lets generic code (tests, tools) drive
+/// any generated reference without knowing its optimizer.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace optgen::reference {
+
+// ---- Built-in functions of the spec language, in the element type T. ----
+
+template <typename T> T rsqrt(T x) { return T(1) / std::sqrt(x); }
+template <typename T> T sign(T x) { return T((x > T(0)) - (x < T(0))); }
+/// Like torch.lerp: start + weight * (end - start).
+template <typename T> T lerp(T start, T end, T weight) { return start + weight * (end - start); }
+/// Like torch.minimum/maximum: NaN in either operand gives NaN.
+template <typename T> T min(T a, T b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
+template <typename T> T max(T a, T b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
+template <typename T> T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+
+// ---- Generic description of a generated reference. ----
+
+enum class ValueType { Bool, Int, Float };
+
+struct HyperparameterInfo {
+  const char* name;
+  ValueType type;
+  double default_value;  ///< bools as 0/1; unused for derived flags
+  bool specialized;      ///< selects a variant
+  bool derived;          ///< computed from other hyperparameters by `derive_flags`
+};
+
+/// How a state buffer or scalar state starts: a constant, or a hyperparameter's value.
+struct InitInfo {
+  double value;
+  int hyperparameter;  ///< index into the hyperparameters, or -1 for the constant
+};
+
+struct StateInfo {
+  const char* name;
+  InitInfo init;
+};
+
+/// One tensor of a param group: `states` has one pointer per declared state, in declaration
+/// order, null for states absent in the active variant.
+template <typename T>
+struct Tensor {
+  std::size_t numel;
+  T* param;
+  const T* grad;
+  T* const* states;
+};
+
+/// What a generated reference exports. Hyperparameters travel as doubles in declaration order
+/// (bools as 0/1); scalar state likewise, one array per param group.
+struct Optimizer {
+  const char* name;
+  const HyperparameterInfo* hyperparameters;
+  int num_hyperparameters;
+  const StateInfo* states;
+  int num_states;
+  const StateInfo* scalar_states;
+  int num_scalar_states;
+  /// Fills in the derived flags of `h` from the other hyperparameters.
+  void (*derive_flags)(double* h);
+  /// Whether state `index` exists for these (derived) hyperparameters.
+  bool (*state_present)(const double* h, int index);
+  /// One step of one param group: advances `scalar_state`, updates every tensor in place.
+  void (*step_float)(const double* h, double* scalar_state, std::int64_t step, const Tensor<float>* tensors,
+                     std::size_t count);
+  void (*step_double)(const double* h, double* scalar_state, std::int64_t step, const Tensor<double>* tensors,
+                      std::size_t count);
+};
+
+}  // namespace optgen::reference
