@@ -54,7 +54,7 @@ class Lowering {
     }
     for (const auto& s : spec_.states) {
       if (!s.when) continue;
-      section_ = Section::Flag;
+      section_ = Section::StateCondition;
       Expr value = expression(*s.when);
       require_bool(value, *s.when, "a state's 'when'");
       program.state_conditions[s.name] = value;
@@ -101,7 +101,7 @@ class Lowering {
   }
 
  private:
-  enum class Section { Flag, PerStep, Update };
+  enum class Section { Flag, StateCondition, PerStep, Update };
 
   SourceLoc update_loc() const { return spec_.update_loc; }
 
@@ -279,10 +279,10 @@ class Lowering {
       throw SpecError(s.loc, "unknown name '" + s.text + "'" + did_you_mean(s.text, candidates));
     }
     const Binding& b = it->second;
-    if (section_ == Section::Flag) {
+    if (section_ == Section::Flag || section_ == Section::StateCondition) {
       const Hyperparameter* h = b.kind == NameKind::Hyperparameter ? spec_.find_hyperparameter(s.text) : nullptr;
       if (!h) throw SpecError(s.loc, "'" + s.text + "' cannot be used here: this expression may only use hyperparameters");
-      if (h->derived) throw SpecError(s.loc, "'" + s.text + "' is itself derived; derive from plain hyperparameters only");
+      if (h->derived && section_ == Section::Flag) throw SpecError(s.loc, "'" + s.text + "' is itself derived; derive from plain hyperparameters only");
     }
     return b.value;
   }

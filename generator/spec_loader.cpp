@@ -221,7 +221,10 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
     root = YAML::Load(file->text);
   } catch (const YAML::ParserException& e) {
     SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
-    throw SpecError(at, "YAML syntax error: " + e.msg);
+    std::string hint;
+    if (file->line(at.line).find('?') != std::string::npos)
+      hint = "a statement with ' : ' in it (as in 'c ? a : b') must be quoted: - \"x = c ? a : b\"";
+    throw SpecError(at, "YAML syntax error: " + e.msg, hint);
   }
   if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
   if (!root.IsMap()) loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");

@@ -1,0 +1,34 @@
+#include "check.h"
+
+#include "diagnostic.h"
+#include "ir_printer.h"
+#include "spec.h"
+
+namespace optgen::test {
+
+std::string spec_text(const std::string& body) { return "optimizer: Test\nsummary: a test spec\n" + body; }
+
+std::string ir_after(const std::string& pass, const std::string& body, const FlagValues& flags) {
+  Spec spec = load_spec_text("test.yaml", spec_text(body));
+  std::string result;
+  bool found = false;
+  auto lowered = compile_spec(spec, [&](const std::string& name, const Program& program) {
+    if (name != pass || found || (name != "lower" && program.flags != flags)) return;
+    result = dump(program);
+    found = true;
+  });
+  if (!found) throw InternalError("ir_after: no variant with those flags after " + pass);
+  return result;
+}
+
+std::string spec_error(const std::string& name, const std::string& text) {
+  try {
+    Spec spec = load_spec_text(name, text);
+    compile_spec(spec);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace optgen::test
