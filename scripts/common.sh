@@ -1,0 +1,29 @@
+# Shared by build.sh and test.sh: dependency installation and the CMake build.
+
+# Debian packages optgen builds with. The CUDA toolkit (NVRTC, driver API headers) is not among
+# them: it comes from NVIDIA's installer, and CMake stops with a message if it is missing.
+OPTGEN_PACKAGES=(cmake g++ make libyaml-cpp-dev catch2)
+
+install_dependencies() {
+  local missing=()
+  for package in "${OPTGEN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "== installing missing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+}
+
+configure_and_build() {
+  local build_dir=$1
+  shift
+  local cuda_hint=()
+  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    cuda_hint=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+  fi
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_hint[@]}" "$@"
+  cmake --build "$build_dir" -j "$(nproc)"
+}
