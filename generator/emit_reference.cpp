@@ -117,16 +117,15 @@ class ReferenceEmitter {
     w.line();
   }
 
-  /// `const double lr = h[0];` for each hyperparameter an expression reads.
+  /// `const double lr = h[0];` for each hyperparameter the expressions read (and, with
+  /// `with_scalar_state`, the old value of each scalar state they read).
   void load_hyperparameters(CodeWriter& w, const std::vector<Expr>& roots, bool with_scalar_state) {
     std::set<std::string> used_h, used_s;
-    bool uses_step = false;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
         if (e->kind != NodeKind::Var) return;
         if (e->var == VarKind::Hyperparameter) used_h.insert(e->name);
         if (e->var == VarKind::ScalarState) used_s.insert(e->name);
-        if (e->var == VarKind::Step) uses_step = true;
       });
     for (const auto& h : spec_.hyperparameters) {
       if (!used_h.count(h.name)) continue;
@@ -137,7 +136,6 @@ class ReferenceEmitter {
     if (with_scalar_state)
       for (const auto& s : spec_.scalar_states)
         if (used_s.count(s.name)) w.line("const double " + s.name + " = scalar_state[" + index_of(scalar_states_, s.name) + "];");
-    if (!uses_step && with_scalar_state) w.line("(void)step;");
   }
 
   void derive_flags(CodeWriter& w, const Program& p) {

@@ -56,7 +56,6 @@ namespace variants::adadelta {
     const double eps = h[2];
     const double weight_decay = h[3];
     const bool maximize = h[4] != 0;
-    (void)step;
     return StepScalars{lr, eps, rho, 1.0 - rho, (maximize) ? 1.0 : 0.0, weight_decay};
   }
 

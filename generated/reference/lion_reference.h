@@ -54,7 +54,6 @@ namespace variants::lion {
     const double beta2 = h[2];
     const double weight_decay = h[3];
     const bool maximize = h[4] != 0;
-    (void)step;
     return StepScalars{1.0 - lr * weight_decay, lr, (maximize) ? 1.0 : 0.0, 1.0 - beta1, 1.0 - beta2};
   }
 

@@ -65,7 +65,6 @@ namespace variants::rmsprop {
     const double eps = h[2];
     const double weight_decay = h[3];
     const bool maximize = h[6] != 0;
-    (void)step;
     return StepScalars{lr, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
@@ -113,7 +112,6 @@ namespace variants::rmsprop_centered {
     const double eps = h[2];
     const double weight_decay = h[3];
     const bool maximize = h[6] != 0;
-    (void)step;
     return StepScalars{lr, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
@@ -167,7 +165,6 @@ namespace variants::rmsprop_use_momentum {
     const double weight_decay = h[3];
     const double momentum = h[4];
     const bool maximize = h[6] != 0;
-    (void)step;
     return StepScalars{lr, momentum, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
@@ -222,7 +219,6 @@ namespace variants::rmsprop_centered_use_momentum {
     const double weight_decay = h[3];
     const double momentum = h[4];
     const bool maximize = h[6] != 0;
-    (void)step;
     return StepScalars{lr, momentum, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 

@@ -57,7 +57,6 @@ namespace variants::rprop {
     const double step_size_min = h[3];
     const double step_size_max = h[4];
     const bool maximize = h[5] != 0;
-    (void)step;
     return StepScalars{(maximize) ? 1.0 : 0.0, etaplus, etaminus, step_size_min, step_size_max};
   }
 

@@ -57,7 +57,6 @@ namespace variants::sgd {
     const double lr = h[0];
     const double weight_decay = h[3];
     const bool maximize = h[5] != 0;
-    (void)step;
     return StepScalars{lr, (maximize) ? 1.0 : 0.0, weight_decay};
   }
 
