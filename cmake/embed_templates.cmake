@@ -1,5 +1,6 @@
 # Writes a C++ source that holds every template as a string, so the generator needs no files at
-# run time. Called as: cmake -DOUTPUT=... -DTEMPLATES="a;b" -P embed_templates.cmake
+# run time. Called as: cmake -DOUTPUT=... -DTEMPLATES="a|b" -P embed_templates.cmake
+string(REPLACE "|" ";" TEMPLATES "${TEMPLATES}")
 set(body "#include \"code_writer.h\"\n#include \"diagnostic.h\"\n#include <map>\n\nnamespace optgen {\n\nconst std::string& template_text(const std::string& name) {\n  static const std::map<std::string, std::string> templates = {\n")
 foreach(path IN LISTS TEMPLATES)
   get_filename_component(name "${path}" NAME)

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "code_writer.h"
+#include "element_code.h"
 #include "expr_printer.h"
 
 namespace optgen {
@@ -51,21 +52,6 @@ class CppPrinter : public ExprPrinter {
 
  private:
   bool element_;
-};
-
-/// The spec line a named value came from, as a comment, once per line.
-class SourceComments {
- public:
-  void before(CodeWriter& w, const Expr& e) {
-    if (!e->loc.known() || e->loc.line == last_line_) return;
-    last_line_ = e->loc.line;
-    std::string text = e->loc.file->line(e->loc.line);
-    size_t start = text.find_first_not_of(" -");
-    if (start != std::string::npos) w.line("// " + text.substr(start));
-  }
-
- private:
-  int last_line_ = 0;
 };
 
 class ReferenceEmitter {
@@ -226,29 +212,13 @@ class ReferenceEmitter {
     for (const auto& s : p.states)
       w.line("T* const " + s + "_data = state_data[" + index_of(states_, s) + "];");
     auto loop = w.block("for (std::size_t i = 0; i < numel; ++i)");
-    std::set<std::string> read;
-    std::vector<Expr> roots;
-    for (const auto& o : p.element_outputs) roots.push_back(o.value);
-    for (const auto& r : roots)
-      for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->per_element) read.insert(e->name);
-      });
-    if (read.count("param")) w.line("const T param = param_data[i];");
-    if (read.count("grad")) w.line("const T grad = grad_data[i];");
-    for (const auto& s : p.states)
-      if (read.count(s)) w.line("const T " + s + " = " + s + "_data[i];");
+    for (const auto& input : element_inputs_read(p))
+      w.line("const T " + input + " = " + input + "_data[i];");
     CppPrinter printer(true);
     std::set<std::string> taken = reserved();
     for (const auto& s : p.step_scalars) taken.insert(s.name);
-    auto temporaries = schedule_temporaries(roots, true, [](const Expr& e) { return e->per_element; });
-    name_temporaries(temporaries, "t", taken, printer);
-    SourceComments comments;
-    for (const auto& t : temporaries) {
-      comments.before(w, t);
-      w.line(std::string("const ") + (t->type == ValueType::Bool ? "bool " : "T ") + printer.names.at(t.get()) + " = " +
-             printer.print_body(t) + ";");
-    }
-    for (const auto& o : p.element_outputs) w.line(o.name + "_data[i] = " + printer.print(o.value) + ";");
+    auto values = write_element_temporaries(w, p, printer, "T", taken);
+    for (size_t j = 0; j < values.size(); ++j) w.line(p.element_outputs[j].name + "_data[i] = " + values[j] + ";");
   }
 
   std::set<std::string> reserved() const {

@@ -3,13 +3,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "emit_cuda.h"
+#include "emit_images.h"
+#include "emit_launcher.h"
 #include "emit_reference.h"
 #include "ir_printer.h"
 #include "pipeline.h"
+#include "optgen/error.h"
+#include "optgen/nvrtc.h"
 #include "spec.h"
 
 namespace {
@@ -25,13 +31,26 @@ Generates fused optimizer kernels, launchers and CPU references from YAML optimi
 
 commands:
   check SPEC...                 validate specs: load, lower and compile every variant
-  emit SPEC... --out DIR        write the generated sources for each spec into DIR
-                                (now: <name>_reference.h, the CPU reference); files whose
-                                content is unchanged are not rewritten
+  emit SPEC... --out DIR        write the generated sources for each spec into DIR:
+                                <name>_kernels.cu (CUDA kernels), <name>.h and <name>.cpp
+                                (the launcher) and <name>_reference.h (the CPU reference);
+                                files whose content is unchanged are not rewritten
+  compile SPEC... --out DIR [--arch 80,86,89,90]
+                                compile each spec's kernels with NVRTC for each architecture
+                                (plus PTX for the newest) into DIR/<name>_images.cpp
   dump SPEC [--after PASS] [--variant NAME]
                                 print the IR after each pass, or only after PASS
                                 (passes: lower specialize constant_fold cse hoist dce verify_states);
                                 --variant limits the output to one variant, e.g. adam_amsgrad
+
+options of emit and compile:
+  --storage LIST                storage types to generate kernels for, e.g. f32,bf16,bf16:bf16
+                                (PARAM[:STATE]; default: the spec's 'storage:', else f32,bf16)
+  --block-size N                threads per block (default 256)
+  --elements-per-thread N       elements in flight per thread and loop iteration (default 16)
+  --inline-groups N             param groups whose step scalars fit in the kernel arguments (16)
+  --chunk-size N                default elements per block, a multiple of 64 (default 65536)
+  --variants LIST               generate kernels for these variants only, e.g. adam (default: all)
 
 options:
   -h, --help                    show this help
@@ -53,7 +72,21 @@ struct Arguments {
   std::string out_dir;
   std::string after;
   std::string variant;
+  std::vector<int> archs = {80, 86, 89, 90};
+  std::set<std::string> kernel_variants;  ///< --variants; empty: all
+  std::vector<optgen::Storage> storage;  ///< --storage; empty: the spec's, else the default
+  optgen::KernelTuning tuning;
 };
+
+long long integer(const std::string& text, const char* option) {
+  try {
+    size_t used = 0;
+    long long v = std::stoll(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(std::string(option) + " needs an integer, not '" + text + "'");
+}
 
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
@@ -70,16 +103,54 @@ Arguments parse_arguments(int argc, char** argv) {
     if (a == "--out") args.out_dir = value("--out");
     else if (a == "--after") args.after = value("--after");
     else if (a == "--variant") args.variant = value("--variant");
+    else if (a == "--storage") {
+      std::string list = value("--storage");
+      for (size_t start = 0; start <= list.size();) {
+        size_t comma = std::min(list.find(',', start), list.size());
+        std::string error;
+        auto storage = optgen::parse_storage(list.substr(start, comma - start), &error);
+        if (!storage) throw UsageError("--storage: " + error);
+        args.storage.push_back(*storage);
+        start = comma + 1;
+      }
+    }
+    else if (a == "--arch") {
+      args.archs.clear();
+      std::string list = value("--arch");
+      for (size_t start = 0; start <= list.size();) {
+        size_t comma = std::min(list.find(',', start), list.size());
+        long long arch = integer(list.substr(start, comma - start), "--arch");
+        if (arch < 50 || arch > 200) throw UsageError("--arch: " + std::to_string(arch) + " is not a GPU architecture such as 80 or 90");
+        args.archs.push_back(static_cast<int>(arch));
+        start = comma + 1;
+      }
+      std::sort(args.archs.begin(), args.archs.end());
+    }
+    else if (a == "--variants") {
+      std::string list = value("--variants");
+      for (size_t start = 0; start <= list.size();) {
+        size_t comma = std::min(list.find(',', start), list.size());
+        args.kernel_variants.insert(list.substr(start, comma - start));
+        start = comma + 1;
+      }
+    }
+    else if (a == "--block-size") args.tuning.block_size = integer(value("--block-size"), "--block-size");
+    else if (a == "--elements-per-thread")
+      args.tuning.elements_per_thread = integer(value("--elements-per-thread"), "--elements-per-thread");
+    else if (a == "--inline-groups") args.tuning.inline_groups = integer(value("--inline-groups"), "--inline-groups");
+    else if (a == "--chunk-size") args.tuning.chunk_size = integer(value("--chunk-size"), "--chunk-size");
     else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "'");
     else if (args.command.empty()) args.command = a;
     else args.specs.push_back(a);
   }
   if (args.command.empty()) throw UsageError("no command given");
-  if (args.command != "check" && args.command != "emit" && args.command != "dump")
+  if (args.command != "check" && args.command != "emit" && args.command != "compile" && args.command != "dump")
     throw UsageError("unknown command '" + args.command + "'");
   if (args.specs.empty()) throw UsageError("no spec files given");
-  if (args.command == "emit" && args.out_dir.empty()) throw UsageError("emit needs --out DIR");
+  if ((args.command == "emit" || args.command == "compile") && args.out_dir.empty())
+    throw UsageError(args.command + " needs --out DIR");
   if (args.command == "dump" && args.specs.size() != 1) throw UsageError("dump takes one spec");
+  if (std::string problem = args.tuning.check(); !problem.empty()) throw UsageError(problem);
   if (!args.after.empty()) {
     const auto& names = optgen::pass_names();
     if (std::find(names.begin(), names.end(), args.after) == names.end())
@@ -108,6 +179,48 @@ void write_if_changed(const std::filesystem::path& path, const std::string& text
   std::filesystem::rename(temporary, path);
 }
 
+/// Compiles a spec's kernels for each architecture, and to PTX for the newest, and writes
+/// <name>_images.cpp. ptxas's report is read: spills are reported as warnings.
+void compile(const optgen::Spec& spec, const std::string& source, const std::vector<int>& archs,
+             const std::filesystem::path& out) {
+  const std::string name = spec.name + "_kernels.cu";
+  std::vector<optgen::CompiledImage> images;
+  for (size_t i = 0; i <= archs.size(); ++i) {
+    const bool ptx = i == archs.size();
+    const int arch = ptx ? archs.back() : archs[i];
+    auto options = optgen::kernel_compile_options();
+    if (!ptx) options.push_back("-Xptxas=-v");
+    auto compiled = optgen::nvrtc::compile(source, name, options, arch, ptx);
+    if (!ptx) {
+      auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
+      if (report.spill_store_bytes > 0 || report.spill_load_bytes > 0)
+        std::cerr << "optgen: warning: " << name << " for sm_" << arch << ": " << report.spill_store_bytes
+                  << " bytes of spill stores and " << report.spill_load_bytes
+                  << " of spill loads (try a smaller --elements-per-thread)\n";
+    }
+    images.push_back({arch, ptx, std::move(compiled.image)});
+  }
+  write_if_changed(out / (spec.name + "_images.cpp"),
+                   optgen::emit_images(spec.name, std::filesystem::path(spec.file->path).filename().string(), source, images,
+                                       optgen::nvrtc::version()));
+}
+
+/// The variants named by --variants (all when none is), checked against the spec's.
+std::vector<optgen::Program> kernel_variants(const std::vector<optgen::Program>& variants, const std::set<std::string>& names,
+                                             const std::string& path) {
+  if (names.empty()) return variants;
+  std::vector<optgen::Program> chosen;
+  std::string known;
+  for (const auto& v : variants) {
+    known += (known.empty() ? "" : ", ") + v.variant;
+    if (names.count(v.variant)) chosen.push_back(v);
+  }
+  for (const auto& name : names)
+    if (std::none_of(variants.begin(), variants.end(), [&](const optgen::Program& v) { return v.variant == name; }))
+      throw UsageError("--variants: " + path + " has no variant '" + name + "' (its variants: " + known + ")");
+  return chosen;
+}
+
 int run(const Arguments& args) {
   int status = kExitOk;
   for (const auto& path : args.specs) {
@@ -126,9 +239,18 @@ int run(const Arguments& args) {
         std::cout << path << ": ok (" << spec.optimizer << ", " << variants.size() << " variant"
                   << (variants.size() == 1 ? "" : "s") << ")\n";
       } else {
-        std::filesystem::create_directories(args.out_dir);
-        write_if_changed(std::filesystem::path(args.out_dir) / (spec.name + "_reference.h"),
-                         optgen::emit_reference(spec, variants));
+        std::filesystem::path out(args.out_dir);
+        std::filesystem::create_directories(out);
+        auto storage = !args.storage.empty() ? args.storage : !spec.storage.empty() ? spec.storage : optgen::default_storage();
+        std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, path);
+        if (args.command == "compile") {
+          compile(spec, optgen::emit_cuda(spec, with_kernels, storage, args.tuning), args.archs, out);
+          continue;
+        }
+        write_if_changed(out / (spec.name + "_reference.h"), optgen::emit_reference(spec, variants));
+        write_if_changed(out / (spec.name + "_kernels.cu"), optgen::emit_cuda(spec, with_kernels, storage, args.tuning));
+        write_if_changed(out / (spec.name + ".h"), optgen::emit_launcher_header(spec, variants));
+        write_if_changed(out / (spec.name + ".cpp"), optgen::emit_launcher_source(spec, variants, storage, args.tuning, args.kernel_variants));
       }
     } catch (const optgen::SpecError& e) {
       std::cerr << e.what();
@@ -151,6 +273,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "optgen: " << e.what() << "\n(run 'optgen --help' for usage)\n";
     return kExitUsage;
+  } catch (const optgen::Error& e) {
+    std::cerr << "optgen: error: " << e.what() << "\n";
+    return kExitInternal;
   } catch (const optgen::InternalError& e) {
     std::cerr << "optgen: " << e.what() << "\n";
     return kExitInternal;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diagnostic.h"
+#include "storage.h"
 #include "syntax.h"
 
 namespace optgen {
@@ -75,6 +76,9 @@ struct Spec {
   Block per_step;
   Block update;
   SourceLoc update_loc;  ///< the `update:` key
+  /// Storage combinations to generate kernels for (`storage:`); empty: the build's choice, else
+  /// default_storage().
+  std::vector<Storage> storage;
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
   int state_index(const std::string& name) const;  ///< -1 when absent

@@ -233,7 +233,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   spec.file = file;
   auto top = loader.entries(root, "the spec",
                             {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
-                             "per_step", "update"});
+                             "per_step", "update", "storage"});
   for (const auto& [key, value] : top)
     if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
   for (const char* required : {"optimizer", "summary", "update"})
@@ -247,6 +247,18 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
     throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name must be an identifier (it names generated files and namespaces)");
   spec.summary = loader.scalar(root["summary"], "'summary'");
   if (root["reference"]) spec.reference = loader.scalar(root["reference"], "'reference'");
+  if (YAML::Node storage = root["storage"]) {
+    if (!storage.IsSequence() || storage.size() == 0)
+      loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
+    for (const auto& item : storage) {
+      std::string error;
+      auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
+      if (!parsed) loader.fail(item, error, "write PARAM or PARAM:STATE, e.g. bf16 or \"bf16:bf16\"");
+      if (std::find(spec.storage.begin(), spec.storage.end(), *parsed) != spec.storage.end())
+        loader.fail(item, "storage '" + parsed->name() + "' is listed twice");
+      spec.storage.push_back(*parsed);
+    }
+  }
 
   std::map<std::string, SourceLoc> names;
   if (YAML::Node hyper = root["hyperparameters"]) {

@@ -1,0 +1,296 @@
+// optgen_bench: µs per step and effective bandwidth of the generated launchers on real models'
+// parameter shapes (../shared/workloads/*.json), against the device's copy bandwidth measured
+// here; and the host time spent inside step() for a model of many tensors.
+//
+//   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers adam,adamw,sgd]
+//                [--steps 50] [--chunk-sizes 65536] [--host-tensors 10000]
+//
+// Steps are launched from C++ one after another on one stream, with no CUDA graph; time is
+// measured with CUDA events over `steps` steps, the median of 5 repetitions.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "adam.h"
+#include "adamw.h"
+#include "optgen/driver.h"
+#include "optgen/error.h"
+#include "sgd.h"
+
+namespace {
+
+using optgen::driver::api;
+using optgen::driver::check;
+
+struct Workload {
+  std::string name;
+  std::vector<std::int64_t> numels;
+  std::int64_t parameters = 0;
+};
+
+/// Reads the "name" and "shapes" of a workload file (a list of lists of integers).
+Workload load_workload(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  Workload w;
+  size_t name = text.find("\"name\"");
+  if (name != std::string::npos) {
+    size_t open = text.find('"', text.find(':', name) + 1);
+    w.name = text.substr(open + 1, text.find('"', open + 1) - open - 1);
+  }
+  size_t at = text.find('[', text.find("\"shapes\""));
+  if (at == std::string::npos) throw std::runtime_error(path + " has no shapes");
+  int depth = 0;
+  std::int64_t numel = 1, number = 0;
+  bool in_number = false;
+  for (size_t i = at; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c >= '0' && c <= '9') {
+      number = number * 10 + (c - '0');
+      in_number = true;
+      continue;
+    }
+    if (in_number) {
+      numel *= number;
+      number = 0;
+      in_number = false;
+    }
+    if (c == '[') {
+      if (++depth == 2) numel = 1;
+    } else if (c == ']') {
+      if (depth == 2) {
+        w.numels.push_back(numel);
+        w.parameters += numel;
+      }
+      if (--depth == 0) break;
+    }
+  }
+  return w;
+}
+
+/// Device buffers of a model: params and grads, each tensor 256-byte aligned, random values.
+struct Model {
+  std::vector<std::int64_t> numels;
+  CUdeviceptr params = 0, grads = 0;
+  std::vector<optgen::Tensor> tensors;
+
+  explicit Model(const std::vector<std::int64_t>& sizes) : numels(sizes) {
+    std::vector<std::size_t> offsets;
+    std::size_t bytes = 0;
+    for (auto n : numels) {
+      offsets.push_back(bytes);
+      bytes += (static_cast<std::size_t>(n) * 4 + 255) / 256 * 256;
+    }
+    check(api().cuMemAlloc(&params, bytes), "cuMemAlloc");
+    check(api().cuMemAlloc(&grads, bytes), "cuMemAlloc");
+    fill_random(params, bytes, 1);
+    fill_random(grads, bytes, 2);
+    for (size_t i = 0; i < numels.size(); ++i)
+      tensors.push_back({reinterpret_cast<void*>(params + offsets[i]), reinterpret_cast<void*>(grads + offsets[i]), numels[i],
+                         optgen::DType::F32});
+  }
+  ~Model() {
+    api().cuMemFree(params);
+    api().cuMemFree(grads);
+  }
+
+  /// Random floats in [-1, 1): a 64 MiB random block, tiled over the buffer.
+  static void fill_random(CUdeviceptr buffer, std::size_t bytes, unsigned seed) {
+    const std::size_t block = std::min<std::size_t>(bytes, 64u << 20) / 4 * 4;
+    std::vector<float> host(block / 4);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (auto& x : host) x = uniform(rng);
+    check(api().cuMemcpyHtoD(buffer, host.data(), block), "cuMemcpyHtoD");
+    for (std::size_t at = block; at < bytes; at += block)
+      check(api().cuMemcpyDtoD(buffer + at, buffer, std::min(block, bytes - at)), "cuMemcpyDtoD");
+  }
+};
+
+class Timer {
+ public:
+  Timer() {
+    check(api().cuEventCreate(&start_, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(api().cuEventCreate(&stop_, CU_EVENT_DEFAULT), "cuEventCreate");
+  }
+  ~Timer() {
+    api().cuEventDestroy(start_);
+    api().cuEventDestroy(stop_);
+  }
+  /// Median over `repeats` of the time per call of `f` called `count` times, in microseconds.
+  template <typename F>
+  double median_us(CUstream stream, int count, int repeats, F&& f) {
+    std::vector<double> times;
+    for (int r = 0; r < repeats; ++r) {
+      check(api().cuEventRecord(start_, stream), "cuEventRecord");
+      for (int i = 0; i < count; ++i) f();
+      check(api().cuEventRecord(stop_, stream), "cuEventRecord");
+      check(api().cuEventSynchronize(stop_), "cuEventSynchronize");
+      float ms = 0;
+      check(api().cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
+      times.push_back(1000.0 * ms / count);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+
+ private:
+  CUevent start_, stop_;
+};
+
+/// Device-to-device copy bandwidth (bytes read + written per second) of a 2 GiB copy.
+double copy_bandwidth(CUstream stream, Timer& timer) {
+  const std::size_t bytes = std::size_t{2} << 30;
+  CUdeviceptr a, b;
+  check(api().cuMemAlloc(&a, bytes), "cuMemAlloc");
+  check(api().cuMemAlloc(&b, bytes), "cuMemAlloc");
+  check(api().cuMemsetD32(a, 0x3f800000u, bytes / 4), "cuMemsetD32");
+  for (int i = 0; i < 3; ++i) check(api().cuMemcpyDtoD(b, a, bytes), "cuMemcpyDtoD");
+  const double us = timer.median_us(stream, 10, 5, [&] { check(api().cuMemcpyDtoD(b, a, bytes), "cuMemcpyDtoD"); });
+  api().cuMemFree(a);
+  api().cuMemFree(b);
+  return 2.0 * bytes / (us * 1e-6);
+}
+
+struct OptimizerCase {
+  std::string name;
+  int bytes_per_parameter;  // fp32 traffic of one step: reads plus writes
+  std::function<std::unique_ptr<optgen::FusedOptimizer>()> make;
+};
+
+std::vector<OptimizerCase> optimizer_cases() {
+  return {
+      {"adam", 28,
+       [] {
+         auto& o = optgen::Adam::info();
+         std::vector<double> h;
+         for (int i = 0; i < o.num_hyperparameters; ++i) h.push_back(o.hyperparameters[i].default_value);
+         return std::make_unique<optgen::FusedOptimizer>(o, h);
+       }},
+      {"adamw", 28,
+       [] {
+         auto& o = optgen::AdamW::info();
+         std::vector<double> h;
+         for (int i = 0; i < o.num_hyperparameters; ++i) h.push_back(o.hyperparameters[i].default_value);
+         return std::make_unique<optgen::FusedOptimizer>(o, h);
+       }},
+      {"sgd", 20,
+       [] {
+         auto& o = optgen::SGD::info();
+         std::vector<double> h;
+         for (int i = 0; i < o.num_hyperparameters; ++i)
+           h.push_back(std::string(o.hyperparameters[i].name) == "momentum" ? 0.9 : o.hyperparameters[i].default_value);
+         return std::make_unique<optgen::FusedOptimizer>(o, h);
+       }},
+  };
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+/// Host time inside step(): the GPU is idle before each call, so no queueing is counted.
+void host_time(int tensors, CUstream stream) {
+  std::vector<std::int64_t> sizes;
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> size(64, 4096);
+  for (int i = 0; i < tensors; ++i) sizes.push_back(size(rng));
+  Model model(sizes);
+  optgen::Adam adam;
+  adam.add_param_group(model.tensors);
+  adam.step(stream);  // loads the kernels, builds the tables
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) {
+    check(api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    auto t0 = std::chrono::steady_clock::now();
+    adam.step(stream);
+    auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("\nhost time inside Adam::step() for %d tensors (1 group, %lld parameters): median %.2f us, p90 %.2f us, min %.2f us\n",
+              tensors, static_cast<long long>(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})), us[us.size() / 2],
+              us[us.size() * 9 / 10], us[0]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = "../shared/workloads";
+  std::vector<std::string> workloads = {"ghostnet_100", "resnet50", "gpt2", "llama-1b"};
+  std::vector<std::string> optimizers = {"adam", "adamw", "sgd"};
+  std::vector<long long> chunk_sizes = {65536};
+  int steps = 50, host_tensors = 10000;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&] {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--workload-dir") dir = value();
+    else if (a == "--workloads") workloads = split(value());
+    else if (a == "--optimizers") optimizers = split(value());
+    else if (a == "--steps") steps = std::stoi(value());
+    else if (a == "--host-tensors") host_tensors = std::stoi(value());
+    else if (a == "--chunk-sizes") {
+      chunk_sizes.clear();
+      for (const auto& c : split(value())) chunk_sizes.push_back(std::stoll(c));
+    } else {
+      std::cerr << "usage: optgen_bench [--workload-dir DIR] [--workloads a,b] [--optimizers adam,adamw,sgd] [--steps N]"
+                   " [--chunk-sizes 65536,...] [--host-tensors N]\n";
+      return 2;
+    }
+  }
+  try {
+    optgen::driver::current_device();
+    CUstream stream;
+    check(api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    Timer timer;
+    const double copy = copy_bandwidth(stream, timer);
+    std::printf("device copy bandwidth (2 GiB device-to-device, read + write): %.3f TB/s\n\n", copy / 1e12);
+    std::printf("| workload | tensors | parameters | optimizer | chunk | us/step | floor us | TB/s | of copy |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& name : workloads) {
+      Workload w = load_workload(dir + "/" + name + ".json");
+      Model model(w.numels);
+      for (const auto& c : optimizer_cases()) {
+        if (std::find(optimizers.begin(), optimizers.end(), c.name) == optimizers.end()) continue;
+        for (long long chunk : chunk_sizes) {
+          auto opt = c.make();
+          opt->set_chunk_size(chunk);
+          opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
+          for (int i = 0; i < 5; ++i) opt->step(stream);
+          const double us = timer.median_us(stream, steps, 5, [&] { opt->step(stream); });
+          const double bytes = static_cast<double>(c.bytes_per_parameter) * w.parameters;
+          std::printf("| %s | %zu | %lld | %s | %lld | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(), w.numels.size(),
+                      static_cast<long long>(w.parameters), c.name.c_str(), chunk, us, bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12,
+                      100.0 * bytes / (us * 1e-6) / copy);
+          std::fflush(stdout);
+        }
+      }
+    }
+    if (host_tensors > 0) host_time(host_tensors, stream);
+    api().cuStreamDestroy(stream);
+  } catch (const std::exception& e) {
+    std::cerr << "optgen_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,163 @@
+#include "emit_launcher.h"
+
+#include "code_writer.h"
+#include "expr_printer.h"
+
+namespace optgen {
+namespace {
+
+std::string base_name(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string cpp_type(ValueType type) {
+  switch (type) {
+    case ValueType::Bool: return "bool";
+    case ValueType::Int: return "std::int64_t";
+    case ValueType::Float: return "double";
+  }
+  return "double";
+}
+
+std::string default_literal(const Hyperparameter& h) {
+  if (h.type == ValueType::Bool) return h.default_value != 0 ? "true" : "false";
+  std::string s = format_number(h.default_value);
+  if (h.type == ValueType::Float && s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+/// The hyperparameters a user sets (derived flags are computed).
+std::vector<const Hyperparameter*> settable(const Spec& spec) {
+  std::vector<const Hyperparameter*> list;
+  for (const auto& h : spec.hyperparameters)
+    if (!h.derived) list.push_back(&h);
+  return list;
+}
+
+std::map<std::string, std::string> common(const Spec& spec) {
+  return {{"spec_file", base_name(spec.file->path)}, {"optimizer", spec.optimizer}, {"spec", spec.name}};
+}
+
+std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
+
+}  // namespace
+
+std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::vector<Program>& variants) {
+  CodeWriter options, setters, states;
+  for (const auto* h : settable(spec)) {
+    std::string doc = h->doc;
+    if (h->specialize) doc = (doc.empty() ? "" : doc + "; ") + "selects a kernel variant, so it is fixed per param group";
+    options.line("    " + cpp_type(h->type) + " " + h->name + " = " + default_literal(*h) + ";" + (doc.empty() ? "" : "  ///< " + doc));
+  }
+  for (const auto* h : settable(spec)) {
+    if (h->specialize) {
+      setters.line("  // " + h->name + ": no setter; it selects the kernel variant and is fixed per param group.");
+      continue;
+    }
+    std::string type = cpp_type(h->type);
+    std::string value = h->type == ValueType::Float ? "value" : "static_cast<double>(value)";
+    setters.line("  void set_" + h->name + "(" + type + " value) { engine_.set(\"" + h->name + "\", " + value + "); }");
+    setters.line("  void set_" + h->name + "(" + type + " value, std::size_t group) { engine_.set(\"" + h->name + "\", " + value +
+                 ", group); }");
+  }
+  for (const auto& s : spec.states) {
+    std::string when;
+    if (s.when) when = "  ///< only when " + s.when_text;
+    states.line("  StateBuffer " + s.name + "(std::size_t group, std::size_t tensor) const { return engine_.state(\"" + s.name +
+                "\", group, tensor); }" + when);
+  }
+  if (spec.states.empty()) states.line("  // (" + spec.optimizer + " keeps no per-element state.)");
+  auto values = common(spec);
+  values["summary"] = spec.summary;
+  values["options"] = options.str();
+  values["setters"] = setters.str();
+  values["state_accessors"] = states.str();
+  return render_template("launcher.h.in", values);
+}
+
+std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
+                                 const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
+  CodeWriter w;
+  for (const auto& p : variants) {
+    std::string flags;
+    for (const auto& [flag, value] : p.flags) flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
+    w.line("// ---- variant " + p.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----");
+    auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
+    w.line();
+    w.line("/// The kernel's StepScalars (" + spec.name + "_kernels.cu), field for field.");
+    {
+      auto s = w.block("struct StepScalars", "};");
+      auto fields = step_scalar_fields(p);
+      ExprPrinter ir;
+      for (const auto& f : fields)
+        w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " + ir.print(p.step_scalars[f.index].value));
+      if (fields.empty()) w.line("float unused;");
+    }
+    w.line("static_assert(sizeof(StepScalars) == " + std::to_string(step_scalars_size(p)) + ");");
+    w.line();
+    std::string states;
+    for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
+    w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
+    w.line();
+    auto fn = w.block("void per_step(const double* h, double* scalar_state, std::int64_t step, void* out)");
+    w.line("[[maybe_unused]] const auto k = spec_reference::variants::" + p.variant + "::per_step(h, scalar_state, step);");
+    w.line("StepScalars s{};");
+    for (const auto& f : step_scalar_fields(p)) {
+      std::string k = "k[" + std::to_string(f.index) + "]";
+      w.line("s." + f.name + " = " + (f.is_bool ? k + " != 0" : "static_cast<float>(" + k + ")") + ";");
+    }
+    w.line("std::memcpy(out, &s, sizeof s);");
+  }
+
+  CodeWriter variant_table, kernel_table;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const auto& p = variants[i];
+    variant_table.line("    {\"" + p.variant + "\", " + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", sizeof(" +
+                       p.variant + "::StepScalars), &" + p.variant + "::per_step},");
+    if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
+    for (const auto& s : storage)
+      kernel_table.line("    {\"" + kernel_name(p, s) + "\", " + std::to_string(i) + ", " + storage_enum(s.param) + ", " +
+                        storage_enum(s.state) + "},");
+  }
+
+  std::string select;
+  auto flags = spec.flags();
+  // Variant i has flag j set when bit j of i is (enumerate_variants).
+  for (size_t i = 0; i < flags.size(); ++i) {
+    size_t index = 0;
+    while (spec.hyperparameters[index].name != flags[i]->name) ++index;
+    select += (select.empty() ? "" : " | ") + std::string("(h[") + std::to_string(index) + "] != 0 ? " + std::to_string(1u << i) + " : 0)";
+  }
+  if (select.empty()) select = "0";
+
+  std::string values_of;
+  CodeWriter options_of;
+  for (size_t i = 0; i < spec.hyperparameters.size(); ++i) {
+    const auto& h = spec.hyperparameters[i];
+    std::string value = h.derived ? "0.0" : h.type == ValueType::Float ? "o." + h.name : "static_cast<double>(o." + h.name + ")";
+    values_of += (i ? ", " : "") + value;
+    if (h.derived) continue;
+    std::string read = "h[" + std::to_string(i) + "]";
+    if (h.type == ValueType::Bool) read += " != 0";
+    else if (h.type == ValueType::Int) read = "static_cast<std::int64_t>(" + read + ")";
+    options_of.line("  o." + h.name + " = " + read + ";");
+  }
+
+  auto values = common(spec);
+  values["variants"] = w.str();
+  values["variant_table"] = variant_table.str();
+  values["kernel_table"] = kernel_table.str();
+  values["select_variant"] = select;
+  values["values_of"] = values_of;
+  values["options_of"] = options_of.str();
+  values["num_variants"] = std::to_string(variants.size());
+  size_t kernels = with_kernels.empty() ? variants.size() : with_kernels.size();
+  values["num_kernels"] = std::to_string(kernels * storage.size());
+  values["block_size"] = std::to_string(tuning.block_size);
+  values["inline_groups"] = std::to_string(tuning.inline_groups);
+  values["chunk_size"] = std::to_string(tuning.chunk_size);
+  return render_template("launcher.cpp.in", values);
+}
+
+}  // namespace optgen

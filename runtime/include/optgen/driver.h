@@ -1,0 +1,77 @@
+#pragma once
+/// The CUDA driver API, loaded at run time with dlopen("libcuda.so.1"), so that a program linked
+/// with optgen starts, and explains itself, on a machine with no GPU or driver. Only the functions
+/// optgen uses are loaded. Types come from the toolkit's <cuda.h>; nothing links libcuda.
+
+#include <cuda.h>
+
+#include <string>
+
+namespace optgen::driver {
+
+/// The loaded entry points (named without the _v2 suffixes cuda.h's macros add).
+struct Api {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetDevice)(CUdevice*);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncGetAttribute)(int*, CUfunction_attribute, CUfunction);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
+  CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuEventCreate)(CUevent*, unsigned int);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+};
+
+/// The driver, loaded and initialised (cuInit(0)) on first use. Throws optgen::Error naming
+/// dlopen or cuInit, and saying what to do, when there is no usable driver. Thread-safe.
+const Api& api();
+
+/// Whether a usable driver with at least one device is present; never throws. `why`, when given,
+/// receives the reason when it returns false (for skip messages).
+bool available(std::string* why = nullptr);
+
+/// Throws optgen::Error naming `call` and the driver's error name and text unless `result` is
+/// CUDA_SUCCESS. `fix` says what to do; when empty, a generic hint for the error code is used.
+void check(CUresult result, const char* call, const std::string& fix = "");
+
+/// The current context's device, making the device's primary context current first when the
+/// thread has no context (device 0, or `fallback_ordinal`). Throws optgen::Error.
+CUdevice current_device(int fallback_ordinal = 0);
+
+/// The device's compute capability as major * 10 + minor (90 for an H100 or H200).
+int compute_capability(CUdevice device);
+
+/// For tests: pretend libcuda.so.1 is not installed (the next api() call fails as dlopen would).
+/// Only effective before the first successful api() call.
+void simulate_missing_driver_for_testing(bool missing);
+
+}  // namespace optgen::driver

@@ -1,0 +1,44 @@
+#pragma once
+/// The on-disk cache of kernels compiled by NVRTC at load time. An entry's key covers everything
+/// the machine code depends on: the source, the NVRTC options, the architecture and the NVRTC
+/// version. Entries are written atomically (temporary file, then rename) and carry a header with
+/// their size and a checksum, so a truncated or corrupt entry is detected, reported as a miss, and
+/// overwritten by the next store.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace optgen {
+
+class KernelCache {
+ public:
+  /// The cache in `directory`, created on first store.
+  explicit KernelCache(std::string directory);
+  /// $OPTGEN_CACHE_DIR, else $XDG_CACHE_HOME/optgen, else $HOME/.cache/optgen.
+  static KernelCache from_environment();
+
+  /// The key for one compilation (a hex digest; the file name of its entry).
+  static std::string key(const std::string& source, const std::vector<std::string>& options, int arch,
+                         const std::string& nvrtc_version);
+
+  /// The entry for `key`, or nullopt when there is none or it is corrupt (a corrupt entry is
+  /// removed).
+  std::optional<std::vector<char>> load(const std::string& key) const;
+  /// Writes the entry atomically. A cache that cannot be written is not an error (the kernel is
+  /// still usable); returns false then.
+  bool store(const std::string& key, const std::vector<char>& image) const;
+
+  const std::string& directory() const { return directory_; }
+  std::string path(const std::string& key) const;  ///< the entry's file
+
+  /// What the last load() found, for tests and logging.
+  enum class Outcome { None, Hit, Miss, Corrupt };
+  Outcome last_outcome() const { return last_; }
+
+ private:
+  std::string directory_;
+  mutable Outcome last_ = Outcome::None;
+};
+
+}  // namespace optgen

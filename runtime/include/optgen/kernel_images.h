@@ -1,0 +1,67 @@
+#pragma once
+/// Kernels as a generated launcher carries them: the CUDA source, the NVRTC options it was built
+/// with, and the images compiled at build time (a cubin per architecture, PTX for the newest).
+/// `load_module` picks what the current GPU can run and loads it.
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+
+namespace optgen {
+
+struct KernelImage {
+  int arch;                   ///< e.g. 90
+  bool ptx;                   ///< PTX text (for arch and newer) rather than a cubin
+  const unsigned char* data;
+  std::size_t size;
+};
+
+struct KernelImages {
+  const char* name;           ///< the source's name, e.g. "adamw_kernels.cu"
+  const char* source;         ///< CUDA source, for NVRTC at load time
+  const char* const* options; ///< NVRTC options (without --gpu-architecture)
+  int num_options;
+  const KernelImage* images;
+  int num_images;
+};
+
+/// How a module came to be, for tests and logs.
+enum class ModuleOrigin { EmbeddedCubin, EmbeddedPtx, CacheHit, CompiledNow };
+const char* to_string(ModuleOrigin origin);
+
+/// A loaded CUmodule; unloads on destruction. Move-only.
+class Module {
+ public:
+  Module() = default;
+  Module(CUmodule module, ModuleOrigin origin) : module_(module), origin_(origin) {}
+  Module(Module&& other) noexcept;
+  Module& operator=(Module&& other) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  ~Module();
+
+  /// The kernel `name`; throws optgen::Error naming the kernel when the module has none.
+  CUfunction function(const char* name) const;
+  ModuleOrigin origin() const { return origin_; }
+  CUmodule get() const { return module_; }
+
+ private:
+  CUmodule module_ = nullptr;
+  ModuleOrigin origin_ = ModuleOrigin::EmbeddedCubin;
+};
+
+/// Loads `images` for `device` (compute capability major*10+minor):
+///   1. an embedded cubin of the same major architecture and the highest minor not above the
+///      device's (a cubin for 8.0 runs on 8.6 and 8.9, never on 9.0);
+///   2. otherwise, when NVRTC is available, the source compiled for the device's architecture,
+///      through the KernelCache (from_environment() unless `cache` is given);
+///   3. otherwise embedded PTX for an architecture not above the device's, JIT-compiled by the
+///      driver;
+///   4. otherwise optgen::Error: no cubin for sm_XY among those embedded (listing them), and no
+///      NVRTC to compile one; with what to do (rebuild with ARCHS XY, or install NVRTC).
+/// Setting $OPTGEN_FORCE_NVRTC=1 skips step 1 (to test or to use a newer NVRTC).
+class KernelCache;
+Module load_module(const KernelImages& images, int compute_capability, const KernelCache* cache = nullptr);
+
+}  // namespace optgen

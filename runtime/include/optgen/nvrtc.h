@@ -1,0 +1,42 @@
+#pragma once
+/// NVRTC, loaded at run time with dlopen, used by the generator at build time and by the runtime
+/// for a GPU that has no matching embedded cubin. Looks for $OPTGEN_NVRTC_LIBRARY if set, else
+/// libnvrtc.so.<major> for the CUDA majors optgen supports (13, 12), else libnvrtc.so.
+
+#include <string>
+#include <vector>
+
+namespace optgen::nvrtc {
+
+/// Whether NVRTC can be loaded; never throws. `why` receives the reason when it cannot.
+bool available(std::string* why = nullptr);
+
+/// NVRTC's version as "13.0". Throws optgen::Error when NVRTC cannot be loaded.
+std::string version();
+
+struct Compiled {
+  std::vector<char> image;  ///< a cubin for an sm_XY target, PTX text (NUL-terminated) for compute_XY
+  std::string log;          ///< NVRTC's log: warnings, and ptxas's report when asked for with -Xptxas=-v
+};
+
+/// Compiles `source` (named `name` in messages) for `arch` (e.g. 90) to a cubin, or to PTX when
+/// `ptx` is true. `options` are passed as they are, after --gpu-architecture (plus --no-cache when
+/// they ask for ptxas's report on NVRTC 12.9 or newer, whose cache would skip ptxas and its report).
+/// Throws optgen::Error with the whole log on a compile error, or when NVRTC cannot be loaded.
+Compiled compile(const std::string& source, const std::string& name, const std::vector<std::string>& options, int arch,
+                 bool ptx = false);
+
+/// ptxas's spill figures in a log from compile(..., {"-Xptxas=-v"}, ...): the sum over the
+/// kernels of "N bytes spill stores" and "N bytes spill loads"; also the largest stack frame.
+struct SpillReport {
+  long spill_store_bytes = 0;
+  long spill_load_bytes = 0;
+  long max_stack_frame_bytes = 0;
+  int kernels = 0;  ///< how many "Function properties for" entries the log had
+};
+SpillReport parse_ptxas_report(const std::string& log);
+
+/// For tests: pretend NVRTC is not installed (available() false, compile() throws).
+void simulate_missing_nvrtc_for_testing(bool missing);
+
+}  // namespace optgen::nvrtc

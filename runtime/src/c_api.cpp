@@ -1,0 +1,143 @@
+#include "optgen/c_api.h"
+
+#include <string>
+
+#include "optgen/error.h"
+
+struct optgen_optimizer {
+  optgen::FusedOptimizer engine;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+/// Runs `f`, turning any exception into -1 and the thread's last error.
+template <typename F>
+int guarded(F&& f) {
+  last_error.clear();
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "unknown error";
+  }
+  return -1;
+}
+
+void require(bool ok, const char* call, const char* what) {
+  if (!ok) throw optgen::Error(call, what);
+}
+
+optgen::DType dtype_of(int32_t value, const char* call) {
+  if (value < 0 || value > 2) throw optgen::Error(call, "unknown dtype " + std::to_string(value), "use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
+  return static_cast<optgen::DType>(value);
+}
+
+}  // namespace
+
+namespace optgen {
+int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names, const double* values,
+                 size_t count, int32_t state_dtype, optgen_optimizer** out) {
+  return guarded([&] {
+    const std::string call = std::string("optgen_") + info.spec + "_create";
+    require(out != nullptr, call.c_str(), "out is NULL");
+    require(count == 0 || (names && values), call.c_str(), "names or values is NULL");
+    for (size_t i = 0; i < count; ++i) {
+      int index = -1;
+      for (int h = 0; h < info.num_hyperparameters; ++h)
+        if (names[i] && std::string(names[i]) == info.hyperparameters[h].name) index = h;
+      if (index < 0) throw Error(call, std::string(info.name) + " has no hyperparameter '" + (names[i] ? names[i] : "(null)") + "'");
+      defaults[index] = values[i];
+    }
+    *out = new optgen_optimizer{FusedOptimizer(info, std::move(defaults), dtype_of(state_dtype, call.c_str()))};
+  });
+}
+}  // namespace optgen
+
+extern "C" {
+
+const char* optgen_last_error(void) { return last_error.c_str(); }
+
+int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* tensors, size_t count,
+                           const char* const* override_names, const double* override_values, size_t num_overrides,
+                           size_t* group) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_add_param_group", "optimizer is NULL");
+    require(count == 0 || tensors != nullptr, "optgen_add_param_group", "tensors is NULL");
+    require(num_overrides == 0 || (override_names && override_values), "optgen_add_param_group", "override names or values is NULL");
+    std::vector<optgen::Tensor> list(count);
+    for (size_t i = 0; i < count; ++i) {
+      const optgen_tensor& t = tensors[i];
+      list[i] = {t.param, t.grad, t.numel, dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
+      if (t.grad_dtype != t.dtype)
+        throw optgen::Error("optgen_add_param_group", "tensor " + std::to_string(i) + " has a " +
+                                                          optgen::to_string(dtype_of(t.dtype, "optgen_add_param_group")) + " param but a " +
+                                                          optgen::to_string(dtype_of(t.grad_dtype, "optgen_add_param_group")) + " grad",
+                            "param and grad must have the same dtype");
+    }
+    std::vector<std::pair<std::string, double>> overrides;
+    for (size_t i = 0; i < num_overrides; ++i) {
+      require(override_names[i] != nullptr, "optgen_add_param_group", "an override name is NULL");
+      overrides.emplace_back(override_names[i], override_values[i]);
+    }
+    size_t index = optimizer->engine.add_param_group(list, overrides);
+    if (group) *group = index;
+  });
+}
+
+int optgen_step(optgen_optimizer* optimizer, void* stream) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_step", "optimizer is NULL");
+    optimizer->engine.step(static_cast<CUstream>(stream));
+  });
+}
+
+int optgen_set(optgen_optimizer* optimizer, const char* name, double value, int64_t group) {
+  return guarded([&] {
+    require(optimizer && name, "optgen_set", "optimizer or name is NULL");
+    if (group < 0) optimizer->engine.set(name, value);
+    else optimizer->engine.set(name, value, static_cast<size_t>(group));
+  });
+}
+
+int optgen_get(const optgen_optimizer* optimizer, const char* name, size_t group, double* value) {
+  return guarded([&] {
+    require(optimizer && name && value, "optgen_get", "optimizer, name or value is NULL");
+    *value = optimizer->engine.get(name, group);
+  });
+}
+
+int optgen_state(const optgen_optimizer* optimizer, const char* name, size_t group, size_t tensor, void** data) {
+  return guarded([&] {
+    require(optimizer && name && data, "optgen_state", "optimizer, name or data is NULL");
+    *data = optimizer->engine.state(name, group, tensor).data;
+  });
+}
+
+int optgen_step_count(const optgen_optimizer* optimizer, size_t group, int64_t* count) {
+  return guarded([&] {
+    require(optimizer && count, "optgen_step_count", "optimizer or count is NULL");
+    *count = optimizer->engine.step_count(group);
+  });
+}
+
+int optgen_launches_last_step(const optgen_optimizer* optimizer, int* launches) {
+  return guarded([&] {
+    require(optimizer && launches, "optgen_launches_last_step", "optimizer or launches is NULL");
+    *launches = optimizer->engine.launches_last_step();
+  });
+}
+
+int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_set_chunk_size", "optimizer is NULL");
+    optimizer->engine.set_chunk_size(elements);
+  });
+}
+
+void optgen_destroy(optgen_optimizer* optimizer) { delete optimizer; }
+
+}  // extern "C"

@@ -1,0 +1,184 @@
+#include "optgen/kernel_cache.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <system_error>
+#include <utility>
+
+#include "sha256.h"
+
+namespace optgen {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// An entry: the magic, the payload's size (8 bytes, little-endian), the payload's SHA-256, the payload.
+constexpr char kMagic[8] = {'O', 'P', 'T', 'G', 'E', 'N', 'K', '1'};
+constexpr std::size_t kSizeOffset = sizeof(kMagic);
+constexpr std::size_t kDigestOffset = kSizeOffset + 8;
+constexpr std::size_t kHeaderSize = kDigestOffset + 32;
+
+void put_u64(unsigned char* out, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(value >> (8 * i));
+}
+
+std::uint64_t get_u64(const char* in) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= std::uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return value;
+}
+
+/// Hashes `text` preceded by its length, so that no two different field lists hash the same bytes.
+void hash_field(detail::Sha256& hash, const std::string& text) {
+  unsigned char length[8];
+  put_u64(length, text.size());
+  hash.update(length, sizeof(length));
+  hash.update(text.data(), text.size());
+}
+
+bool is_valid_entry(const std::vector<char>& bytes) {
+  if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return false;
+  if (get_u64(bytes.data() + kSizeOffset) != bytes.size() - kHeaderSize) return false;
+  detail::Sha256Digest digest = detail::sha256(bytes.data() + kHeaderSize, bytes.size() - kHeaderSize);
+  return std::memcmp(digest.data(), bytes.data() + kDigestOffset, digest.size()) == 0;
+}
+
+/// The whole file, or nullopt when it cannot be opened or read.
+std::optional<std::vector<char>> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return std::nullopt;
+  std::streamoff size = in.tellg();
+  if (size < 0) return std::nullopt;
+  std::vector<char> bytes(static_cast<std::size_t>(size));
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) return std::nullopt;
+  return bytes;
+}
+
+/// Makes temporary file names unique across processes that share a cache (even in other PID
+/// namespaces) and across threads of one process.
+std::string unique_suffix() {
+  static std::atomic<std::uint64_t> counter{0};
+  std::uint64_t value = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  value ^= counter.fetch_add(1) << 48;
+  try {
+    value ^= std::uint64_t{std::random_device{}()} << 16;
+  } catch (const std::exception&) {
+    // No entropy source: the clock and the counter still separate this process's writers.
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return std::to_string(getpid()) + "." + text;
+}
+
+/// With no HOME: a per-user directory under the system's temporary directory, created private.
+/// If another user already owns that name (the temporary directory is shared), a fresh private
+/// directory for this process instead, so that nobody else can plant a kernel in our cache.
+std::string temporary_cache_directory() {
+  std::error_code error;
+  fs::path temporary = fs::temp_directory_path(error);
+  if (error) temporary = "/tmp";
+  std::string shared = (temporary / ("optgen-cache-" + std::to_string(getuid()))).string();
+  mkdir(shared.c_str(), 0700);
+  struct stat info {};
+  if (lstat(shared.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == getuid() &&
+      (info.st_mode & 077) == 0) {
+    return shared;
+  }
+  std::string fresh = (temporary / "optgen-cache-XXXXXX").string();
+  if (mkdtemp(fresh.data()) != nullptr) return fresh;
+  return shared + ".unusable";  // store() fails and load() misses: kernels are compiled every time
+}
+
+}  // namespace
+
+KernelCache::KernelCache(std::string directory) : directory_(std::move(directory)) {}
+
+KernelCache KernelCache::from_environment() {
+  const char* chosen = std::getenv("OPTGEN_CACHE_DIR");
+  if (chosen != nullptr && *chosen != '\0') return KernelCache(chosen);
+  // The XDG base directory spec says to ignore a relative XDG_CACHE_HOME.
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return KernelCache((fs::path(xdg) / "optgen").string());
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return KernelCache((fs::path(home) / ".cache" / "optgen").string());
+  return KernelCache(temporary_cache_directory());
+}
+
+std::string KernelCache::key(const std::string& source, const std::vector<std::string>& options, int arch,
+                             const std::string& nvrtc_version) {
+  detail::Sha256 hash;
+  hash_field(hash, "optgen kernel cache key 1");
+  hash_field(hash, source);
+  hash_field(hash, std::to_string(options.size()));
+  for (const std::string& option : options) hash_field(hash, option);
+  hash_field(hash, std::to_string(arch));
+  hash_field(hash, nvrtc_version);
+  return detail::to_hex(hash.finish());
+}
+
+std::string KernelCache::path(const std::string& key) const { return (fs::path(directory_) / key).string(); }
+
+std::optional<std::vector<char>> KernelCache::load(const std::string& key) const {
+  const std::string file = path(key);
+  std::optional<std::vector<char>> bytes = read_file(file);
+  if (!bytes) {
+    last_ = Outcome::Miss;
+    return std::nullopt;
+  }
+  if (!is_valid_entry(*bytes)) {
+    last_ = Outcome::Corrupt;
+    std::error_code ignored;
+    fs::remove(file, ignored);
+    return std::nullopt;
+  }
+  last_ = Outcome::Hit;
+  bytes->erase(bytes->begin(), bytes->begin() + kHeaderSize);
+  return bytes;
+}
+
+bool KernelCache::store(const std::string& key, const std::vector<char>& image) const {
+  std::error_code error;
+  fs::create_directories(directory_, error);
+  if (error) return false;
+
+  unsigned char header[kHeaderSize];
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  put_u64(header + kSizeOffset, image.size());
+  detail::Sha256Digest digest = detail::sha256(image.data(), image.size());
+  std::memcpy(header + kDigestOffset, digest.data(), digest.size());
+
+  const std::string file = path(key);
+  const std::string temporary = file + ".tmp." + unique_suffix();
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(image.data(), static_cast<std::streamsize>(image.size()));
+    out.close();
+    if (!out) {
+      fs::remove(temporary, error);
+      return false;
+    }
+  }
+  fs::rename(temporary, file, error);
+  if (error) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace optgen

@@ -1,0 +1,571 @@
+// The generated launchers and the engine behind them: bad input (no GPU needed), and on a GPU
+// every built-in spec × variant × storage type against the CPU reference, many tensors and groups
+// in one launch, a tensor of more than 2^31 elements, setters, the NVRTC path and its cache.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <unistd.h>
+
+#include "builtin_launchers.h"
+#include "builtin_references.h"
+#include "gpu.h"
+#include "optgen/c_api.h"
+#include "optgen/error.h"
+
+using optgen::DType;
+using optgen_test::DeviceMemory;
+
+namespace {
+
+const optgen::OptimizerInfo& launcher(const std::string& name) {
+  for (const auto& [spec, info] : optgen::builtin_launchers())
+    if (name == spec) return *info;
+  throw std::runtime_error("no launcher " + name);
+}
+
+const optgen::reference::Optimizer& reference_of(const std::string& name) {
+  for (const auto& [spec, ref] : optgen::reference::builtin_optimizers())
+    if (name == spec) return *ref;
+  throw std::runtime_error("no reference " + name);
+}
+
+std::vector<double> defaults(const optgen::OptimizerInfo& info) {
+  std::vector<double> h;
+  for (int i = 0; i < info.num_hyperparameters; ++i) h.push_back(info.hyperparameters[i].default_value);
+  return h;
+}
+
+/// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
+/// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
+/// set to 0.1.
+std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int variant) {
+  std::vector<int> flags;
+  for (int i = 0; i < info.num_hyperparameters; ++i)
+    if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
+  for (bool boost : {true, false})
+    for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
+      std::vector<double> h = defaults(info);
+      for (int i = 0; i < info.num_hyperparameters; ++i)
+        if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
+      for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
+      info.derive_flags(h.data());
+      if (info.select_variant(h.data()) == variant) return h;
+    }
+  throw std::runtime_error(std::string("no hyperparameters select variant ") + info.variants[variant].name);
+}
+
+float round_to(DType type, float x) {
+  if (type == DType::BF16) return optgen::bf16_to_float(optgen::float_to_bf16(x));
+  if (type == DType::F16) return optgen::f16_to_float(optgen::float_to_f16(x));
+  return x;
+}
+
+/// Host values <-> device bytes of a dtype.
+void upload(DType type, void* device, const std::vector<float>& values) {
+  if (values.empty()) return;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(device);
+  if (type == DType::F32) {
+    optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, values.data(), values.size() * 4), "cuMemcpyHtoD");
+    return;
+  }
+  std::vector<std::uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    bits[i] = type == DType::BF16 ? optgen::float_to_bf16(values[i]) : optgen::float_to_f16(values[i]);
+  optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, bits.data(), bits.size() * 2), "cuMemcpyHtoD");
+}
+
+std::vector<float> download(DType type, const void* device, size_t count) {
+  std::vector<float> values(count);
+  if (count == 0) return values;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(device);
+  if (type == DType::F32) {
+    optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(values.data(), ptr, count * 4), "cuMemcpyDtoH");
+    return values;
+  }
+  std::vector<std::uint16_t> bits(count);
+  optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bits.data(), ptr, count * 2), "cuMemcpyDtoH");
+  for (size_t i = 0; i < count; ++i) values[i] = type == DType::BF16 ? optgen::bf16_to_float(bits[i]) : optgen::f16_to_float(bits[i]);
+  return values;
+}
+
+/// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return NAN;
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    norm = std::max(norm, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / std::max(norm, 1e-6);
+}
+
+double tolerance(DType param, DType state) {
+  if (param == DType::BF16 || state == DType::BF16) return 1e-2;
+  if (param == DType::F16) return 2e-3;
+  return 1e-5;
+}
+
+/// Tensors of one param group on the device, `misaligned` ones starting 4 bytes past a 16-byte
+/// boundary, with host copies of what the device holds.
+struct DeviceGroup {
+  DType dtype;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::unique_ptr<DeviceMemory>> memory;
+  std::vector<optgen::Tensor> tensors;
+  std::vector<std::vector<float>> params, grads;
+
+  DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng)
+      : dtype(type), sizes(numels) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t offset = misaligned[i] ? 4 : 0;
+      const size_t bytes = static_cast<size_t>(sizes[i]) * optgen::size_of(type) + offset;
+      auto param = std::make_unique<DeviceMemory>(bytes + 16);
+      auto grad = std::make_unique<DeviceMemory>(bytes + 16);
+      std::vector<float> p(sizes[i]);
+      for (auto& x : p) x = round_to(type, uniform(rng));
+      upload(type, param->at(offset), p);
+      tensors.push_back({param->at(offset), grad->at(offset), sizes[i], type});
+      params.push_back(p);
+      grads.emplace_back(sizes[i]);
+      memory.push_back(std::move(param));
+      memory.push_back(std::move(grad));
+    }
+  }
+
+  void new_gradients(std::mt19937& rng) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (auto& x : grads[i]) x = round_to(dtype, uniform(rng));
+      upload(dtype, const_cast<void*>(tensors[i].grad), grads[i]);
+    }
+  }
+};
+
+/// One step on the GPU and, from the same starting values, on the CPU reference; returns the
+/// worst relative error over the group's params and states.
+struct Comparison {
+  double worst = 0;
+  std::string where;
+};
+
+void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
+                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result) {
+  const auto& info = opt.info();
+  const std::vector<double> h = opt.hyperparameters(group);
+  // The reference starts from what the device holds now.
+  std::vector<std::vector<std::vector<float>>> states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
+  for (size_t t = 0; t < g.sizes.size(); ++t)
+    for (int s = 0; s < info.num_states; ++s)
+      if (ref.state_present(h.data(), s)) {
+        auto buffer = opt.state(info.states[s].name, group, t);
+        states[t][s] = download(state_dtype, buffer.data, g.sizes[t]);
+      }
+  opt.step();
+  optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+
+  std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
+  std::vector<optgen::reference::Tensor<float>> tensors;
+  for (size_t t = 0; t < g.sizes.size(); ++t) {
+    for (int s = 0; s < info.num_states; ++s) state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
+    tensors.push_back({static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data()});
+  }
+  ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size());
+
+  const double limit = tolerance(g.dtype, state_dtype);
+  for (size_t t = 0; t < g.sizes.size(); ++t) {
+    auto check = [&](const std::string& what, DType type, const void* device, std::vector<float>& expected) {
+      std::vector<float> actual = download(type, device, expected.size());
+      const double error = relative_error(actual, expected);
+      if (!(error <= result.worst)) {
+        result.worst = std::isnan(error) ? INFINITY : error;
+        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) + " elements) at step " +
+                       std::to_string(step);
+      }
+      if (!(error <= limit)) {
+        for (size_t i = 0; i < actual.size(); ++i)
+          if (!(std::fabs(actual[i] - expected[i]) <= limit * std::max(1.0f, std::fabs(expected[i])))) {
+            UNSCOPED_INFO(what << "[" << i << "]: gpu " << actual[i] << ", reference " << expected[i]);
+            break;
+          }
+      }
+      expected = actual;  // the next step starts from the device's values
+    };
+    check("param", g.dtype, g.tensors[t].param, g.params[t]);
+    for (int s = 0; s < info.num_states; ++s)
+      if (!states[t][s].empty()) check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
+  }
+}
+
+std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h) {
+  std::vector<double> s;
+  for (int i = 0; i < info.num_scalar_states; ++i) {
+    const auto& init = info.scalar_states[i].init;
+    s.push_back(init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value);
+  }
+  s.push_back(0);  // never empty
+  return s;
+}
+
+optgen::Tensor fake_tensor(std::int64_t numel = 8) {
+  return {reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), numel, DType::F32};
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const optgen::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// ---- Bad input: rejected before any GPU work, so these run without a GPU. ----
+
+TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a message naming them", "[launcher]") {
+  const auto& info = launcher("adam");
+  optgen::FusedOptimizer opt(info, defaults(info));
+  optgen::Tensor t = fake_tensor();
+
+  optgen::Tensor mismatched = t;
+  mismatched.grad_numel = 7;
+  CHECK_THAT(error_of([&] { opt.add_param_group({t, mismatched}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("Adam::add_param_group failed: tensor 1 of the group has 8 parameter elements but 7 gradient elements"));
+
+  optgen::Tensor null_grad = t;
+  null_grad.grad = nullptr;
+  CHECK_THAT(error_of([&] { opt.add_param_group({null_grad}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("tensor 0 of the group has a null grad pointer"));
+
+  optgen::Tensor misaligned = t;
+  misaligned.param = reinterpret_cast<void*>(0x10002);
+  CHECK_THAT(error_of([&] { opt.add_param_group({misaligned}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("not aligned to its 4-byte f32 elements"));
+
+  optgen::Tensor negative = t;
+  negative.numel = -1;
+  CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("negative numel"));
+
+  optgen::Tensor half = t;
+  half.dtype = DType::F16;
+  CHECK_THAT(error_of([&] { opt.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("no kernel for variant adam with f16 params and f32 states was generated") &&
+                 Catch::Contains("adam_f32_f32, adam_bf16_f32") && Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
+
+  optgen::Tensor bf16 = t;
+  bf16.dtype = DType::BF16;
+  CHECK_THAT(error_of([&] { opt.add_param_group({t, bf16}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("tensor 1 of the group is bf16 but tensor 0 is f32"));
+
+  CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"beta3", 0.5}}); }),
+             Catch::Contains("Adam has no hyperparameter 'beta3'") && Catch::Contains("lr, beta1, beta2"));
+  CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"amsgrad", 2}}); }), Catch::Contains("amsgrad is a bool; got 2"));
+  CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"lr", NAN}}); }), Catch::Contains("lr is not finite"));
+  CHECK_THAT(error_of([&] { optgen::FusedOptimizer(info, defaults(info), DType::F16); }),
+             Catch::Contains("states cannot be stored in f16"));
+  CHECK_THAT(error_of([&] { opt.set("lr", 0.1, 3); }), Catch::Contains("no param group 3"));
+  CHECK_THAT(error_of([&] { opt.set_chunk_size(100); }), Catch::Contains("must be a multiple of 64"));
+  CHECK(opt.num_groups() == 0);
+}
+
+TEST_CASE("a derived flag cannot be set directly", "[launcher]") {
+  const auto& info = launcher("sgd");
+  optgen::FusedOptimizer opt(info, defaults(info));
+  opt.set("lr", 0.5);  // no groups yet: changes the default
+  CHECK_THAT(error_of([&] { opt.set("use_momentum", 1); }), Catch::Contains("use_momentum is derived from other hyperparameters"));
+}
+
+TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") {
+  optgen_optimizer* opt = nullptr;
+  const char* bad_name[] = {"beta3"};
+  const double value[] = {0.5};
+  CHECK(optgen_adam_create(bad_name, value, 1, OPTGEN_F32, &opt) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("Adam has no hyperparameter 'beta3'"));
+  const char* lr[] = {"lr"};
+  REQUIRE(optgen_adam_create(lr, value, 1, OPTGEN_F32, &opt) == 0);
+  CHECK(std::string(optgen_last_error()).empty());
+  double got = 0;
+  CHECK(optgen_get(opt, "lr", 0, &got) == -1);  // no group yet
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
+  optgen_tensor t{reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), 8, -1, OPTGEN_F32, OPTGEN_BF16, nullptr};
+  CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("has a f32 param but a bf16 grad"));
+  t.grad_dtype = 7;
+  CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("unknown dtype 7"));
+  CHECK(optgen_step(nullptr, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("optimizer is NULL"));
+  optgen_destroy(opt);
+}
+
+TEST_CASE("without a CUDA driver, binding tensors says so and what to do", "[launcher]") {
+  if (optgen::driver::available()) return;  // covered on machines without a driver (CI)
+  const auto& info = launcher("adam");
+  optgen::FusedOptimizer opt(info, defaults(info));
+  CHECK_THAT(error_of([&] { opt.add_param_group({fake_tensor()}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("libcuda.so.1"));
+}
+
+// ---- On a GPU. ----
+
+TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(20261121);
+  const std::vector<std::int64_t> sizes = {0, 1, 3, 17, 4097, 65536 + 3, 100003};
+  const std::vector<bool> misaligned = {false, false, true, false, true, false, true};
+  int combinations = 0;
+  for (const auto& entry : optgen::builtin_launchers()) combinations += entry.second->num_kernels;
+  CHECK(combinations == 36);  // 18 variants x {f32, bf16 params with f32 states}
+  for (const auto& [name, info] : optgen::builtin_launchers()) {
+    const auto& ref = reference_of(name);
+    for (int k = 0; k < info->num_kernels; ++k) {
+      const optgen::KernelInfo& kernel = info->kernels[k];
+      DYNAMIC_SECTION(kernel.name) {
+        std::vector<double> h = hyperparameters_for(*info, kernel.variant);
+        optgen::FusedOptimizer opt(*info, h, kernel.state);
+        opt.set_chunk_size(65536);
+        DeviceGroup group(kernel.param, sizes, misaligned, rng);
+        opt.add_param_group(group.tensors, h);
+        auto scalar_state = initial_scalar_state(*info, opt.hyperparameters(0));
+        Comparison result;
+        for (std::int64_t step = 1; step <= 3; ++step) {
+          group.new_gradients(rng);
+          compare_step(opt, ref, 0, group, scalar_state, step, kernel.state, result);
+          CHECK(opt.launches_last_step() == 1);
+        }
+        INFO(kernel.name << ": worst relative error " << result.worst << " in " << result.where);
+        CHECK(result.worst <= tolerance(kernel.param, kernel.state));
+      }
+    }
+  }
+}
+
+TEST_CASE("10,000 tensors are updated by one launch", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> size(0, 300);
+  std::vector<std::int64_t> sizes;
+  std::vector<bool> misaligned;
+  for (int i = 0; i < 10000; ++i) {
+    sizes.push_back(size(rng));
+    misaligned.push_back(i % 7 == 3);
+  }
+  const auto& info = launcher("adam");
+  optgen::FusedOptimizer opt(info, defaults(info));
+  DeviceGroup group(DType::F32, sizes, misaligned, rng);
+  opt.add_param_group(group.tensors, {{"weight_decay", 0.01}});
+  auto scalar_state = initial_scalar_state(info, opt.hyperparameters(0));
+  Comparison result;
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    group.new_gradients(rng);
+    compare_step(opt, reference_of("adam"), 0, group, scalar_state, step, DType::F32, result);
+    CHECK(opt.launches_last_step() == 1);
+  }
+  INFO("worst relative error " << result.worst << " in " << result.where);
+  CHECK(result.worst <= 1e-5);
+}
+
+TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("adamw");
+  const auto& ref = reference_of("adamw");
+  for (int groups : {3, 20}) {  // within and beyond the step scalars the kernel arguments hold
+    DYNAMIC_SECTION(groups << " groups") {
+      std::mt19937 rng(groups);
+      optgen::FusedOptimizer opt(info, defaults(info));
+      std::vector<std::unique_ptr<DeviceGroup>> device_groups;
+      std::vector<std::vector<double>> scalar_states;
+      for (int g = 0; g < groups; ++g) {
+        device_groups.push_back(std::make_unique<DeviceGroup>(DType::F32, std::vector<std::int64_t>{1000 + g, 77, 5000},
+                                                              std::vector<bool>{false, true, false}, rng));
+        opt.add_param_group(device_groups.back()->tensors, {{"lr", 1e-3 * (g + 1)}, {"weight_decay", 0.01 * g}, {"maximize", g % 2}});
+        scalar_states.push_back(initial_scalar_state(info, opt.hyperparameters(g)));
+      }
+      // compare_step steps every group; check each group's tensors against its own reference.
+      for (std::int64_t step = 1; step <= 2; ++step) {
+        for (auto& g : device_groups) g->new_gradients(rng);
+        // Snapshot every group's states before the step, then step once, then compare group by group.
+        std::vector<std::vector<std::vector<float>>> before(groups);
+        for (int g = 0; g < groups; ++g)
+          for (size_t t = 0; t < 3; ++t)
+            for (int s = 0; s < info.num_states; ++s) {
+              const bool present = reference_of("adamw").state_present(opt.hyperparameters(g).data(), s);
+              before[g].push_back(present ? download(DType::F32, opt.state(info.states[s].name, g, t).data, device_groups[g]->sizes[t])
+                                          : std::vector<float>());
+            }
+        opt.step();
+        optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+        CHECK(opt.launches_last_step() == 1);
+        for (int g = 0; g < groups; ++g) {
+          auto& dg = *device_groups[g];
+          std::vector<std::vector<float*>> pointers(3);
+          std::vector<optgen::reference::Tensor<float>> tensors;
+          for (size_t t = 0; t < 3; ++t) {
+            for (int s = 0; s < info.num_states; ++s) {
+              auto& state = before[g][t * info.num_states + s];
+              pointers[t].push_back(state.empty() ? nullptr : state.data());
+            }
+            tensors.push_back({static_cast<size_t>(dg.sizes[t]), dg.params[t].data(), dg.grads[t].data(), pointers[t].data()});
+          }
+          const auto h = opt.hyperparameters(g);
+          ref.step_float(h.data(), scalar_states[g].data(), step, tensors.data(), tensors.size());
+          for (size_t t = 0; t < 3; ++t) {
+            auto actual = download(DType::F32, dg.tensors[t].param, dg.sizes[t]);
+            INFO("group " << g << " tensor " << t << " step " << step);
+            CHECK(relative_error(actual, dg.params[t]) <= 1e-5);
+            dg.params[t] = actual;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a tensor of more than 2^31 elements is updated to its last element", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const std::int64_t n = (std::int64_t{1} << 31) + 37;
+  DeviceMemory param(n * 4), grad(n * 4);
+  const auto& api = optgen::driver::api();
+  float one = 1.0f, half = 0.5f;
+  std::uint32_t one_bits, half_bits;
+  std::memcpy(&one_bits, &one, 4);
+  std::memcpy(&half_bits, &half, 4);
+  optgen::driver::check(api.cuMemsetD32(param.get(), one_bits, n), "cuMemsetD32");
+  optgen::driver::check(api.cuMemsetD32(grad.get(), half_bits, n), "cuMemsetD32");
+  optgen::driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");  // memsets run asynchronously
+  // Distinct gradients around 2^31 and at the very end, where 32-bit indexing would go wrong.
+  const std::vector<std::int64_t> probes = {0, (std::int64_t{1} << 31) - 40, n - 64};
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<std::vector<float>> probe_grads;
+  for (auto at : probes) {
+    std::vector<float> g(64);
+    for (auto& x : g) x = uniform(rng);
+    grad.upload(g, at * 4);
+    probe_grads.push_back(g);
+  }
+  const auto& info = launcher("sgd");
+  optgen::FusedOptimizer opt(info, defaults(info));
+  opt.add_param_group({{param.at(0), grad.at(0), n, DType::F32}}, {{"lr", 0.1}, {"momentum", 0.9}});
+  opt.step();
+  opt.step();
+  optgen::driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+  CHECK(opt.launches_last_step() == 1);
+  for (size_t p = 0; p < probes.size(); ++p) {
+    auto got = param.download<float>(64, probes[p] * 4);
+    for (size_t i = 0; i < 64; ++i) {
+      // Two SGD steps with momentum 0.9 and the same gradient g: buf = g, then 1.9 g.
+      const float g = probe_grads[p][i];
+      const float expected = 1.0f - 0.1f * g - 0.1f * (0.9f * g + g);
+      INFO("element " << probes[p] + static_cast<std::int64_t>(i));
+      CHECK(std::fabs(got[i] - expected) <= 1e-6f);
+    }
+  }
+  auto last = param.download<float>(1, (n - 1) * 4);
+  CHECK(last[0] != 1.0f);
+}
+
+TEST_CASE("setters change the next step; a setter that would switch variants is rejected", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  optgen::SGD::Options sgd_options;
+  sgd_options.lr = 0.1;
+  optgen::SGD sgd(sgd_options);
+  DeviceGroup group(DType::F32, {1000}, {false}, rng);
+  sgd.add_param_group(group.tensors);
+  group.new_gradients(rng);
+  sgd.set_lr(0.25);
+  CHECK(sgd.options(0).lr == 0.25);
+  sgd.step();
+  auto after = download(DType::F32, group.tensors[0].param, 1000);
+  for (size_t i = 0; i < 1000; ++i) CHECK(after[i] == Approx(group.params[0][i] - 0.25f * group.grads[0][i]).epsilon(1e-6));
+  CHECK_THAT(error_of([&] { sgd.set_momentum(0.9); }),
+             Catch::Contains("would switch param group 0 from kernel variant sgd to sgd_use_momentum") &&
+                 Catch::Contains("pass momentum to add_param_group instead"));
+  CHECK(sgd.step_count(0) == 1);
+}
+
+TEST_CASE("caller-provided state buffers are used as they are", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  DeviceGroup group(DType::F32, {256}, {false}, rng);
+  DeviceMemory exp_avg(256 * 4), exp_avg_sq(256 * 4);
+  exp_avg.upload(std::vector<float>(256, 0.5f));
+  exp_avg_sq.upload(std::vector<float>(256, 0.25f));
+  void* states[] = {exp_avg.at(0), exp_avg_sq.at(0), nullptr};
+  group.tensors[0].states = states;
+  optgen::Adam adam;
+  adam.add_param_group(group.tensors);
+  CHECK(adam.exp_avg(0, 0).data == exp_avg.at(0));
+  group.new_gradients(rng);
+  adam.step();
+  auto m = exp_avg.download<float>(256);
+  for (size_t i = 0; i < 256; ++i) CHECK(m[i] == Approx(0.9f * 0.5f + 0.1f * group.grads[0][i]).epsilon(1e-6));
+}
+
+TEST_CASE("pointers to host memory are rejected", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::vector<float> host(64), host_grad(64);
+  optgen::Adam adam;
+  CHECK_THAT(error_of([&] { adam.add_param_group({{host.data(), host_grad.data(), 64, DType::F32}}); }),
+             Catch::Contains("the param pointer is not device memory"));
+}
+
+TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  DeviceGroup group(DType::F32, {4096}, {false}, rng);
+  group.new_gradients(rng);
+  optgen_optimizer* opt = nullptr;
+  const char* names[] = {"lr"};
+  const double values[] = {0.5};
+  REQUIRE(optgen_sgd_create(names, values, 1, OPTGEN_F32, &opt) == 0);
+  optgen_tensor t{group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr};
+  size_t index = 99;
+  REQUIRE(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, &index) == 0);
+  CHECK(index == 0);
+  REQUIRE(optgen_step(opt, nullptr) == 0);
+  int launches = 0;
+  REQUIRE(optgen_launches_last_step(opt, &launches) == 0);
+  CHECK(launches == 1);
+  auto after = download(DType::F32, t.param, 4096);
+  CHECK(after[17] == Approx(group.params[0][17] - 0.5f * group.grads[0][17]).epsilon(1e-6));
+  optgen_destroy(opt);
+}
+
+TEST_CASE("kernels compiled by NVRTC at load time go through the disk cache: cold, warm, corrupt", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto dir = std::filesystem::temp_directory_path() / ("optgen_cache_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ::setenv("OPTGEN_CACHE_DIR", dir.c_str(), 1);
+  ::setenv("OPTGEN_FORCE_NVRTC", "1", 1);
+  std::mt19937 rng(13);
+  DeviceGroup group(DType::F32, {1000}, {false}, rng);
+  auto origin_of_a_new_optimizer = [&] {
+    optgen::Lion lion;
+    lion.add_param_group(group.tensors);
+    lion.step();
+    return lion.engine().module_origin();
+  };
+  CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::CompiledNow);
+  CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::CacheHit);
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++entries;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  CHECK(entries == 1);
+  CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::CompiledNow);
+  CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::CacheHit);
+  ::unsetenv("OPTGEN_FORCE_NVRTC");
+  ::unsetenv("OPTGEN_CACHE_DIR");
+  CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::EmbeddedCubin);
+  std::filesystem::remove_all(dir);
+}

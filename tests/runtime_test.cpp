@@ -1,0 +1,506 @@
+#include <catch2/catch.hpp>
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../runtime/src/sha256.h"
+#include "optgen/driver.h"
+#include "optgen/error.h"
+#include "optgen/kernel_cache.h"
+#include "optgen/kernel_images.h"
+#include "optgen/nvrtc.h"
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using optgen::KernelCache;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kFillSource = R"(extern "C" __global__ void fill(float* out, float value, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value + i;
+}
+)";
+
+/// A fresh directory under the system's temporary directory, removed with its contents.
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() {
+    std::string pattern = (fs::temp_directory_path() / "optgen_runtime_test_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ignored);
+    fs::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// Sets an environment variable (unsets it for nullptr) until destroyed, then restores it.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(value);
+  }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+  ~ScopedEnvironment() { set(old_ ? old_->c_str() : nullptr); }
+  void set(const char* value) {
+    if (value != nullptr) {
+      setenv(name_.c_str(), value, 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+/// NVRTC looks missing until destroyed.
+class MissingNvrtc {
+ public:
+  MissingNvrtc() { optgen::nvrtc::simulate_missing_nvrtc_for_testing(true); }
+  MissingNvrtc(const MissingNvrtc&) = delete;
+  MissingNvrtc& operator=(const MissingNvrtc&) = delete;
+  ~MissingNvrtc() { optgen::nvrtc::simulate_missing_nvrtc_for_testing(false); }
+};
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+bool is_elf(const std::vector<char>& image) {
+  return image.size() > 4 && image[0] == '\x7f' && image[1] == 'E' && image[2] == 'L' && image[3] == 'F';
+}
+
+std::string sha256_hex(const std::string& text) {
+  return optgen::detail::to_hex(optgen::detail::sha256(text.data(), text.size()));
+}
+
+/// The message of the optgen::Error that `action` throws ("" when it throws none).
+template <typename Action>
+std::string error_message(Action action) {
+  try {
+    action();
+  } catch (const optgen::Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("Error says what failed, what went wrong and what to do", "[runtime]") {
+  optgen::Error with_fix("cuModuleLoadData", "CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid",
+                         "rebuild the kernels");
+  CHECK(std::string(with_fix.what()) ==
+        "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid\n"
+        "  fix: rebuild the kernels");
+  CHECK(with_fix.call() == "cuModuleLoadData");
+  CHECK(with_fix.error() == "CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid");
+  CHECK(with_fix.fix() == "rebuild the kernels");
+
+  optgen::Error without_fix("AdamW::add_param_group", "lr must be positive");
+  CHECK(std::string(without_fix.what()) == "AdamW::add_param_group failed: lr must be positive");
+}
+
+TEST_CASE("SHA-256 matches the FIPS 180-2 examples", "[runtime]") {
+  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // A million 'a's, fed in pieces that straddle the 64-byte blocks.
+  optgen::detail::Sha256 hash;
+  const std::string piece(997, 'a');
+  std::size_t fed = 0;
+  for (; fed + piece.size() <= 1000000; fed += piece.size()) hash.update(piece.data(), piece.size());
+  hash.update(piece.data(), 1000000 - fed);
+  CHECK(optgen::detail::to_hex(hash.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("NVRTC compiles a kernel to cubins and to PTX", "[runtime]") {
+  std::string why;
+  const bool available = optgen::nvrtc::available(&why);
+  INFO(why);
+  REQUIRE(available);
+  CHECK_THAT(optgen::nvrtc::version(), StartsWith("1"));
+
+  for (int arch : {80, 90}) {
+    optgen::nvrtc::Compiled compiled = optgen::nvrtc::compile(kFillSource, "fill.cu", {}, arch);
+    INFO("sm_" << arch);
+    CHECK(is_elf(compiled.image));
+  }
+
+  optgen::nvrtc::Compiled ptx = optgen::nvrtc::compile(kFillSource, "fill.cu", {"--std=c++17"}, 90, true);
+  REQUIRE(!ptx.image.empty());
+  CHECK(ptx.image.back() == '\0');
+  const std::string text(ptx.image.data());
+  CHECK_THAT(text, Contains(".target sm_90"));
+  CHECK_THAT(text, Contains(".entry fill("));
+}
+
+TEST_CASE("a compile error carries NVRTC's log and the source's name", "[runtime]") {
+  const char* broken = "extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }\n";
+  try {
+    optgen::nvrtc::compile(broken, "broken.cu", {}, 90);
+    FAIL("compile() accepted a broken source");
+  } catch (const optgen::Error& error) {
+    CHECK(error.call() == "nvrtcCompileProgram(broken.cu)");
+    CHECK_THAT(error.error(), StartsWith("NVRTC_ERROR_COMPILATION:\n"));
+    CHECK_THAT(error.what(), Contains("broken.cu(1): error: identifier \"undefined_name\" is undefined"));
+    CHECK_THAT(error.fix(), Contains("bug in optgen's generated code"));
+  }
+
+  std::string message = error_message([] { optgen::nvrtc::compile(kFillSource, "fill.cu", {}, 10); });
+  CHECK_THAT(message, Contains("nvrtcCompileProgram(fill.cu) failed: NVRTC_ERROR_INVALID_OPTION"));
+  CHECK_THAT(message, Contains("fix: NVRTC ") && Contains("cannot compile for sm_10"));
+}
+
+TEST_CASE("ptxas's report is read from a real -Xptxas=-v log", "[runtime]") {
+  // Each twice: NVRTC's own cache (12.9 and newer) must not swallow the report the second time.
+  for (const char* option : {"-Xptxas=-v", "-Xptxas=-v", "--ptxas-options=--verbose", "--ptxas-options=--verbose"}) {
+    optgen::nvrtc::Compiled compiled = optgen::nvrtc::compile(kFillSource, "fill.cu", {"-Xptxas=-O3", option}, 90);
+    INFO(option << "\n" << compiled.log);
+    CHECK_THAT(compiled.log, Contains("ptxas info    : Function properties for fill"));
+    optgen::nvrtc::SpillReport report = optgen::nvrtc::parse_ptxas_report(compiled.log);
+    CHECK(report.kernels == 1);
+    CHECK(report.spill_store_bytes == 0);
+    CHECK(report.spill_load_bytes == 0);
+    CHECK(report.max_stack_frame_bytes == 0);
+  }
+}
+
+TEST_CASE("ptxas's report sums spills over the kernels", "[runtime]") {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'first' for 'sm_90'\n"
+      "ptxas info    : Function properties for first\n"
+      "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 0 barriers, 368 bytes cmem[0]\n"
+      "ptxas info    : Compiling entry function 'second' for 'sm_90'\n"
+      "ptxas info    : Function properties for second\n"
+      "ptxas         .     40 bytes stack frame, 100 bytes spill stores, 200 bytes spill loads\n"
+      "ptxas info    : Used 32 registers, used 0 barriers, 368 bytes cmem[0]";
+  optgen::nvrtc::SpillReport report = optgen::nvrtc::parse_ptxas_report(log);
+  CHECK(report.kernels == 2);
+  CHECK(report.spill_store_bytes == 108);
+  CHECK(report.spill_load_bytes == 212);
+  CHECK(report.max_stack_frame_bytes == 40);
+
+  optgen::nvrtc::SpillReport empty = optgen::nvrtc::parse_ptxas_report("");
+  CHECK(empty.kernels == 0);
+  CHECK(empty.spill_store_bytes == 0);
+}
+
+TEST_CASE("without NVRTC, compile() says to install it", "[runtime]") {
+  {
+    MissingNvrtc missing;
+    std::string why;
+    CHECK_FALSE(optgen::nvrtc::available(&why));
+    CHECK_THAT(why, Contains("NVRTC") && Contains("install NVRTC"));
+    std::string message = error_message([] { optgen::nvrtc::compile(kFillSource, "fill.cu", {}, 90); });
+    CHECK_THAT(message, Contains("NVRTC is not installed") && Contains("fix: install NVRTC"));
+    CHECK_THROWS_AS(optgen::nvrtc::version(), optgen::Error);
+  }
+  CHECK(optgen::nvrtc::available());
+}
+
+TEST_CASE("a cache key covers the source, the options, the architecture and the NVRTC version", "[runtime]") {
+  const std::string base = KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.0");
+  CHECK(base.size() == 64);
+  CHECK(base.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.0") == base);
+  CHECK(KernelCache::key("source!", {"-O3", "--std=c++17"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {"-O3"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {"--std=c++17", "-O3"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 89, "13.0") != base);
+  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.1") != base);
+  // Fields are length-prefixed: moving a boundary changes the key.
+  CHECK(KernelCache::key("source", {"ab"}, 90, "13.0") != KernelCache::key("source", {"a", "b"}, 90, "13.0"));
+  CHECK(KernelCache::key("sourc", {"e"}, 90, "13.0") != KernelCache::key("source", {""}, 90, "13.0"));
+}
+
+TEST_CASE("the kernel cache stores, loads, and drops corrupt entries", "[runtime]") {
+  TemporaryDirectory temporary;
+  KernelCache cache(temporary.path() + "/nested/cache");
+  const std::string key = KernelCache::key(kFillSource, {}, 90, "13.0");
+  const std::vector<char> image = {'\x7f', 'E', 'L', 'F', '\0', 'x', 'y', 'z'};
+  CHECK(cache.last_outcome() == KernelCache::Outcome::None);
+
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK(cache.last_outcome() == KernelCache::Outcome::Miss);
+
+  REQUIRE(cache.store(key, image));
+  CHECK(cache.path(key) == temporary.path() + "/nested/cache/" + key);
+  std::optional<std::vector<char>> loaded = cache.load(key);
+  CHECK(cache.last_outcome() == KernelCache::Outcome::Hit);
+  REQUIRE(loaded.has_value());
+  CHECK(*loaded == image);
+
+  const std::vector<char> entry = read_bytes(cache.path(key));
+  REQUIRE(entry.size() == 48 + image.size());
+  CHECK(std::string(entry.data(), 8) == "OPTGENK1");
+
+  std::vector<char> damaged = entry;
+  SECTION("truncated") { damaged.resize(entry.size() - 3); }
+  SECTION("only half a header") { damaged.resize(20); }
+  SECTION("empty") { damaged.clear(); }
+  SECTION("a flipped payload byte") { damaged.back() ^= 0x01; }
+  SECTION("a flipped checksum byte") { damaged[20] ^= 0x40; }
+  SECTION("a wrong magic") { damaged[7] = '2'; }
+  SECTION("a trailing byte") { damaged.push_back('!'); }
+  write_bytes(cache.path(key), damaged);
+
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK(cache.last_outcome() == KernelCache::Outcome::Corrupt);
+  CHECK_FALSE(fs::exists(cache.path(key)));
+
+  REQUIRE(cache.store(key, image));
+  loaded = cache.load(key);
+  CHECK(cache.last_outcome() == KernelCache::Outcome::Hit);
+  CHECK(loaded == image);
+  // Only the entry is left: no temporary files.
+  CHECK(std::distance(fs::directory_iterator(cache.directory()), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("a cache that cannot be written is not an error", "[runtime]") {
+  TemporaryDirectory temporary;
+  write_bytes(temporary.path() + "/file", {'x'});
+  KernelCache under_a_file(temporary.path() + "/file/cache");
+  CHECK_FALSE(under_a_file.store(KernelCache::key("s", {}, 90, "13.0"), {'a'}));
+  CHECK_FALSE(under_a_file.load(KernelCache::key("s", {}, 90, "13.0")).has_value());
+  CHECK(under_a_file.last_outcome() == KernelCache::Outcome::Miss);
+}
+
+TEST_CASE("the cache directory comes from OPTGEN_CACHE_DIR, XDG_CACHE_HOME or HOME", "[runtime]") {
+  TemporaryDirectory temporary;
+  ScopedEnvironment chosen("OPTGEN_CACHE_DIR", "/chosen/cache");
+  ScopedEnvironment xdg("XDG_CACHE_HOME", "/xdg");
+  ScopedEnvironment home("HOME", "/home/someone");
+  ScopedEnvironment tmpdir("TMPDIR", temporary.path().c_str());
+  CHECK(KernelCache::from_environment().directory() == "/chosen/cache");
+  chosen.set("");
+  CHECK(KernelCache::from_environment().directory() == "/xdg/optgen");
+  chosen.set(nullptr);
+  CHECK(KernelCache::from_environment().directory() == "/xdg/optgen");
+  xdg.set("relative/cache");  // ignored, as the XDG base directory spec says
+  CHECK(KernelCache::from_environment().directory() == "/home/someone/.cache/optgen");
+  xdg.set(nullptr);
+  CHECK(KernelCache::from_environment().directory() == "/home/someone/.cache/optgen");
+
+  home.set(nullptr);
+  const std::string shared = temporary.path() + "/optgen-cache-" + std::to_string(getuid());
+  CHECK(KernelCache::from_environment().directory() == shared);
+  struct stat info {};
+  REQUIRE(stat(shared.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0700);
+
+  // A shared directory that others can write to is not trusted: a fresh private one is used.
+  REQUIRE(chmod(shared.c_str(), 0777) == 0);
+  const std::string fresh = KernelCache::from_environment().directory();
+  CHECK(fresh != shared);
+  CHECK_THAT(fresh, StartsWith(temporary.path() + "/optgen-cache-"));
+  CHECK(fs::is_directory(fresh));
+}
+
+TEST_CASE("driver::check names the call, the driver's error and a fix", "[runtime]") {
+  CHECK_NOTHROW(optgen::driver::check(CUDA_SUCCESS, "cuMemAlloc"));
+  try {
+    optgen::driver::check(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc");
+    FAIL("check() accepted an error");
+  } catch (const optgen::Error& error) {
+    CHECK(error.call() == "cuMemAlloc");
+    CHECK(error.error() == "CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+    CHECK_THAT(error.fix(), Contains("free GPU memory"));
+    CHECK_THAT(error.what(), StartsWith("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY: out of memory\n  fix: "));
+  }
+  CHECK_THAT(error_message([] { optgen::driver::check(CUDA_ERROR_ILLEGAL_ADDRESS, "cuCtxSynchronize"); }),
+             Contains("CUDA_ERROR_ILLEGAL_ADDRESS") && Contains("compute-sanitizer"));
+  CHECK_THAT(error_message([] { optgen::driver::check(CUDA_ERROR_NO_DEVICE, "cuInit"); }),
+             Contains("CUDA_ERROR_NO_DEVICE") && Contains("nvidia-smi"));
+  CHECK(error_message([] { optgen::driver::check(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", "use fewer threads"); }) ==
+        "cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE: invalid argument\n  fix: use fewer threads");
+  CHECK_THAT(error_message([] { optgen::driver::check(static_cast<CUresult>(123456), "cuSomething"); }),
+             Contains("cuSomething failed: ") && Contains("123456"));
+}
+
+TEST_CASE("without a usable driver, the driver explains itself", "[runtime]") {
+  std::string why;
+  if (optgen::driver::available(&why)) {
+    CHECK(why.empty());
+    CHECK(optgen::driver::compute_capability(optgen::driver::current_device()) >= 50);
+    return;
+  }
+  INFO(why);
+  CHECK(!why.empty());
+
+  void* probe = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (probe == nullptr) {
+    CHECK_THAT(why, Contains("dlopen(libcuda.so.1) failed"));
+    CHECK_THAT(error_message([] { optgen::driver::api(); }),
+               StartsWith("dlopen(libcuda.so.1) failed: ") && Contains("libcuda.so.1") &&
+                   Contains("fix: install the NVIDIA driver"));
+    CHECK_THROWS_AS(optgen::driver::current_device(), optgen::Error);
+  } else {
+    dlclose(probe);
+  }
+
+  bool loaded = true;
+  try {
+    optgen::driver::api();
+  } catch (const optgen::Error&) {
+    loaded = false;
+  }
+  if (!loaded) {
+    optgen::driver::simulate_missing_driver_for_testing(true);
+    std::string simulated;
+    CHECK_FALSE(optgen::driver::available(&simulated));
+    CHECK_THAT(simulated, StartsWith("dlopen(libcuda.so.1) failed: ") && Contains("fix: install the NVIDIA driver"));
+    optgen::driver::simulate_missing_driver_for_testing(false);
+  }
+}
+
+namespace {
+
+/// Runs fill() from `module` on the GPU and checks what it wrote.
+void check_fill(const optgen::Module& module) {
+  const optgen::driver::Api& cuda = optgen::driver::api();
+  CUfunction fill = module.function("fill");
+  int n = 1000;
+  float value = 2.5f;
+  CUdeviceptr out = 0;
+  optgen::driver::check(cuda.cuMemAlloc(&out, n * sizeof(float)), "cuMemAlloc");
+  struct Free {
+    CUdeviceptr pointer;
+    ~Free() { optgen::driver::api().cuMemFree(pointer); }
+  } free_out{out};
+  optgen::driver::check(cuda.cuMemsetD32(out, 0, n), "cuMemsetD32");
+  void* arguments[] = {&out, &value, &n};
+  optgen::driver::check(cuda.cuLaunchKernel(fill, (n + 255) / 256, 1, 1, 256, 1, 1, 0, nullptr, arguments, nullptr),
+                        "cuLaunchKernel");
+  optgen::driver::check(cuda.cuCtxSynchronize(), "cuCtxSynchronize");
+  std::vector<float> host(n);
+  optgen::driver::check(cuda.cuMemcpyDtoH(host.data(), out, n * sizeof(float)), "cuMemcpyDtoH");
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) wrong += host[i] != value + static_cast<float>(i);
+  CHECK(wrong == 0);
+}
+
+const unsigned char* bytes(const std::vector<char>& image) {
+  return reinterpret_cast<const unsigned char*>(image.data());
+}
+
+}  // namespace
+
+TEST_CASE("load_module loads an embedded cubin, compiles through the cache, or falls back to PTX",
+          "[runtime][gpu]") {
+  if (!optgen::driver::available()) return;
+  const CUdevice device = optgen::driver::current_device();
+  const int arch = optgen::driver::compute_capability(device);
+  const int other = arch / 10 == 8 ? 90 : 80;  // a cubin for it cannot run here
+  const int ptx_arch = std::min(arch, other);
+  ScopedEnvironment force("OPTGEN_FORCE_NVRTC", nullptr);
+  TemporaryDirectory temporary;
+  const KernelCache cache(temporary.path());
+
+  const char* const options[] = {"--std=c++17"};
+  const std::vector<std::string> option_list(std::begin(options), std::end(options));
+  const std::vector<char> native = optgen::nvrtc::compile(kFillSource, "fill.cu", option_list, arch).image;
+  const std::vector<char> foreign = optgen::nvrtc::compile(kFillSource, "fill.cu", option_list, other).image;
+  const std::vector<char> ptx = optgen::nvrtc::compile(kFillSource, "fill.cu", option_list, ptx_arch, true).image;
+  const optgen::KernelImage both[] = {{other, false, bytes(foreign), foreign.size()},
+                                      {arch, false, bytes(native), native.size()}};
+  const optgen::KernelImage foreign_only[] = {{other, false, bytes(foreign), foreign.size()}};
+  const optgen::KernelImage foreign_and_ptx[] = {{other, false, bytes(foreign), foreign.size()},
+                                                 {ptx_arch, true, bytes(ptx), ptx.size()}};
+  auto images = [&](const optgen::KernelImage* list, int count) {
+    return optgen::KernelImages{"fill.cu", kFillSource, options, 1, list, count};
+  };
+
+  SECTION("an embedded cubin for the device") {
+    optgen::Module module = optgen::load_module(images(both, 2), arch, &cache);
+    CHECK(module.origin() == optgen::ModuleOrigin::EmbeddedCubin);
+    check_fill(module);
+    CHECK_THAT(error_message([&] { module.function("missing"); }),
+               Contains("cuModuleGetFunction(missing) failed") && Contains("no kernel named missing"));
+
+    optgen::Module moved = std::move(module);
+    CHECK(module.get() == nullptr);
+    CHECK(moved.get() != nullptr);
+    check_fill(moved);
+  }
+
+  SECTION("no cubin for the device: NVRTC, through the cache") {
+    const std::string entry = cache.path(KernelCache::key(kFillSource, option_list, arch, optgen::nvrtc::version()));
+    optgen::Module first = optgen::load_module(images(foreign_only, 1), arch, &cache);
+    CHECK(first.origin() == optgen::ModuleOrigin::CompiledNow);
+    CHECK(cache.last_outcome() == KernelCache::Outcome::Miss);
+    CHECK(fs::exists(entry));
+    check_fill(first);
+
+    optgen::Module second = optgen::load_module(images(foreign_only, 1), arch, &cache);
+    CHECK(second.origin() == optgen::ModuleOrigin::CacheHit);
+    check_fill(second);
+
+    std::vector<char> damaged = read_bytes(entry);
+    damaged[damaged.size() / 2] ^= 0x10;
+    write_bytes(entry, damaged);
+    optgen::Module third = optgen::load_module(images(foreign_only, 1), arch, &cache);
+    CHECK(cache.last_outcome() == KernelCache::Outcome::Corrupt);
+    CHECK(third.origin() == optgen::ModuleOrigin::CompiledNow);
+    check_fill(third);
+    CHECK(optgen::load_module(images(foreign_only, 1), arch, &cache).origin() == optgen::ModuleOrigin::CacheHit);
+  }
+
+  SECTION("OPTGEN_FORCE_NVRTC=1 skips the embedded cubins") {
+    force.set("1");
+    optgen::Module module = optgen::load_module(images(both, 2), arch, &cache);
+    CHECK(module.origin() == optgen::ModuleOrigin::CompiledNow);
+    check_fill(module);
+  }
+
+  SECTION("no cubin and no NVRTC: embedded PTX") {
+    MissingNvrtc missing;
+    optgen::Module module = optgen::load_module(images(foreign_and_ptx, 2), arch, &cache);
+    CHECK(module.origin() == optgen::ModuleOrigin::EmbeddedPtx);
+    check_fill(module);
+  }
+
+  SECTION("no cubin, no PTX and no NVRTC: an error that says what to do") {
+    MissingNvrtc missing;
+    const std::string message = error_message([&] { optgen::load_module(images(foreign_only, 1), arch, &cache); });
+    INFO(message);
+    CHECK_THAT(message, StartsWith("optgen::load_module(fill.cu) failed: no cubin for sm_" + std::to_string(arch) +
+                                   " among those embedded (sm_" + std::to_string(other) + ")"));
+    CHECK_THAT(message, Contains("no NVRTC to compile one"));
+    CHECK_THAT(message, Contains("fix: rebuild the kernels with ARCHS " + std::to_string(arch)));
+    CHECK_THAT(message, Contains("install NVRTC"));
+  }
+}
