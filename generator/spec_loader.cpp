@@ -255,7 +255,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
       if (!parsed) loader.fail(item, error, "write PARAM or PARAM:STATE, e.g. bf16 or \"bf16:bf16\"");
       if (std::find(spec.storage.begin(), spec.storage.end(), *parsed) != spec.storage.end())
-        loader.fail(item, "storage '" + parsed->name() + "' is listed twice");
+        loader.fail(item, std::string("storage ") + to_string(parsed->param) + ":" + to_string(parsed->state) + " is listed twice");
       spec.storage.push_back(*parsed);
     }
   }

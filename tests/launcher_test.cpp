@@ -428,7 +428,7 @@ TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]
 
 TEST_CASE("a tensor of more than 2^31 elements is updated to its last element", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
-  const std::int64_t n = (std::int64_t{1} << 31) + 37;
+  const std::int64_t n = (std::int64_t{1} << 31) + 4099;  // probes below must not overlap
   DeviceMemory param(n * 4), grad(n * 4);
   const auto& api = optgen::driver::api();
   float one = 1.0f, half = 0.5f;

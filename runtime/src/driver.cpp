@@ -196,6 +196,7 @@ Api load_api() {
   load_symbol(library, api.cuStreamCreate, "cuStreamCreate");
   load_symbol(library, api.cuStreamDestroy, "cuStreamDestroy_v2");
   load_symbol(library, api.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+  load_symbol(library, api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   load_symbol(library, api.cuEventCreate, "cuEventCreate");
   load_symbol(library, api.cuEventDestroy, "cuEventDestroy_v2");
   load_symbol(library, api.cuEventRecord, "cuEventRecord");
