@@ -67,7 +67,7 @@ const OptimizerInfo& Adagrad::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       &spec_reference::derive_flags, &select_variant,
       kVariants, 1, kKernels, 2, &kernel_images::adagrad,
-      /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/16384};
+      /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/4096};
   return info;
 }
 

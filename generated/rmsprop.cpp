@@ -168,7 +168,7 @@ const OptimizerInfo& RMSprop::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       &spec_reference::derive_flags, &select_variant,
       kVariants, 4, kKernels, 8, &kernel_images::rmsprop,
-      /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/16384};
+      /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/4096};
   return info;
 }
 

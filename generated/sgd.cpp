@@ -98,7 +98,7 @@ const OptimizerInfo& SGD::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       &spec_reference::derive_flags, &select_variant,
       kVariants, 2, kKernels, 4, &kernel_images::sgd,
-      /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/16384};
+      /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/4096};
   return info;
 }
 

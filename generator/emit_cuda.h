@@ -17,7 +17,7 @@ struct KernelTuning {
   int block_size = 256;           ///< threads per block
   int elements_per_thread = 16;   ///< elements a thread has in flight per loop iteration
   int inline_groups = 16;         ///< groups whose step scalars fit in the kernel's arguments
-  long long chunk_size = 16384;   ///< elements per block (the launcher's default; a multiple of 64)
+  long long chunk_size = 4096;    ///< elements per block (the launcher's default; a multiple of 64)
 
   /// Empty when valid, else what is wrong.
   std::string check() const;

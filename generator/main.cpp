@@ -49,7 +49,7 @@ options of emit and compile:
   --block-size N                threads per block (default 256)
   --elements-per-thread N       elements in flight per thread and loop iteration (default 16)
   --inline-groups N             param groups whose step scalars fit in the kernel arguments (16)
-  --chunk-size N                default elements per block, a multiple of 64 (default 16384)
+  --chunk-size N                default elements per block, a multiple of 64 (default 4096)
   --variants LIST               generate kernels for these variants only, e.g. adam (default: all)
 
 options:
