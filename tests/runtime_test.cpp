@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu.h"
 #include "../runtime/src/sha256.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
@@ -421,7 +422,7 @@ const unsigned char* bytes(const std::vector<char>& image) {
 
 TEST_CASE("load_module loads an embedded cubin, compiles through the cache, or falls back to PTX",
           "[runtime][gpu]") {
-  if (!optgen::driver::available()) return;
+  OPTGEN_REQUIRE_GPU();
   const CUdevice device = optgen::driver::current_device();
   const int arch = optgen::driver::compute_capability(device);
   const int other = arch / 10 == 8 ? 90 : 80;  // a cubin for it cannot run here
