@@ -92,8 +92,14 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {"adam_f32_f32", 0, DType::F32, DType::F32},
     {"adam_bf16_f32", 0, DType::BF16, DType::F32},
+    {"adam_f16_f32", 0, DType::F16, DType::F32},
+    {"adam_bf16_bf16", 0, DType::BF16, DType::BF16},
+    {"adam_f32_bf16", 0, DType::F32, DType::BF16},
     {"adam_amsgrad_f32_f32", 1, DType::F32, DType::F32},
     {"adam_amsgrad_bf16_f32", 1, DType::BF16, DType::F32},
+    {"adam_amsgrad_f16_f32", 1, DType::F16, DType::F32},
+    {"adam_amsgrad_bf16_bf16", 1, DType::BF16, DType::BF16},
+    {"adam_amsgrad_f32_bf16", 1, DType::F32, DType::BF16},
 };
 
 int select_variant([[maybe_unused]] const double* h) { return (h[5] != 0 ? 1 : 0); }
@@ -109,7 +115,7 @@ const OptimizerInfo& Adam::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       &spec_reference::derive_flags, &select_variant,
-      kVariants, 2, kKernels, 4, &kernel_images::adam,
+      kVariants, 2, kKernels, 10, &kernel_images::adam,
       /*block_size=*/256, /*inline_groups=*/16, /*chunk_size=*/4096};
   return info;
 }

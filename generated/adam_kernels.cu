@@ -6,8 +6,14 @@
 // kernel per variant and storage type, named <variant>_<params and grads>_<states>:
 //   adam_f32_f32
 //   adam_bf16_f32
+//   adam_f16_f32
+//   adam_bf16_bf16
+//   adam_f32_bf16
 //   adam_amsgrad_f32_f32
 //   adam_amsgrad_bf16_f32
+//   adam_amsgrad_f16_f32
+//   adam_amsgrad_bf16_bf16
+//   adam_amsgrad_f32_bf16
 //
 // Self-contained: NVRTC compiles it with no include path, at build time or at load time.
 
@@ -302,6 +308,24 @@ adam_bf16_f32(const optgen::TableView table, const __grid_constant__ optgen::Ste
   optgen::update_chunk<adam::Update, optgen::bf16, float>(table, args);
 }
 
+/// adam: params and grads in f16, states in f32.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adam_f16_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam::StepScalars> args) {
+  optgen::update_chunk<adam::Update, optgen::f16, float>(table, args);
+}
+
+/// adam: params and grads in bf16, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adam_bf16_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam::StepScalars> args) {
+  optgen::update_chunk<adam::Update, optgen::bf16, optgen::bf16>(table, args);
+}
+
+/// adam: params and grads in f32, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adam_f32_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam::StepScalars> args) {
+  optgen::update_chunk<adam::Update, float, optgen::bf16>(table, args);
+}
+
 /// adam_amsgrad: params and grads in f32, states in f32.
 extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
 adam_amsgrad_f32_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam_amsgrad::StepScalars> args) {
@@ -312,5 +336,23 @@ adam_amsgrad_f32_f32(const optgen::TableView table, const __grid_constant__ optg
 extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
 adam_amsgrad_bf16_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam_amsgrad::StepScalars> args) {
   optgen::update_chunk<adam_amsgrad::Update, optgen::bf16, float>(table, args);
+}
+
+/// adam_amsgrad: params and grads in f16, states in f32.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adam_amsgrad_f16_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam_amsgrad::StepScalars> args) {
+  optgen::update_chunk<adam_amsgrad::Update, optgen::f16, float>(table, args);
+}
+
+/// adam_amsgrad: params and grads in bf16, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adam_amsgrad_bf16_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam_amsgrad::StepScalars> args) {
+  optgen::update_chunk<adam_amsgrad::Update, optgen::bf16, optgen::bf16>(table, args);
+}
+
+/// adam_amsgrad: params and grads in f32, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adam_amsgrad_f32_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adam_amsgrad::StepScalars> args) {
+  optgen::update_chunk<adam_amsgrad::Update, float, optgen::bf16>(table, args);
 }
 

@@ -6,8 +6,14 @@
 // kernel per variant and storage type, named <variant>_<params and grads>_<states>:
 //   adamw_f32_f32
 //   adamw_bf16_f32
+//   adamw_f16_f32
+//   adamw_bf16_bf16
+//   adamw_f32_bf16
 //   adamw_amsgrad_f32_f32
 //   adamw_amsgrad_bf16_f32
+//   adamw_amsgrad_f16_f32
+//   adamw_amsgrad_bf16_bf16
+//   adamw_amsgrad_f32_bf16
 //
 // Self-contained: NVRTC compiles it with no include path, at build time or at load time.
 
@@ -302,6 +308,24 @@ adamw_bf16_f32(const optgen::TableView table, const __grid_constant__ optgen::St
   optgen::update_chunk<adamw::Update, optgen::bf16, float>(table, args);
 }
 
+/// adamw: params and grads in f16, states in f32.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adamw_f16_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw::StepScalars> args) {
+  optgen::update_chunk<adamw::Update, optgen::f16, float>(table, args);
+}
+
+/// adamw: params and grads in bf16, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adamw_bf16_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw::StepScalars> args) {
+  optgen::update_chunk<adamw::Update, optgen::bf16, optgen::bf16>(table, args);
+}
+
+/// adamw: params and grads in f32, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adamw_f32_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw::StepScalars> args) {
+  optgen::update_chunk<adamw::Update, float, optgen::bf16>(table, args);
+}
+
 /// adamw_amsgrad: params and grads in f32, states in f32.
 extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
 adamw_amsgrad_f32_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw_amsgrad::StepScalars> args) {
@@ -312,5 +336,23 @@ adamw_amsgrad_f32_f32(const optgen::TableView table, const __grid_constant__ opt
 extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
 adamw_amsgrad_bf16_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw_amsgrad::StepScalars> args) {
   optgen::update_chunk<adamw_amsgrad::Update, optgen::bf16, float>(table, args);
+}
+
+/// adamw_amsgrad: params and grads in f16, states in f32.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adamw_amsgrad_f16_f32(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw_amsgrad::StepScalars> args) {
+  optgen::update_chunk<adamw_amsgrad::Update, optgen::f16, float>(table, args);
+}
+
+/// adamw_amsgrad: params and grads in bf16, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adamw_amsgrad_bf16_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw_amsgrad::StepScalars> args) {
+  optgen::update_chunk<adamw_amsgrad::Update, optgen::bf16, optgen::bf16>(table, args);
+}
+
+/// adamw_amsgrad: params and grads in f32, states in bf16.
+extern "C" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)
+adamw_amsgrad_f32_bf16(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<adamw_amsgrad::StepScalars> args) {
+  optgen::update_chunk<adamw_amsgrad::Update, float, optgen::bf16>(table, args);
 }
 

@@ -253,11 +253,13 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   negative.numel = -1;
   CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("negative numel"));
 
+  const auto& sgd_info = launcher("sgd");
+  optgen::FusedOptimizer sgd(sgd_info, defaults(sgd_info));
   optgen::Tensor half = t;
   half.dtype = DType::F16;
-  CHECK_THAT(error_of([&] { opt.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
-             Catch::Contains("no kernel for variant adam with f16 params and f32 states was generated") &&
-                 Catch::Contains("adam_f32_f32, adam_bf16_f32") && Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
+  CHECK_THAT(error_of([&] { sgd.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("no kernel for variant sgd with f16 params and f32 states was generated") &&
+                 Catch::Contains("sgd_f32_f32, sgd_bf16_f32") && Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
 
   optgen::Tensor bf16 = t;
   bf16.dtype = DType::BF16;
@@ -320,7 +322,9 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   const std::vector<bool> misaligned = {false, false, true, false, true, false, true};
   int combinations = 0;
   for (const auto& entry : optgen::builtin_launchers()) combinations += entry.second->num_kernels;
-  CHECK(combinations == 36);  // 18 variants x {f32, bf16 params with f32 states}
+  // 18 variants x {f32, bf16 params with f32 states}, and adam's and adamw's 2 variants x
+  // {f16 params, bf16 states with bf16 or f32 params}
+  CHECK(combinations == 48);
   for (const auto& [name, info] : optgen::builtin_launchers()) {
     const auto& ref = reference_of(name);
     for (int k = 0; k < info->num_kernels; ++k) {
