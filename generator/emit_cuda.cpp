@@ -6,6 +6,7 @@
 
 #include "code_writer.h"
 #include "element_code.h"
+#include "emit_common.h"
 #include "expr_printer.h"
 
 namespace optgen {
@@ -80,12 +81,6 @@ class CudaPrinter : public ExprPrinter {
   }
 };
 
-std::string flag_list(const Program& p) {
-  std::string flags;
-  for (const auto& [flag, value] : p.flags) flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
-  return flags;
-}
-
 class CudaEmitter {
  public:
   CudaEmitter(const Spec& spec, const KernelTuning& tuning) : spec_(spec), tuning_(tuning) {}
@@ -115,8 +110,7 @@ class CudaEmitter {
 
  private:
   void variant(CodeWriter& w, const Program& p) {
-    std::string flags = flag_list(p);
-    w.line("// ---- variant " + p.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----");
+    w.line(variant_banner(p));
     auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
     w.line();
     w.line("/// Computed once per step and param group, on the host, by the launcher.");
@@ -174,11 +168,6 @@ class CudaEmitter {
   KernelTuning tuning_;
 };
 
-std::string base_name(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
@@ -188,7 +177,7 @@ std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, co
   for (const auto& v : variants)
     for (const auto& s : storage) kernels += "//   " + kernel_name(v, s) + "\n";
   std::string body = CudaEmitter(spec, tuning).emit(variants, storage);
-  return render_template("kernels.cu.in", {{"spec_file", base_name(spec.file->path)},
+  return render_template("kernels.cu.in", {{"spec_file", spec_file_name(spec)},
                                            {"optimizer", spec.optimizer},
                                            {"summary", spec.summary},
                                            {"kernels", kernels},

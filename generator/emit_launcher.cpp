@@ -1,15 +1,11 @@
 #include "emit_launcher.h"
 
 #include "code_writer.h"
+#include "emit_common.h"
 #include "expr_printer.h"
 
 namespace optgen {
 namespace {
-
-std::string base_name(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string cpp_type(ValueType type) {
   switch (type) {
@@ -36,7 +32,7 @@ std::vector<const Hyperparameter*> settable(const Spec& spec) {
 }
 
 std::map<std::string, std::string> common(const Spec& spec) {
-  return {{"spec_file", base_name(spec.file->path)}, {"optimizer", spec.optimizer}, {"spec", spec.name}};
+  return {{"spec_file", spec_file_name(spec)}, {"optimizer", spec.optimizer}, {"spec", spec.name}};
 }
 
 std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
@@ -80,9 +76,7 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
                                  const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
   CodeWriter w;
   for (const auto& p : variants) {
-    std::string flags;
-    for (const auto& [flag, value] : p.flags) flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
-    w.line("// ---- variant " + p.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----");
+    w.line(variant_banner(p));
     auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
     w.line();
     w.line("/// The kernel's StepScalars (" + spec.name + "_kernels.cu), field for field.");

@@ -5,6 +5,7 @@
 
 #include "code_writer.h"
 #include "element_code.h"
+#include "emit_common.h"
 #include "expr_printer.h"
 
 namespace optgen {
@@ -156,9 +157,7 @@ class ReferenceEmitter {
 
   void variant(CodeWriter& w, const Program& p) {
     w.line();
-    std::string flags;
-    for (const auto& [flag, value] : p.flags) flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
-    w.line("// ---- variant " + p.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----");
+    w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
     w.line("inline constexpr std::size_t kNumStepScalars = " + std::to_string(p.step_scalars.size()) + ";");
     w.line("using StepScalars = std::array<double, kNumStepScalars>;");
@@ -261,17 +260,12 @@ class ReferenceEmitter {
   std::vector<std::string> hyperparameters_, states_, scalar_states_;
 };
 
-std::string base_name(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 std::string emit_reference(const Spec& spec, const std::vector<Program>& variants) {
   if (variants.empty()) throw InternalError("emit_reference: no variants");
   std::string body = ReferenceEmitter(spec).emit(variants);
-  return render_template("reference.h.in", {{"spec_file", base_name(spec.file->path)},
+  return render_template("reference.h.in", {{"spec_file", spec_file_name(spec)},
                                             {"optimizer", spec.optimizer},
                                             {"summary", spec.summary},
                                             {"name", spec.name},

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "emit_common.h"
 #include "emit_cuda.h"
 #include "emit_images.h"
 #include "emit_launcher.h"
@@ -78,6 +79,17 @@ struct Arguments {
   optgen::KernelTuning tuning;
 };
 
+/// "a,b,c" -> {"a", "b", "c"} (an empty item stays, for the caller to reject).
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t start = 0; start <= list.size();) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    items.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
 long long integer(const std::string& text, const char* option) {
   try {
     size_t used = 0;
@@ -104,35 +116,24 @@ Arguments parse_arguments(int argc, char** argv) {
     else if (a == "--after") args.after = value("--after");
     else if (a == "--variant") args.variant = value("--variant");
     else if (a == "--storage") {
-      std::string list = value("--storage");
-      for (size_t start = 0; start <= list.size();) {
-        size_t comma = std::min(list.find(',', start), list.size());
+      for (const auto& item : split_list(value("--storage"))) {
         std::string error;
-        auto storage = optgen::parse_storage(list.substr(start, comma - start), &error);
+        auto storage = optgen::parse_storage(item, &error);
         if (!storage) throw UsageError("--storage: " + error);
         args.storage.push_back(*storage);
-        start = comma + 1;
       }
     }
     else if (a == "--arch") {
       args.archs.clear();
-      std::string list = value("--arch");
-      for (size_t start = 0; start <= list.size();) {
-        size_t comma = std::min(list.find(',', start), list.size());
-        long long arch = integer(list.substr(start, comma - start), "--arch");
+      for (const auto& item : split_list(value("--arch"))) {
+        long long arch = integer(item, "--arch");
         if (arch < 50 || arch > 200) throw UsageError("--arch: " + std::to_string(arch) + " is not a GPU architecture such as 80 or 90");
         args.archs.push_back(static_cast<int>(arch));
-        start = comma + 1;
       }
       std::sort(args.archs.begin(), args.archs.end());
     }
     else if (a == "--variants") {
-      std::string list = value("--variants");
-      for (size_t start = 0; start <= list.size();) {
-        size_t comma = std::min(list.find(',', start), list.size());
-        args.kernel_variants.insert(list.substr(start, comma - start));
-        start = comma + 1;
-      }
+      for (const auto& item : split_list(value("--variants"))) args.kernel_variants.insert(item);
     }
     else if (a == "--block-size") args.tuning.block_size = integer(value("--block-size"), "--block-size");
     else if (a == "--elements-per-thread")
@@ -201,7 +202,7 @@ void compile(const optgen::Spec& spec, const std::string& source, const std::vec
     images.push_back({arch, ptx, std::move(compiled.image)});
   }
   write_if_changed(out / (spec.name + "_images.cpp"),
-                   optgen::emit_images(spec.name, std::filesystem::path(spec.file->path).filename().string(), source, images,
+                   optgen::emit_images(spec.name, optgen::spec_file_name(spec), source, images,
                                        optgen::nvrtc::version()));
 }
 
