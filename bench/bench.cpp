@@ -173,29 +173,17 @@ struct OptimizerCase {
 };
 
 std::vector<OptimizerCase> optimizer_cases() {
+  auto with_defaults = [](const optgen::OptimizerInfo& info, optgen::FusedOptimizer::Overrides overrides) {
+    return [&info, overrides] {
+      auto opt = std::make_unique<optgen::FusedOptimizer>(info, optgen::default_hyperparameters(info));
+      for (const auto& [name, value] : overrides) opt->set(name, value);
+      return opt;
+    };
+  };
   return {
-      {"adam", 28,
-       [] {
-         auto& o = optgen::Adam::info();
-         std::vector<double> h;
-         for (int i = 0; i < o.num_hyperparameters; ++i) h.push_back(o.hyperparameters[i].default_value);
-         return std::make_unique<optgen::FusedOptimizer>(o, h);
-       }},
-      {"adamw", 28,
-       [] {
-         auto& o = optgen::AdamW::info();
-         std::vector<double> h;
-         for (int i = 0; i < o.num_hyperparameters; ++i) h.push_back(o.hyperparameters[i].default_value);
-         return std::make_unique<optgen::FusedOptimizer>(o, h);
-       }},
-      {"sgd", 20,
-       [] {
-         auto& o = optgen::SGD::info();
-         std::vector<double> h;
-         for (int i = 0; i < o.num_hyperparameters; ++i)
-           h.push_back(std::string(o.hyperparameters[i].name) == "momentum" ? 0.9 : o.hyperparameters[i].default_value);
-         return std::make_unique<optgen::FusedOptimizer>(o, h);
-       }},
+      {"adam", 28, with_defaults(optgen::Adam::info(), {})},
+      {"adamw", 28, with_defaults(optgen::AdamW::info(), {})},
+      {"sgd", 20, with_defaults(optgen::SGD::info(), {{"momentum", 0.9}})},
   };
 }
 

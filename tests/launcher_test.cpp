@@ -35,12 +35,6 @@ const optgen::reference::Optimizer& reference_of(const std::string& name) {
   throw std::runtime_error("no reference " + name);
 }
 
-std::vector<double> defaults(const optgen::OptimizerInfo& info) {
-  std::vector<double> h;
-  for (int i = 0; i < info.num_hyperparameters; ++i) h.push_back(info.hyperparameters[i].default_value);
-  return h;
-}
-
 /// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
 /// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
 /// set to 0.1.
@@ -50,7 +44,7 @@ std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int v
     if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
   for (bool boost : {true, false})
     for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
-      std::vector<double> h = defaults(info);
+      std::vector<double> h = optgen::default_hyperparameters(info);
       for (int i = 0; i < info.num_hyperparameters; ++i)
         if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
       for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
@@ -233,7 +227,7 @@ std::string error_of(F&& f) {
 
 TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a message naming them", "[launcher]") {
   const auto& info = launcher("adam");
-  optgen::FusedOptimizer opt(info, defaults(info));
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   optgen::Tensor t = fake_tensor();
 
   optgen::Tensor mismatched = t;
@@ -254,7 +248,7 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("negative numel"));
 
   const auto& sgd_info = launcher("sgd");
-  optgen::FusedOptimizer sgd(sgd_info, defaults(sgd_info));
+  optgen::FusedOptimizer sgd(sgd_info, optgen::default_hyperparameters(sgd_info));
   optgen::Tensor half = t;
   half.dtype = DType::F16;
   CHECK_THAT(error_of([&] { sgd.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
@@ -269,7 +263,7 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
              Catch::Contains("Adam has no hyperparameter 'beta3'") && Catch::Contains("lr, beta1, beta2"));
   CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"amsgrad", 2}}); }), Catch::Contains("amsgrad is a bool; got 2"));
   CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"lr", NAN}}); }), Catch::Contains("lr is not finite"));
-  CHECK_THAT(error_of([&] { optgen::FusedOptimizer(info, defaults(info), DType::F16); }),
+  CHECK_THAT(error_of([&] { optgen::FusedOptimizer(info, optgen::default_hyperparameters(info), DType::F16); }),
              Catch::Contains("states cannot be stored in f16"));
   CHECK_THAT(error_of([&] { opt.set("lr", 0.1, 3); }), Catch::Contains("no param group 3"));
   CHECK_THAT(error_of([&] { opt.set_chunk_size(100); }), Catch::Contains("must be a multiple of 64"));
@@ -278,7 +272,7 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
 
 TEST_CASE("a derived flag cannot be set directly", "[launcher]") {
   const auto& info = launcher("sgd");
-  optgen::FusedOptimizer opt(info, defaults(info));
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   opt.set("lr", 0.5);  // no groups yet: changes the default
   CHECK_THAT(error_of([&] { opt.set("use_momentum", 1); }), Catch::Contains("use_momentum is derived from other hyperparameters"));
 }
@@ -309,7 +303,7 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
 TEST_CASE("without a CUDA driver, binding tensors says so and what to do", "[launcher]") {
   if (optgen::driver::available()) return;  // covered on machines without a driver (CI)
   const auto& info = launcher("adam");
-  optgen::FusedOptimizer opt(info, defaults(info));
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   CHECK_THAT(error_of([&] { opt.add_param_group({fake_tensor()}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("libcuda.so.1"));
 }
 
@@ -360,7 +354,7 @@ TEST_CASE("10,000 tensors are updated by one launch", "[gpu]") {
     misaligned.push_back(i % 7 == 3);
   }
   const auto& info = launcher("adam");
-  optgen::FusedOptimizer opt(info, defaults(info));
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   DeviceGroup group(DType::F32, sizes, misaligned, rng);
   opt.add_param_group(group.tensors, {{"weight_decay", 0.01}});
   auto scalar_state = initial_scalar_state(info, opt.hyperparameters(0));
@@ -381,7 +375,7 @@ TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]
   for (int groups : {3, 20}) {  // within and beyond the step scalars the kernel arguments hold
     DYNAMIC_SECTION(groups << " groups") {
       std::mt19937 rng(groups);
-      optgen::FusedOptimizer opt(info, defaults(info));
+      optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
       std::vector<std::unique_ptr<DeviceGroup>> device_groups;
       std::vector<std::vector<double>> scalar_states;
       for (int g = 0; g < groups; ++g) {
@@ -454,7 +448,7 @@ TEST_CASE("a tensor of more than 2^31 elements is updated to its last element", 
     probe_grads.push_back(g);
   }
   const auto& info = launcher("sgd");
-  optgen::FusedOptimizer opt(info, defaults(info));
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   opt.add_param_group({{param.at(0), grad.at(0), n, DType::F32}}, {{"lr", 0.1}, {"momentum", 0.9}});
   opt.step();
   opt.step();

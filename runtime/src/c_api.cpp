@@ -45,14 +45,12 @@ int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const 
     const std::string call = std::string("optgen_") + info.spec + "_create";
     require(out != nullptr, call.c_str(), "out is NULL");
     require(count == 0 || (names && values), call.c_str(), "names or values is NULL");
+    FusedOptimizer engine(info, std::move(defaults), dtype_of(state_dtype, call.c_str()));
     for (size_t i = 0; i < count; ++i) {
-      int index = -1;
-      for (int h = 0; h < info.num_hyperparameters; ++h)
-        if (names[i] && std::string(names[i]) == info.hyperparameters[h].name) index = h;
-      if (index < 0) throw Error(call, std::string(info.name) + " has no hyperparameter '" + (names[i] ? names[i] : "(null)") + "'");
-      defaults[index] = values[i];
+      require(names[i] != nullptr, call.c_str(), "a hyperparameter name is NULL");
+      engine.set(names[i], values[i]);  // with no group yet: the defaults, checked like any setter
     }
-    *out = new optgen_optimizer{FusedOptimizer(info, std::move(defaults), dtype_of(state_dtype, call.c_str()))};
+    *out = new optgen_optimizer{std::move(engine)};
   });
 }
 }  // namespace optgen

@@ -166,6 +166,23 @@ struct FusedOptimizer::Impl {
     return i;
   }
 
+  /// Group `group`'s hyperparameters with hyperparameter `i` set to `value`, derived flags
+  /// recomputed; throws if that would switch the group's kernel variant.
+  std::vector<double> with_value(std::size_t group, const std::string& name, int i, double value) const {
+    const Group& g = groups[group];
+    std::vector<double> h = g.h;
+    h[i] = value;
+    info->derive_flags(h.data());
+    const int variant = info->select_variant(h.data());
+    if (variant != g.variant)
+      throw Error(call("set"), "setting " + name + " to " + std::to_string(value) + " would switch param group " +
+                                   std::to_string(group) + " from kernel variant " + info->variants[g.variant].name + " to " +
+                                   info->variants[variant].name,
+                  "variants own different state buffers, so they are fixed when a group is added: pass " + name +
+                      " to add_param_group instead");
+    return h;
+  }
+
   void ensure_module() {
     if (module_loaded) return;
     module = load_module(info->images(), driver::compute_capability(driver::current_device()));
@@ -175,6 +192,12 @@ struct FusedOptimizer::Impl {
   void build_tables();
   void fill_state(void* data, std::int64_t numel, double value) const;
 };
+
+std::vector<double> default_hyperparameters(const OptimizerInfo& info) {
+  std::vector<double> h;
+  for (int i = 0; i < info.num_hyperparameters; ++i) h.push_back(info.hyperparameters[i].default_value);
+  return h;
+}
 
 FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, DType state_dtype)
     : impl_(std::make_unique<Impl>()) {
@@ -367,26 +390,20 @@ void FusedOptimizer::step(CUstream stream) {
 }
 
 void FusedOptimizer::set(const std::string& name, double value) {
-  const int i = impl_->settable_index(name, value);
-  for (std::size_t g = 0; g < impl_->groups.size(); ++g) set(name, value, g);
-  impl_->defaults[i] = value;  // for groups added later
+  Impl& m = *impl_;
+  const int i = m.settable_index(name, value);
+  // Every group is checked before any changes, so a rejected value leaves all of them as they were.
+  std::vector<std::vector<double>> updated;
+  for (std::size_t g = 0; g < m.groups.size(); ++g) updated.push_back(m.with_value(g, name, i, value));
+  for (std::size_t g = 0; g < m.groups.size(); ++g) m.groups[g].h = std::move(updated[g]);
+  m.defaults[i] = value;  // for groups added later
 }
 
 void FusedOptimizer::set(const std::string& name, double value, std::size_t group) {
   Impl& m = *impl_;
   const int i = m.settable_index(name, value);
   m.group_at(group, "set");
-  Group& g = m.groups[group];
-  std::vector<double> h = g.h;
-  h[i] = value;
-  m.info->derive_flags(h.data());
-  const int variant = m.info->select_variant(h.data());
-  if (variant != g.variant)
-    throw Error(m.call("set"), "setting " + name + " to " + std::to_string(value) + " would switch param group " + std::to_string(group) +
-                                   " from kernel variant " + m.info->variants[g.variant].name + " to " + m.info->variants[variant].name,
-                "variants own different state buffers, so they are fixed when a group is added: pass " + name +
-                    " to add_param_group instead");
-  g.h = std::move(h);
+  m.groups[group].h = m.with_value(group, name, i, value);
 }
 
 double FusedOptimizer::get(const std::string& name, std::size_t group) const {
@@ -418,15 +435,6 @@ double FusedOptimizer::scalar_state(const std::string& name, std::size_t group) 
 std::int64_t FusedOptimizer::step_count(std::size_t group) const { return impl_->group_at(group, "step_count").step; }
 std::size_t FusedOptimizer::num_groups() const { return impl_->groups.size(); }
 std::size_t FusedOptimizer::num_tensors(std::size_t group) const { return impl_->group_at(group, "num_tensors").tensors.size(); }
-
-int FusedOptimizer::launches_per_step() const {
-  std::vector<int> kernels;
-  for (const Group& g : impl_->groups) {
-    bool has_elements = std::any_of(g.tensors.begin(), g.tensors.end(), [](const BoundTensor& t) { return t.numel > 0; });
-    if (has_elements && std::find(kernels.begin(), kernels.end(), g.kernel) == kernels.end()) kernels.push_back(g.kernel);
-  }
-  return static_cast<int>(kernels.size());
-}
 
 int FusedOptimizer::launches_last_step() const { return impl_->launches_last_step; }
 

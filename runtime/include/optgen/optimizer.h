@@ -81,6 +81,9 @@ struct OptimizerInfo {
   long long chunk_size;                    ///< default elements per block
 };
 
+/// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).
+std::vector<double> default_hyperparameters(const OptimizerInfo& info);
+
 class FusedOptimizer {
  public:
   /// Hyperparameters by name, e.g. {{"lr", 1e-3}, {"weight_decay", 0.1}}.
@@ -116,8 +119,6 @@ class FusedOptimizer {
 
   std::size_t num_groups() const;
   std::size_t num_tensors(std::size_t group) const;
-  /// Kernel launches the next step makes.
-  int launches_per_step() const;
   /// Kernel launches the last step made (for tests).
   int launches_last_step() const;
   /// Elements per block; changes take effect at the next step (tables are rebuilt).
