@@ -142,28 +142,35 @@ struct DeviceGroup {
   }
 };
 
-/// One step on the GPU and, from the same starting values, on the CPU reference; returns the
-/// worst relative error over the group's params and states.
+/// The worst relative error seen over a run, and where.
 struct Comparison {
   double worst = 0;
   std::string where;
 };
 
-void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
-                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result) {
+/// A group's state buffers as the device holds them before a step: [tensor][state], empty for
+/// states the group's variant does not have.
+using StateSnapshot = std::vector<std::vector<std::vector<float>>>;
+
+StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
+                              const DeviceGroup& g, DType state_dtype) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
-  // The reference starts from what the device holds now.
-  std::vector<std::vector<std::vector<float>>> states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
+  StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
   for (size_t t = 0; t < g.sizes.size(); ++t)
     for (int s = 0; s < info.num_states; ++s)
-      if (ref.state_present(h.data(), s)) {
-        auto buffer = opt.state(info.states[s].name, group, t);
-        states[t][s] = download(state_dtype, buffer.data, g.sizes[t]);
-      }
-  opt.step();
-  optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+      if (ref.state_present(h.data(), s)) states[t][s] = download(state_dtype, opt.state(info.states[s].name, group, t).data, g.sizes[t]);
+  return states;
+}
 
+/// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
+/// host copies and `states`) and compares the device's params and states with it, recording the
+/// worst relative error in `result`. Afterwards `g` holds the device's values.
+void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
+                 StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype,
+                 Comparison& result) {
+  const auto& info = opt.info();
+  const std::vector<double> h = opt.hyperparameters(group);
   std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
   std::vector<optgen::reference::Tensor<float>> tensors;
   for (size_t t = 0; t < g.sizes.size(); ++t) {
@@ -179,8 +186,8 @@ void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimize
       const double error = relative_error(actual, expected);
       if (!(error <= result.worst)) {
         result.worst = std::isnan(error) ? INFINITY : error;
-        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) + " elements) at step " +
-                       std::to_string(step);
+        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) + " elements) of group " +
+                       std::to_string(group) + " at step " + std::to_string(step);
       }
       if (!(error <= limit)) {
         for (size_t i = 0; i < actual.size(); ++i)
@@ -195,6 +202,18 @@ void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimize
     for (int s = 0; s < info.num_states; ++s)
       if (!states[t][s].empty()) check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
   }
+}
+
+void synchronize() { optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize"); }
+
+/// One step on the GPU and, from the same starting values, on the CPU reference, for a
+/// single-group optimizer.
+void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result) {
+  StateSnapshot states = snapshot_states(opt, ref, 0, g, state_dtype);
+  opt.step();
+  synchronize();
+  check_group(opt, ref, 0, g, states, ref_scalar_state, step, state_dtype, result);
 }
 
 std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h) {
@@ -333,7 +352,7 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
         Comparison result;
         for (std::int64_t step = 1; step <= 3; ++step) {
           group.new_gradients(rng);
-          compare_step(opt, ref, 0, group, scalar_state, step, kernel.state, result);
+          compare_step(opt, ref, group, scalar_state, step, kernel.state, result);
           CHECK(opt.launches_last_step() == 1);
         }
         INFO(kernel.name << ": worst relative error " << result.worst << " in " << result.where);
@@ -361,7 +380,7 @@ TEST_CASE("10,000 tensors are updated by one launch", "[gpu]") {
   Comparison result;
   for (std::int64_t step = 1; step <= 2; ++step) {
     group.new_gradients(rng);
-    compare_step(opt, reference_of("adam"), 0, group, scalar_state, step, DType::F32, result);
+    compare_step(opt, reference_of("adam"), group, scalar_state, step, DType::F32, result);
     CHECK(opt.launches_last_step() == 1);
   }
   INFO("worst relative error " << result.worst << " in " << result.where);
@@ -384,40 +403,18 @@ TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]
         opt.add_param_group(device_groups.back()->tensors, {{"lr", 1e-3 * (g + 1)}, {"weight_decay", 0.01 * g}, {"maximize", g % 2}});
         scalar_states.push_back(initial_scalar_state(info, opt.hyperparameters(g)));
       }
-      // compare_step steps every group; check each group's tensors against its own reference.
       for (std::int64_t step = 1; step <= 2; ++step) {
         for (auto& g : device_groups) g->new_gradients(rng);
-        // Snapshot every group's states before the step, then step once, then compare group by group.
-        std::vector<std::vector<std::vector<float>>> before(groups);
-        for (int g = 0; g < groups; ++g)
-          for (size_t t = 0; t < 3; ++t)
-            for (int s = 0; s < info.num_states; ++s) {
-              const bool present = reference_of("adamw").state_present(opt.hyperparameters(g).data(), s);
-              before[g].push_back(present ? download(DType::F32, opt.state(info.states[s].name, g, t).data, device_groups[g]->sizes[t])
-                                          : std::vector<float>());
-            }
+        std::vector<StateSnapshot> before;
+        for (int g = 0; g < groups; ++g) before.push_back(snapshot_states(opt, ref, g, *device_groups[g], DType::F32));
         opt.step();
-        optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+        synchronize();
         CHECK(opt.launches_last_step() == 1);
         for (int g = 0; g < groups; ++g) {
-          auto& dg = *device_groups[g];
-          std::vector<std::vector<float*>> pointers(3);
-          std::vector<optgen::reference::Tensor<float>> tensors;
-          for (size_t t = 0; t < 3; ++t) {
-            for (int s = 0; s < info.num_states; ++s) {
-              auto& state = before[g][t * info.num_states + s];
-              pointers[t].push_back(state.empty() ? nullptr : state.data());
-            }
-            tensors.push_back({static_cast<size_t>(dg.sizes[t]), dg.params[t].data(), dg.grads[t].data(), pointers[t].data()});
-          }
-          const auto h = opt.hyperparameters(g);
-          ref.step_float(h.data(), scalar_states[g].data(), step, tensors.data(), tensors.size());
-          for (size_t t = 0; t < 3; ++t) {
-            auto actual = download(DType::F32, dg.tensors[t].param, dg.sizes[t]);
-            INFO("group " << g << " tensor " << t << " step " << step);
-            CHECK(relative_error(actual, dg.params[t]) <= 1e-5);
-            dg.params[t] = actual;
-          }
+          Comparison result;
+          check_group(opt, ref, g, *device_groups[g], before[g], scalar_states[g], step, DType::F32, result);
+          INFO("worst relative error " << result.worst << " in " << result.where);
+          CHECK(result.worst <= 1e-5);
         }
       }
     }
@@ -435,7 +432,7 @@ TEST_CASE("a tensor of more than 2^31 elements is updated to its last element", 
   std::memcpy(&half_bits, &half, 4);
   optgen::driver::check(api.cuMemsetD32(param.get(), one_bits, n), "cuMemsetD32");
   optgen::driver::check(api.cuMemsetD32(grad.get(), half_bits, n), "cuMemsetD32");
-  optgen::driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");  // memsets run asynchronously
+  synchronize();  // the memsets run asynchronously
   // Distinct gradients around 2^31 and at the very end, where 32-bit indexing would go wrong.
   const std::vector<std::int64_t> probes = {0, (std::int64_t{1} << 31) - 40, n - 64};
   std::mt19937 rng(31);
@@ -452,7 +449,7 @@ TEST_CASE("a tensor of more than 2^31 elements is updated to its last element", 
   opt.add_param_group({{param.at(0), grad.at(0), n, DType::F32}}, {{"lr", 0.1}, {"momentum", 0.9}});
   opt.step();
   opt.step();
-  optgen::driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+  synchronize();
   CHECK(opt.launches_last_step() == 1);
   for (size_t p = 0; p < probes.size(); ++p) {
     auto got = param.download<float>(64, probes[p] * 4);
