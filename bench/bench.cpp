@@ -3,10 +3,12 @@
 // here; and the host time spent inside step() for a model of many tensors.
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers adam,adamw,sgd]
-//                [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
+//                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //
-// Steps are launched from C++ one after another on one stream, with no CUDA graph; time is
-// measured with CUDA events over `steps` steps, the median of 5 repetitions.
+// Modes: `eager` launches steps from C++ one after another on one stream; `graph` captures one
+// step in a CUDA graph once and replays it; `amp` is the eager step with AMP's grad_scale and
+// found_inf given (device floats: a scale of 1024, no overflow). Time is measured with CUDA events
+// over `steps` steps, the median of 5 repetitions.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "adam.h"
 #include "adamw.h"
@@ -38,45 +42,18 @@ struct Workload {
   std::int64_t parameters = 0;
 };
 
-/// Reads the "name" and "shapes" of a workload file (a list of lists of integers).
+/// Reads the "name" and "shapes" (a list of lists of sizes) of a workload file.
 Workload load_workload(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const nlohmann::json doc = nlohmann::json::parse(in);
   Workload w;
-  size_t name = text.find("\"name\"");
-  if (name != std::string::npos) {
-    size_t open = text.find('"', text.find(':', name) + 1);
-    w.name = text.substr(open + 1, text.find('"', open + 1) - open - 1);
-  }
-  size_t at = text.find('[', text.find("\"shapes\""));
-  if (at == std::string::npos) throw std::runtime_error(path + " has no shapes");
-  int depth = 0;
-  std::int64_t numel = 1, number = 0;
-  bool in_number = false;
-  for (size_t i = at; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c >= '0' && c <= '9') {
-      number = number * 10 + (c - '0');
-      in_number = true;
-      continue;
-    }
-    if (in_number) {
-      numel *= number;
-      number = 0;
-      in_number = false;
-    }
-    if (c == '[') {
-      if (++depth == 2) numel = 1;
-    } else if (c == ']') {
-      if (depth == 2) {
-        w.numels.push_back(numel);
-        w.parameters += numel;
-      }
-      if (--depth == 0) break;
-    }
+  w.name = doc.value("name", path);
+  for (const auto& shape : doc.at("shapes")) {
+    std::int64_t numel = 1;
+    for (const auto& d : shape) numel *= d.get<std::int64_t>();
+    w.numels.push_back(numel);
+    w.parameters += numel;
   }
   return w;
 }
@@ -187,6 +164,46 @@ std::vector<OptimizerCase> optimizer_cases() {
   };
 }
 
+/// One step captured in a CUDA graph, replayed by launch().
+class CapturedStep {
+ public:
+  CapturedStep(optgen::FusedOptimizer& opt, CUstream stream) : stream_(stream) {
+    opt.prepare(stream);
+    check(api().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    opt.step(stream);
+    check(api().cuStreamEndCapture(stream, &graph_), "cuStreamEndCapture");
+    check(api().cuGraphInstantiate(&exec_, graph_, 0), "cuGraphInstantiate");
+  }
+  ~CapturedStep() {
+    api().cuGraphExecDestroy(exec_);
+    api().cuGraphDestroy(graph_);
+  }
+  void launch() { check(api().cuGraphLaunch(exec_, stream_), "cuGraphLaunch"); }
+
+ private:
+  CUstream stream_;
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+};
+
+/// AMP's device inputs: grad_scale 1024, found_inf 0.
+class AmpInputs {
+ public:
+  AmpInputs() {
+    check(api().cuMemAlloc(&memory_, 2 * sizeof(float)), "cuMemAlloc");
+    const float values[] = {1024.0f, 0.0f};
+    check(api().cuMemcpyHtoD(memory_, values, sizeof values), "cuMemcpyHtoD");
+  }
+  ~AmpInputs() { api().cuMemFree(memory_); }
+  optgen::AmpInputs get() const {
+    const auto* p = reinterpret_cast<const float*>(memory_);
+    return {p, p + 1};
+  }
+
+ private:
+  CUdeviceptr memory_ = 0;
+};
+
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
   std::stringstream ss(list);
@@ -225,6 +242,7 @@ int main(int argc, char** argv) {
   std::string dir = "../shared/workloads";
   std::vector<std::string> workloads = {"ghostnet_100", "resnet50", "gpt2", "llama-1b"};
   std::vector<std::string> optimizers = {"adam", "adamw", "sgd"};
+  std::vector<std::string> modes = {"eager", "graph", "amp"};
   std::vector<long long> chunk_sizes = {0};  // 0: the launcher's default
   int steps = 50, host_tensors = 10000;
   for (int i = 1; i < argc; ++i) {
@@ -236,14 +254,15 @@ int main(int argc, char** argv) {
     if (a == "--workload-dir") dir = value();
     else if (a == "--workloads") workloads = split(value());
     else if (a == "--optimizers") optimizers = split(value());
+    else if (a == "--modes") modes = split(value());
     else if (a == "--steps") steps = std::stoi(value());
     else if (a == "--host-tensors") host_tensors = std::stoi(value());
     else if (a == "--chunk-sizes") {
       chunk_sizes.clear();
       for (const auto& c : split(value())) chunk_sizes.push_back(std::stoll(c));
     } else {
-      std::cerr << "usage: optgen_bench [--workload-dir DIR] [--workloads a,b] [--optimizers adam,adamw,sgd] [--steps N]"
-                   " [--chunk-sizes 65536,...] [--host-tensors N]\n";
+      std::cerr << "usage: optgen_bench [--workload-dir DIR] [--workloads a,b] [--optimizers adam,adamw,sgd]"
+                   " [--modes eager,graph,amp] [--steps N] [--chunk-sizes 65536,...] [--host-tensors N]\n";
       return 2;
     }
   }
@@ -254,8 +273,9 @@ int main(int argc, char** argv) {
     Timer timer;
     const double copy = copy_bandwidth(stream, timer);
     std::printf("device copy bandwidth (2 GiB device-to-device, read + write): %.3f TB/s\n\n", copy / 1e12);
-    std::printf("| workload | tensors | parameters | optimizer | chunk | us/step | floor us | TB/s | of copy |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| workload | tensors | parameters | optimizer | chunk | mode | us/step | floor us | TB/s | of copy |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    AmpInputs amp;
     for (const auto& name : workloads) {
       Workload w = load_workload(dir + "/" + name + ".json");
       Model model(w.numels);
@@ -266,13 +286,23 @@ int main(int argc, char** argv) {
           if (chunk > 0) opt->set_chunk_size(chunk);
           else chunk = opt->info().chunk_size;
           opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
-          for (int i = 0; i < 5; ++i) opt->step(stream);
-          const double us = timer.median_us(stream, steps, 5, [&] { opt->step(stream); });
-          const double bytes = static_cast<double>(c.bytes_per_parameter) * w.parameters;
-          std::printf("| %s | %zu | %lld | %s | %lld | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(), w.numels.size(),
-                      static_cast<long long>(w.parameters), c.name.c_str(), chunk, us, bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12,
-                      100.0 * bytes / (us * 1e-6) / copy);
-          std::fflush(stdout);
+          for (const auto& mode : modes) {
+            std::function<void()> step;
+            std::unique_ptr<CapturedStep> captured;
+            if (mode == "eager") step = [&] { opt->step(stream); };
+            else if (mode == "amp") step = [&] { opt->step(stream, amp.get()); };
+            else if (mode == "graph") {
+              captured = std::make_unique<CapturedStep>(*opt, stream);
+              step = [&] { captured->launch(); };
+            } else throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
+            for (int i = 0; i < 5; ++i) step();
+            const double us = timer.median_us(stream, steps, 5, step);
+            const double bytes = static_cast<double>(c.bytes_per_parameter) * w.parameters;
+            std::printf("| %s | %zu | %lld | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(), w.numels.size(),
+                        static_cast<long long>(w.parameters), c.name.c_str(), chunk, mode.c_str(), us, bytes / copy * 1e6,
+                        bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / copy);
+            std::fflush(stdout);
+          }
         }
       }
     }

@@ -5,13 +5,23 @@ In one process, for each workload (parameter shapes of a real model, from a JSON
 name, tensors, parameters, shapes) and each optimizer (Adam, AdamW, SGD with momentum 0.9; fp32,
 lr 1e-3), on the same CUDA parameter tensors and gradients, it times one optimizer step of:
 
-  optgen       optgen_<spec>_create + optgen_add_param_group + optgen_step (one ctypes call per step)
-  forloop      torch.optim, foreach=False
-  foreach      torch.optim, foreach=True
-  fused        torch.optim, fused=True
-  fused_graph  torch.optim, fused=True (capturable=True for Adam/AdamW) captured in a CUDA graph, replayed
-  compile      torch.compile(opt.step), default mode            (only --compile-workloads)
-  compile_ro   torch.compile(opt.step), mode="reduce-overhead"  (only --compile-workloads)
+  optgen        optgen_<spec>_create + optgen_add_param_group + optgen_step (one ctypes call per step)
+  optgen_graph  optgen_step captured once in a torch.cuda.CUDAGraph, replayed
+  optgen_amp    optgen_step_amp with AMP's grad_scale and found_inf (device float32 tensors)
+  forloop       torch.optim, foreach=False
+  foreach       torch.optim, foreach=True
+  fused         torch.optim, fused=True
+  fused_graph   torch.optim, fused=True (capturable=True for Adam/AdamW) captured in a CUDA graph, replayed
+  fused_amp     torch.optim, fused=True, stepped with grad_scale and found_inf exactly as GradScaler.step()
+                passes them to a fused optimizer (after its overflow check)
+  fused_scaler  torch.optim, fused=True, under a real torch.amp.GradScaler: scaler.step(opt) (which checks
+                every gradient for inf/NaN, then steps as fused_amp) and scaler.update()
+  compile       torch.compile(opt.step), default mode            (only --compile-workloads)
+  compile_ro    torch.compile(opt.step), mode="reduce-overhead"  (only --compile-workloads)
+
+Each torch method is compared with the optgen method doing the same work: fused_graph with
+optgen_graph, fused_amp and fused_scaler with optgen_amp, every other one with optgen. The AMP
+inputs are a scale of 65536 (GradScaler's initial scale) and no overflow.
 
 Each step is launched from a Python loop, as a training loop would. Reported: the median over --reps
 repetitions of --steps steps, in microseconds per step, from CUDA events around the loop (GPU
@@ -41,26 +51,40 @@ import traceback
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-ALL_METHODS = ["optgen", "forloop", "foreach", "fused", "fused_graph", "compile", "compile_ro"]
-TORCH_METHODS = ALL_METHODS[1:]
+ALL_METHODS = ["optgen", "optgen_graph", "optgen_amp", "forloop", "foreach", "fused", "fused_graph", "fused_amp",
+               "fused_scaler", "compile", "compile_ro"]
+OPTGEN_METHODS = ("optgen", "optgen_graph", "optgen_amp")
+TORCH_METHODS = [m for m in ALL_METHODS if m not in OPTGEN_METHODS]
 COMPILE_METHODS = ("compile", "compile_ro")
+# The optgen method each torch method is measured against: the one doing the same work.
+COUNTERPART = {"fused_graph": "optgen_graph", "fused_amp": "optgen_amp", "fused_scaler": "optgen_amp"}
 METHOD_TITLES = {
     "optgen": "optgen",
+    "optgen_graph": "optgen + CUDA graph",
+    "optgen_amp": "optgen AMP",
     "forloop": "for-loop",
     "foreach": "foreach",
     "fused": "fused",
     "fused_graph": "fused + CUDA graph",
+    "fused_amp": "fused AMP",
+    "fused_scaler": "fused + GradScaler",
     "compile": "compile",
     "compile_ro": "compile reduce-overhead",
 }
 SHORT_TITLES = {
+    "optgen": "optgen",
+    "optgen_graph": "optgen+graph",
+    "optgen_amp": "optgen AMP",
     "forloop": "for-loop",
     "foreach": "foreach",
     "fused": "fused",
     "fused_graph": "fused+graph",
+    "fused_amp": "fused AMP",
+    "fused_scaler": "fused+scaler",
     "compile": "compile",
     "compile_ro": "compile-RO",
 }
+AMP_SCALE = 65536.0  # GradScaler's default init_scale
 
 LR = 1e-3
 # Per optimizer: optgen spec name, hyperparameters by the spec's names, the torch.optim class name and
@@ -203,6 +227,7 @@ class OptgenTensor(ctypes.Structure):
 
 
 OPTGEN_F32 = 0
+OPTGEN_ABI_VERSION = 2  # OPTGEN_ABI_VERSION of optgen/c_api.h
 
 
 class OptgenError(RuntimeError):
@@ -222,7 +247,10 @@ class Optgen:
         P = ctypes.POINTER
         handle = c_void_p  # optgen_optimizer*
         decl = {
+            "optgen_abi_version": (ctypes.c_int32, []),
             "optgen_last_error": (ctypes.c_char_p, []),
+            "optgen_prepare": (c_int, [handle, c_void_p]),
+            "optgen_step_amp": (c_int, [handle, c_void_p, c_void_p, c_void_p]),
             "optgen_add_param_group": (c_int, [handle, P(OptgenTensor), c_size_t, P(ctypes.c_char_p), P(c_double),
                                                c_size_t, P(c_size_t)]),
             "optgen_step": (c_int, [handle, c_void_p]),
@@ -249,6 +277,9 @@ class Optgen:
             fn.argtypes = argtypes
         if missing:
             raise SystemExit(f"error: {path} lacks {', '.join(missing)}")
+        if lib.optgen_abi_version() != OPTGEN_ABI_VERSION:
+            raise SystemExit(f"error: {path} implements optgen's C ABI version {lib.optgen_abi_version()}; "
+                             f"this script speaks version {OPTGEN_ABI_VERSION}")
         self.symbols = sorted(decl)
 
     def check(self, rc, what):
@@ -354,6 +385,99 @@ def setup_optgen(ctx, opt_name, params):
     return step, lambda: og.destroy(handle), info
 
 
+def setup_optgen_graph(ctx, opt_name, params):
+    import torch
+    og = ctx["optgen"]
+    cfg = OPTIMIZERS[opt_name]
+    torch.cuda.synchronize()
+    handle = og.create(cfg["spec"], cfg["optgen"])
+    graph = None
+    try:
+        og.add_param_group(handle, params)
+        stream = torch.cuda.current_stream()
+        og.check(og.lib.optgen_prepare(handle, ctypes.c_void_p(stream.cuda_stream)), "optgen_prepare")
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            capture = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            og.check(og.lib.optgen_step(handle, capture), "optgen_step")
+        # Setters are ordered on the stream of the last prepare() or step(): the one replays run on.
+        og.check(og.lib.optgen_prepare(handle, ctypes.c_void_p(stream.cuda_stream)), "optgen_prepare")
+        torch.cuda.synchronize()
+    except Exception:
+        og.destroy(handle)
+        raise
+
+    def cleanup():
+        nonlocal graph
+        del graph
+        og.destroy(handle)
+
+    return graph.replay, cleanup, None
+
+
+def amp_inputs():
+    import torch
+    return (torch.full((), AMP_SCALE, dtype=torch.float32, device="cuda"),
+            torch.zeros((), dtype=torch.float32, device="cuda"))
+
+
+def setup_optgen_amp(ctx, opt_name, params):
+    import torch
+    og = ctx["optgen"]
+    cfg = OPTIMIZERS[opt_name]
+    torch.cuda.synchronize()
+    handle = og.create(cfg["spec"], cfg["optgen"])
+    try:
+        og.add_param_group(handle, params)
+    except Exception:
+        og.destroy(handle)
+        raise
+    grad_scale, found_inf = amp_inputs()
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    scale_ptr, inf_ptr = ctypes.c_void_p(grad_scale.data_ptr()), ctypes.c_void_p(found_inf.data_ptr())
+    lib_step, check = og.lib.optgen_step_amp, og.check
+
+    def step():
+        rc = lib_step(handle, stream, scale_ptr, inf_ptr)
+        if rc != 0:
+            check(rc, "optgen_step_amp")
+
+    def cleanup():
+        nonlocal grad_scale, found_inf
+        og.destroy(handle)
+        grad_scale = found_inf = None
+
+    return step, cleanup, None
+
+
+def setup_fused_amp(ctx, opt_name, params):
+    opt = torch_optimizer(opt_name, params, fused=True)
+    grad_scale, found_inf = amp_inputs()
+
+    def step():
+        # What torch.amp.GradScaler.step() does for an optimizer with _step_supports_amp_scaling,
+        # once its overflow check has produced found_inf.
+        opt.grad_scale, opt.found_inf = grad_scale, found_inf
+        opt.step()
+        del opt.grad_scale, opt.found_inf
+
+    return step, None, None
+
+
+def setup_fused_scaler(ctx, opt_name, params):
+    import torch
+    opt = torch_optimizer(opt_name, params, fused=True)
+    scaler = torch.amp.GradScaler("cuda", init_scale=AMP_SCALE, growth_interval=1 << 30)
+    scaler.scale(torch.ones((), device="cuda"))  # as a training loop's scaler.scale(loss) would, once: creates the scale
+
+    def step():
+        scaler.step(opt)
+        scaler.update()
+
+    return step, None, None
+
+
 def setup_eager(flags):
     def setup(ctx, opt_name, params):
         opt = torch_optimizer(opt_name, params, **flags)
@@ -434,6 +558,10 @@ def setup_compile(mode):
 
 SETUP = {
     "optgen": setup_optgen,
+    "optgen_graph": setup_optgen_graph,
+    "optgen_amp": setup_optgen_amp,
+    "fused_amp": setup_fused_amp,
+    "fused_scaler": setup_fused_scaler,
     "forloop": setup_eager({"foreach": False}),
     "foreach": setup_eager({"foreach": True}),
     "fused": setup_eager({"fused": True}),
@@ -582,7 +710,7 @@ def markdown(results, copy_tbps, methods):
                  "Cells: µs per step, median; floor = bytes moved at the copy bandwidth; "
                  "`X / optgen`: how many times faster optgen is than X.")
     lines.append("")
-    torch_methods = [m for m in methods if m != "optgen"]
+    torch_methods = [m for m in methods if m not in OPTGEN_METHODS]
     by_opt = {}
     for r in results:
         by_opt.setdefault(r["optimizer"], []).append(r)
@@ -592,7 +720,8 @@ def markdown(results, copy_tbps, methods):
         lines.append(f"### {cfg['torch']} (fp32, {cfg['bytes_per_param']} bytes/parameter/step)")
         lines.append("")
         head = ["workload (tensors, params)", "floor"] + [METHOD_TITLES[m] for m in methods] + \
-               ["optgen TB/s (of copy)"] + [f"{SHORT_TITLES[m]} / optgen" for m in torch_methods] + ["check max rel diff"]
+               ["optgen TB/s (of copy)"] + [f"{SHORT_TITLES[m]} / {SHORT_TITLES[COUNTERPART.get(m, 'optgen')]}" for m in torch_methods] + \
+               ["check max rel diff"]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         for r in rows:
@@ -604,7 +733,8 @@ def markdown(results, copy_tbps, methods):
             cells.append(f"{og['tbps']:.2f} ({og['fraction_of_copy'] * 100:.0f}%)" if og_us else "n/a")
             for m in torch_methods:
                 t = ms.get(m, {}).get("us_per_step") if ms.get(m) else None
-                cells.append(f"{t / og_us:.2f}x" if (t and og_us) else ("—" if ms.get(m) is None else "n/a"))
+                ours = (ms.get(COUNTERPART.get(m, "optgen")) or {}).get("us_per_step")
+                cells.append(f"{t / ours:.2f}x" if (t and ours) else ("—" if ms.get(m) is None else "n/a"))
             c = r.get("check")
             if not c:
                 cells.append("—")
@@ -800,9 +930,11 @@ def main(argv=None):
                 if method in COMPILE_METHODS and w["name"] not in compile_set:
                     continue
                 row["methods"][method] = run_method(ctx, method, opt_name, params, args, bytes_moved)
-            og_us = row["methods"].get("optgen", {}).get("us_per_step")
-            row["speedup_of_optgen"] = {m: e["us_per_step"] / og_us for m, e in row["methods"].items()
-                                        if m != "optgen" and og_us and "us_per_step" in e}
+            row["speedup_of_optgen"] = {}
+            for m, e in row["methods"].items():
+                ours = row["methods"].get(COUNTERPART.get(m, "optgen"), {}).get("us_per_step")
+                if m not in OPTGEN_METHODS and ours and "us_per_step" in e:
+                    row["speedup_of_optgen"][m] = e["us_per_step"] / ours
             results.append(row)
             meta["elapsed_s"] = time.perf_counter() - t_start
             write_json(args.out, meta, results)

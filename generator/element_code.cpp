@@ -10,11 +10,9 @@ void SourceComments::before(CodeWriter& w, const Expr& e) {
   if (start != std::string::npos) w.line("// " + text.substr(start));
 }
 
-std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program& p, ExprPrinter& printer,
-                                                   const std::string& float_type, std::set<std::string> taken) {
-  std::vector<Expr> roots;
-  for (const auto& o : p.element_outputs) roots.push_back(o.value);
-  auto temporaries = schedule_temporaries(roots, true, [](const Expr& e) { return e->per_element; });
+std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level, ExprPrinter& printer,
+                                          const std::string& float_type, std::set<std::string> taken) {
+  auto temporaries = schedule_temporaries(roots, true, [&](const Expr& e) { return e->level == level; });
   name_temporaries(temporaries, "t", taken, printer);
   SourceComments comments;
   for (const auto& t : temporaries) {
@@ -27,11 +25,18 @@ std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program&
   return values;
 }
 
+std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program& p, ExprPrinter& printer,
+                                                   const std::string& float_type, std::set<std::string> taken) {
+  std::vector<Expr> roots;
+  for (const auto& o : p.element_outputs) roots.push_back(o.value);
+  return write_level_code(w, roots, Level::Element, printer, float_type, std::move(taken));
+}
+
 std::vector<std::string> element_inputs_read(const Program& p) {
   std::set<std::string> read;
   for (const auto& o : p.element_outputs)
     for_each_node(o.value, [&](const Expr& e) {
-      if (e->kind == NodeKind::Var && e->per_element) read.insert(e->name);
+      if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
     });
   std::vector<std::string> inputs;
   for (const char* name : {"param", "grad"})
@@ -39,6 +44,13 @@ std::vector<std::string> element_inputs_read(const Program& p) {
   for (const auto& s : p.states)
     if (read.count(s)) inputs.push_back(s);
   return inputs;
+}
+
+bool reads_numel(const Program& p) {
+  bool found = false;
+  for (const auto& v : p.tensor_values)
+    for_each_node(v.value, [&](const Expr& e) { found = found || (e->kind == NodeKind::Var && e->var == VarKind::Numel); });
+  return found;
 }
 
 }  // namespace optgen

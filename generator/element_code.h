@@ -1,6 +1,6 @@
 #pragma once
-/// What the CPU reference and the CUDA kernels share when they print a variant's per-element
-/// code: the temporaries, each cited by the spec line it came from, then the outputs.
+/// What the CPU reference and the CUDA kernels share when they print a variant's per-tensor and
+/// per-element code: the temporaries, each cited by the spec line it came from, then the values.
 
 #include <set>
 #include <string>
@@ -21,13 +21,20 @@ class SourceComments {
   int last_line_ = 0;
 };
 
-/// Writes `const <float_type> name = ...;` (or `const bool`) for each per-element temporary of
-/// `p`, named after the spec's names where it has them and never one of `taken`; returns the
-/// printed value of each element output, in `p.element_outputs` order.
+/// Writes `const <float_type> name = ...;` (or `const bool`) for each temporary of level `level`
+/// that `roots` need, named after the spec's names where it has them and never one of `taken`;
+/// returns the printed value of each root.
+std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level, ExprPrinter& printer,
+                                          const std::string& float_type, std::set<std::string> taken);
+
+/// The same for the element outputs of `p`, in `p.element_outputs` order.
 std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program& p, ExprPrinter& printer,
                                                    const std::string& float_type, std::set<std::string> taken);
 
 /// The per-element inputs the outputs read: "param", "grad" and state names, in that order.
 std::vector<std::string> element_inputs_read(const Program& p);
+
+/// Whether the tensor values of `p` read the tensor's element count.
+bool reads_numel(const Program& p);
 
 }  // namespace optgen

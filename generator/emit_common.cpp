@@ -2,6 +2,8 @@
 
 namespace optgen {
 
+std::string generator_banner() { return std::string("optgen ") + OPTGEN_VERSION; }
+
 std::string spec_file_name(const Spec& spec) {
   const std::string& path = spec.file->path;
   size_t slash = path.find_last_of('/');

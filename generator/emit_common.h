@@ -1,6 +1,6 @@
 #pragma once
-/// What every emitter prints the same way: the spec's file name for banners, and the comment
-/// that opens a variant's section.
+/// What every emitter prints the same way: the generator's version and the spec's file name for
+/// banners, and the comment that opens a variant's section.
 
 #include <string>
 
@@ -8,6 +8,9 @@
 #include "spec.h"
 
 namespace optgen {
+
+/// "optgen 0.2.0": the generator and its version, for the banner of everything it emits.
+std::string generator_banner();
 
 /// The spec's file name without its directories, e.g. "adam.yaml".
 std::string spec_file_name(const Spec& spec);

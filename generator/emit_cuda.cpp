@@ -8,6 +8,7 @@
 #include "element_code.h"
 #include "emit_common.h"
 #include "expr_printer.h"
+#include "group_code.h"
 
 namespace optgen {
 
@@ -17,28 +18,32 @@ std::string KernelTuning::check() const {
     return "block size " + std::to_string(block_size) + " must be a power of two from 32 to 1024";
   if (!power_of_two(elements_per_thread) || elements_per_thread > 64)
     return "elements per thread " + std::to_string(elements_per_thread) + " must be a power of two up to 64";
-  if (inline_groups < 1 || inline_groups > 64)
-    return "inline groups " + std::to_string(inline_groups) + " must be from 1 to 64";
+  if (min_blocks_per_sm < 0 || min_blocks_per_sm > 32)
+    return "min blocks per SM " + std::to_string(min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
   if (chunk_size < 64 || chunk_size % 64 != 0 || chunk_size > (1LL << 30))
     return "chunk size " + std::to_string(chunk_size) + " must be a multiple of 64 up to 2^30";
   return "";
 }
 
-std::string kernel_name(const Program& variant, const Storage& storage) { return variant.variant + "_" + storage.name(); }
+std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage) {
+  return variant.variant + "_" + storage.name() + "_" + stage.name;
+}
 
-std::vector<StepScalarField> step_scalar_fields(const Program& variant) {
-  std::vector<StepScalarField> fields;
+std::string group_kernel_name(const Program& variant) { return variant.variant + "_group"; }
+
+std::vector<GroupValueField> group_value_fields(const Program& variant) {
+  std::vector<GroupValueField> fields;
   for (bool bools : {false, true})
-    for (size_t i = 0; i < variant.step_scalars.size(); ++i) {
-      const auto& s = variant.step_scalars[i];
-      if ((s.value->type == ValueType::Bool) == bools) fields.push_back({s.name, bools, static_cast<int>(i)});
+    for (size_t i = 0; i < variant.group_values.size(); ++i) {
+      const auto& v = variant.group_values[i];
+      if ((v.value->type == ValueType::Bool) == bools) fields.push_back({v.name, bools, static_cast<int>(i)});
     }
   return fields;
 }
 
-int step_scalars_size(const Program& variant) {
+int group_values_size(const Program& variant) {
   int floats = 0, bools = 0;
-  for (const auto& f : step_scalar_fields(variant)) (f.is_bool ? bools : floats) += 1;
+  for (const auto& f : group_value_fields(variant)) (f.is_bool ? bools : floats) += 1;
   if (floats + bools == 0) return 4;  // the placeholder field
   int size = 4 * floats + bools;
   return floats > 0 ? (size + 3) / 4 * 4 : size;
@@ -46,29 +51,35 @@ int step_scalars_size(const Program& variant) {
 
 namespace {
 
-/// CUDA spelling of element expressions: float math, step scalars and operands as locals.
+/// CUDA spelling of expressions: in float (tensor and element code) or double (group code).
 class CudaPrinter : public ExprPrinter {
+ public:
+  explicit CudaPrinter(bool double_precision) : double_(double_precision) {}
+
  protected:
   std::string constant(const Node& c) const override {
     if (c.type == ValueType::Bool) return c.value != 0 ? "true" : "false";
-    if (std::isinf(c.value)) return c.value > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+    if (std::isinf(c.value)) {
+      if (double_) return c.value > 0 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__longlong_as_double(0xfff0000000000000ll)";
+      return c.value > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+    }
     std::string s = format_number(c.value);
     if (s.find_first_of(".en") == std::string::npos) s += ".0";
-    return s + "f";
+    return double_ ? s : s + "f";
   }
   std::string leaf(const Node& var) const override {
-    if (var.var != VarKind::StepScalar && !var.per_element)
-      throw InternalError("emit_cuda: element code reads '" + var.name + "', which was not hoisted");
+    if (var.var == VarKind::Step) return "static_cast<double>(step)";
+    if (var.var == VarKind::Numel) return double_ ? "static_cast<double>(numel)" : "static_cast<float>(numel)";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
     std::string name;
     switch (fn) {
-      case Builtin::Sqrt: name = "sqrtf"; break;
-      case Builtin::Rsqrt: name = "rsqrtf"; break;
-      case Builtin::Exp: name = "expf"; break;
-      case Builtin::Log: name = "logf"; break;
-      case Builtin::Abs: name = "fabsf"; break;
+      case Builtin::Sqrt: name = double_ ? "sqrt" : "sqrtf"; break;
+      case Builtin::Rsqrt: name = double_ ? "rsqrt" : "rsqrtf"; break;
+      case Builtin::Exp: name = double_ ? "exp" : "expf"; break;
+      case Builtin::Log: name = double_ ? "log" : "logf"; break;
+      case Builtin::Abs: name = double_ ? "fabs" : "fabsf"; break;
       default: name = std::string("optgen::") + spelling(fn);
     }
     std::string out = name + "(";
@@ -77,9 +88,22 @@ class CudaPrinter : public ExprPrinter {
   }
   std::optional<std::string> binary_as_call(BinaryOp op, const std::string& a, const std::string& b) const override {
     if (op != BinaryOp::Pow) return std::nullopt;
-    return "powf(" + a + ", " + b + ")";
+    return (double_ ? "pow(" : "powf(") + a + ", " + b + ")";
   }
+
+ private:
+  bool double_;
 };
+
+/// Writes `text` line by line at the writer's indentation.
+void write_lines(CodeWriter& w, const std::string& text) {
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    w.line(text.substr(start, end - start));
+    start = end + 1;
+  }
+}
 
 class CudaEmitter {
  public:
@@ -88,23 +112,24 @@ class CudaEmitter {
   std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage) {
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
-    w.line("// --inline-groups); the launcher launches with the same values.");
+    w.line("// --min-blocks-per-sm); the launcher launches with the same values.");
     w.line("#define OPTGEN_BLOCK_SIZE " + std::to_string(tuning_.block_size) + "  // threads per block");
     w.line("#define OPTGEN_ELEMENTS_PER_THREAD " + std::to_string(tuning_.elements_per_thread) +
            "  // elements in flight per thread and iteration");
-    w.line("#define OPTGEN_INLINE_GROUPS " + std::to_string(tuning_.inline_groups) +
-           "  // groups whose step scalars travel in the kernel arguments");
+    w.line("#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE" +
+           (tuning_.min_blocks_per_sm > 0 ? ", " + std::to_string(tuning_.min_blocks_per_sm) : std::string()) + ")" +
+           (tuning_.min_blocks_per_sm > 0 ? "  // at most 65536 / (block size * " + std::to_string(tuning_.min_blocks_per_sm) + ") registers" : ""));
     w.line();
-    std::string support = render_template("kernel_support.cuh.in", {});
-    for (size_t start = 0; start < support.size();) {
-      size_t end = support.find('\n', start);
-      if (end == std::string::npos) end = support.size();
-      w.line(support.substr(start, end - start));
-      start = end + 1;
-    }
+    w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
+    write_lines(w, template_text("kernel_abi.h"));
+    w.line();
+    write_lines(w, render_template("kernel_support.cuh.in", {}));
     for (const auto& v : variants) variant(w, v);
-    for (const auto& v : variants)
-      for (const auto& s : storage) kernel(w, v, s);
+    for (const auto& v : variants) {
+      for (const auto& s : storage)
+        for (const auto& stage : v.stages) stage_kernel(w, v, s, stage);
+      group_kernel(w, v);
+    }
     return w.str();
   }
 
@@ -113,38 +138,74 @@ class CudaEmitter {
     w.line(variant_banner(p));
     auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
     w.line();
-    w.line("/// Computed once per step and param group, on the host, by the launcher.");
+    group_values_struct(w, p);
+    w.line();
+    group_struct(w, p);
+    w.line();
+    update_struct(w, p);
+  }
+
+  void group_values_struct(CodeWriter& w, const Program& p) {
+    w.line("/// Computed once per step and param group by Group::step, kept in the group table, read by the");
+    w.line("/// tensor and element code.");
     {
-      auto s = w.block("struct StepScalars", "};");
-      auto fields = step_scalar_fields(p);
+      auto s = w.block("struct GroupValues", "};");
+      auto fields = group_value_fields(p);
       ExprPrinter ir;  // the IR's notation, for the comments
       for (const auto& f : fields)
-        w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " + ir.print(p.step_scalars[f.index].value));
+        w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " + ir.print(p.group_values[f.index].value));
       if (fields.empty()) w.line("float unused;  // this variant reads no per-group value");
     }
-    w.line("static_assert(sizeof(StepScalars) == " + std::to_string(step_scalars_size(p)) +
-           ", \"the launcher's StepScalars has this layout\");");
+    w.line("static_assert(sizeof(GroupValues) == " + std::to_string(group_values_size(p)) +
+           ", \"the launcher's values_stride holds this\");");
+  }
+
+  void group_struct(CodeWriter& w, const Program& p) {
+    w.line("/// The group code: the spec's per_step, in double, once per step and param group.");
+    auto s = w.block("struct Group", "};");
+    w.line("typedef GroupValues Values;");
+    w.line("static constexpr int kScalarStates = " + std::to_string(spec_.scalar_states.size()) + ";");
     w.line();
+    w.line("/// Advances `scalar_state` (the values the previous step left) and computes the values of step");
+    w.line("/// `step` (counting from 1) from the hyperparameters `h`.");
+    auto fn = w.block(
+        "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, "
+        "[[maybe_unused]] long long step)");
+    CudaPrinter printer(true);
+    auto values = write_group_code(w, p, printer, {"h", "scalar_state", "step", "result", "optgen"});
+    w.line("GroupValues result;");
+    for (const auto& f : group_value_fields(p)) {
+      const std::string& value = values[f.index];
+      w.line("result." + f.name + " = " + (f.is_bool ? value : "static_cast<float>(" + value + ")") + ";");
+    }
+    if (group_value_fields(p).empty()) w.line("result.unused = 0.0f;");
+    w.line("return result;");
+  }
+
+  void update_struct(CodeWriter& w, const Program& p) {
     std::string operands = "param, grad";
     for (const auto& s : p.states) operands += ", " + s;
     auto st = w.block("struct Update", "};");
-    w.line("typedef StepScalars Scalars;");
     w.line("static constexpr int kOperands = " + std::to_string(2 + p.states.size()) + ";  // " + operands);
     w.line();
-    auto fn = w.block("static __device__ __forceinline__ void apply(const StepScalars& k, float (&v)[kOperands])");
-    std::set<std::string> taken = {"k", "v", "param", "grad", "optgen"};
+    std::set<std::string> taken = {"k", "tv", "v", "numel", "param", "grad", "optgen", "TensorValues"};
     for (const auto& s : p.states) taken.insert(s);
-    for (const auto& f : step_scalar_fields(p)) {
-      w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k." + f.name + ";");
-      taken.insert(f.name);
-    }
+    for (const auto& f : group_value_fields(p)) taken.insert(f.name);
+    for (const auto& t : p.tensor_values) taken.insert(t.name);
+    tensor_values(w, p, taken);
+    w.line();
+    auto fn = w.block(
+        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, "
+        "float (&v)[kOperands])");
+    read_group_values(w, p);
+    for (const auto& t : p.tensor_values) w.line("const float " + t.name + " = tv." + t.name + ";");
     std::vector<std::string> operand_names = {"param", "grad"};
     operand_names.insert(operand_names.end(), p.states.begin(), p.states.end());
     auto read = element_inputs_read(p);
     for (size_t i = 0; i < operand_names.size(); ++i)
       if (std::find(read.begin(), read.end(), operand_names[i]) != read.end())
         w.line("const float " + operand_names[i] + " = v[" + std::to_string(i) + "];");
-    CudaPrinter printer;
+    CudaPrinter printer(false);
     auto values = write_element_temporaries(w, p, printer, "float", taken);
     for (size_t j = 0; j < values.size(); ++j) {
       const std::string& out = p.element_outputs[j].name;
@@ -154,14 +215,65 @@ class CudaEmitter {
     }
   }
 
-  void kernel(CodeWriter& w, const Program& p, const Storage& s) {
+  /// `const float name = k.name;` for each group value the element outputs read.
+  void read_group_values(CodeWriter& w, const Program& p) {
+    std::set<std::string> read;
+    for (const auto& o : p.element_outputs)
+      for_each_node(o.value, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) read.insert(e->name);
+      });
+    for (const auto& f : group_value_fields(p))
+      if (read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k." + f.name + ";");
+  }
+
+  /// The per-tensor values, computed once per block from the group values and the tensor's numel.
+  void tensor_values(CodeWriter& w, const Program& p, const std::set<std::string>& taken) {
+    {
+      auto s = w.block("struct TensorValues", "};");
+      for (const auto& t : p.tensor_values)
+        w.line(std::string(t.value->type == ValueType::Bool ? "bool " : "float ") + t.name + ";");
+      if (p.tensor_values.empty()) w.line("// (this variant computes nothing per tensor)");
+    }
+    auto fn = w.block(
+        "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long "
+        "numel)");
+    std::vector<Expr> roots;
+    for (const auto& t : p.tensor_values) roots.push_back(t.value);
+    std::set<std::string> group_read;
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) group_read.insert(e->name);
+      });
+    for (const auto& f : group_value_fields(p))
+      if (group_read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k." + f.name + ";");
+    CudaPrinter printer(false);
+    auto values = write_level_code(w, roots, Level::Tensor, printer, "float", taken);
+    w.line("TensorValues tv;");
+    for (size_t i = 0; i < values.size(); ++i) w.line("tv." + p.tensor_values[i].name + " = " + values[i] + ";");
+    w.line("return tv;");
+  }
+
+  void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
     w.line();
-    w.line("/// " + p.variant + ": params and grads in " + to_string(s.param) + ", states in " + to_string(s.state) + ".");
-    w.line("extern \"C\" __global__ void __launch_bounds__(OPTGEN_BLOCK_SIZE)");
-    auto fn = w.block(kernel_name(p, s) + "(const optgen::TableView table, const __grid_constant__ optgen::StepArgs<" +
-                      p.variant + "::StepScalars> args)");
-    w.line("optgen::update_chunk<" + p.variant + "::Update, " + cuda_type(s.param) + ", " + cuda_type(s.state) +
-           ">(table, args);");
+    w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage: params and grads in " + to_string(s.param) + ", states in " +
+           to_string(s.state) + ".");
+    w.line("extern \"C\" __global__ void OPTGEN_LAUNCH_BOUNDS");
+    auto fn = w.block(kernel_name(p, s, stage) +
+                      "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs)");
+    switch (stage.kind) {
+      case StageKind::Update:
+        w.line("optgen::update_stage<" + p.variant + "::Update, " + p.variant + "::Group, " + cuda_type(s.param) + ", " +
+               cuda_type(s.state) + ">(table, groups, inputs);");
+        break;
+    }
+  }
+
+  void group_kernel(CodeWriter& w, const Program& p) {
+    w.line();
+    w.line("/// " + p.variant + ": writes a value into the group table and recomputes the values the next step reads.");
+    w.line("extern \"C\" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)");
+    auto fn = w.block(group_kernel_name(p) + "(const optgen::GroupTable groups, const optgen::GroupWrite write)");
+    w.line("optgen::group_kernel<" + p.variant + "::Group>(groups, write);");
   }
 
   const Spec& spec_;
@@ -174,11 +286,15 @@ std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, co
                       const KernelTuning& tuning) {
   if (variants.empty() || storage.empty()) throw InternalError("emit_cuda: no variants or no storage types");
   std::string kernels;
-  for (const auto& v : variants)
-    for (const auto& s : storage) kernels += "//   " + kernel_name(v, s) + "\n";
+  for (const auto& v : variants) {
+    for (const auto& s : storage)
+      for (const auto& stage : v.stages) kernels += "//   " + kernel_name(v, s, stage) + "\n";
+    kernels += "//   " + group_kernel_name(v) + "\n";
+  }
   std::string body = CudaEmitter(spec, tuning).emit(variants, storage);
   return render_template("kernels.cu.in", {{"spec_file", spec_file_name(spec)},
                                            {"optimizer", spec.optimizer},
+                                           {"generator", generator_banner()},
                                            {"summary", spec.summary},
                                            {"kernels", kernels},
                                            {"body", body}});

@@ -1,7 +1,10 @@
 #pragma once
-/// The CUDA emitter: `<name>_kernels.cu`, one horizontally fused kernel per variant and storage
-/// type. Each kernel updates every tensor of a bound tensor list in one launch; the per-element
-/// code comes from the variant's IR, the indexing from templates/kernel_support.cuh.in.
+/// The CUDA emitter: `<name>_kernels.cu`. For each variant and storage type, one kernel per stage of
+/// the variant's plan (one, the Update stage, for every elementwise optimizer), each updating every
+/// tensor bound to it in one launch; and per variant its group kernel, which recomputes the values
+/// the next step reads after a setter. The per-step, per-tensor and per-element code comes from the
+/// variant's IR; the indexing and the group table from templates/kernel_support.cuh.in and the
+/// kernel ABI (runtime/include/optgen/kernel_abi.h), whose text the file embeds.
 
 #include <string>
 #include <vector>
@@ -15,26 +18,34 @@ namespace optgen {
 /// Parameters of the emitted kernels, chosen per build (`optgen emit --block-size ...`).
 struct KernelTuning {
   int block_size = 256;           ///< threads per block
-  int elements_per_thread = 16;   ///< elements a thread has in flight per loop iteration
-  int inline_groups = 16;         ///< groups whose step scalars fit in the kernel's arguments
-  long long chunk_size = 4096;    ///< elements per block (the launcher's default; a multiple of 64)
+  int elements_per_thread = 8;    ///< elements a thread has in flight per loop iteration
+  /// Blocks each SM must fit (the second argument of __launch_bounds__): it caps the registers of
+  /// the stage kernels at 65536 / (block_size * min_blocks_per_sm). 0 leaves it to ptxas, which
+  /// may then spill.
+  int min_blocks_per_sm = 3;
+  long long chunk_size = 2048;    ///< elements per block (the launcher's default; a multiple of 64)
+  // The defaults are the best of a sweep on an H200 (bench/RESULTS.md): 256 x 8 elements and
+  // chunks of 2048, one loop iteration per thread.
 
   /// Empty when valid, else what is wrong.
   std::string check() const;
 };
 
-/// `<variant>_<param storage>_<state storage>`, e.g. adam_amsgrad_bf16_f32.
-std::string kernel_name(const Program& variant, const Storage& storage);
+/// `<variant>_<param storage>_<state storage>_<stage>`, e.g. adam_amsgrad_bf16_f32_update.
+std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage);
+/// `<variant>_group`: the variant's group kernel.
+std::string group_kernel_name(const Program& variant);
 
-/// A variant's step scalars as struct fields: floats first, then bools, each in hoisting order.
-struct StepScalarField {
+/// A variant's group values as the fields of its GroupValues struct: floats first, then bools,
+/// each in hoisting order.
+struct GroupValueField {
   std::string name;
   bool is_bool;
-  int index;  ///< into Program::step_scalars
+  int index;  ///< into Program::group_values
 };
-std::vector<StepScalarField> step_scalar_fields(const Program& variant);
-/// sizeof(StepScalars) on host and device alike (floats 4 bytes, bools 1, padded to 4).
-int step_scalars_size(const Program& variant);
+std::vector<GroupValueField> group_value_fields(const Program& variant);
+/// sizeof(GroupValues) on the device (floats 4 bytes, bools 1, padded to 4).
+int group_values_size(const Program& variant);
 
 /// The whole kernel source for a spec.
 std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,

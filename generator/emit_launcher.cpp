@@ -3,6 +3,7 @@
 #include "code_writer.h"
 #include "emit_common.h"
 #include "expr_printer.h"
+#include "optgen/kernel_abi.h"
 
 namespace optgen {
 namespace {
@@ -32,7 +33,7 @@ std::vector<const Hyperparameter*> settable(const Spec& spec) {
 }
 
 std::map<std::string, std::string> common(const Spec& spec) {
-  return {{"spec_file", spec_file_name(spec)}, {"optimizer", spec.optimizer}, {"spec", spec.name}};
+  return {{"spec_file", spec_file_name(spec)}, {"optimizer", spec.optimizer}, {"spec", spec.name}, {"generator", generator_banner()}};
 }
 
 std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
@@ -64,7 +65,14 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
                 "\", group, tensor); }" + when);
   }
   if (spec.states.empty()) states.line("  // (" + spec.optimizer + " keeps no per-element state.)");
+  CodeWriter scalar_states;
+  for (const auto& s : spec.scalar_states) {
+    scalar_states.line("  double " + s.name + "(std::size_t group) const { return engine_.scalar_state(\"" + s.name + "\", group); }");
+    scalar_states.line("  void set_" + s.name + "(double value, std::size_t group) { engine_.set_scalar_state(\"" + s.name +
+                       "\", value, group); }");
+  }
   auto values = common(spec);
+  values["scalar_state_accessors"] = scalar_states.str();
   values["summary"] = spec.summary;
   values["options"] = options.str();
   values["setters"] = setters.str();
@@ -74,56 +82,31 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
 
 std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
                                  const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
-  CodeWriter w;
-  for (const auto& p : variants) {
-    w.line(variant_banner(p));
-    auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
-    w.line();
-    w.line("/// The kernel's StepScalars (" + spec.name + "_kernels.cu), field for field.");
-    {
-      auto s = w.block("struct StepScalars", "};");
-      auto fields = step_scalar_fields(p);
-      ExprPrinter ir;
-      for (const auto& f : fields)
-        w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " + ir.print(p.step_scalars[f.index].value));
-      if (fields.empty()) w.line("float unused;");
-    }
-    w.line("static_assert(sizeof(StepScalars) == " + std::to_string(step_scalars_size(p)) + ");");
-    w.line();
-    std::string states;
-    for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
-    w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
-    w.line();
-    auto fn = w.block("void per_step(const double* h, double* scalar_state, std::int64_t step, void* out)");
-    w.line("[[maybe_unused]] const auto k = spec_reference::variants::" + p.variant + "::per_step(h, scalar_state, step);");
-    w.line("StepScalars s{};");
-    for (const auto& f : step_scalar_fields(p)) {
-      std::string k = "k[" + std::to_string(f.index) + "]";
-      w.line("s." + f.name + " = " + (f.is_bool ? k + " != 0" : "static_cast<float>(" + k + ")") + ";");
-    }
-    w.line("std::memcpy(out, &s, sizeof s);");
-  }
-
-  CodeWriter variant_table, kernel_table;
+  CodeWriter w, variant_table, kernel_table;
+  int kernels = 0;
   for (size_t i = 0; i < variants.size(); ++i) {
     const auto& p = variants[i];
-    variant_table.line("    {\"" + p.variant + "\", " + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", sizeof(" +
-                       p.variant + "::StepScalars), &" + p.variant + "::per_step},");
+    w.line(variant_banner(p));
+    {
+      auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
+      std::string states;
+      for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
+      w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
+      for (const auto& s : storage) {
+        std::string names;
+        for (const auto& stage : p.stages) names += (names.empty() ? "" : ", ") + std::string("\"") + kernel_name(p, s, stage) + "\"";
+        w.line("[[maybe_unused]] const char* const k" + s.name() + "[] = {" + names + "};");
+      }
+    }
+    variant_table.line("    {\"" + p.variant + "\", " + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
+                       std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " + std::to_string(p.stages.size()) + "},");
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
-    for (const auto& s : storage)
-      kernel_table.line("    {\"" + kernel_name(p, s) + "\", " + std::to_string(i) + ", " + storage_enum(s.param) + ", " +
+    for (const auto& s : storage) {
+      kernel_table.line("    {" + p.variant + "::k" + s.name() + ", " + std::to_string(i) + ", " + storage_enum(s.param) + ", " +
                         storage_enum(s.state) + "},");
+      ++kernels;
+    }
   }
-
-  std::string select;
-  auto flags = spec.flags();
-  // Variant i has flag j set when bit j of i is (enumerate_variants).
-  for (size_t i = 0; i < flags.size(); ++i) {
-    size_t index = 0;
-    while (spec.hyperparameters[index].name != flags[i]->name) ++index;
-    select += (select.empty() ? "" : " | ") + std::string("(h[") + std::to_string(index) + "] != 0 ? " + std::to_string(1u << i) + " : 0)";
-  }
-  if (select.empty()) select = "0";
 
   std::string values_of;
   CodeWriter options_of;
@@ -142,14 +125,12 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   values["variants"] = w.str();
   values["variant_table"] = variant_table.str();
   values["kernel_table"] = kernel_table.str();
-  values["select_variant"] = select;
   values["values_of"] = values_of;
   values["options_of"] = options_of.str();
   values["num_variants"] = std::to_string(variants.size());
-  size_t kernels = with_kernels.empty() ? variants.size() : with_kernels.size();
-  values["num_kernels"] = std::to_string(kernels * storage.size());
+  values["num_kernels"] = std::to_string(kernels);
+  values["abi_version"] = std::to_string(kernel_abi::kVersion);
   values["block_size"] = std::to_string(tuning.block_size);
-  values["inline_groups"] = std::to_string(tuning.inline_groups);
   values["chunk_size"] = std::to_string(tuning.chunk_size);
   return render_template("launcher.cpp.in", values);
 }

@@ -7,6 +7,7 @@
 #include "element_code.h"
 #include "emit_common.h"
 #include "expr_printer.h"
+#include "group_code.h"
 
 namespace optgen {
 namespace {
@@ -31,6 +32,7 @@ class CppPrinter : public ExprPrinter {
   }
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
+    if (var.var == VarKind::Numel) return element_ ? "T(numel)" : "static_cast<double>(numel)";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -69,6 +71,7 @@ class ReferenceEmitter {
     derive_flags(w, variants.front());
     state_present(w, variants.front());
     for (const auto& v : variants) variant(w, v);
+    select_variant(w, variants);
     dispatch(w, variants);
     descriptor(w);
     return w.str();
@@ -104,33 +107,12 @@ class ReferenceEmitter {
     w.line();
   }
 
-  /// `const double lr = h[0];` for each hyperparameter the expressions read (and, with
-  /// `with_scalar_state`, the old value of each scalar state they read).
-  void load_hyperparameters(CodeWriter& w, const std::vector<Expr>& roots, bool with_scalar_state) {
-    std::set<std::string> used_h, used_s;
-    for (const auto& r : roots)
-      for_each_node(r, [&](const Expr& e) {
-        if (e->kind != NodeKind::Var) return;
-        if (e->var == VarKind::Hyperparameter) used_h.insert(e->name);
-        if (e->var == VarKind::ScalarState) used_s.insert(e->name);
-      });
-    for (const auto& h : spec_.hyperparameters) {
-      if (!used_h.count(h.name)) continue;
-      std::string index = index_of(hyperparameters_, h.name);
-      if (h.type == ValueType::Bool) w.line("const bool " + h.name + " = h[" + index + "] != 0;");
-      else w.line("const double " + h.name + " = h[" + index + "];");
-    }
-    if (with_scalar_state)
-      for (const auto& s : spec_.scalar_states)
-        if (used_s.count(s.name)) w.line("const double " + s.name + " = scalar_state[" + index_of(scalar_states_, s.name) + "];");
-  }
-
   void derive_flags(CodeWriter& w, const Program& p) {
     w.line("/// Computes the derived flags from the other hyperparameters.");
     auto fn = w.block("inline void derive_flags([[maybe_unused]] double* h)");
     std::vector<Expr> roots;
     for (const auto& [name, value] : p.derived_flags) roots.push_back(value);
-    load_hyperparameters(w, roots, false);
+    write_hyperparameter_loads(w, spec_, roots);
     CppPrinter printer(false);
     for (const auto& [name, value] : p.derived_flags)
       w.line("h[" + index_of(hyperparameters_, name) + "] = (" + printer.print(value) + ") ? 1.0 : 0.0;");
@@ -142,7 +124,7 @@ class ReferenceEmitter {
     auto fn = w.block("inline bool state_present([[maybe_unused]] const double* h, int index)");
     std::vector<Expr> roots;
     for (const auto& [name, value] : p.state_conditions) roots.push_back(value);
-    load_hyperparameters(w, roots, false);
+    write_hyperparameter_loads(w, spec_, roots);
     CppPrinter printer(false);
     {
       auto sw = w.block("switch (index)");
@@ -159,8 +141,10 @@ class ReferenceEmitter {
     w.line();
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
-    w.line("inline constexpr std::size_t kNumStepScalars = " + std::to_string(p.step_scalars.size()) + ";");
-    w.line("using StepScalars = std::array<double, kNumStepScalars>;");
+    w.line("inline constexpr std::size_t kNumGroupValues = " + std::to_string(p.group_values.size()) + ";");
+    w.line("/// The values the tensor and element code read, computed once per step and param group:");
+    for (const auto& v : p.group_values) w.line("///   " + v.name);
+    w.line("using GroupValues = std::array<double, kNumGroupValues>;");
     w.line();
     per_step(w, p);
     w.line();
@@ -168,80 +152,104 @@ class ReferenceEmitter {
   }
 
   void per_step(CodeWriter& w, const Program& p) {
-    w.line("/// Once per step and param group: advances the scalar state and computes the step scalars.");
-    auto fn = w.block(
-        "inline StepScalars per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, "
-        "[[maybe_unused]] std::int64_t step)");
-    std::vector<Expr> roots;
-    for (const auto& o : p.scalar_state_updates) roots.push_back(o.value);
-    for (const auto& s : p.step_scalars) roots.push_back(s.value);
-    load_hyperparameters(w, roots, true);
-    CppPrinter printer(false);
-    std::set<std::string> taken = reserved();
-    auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
-    name_temporaries(temporaries, "t", taken, printer);
-    SourceComments comments;
-    for (const auto& t : temporaries) {
-      comments.before(w, t);
-      w.line(std::string("const ") + (t->type == ValueType::Bool ? "bool " : "double ") + printer.names.at(t.get()) + " = " +
-             printer.print_body(t) + ";");
+    w.line("/// The group code, once per step and param group: advances the scalar state and computes the group values.");
+    {
+      auto fn = w.block(
+          "inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, "
+          "[[maybe_unused]] std::int64_t step)");
+      CppPrinter printer(false);
+      auto values = write_group_code(w, p, printer, reserved());
+      std::string list;
+      for (size_t i = 0; i < values.size(); ++i) {
+        std::string value = values[i];
+        if (p.group_values[i].value->type == ValueType::Bool) value = "(" + value + ") ? 1.0 : 0.0";
+        list += (list.empty() ? "" : ", ") + value;
+      }
+      w.line("return GroupValues{" + list + "};");
     }
-    for (const auto& o : p.scalar_state_updates)
-      w.line("scalar_state[" + index_of(scalar_states_, o.name) + "] = " + printer.print(o.value) + ";  // " + o.name);
-    std::string list;
-    for (const auto& s : p.step_scalars) {
-      std::string value = printer.print(s.value);
-      if (s.value->type == ValueType::Bool) value = "(" + value + ") ? 1.0 : 0.0";
-      list += (list.empty() ? "" : ", ") + value;
-    }
-    w.line("return StepScalars{" + list + "};");
+    w.line();
+    w.line("/// per_step for the generic descriptor: the group values into `out`.");
+    auto fn = w.block("inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out)");
+    w.line("const GroupValues values = per_step(h, scalar_state, step);");
+    w.line("for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];");
   }
 
   void update(CodeWriter& w, const Program& p) {
-    w.line("/// Per element, in T; reads the step scalars and the tensor's buffers, writes them in place.");
+    w.line("/// Per tensor and per element, in T: reads the group values and the tensor's buffers, writes them in");
+    w.line("/// place. The gradient is divided by `grad_scale` as it is read.");
     w.line("template <typename T>");
     auto fn = w.block(
-        "void update([[maybe_unused]] const StepScalars& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, "
-        "[[maybe_unused]] T* const* state_data)");
-    for (size_t j = 0; j < p.step_scalars.size(); ++j) {
-      const auto& s = p.step_scalars[j];
-      if (s.value->type == ValueType::Bool) w.line("const bool " + s.name + " = k[" + std::to_string(j) + "] != 0;");
-      else w.line("const T " + s.name + " = T(k[" + std::to_string(j) + "]);");
+        "void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, "
+        "[[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale)");
+    for (size_t j = 0; j < p.group_values.size(); ++j) {
+      const auto& v = p.group_values[j];
+      if (v.value->type == ValueType::Bool) w.line("const bool " + v.name + " = k[" + std::to_string(j) + "] != 0;");
+      else w.line("const T " + v.name + " = T(k[" + std::to_string(j) + "]);");
+    }
+    std::set<std::string> taken = reserved();
+    for (const auto& v : p.group_values) taken.insert(v.name);
+    for (const auto& v : p.tensor_values) taken.insert(v.name);
+    CppPrinter printer(true);
+    if (!p.tensor_values.empty()) {
+      w.line("// Per tensor:");
+      std::vector<Expr> roots;
+      for (const auto& v : p.tensor_values) roots.push_back(v.value);
+      auto values = write_level_code(w, roots, Level::Tensor, printer, "T", taken);
+      for (size_t j = 0; j < values.size(); ++j)
+        w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T ") + p.tensor_values[j].name +
+               " = " + values[j] + ";");
     }
     for (const auto& s : p.states)
       w.line("T* const " + s + "_data = state_data[" + index_of(states_, s) + "];");
     auto loop = w.block("for (std::size_t i = 0; i < numel; ++i)");
     for (const auto& input : element_inputs_read(p))
-      w.line("const T " + input + " = " + input + "_data[i];");
-    CppPrinter printer(true);
-    std::set<std::string> taken = reserved();
-    for (const auto& s : p.step_scalars) taken.insert(s.name);
+      w.line("const T " + input + " = " + input + "_data[i]" + (input == "grad" ? " / grad_scale" : "") + ";");
     auto values = write_element_temporaries(w, p, printer, "T", taken);
     for (size_t j = 0; j < values.size(); ++j) w.line(p.element_outputs[j].name + "_data[i] = " + values[j] + ";");
   }
 
   std::set<std::string> reserved() const {
-    std::set<std::string> names = {"param", "grad", "step", "h", "k", "i", "numel", "scalar_state", "state_data", "T"};
+    std::set<std::string> names = {"param",      "grad", "step", "h",         "k",    "i",      "numel", "scalar_state",
+                                   "state_data", "T",    "out",  "grad_scale", "values", "result"};
     for (const auto& n : hyperparameters_) names.insert(n);
     for (const auto& n : states_) names.insert(n);
     for (const auto& n : scalar_states_) names.insert(n);
     return names;
   }
 
+  void select_variant(CodeWriter& w, const std::vector<Program>& variants) {
+    w.line();
+    w.line("/// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.");
+    w.line("inline constexpr VariantInfo kVariants[] = {");
+    for (const auto& v : variants)
+      w.line("    {\"" + v.variant + "\", " + std::to_string(v.group_values.size()) + ", &variants::" + v.variant + "::per_step_into},");
+    w.line("};");
+    w.line("inline constexpr int kNumVariants = " + std::to_string(variants.size()) + ";");
+    w.line();
+    w.line("/// The variant the flags of `h` (derived ones filled in) select.");
+    auto fn = w.block("inline int select_variant([[maybe_unused]] const double* h)");
+    std::string select;
+    auto flags = spec_.flags();
+    for (size_t i = 0; i < flags.size(); ++i)
+      select += (select.empty() ? "" : " | ") + std::string("(h[") + index_of(hyperparameters_, flags[i]->name) + "] != 0 ? " +
+                std::to_string(1u << i) + " : 0)";
+    w.line("return " + (select.empty() ? std::string("0") : select) + ";");
+  }
+
   void dispatch(CodeWriter& w, const std::vector<Program>& variants) {
     w.line();
     w.line("/// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.");
     w.line("template <typename T>");
-    auto fn = w.block("void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count)");
-    for (const auto* flag : spec_.flags())
-      w.line("const bool " + flag->name + " = h[" + index_of(hyperparameters_, flag->name) + "] != 0;");
-    for (const auto& v : variants) {
-      std::string condition;
-      for (const auto& [flag, value] : v.flags) condition += (condition.empty() ? "" : " && ") + std::string(value ? "" : "!") + flag;
-      auto branch = w.block(condition.empty() ? "" : "if (" + condition + ")");
+    auto fn = w.block(
+        "void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale)");
+    auto sw = w.block("switch (select_variant(h))");
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const auto& v = variants[i];
+      auto branch = w.block("case " + std::to_string(i) + ":");
       w.line("const auto k = variants::" + v.variant + "::per_step(h, scalar_state, step);");
       w.line("for (std::size_t t = 0; t < count; ++t)");
-      w.line("  variants::" + v.variant + "::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states);");
+      w.line("  variants::" + v.variant +
+             "::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);");
       w.line("return;");
     }
   }
@@ -252,7 +260,8 @@ class ReferenceEmitter {
     auto fn = w.block("inline const Optimizer& optimizer()");
     w.line("static const Optimizer instance = {\"" + spec_.optimizer +
            "\", kHyperparameters, kNumHyperparameters, kStates, kNumStates, kScalarStates, kNumScalarStates,");
-    w.line("                                   &derive_flags, &state_present, &step<float>, &step<double>};");
+    w.line("                                   &derive_flags, &state_present, &select_variant, kVariants, kNumVariants,");
+    w.line("                                   &step<float>, &step<double>};");
     w.line("return instance;");
   }
 
@@ -266,6 +275,7 @@ std::string emit_reference(const Spec& spec, const std::vector<Program>& variant
   if (variants.empty()) throw InternalError("emit_reference: no variants");
   std::string body = ReferenceEmitter(spec).emit(variants);
   return render_template("reference.h.in", {{"spec_file", spec_file_name(spec)},
+                                            {"generator", generator_banner()},
                                             {"optimizer", spec.optimizer},
                                             {"summary", spec.summary},
                                             {"name", spec.name},

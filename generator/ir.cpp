@@ -1,5 +1,6 @@
 #include "ir.h"
 
+#include <algorithm>
 #include <functional>
 #include <set>
 #include <unordered_set>
@@ -53,6 +54,22 @@ bool parse_builtin(const std::string& name, Builtin* fn) {
   return false;
 }
 
+const char* to_string(Level level) {
+  switch (level) {
+    case Level::Group: return "group";
+    case Level::Tensor: return "tensor";
+    case Level::Element: return "element";
+  }
+  return "?";
+}
+
+const char* to_string(StageKind kind) {
+  switch (kind) {
+    case StageKind::Update: return "update";
+  }
+  return "?";
+}
+
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Lt && op <= BinaryOp::Ne; }
 bool is_logical(BinaryOp op) { return op == BinaryOp::And || op == BinaryOp::Or; }
 
@@ -63,10 +80,10 @@ std::shared_ptr<Node> blank(NodeKind kind, ValueType type, const std::vector<Exp
   auto n = std::make_shared<Node>();
   n->kind = kind;
   n->type = type;
-  n->per_element = false;
+  n->level = Level::Group;
   for (const auto& a : args) {
     if (!a) throw InternalError("null operand");
-    n->per_element = n->per_element || a->per_element;
+    n->level = std::max(n->level, a->level);
   }
   n->args = args;
   return n;
@@ -88,8 +105,26 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
   auto n = blank(NodeKind::Var, type, {});
   n->var = var;
   n->name = name;
-  n->per_element = var == VarKind::Param || var == VarKind::Grad || var == VarKind::State;
-  if (n->per_element && type != ValueType::Float) throw InternalError("element input '" + name + "' must be float");
+  switch (var) {
+    case VarKind::Hyperparameter:
+    case VarKind::Step:
+    case VarKind::ScalarState: n->level = Level::Group; break;
+    case VarKind::Numel: n->level = Level::Tensor; break;
+    case VarKind::Param:
+    case VarKind::Grad:
+    case VarKind::State: n->level = Level::Element; break;
+    case VarKind::Hoisted: throw InternalError("hoisted value '" + name + "' made without its level");
+  }
+  if (n->level == Level::Element && type != ValueType::Float) throw InternalError("element input '" + name + "' must be float");
+  return n;
+}
+
+Expr Node::make_hoisted(const std::string& name, ValueType type, Level level) {
+  if (level == Level::Element) throw InternalError("hoisted value '" + name + "' at the element level");
+  auto n = blank(NodeKind::Var, type, {});
+  n->var = VarKind::Hoisted;
+  n->name = name;
+  n->level = level;
   return n;
 }
 
@@ -168,7 +203,7 @@ Expr with_provenance(const Expr& e, const std::string& hint, const SourceLoc& lo
 bool same_node(const Node& a, const Node& b) {
   if (a.kind != b.kind || a.type != b.type || a.op != b.op || a.args != b.args) return false;
   if (a.kind == NodeKind::Const) return a.value == b.value;
-  if (a.kind == NodeKind::Var) return a.var == b.var && a.name == b.name;
+  if (a.kind == NodeKind::Var) return a.var == b.var && a.name == b.name && a.level == b.level;
   return true;
 }
 
@@ -206,7 +241,8 @@ void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f) 
 void for_each_node(const Program& program, const std::function<void(const Expr&)>& f) {
   Walk walk(f);
   for (const auto& s : program.scalar_state_updates) walk(s.value);
-  for (const auto& s : program.step_scalars) walk(s.value);
+  for (const auto& v : program.group_values) walk(v.value);
+  for (const auto& v : program.tensor_values) walk(v.value);
   for (const auto& o : program.element_outputs) walk(o.value);
 }
 
@@ -214,7 +250,8 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   Program result = program;
   for (auto& [name, value] : result.derived_flags) value = f(value);
   for (auto& o : result.scalar_state_updates) o.value = f(o.value);
-  for (auto& s : result.step_scalars) s.value = f(s.value);
+  for (auto& v : result.group_values) v.value = f(v.value);
+  for (auto& v : result.tensor_values) v.value = f(v.value);
   for (auto& o : result.element_outputs) o.value = f(o.value);
   return result;
 }

@@ -7,10 +7,12 @@
 /// double in the CPU reference, float on the GPU) — Int only records that a value is integral
 /// (`step`, int hyperparameters), for checking and printing.
 ///
-/// Leaves name their inputs. Per-group values: hyperparameters, `step` (counting from 1) and the
-/// old value of each scalar state. Per-element values: `param`, `grad` and the old value of each
-/// state buffer. After hoisting, an element expression reads per-group values only through
-/// StepScalar leaves, which name the scalars computed once per step.
+/// Every value has a level: how often it is computed. Leaves name their inputs. Per group (once per
+/// step and param group): hyperparameters, `step` (counting from 1) and the old value of each
+/// scalar state. Per tensor: `numel`, the tensor's element count. Per element: `param`, `grad` and
+/// the old value of each state buffer. An operation is at the highest level of its operands.
+/// After `assign_levels`, code of one level reads values of a lower level only through Hoisted
+/// leaves, which name the values computed once at that lower level.
 
 #include <cstdint>
 #include <functional>
@@ -39,8 +41,14 @@ enum class NodeKind {
 #undef OPTGEN_ENUM
 };
 
+/// How often a value is computed, from the least to the most often. Per row and per column of a
+/// 2-D tensor (factored states) will sit between Tensor and Element; reductions move a value to a
+/// lower level, and the stage plan (Program::stages) splits a step where they do.
+enum class Level { Group, Tensor, Element };
+const char* to_string(Level level);
+
 /// What a Var leaf reads.
-enum class VarKind { Hyperparameter, Step, ScalarState, StepScalar, Param, Grad, State };
+enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, State, Hoisted };
 
 enum class UnaryOp { Neg, Not };
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
@@ -59,7 +67,7 @@ using Expr = std::shared_ptr<const Node>;
 struct Node {
   NodeKind kind;
   ValueType type;
-  bool per_element;  ///< reads param, grad or a state, directly or below
+  Level level;  ///< the highest level of its leaves
 
   double value = 0;           ///< Const
   VarKind var{};              ///< Var
@@ -80,6 +88,8 @@ struct Node {
   /// Factories check their invariants and throw InternalError when broken.
   static Expr make_const(double value, ValueType type);
   static Expr make_var(VarKind var, const std::string& name, ValueType type);
+  /// A value computed at `level` (Group or Tensor) by the code of that level, read by name.
+  static Expr make_hoisted(const std::string& name, ValueType type, Level level);
   static Expr make_unary(UnaryOp op, Expr a);
   static Expr make_binary(BinaryOp op, Expr a, Expr b);
   static Expr make_select(Expr condition, Expr if_true, Expr if_false);
@@ -102,14 +112,28 @@ struct Output {
   SourceLoc loc;  ///< the statement that last assigned it
 };
 
-/// A scalar computed once per step and param group, read by the element code.
-struct StepScalar {
+/// A value computed once at a lower level and read, through a Hoisted leaf of the same name, by the
+/// code of a higher level: a group value by tensor and element code, a tensor value by element code.
+struct HoistedValue {
   std::string name;
-  Expr value;
+  Expr value;  ///< at the level the value is computed at
 };
 
-/// One optimizer step as data flow. Before `hoist`, element outputs read hyperparameters and
-/// scalar state directly; after it, only through `step_scalars`.
+/// The kinds of stage a step is split into. A stage is one kernel launch per step; the reductions
+/// issue adds a chunk-parallel Reduce stage that feeds the Update stage.
+enum class StageKind { Update };
+const char* to_string(StageKind kind);
+
+/// One kernel of a variant's stage plan. The last stage of every plan is the Update stage: it
+/// writes the element outputs and advances the step counter and the scalar state.
+struct Stage {
+  StageKind kind;
+  std::string name;  ///< names its kernels: <variant>_<storage>_<name>
+};
+
+/// One optimizer step as data flow. Before `assign_levels`, element outputs read hyperparameters
+/// and scalar state directly; after it, lower-level values only through `group_values` and
+/// `tensor_values`.
 struct Program {
   const Spec* spec = nullptr;
   /// Values of specialized flags, once `specialize` has run; empty before.
@@ -117,8 +141,10 @@ struct Program {
   std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
 
   std::vector<Output> scalar_state_updates;  ///< new value of each scalar state, in declaration order
-  std::vector<StepScalar> step_scalars;      ///< filled by `hoist`
+  std::vector<HoistedValue> group_values;    ///< filled by `assign_levels`: read by tensor and element code
+  std::vector<HoistedValue> tensor_values;   ///< filled by `assign_levels`: read by element code
   std::vector<Output> element_outputs;       ///< param first, then states in declaration order
+  std::vector<Stage> stages;                 ///< filled by `plan_stages`
   std::vector<std::string> states;           ///< state buffers the variant uses, declaration order
   std::map<std::string, Expr> derived_flags;  ///< derived flag -> its value from hyperparameters
   std::map<std::string, Expr> state_conditions;  ///< state -> when it is present (flags only)

@@ -7,12 +7,13 @@
 namespace optgen {
 namespace {
 
-/// Leaves print as their names; step scalars and old scalar state get sigils so a reader can
-/// tell the phases apart: `$bias_correction1` is a step scalar.
+/// Leaves print as their names; hoisted values get a sigil for their level so a reader can tell
+/// the levels apart: `$bias_correction1` is a group value, `@rms` a tensor value.
 class DumpPrinter : public ExprPrinter {
  protected:
   std::string leaf(const Node& var) const override {
-    return var.var == VarKind::StepScalar ? "$" + var.name : var.name;
+    if (var.var != VarKind::Hoisted) return var.name;
+    return (var.level == Level::Group ? "$" : "@") + var.name;
   }
 };
 
@@ -38,7 +39,8 @@ std::string dump(const Program& program) {
   std::vector<Expr> roots;
   for (const auto& [name, value] : program.derived_flags) roots.push_back(value);
   for (const auto& o : program.scalar_state_updates) roots.push_back(o.value);
-  for (const auto& s : program.step_scalars) roots.push_back(s.value);
+  for (const auto& v : program.group_values) roots.push_back(v.value);
+  for (const auto& v : program.tensor_values) roots.push_back(v.value);
   for (const auto& o : program.element_outputs) roots.push_back(o.value);
   auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
   name_temporaries(temporaries, "t", taken, printer);
@@ -68,12 +70,21 @@ std::string dump(const Program& program) {
     out << "scalar_state:\n";
     for (const auto& o : program.scalar_state_updates) assignment(o.name, o.value, "<-");
   }
-  if (!program.step_scalars.empty()) {
-    out << "step_scalars:\n";
-    for (const auto& s : program.step_scalars) assignment("$" + s.name, s.value, "=");
+  if (!program.group_values.empty()) {
+    out << "group:\n";
+    for (const auto& v : program.group_values) assignment("$" + v.name, v.value, "=");
+  }
+  if (!program.tensor_values.empty()) {
+    out << "tensor:\n";
+    for (const auto& v : program.tensor_values) assignment("@" + v.name, v.value, "=");
   }
   out << "update:\n";
   for (const auto& o : program.element_outputs) assignment(o.name, o.value, "<-");
+  if (!program.stages.empty()) {
+    out << "stages:";
+    for (const auto& stage : program.stages) out << " " << stage.name << " (" << to_string(stage.kind) << ")";
+    out << "\n";
+  }
   return out.str();
 }
 

@@ -6,7 +6,7 @@
 namespace optgen {
 namespace {
 
-enum class NameKind { Hyperparameter, Step, ScalarState, PerStepValue, Param, Grad, State, Local };
+enum class NameKind { Hyperparameter, Step, ScalarState, PerStepValue, Numel, Param, Grad, State, Local };
 
 struct Binding {
   NameKind kind;
@@ -20,6 +20,7 @@ const char* describe(NameKind kind) {
     case NameKind::Step: return "the step counter";
     case NameKind::ScalarState: return "scalar state";
     case NameKind::PerStepValue: return "per-step value";
+    case NameKind::Numel: return "the tensor's element count";
     case NameKind::Param: return "the parameter";
     case NameKind::Grad: return "the gradient";
     case NameKind::State: return "state buffer";
@@ -78,6 +79,7 @@ class Lowering {
     section_ = Section::Update;
     for (auto& [name, b] : env_)
       if (b.kind == NameKind::Local) b.kind = NameKind::PerStepValue;
+    env_["numel"] = {NameKind::Numel, Node::make_var(VarKind::Numel, "numel", ValueType::Int), {}};
     env_["param"] = {NameKind::Param, Node::make_var(VarKind::Param, "param", ValueType::Float), {}};
     env_["grad"] = {NameKind::Grad, Node::make_var(VarKind::Grad, "grad", ValueType::Float), {}};
     for (const auto& s : spec_.states)
@@ -104,6 +106,11 @@ class Lowering {
   enum class Section { Flag, StateCondition, PerStep, Update };
 
   SourceLoc update_loc() const { return spec_.update_loc; }
+
+  /// Names that 'update' gives a per-element or per-tensor meaning.
+  bool element_or_tensor_name(const std::string& name) const {
+    return name == "param" || name == "grad" || name == "numel" || spec_.state_index(name) >= 0;
+  }
 
   void collect_targets(const Block& b) {
     for (const auto& item : b.items) {
@@ -145,6 +152,10 @@ class Lowering {
     if (it != env_.end()) {
       kind = it->second.kind;
       check_assignable(s, kind);
+    } else if (section_ == Section::PerStep && element_or_tensor_name(s.target)) {
+      throw SpecError(s.target_loc, "cannot assign to '" + s.target + "' in 'per_step': it is a per-" +
+                                        (s.target == "numel" ? "tensor" : "element") + " value",
+                      "per_step computes values once per param group; give this value a new name");
     } else if (is_reserved_name(s.target)) {
       throw SpecError(s.target_loc, "cannot assign to '" + s.target + "': it is a built-in function");
     }
@@ -169,6 +180,7 @@ class Lowering {
       case NameKind::Hyperparameter: cannot_assign(s, kind, ": hyperparameters are inputs; assign to a new name instead");
       case NameKind::Step: cannot_assign(s, kind, ": it counts steps by itself");
       case NameKind::Grad: cannot_assign(s, kind, ": the gradient is read-only; assign to a new name (e.g. 'g = ...')");
+      case NameKind::Numel: cannot_assign(s, kind, ": it is an input; assign to a new name instead");
       case NameKind::ScalarState:
         if (section_ != Section::PerStep)
           cannot_assign(s, kind, " in 'update': scalar state changes once per step, in 'per_step'");
@@ -271,7 +283,10 @@ class Lowering {
                         "assign it before the block too, or use 'condition ? a : b'");
       if (auto later = targets_.find(s.text); later != targets_.end())
         throw SpecError(s.loc, "'" + s.text + "' is used before it is assigned (line " + std::to_string(later->second.line) + ")");
-      if (section_ == Section::PerStep && (s.text == "param" || s.text == "grad" || spec_.state_index(s.text) >= 0))
+      if (section_ == Section::PerStep && s.text == "numel")
+        throw SpecError(s.loc, "'numel' is a per-tensor value and cannot be used in 'per_step'",
+                        "per_step runs once per param group, whose tensors differ in size; use numel in 'update'");
+      if (section_ == Section::PerStep && element_or_tensor_name(s.text))
         throw SpecError(s.loc, "'" + s.text + "' is a per-element value and cannot be used in 'per_step'",
                         "per_step sees hyperparameters, step and scalar state");
       std::vector<std::string> candidates;

@@ -16,6 +16,7 @@
 #include "ir_printer.h"
 #include "pipeline.h"
 #include "optgen/error.h"
+#include "optgen/kernel_abi.h"
 #include "optgen/nvrtc.h"
 #include "spec.h"
 
@@ -41,20 +42,22 @@ commands:
                                 (plus PTX for the newest) into DIR/<name>_images.cpp
   dump SPEC [--after PASS] [--variant NAME]
                                 print the IR after each pass, or only after PASS
-                                (passes: lower specialize constant_fold cse hoist dce verify_states);
+                                (passes: lower specialize constant_fold cse assign_levels dce
+                                verify_states plan_stages);
                                 --variant limits the output to one variant, e.g. adam_amsgrad
 
 options of emit and compile:
   --storage LIST                storage types to generate kernels for, e.g. f32,bf16,bf16:bf16
                                 (PARAM[:STATE]; default: the spec's 'storage:', else f32,bf16)
   --block-size N                threads per block (default 256)
-  --elements-per-thread N       elements in flight per thread and loop iteration (default 16)
-  --inline-groups N             param groups whose step scalars fit in the kernel arguments (16)
-  --chunk-size N                default elements per block, a multiple of 64 (default 4096)
+  --elements-per-thread N       elements in flight per thread and loop iteration (default 8)
+  --min-blocks-per-sm N         blocks each SM must fit: caps registers (default 3; 0: ptxas chooses)
+  --chunk-size N                default elements per block, a multiple of 64 (default 2048)
   --variants LIST               generate kernels for these variants only, e.g. adam (default: all)
 
 options:
   -h, --help                    show this help
+  --version                     print optgen's version
 
 exit status:
   0  success
@@ -112,6 +115,10 @@ Arguments parse_arguments(int argc, char** argv) {
       args.command = "help";
       return args;
     }
+    if (a == "--version") {
+      args.command = "version";
+      return args;
+    }
     if (a == "--out") args.out_dir = value("--out");
     else if (a == "--after") args.after = value("--after");
     else if (a == "--variant") args.variant = value("--variant");
@@ -138,7 +145,8 @@ Arguments parse_arguments(int argc, char** argv) {
     else if (a == "--block-size") args.tuning.block_size = integer(value("--block-size"), "--block-size");
     else if (a == "--elements-per-thread")
       args.tuning.elements_per_thread = integer(value("--elements-per-thread"), "--elements-per-thread");
-    else if (a == "--inline-groups") args.tuning.inline_groups = integer(value("--inline-groups"), "--inline-groups");
+    else if (a == "--min-blocks-per-sm")
+      args.tuning.min_blocks_per_sm = static_cast<int>(integer(value("--min-blocks-per-sm"), "--min-blocks-per-sm"));
     else if (a == "--chunk-size") args.tuning.chunk_size = integer(value("--chunk-size"), "--chunk-size");
     else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "'");
     else if (args.command.empty()) args.command = a;
@@ -268,6 +276,10 @@ int main(int argc, char** argv) {
     Arguments args = parse_arguments(argc, argv);
     if (args.command == "help") {
       std::cout << kHelp;
+      return kExitOk;
+    }
+    if (args.command == "version") {
+      std::cout << optgen::generator_banner() << " (kernel ABI " << optgen::kernel_abi::kVersion << ")\n";
       return kExitOk;
     }
     return run(args);

@@ -17,8 +17,8 @@ std::vector<FlagValues> enumerate_variants(const Spec& spec) {
 }
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"lower", "specialize", "constant_fold", "cse",
-                                                 "hoist", "dce",        "verify_states"};
+  static const std::vector<std::string> names = {"lower",         "specialize", "constant_fold", "cse",
+                                                 "assign_levels", "dce",        "verify_states", "plan_stages"};
   return names;
 }
 
@@ -30,9 +30,10 @@ Program compile_variant(const Program& lowered, const FlagValues& flags, const P
   Program p = observe("specialize", specialize(lowered, flags));
   p = observe("constant_fold", constant_fold(p));
   p = observe("cse", common_subexpression_elimination(p));
-  p = observe("hoist", hoist(p));
+  p = observe("assign_levels", assign_levels(p));
   p = observe("dce", dead_code_elimination(p));
-  return observe("verify_states", verify_states(p));
+  p = observe("verify_states", verify_states(p));
+  return observe("plan_stages", plan_stages(p));
 }
 
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each) {

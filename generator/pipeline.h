@@ -18,7 +18,7 @@ using FlagValues = std::map<std::string, bool>;
 std::vector<FlagValues> enumerate_variants(const Spec& spec);
 
 /// The pass names `--after` accepts, in the order they run: lower, specialize, constant_fold,
-/// cse, hoist, dce, verify_states.
+/// cse, assign_levels, dce, verify_states, plan_stages.
 const std::vector<std::string>& pass_names();
 
 using PassObserver = std::function<void(const std::string& pass, const Program&)>;

@@ -90,7 +90,8 @@ Spec load_spec(const std::string& path);
 /// Same, from text already in memory (`path` is used in messages only).
 Spec load_spec_text(const std::string& path, const std::string& text);
 
-/// Names with a fixed meaning in expressions: param, grad, step and the built-in functions.
+/// Names with a fixed meaning in expressions: param, grad, step, numel, true, false and the
+/// built-in functions.
 bool is_reserved_name(const std::string& name);
 /// The built-in functions and their arity.
 int builtin_arity(const std::string& name);  ///< -1 if not a built-in

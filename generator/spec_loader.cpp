@@ -328,7 +328,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 }  // namespace
 
 bool is_reserved_name(const std::string& name) {
-  if (name == "param" || name == "grad" || name == "step" || name == "true" || name == "false") return true;
+  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "true" || name == "false") return true;
   return builtin_arity(name) >= 0;
 }
 

@@ -1,18 +1,68 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: runs what was built here (nothing is built there) and writes logs
-# under $OUT. Usage (from the repository root, with build-gpu/ carried):
-#   scripts/gpu_session.sh [TEST_FILTER] [BENCH_ARGS...]
+# under $OUT. Usage, from the repository root, with build-run/ carried (bench/README.md says how
+# to fill it):
+#   scripts/gpu_session.sh [tests] [bench] [compare]     (default: tests bench)
+#
+#   tests    records torch's fused optimizers under AMP (tests/record_amp_trajectories.py, into
+#            tests/data/amp and $OUT/amp), then runs the [gpu] tests and the [torch] tests
+#   bench    optgen_bench (eager, graph and AMP steps; host time) and, when build-run holds it, the
+#            benchmark built from an earlier commit (optgen_bench_base), on the same workloads
+#   compare  bench/torch_compare.py: optgen beside torch's fused AdamW, eager, in a CUDA graph and
+#            under AMP
+#   sweep    every build-run/optgen_bench_<tuning> (built with OPTGEN_BUILTIN_OPTIONS, see
+#            bench/README.md) and optgen_bench, over chunk sizes: a tuning sweep
 set -uo pipefail
 out=${OUT:-/tmp/optgen_out}
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
-filter=${1:-[gpu]}
-shift || true
-echo "== optgen_tests $filter"
-./build-gpu/optgen_tests "$filter" 2>&1 | tee "$out/gpu_tests.log" | tail -40
-status=${PIPESTATUS[0]}
-if [ -x build-gpu/optgen_bench ] && [ $# -gt 0 ]; then
-  echo "== optgen_bench $*"
-  ./build-gpu/optgen_bench "$@" 2>&1 | tee "$out/bench.log" | tail -40
+run=build-run
+# The test binary reads tests/data through the source path it was built in (OPTGEN_SOURCE_DIR).
+source_dir=${OPTGEN_BUILT_IN:-/work/main}
+if [ ! -e "$source_dir" ]; then
+  mkdir -p "$(dirname "$source_dir")" && ln -s "$PWD" "$source_dir"
 fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
+status=0
+steps=${*:-tests bench}
+for what in $steps; do
+  case $what in
+    tests)
+      echo "== record_amp_trajectories.py"
+      python3 tests/record_amp_trajectories.py --out tests/data/amp 2>&1 | tee "$out/record_amp.log"
+      mkdir -p "$out/amp" && cp tests/data/amp/*.json "$out/amp/"
+      echo "== optgen_tests [gpu]"
+      "$run/optgen_tests" "[gpu]" 2>&1 | tee "$out/gpu_tests.log" | tail -25
+      status=$((status | PIPESTATUS[0]))
+      echo "== optgen_tests [torch]"
+      "$run/optgen_tests" "[torch]" 2>&1 | tail -6
+      ;;
+    bench)
+      workloads=ghostnet_100,resnet50,gpt2,llama-1b
+      echo "== optgen_bench"
+      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw,sgd \
+        --modes eager,graph,amp 2>&1 | tee "$out/bench.log" | tail -40
+      if [ -x "$run/optgen_bench_base" ]; then
+        echo "== optgen_bench_base (the earlier commit)"
+        "$run/optgen_bench_base" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw,sgd \
+          2>&1 | tee "$out/bench_base.log" | tail -20
+      fi
+      ;;
+    compare)
+      echo "== torch_compare.py"
+      PYTHONUNBUFFERED=1 python3 bench/torch_compare.py --lib "$run/liboptgen_builtin.so" --workload-dir "$run/workloads" \
+        --workloads ghostnet_100 gpt2 llama-1b --optimizers adamw --skip-compile \
+        --methods optgen optgen_graph optgen_amp fused fused_graph fused_amp fused_scaler \
+        --out "$out/compare.json" 2>&1 | tee "$out/compare.log" | tail -40
+      ;;
+    sweep)
+      for bench in "$run"/optgen_bench "$run"/optgen_bench_*; do
+        case $bench in *_base) continue ;; esac
+        echo "== $(basename "$bench")"
+        "$bench" --workload-dir "$run/workloads" --workloads ghostnet_100,resnet50,gpt2 --optimizers adam \
+          --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
+      done
+      ;;
+    *) echo "unknown step '$what' (tests, bench, compare, sweep)"; exit 2 ;;
+  esac
+done
 exit "$status"

@@ -12,235 +12,11 @@
 
 #include <unistd.h>
 
-#include "builtin_launchers.h"
-#include "builtin_references.h"
-#include "gpu.h"
 #include "optgen/c_api.h"
-#include "optgen/error.h"
+#include "optgen/kernel_abi.h"
+#include "optimizer_harness.h"
 
-using optgen::DType;
-using optgen_test::DeviceMemory;
-
-namespace {
-
-const optgen::OptimizerInfo& launcher(const std::string& name) {
-  for (const auto& [spec, info] : optgen::builtin_launchers())
-    if (name == spec) return *info;
-  throw std::runtime_error("no launcher " + name);
-}
-
-const optgen::reference::Optimizer& reference_of(const std::string& name) {
-  for (const auto& [spec, ref] : optgen::reference::builtin_optimizers())
-    if (name == spec) return *ref;
-  throw std::runtime_error("no reference " + name);
-}
-
-/// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
-/// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
-/// set to 0.1.
-std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int variant) {
-  std::vector<int> flags;
-  for (int i = 0; i < info.num_hyperparameters; ++i)
-    if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
-  for (bool boost : {true, false})
-    for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
-      std::vector<double> h = optgen::default_hyperparameters(info);
-      for (int i = 0; i < info.num_hyperparameters; ++i)
-        if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
-      for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
-      info.derive_flags(h.data());
-      if (info.select_variant(h.data()) == variant) return h;
-    }
-  throw std::runtime_error(std::string("no hyperparameters select variant ") + info.variants[variant].name);
-}
-
-float round_to(DType type, float x) {
-  if (type == DType::BF16) return optgen::bf16_to_float(optgen::float_to_bf16(x));
-  if (type == DType::F16) return optgen::f16_to_float(optgen::float_to_f16(x));
-  return x;
-}
-
-/// Host values <-> device bytes of a dtype.
-void upload(DType type, void* device, const std::vector<float>& values) {
-  if (values.empty()) return;
-  const auto ptr = reinterpret_cast<CUdeviceptr>(device);
-  if (type == DType::F32) {
-    optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, values.data(), values.size() * 4), "cuMemcpyHtoD");
-    return;
-  }
-  std::vector<std::uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i)
-    bits[i] = type == DType::BF16 ? optgen::float_to_bf16(values[i]) : optgen::float_to_f16(values[i]);
-  optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, bits.data(), bits.size() * 2), "cuMemcpyHtoD");
-}
-
-std::vector<float> download(DType type, const void* device, size_t count) {
-  std::vector<float> values(count);
-  if (count == 0) return values;
-  const auto ptr = reinterpret_cast<CUdeviceptr>(device);
-  if (type == DType::F32) {
-    optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(values.data(), ptr, count * 4), "cuMemcpyDtoH");
-    return values;
-  }
-  std::vector<std::uint16_t> bits(count);
-  optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bits.data(), ptr, count * 2), "cuMemcpyDtoH");
-  for (size_t i = 0; i < count; ++i) values[i] = type == DType::BF16 ? optgen::bf16_to_float(bits[i]) : optgen::f16_to_float(bits[i]);
-  return values;
-}
-
-/// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return NAN;
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    norm = std::max(norm, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / std::max(norm, 1e-6);
-}
-
-double tolerance(DType param, DType state) {
-  if (param == DType::BF16 || state == DType::BF16) return 1e-2;
-  if (param == DType::F16) return 2e-3;
-  return 1e-5;
-}
-
-/// Tensors of one param group on the device, `misaligned` ones starting 4 bytes past a 16-byte
-/// boundary, with host copies of what the device holds.
-struct DeviceGroup {
-  DType dtype;
-  std::vector<std::int64_t> sizes;
-  std::vector<std::unique_ptr<DeviceMemory>> memory;
-  std::vector<optgen::Tensor> tensors;
-  std::vector<std::vector<float>> params, grads;
-
-  DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng)
-      : dtype(type), sizes(numels) {
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const size_t offset = misaligned[i] ? 4 : 0;
-      const size_t bytes = static_cast<size_t>(sizes[i]) * optgen::size_of(type) + offset;
-      auto param = std::make_unique<DeviceMemory>(bytes + 16);
-      auto grad = std::make_unique<DeviceMemory>(bytes + 16);
-      std::vector<float> p(sizes[i]);
-      for (auto& x : p) x = round_to(type, uniform(rng));
-      upload(type, param->at(offset), p);
-      tensors.push_back({param->at(offset), grad->at(offset), sizes[i], type});
-      params.push_back(p);
-      grads.emplace_back(sizes[i]);
-      memory.push_back(std::move(param));
-      memory.push_back(std::move(grad));
-    }
-  }
-
-  void new_gradients(std::mt19937& rng) {
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      for (auto& x : grads[i]) x = round_to(dtype, uniform(rng));
-      upload(dtype, const_cast<void*>(tensors[i].grad), grads[i]);
-    }
-  }
-};
-
-/// The worst relative error seen over a run, and where.
-struct Comparison {
-  double worst = 0;
-  std::string where;
-};
-
-/// A group's state buffers as the device holds them before a step: [tensor][state], empty for
-/// states the group's variant does not have.
-using StateSnapshot = std::vector<std::vector<std::vector<float>>>;
-
-StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
-                              const DeviceGroup& g, DType state_dtype) {
-  const auto& info = opt.info();
-  const std::vector<double> h = opt.hyperparameters(group);
-  StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
-  for (size_t t = 0; t < g.sizes.size(); ++t)
-    for (int s = 0; s < info.num_states; ++s)
-      if (ref.state_present(h.data(), s)) states[t][s] = download(state_dtype, opt.state(info.states[s].name, group, t).data, g.sizes[t]);
-  return states;
-}
-
-/// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
-/// host copies and `states`) and compares the device's params and states with it, recording the
-/// worst relative error in `result`. Afterwards `g` holds the device's values.
-void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
-                 StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype,
-                 Comparison& result) {
-  const auto& info = opt.info();
-  const std::vector<double> h = opt.hyperparameters(group);
-  std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
-  std::vector<optgen::reference::Tensor<float>> tensors;
-  for (size_t t = 0; t < g.sizes.size(); ++t) {
-    for (int s = 0; s < info.num_states; ++s) state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
-    tensors.push_back({static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data()});
-  }
-  ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size());
-
-  const double limit = tolerance(g.dtype, state_dtype);
-  for (size_t t = 0; t < g.sizes.size(); ++t) {
-    auto check = [&](const std::string& what, DType type, const void* device, std::vector<float>& expected) {
-      std::vector<float> actual = download(type, device, expected.size());
-      const double error = relative_error(actual, expected);
-      if (!(error <= result.worst)) {
-        result.worst = std::isnan(error) ? INFINITY : error;
-        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) + " elements) of group " +
-                       std::to_string(group) + " at step " + std::to_string(step);
-      }
-      if (!(error <= limit)) {
-        for (size_t i = 0; i < actual.size(); ++i)
-          if (!(std::fabs(actual[i] - expected[i]) <= limit * std::max(1.0f, std::fabs(expected[i])))) {
-            UNSCOPED_INFO(what << "[" << i << "]: gpu " << actual[i] << ", reference " << expected[i]);
-            break;
-          }
-      }
-      expected = actual;  // the next step starts from the device's values
-    };
-    check("param", g.dtype, g.tensors[t].param, g.params[t]);
-    for (int s = 0; s < info.num_states; ++s)
-      if (!states[t][s].empty()) check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
-  }
-}
-
-void synchronize() { optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize"); }
-
-/// One step on the GPU and, from the same starting values, on the CPU reference, for a
-/// single-group optimizer.
-void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
-                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result) {
-  StateSnapshot states = snapshot_states(opt, ref, 0, g, state_dtype);
-  opt.step();
-  synchronize();
-  check_group(opt, ref, 0, g, states, ref_scalar_state, step, state_dtype, result);
-}
-
-std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h) {
-  std::vector<double> s;
-  for (int i = 0; i < info.num_scalar_states; ++i) {
-    const auto& init = info.scalar_states[i].init;
-    s.push_back(init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value);
-  }
-  s.push_back(0);  // never empty
-  return s;
-}
-
-optgen::Tensor fake_tensor(std::int64_t numel = 8) {
-  return {reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), numel, DType::F32};
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const optgen::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using namespace optgen_test;
 
 // ---- Bad input: rejected before any GPU work, so these run without a GPU. ----
 
@@ -272,7 +48,7 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   half.dtype = DType::F16;
   CHECK_THAT(error_of([&] { sgd.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
              Catch::Contains("no kernel for variant sgd with f16 params and f32 states was generated") &&
-                 Catch::Contains("sgd_f32_f32, sgd_bf16_f32") && Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
+                 Catch::Contains("sgd f32:f32, sgd bf16:f32") && Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
 
   optgen::Tensor bf16 = t;
   bf16.dtype = DType::BF16;
@@ -316,7 +92,30 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("unknown dtype 7"));
   CHECK(optgen_step(nullptr, nullptr) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("optimizer is NULL"));
+  CHECK(optgen_step_amp(nullptr, nullptr, nullptr, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("optgen_step_amp failed: optimizer is NULL"));
+  CHECK(optgen_prepare(nullptr, nullptr) == -1);
+  CHECK(optgen_save(opt, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("optgen_save failed: optimizer or path is NULL"));
+  CHECK(optgen_load(opt, "/nonexistent/optgen.safetensors") == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("cannot open the file"));
+  double mu = 0;
+  CHECK(optgen_scalar_state(opt, "mu_product", 0, &mu) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("Adam has no scalar state 'mu_product'") &&
+                                                   Catch::Contains("it keeps no scalar state"));
+  CHECK(optgen_set_step_count(opt, 0, 5) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
+  size_t groups = 7;
+  CHECK(optgen_num_groups(opt, &groups) == 0);
+  CHECK(groups == 0);
   optgen_destroy(opt);
+}
+
+TEST_CASE("the C ABI and the generator say which version they are", "[launcher]") {
+  CHECK(optgen_abi_version() == OPTGEN_ABI_VERSION);
+  CHECK(std::string(optgen_version()) == OPTGEN_VERSION);
+  CHECK(optgen::Adam::info().abi_version == optgen::kernel_abi::kVersion);
+  CHECK(std::string(optgen::Adam::info().generator) == "optgen " OPTGEN_VERSION);
 }
 
 TEST_CASE("without a CUDA driver, binding tensors says so and what to do", "[launcher]") {
@@ -342,7 +141,7 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
     const auto& ref = reference_of(name);
     for (int k = 0; k < info->num_kernels; ++k) {
       const optgen::KernelInfo& kernel = info->kernels[k];
-      DYNAMIC_SECTION(kernel.name) {
+      DYNAMIC_SECTION(kernel.stages[0]) {
         std::vector<double> h = hyperparameters_for(*info, kernel.variant);
         optgen::FusedOptimizer opt(*info, h, kernel.state);
         opt.set_chunk_size(65536);
@@ -355,7 +154,7 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
           compare_step(opt, ref, group, scalar_state, step, kernel.state, result);
           CHECK(opt.launches_last_step() == 1);
         }
-        INFO(kernel.name << ": worst relative error " << result.worst << " in " << result.where);
+        INFO(kernel.stages[0] << ": worst relative error " << result.worst << " in " << result.where);
         CHECK(result.worst <= tolerance(kernel.param, kernel.state));
       }
     }
@@ -391,7 +190,7 @@ TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]
   OPTGEN_REQUIRE_GPU();
   const auto& info = launcher("adamw");
   const auto& ref = reference_of("adamw");
-  for (int groups : {3, 20}) {  // within and beyond the step scalars the kernel arguments hold
+  for (int groups : {3, 20}) {
     DYNAMIC_SECTION(groups << " groups") {
       std::mt19937 rng(groups);
       optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));

@@ -43,14 +43,14 @@ update:
   buffer <- buffer_next_1
 )ir");
   CHECK(optgen::test::ir_after("dce", spec, {{"fast", false}}) == R"ir(program test (fast=false)
-step_scalars:
+group:
   $lr = lr
 update:
   let param_next = param - $lr * grad
   param <- param_next
 )ir");
   CHECK(optgen::test::ir_after("dce", spec, {{"fast", true}}) == R"ir(program test_fast (fast=true)
-step_scalars:
+group:
   $lr = lr
 update:
   let buffer_next = buffer + grad
@@ -100,8 +100,8 @@ update:
 )ir");
 }
 
-TEST_CASE("hoist: element-independent subtrees become step scalars", "[passes]") {
-  CHECK_PASS("hoist", R"ir(
+TEST_CASE("assign_levels: per-group subtrees become group values, named after what they compute", "[passes]") {
+  CHECK_PASS("assign_levels", R"ir(
 hyperparameters:
   lr: {type: float, default: 0.1}
   weight_decay: {type: float, default: 0.01}
@@ -112,15 +112,42 @@ update:
   - param = param * (1 - lr * weight_decay)
   - param = param - lr / bias_correction1 * grad
 )ir", R"ir(program test
-step_scalars:
-  $s0 = 1 - lr * weight_decay
+group:
+  $one_minus_lr_times_weight_decay = 1 - lr * weight_decay
   let bias_correction1 = 1 - beta1 ** step
-  $s1 = lr / bias_correction1
+  $lr_over_bias_correction1 = lr / bias_correction1
 update:
-  let param_next = param * $s0
-  let param_next_1 = param_next - $s1 * grad
+  let param_next = param * $one_minus_lr_times_weight_decay
+  let param_next_1 = param_next - $lr_over_bias_correction1 * grad
   param <- param_next_1
 )ir");
+}
+
+TEST_CASE("assign_levels: per-tensor subtrees become tensor values, their per-group parts group values", "[passes]") {
+  CHECK_PASS("assign_levels", R"ir(
+hyperparameters:
+  lr: {type: float, default: 0.1}
+  beta1: {type: float, default: 0.9}
+per_step:
+  - bias_correction1 = 1 - beta1 ** step
+update:
+  - scale = lr / bias_correction1 / sqrt(numel)
+  - param = param - scale * grad * grad
+)ir", R"ir(program test
+group:
+  let bias_correction1 = 1 - beta1 ** step
+  $lr_over_bias_correction1 = lr / bias_correction1
+tensor:
+  let scale = $lr_over_bias_correction1 / sqrt(numel)
+  @scale = scale
+update:
+  let param_next = param - @scale * grad * grad
+  param <- param_next
+)ir");
+  CHECK(optgen::test::ir_after("plan_stages", R"ir(
+update:
+  - param = param - grad / numel
+)ir").find("stages: update (update)\n") != std::string::npos);
 }
 
 TEST_CASE("dce: a state write that stores the old value is dropped", "[passes]") {
@@ -134,8 +161,8 @@ update:
   - "buffer = fast ? buffer + grad : buffer"
   - param = param - lr * grad
 )ir";
-  CHECK(optgen::test::ir_after("hoist", spec, {{"fast", false}}) == R"ir(program test (fast=false)
-step_scalars:
+  CHECK(optgen::test::ir_after("assign_levels", spec, {{"fast", false}}) == R"ir(program test (fast=false)
+group:
   $lr = lr
 update:
   let param_next = param - $lr * grad
@@ -143,7 +170,7 @@ update:
   buffer <- buffer
 )ir");
   CHECK(optgen::test::ir_after("dce", spec, {{"fast", false}}) == R"ir(program test (fast=false)
-step_scalars:
+group:
   $lr = lr
 update:
   let param_next = param - $lr * grad
@@ -152,7 +179,7 @@ update:
 }
 
 TEST_CASE("scalar state: per_step reads old values, later statements the new", "[passes]") {
-  CHECK_PASS("hoist", R"ir(
+  CHECK_PASS("assign_levels", R"ir(
 hyperparameters:
   beta: {type: float, default: 0.9}
 scalar_state:
@@ -166,10 +193,10 @@ update:
 scalar_state:
   let product_next = product * beta
   product <- product_next
-step_scalars:
-  $s0 = product_next - product
+group:
+  $product_next_minus_product = product_next - product
 update:
-  let param_next = param - $s0 * grad
+  let param_next = param - $product_next_minus_product * grad
   param <- param_next
 )ir");
 }

@@ -103,9 +103,9 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
       std::vector<optgen::reference::Tensor<T>> tensors;
       for (int t : group.tensors) tensors.push_back({params[t].size(), params[t].data(), grads[t].data(), state_pointers[t].data()});
       if constexpr (std::is_same_v<T, float>)
-        opt.step_float(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size());
+        opt.step_float(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size(), 1.0f);
       else
-        opt.step_double(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size());
+        opt.step_double(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size(), 1.0);
     }
     auto compare = [&](const std::vector<T>& ours, const YAML::Node& theirs, const std::string& what) {
       double e = relative_error(Values(ours.begin(), ours.end()), to_values(theirs));

@@ -6,61 +6,135 @@
 namespace optgen {
 namespace {
 
-/// Walks element expressions top-down: the first node on each path that does not depend on the
-/// element becomes a step scalar (constants stay where they are).
-class Hoister {
+const char* operator_word(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "plus";
+    case BinaryOp::Sub: return "minus";
+    case BinaryOp::Mul: return "times";
+    case BinaryOp::Div: return "over";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Lt: return "lt";
+    case BinaryOp::Le: return "le";
+    case BinaryOp::Gt: return "gt";
+    case BinaryOp::Ge: return "ge";
+    case BinaryOp::Eq: return "eq";
+    case BinaryOp::Ne: return "ne";
+    case BinaryOp::And: return "and";
+    case BinaryOp::Or: return "or";
+  }
+  return "op";
+}
+
+/// A name that says what `e` computes, from the spec's own names: `one_minus_beta1`,
+/// `sqrt_bias_correction2`; empty when that would be unreadably long.
+std::string describe(const Expr& e) {
+  if (!e->hint.empty() || e->kind == NodeKind::Var) return e->kind == NodeKind::Var ? e->name : e->hint;
+  std::string name;
+  switch (e->kind) {
+    case NodeKind::Const:
+      if (e->value == 1) return "one";
+      if (e->value == 2) return "two";
+      return "";
+    case NodeKind::Var: break;
+    case NodeKind::Unary: {
+      std::string a = describe(e->args[0]);
+      if (!a.empty()) name = (e->unary_op() == UnaryOp::Neg ? "neg_" : "not_") + a;
+      break;
+    }
+    case NodeKind::Binary: {
+      std::string a = describe(e->args[0]), b = describe(e->args[1]);
+      if (!a.empty() && !b.empty()) name = a + "_" + operator_word(e->binary_op()) + "_" + b;
+      break;
+    }
+    case NodeKind::Call: {
+      name = spelling(e->builtin());
+      for (const auto& arg : e->args) {
+        std::string a = describe(arg);
+        if (a.empty()) return "";
+        name += "_" + a;
+      }
+      break;
+    }
+    case NodeKind::Select: break;
+  }
+  return name.size() <= 64 ? name : "";
+}
+
+/// Splits the element outputs by level. Walking each expression from the top, the first node on
+/// every path whose level is below the code being written becomes a HoistedValue of its own
+/// level, computed there once and read by name; its own lower-level parts are hoisted in turn.
+class LevelSplitter {
  public:
-  explicit Hoister(Program& program) : program_(program) {
-    taken_ = {"param", "grad", "step"};
+  explicit LevelSplitter(Program& program) : program_(program) {
+    taken_ = {"param", "grad", "step", "numel"};
+    for (const auto& h : program.spec->hyperparameters) taken_.insert(h.name);
     for (const auto& s : program.spec->states) taken_.insert(s.name);
+    for (const auto& s : program.spec->scalar_states) taken_.insert(s.name);
   }
 
-  Expr operator()(const Expr& e) {
-    if (auto it = memo_.find(e.get()); it != memo_.end()) return it->second;
-    Expr result;
-    if (e->is_const()) {
-      result = e;
-    } else if (!e->per_element) {
-      result = scalar(e);
-    } else {
-      std::vector<Expr> args;
-      bool changed = false;
-      for (const auto& a : e->args) {
-        args.push_back((*this)(a));
-        changed = changed || args.back() != a;
-      }
-      result = changed ? with_args(e, std::move(args)) : e;
+  /// `e` as code of level `at` writes it.
+  Expr at_level(const Expr& e, Level at) {
+    if (e->is_const()) return e;
+    if (e->level < at) return hoist(e);
+    if (e->args.empty()) return e;
+    auto key = std::make_pair(e.get(), at);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    std::vector<Expr> args;
+    bool changed = false;
+    for (const auto& a : e->args) {
+      args.push_back(at_level(a, at));
+      changed = changed || args.back() != a;
     }
-    memo_.emplace(e.get(), result);
+    Expr result = changed ? with_args(e, std::move(args)) : e;
+    memo_.emplace(key, result);
     keep_.push_back(e);
     return result;
   }
 
  private:
-  Expr scalar(const Expr& e) {
-    std::string base = e->kind == NodeKind::Var ? e->name : e->hint;
+  Expr hoist(const Expr& e) {
+    if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted) return e;
+    if (auto it = hoisted_.find(e.get()); it != hoisted_.end()) return it->second;
+    Expr value = at_level(e, e->level);
+    std::string name = name_for(e);
+    (e->level == Level::Group ? program_.group_values : program_.tensor_values).push_back({name, value});
+    Expr leaf = Node::make_hoisted(name, e->type, e->level);
+    hoisted_.emplace(e.get(), leaf);
+    keep_.push_back(e);
+    return leaf;
+  }
+
+  /// An input hoisted as it is keeps its own name (each is hoisted once); anything else is named
+  /// after what it computes, made unique.
+  std::string name_for(const Expr& e) {
+    if (e->kind == NodeKind::Var) return e->name;
+    const std::string base = describe(e);
     std::string name = base;
-    while (name.empty() || taken_.count(name))
-      name = base.empty() ? "s" + std::to_string(counter_++) : base + "_" + std::to_string(++counter_);
+    if (name.empty() || taken_.count(name)) {
+      const std::string prefix = base.empty() ? std::string(to_string(e->level)) + "_value" : base;
+      int n = 1;
+      do name = prefix + "_" + std::to_string(n++);
+      while (taken_.count(name));
+    }
     taken_.insert(name);
-    program_.step_scalars.push_back({name, e});
-    return Node::make_var(VarKind::StepScalar, name, e->type);
+    return name;
   }
 
   Program& program_;
   std::set<std::string> taken_;
-  int counter_ = 0;
-  std::unordered_map<const Node*, Expr> memo_;
-  std::vector<Expr> keep_;
+  std::map<std::pair<const Node*, Level>, Expr> memo_;
+  std::unordered_map<const Node*, Expr> hoisted_;
+  std::vector<Expr> keep_;  ///< keeps memo keys alive, so their addresses are not reused
 };
 
 }  // namespace
 
-Program hoist(const Program& program) {
+Program assign_levels(const Program& program) {
   Program result = program;
-  result.step_scalars.clear();
-  Hoister hoister(result);
-  for (auto& o : result.element_outputs) o.value = hoister(o.value);
+  result.group_values.clear();
+  result.tensor_values.clear();
+  LevelSplitter splitter(result);
+  for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, Level::Element);
   return result;
 }
 

@@ -19,15 +19,20 @@ Program constant_fold(const Program& program);
 /// Makes structurally equal subexpressions one node.
 Program common_subexpression_elimination(const Program& program);
 
-/// Moves every maximal subexpression that does not depend on the element out of the element code
-/// into a step scalar, computed once per step and param group.
-Program hoist(const Program& program);
+/// Splits the step by level: every maximal subexpression of the element code that is computed at a
+/// lower level (per group, per tensor) becomes a value of that level, computed once there
+/// (`group_values`, `tensor_values`) and read by name.
+Program assign_levels(const Program& program);
 
-/// Drops writes that store a state's own value back, and step scalars nothing reads.
+/// Drops writes that store a state's own value back, and group and tensor values nothing reads.
 Program dead_code_elimination(const Program& program);
 
 /// Checks that the variant reads and writes exactly the states it declares present; throws
 /// SpecError when a spec writes or reads a state that its flags make absent.
 Program verify_states(const Program& program);
+
+/// Splits the step into its stage plan: one kernel launch per stage. Without reductions a step is
+/// one Update stage.
+Program plan_stages(const Program& program);
 
 }  // namespace optgen

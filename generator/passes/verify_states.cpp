@@ -46,8 +46,10 @@ Program verify_states(const Program& program) {
       throw SpecError(declaration(program, state).loc,
                       "state '" + state + "' is present in variant " + program.variant + " (" + flags_text(program) +
                           ") but never written there");
-  for (const auto& s : program.step_scalars)
-    if (s.value->per_element) throw InternalError("step scalar '" + s.name + "' depends on the element");
+  for (const auto& v : program.group_values)
+    if (v.value->level != Level::Group) throw InternalError("group value '" + v.name + "' is not computed per group");
+  for (const auto& v : program.tensor_values)
+    if (v.value->level != Level::Tensor) throw InternalError("tensor value '" + v.name + "' is not computed per tensor");
   return program;
 }
 

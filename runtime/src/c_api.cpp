@@ -57,6 +57,10 @@ int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const 
 
 extern "C" {
 
+int32_t optgen_abi_version(void) { return OPTGEN_ABI_VERSION; }
+
+const char* optgen_version(void) { return OPTGEN_VERSION; }
+
 const char* optgen_last_error(void) { return last_error.c_str(); }
 
 int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* tensors, size_t count,
@@ -86,10 +90,24 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
   });
 }
 
+int optgen_prepare(optgen_optimizer* optimizer, void* stream) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_prepare", "optimizer is NULL");
+    optimizer->engine.prepare(static_cast<CUstream>(stream));
+  });
+}
+
 int optgen_step(optgen_optimizer* optimizer, void* stream) {
   return guarded([&] {
     require(optimizer != nullptr, "optgen_step", "optimizer is NULL");
     optimizer->engine.step(static_cast<CUstream>(stream));
+  });
+}
+
+int optgen_step_amp(optgen_optimizer* optimizer, void* stream, const float* grad_scale, const float* found_inf) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_step_amp", "optimizer is NULL");
+    optimizer->engine.step(static_cast<CUstream>(stream), optgen::AmpInputs{grad_scale, found_inf});
   });
 }
 
@@ -119,6 +137,48 @@ int optgen_step_count(const optgen_optimizer* optimizer, size_t group, int64_t* 
   return guarded([&] {
     require(optimizer && count, "optgen_step_count", "optimizer or count is NULL");
     *count = optimizer->engine.step_count(group);
+  });
+}
+
+int optgen_num_groups(const optgen_optimizer* optimizer, size_t* groups) {
+  return guarded([&] {
+    require(optimizer && groups, "optgen_num_groups", "optimizer or groups is NULL");
+    *groups = optimizer->engine.num_groups();
+  });
+}
+
+int optgen_set_step_count(optgen_optimizer* optimizer, size_t group, int64_t count) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_set_step_count", "optimizer is NULL");
+    optimizer->engine.set_step_count(count, group);
+  });
+}
+
+int optgen_scalar_state(const optgen_optimizer* optimizer, const char* name, size_t group, double* value) {
+  return guarded([&] {
+    require(optimizer && name && value, "optgen_scalar_state", "optimizer, name or value is NULL");
+    *value = optimizer->engine.scalar_state(name, group);
+  });
+}
+
+int optgen_set_scalar_state(optgen_optimizer* optimizer, const char* name, size_t group, double value) {
+  return guarded([&] {
+    require(optimizer && name, "optgen_set_scalar_state", "optimizer or name is NULL");
+    optimizer->engine.set_scalar_state(name, value, group);
+  });
+}
+
+int optgen_save(const optgen_optimizer* optimizer, const char* path) {
+  return guarded([&] {
+    require(optimizer && path, "optgen_save", "optimizer or path is NULL");
+    optimizer->engine.save(path);
+  });
+}
+
+int optgen_load(optgen_optimizer* optimizer, const char* path) {
+  return guarded([&] {
+    require(optimizer && path, "optgen_load", "optimizer or path is NULL");
+    optimizer->engine.load(path);
   });
 }
 

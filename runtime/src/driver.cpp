@@ -204,6 +204,13 @@ Api load_api() {
   // _v2 since CUDA 12.8; the first version, with the same signature, on older drivers.
   if (dlsym(library, "cuEventElapsedTime_v2")) load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime_v2");
   else load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime");
+  load_symbol(library, api.cuStreamIsCapturing, "cuStreamIsCapturing");
+  load_symbol(library, api.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  load_symbol(library, api.cuStreamEndCapture, "cuStreamEndCapture");
+  load_symbol(library, api.cuGraphInstantiate, "cuGraphInstantiateWithFlags");
+  load_symbol(library, api.cuGraphLaunch, "cuGraphLaunch");
+  load_symbol(library, api.cuGraphDestroy, "cuGraphDestroy");
+  load_symbol(library, api.cuGraphExecDestroy, "cuGraphExecDestroy");
 
   CUresult result = api.cuInit(0);
   if (result != CUDA_SUCCESS) {
@@ -317,6 +324,15 @@ int compute_capability(CUdevice device) {
   check(driver.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
         "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
   return major * 10 + minor;
+}
+
+bool is_capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult result = api().cuStreamIsCapturing(stream, &status);
+  // The legacy stream, asked while another (blocking) stream captures, answers that it would join.
+  if (result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  check(result, "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 void simulate_missing_driver_for_testing(bool missing) {

@@ -314,7 +314,7 @@ SpillReport parse_ptxas_report(const std::string& log) {
     std::string line = log.substr(start, end - start);
     start = end + 1;
     if (line.compare(0, 5, "ptxas") != 0) continue;
-    if (line.find("Function properties for") != std::string::npos) ++report.kernels;
+    if (line.find("Compiling entry function") != std::string::npos) ++report.kernels;
     if (std::optional<long> bytes = number_before(line, "bytes stack frame")) {
       report.max_stack_frame_bytes = std::max(report.max_stack_frame_bytes, *bytes);
     }

@@ -4,143 +4,143 @@
 #include <cmath>
 #include <cstring>
 
-#include "optgen/driver.h"
-#include "optgen/error.h"
-#include "optgen/kernel_abi.h"
+#include "optimizer_impl.h"
 
 namespace optgen {
 namespace {
 
 constexpr std::size_t kStateAlignment = 256;  // bytes; keeps every state buffer 16-byte aligned
 
-/// Device memory that frees itself.
-class DeviceBuffer {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+/// Host images of device arrays, packed into one allocation: each part starts 256-byte aligned.
+class PackedUpload {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) {
-    if (bytes > 0) driver::check(driver::api().cuMemAlloc(&ptr_, bytes), "cuMemAlloc");
+  /// Reserves `bytes` and returns their offset.
+  std::size_t add(std::size_t bytes) {
+    const std::size_t at = round_up(host_.size(), 256);
+    host_.resize(at + bytes);
+    return at;
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = 0; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    return *this;
+  template <typename T>
+  std::size_t add(const std::vector<T>& values) {
+    const std::size_t at = add(values.size() * sizeof(T));
+    if (!values.empty()) std::memcpy(host_.data() + at, values.data(), values.size() * sizeof(T));
+    return at;
   }
-  ~DeviceBuffer() {
-    if (ptr_) driver::api().cuMemFree(ptr_);
+  unsigned char* at(std::size_t offset) { return host_.data() + offset; }
+  /// Allocates the device copy and uploads (synchronously).
+  DeviceBuffer upload() const {
+    DeviceBuffer memory(host_.size());
+    if (!host_.empty()) driver::check(driver::api().cuMemcpyHtoD(memory.get(), host_.data(), host_.size()), "cuMemcpyHtoD");
+    return memory;
   }
-  CUdeviceptr get() const { return ptr_; }
 
  private:
-  CUdeviceptr ptr_ = 0;
+  std::vector<unsigned char> host_;
 };
 
-struct BoundTensor {
-  void* param;
-  const void* grad;
-  std::int64_t numel;
-  std::vector<void*> states;  ///< per spec state; null when the variant has none
-};
-
-struct Group {
-  std::vector<double> h;  ///< hyperparameters, derived flags filled in
-  std::vector<double> scalar_state;
-  std::int64_t step = 0;
-  int variant = 0;
-  int kernel = 0;
-  std::vector<BoundTensor> tensors;
-  DeviceBuffer state_memory;
-};
-
-/// The groups one kernel updates, and the tables it reads.
-struct Launch {
-  int kernel;
-  CUfunction function = nullptr;
-  std::vector<std::size_t> groups;
-  DeviceBuffer table_memory;
-  kernel_abi::TableView table{};
-  std::vector<unsigned char> args;     ///< StepArgs as the kernel receives it
-  std::vector<unsigned char> scalars;  ///< every group's StepScalars, when they do not fit inline
-  DeviceBuffer device_scalars;
-};
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+template <typename T>
+T* device_pointer(const DeviceBuffer& memory, std::size_t offset) {
+  return reinterpret_cast<T*>(memory.get() + offset);
+}
 
 }  // namespace
 
-struct FusedOptimizer::Impl {
-  const OptimizerInfo* info;
-  std::vector<double> defaults;
-  DType state_dtype;
-  long long chunk_size;
-  std::vector<Group> groups;
-  std::vector<Launch> launches;
-  bool tables_stale = true;
-  int launches_last_step = 0;
-  Module module;
-  bool module_loaded = false;
+// ---- Lookups ----
 
-  std::string call(const char* method) const { return std::string(info->name) + "::" + method; }
-
-  int hyperparameter_index(const std::string& name, const char* method) const {
-    std::string known;
-    for (int i = 0; i < info->num_hyperparameters; ++i) {
-      if (name == info->hyperparameters[i].name) return i;
-      known += (known.empty() ? "" : ", ") + std::string(info->hyperparameters[i].name);
-    }
-    throw Error(call(method), std::string(info->name) + " has no hyperparameter '" + name + "'", "its hyperparameters: " + known);
+int FusedOptimizer::Impl::hyperparameter_index(const std::string& name, const char* method) const {
+  std::string known;
+  for (int i = 0; i < info->num_hyperparameters; ++i) {
+    if (name == info->hyperparameters[i].name) return i;
+    known += (known.empty() ? "" : ", ") + std::string(info->hyperparameters[i].name);
   }
+  throw Error(call(method), std::string(info->name) + " has no hyperparameter '" + name + "'", "its hyperparameters: " + known);
+}
 
-  int state_index(const std::string& name, const char* method) const {
-    std::string known;
-    for (int i = 0; i < info->num_states; ++i) {
-      if (name == info->states[i].name) return i;
-      known += (known.empty() ? "" : ", ") + std::string(info->states[i].name);
-    }
-    throw Error(call(method), std::string(info->name) + " has no state '" + name + "'",
-                known.empty() ? "it keeps no per-element state" : "its states: " + known);
+int FusedOptimizer::Impl::state_index(const std::string& name, const char* method) const {
+  std::string known;
+  for (int i = 0; i < info->num_states; ++i) {
+    if (name == info->states[i].name) return i;
+    known += (known.empty() ? "" : ", ") + std::string(info->states[i].name);
   }
+  throw Error(call(method), std::string(info->name) + " has no state '" + name + "'",
+              known.empty() ? "it keeps no per-element state" : "its states: " + known);
+}
 
-  const Group& group_at(std::size_t group, const char* method) const {
-    if (group >= groups.size())
-      throw Error(call(method), "no param group " + std::to_string(group) + " (there are " + std::to_string(groups.size()) + ")");
-    return groups[group];
+int FusedOptimizer::Impl::scalar_state_index(const std::string& name, const char* method) const {
+  std::string known;
+  for (int i = 0; i < info->num_scalar_states; ++i) {
+    if (name == info->scalar_states[i].name) return i;
+    known += (known.empty() ? "" : ", ") + std::string(info->scalar_states[i].name);
   }
+  throw Error(call(method), std::string(info->name) + " has no scalar state '" + name + "'",
+              known.empty() ? "it keeps no scalar state" : "its scalar states: " + known);
+}
+
+const Group& FusedOptimizer::Impl::group_at(std::size_t group, const char* method) const {
+  if (group >= groups.size())
+    throw Error(call(method), "no param group " + std::to_string(group) + " (there are " + std::to_string(groups.size()) + ")");
+  return groups[group];
+}
+
+namespace {
+
+/// Binding: checks of tensors and hyperparameters, kernel choice, state allocation.
+struct Binder {
+  const FusedOptimizer::Impl& m;
 
   int find_kernel(int variant, DType param) const {
+    const OptimizerInfo& info = *m.info;
     std::string generated;
-    for (int k = 0; k < info->num_kernels; ++k) {
-      const KernelInfo& kernel = info->kernels[k];
-      if (kernel.variant == variant && kernel.param == param && kernel.state == state_dtype) return k;
-      generated += (generated.empty() ? "" : ", ") + std::string(kernel.name);
+    for (int k = 0; k < info.num_kernels; ++k) {
+      const KernelInfo& kernel = info.kernels[k];
+      if (kernel.variant == variant && kernel.param == param && kernel.state == m.state_dtype) return k;
+      generated += (generated.empty() ? "" : ", ") + std::string(info.variants[kernel.variant].name) + " " + to_string(kernel.param) +
+                   ":" + to_string(kernel.state);
     }
-    const std::string storage = std::string(to_string(param)) + (state_dtype == DType::F32 ? "" : std::string(":") + to_string(state_dtype));
-    throw Error(call("add_param_group"),
-                std::string("no kernel for variant ") + info->variants[variant].name + " with " + to_string(param) + " params and " +
-                    to_string(state_dtype) + " states was generated (kernels: " + generated + ")",
+    const std::string storage = std::string(to_string(param)) + (m.state_dtype == DType::F32 ? "" : std::string(":") + to_string(m.state_dtype));
+    throw Error(m.call("add_param_group"),
+                std::string("no kernel for variant ") + info.variants[variant].name + " with " + to_string(param) + " params and " +
+                    to_string(m.state_dtype) + " states was generated (kernels: " + generated + ")",
                 "add \"" + storage + "\" to the spec's 'storage:' list or to STORAGE (and the variant to VARIANTS, if given) in "
                 "optgen_add_optimizer(), and rebuild");
+  }
+
+  void check_hyperparameters(const std::vector<double>& h) const {
+    const OptimizerInfo& info = *m.info;
+    if (static_cast<int>(h.size()) != info.num_hyperparameters)
+      throw Error(m.call("add_param_group"), "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " +
+                                                 std::to_string(h.size()));
+    for (int i = 0; i < info.num_hyperparameters; ++i) {
+      const auto& hp = info.hyperparameters[i];
+      if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
+        throw Error(m.call("add_param_group"), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
+      if (!std::isfinite(h[i]))
+        throw Error(m.call("add_param_group"), std::string(hp.name) + " is not finite (" + std::to_string(h[i]) + ")");
+    }
   }
 
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {
     const std::string which = "tensor " + std::to_string(i) + " of the group";
     const char* method = "add_param_group";
-    if (t.numel < 0) throw Error(call(method), which + " has a negative numel (" + std::to_string(t.numel) + ")");
+    if (t.numel < 0) throw Error(m.call(method), which + " has a negative numel (" + std::to_string(t.numel) + ")");
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
-      throw Error(call(method), which + " has " + std::to_string(t.numel) + " parameter elements but " + std::to_string(t.grad_numel) +
-                                    " gradient elements", "pass the gradient that belongs to this parameter");
+      throw Error(m.call(method), which + " has " + std::to_string(t.numel) + " parameter elements but " + std::to_string(t.grad_numel) +
+                                      " gradient elements", "pass the gradient that belongs to this parameter");
     if (t.dtype != dtype)
-      throw Error(call(method), which + " is " + to_string(t.dtype) + " but tensor 0 is " + to_string(dtype),
+      throw Error(m.call(method), which + " is " + to_string(t.dtype) + " but tensor 0 is " + to_string(dtype),
                   "a param group holds tensors of one dtype; put tensors of another dtype in a group of their own");
     if (t.numel == 0) return;
     auto check_pointer = [&](const void* p, const std::string& what) {
-      if (!p) throw Error(call(method), which + " has a null " + what + " pointer", "pass the device address of its data");
+      if (!p) throw Error(m.call(method), which + " has a null " + what + " pointer", "pass the device address of its data");
       if (reinterpret_cast<std::uintptr_t>(p) % size_of(dtype) != 0)
-        throw Error(call(method), which + ": the " + what + " pointer " + std::to_string(reinterpret_cast<std::uintptr_t>(p)) +
-                                      " is not aligned to its " + std::to_string(size_of(dtype)) + "-byte " + to_string(dtype) + " elements");
+        throw Error(m.call(method), which + ": the " + what + " pointer " + std::to_string(reinterpret_cast<std::uintptr_t>(p)) +
+                                        " is not aligned to its " + std::to_string(size_of(dtype)) + "-byte " + to_string(dtype) + " elements");
     };
     check_pointer(t.param, "param");
     check_pointer(t.grad, "grad");
-    if (t.param == t.grad) throw Error(call(method), which + " has the same pointer for param and grad");
+    if (t.param == t.grad) throw Error(m.call(method), which + " has the same pointer for param and grad");
   }
 
   /// The checks that need the driver: every pointer is device memory.
@@ -150,48 +150,59 @@ struct FusedOptimizer::Impl {
       unsigned int type = 0;
       CUresult r = driver::api().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(p));
       if (r != CUDA_SUCCESS || type == CU_MEMORYTYPE_HOST)
-        throw Error(call("add_param_group"), "tensor " + std::to_string(i) + " of the group: the " + what + " pointer is not device memory",
+        throw Error(m.call("add_param_group"), "tensor " + std::to_string(i) + " of the group: the " + what + " pointer is not device memory",
                     "allocate it with cudaMalloc (or torch on a CUDA device)");
     }
   }
 
-  /// The index of hyperparameter `name`, after checking that `value` may be set on it.
-  int settable_index(const std::string& name, double value) const {
-    const int i = hyperparameter_index(name, "set");
-    const auto& hp = info->hyperparameters[i];
-    if (hp.derived) throw Error(call("set"), name + " is derived from other hyperparameters", "set those instead");
-    if (hp.type == reference::ValueType::Bool && value != 0 && value != 1)
-      throw Error(call("set"), name + " is a bool; got " + std::to_string(value));
-    if (!std::isfinite(value)) throw Error(call("set"), name + " must be finite; got " + std::to_string(value));
-    return i;
+  void fill_state(void* data, std::int64_t numel, double value) const {
+    if (numel == 0) return;
+    const auto ptr = reinterpret_cast<CUdeviceptr>(data);
+    const float f = static_cast<float>(value);
+    if (m.state_dtype == DType::F32) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      driver::check(driver::api().cuMemsetD32(ptr, bits, static_cast<std::size_t>(numel)), "cuMemsetD32");
+    } else {
+      driver::check(driver::api().cuMemsetD16(ptr, float_to_bf16(f), static_cast<std::size_t>(numel)), "cuMemsetD16");
+    }
   }
 
-  /// Group `group`'s hyperparameters with hyperparameter `i` set to `value`, derived flags
-  /// recomputed; throws if that would switch the group's kernel variant.
-  std::vector<double> with_value(std::size_t group, const std::string& name, int i, double value) const {
-    const Group& g = groups[group];
-    std::vector<double> h = g.h;
-    h[i] = value;
-    info->derive_flags(h.data());
-    const int variant = info->select_variant(h.data());
-    if (variant != g.variant)
-      throw Error(call("set"), "setting " + name + " to " + std::to_string(value) + " would switch param group " +
-                                   std::to_string(group) + " from kernel variant " + info->variants[g.variant].name + " to " +
-                                   info->variants[variant].name,
-                  "variants own different state buffers, so they are fixed when a group is added: pass " + name +
-                      " to add_param_group instead");
-    return h;
+  /// The group's states: the caller's buffers, or slices of one allocation initialised here.
+  void bind_states(Group& g, const std::vector<Tensor>& tensors) const {
+    const OptimizerInfo& info = *m.info;
+    const VariantInfo& variant = info.variants[g.variant];
+    const std::size_t state_bytes = size_of(m.state_dtype);
+    std::size_t total = 0;
+    for (const Tensor& t : tensors)
+      if (!t.states) total += round_up(static_cast<std::size_t>(t.numel) * state_bytes, kStateAlignment) * variant.num_states;
+    g.state_memory = DeviceBuffer(total);
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor& t = tensors[i];
+      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(info.num_states, nullptr)};
+      for (int j = 0; j < variant.num_states; ++j) {
+        const int s = variant.states[j];
+        if (t.states) {
+          void* p = t.states[s];
+          if (t.numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % state_bytes != 0))
+            throw Error(m.call("add_param_group"), "tensor " + std::to_string(i) + ": the caller's '" + info.states[s].name +
+                                                       "' buffer is null or misaligned",
+                        "pass a device buffer of " + std::to_string(t.numel) + " " + to_string(m.state_dtype) + " elements");
+          b.states[s] = p;
+          continue;
+        }
+        b.states[s] = reinterpret_cast<void*>(g.state_memory.get() + offset);
+        offset += round_up(static_cast<std::size_t>(t.numel) * state_bytes, kStateAlignment);
+        const auto& init = info.states[s].init;
+        fill_state(b.states[s], t.numel, init.hyperparameter >= 0 ? g.h[init.hyperparameter] : init.value);
+      }
+      g.tensors.push_back(std::move(b));
+    }
   }
-
-  void ensure_module() {
-    if (module_loaded) return;
-    module = load_module(info->images(), driver::compute_capability(driver::current_device()));
-    module_loaded = true;
-  }
-
-  void build_tables();
-  void fill_state(void* data, std::int64_t numel, double value) const;
 };
+
+}  // namespace
 
 std::vector<double> default_hyperparameters(const OptimizerInfo& info) {
   std::vector<double> h;
@@ -201,12 +212,16 @@ std::vector<double> default_hyperparameters(const OptimizerInfo& info) {
 
 FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, DType state_dtype)
     : impl_(std::make_unique<Impl>()) {
+  const std::string call = std::string(info.name) + "::" + info.name;
+  if (info.abi_version != kernel_abi::kVersion)
+    throw Error(call, std::string("this launcher was generated by ") + info.generator + " for kernel ABI " +
+                          std::to_string(info.abi_version) + ", but the runtime it is linked with speaks ABI " +
+                          std::to_string(kernel_abi::kVersion),
+                "regenerate the launcher with the optgen that matches the runtime (rebuild the optgen_add_optimizer() target)");
   impl_->info = &info;
   if (static_cast<int>(defaults.size()) != info.num_hyperparameters)
-    throw Error(std::string(info.name) + "::" + info.name, "expected " + std::to_string(info.num_hyperparameters) +
-                                                                " hyperparameters, got " + std::to_string(defaults.size()));
-  if (state_dtype == DType::F16)
-    throw Error(std::string(info.name) + "::" + info.name, "states cannot be stored in f16", "use f32 (the default) or bf16");
+    throw Error(call, "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " + std::to_string(defaults.size()));
+  if (state_dtype == DType::F16) throw Error(call, "states cannot be stored in f16", "use f32 (the default) or bf16");
   impl_->defaults = std::move(defaults);
   impl_->state_dtype = state_dtype;
   impl_->chunk_size = info.chunk_size;
@@ -225,185 +240,286 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
 std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, std::vector<double> h) {
   Impl& m = *impl_;
   const OptimizerInfo& info = *m.info;
-  if (static_cast<int>(h.size()) != info.num_hyperparameters)
-    throw Error(m.call("add_param_group"), "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " +
-                                               std::to_string(h.size()));
-  for (int i = 0; i < info.num_hyperparameters; ++i) {
-    const auto& hp = info.hyperparameters[i];
-    if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
-      throw Error(m.call("add_param_group"), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
-    if (!std::isfinite(h[i]))
-      throw Error(m.call("add_param_group"), std::string(hp.name) + " is not finite (" + std::to_string(h[i]) + ")");
-  }
+  const Binder binder{m};
+  binder.check_hyperparameters(h);
   info.derive_flags(h.data());
   Group g;
   g.variant = info.select_variant(h.data());
-  const VariantInfo& variant = info.variants[g.variant];
   const DType dtype = tensors.empty() ? DType::F32 : tensors[0].dtype;
-  g.kernel = m.find_kernel(g.variant, dtype);
-  for (std::size_t i = 0; i < tensors.size(); ++i) m.check_tensor(tensors[i], i, dtype);
+  g.kernel = binder.find_kernel(g.variant, dtype);
+  for (std::size_t i = 0; i < tensors.size(); ++i) binder.check_tensor(tensors[i], i, dtype);
   driver::current_device();  // a context to allocate in
-  for (std::size_t i = 0; i < tensors.size(); ++i) m.check_device_memory(tensors[i], i);
+  for (std::size_t i = 0; i < tensors.size(); ++i) binder.check_device_memory(tensors[i], i);
 
-  // States: the caller's buffers, or slices of one allocation initialised here.
-  const std::size_t state_bytes = size_of(m.state_dtype);
-  std::size_t total = 0;
-  for (const Tensor& t : tensors)
-    if (!t.states) total += round_up(static_cast<std::size_t>(t.numel) * state_bytes, kStateAlignment) * variant.num_states;
-  g.state_memory = DeviceBuffer(total);
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(info.num_states, nullptr)};
-    for (int j = 0; j < variant.num_states; ++j) {
-      const int s = variant.states[j];
-      if (t.states) {
-        void* p = t.states[s];
-        if (t.numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % state_bytes != 0))
-          throw Error(m.call("add_param_group"), "tensor " + std::to_string(i) + ": the caller's '" + info.states[s].name +
-                                                     "' buffer is null or misaligned",
-                      "pass a device buffer of " + std::to_string(t.numel) + " " + to_string(m.state_dtype) + " elements");
-        b.states[s] = p;
-        continue;
-      }
-      b.states[s] = reinterpret_cast<void*>(g.state_memory.get() + offset);
-      offset += round_up(static_cast<std::size_t>(t.numel) * state_bytes, kStateAlignment);
-      const auto& init = info.states[s].init;
-      m.fill_state(b.states[s], t.numel, init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value);
-    }
-    g.tensors.push_back(std::move(b));
-  }
+  g.h = std::move(h);
   for (int s = 0; s < info.num_scalar_states; ++s) {
     const auto& init = info.scalar_states[s].init;
-    g.scalar_state.push_back(init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value);
+    g.scalar_state.push_back(init.hyperparameter >= 0 ? g.h[init.hyperparameter] : init.value);
   }
-  g.h = std::move(h);
+  binder.bind_states(g, tensors);
+  m.unprepare();
   m.groups.push_back(std::move(g));
-  m.tables_stale = true;
   return m.groups.size() - 1;
 }
 
-void FusedOptimizer::Impl::fill_state(void* data, std::int64_t numel, double value) const {
-  if (numel == 0) return;
-  const auto ptr = reinterpret_cast<CUdeviceptr>(data);
-  const float f = static_cast<float>(value);
-  if (state_dtype == DType::F32) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    driver::check(driver::api().cuMemsetD32(ptr, bits, static_cast<std::size_t>(numel)), "cuMemsetD32");
-  } else {
-    driver::check(driver::api().cuMemsetD16(ptr, float_to_bf16(f), static_cast<std::size_t>(numel)), "cuMemsetD16");
+// ---- Preparing: tables, the group table, the first values ----
+
+namespace {
+
+/// Builds one plan's tables: the tensors of its groups (a 0-element placeholder for a group that
+/// has no elements, so that its step still runs and counts), their chunks, and the blocks each
+/// group's Update stage launches.
+void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& blocks_per_group) {
+  const OptimizerInfo& info = *m.info;
+  const KernelInfo& kernel = info.kernels[plan.kernel];
+  const VariantInfo& variant = info.variants[kernel.variant];
+  const int operands = 2 + variant.num_states;
+  std::vector<const BoundTensor*> tensors;
+  std::vector<int> group_of;
+  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr)};
+  for (std::size_t g : plan.groups) {
+    bool has_elements = false;
+    for (const BoundTensor& t : m.groups[g].tensors) {
+      tensors.push_back(&t);
+      group_of.push_back(static_cast<int>(g));
+      has_elements = has_elements || t.numel > 0;
+    }
+    if (!has_elements) {
+      tensors.push_back(&placeholder);
+      group_of.push_back(static_cast<int>(g));
+    }
   }
+  const std::size_t n = tensors.size();
+  std::vector<void*> pointers(operands * n);
+  std::vector<long long> numel(n);
+  std::vector<kernel_abi::Chunk> chunks;
+  for (std::size_t t = 0; t < n; ++t) {
+    pointers[0 * n + t] = tensors[t]->param;
+    pointers[1 * n + t] = const_cast<void*>(tensors[t]->grad);
+    for (int j = 0; j < variant.num_states; ++j) pointers[(2 + j) * n + t] = tensors[t]->states[variant.states[j]];
+    numel[t] = tensors[t]->numel;
+    if (numel[t] == 0 && tensors[t] != &placeholder) continue;  // an empty tensor of a group with elements: no work
+    const long long count = std::max<long long>(1, (numel[t] + m.chunk_size - 1) / m.chunk_size);
+    for (long long c = 0; c < count; ++c)
+      chunks.push_back({static_cast<int>(t), static_cast<int>(c), group_of[t], static_cast<int>(std::min(m.chunk_size, numel[t] - c * m.chunk_size))});
+    blocks_per_group[group_of[t]] += static_cast<unsigned>(count);
+  }
+  // Longest first: the GPU starts blocks in order, so the short chunks (small tensors, the ends of
+  // large ones) fill the last wave instead of leaving the end of the step to a few long ones.
+  std::stable_sort(chunks.begin(), chunks.end(), [](const kernel_abi::Chunk& a, const kernel_abi::Chunk& b) { return a.count > b.count; });
+  PackedUpload upload;
+  const std::size_t pointers_at = upload.add(pointers);
+  const std::size_t numel_at = upload.add(numel);
+  const std::size_t chunks_at = upload.add(chunks);
+  plan.table_memory = upload.upload();
+  plan.table = {device_pointer<void* const>(plan.table_memory, pointers_at), device_pointer<const long long>(plan.table_memory, numel_at),
+                device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at), m.chunk_size, static_cast<int>(n),
+                static_cast<int>(chunks.size())};
+  plan.stages.clear();
+  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(m.module.function(kernel.stages[s]));
 }
 
-void FusedOptimizer::Impl::build_tables() {
-  launches.clear();
-  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-    auto it = std::find_if(launches.begin(), launches.end(), [&](const Launch& l) { return l.kernel == groups[gi].kernel; });
-    if (it == launches.end()) {
-      launches.emplace_back();
-      launches.back().kernel = groups[gi].kernel;
-      it = launches.end() - 1;
-    }
-    it->groups.push_back(gi);
+/// The group table: hyperparameters, slot 0 from the groups' host copies, no arrivals yet.
+DeviceGroups build_group_table(const FusedOptimizer::Impl& m, const std::vector<unsigned>& blocks) {
+  const OptimizerInfo& info = *m.info;
+  const std::size_t G = m.groups.size(), H = info.num_hyperparameters, S = info.num_scalar_states;
+  int stride = 8;
+  for (int v = 0; v < info.num_variants; ++v) stride = std::max(stride, static_cast<int>(round_up(info.variants[v].group_values_size, 8)));
+  std::vector<double> h(G * H), scalar_state(2 * G * S);
+  std::vector<long long> steps(2 * G);
+  std::vector<int> variant(G);
+  for (std::size_t g = 0; g < G; ++g) {
+    std::copy(m.groups[g].h.begin(), m.groups[g].h.end(), h.begin() + static_cast<std::ptrdiff_t>(g * H));
+    std::copy(m.groups[g].scalar_state.begin(), m.groups[g].scalar_state.end(), scalar_state.begin() + static_cast<std::ptrdiff_t>(g * S));
+    steps[g] = m.groups[g].step;
+    variant[g] = m.groups[g].variant;
   }
-  for (Launch& launch : launches) {
-    const KernelInfo& kernel = info->kernels[launch.kernel];
-    const VariantInfo& variant = info->variants[kernel.variant];
-    const int operands = 2 + variant.num_states;
-    std::vector<const BoundTensor*> tensors;
-    std::vector<int> group_of;
-    for (std::size_t local = 0; local < launch.groups.size(); ++local)
-      for (const BoundTensor& t : groups[launch.groups[local]].tensors) {
-        tensors.push_back(&t);
-        group_of.push_back(static_cast<int>(local));
-      }
-    const std::size_t n = tensors.size();
-    std::vector<void*> pointers(operands * n);
-    std::vector<long long> numel(n);
-    std::vector<kernel_abi::Chunk> chunks;
-    for (std::size_t t = 0; t < n; ++t) {
-      pointers[0 * n + t] = tensors[t]->param;
-      pointers[1 * n + t] = const_cast<void*>(tensors[t]->grad);
-      for (int j = 0; j < variant.num_states; ++j) pointers[(2 + j) * n + t] = tensors[t]->states[variant.states[j]];
-      numel[t] = tensors[t]->numel;
-      const long long count = (numel[t] + chunk_size - 1) / chunk_size;
-      for (long long c = 0; c < count; ++c) chunks.push_back({static_cast<int>(t), static_cast<int>(c)});
-    }
-    // One allocation: pointers | numel | group | chunks, each 8-byte aligned.
-    const std::size_t pointers_at = 0;
-    const std::size_t numel_at = pointers_at + pointers.size() * sizeof(void*);
-    const std::size_t group_at = numel_at + numel.size() * sizeof(long long);
-    const std::size_t chunks_at = round_up(group_at + group_of.size() * sizeof(int), 8);
-    const std::size_t bytes = chunks_at + chunks.size() * sizeof(kernel_abi::Chunk);
-    std::vector<unsigned char> host(bytes);
-    std::memcpy(host.data() + pointers_at, pointers.data(), pointers.size() * sizeof(void*));
-    std::memcpy(host.data() + numel_at, numel.data(), numel.size() * sizeof(long long));
-    std::memcpy(host.data() + group_at, group_of.data(), group_of.size() * sizeof(int));
-    std::memcpy(host.data() + chunks_at, chunks.data(), chunks.size() * sizeof(kernel_abi::Chunk));
-    launch.table_memory = DeviceBuffer(bytes);
-    const CUdeviceptr base = launch.table_memory.get();
-    if (bytes > 0) driver::check(driver::api().cuMemcpyHtoD(base, host.data(), bytes), "cuMemcpyHtoD");
-    launch.table = {reinterpret_cast<void* const*>(base + pointers_at), reinterpret_cast<const long long*>(base + numel_at),
-                    reinterpret_cast<const int*>(base + group_at), reinterpret_cast<const kernel_abi::Chunk*>(base + chunks_at),
-                    chunk_size, static_cast<int>(n), static_cast<int>(chunks.size())};
-    launch.args.assign(kernel_abi::step_args_size(variant.step_scalars_size, info->inline_groups), 0);
-    if (static_cast<int>(launch.groups.size()) > info->inline_groups) {
-      launch.scalars.assign(launch.groups.size() * variant.step_scalars_size, 0);
-      launch.device_scalars = DeviceBuffer(launch.scalars.size());
-      const CUdeviceptr p = launch.device_scalars.get();
-      std::memcpy(launch.args.data(), &p, sizeof p);
-    }
-    launch.function = module.function(kernel.name);
-  }
-  tables_stale = false;
+  PackedUpload upload;
+  const std::size_t h_at = upload.add(h);
+  const std::size_t steps_at = upload.add(steps);
+  const std::size_t scalar_state_at = upload.add(scalar_state);
+  const std::size_t values_at = upload.add(2 * G * static_cast<std::size_t>(stride));  // written by the group kernels
+  const std::size_t arrivals_at = upload.add(std::vector<unsigned>(G, 0));
+  const std::size_t blocks_at = upload.add(blocks);
+  const std::size_t variant_at = upload.add(variant);
+  DeviceGroups d;
+  d.memory = upload.upload();
+  d.view = {device_pointer<double>(d.memory, h_at),
+            device_pointer<long long>(d.memory, steps_at),
+            device_pointer<double>(d.memory, scalar_state_at),
+            device_pointer<unsigned char>(d.memory, values_at),
+            device_pointer<unsigned>(d.memory, arrivals_at),
+            device_pointer<const unsigned>(d.memory, blocks_at),
+            device_pointer<const int>(d.memory, variant_at),
+            static_cast<int>(G),
+            static_cast<int>(H),
+            static_cast<int>(S),
+            stride};
+  return d;
 }
 
-void FusedOptimizer::step(CUstream stream) {
+}  // namespace
+
+void FusedOptimizer::prepare(CUstream stream) {
   Impl& m = *impl_;
-  if (m.tables_stale) {
-    m.ensure_module();
-    m.build_tables();
+  if (m.prepared) {
+    m.stream = stream;
+    return;
+  }
+  driver::current_device();
+  if (driver::is_capturing(stream))
+    throw Error(m.call("prepare"), "the stream is being captured into a CUDA graph, and prepare() allocates and synchronizes",
+                "call prepare() (or take one step) before beginning the capture");
+  if (!m.module_loaded) {
+    m.module = load_module(m.info->images(), driver::compute_capability(driver::current_device()));
+    m.module_loaded = true;
+  }
+  m.plans.clear();
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    auto it = std::find_if(m.plans.begin(), m.plans.end(), [&](const Plan& p) { return p.kernel == m.groups[g].kernel; });
+    if (it == m.plans.end()) {
+      m.plans.emplace_back();
+      m.plans.back().kernel = m.groups[g].kernel;
+      it = m.plans.end() - 1;
+    }
+    it->groups.push_back(g);
+  }
+  std::vector<unsigned> blocks(m.groups.size(), 0);
+  for (Plan& plan : m.plans) build_plan(m, plan, blocks);
+  m.device_groups = build_group_table(m, blocks);
+  m.stream = stream;
+  m.prepared = true;
+  m.write_groups(0, m.groups.size(), kernel_abi::kNoField, 0, 0);  // the first step's values
+}
+
+bool FusedOptimizer::prepared() const { return impl_->prepared; }
+
+void FusedOptimizer::Impl::write_groups(std::size_t first, std::size_t count, int field, int index, double value) {
+  if (count == 0) return;
+  const unsigned grid = static_cast<unsigned>((count + kernel_abi::kGroupKernelBlock - 1) / kernel_abi::kGroupKernelBlock);
+  for (int v = 0; v < info->num_variants; ++v) {
+    const bool present = std::any_of(groups.begin() + static_cast<std::ptrdiff_t>(first),
+                                     groups.begin() + static_cast<std::ptrdiff_t>(first + count), [&](const Group& g) { return g.variant == v; });
+    if (!present) continue;
+    kernel_abi::GroupWrite write{value, v, static_cast<int>(first), static_cast<int>(count), field, index};
+    void* args[] = {&device_groups.view, &write};
+    driver::check(driver::api().cuLaunchKernel(module.function(info->variants[v].group_kernel), grid, 1, 1, kernel_abi::kGroupKernelBlock,
+                                               1, 1, 0, stream, args, nullptr),
+                  "cuLaunchKernel", "check that the stream belongs to the current context");
+  }
+}
+
+void FusedOptimizer::Impl::unprepare() {
+  if (!prepared) return;
+  std::vector<GroupProgress> now = progress();
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    groups[g].step = now[g].step;
+    groups[g].scalar_state = now[g].scalar_state;
+  }
+  prepared = false;
+  plans.clear();
+  device_groups = DeviceGroups();
+}
+
+std::vector<GroupProgress> FusedOptimizer::Impl::progress() const {
+  std::vector<GroupProgress> result;
+  if (!prepared) {
+    for (const Group& g : groups) result.push_back({g.step, g.scalar_state});
+    return result;
   }
   const auto& api = driver::api();
+  driver::check(api.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  const kernel_abi::GroupTable& t = device_groups.view;
+  const std::size_t G = groups.size(), S = info->num_scalar_states;
+  std::vector<unsigned> arrivals(G);
+  std::vector<unsigned> blocks(G);
+  std::vector<long long> steps(2 * G);
+  std::vector<double> scalar_state(2 * G * S);
+  auto download = [&](void* host, const void* device, std::size_t bytes) {
+    if (bytes) driver::check(api.cuMemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(device), bytes), "cuMemcpyDtoH");
+  };
+  download(arrivals.data(), t.arrivals, G * sizeof(unsigned));
+  download(blocks.data(), t.blocks, G * sizeof(unsigned));
+  download(steps.data(), t.steps, 2 * G * sizeof(long long));
+  download(scalar_state.data(), t.scalar_state, 2 * G * S * sizeof(double));
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t entry = (arrivals[g] >= blocks[g] ? 1 : 0) * G + g;
+    result.push_back({steps[entry], std::vector<double>(scalar_state.begin() + static_cast<std::ptrdiff_t>(entry * S),
+                                                        scalar_state.begin() + static_cast<std::ptrdiff_t>((entry + 1) * S))});
+  }
+  return result;
+}
+
+// ---- Stepping ----
+
+void FusedOptimizer::step(CUstream stream) { step(stream, AmpInputs{}); }
+
+void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
+  Impl& m = *impl_;
+  if (!m.prepared) prepare(stream);
+  m.stream = stream;
+  m.inputs = {amp.grad_scale, amp.found_inf};
+  const auto& api = driver::api();
   m.launches_last_step = 0;
-  for (Launch& launch : m.launches) {
-    const VariantInfo& variant = m.info->variants[m.info->kernels[launch.kernel].variant];
-    const std::size_t size = variant.step_scalars_size;
-    const bool inline_scalars = launch.scalars.empty();
-    unsigned char* out = inline_scalars ? launch.args.data() + kernel_abi::kInlineOffset : launch.scalars.data();
-    for (std::size_t local = 0; local < launch.groups.size(); ++local) {
-      Group& g = m.groups[launch.groups[local]];
-      ++g.step;
-      variant.per_step(g.h.data(), g.scalar_state.data(), g.step, out + local * size);
+  for (Plan& plan : m.plans) {
+    void* args[] = {&plan.table, &m.device_groups.view, &m.inputs};
+    for (CUfunction stage : plan.stages) {
+      driver::check(api.cuLaunchKernel(stage, static_cast<unsigned>(plan.table.num_chunks), 1, 1, static_cast<unsigned>(m.info->block_size),
+                                       1, 1, 0, stream, args, nullptr),
+                    "cuLaunchKernel", "check that the tensors are still allocated and that the stream belongs to the current context");
+      ++m.launches_last_step;
     }
-    if (!inline_scalars)
-      driver::check(api.cuMemcpyHtoDAsync(launch.device_scalars.get(), launch.scalars.data(), launch.scalars.size(), stream),
-                    "cuMemcpyHtoDAsync");
-    if (launch.table.num_chunks == 0) continue;
-    void* args[] = {&launch.table, launch.args.data()};
-    driver::check(api.cuLaunchKernel(launch.function, static_cast<unsigned>(launch.table.num_chunks), 1, 1,
-                                     static_cast<unsigned>(m.info->block_size), 1, 1, 0, stream, args, nullptr),
-                  "cuLaunchKernel", "check that the tensors are still allocated and that the stream belongs to the current context");
-    ++m.launches_last_step;
   }
 }
+
+// ---- Setters and getters ----
+
+namespace {
+
+/// The index of hyperparameter `name`, after checking that `value` may be set on it.
+int settable_index(const FusedOptimizer::Impl& m, const std::string& name, double value) {
+  const int i = m.hyperparameter_index(name, "set");
+  const auto& hp = m.info->hyperparameters[i];
+  if (hp.derived) throw Error(m.call("set"), name + " is derived from other hyperparameters", "set those instead");
+  if (hp.type == reference::ValueType::Bool && value != 0 && value != 1) throw Error(m.call("set"), name + " is a bool; got " + std::to_string(value));
+  if (!std::isfinite(value)) throw Error(m.call("set"), name + " must be finite; got " + std::to_string(value));
+  return i;
+}
+
+/// Group `group`'s hyperparameters with hyperparameter `i` set to `value`, derived flags
+/// recomputed; throws if that would switch the group's kernel variant.
+std::vector<double> with_value(const FusedOptimizer::Impl& m, std::size_t group, const std::string& name, int i, double value) {
+  const Group& g = m.groups[group];
+  std::vector<double> h = g.h;
+  h[i] = value;
+  m.info->derive_flags(h.data());
+  const int variant = m.info->select_variant(h.data());
+  if (variant != g.variant)
+    throw Error(m.call("set"), "setting " + name + " to " + std::to_string(value) + " would switch param group " + std::to_string(group) +
+                                   " from kernel variant " + m.info->variants[g.variant].name + " to " + m.info->variants[variant].name,
+                "variants own different state buffers, so they are fixed when a group is added: pass " + name + " to add_param_group instead");
+  return h;
+}
+
+}  // namespace
 
 void FusedOptimizer::set(const std::string& name, double value) {
   Impl& m = *impl_;
-  const int i = m.settable_index(name, value);
+  const int i = settable_index(m, name, value);
   // Every group is checked before any changes, so a rejected value leaves all of them as they were.
   std::vector<std::vector<double>> updated;
-  for (std::size_t g = 0; g < m.groups.size(); ++g) updated.push_back(m.with_value(g, name, i, value));
+  for (std::size_t g = 0; g < m.groups.size(); ++g) updated.push_back(with_value(m, g, name, i, value));
   for (std::size_t g = 0; g < m.groups.size(); ++g) m.groups[g].h = std::move(updated[g]);
   m.defaults[i] = value;  // for groups added later
+  if (m.prepared) m.write_groups(0, m.groups.size(), kernel_abi::kHyperparameter, i, value);
 }
 
 void FusedOptimizer::set(const std::string& name, double value, std::size_t group) {
   Impl& m = *impl_;
-  const int i = m.settable_index(name, value);
+  const int i = settable_index(m, name, value);
   m.group_at(group, "set");
-  m.groups[group].h = m.with_value(group, name, i, value);
+  m.groups[group].h = with_value(m, group, name, i, value);
+  if (m.prepared) m.write_groups(group, 1, kernel_abi::kHyperparameter, i, value);
 }
 
 double FusedOptimizer::get(const std::string& name, std::size_t group) const {
@@ -411,6 +527,35 @@ double FusedOptimizer::get(const std::string& name, std::size_t group) const {
 }
 
 std::vector<double> FusedOptimizer::hyperparameters(std::size_t group) const { return impl_->group_at(group, "hyperparameters").h; }
+
+std::int64_t FusedOptimizer::step_count(std::size_t group) const {
+  impl_->group_at(group, "step_count");
+  return impl_->progress()[group].step;
+}
+
+void FusedOptimizer::set_step_count(std::int64_t steps, std::size_t group) {
+  Impl& m = *impl_;
+  m.group_at(group, "set_step_count");
+  if (steps < 0 || steps > (std::int64_t{1} << 52))
+    throw Error(m.call("set_step_count"), "a step count must be from 0 to 2^52; got " + std::to_string(steps));
+  if (m.prepared) m.write_groups(group, 1, kernel_abi::kStepCount, 0, static_cast<double>(steps));
+  else m.groups[group].step = steps;
+}
+
+double FusedOptimizer::scalar_state(const std::string& name, std::size_t group) const {
+  const int s = impl_->scalar_state_index(name, "scalar_state");
+  impl_->group_at(group, "scalar_state");
+  return impl_->progress()[group].scalar_state[s];
+}
+
+void FusedOptimizer::set_scalar_state(const std::string& name, double value, std::size_t group) {
+  Impl& m = *impl_;
+  const int s = m.scalar_state_index(name, "set_scalar_state");
+  m.group_at(group, "set_scalar_state");
+  if (!std::isfinite(value)) throw Error(m.call("set_scalar_state"), name + " must be finite; got " + std::to_string(value));
+  if (m.prepared) m.write_groups(group, 1, kernel_abi::kScalarState, s, value);
+  else m.groups[group].scalar_state[s] = value;
+}
 
 StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, std::size_t tensor) const {
   const Impl& m = *impl_;
@@ -425,14 +570,6 @@ StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, st
   return {t.states[s], t.numel, m.state_dtype};
 }
 
-double FusedOptimizer::scalar_state(const std::string& name, std::size_t group) const {
-  const Group& g = impl_->group_at(group, "scalar_state");
-  for (int s = 0; s < impl_->info->num_scalar_states; ++s)
-    if (name == impl_->info->scalar_states[s].name) return g.scalar_state[s];
-  throw Error(impl_->call("scalar_state"), std::string(impl_->info->name) + " has no scalar state '" + name + "'");
-}
-
-std::int64_t FusedOptimizer::step_count(std::size_t group) const { return impl_->group_at(group, "step_count").step; }
 std::size_t FusedOptimizer::num_groups() const { return impl_->groups.size(); }
 std::size_t FusedOptimizer::num_tensors(std::size_t group) const { return impl_->group_at(group, "num_tensors").tensors.size(); }
 
@@ -441,14 +578,16 @@ int FusedOptimizer::launches_last_step() const { return impl_->launches_last_ste
 void FusedOptimizer::set_chunk_size(long long elements) {
   if (elements < 64 || elements % 64 != 0 || elements > (1LL << 30))
     throw Error(impl_->call("set_chunk_size"), "chunk size " + std::to_string(elements) + " must be a multiple of 64 up to 2^30");
+  if (elements == impl_->chunk_size) return;
+  impl_->unprepare();
   impl_->chunk_size = elements;
-  impl_->tables_stale = true;
 }
 
 const OptimizerInfo& FusedOptimizer::info() const { return *impl_->info; }
+DType FusedOptimizer::state_dtype() const { return impl_->state_dtype; }
 
 ModuleOrigin FusedOptimizer::module_origin() const {
-  if (!impl_->module_loaded) throw Error(impl_->call("module_origin"), "the kernels are loaded at the first step, which has not run");
+  if (!impl_->module_loaded) throw Error(impl_->call("module_origin"), "the kernels are loaded by prepare() (or the first step), which has not run");
   return impl_->module.origin();
 }
 

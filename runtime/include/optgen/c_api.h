@@ -2,11 +2,20 @@
 #define OPTGEN_C_API_H
 /* The C ABI over optgen's generated optimizers, for any language that can call C (Python's ctypes
  * included). Every optimizer is created by its launcher's `optgen_<spec>_create` (declared in the
- * launcher's header, e.g. adam.h) and then driven by the generic functions below.
+ * launcher's header, e.g. adam.h) and then driven by the generic functions below. The semantics
+ * are those of optgen::FusedOptimizer (optgen/optimizer.h), which each function names.
  *
- * Every function returns 0 on success and -1 on failure; optgen_last_error() then returns the
- * message (which call failed, the error, what to do), valid until the thread's next optgen call.
- * Nothing throws across this boundary. */
+ * Every function that returns int returns 0 on success and -1 on failure; optgen_last_error()
+ * then returns the message (which call failed, the error, what to do), valid until the thread's
+ * next optgen call. Nothing throws across this boundary.
+ *
+ * A typical loop, with optional AMP inputs and a CUDA graph:
+ *   optgen_adamw_create(names, values, n, OPTGEN_F32, &opt);
+ *   optgen_add_param_group(opt, tensors, count, NULL, NULL, 0, NULL);
+ *   optgen_prepare(opt, stream);                 // before a capture: allocates, uploads, loads
+ *   ... capture optgen_step_amp(opt, stream, grad_scale, found_inf) into a graph, replay it ...
+ *   optgen_set(opt, "lr", lr, -1);               // between replays: enqueued on the stream
+ *   optgen_save(opt, "optimizer.safetensors");   // and optgen_load() to resume bit-identically */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +23,13 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of this ABI, and of the library that implements it: a program compiled against one
+ * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
+#define OPTGEN_ABI_VERSION 2
+int32_t optgen_abi_version(void);
+/* The optgen release, e.g. "0.2.0". */
+const char* optgen_version(void);
 
 typedef struct optgen_optimizer optgen_optimizer;
 
@@ -41,8 +57,17 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
                            const char* const* override_names, const double* override_values, size_t num_overrides,
                            size_t* group);
 
-/* One step of every group, launched on `stream` (a CUstream or cudaStream_t; NULL: the default stream). */
+/* Loads the kernels and builds the device tables (FusedOptimizer::prepare); needed before a step is
+ * captured in a CUDA graph, done by the first step otherwise. */
+int optgen_prepare(optgen_optimizer* optimizer, void* stream);
+
+/* One step of every group, launched on `stream` (a CUstream or cudaStream_t; NULL: the default
+ * stream). Capturable in a CUDA graph once prepared. */
 int optgen_step(optgen_optimizer* optimizer, void* stream);
+/* The same under AMP: `grad_scale` and `found_inf` are device pointers to one float each, or NULL
+ * (see optgen::AmpInputs): the update sees grad / *grad_scale, and a nonzero *found_inf skips the
+ * whole step, step count included. */
+int optgen_step_amp(optgen_optimizer* optimizer, void* stream, const float* grad_scale, const float* found_inf);
 
 /* Sets a hyperparameter of one group, or of every group when `group` is negative. */
 int optgen_set(optgen_optimizer* optimizer, const char* name, double value, int64_t group);
@@ -50,7 +75,18 @@ int optgen_get(const optgen_optimizer* optimizer, const char* name, size_t group
 
 /* The device address of one tensor's state buffer (its numel is the tensor's). */
 int optgen_state(const optgen_optimizer* optimizer, const char* name, size_t group, size_t tensor, void** data);
+int optgen_num_groups(const optgen_optimizer* optimizer, size_t* groups);
+/* Step counts and scalar state of a group (reading synchronizes), and setters for both. */
 int optgen_step_count(const optgen_optimizer* optimizer, size_t group, int64_t* count);
+int optgen_set_step_count(optgen_optimizer* optimizer, size_t group, int64_t count);
+int optgen_scalar_state(const optgen_optimizer* optimizer, const char* name, size_t group, double* value);
+int optgen_set_scalar_state(optgen_optimizer* optimizer, const char* name, size_t group, double value);
+
+/* Checkpoints as safetensors files (optgen/checkpoint.h): everything that defines the optimizer's
+ * future. Loading checks the spec, the groups, names, shapes and dtypes, and changes nothing when
+ * they do not fit. */
+int optgen_save(const optgen_optimizer* optimizer, const char* path);
+int optgen_load(optgen_optimizer* optimizer, const char* path);
 /* Kernel launches the last step made. */
 int optgen_launches_last_step(const optgen_optimizer* optimizer, int* launches);
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);

@@ -50,6 +50,13 @@ struct Api {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*);
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
 };
 
 /// The driver, loaded and initialised (cuInit(0)) on first use. Throws optgen::Error naming
@@ -70,6 +77,10 @@ CUdevice current_device(int fallback_ordinal = 0);
 
 /// The device's compute capability as major * 10 + minor (90 for an H100 or H200).
 int compute_capability(CUdevice device);
+
+/// Whether work enqueued on `stream` is being captured into a CUDA graph (also when the legacy
+/// default stream would join a capture elsewhere).
+bool is_capturing(CUstream stream);
 
 /// For tests: pretend libcuda.so.1 is not installed (the next api() call fails as dlopen would).
 /// Only effective before the first successful api() call.

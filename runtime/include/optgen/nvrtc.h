@@ -32,7 +32,8 @@ struct SpillReport {
   long spill_store_bytes = 0;
   long spill_load_bytes = 0;
   long max_stack_frame_bytes = 0;
-  int kernels = 0;  ///< how many "Function properties for" entries the log had
+  int kernels = 0;  ///< how many entry functions ("Compiling entry function") the log had; called
+                    ///< device functions (e.g. double pow) report their properties too, and are not counted
 };
 SpillReport parse_ptxas_report(const std::string& log);
 

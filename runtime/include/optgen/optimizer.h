@@ -1,12 +1,21 @@
 #pragma once
-/// The engine behind every generated launcher: binds tensor lists, builds the device-resident
-/// tables once, allocates and initialises state buffers, computes per-step scalars on the host
-/// and launches one fused kernel per step (one per distinct variant and dtype among the param
-/// groups; one in the usual case).
+/// The engine behind every generated launcher. It binds tensor lists and allocates state buffers
+/// (add_param_group), builds the device-resident tables and the group table and loads the kernels
+/// (prepare), and launches the stage kernels of each step (step). Everything a step computes per
+/// param group (step counts, bias corrections, scalar state) is computed on the device from the
+/// group table, so a step launches with fixed arguments: it can be captured in a CUDA graph and
+/// replayed, and AMP's device-side grad_scale and found_inf feed it without a host sync.
 ///
 /// A generated launcher (e.g. optgen::Adam in adam.h) describes its optimizer with an
 /// OptimizerInfo and wraps a FusedOptimizer in a typed API; the C ABI (optgen/c_api.h) wraps the
 /// same object for other languages.
+///
+/// Streams and threads. An optimizer works on one stream at a time: the stream of its last
+/// prepare() or step() (the legacy default stream before either). Setters that change device
+/// state enqueue their write on that stream, so they take effect at the next step in stream order,
+/// also between replays of a captured graph. Getters of device state (step_count, scalar_state,
+/// save) synchronize that stream first. One optimizer must not be used from two threads at once;
+/// different optimizers are independent.
 
 #include <cuda.h>
 
@@ -16,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "optgen/checkpoint.h"
 #include "optgen/dtype.h"
 #include "optgen/kernel_images.h"
 #include "optgen/reference.h"
@@ -42,18 +52,29 @@ struct StateBuffer {
   DType dtype;
 };
 
+/// AMP's inputs to one step, as torch.amp.GradScaler hands them to torch's fused optimizers: device
+/// pointers to one float each, null when not given. `grad_scale`: the gradients carry this factor,
+/// and the update sees grad / *grad_scale (computed in registers; the gradients in memory are not
+/// changed). `found_inf`: when nonzero, the whole step is skipped on the device: no parameter,
+/// state, scalar state or step count changes.
+struct AmpInputs {
+  const float* grad_scale = nullptr;
+  const float* found_inf = nullptr;
+};
+
 /// One kernel variant of a spec (a combination of specialized flags).
 struct VariantInfo {
   const char* name;              ///< e.g. adam_amsgrad
   const int* states;             ///< the spec's state indices it uses, in operand order
   int num_states;
-  int step_scalars_size;         ///< sizeof its StepScalars
-  /// Advances the group's scalar state and writes the StepScalars for step `step` (from 1).
-  void (*per_step)(const double* h, double* scalar_state, std::int64_t step, void* step_scalars);
+  int group_values_size;         ///< sizeof its GroupValues on the device
+  const char* group_kernel;      ///< e.g. adam_amsgrad_group
+  int num_stages;                ///< kernel launches per step; the last is the Update stage
 };
 
+/// A variant's kernels for one storage type.
 struct KernelInfo {
-  const char* name;              ///< e.g. adam_amsgrad_bf16_f32
+  const char* const* stages;     ///< kernel names, one per stage in launch order, e.g. adam_bf16_f32_update
   int variant;
   DType param;                   ///< params and grads
   DType state;
@@ -61,8 +82,10 @@ struct KernelInfo {
 
 /// What a generated launcher tells the engine about its optimizer.
 struct OptimizerInfo {
-  const char* name;              ///< the class, e.g. AdamW
-  const char* spec;              ///< the spec's file stem, e.g. adamw
+  int abi_version;                         ///< kernel_abi::kVersion of the optgen that generated it
+  const char* generator;                   ///< e.g. "optgen 0.2.0"
+  const char* name;                        ///< the class, e.g. AdamW
+  const char* spec;                        ///< the spec's file stem, e.g. adamw
   const reference::HyperparameterInfo* hyperparameters;
   int num_hyperparameters;
   const reference::StateInfo* states;
@@ -77,12 +100,17 @@ struct OptimizerInfo {
   int num_kernels;
   const KernelImages& (*images)();         ///< defined by the build (<spec>_images.cpp)
   int block_size;
-  int inline_groups;
   long long chunk_size;                    ///< default elements per block
 };
 
 /// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).
 std::vector<double> default_hyperparameters(const OptimizerInfo& info);
+
+/// Checks that `checkpoint` is an optgen optimizer checkpoint of the spec `info` describes (format,
+/// optimizer, spec, the names of its hyperparameters, states and scalar states); throws
+/// optgen::Error naming the first difference. Needs no GPU; FusedOptimizer::restore checks this
+/// and then everything about the groups.
+void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& info);
 
 class FusedOptimizer {
  public:
@@ -96,39 +124,73 @@ class FusedOptimizer {
   ~FusedOptimizer();
 
   /// Adds a param group with these hyperparameters (every one, declaration order); returns its
-  /// index. Checks every tensor and throws optgen::Error naming the tensor and the problem.
+  /// index. Checks every tensor and throws optgen::Error naming the tensor and the problem;
+  /// allocates and initialises the group's state buffers. The optimizer must be prepared again
+  /// (prepare(), or the next step() does it) before it steps.
   std::size_t add_param_group(const std::vector<Tensor>& tensors, std::vector<double> hyperparameters);
   /// Same, with the optimizer's defaults except the named overrides.
   std::size_t add_param_group(const std::vector<Tensor>& tensors, const Overrides& overrides);
 
-  /// One optimizer step for every group: one kernel launch per distinct (variant, dtype), on
-  /// `stream`. Steps must be ordered on the device (one stream, or synchronised).
+  /// Loads the kernels, builds the tensor tables and the device-resident group table, and computes
+  /// the first step's group values on `stream`. Synchronizes (it allocates and uploads). Call it
+  /// before capturing step() in a CUDA graph; step() calls it when needed, outside a capture.
+  void prepare(CUstream stream = nullptr);
+  bool prepared() const;
+
+  /// One optimizer step of every group, on `stream`: one kernel launch per stage of each distinct
+  /// (variant, dtype) among the groups, normally one. Launches only: no host computation, no
+  /// upload, no synchronization, so it can be captured in a CUDA graph (after prepare()). Steps
+  /// must be ordered on the device (one stream, or synchronized). A launch that fails leaves its
+  /// groups' states and step counts as they were.
   void step(CUstream stream = nullptr);
+  void step(CUstream stream, const AmpInputs& amp);
 
   /// Sets a hyperparameter of every group, or of one. Specialized flags (and values that would
   /// change a derived flag) select kernels and state buffers, so they cannot change after the
-  /// group is added: optgen::Error then.
+  /// group is added: optgen::Error then. Once prepared, the write is enqueued on the optimizer's
+  /// stream (see the top of this file); it is not part of a graph captured earlier, so a
+  /// learning-rate schedule works between replays.
   void set(const std::string& name, double value);
   void set(const std::string& name, double value, std::size_t group);
   double get(const std::string& name, std::size_t group) const;
   std::vector<double> hyperparameters(std::size_t group) const;
 
-  StateBuffer state(const std::string& name, std::size_t group, std::size_t tensor) const;
-  double scalar_state(const std::string& name, std::size_t group) const;
+  /// Steps a group has taken, and its scalar state (synchronize when prepared). Setters for both,
+  /// to resume from a checkpoint kept in a format of the caller's own.
   std::int64_t step_count(std::size_t group) const;
+  void set_step_count(std::int64_t steps, std::size_t group);
+  double scalar_state(const std::string& name, std::size_t group) const;
+  void set_scalar_state(const std::string& name, double value, std::size_t group);
+
+  StateBuffer state(const std::string& name, std::size_t group, std::size_t tensor) const;
+
+  /// Everything that defines the optimizer's future (hyperparameters, step counts and scalar state
+  /// of every group, every state buffer in its storage dtype) as a checkpoint, and back. The
+  /// optimizer being restored must have the same spec and the same param groups (tensor counts,
+  /// sizes, variants, state dtype); anything else is refused with optgen::Error before anything
+  /// changes. Both synchronize. restore() writes in place: a graph captured before it stays valid
+  /// and continues from the restored state.
+  Checkpoint checkpoint() const;
+  void restore(const Checkpoint& checkpoint);
+  /// The same through a safetensors file (optgen/checkpoint.h describes its content).
+  void save(const std::string& path) const;
+  void load(const std::string& path);
 
   std::size_t num_groups() const;
   std::size_t num_tensors(std::size_t group) const;
   /// Kernel launches the last step made (for tests).
   int launches_last_step() const;
-  /// Elements per block; changes take effect at the next step (tables are rebuilt).
+  /// Elements per block; the optimizer must be prepared again (the tables are rebuilt).
   void set_chunk_size(long long elements);
   const OptimizerInfo& info() const;
-  /// Where the kernels came from (an embedded cubin, NVRTC, the cache); loaded at the first step.
+  DType state_dtype() const;
+  /// Where the kernels came from (an embedded cubin, NVRTC, the cache); loaded by prepare().
   ModuleOrigin module_origin() const;
 
- private:
+  /// The engine's insides, defined by the runtime's sources (runtime/src/optimizer_impl.h).
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -53,6 +53,15 @@ struct Tensor {
   T* const* states;
 };
 
+/// One variant of a generated reference (a combination of specialized flags).
+struct VariantInfo {
+  const char* name;      ///< e.g. adam_amsgrad
+  int num_group_values;
+  /// The group code of step `step` (from 1): advances `scalar_state` and writes the group values,
+  /// in the order the variant hoisted them.
+  void (*per_step)(const double* h, double* scalar_state, std::int64_t step, double* group_values);
+};
+
 /// What a generated reference exports. Hyperparameters travel as doubles in declaration order
 /// (bools as 0/1); scalar state likewise, one array per param group.
 struct Optimizer {
@@ -67,11 +76,16 @@ struct Optimizer {
   void (*derive_flags)(double* h);
   /// Whether state `index` exists for these (derived) hyperparameters.
   bool (*state_present)(const double* h, int index);
-  /// One step of one param group: advances `scalar_state`, updates every tensor in place.
+  /// The variant these (derived) hyperparameters select, an index into `variants`.
+  int (*select_variant)(const double* h);
+  const VariantInfo* variants;
+  int num_variants;
+  /// One step of one param group: advances `scalar_state`, updates every tensor in place. The
+  /// gradients are divided by `grad_scale` first (AMP; 1 leaves them as they are).
   void (*step_float)(const double* h, double* scalar_state, std::int64_t step, const Tensor<float>* tensors,
-                     std::size_t count);
+                     std::size_t count, float grad_scale);
   void (*step_double)(const double* h, double* scalar_state, std::int64_t step, const Tensor<double>* tensors,
-                      std::size_t count);
+                      std::size_t count, double grad_scale);
 };
 
 }  // namespace optgen::reference

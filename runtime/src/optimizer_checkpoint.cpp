@@ -1,0 +1,235 @@
+// FusedOptimizer's checkpoints: what optgen/checkpoint.h describes, gathered from and restored to
+// the device.
+#include <algorithm>
+#include <cstring>
+
+#include "optimizer_impl.h"
+
+namespace optgen {
+namespace {
+
+constexpr const char* kFormat = "optgen.optimizer";
+constexpr const char* kFormatVersion = "1";
+
+template <typename Info>
+std::string names_of(const Info* list, int count) {
+  std::string names;
+  for (int i = 0; i < count; ++i) names += (i ? "," : "") + std::string(list[i].name);
+  return names;
+}
+
+const char* safetensors_dtype(DType type) {
+  switch (type) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+  }
+  return "?";
+}
+
+template <typename T>
+CheckpointTensor tensor_of(const std::string& name, const char* dtype, std::vector<std::int64_t> shape, const std::vector<T>& values) {
+  CheckpointTensor t{name, dtype, std::move(shape), std::vector<unsigned char>(values.size() * sizeof(T))};
+  if (!values.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+std::string group_name(std::size_t g) { return "group." + std::to_string(g); }
+std::string state_name(std::size_t g, std::size_t t, const char* state) {
+  return group_name(g) + ".tensor." + std::to_string(t) + "." + state;
+}
+
+/// Reads the checkpoint's tensors for one optimizer, refusing what does not fit it.
+class Reader {
+ public:
+  Reader(const Checkpoint& checkpoint, std::string call) : checkpoint_(checkpoint), call_(std::move(call)) {}
+
+  const CheckpointTensor& tensor(const std::string& name, const char* dtype, const std::vector<std::int64_t>& shape) {
+    const CheckpointTensor* t = checkpoint_.find(name);
+    if (!t) fail("it has no tensor '" + name + "'");
+    if (t->dtype != dtype) fail("tensor '" + name + "' is " + t->dtype + ", not " + dtype);
+    if (t->shape != shape) fail("tensor '" + name + "' has shape " + shape_text(t->shape) + ", not " + shape_text(shape));
+    used_.push_back(name);
+    return *t;
+  }
+
+  template <typename T>
+  std::vector<T> values(const std::string& name, const char* dtype, const std::vector<std::int64_t>& shape) {
+    const CheckpointTensor& t = tensor(name, dtype, shape);
+    std::vector<T> v(t.data.size() / sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), t.data.data(), t.data.size());
+    return v;
+  }
+
+  /// Every tensor of the checkpoint was asked for: nothing in it is left unexplained.
+  void check_all_used() const {
+    for (const auto& t : checkpoint_.tensors)
+      if (std::find(used_.begin(), used_.end(), t.name) == used_.end())
+        fail("it has a tensor '" + t.name + "' this optimizer has no place for");
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(call_, "the checkpoint does not fit this optimizer: " + what,
+                "restore into an optimizer with the same spec, param groups (tensors, sizes, flags) and state dtype as the one saved");
+  }
+
+ private:
+  static std::string shape_text(const std::vector<std::int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
+  const Checkpoint& checkpoint_;
+  std::string call_;
+  std::vector<std::string> used_;
+};
+
+}  // namespace
+
+void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& info) {
+  const std::string call = std::string(info.name) + "::restore";
+  auto meta = [&](const char* key) -> std::string {
+    auto it = checkpoint.metadata.find(key);
+    if (it == checkpoint.metadata.end())
+      throw Error(call, std::string("the checkpoint's metadata has no '") + key + "'", "it was not written by optgen's save(); pass an optgen checkpoint");
+    return it->second;
+  };
+  if (meta("format") != kFormat)
+    throw Error(call, "the checkpoint's format is '" + meta("format") + "', not '" + kFormat + "'", "pass a checkpoint written by optgen's save()");
+  if (meta("format_version") != kFormatVersion)
+    throw Error(call, "the checkpoint has format version " + meta("format_version") + "; this optgen reads version " + kFormatVersion,
+                "load it with the optgen that wrote it (" + meta("format_version") + ")");
+  auto same = [&](const char* key, const std::string& ours) {
+    const std::string theirs = meta(key);
+    if (theirs != ours)
+      throw Error(call, std::string("the checkpoint is of another spec: its ") + key + " are '" + theirs + "', this optimizer's '" + ours + "'",
+                  std::string("restore it into an optimizer generated from the spec it was saved from (") + meta("spec") + ")");
+  };
+  if (meta("spec") != info.spec || meta("optimizer") != info.name)
+    throw Error(call, "the checkpoint is of " + meta("optimizer") + " (spec " + meta("spec") + "), not of " + info.name + " (spec " + info.spec + ")",
+                "restore it into the optimizer it was saved from");
+  same("hyperparameters", names_of(info.hyperparameters, info.num_hyperparameters));
+  same("states", names_of(info.states, info.num_states));
+  same("scalar_states", names_of(info.scalar_states, info.num_scalar_states));
+}
+
+Checkpoint FusedOptimizer::checkpoint() const {
+  const Impl& m = *impl_;
+  const OptimizerInfo& info = *m.info;
+  const std::vector<GroupProgress> progress = m.progress();  // synchronizes the stream when prepared
+  Checkpoint c;
+  c.metadata = {{"format", kFormat},
+                {"format_version", kFormatVersion},
+                {"optgen", info.generator},
+                {"optimizer", info.name},
+                {"spec", info.spec},
+                {"hyperparameters", names_of(info.hyperparameters, info.num_hyperparameters)},
+                {"states", names_of(info.states, info.num_states)},
+                {"scalar_states", names_of(info.scalar_states, info.num_scalar_states)},
+                {"state_dtype", to_string(m.state_dtype)},
+                {"groups", std::to_string(m.groups.size())}};
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    const Group& group = m.groups[g];
+    c.tensors.push_back(tensor_of(group_name(g) + ".hyperparameters", "F64", {info.num_hyperparameters}, group.h));
+    c.tensors.push_back(tensor_of(group_name(g) + ".step", "I64", {}, std::vector<std::int64_t>{progress[g].step}));
+    if (info.num_scalar_states > 0)
+      c.tensors.push_back(tensor_of(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states}, progress[g].scalar_state));
+    const VariantInfo& variant = info.variants[group.variant];
+    for (std::size_t t = 0; t < group.tensors.size(); ++t) {
+      const BoundTensor& tensor = group.tensors[t];
+      for (int j = 0; j < variant.num_states; ++j) {
+        const int s = variant.states[j];
+        CheckpointTensor state{state_name(g, t, info.states[s].name), safetensors_dtype(m.state_dtype), {tensor.numel},
+                               std::vector<unsigned char>(static_cast<std::size_t>(tensor.numel) * size_of(m.state_dtype))};
+        if (!state.data.empty())
+          driver::check(driver::api().cuMemcpyDtoH(state.data.data(), reinterpret_cast<CUdeviceptr>(tensor.states[s]), state.data.size()),
+                        "cuMemcpyDtoH");
+        c.tensors.push_back(std::move(state));
+      }
+    }
+  }
+  return c;
+}
+
+void FusedOptimizer::restore(const Checkpoint& c) {
+  Impl& m = *impl_;
+  const OptimizerInfo& info = *m.info;
+  check_checkpoint_spec(c, info);
+  Reader read(c, m.call("restore"));
+  if (c.metadata.at("state_dtype") != to_string(m.state_dtype))
+    read.fail(std::string("its states are stored in ") + c.metadata.at("state_dtype") + ", this optimizer's in " + to_string(m.state_dtype));
+  if (c.metadata.count("groups") == 0 || c.metadata.at("groups") != std::to_string(m.groups.size()))
+    read.fail("it holds " + (c.metadata.count("groups") ? c.metadata.at("groups") : std::string("?")) + " param groups, this optimizer " +
+              std::to_string(m.groups.size()));
+
+  // Read and check everything before changing anything.
+  struct Loaded {
+    std::vector<double> h;
+    GroupProgress progress;
+  };
+  std::vector<Loaded> loaded;
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    const Group& group = m.groups[g];
+    Loaded l;
+    l.h = read.values<double>(group_name(g) + ".hyperparameters", "F64", {info.num_hyperparameters});
+    info.derive_flags(l.h.data());
+    const int variant = info.select_variant(l.h.data());
+    if (variant != group.variant)
+      read.fail("param group " + std::to_string(g) + " was saved as variant " + info.variants[variant].name + " but was added here as " +
+                info.variants[group.variant].name + " (its specialized flags differ)");
+    l.progress.step = read.values<std::int64_t>(group_name(g) + ".step", "I64", {}).at(0);
+    if (l.progress.step < 0) read.fail("param group " + std::to_string(g) + " has a negative step count");
+    if (info.num_scalar_states > 0)
+      l.progress.scalar_state = read.values<double>(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states});
+    for (std::size_t t = 0; t < group.tensors.size(); ++t) {
+      const VariantInfo& v = info.variants[group.variant];
+      for (int j = 0; j < v.num_states; ++j)
+        read.tensor(state_name(g, t, info.states[v.states[j]].name), safetensors_dtype(m.state_dtype), {group.tensors[t].numel});
+    }
+    loaded.push_back(std::move(l));
+  }
+  read.check_all_used();
+
+  if (m.prepared) driver::check(driver::api().cuStreamSynchronize(m.stream), "cuStreamSynchronize");
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    Group& group = m.groups[g];
+    const VariantInfo& v = info.variants[group.variant];
+    for (std::size_t t = 0; t < group.tensors.size(); ++t)
+      for (int j = 0; j < v.num_states; ++j) {
+        const int s = v.states[j];
+        const CheckpointTensor& state = *c.find(state_name(g, t, info.states[s].name));
+        if (!state.data.empty())
+          driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(group.tensors[t].states[s]), state.data.data(), state.data.size()),
+                        "cuMemcpyHtoD");
+      }
+    group.h = loaded[g].h;
+    group.step = loaded[g].progress.step;
+    group.scalar_state = loaded[g].progress.scalar_state;
+  }
+  if (!m.prepared) return;
+  // In place, so that graphs captured on these tables stay valid: every group back to slot 0.
+  const kernel_abi::GroupTable& table = m.device_groups.view;
+  const std::size_t G = m.groups.size(), H = info.num_hyperparameters, S = info.num_scalar_states;
+  std::vector<double> h(G * H), scalar_state(G * S);
+  std::vector<long long> steps(G);
+  for (std::size_t g = 0; g < G; ++g) {
+    std::copy(m.groups[g].h.begin(), m.groups[g].h.end(), h.begin() + static_cast<std::ptrdiff_t>(g * H));
+    std::copy(m.groups[g].scalar_state.begin(), m.groups[g].scalar_state.end(), scalar_state.begin() + static_cast<std::ptrdiff_t>(g * S));
+    steps[g] = m.groups[g].step;
+  }
+  auto upload = [&](const void* device, const void* host, std::size_t bytes) {
+    if (bytes) driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), host, bytes), "cuMemcpyHtoD");
+  };
+  upload(table.hyperparameters, h.data(), h.size() * sizeof(double));
+  upload(table.steps, steps.data(), steps.size() * sizeof(long long));
+  upload(table.scalar_state, scalar_state.data(), scalar_state.size() * sizeof(double));
+  upload(table.arrivals, std::vector<unsigned>(G, 0).data(), G * sizeof(unsigned));
+  m.write_groups(0, G, kernel_abi::kNoField, 0, 0);
+}
+
+void FusedOptimizer::save(const std::string& path) const { write_safetensors(path, checkpoint()); }
+
+void FusedOptimizer::load(const std::string& path) { restore(read_safetensors(path)); }
+
+}  // namespace optgen

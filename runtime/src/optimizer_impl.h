@@ -1,0 +1,114 @@
+#pragma once
+/// FusedOptimizer's insides, shared by optimizer.cpp (binding, prepare, step, setters) and
+/// optimizer_checkpoint.cpp (checkpoints).
+///
+/// Where a group's step count and scalar state live: in its Group (host) while the optimizer is not
+/// prepared, and in the device group table while it is. prepare() uploads them; anything that
+/// unprepares the optimizer (a new group, a new chunk size) first pulls them back.
+
+#include <cuda.h>
+
+#include <string>
+#include <vector>
+
+#include "optgen/driver.h"
+#include "optgen/error.h"
+#include "optgen/kernel_abi.h"
+#include "optgen/optimizer.h"
+
+namespace optgen {
+
+/// Device memory that frees itself.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) {
+    if (bytes > 0) driver::check(driver::api().cuMemAlloc(&ptr_, bytes), "cuMemAlloc");
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_) { o.ptr_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_) driver::api().cuMemFree(ptr_);
+  }
+  CUdeviceptr get() const { return ptr_; }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+};
+
+struct BoundTensor {
+  void* param;
+  const void* grad;
+  std::int64_t numel;
+  std::vector<void*> states;  ///< per spec state; null when the variant has none
+};
+
+struct Group {
+  std::vector<double> h;  ///< hyperparameters, derived flags filled in; the device copy mirrors it
+  std::int64_t step = 0;                  ///< while unprepared (see above)
+  std::vector<double> scalar_state;       ///< while unprepared
+  int variant = 0;
+  int kernel = 0;
+  std::vector<BoundTensor> tensors;
+  DeviceBuffer state_memory;
+};
+
+/// The groups one kernel set (a variant and a dtype) updates, the tables its stages read, and the
+/// stage kernels, launched in order each step.
+struct Plan {
+  int kernel;
+  std::vector<std::size_t> groups;
+  DeviceBuffer table_memory;
+  kernel_abi::TableView table{};
+  std::vector<CUfunction> stages;
+};
+
+/// The group table's device memory, laid out as kernel_abi::GroupTable describes.
+struct DeviceGroups {
+  DeviceBuffer memory;
+  kernel_abi::GroupTable view{};
+};
+
+/// A group's step count and scalar state, as a step would read them.
+struct GroupProgress {
+  std::int64_t step;
+  std::vector<double> scalar_state;
+};
+
+struct FusedOptimizer::Impl {
+  const OptimizerInfo* info;
+  std::vector<double> defaults;
+  DType state_dtype;
+  long long chunk_size;
+  std::vector<Group> groups;
+  std::vector<Plan> plans;
+  DeviceGroups device_groups;
+  bool prepared = false;
+  CUstream stream = nullptr;            ///< the stream of the last prepare() or step()
+  kernel_abi::StepInputs inputs{};      ///< what the next launch passes (AMP)
+  int launches_last_step = 0;
+  Module module;
+  bool module_loaded = false;
+
+  std::string call(const char* method) const { return std::string(info->name) + "::" + method; }
+  int hyperparameter_index(const std::string& name, const char* method) const;
+  int state_index(const std::string& name, const char* method) const;
+  int scalar_state_index(const std::string& name, const char* method) const;
+  const Group& group_at(std::size_t group, const char* method) const;
+
+  /// Pulls the device's step counts and scalar state back into the groups, and drops the device
+  /// tables: the next step prepares again.
+  void unprepare();
+  /// Every group's step count and scalar state, wherever they live now (synchronizes when prepared).
+  std::vector<GroupProgress> progress() const;
+  /// Enqueues, on `stream`, a write into the group table of groups [first, first + count) and the
+  /// recomputation of the values their next step reads.
+  void write_groups(std::size_t first, std::size_t count, int field, int index, double value);
+};
+
+}  // namespace optgen

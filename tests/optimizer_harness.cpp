@@ -1,0 +1,228 @@
+// What the launcher tests share (optimizer_harness.h).
+#include "optimizer_harness.h"
+
+#include <cmath>
+
+namespace optgen_test {
+
+const optgen::OptimizerInfo& launcher(const std::string& name) {
+  for (const auto& [spec, info] : optgen::builtin_launchers())
+    if (name == spec) return *info;
+  throw std::runtime_error("no launcher " + name);
+}
+
+const optgen::reference::Optimizer& reference_of(const std::string& name) {
+  for (const auto& [spec, ref] : optgen::reference::builtin_optimizers())
+    if (name == spec) return *ref;
+  throw std::runtime_error("no reference " + name);
+}
+
+/// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
+/// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
+/// set to 0.1.
+std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int variant) {
+  std::vector<int> flags;
+  for (int i = 0; i < info.num_hyperparameters; ++i)
+    if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
+  for (bool boost : {true, false})
+    for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
+      std::vector<double> h = optgen::default_hyperparameters(info);
+      for (int i = 0; i < info.num_hyperparameters; ++i)
+        if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
+      for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
+      info.derive_flags(h.data());
+      if (info.select_variant(h.data()) == variant) return h;
+    }
+  throw std::runtime_error(std::string("no hyperparameters select variant ") + info.variants[variant].name);
+}
+
+float round_to(DType type, float x) {
+  if (type == DType::BF16) return optgen::bf16_to_float(optgen::float_to_bf16(x));
+  if (type == DType::F16) return optgen::f16_to_float(optgen::float_to_f16(x));
+  return x;
+}
+
+/// Host values <-> device bytes of a dtype.
+void upload(DType type, void* device, const std::vector<float>& values) {
+  if (values.empty()) return;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(device);
+  if (type == DType::F32) {
+    optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, values.data(), values.size() * 4), "cuMemcpyHtoD");
+    return;
+  }
+  std::vector<std::uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    bits[i] = type == DType::BF16 ? optgen::float_to_bf16(values[i]) : optgen::float_to_f16(values[i]);
+  optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, bits.data(), bits.size() * 2), "cuMemcpyHtoD");
+}
+
+std::vector<float> download(DType type, const void* device, size_t count) {
+  std::vector<float> values(count);
+  if (count == 0) return values;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(device);
+  if (type == DType::F32) {
+    optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(values.data(), ptr, count * 4), "cuMemcpyDtoH");
+    return values;
+  }
+  std::vector<std::uint16_t> bits(count);
+  optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bits.data(), ptr, count * 2), "cuMemcpyDtoH");
+  for (size_t i = 0; i < count; ++i) values[i] = type == DType::BF16 ? optgen::bf16_to_float(bits[i]) : optgen::f16_to_float(bits[i]);
+  return values;
+}
+
+/// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return NAN;
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    norm = std::max(norm, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / std::max(norm, 1e-6);
+}
+
+double tolerance(DType param, DType state) {
+  if (param == DType::BF16 || state == DType::BF16) return 1e-2;
+  if (param == DType::F16) return 2e-3;
+  return 1e-5;
+}
+
+DeviceGroup::DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng)
+    : dtype(type), sizes(numels) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const size_t offset = misaligned[i] ? 4 : 0;
+    const size_t bytes = static_cast<size_t>(sizes[i]) * optgen::size_of(type) + offset;
+    auto param = std::make_unique<DeviceMemory>(bytes + 16);
+    auto grad = std::make_unique<DeviceMemory>(bytes + 16);
+    std::vector<float> p(sizes[i]);
+    for (auto& x : p) x = round_to(type, uniform(rng));
+    upload(type, param->at(offset), p);
+    tensors.push_back({param->at(offset), grad->at(offset), sizes[i], type});
+    params.push_back(p);
+    grads.emplace_back(sizes[i]);
+    memory.push_back(std::move(param));
+    memory.push_back(std::move(grad));
+  }
+}
+
+void DeviceGroup::new_gradients(std::mt19937& rng, float scale) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (auto& x : grads[i]) x = round_to(dtype, uniform(rng) * scale);
+    upload(dtype, const_cast<void*>(tensors[i].grad), grads[i]);
+  }
+}
+
+std::vector<std::vector<unsigned char>> DeviceGroup::device_bytes() const {
+  std::vector<std::vector<unsigned char>> bytes;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (const void* p : {static_cast<const void*>(tensors[i].param), tensors[i].grad}) {
+      bytes.emplace_back(static_cast<size_t>(sizes[i]) * optgen::size_of(dtype));
+      if (!bytes.back().empty())
+        optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.back().data(), reinterpret_cast<CUdeviceptr>(p), bytes.back().size()),
+                              "cuMemcpyDtoH");
+    }
+  return bytes;
+}
+
+StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
+                              const DeviceGroup& g, DType state_dtype) {
+  const auto& info = opt.info();
+  const std::vector<double> h = opt.hyperparameters(group);
+  StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
+  for (size_t t = 0; t < g.sizes.size(); ++t)
+    for (int s = 0; s < info.num_states; ++s)
+      if (ref.state_present(h.data(), s)) states[t][s] = download(state_dtype, opt.state(info.states[s].name, group, t).data, g.sizes[t]);
+  return states;
+}
+
+/// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
+/// host copies and `states`) and compares the device's params and states with it, recording the
+/// worst relative error in `result`. Afterwards `g` holds the device's values.
+void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
+                 StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype,
+                 Comparison& result, float grad_scale) {
+  const auto& info = opt.info();
+  const std::vector<double> h = opt.hyperparameters(group);
+  std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
+  std::vector<optgen::reference::Tensor<float>> tensors;
+  for (size_t t = 0; t < g.sizes.size(); ++t) {
+    for (int s = 0; s < info.num_states; ++s) state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
+    tensors.push_back({static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data()});
+  }
+  ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
+
+  const double limit = tolerance(g.dtype, state_dtype);
+  for (size_t t = 0; t < g.sizes.size(); ++t) {
+    auto check = [&](const std::string& what, DType type, const void* device, std::vector<float>& expected) {
+      std::vector<float> actual = download(type, device, expected.size());
+      const double error = relative_error(actual, expected);
+      if (!(error <= result.worst)) {
+        result.worst = std::isnan(error) ? INFINITY : error;
+        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) + " elements) of group " +
+                       std::to_string(group) + " at step " + std::to_string(step);
+      }
+      if (!(error <= limit)) {
+        for (size_t i = 0; i < actual.size(); ++i)
+          if (!(std::fabs(actual[i] - expected[i]) <= limit * std::max(1.0f, std::fabs(expected[i])))) {
+            UNSCOPED_INFO(what << "[" << i << "]: gpu " << actual[i] << ", reference " << expected[i]);
+            break;
+          }
+      }
+      expected = actual;  // the next step starts from the device's values
+    };
+    check("param", g.dtype, g.tensors[t].param, g.params[t]);
+    for (int s = 0; s < info.num_states; ++s)
+      if (!states[t][s].empty()) check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
+  }
+}
+
+void synchronize() { optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize"); }
+
+/// One step on the GPU and, from the same starting values, on the CPU reference, for a
+/// single-group optimizer.
+void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result) {
+  StateSnapshot states = snapshot_states(opt, ref, 0, g, state_dtype);
+  opt.step();
+  synchronize();
+  check_group(opt, ref, 0, g, states, ref_scalar_state, step, state_dtype, result);
+}
+
+std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h) {
+  std::vector<double> s;
+  for (int i = 0; i < info.num_scalar_states; ++i) {
+    const auto& init = info.scalar_states[i].init;
+    s.push_back(init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value);
+  }
+  s.push_back(0);  // never empty
+  return s;
+}
+
+optgen::Tensor fake_tensor(std::int64_t numel) {
+  return {reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), numel, DType::F32};
+}
+
+
+std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer& opt) {
+  std::vector<std::vector<unsigned char>> bytes;
+  const auto& info = opt.info();
+  for (std::size_t g = 0; g < opt.num_groups(); ++g)
+    for (std::size_t t = 0; t < opt.num_tensors(g); ++t)
+      for (int s = 0; s < info.num_states; ++s) {
+        optgen::StateBuffer b{nullptr, 0, opt.state_dtype()};
+        try {
+          b = opt.state(info.states[s].name, g, t);
+        } catch (const optgen::Error&) {
+          continue;  // a state this group's variant does not have
+        }
+        bytes.emplace_back(static_cast<size_t>(b.numel) * optgen::size_of(b.dtype));
+        if (!bytes.back().empty())
+          optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.back().data(), reinterpret_cast<CUdeviceptr>(b.data), bytes.back().size()),
+                                "cuMemcpyDtoH");
+      }
+  return bytes;
+}
+
+}  // namespace optgen_test

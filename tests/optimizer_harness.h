@@ -1,0 +1,105 @@
+#pragma once
+/// What the tests of the generated launchers share: the built-in launchers and references by name,
+/// tensors on the device with host copies, and one step compared with the CPU reference.
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "builtin_launchers.h"
+#include "builtin_references.h"
+#include "gpu.h"
+#include "optgen/error.h"
+
+namespace optgen_test {
+
+using optgen::DType;
+
+const optgen::OptimizerInfo& launcher(const std::string& name);
+const optgen::reference::Optimizer& reference_of(const std::string& name);
+
+/// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
+/// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
+/// set to 0.1.
+std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int variant);
+
+/// `x` rounded to a storage type.
+float round_to(DType type, float x);
+/// Host values <-> device bytes of a dtype.
+void upload(DType type, void* device, const std::vector<float>& values);
+std::vector<float> download(DType type, const void* device, size_t count);
+
+/// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b);
+/// The largest relative error a GPU step may have against the CPU reference in float.
+double tolerance(DType param, DType state);
+
+/// Tensors of one param group on the device, `misaligned` ones starting 4 bytes past a 16-byte
+/// boundary, with host copies of what the device holds.
+struct DeviceGroup {
+  DType dtype;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::unique_ptr<DeviceMemory>> memory;
+  std::vector<optgen::Tensor> tensors;
+  std::vector<std::vector<float>> params, grads;
+
+  DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng);
+  /// Draws new gradients in [-1, 1), times `scale` (AMP's scaled gradients), and uploads them.
+  void new_gradients(std::mt19937& rng, float scale = 1.0f);
+  /// Every param and grad as the device holds them now, bytes and all.
+  std::vector<std::vector<unsigned char>> device_bytes() const;
+};
+
+/// The worst relative error seen over a run, and where.
+struct Comparison {
+  double worst = 0;
+  std::string where;
+};
+
+/// A group's state buffers as the device holds them before a step: [tensor][state], empty for
+/// states the group's variant does not have.
+using StateSnapshot = std::vector<std::vector<std::vector<float>>>;
+
+StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
+                              const DeviceGroup& g, DType state_dtype);
+
+/// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
+/// host copies and `states`) and compares the device's params and states with it, recording the
+/// worst relative error in `result`. Afterwards `g` holds the device's values. `grad_scale`: the
+/// factor the gradients carry (AMP).
+void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
+                 StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype,
+                 Comparison& result, float grad_scale = 1.0f);
+
+void synchronize();
+
+/// One step on the GPU and, from the same starting values, on the CPU reference, for a
+/// single-group optimizer.
+void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result);
+
+/// A group's scalar state before its first step.
+std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h);
+
+/// A tensor whose pointers look fine but point nowhere: for checks that fail before the driver.
+optgen::Tensor fake_tensor(std::int64_t numel = 8);
+
+/// The message of the optgen::Error `f` throws, or "(no error)".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const optgen::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+/// Every state buffer of every tensor of every group, as the device holds it.
+std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer& opt);
+
+}  // namespace optgen_test
