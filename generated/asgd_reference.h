@@ -82,8 +82,8 @@ namespace variants::asgd {
     for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
   }
 
-  /// Per tensor and per element, in T: reads the group values and the tensor's buffers, writes them in
-  /// place. The gradient is divided by `grad_scale` as it is read.
+  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
   template <typename T>
   void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
     const T one_minus_lambd_times_eta = T(k[0]);

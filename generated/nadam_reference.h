@@ -96,8 +96,8 @@ namespace variants::nadam {
     for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
   }
 
-  /// Per tensor and per element, in T: reads the group values and the tensor's buffers, writes them in
-  /// place. The gradient is divided by `grad_scale` as it is read.
+  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
   template <typename T>
   void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
     const bool decoupled_weight_decay = k[0] != 0;

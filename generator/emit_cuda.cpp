@@ -226,7 +226,8 @@ class CudaEmitter {
       if (read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k." + f.name + ";");
   }
 
-  /// The per-tensor values, computed once per block from the group values and the tensor's numel.
+  /// The per-tensor values, computed once per block from the group values and the tensor's numel,
+  /// in double, and handed to the element code as floats.
   void tensor_values(CodeWriter& w, const Program& p, const std::set<std::string>& taken) {
     {
       auto s = w.block("struct TensorValues", "};");
@@ -245,11 +246,14 @@ class CudaEmitter {
         if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) group_read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
-      if (group_read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k." + f.name + ";");
-    CudaPrinter printer(false);
-    auto values = write_level_code(w, roots, Level::Tensor, printer, "float", taken);
+      if (group_read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k." + f.name + ";");
+    CudaPrinter printer(true);  // once per block: in double, so that numel is exact
+    auto values = write_level_code(w, roots, Level::Tensor, printer, "double", taken);
     w.line("TensorValues tv;");
-    for (size_t i = 0; i < values.size(); ++i) w.line("tv." + p.tensor_values[i].name + " = " + values[i] + ";");
+    for (size_t i = 0; i < values.size(); ++i) {
+      const bool is_bool = p.tensor_values[i].value->type == ValueType::Bool;
+      w.line("tv." + p.tensor_values[i].name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
+    }
     w.line("return tv;");
   }
 

@@ -175,8 +175,8 @@ class ReferenceEmitter {
   }
 
   void update(CodeWriter& w, const Program& p) {
-    w.line("/// Per tensor and per element, in T: reads the group values and the tensor's buffers, writes them in");
-    w.line("/// place. The gradient is divided by `grad_scale` as it is read.");
+    w.line("/// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,");
+    w.line("/// writes them in place. The gradient is divided by `grad_scale` as it is read.");
     w.line("template <typename T>");
     auto fn = w.block(
         "void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, "
@@ -189,16 +189,17 @@ class ReferenceEmitter {
     std::set<std::string> taken = reserved();
     for (const auto& v : p.group_values) taken.insert(v.name);
     for (const auto& v : p.tensor_values) taken.insert(v.name);
-    CppPrinter printer(true);
     if (!p.tensor_values.empty()) {
-      w.line("// Per tensor:");
+      w.line("// Per tensor, in double from the group values as the element code has them, as the kernels do:");
       std::vector<Expr> roots;
       for (const auto& v : p.tensor_values) roots.push_back(v.value);
-      auto values = write_level_code(w, roots, Level::Tensor, printer, "T", taken);
+      CppPrinter tensor_printer(false);
+      auto values = write_level_code(w, roots, Level::Tensor, tensor_printer, "double", taken);
       for (size_t j = 0; j < values.size(); ++j)
         w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T ") + p.tensor_values[j].name +
-               " = " + values[j] + ";");
+               " = " + (p.tensor_values[j].value->type == ValueType::Bool ? values[j] : "T(" + values[j] + ")") + ";");
     }
+    CppPrinter printer(true);
     for (const auto& s : p.states)
       w.line("T* const " + s + "_data = state_data[" + index_of(states_, s) + "];");
     auto loop = w.block("for (std::size_t i = 0; i < numel; ++i)");

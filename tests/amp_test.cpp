@@ -26,7 +26,7 @@ class DeviceFloat {
 
 }  // namespace
 
-TEST_CASE("found_inf skips the whole step on the device; grad_scale unscales in registers", "[gpu]") {
+TEST_CASE("found_inf skips the whole step on the device, and grad_scale unscales in registers", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   const std::vector<std::int64_t> sizes = {3, 4097, 65539};
   const std::vector<bool> misaligned = {false, true, false};

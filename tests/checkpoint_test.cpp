@@ -141,6 +141,13 @@ TEST_CASE("a truncated or malformed checkpoint file is a clear error", "[checkpo
              Catch::StartsWith(where + "__metadata__ entry 'a' is not a string"));
   std::vector<unsigned char> huge(8, 0xff);
   CHECK_THAT(error_reading(huge), Catch::StartsWith(where + "its header length") && Catch::Contains("is beyond any real header"));
+  // Shapes whose byte counts overflow 64 bits, or do not fit in an int64 at all.
+  CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 0]}})", 0)),
+             Catch::StartsWith(where + "tensor 'x' has 0 bytes, which does not match its shape and dtype"));
+  CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 0)),
+             Catch::StartsWith(where + "tensor 'x' has 0 bytes, which does not match its shape and dtype"));
+  CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 0]}})", 0)),
+             Catch::StartsWith(where + "tensor 'x': its shape holds something other than sizes"));
   fs::remove(file.path());
   CHECK_THAT(message_of([&] { optgen::read_safetensors(file.path()); }), Catch::Contains("cannot open the file"));
 }
@@ -225,6 +232,7 @@ TEST_CASE("N steps, save, load into a fresh optimizer, M more steps: N + M unint
               first.reset();
               first = std::make_unique<optgen::FusedOptimizer>(*info, hyperparameters_for(*info, v), state_dtype);
               first->add_param_group(resumed.tensors, hyperparameters_for(*info, v));  // fresh states, other hyperparameters
+              if (state_dtype == DType::BF16) first->prepare();  // restored in place, into prepared tables, too
               first->load(file.path());
               CHECK(first->step_count(0) == N);
               CHECK(first->get("lr", 0) == h[0] * 0.5);
@@ -257,9 +265,23 @@ TEST_CASE("a checkpoint that does not fit the groups is refused before anything 
   DeviceGroup other(DType::F32, {100, 201}, {false, false}, rng);
   optgen::Adam different_size;
   different_size.add_param_group(other.tensors);
+  different_size.set_lr(0.5);
+  different_size.step();
+  synchronize();
+  const auto states_before = state_bytes(different_size.engine());
   CHECK_THAT(message_of([&] { different_size.load(file.path()); }),
              Catch::Contains("Adam::restore failed: the checkpoint does not fit this optimizer: tensor 'group.0.tensor.1.exp_avg' has shape [200], not [201]"));
-  CHECK(different_size.step_count(0) == 0);
+  CHECK(different_size.step_count(0) == 1);
+  CHECK(state_bytes(different_size.engine()) == states_before);
+  CHECK(different_size.options(0).lr == 0.5);
+
+  optgen::Checkpoint short_tensor = optgen::read_safetensors(file.path());
+  for (auto& t : short_tensor.tensors)
+    if (t.name == "group.0.hyperparameters") t.data.resize(8);
+  optgen::Adam adam2;
+  adam2.add_param_group(group.tensors);
+  CHECK_THAT(message_of([&] { adam2.engine().restore(short_tensor); }),
+             Catch::Contains("tensor 'group.0.hyperparameters' holds 8 bytes, not the 56 its shape and dtype need"));
 
   optgen::Adam::Options amsgrad;
   amsgrad.amsgrad = true;

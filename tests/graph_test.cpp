@@ -31,6 +31,7 @@ class Capture {
     optgen::driver::check(api().cuGraphInstantiate(&exec_, graph_, 0), "cuGraphInstantiate");
   }
   void replay() { optgen::driver::check(api().cuGraphLaunch(exec_, stream_), "cuGraphLaunch"); }
+  CUgraphExec exec() const { return exec_; }
   void synchronize() { optgen::driver::check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
 
  private:
@@ -113,7 +114,7 @@ TEST_CASE("a captured step replayed N times equals N eager steps, with lr change
   CHECK(variants == 18);
 }
 
-TEST_CASE("a step cannot be prepared inside a capture; a prepared one can be captured", "[gpu]") {
+TEST_CASE("a step cannot be prepared inside a capture, but a prepared one can be captured", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(5);
   DeviceGroup group(DType::F32, {1000}, {false}, rng);
@@ -132,4 +133,91 @@ TEST_CASE("a step cannot be prepared inside a capture; a prepared one can be cap
   second.replay();
   second.synchronize();
   CHECK(adam.step_count(0) == 1);
+}
+
+TEST_CASE("a step captured on a side stream replays on the optimizer's stream, where setters and getters stay", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(21), same(21);
+  DeviceGroup graphed_group(DType::F32, {3000, 17}, {false, true}, rng), eager_group(DType::F32, {3000, 17}, {false, true}, same);
+  optgen::Adam graphed, eager;
+  graphed.add_param_group(graphed_group.tensors);
+  eager.add_param_group(eager_group.tensors);
+  Capture replay_stream, side;  // two streams: replays run on the first, the capture on the second
+  graphed.prepare(replay_stream.stream());
+  side.begin();
+  graphed.step(side.stream());
+  side.end();
+  std::mt19937 gradients(5), again(5);
+  graphed_group.new_gradients(gradients);
+  eager_group.new_gradients(again);
+  synchronize();
+  for (int step = 1; step <= 50; ++step) {
+    const double lr = 1e-3 * (1 + step % 7);
+    graphed.set_lr(lr);  // enqueued on the replay stream, between replays
+    eager.set_lr(lr);
+    optgen::driver::check(optgen::driver::api().cuGraphLaunch(side.exec(), replay_stream.stream()), "cuGraphLaunch");
+    eager.step();
+  }
+  CHECK(graphed.step_count(0) == 50);  // synchronizes the replay stream, no more
+  synchronize();
+  CHECK(graphed_group.device_bytes() == eager_group.device_bytes());
+  CHECK(state_bytes(graphed.engine()) == state_bytes(eager.engine()));
+}
+
+TEST_CASE("several kernels and an empty group in one graph, with setters, checkpoints and restores in place under it", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& ref = reference_of("nadam");
+  std::mt19937 rng(8);
+  DeviceGroup f32(DType::F32, {1000, 3}, {false, true}, rng), bf16(DType::BF16, {500}, {false}, rng);
+  optgen::NAdam nadam;
+  nadam.add_param_group(f32.tensors);
+  nadam.add_param_group({});  // a group with no tensors still steps
+  nadam.add_param_group(bf16.tensors);
+  f32.new_gradients(rng);
+  bf16.new_gradients(rng);
+  synchronize();
+  Capture capture;
+  nadam.prepare(capture.stream());
+  capture.begin();
+  nadam.step(capture.stream());
+  capture.end();
+  CHECK(nadam.engine().launches_last_step() == 2);  // f32 and bf16 params: two kernels
+  for (int i = 0; i < 3; ++i) capture.replay();
+  for (std::size_t g = 0; g < 3; ++g) CHECK(nadam.step_count(g) == 3);
+
+  // Setters on the prepared optimizer write the current slot; the next replay continues from there.
+  nadam.set_step_count(10, 0);
+  nadam.set_mu_product(0.5, 2);
+  capture.replay();
+  CHECK(nadam.step_count(0) == 11);
+  CHECK(nadam.step_count(1) == 4);
+  CHECK(nadam.step_count(2) == 4);
+  std::vector<double> h = nadam.engine().hyperparameters(2), state = {0.5, 0};
+  std::vector<double> values(ref.variants[0].num_group_values + 1);
+  ref.variants[0].per_step(h.data(), state.data(), 4, values.data());  // what step 4 makes of mu_product 0.5
+  CHECK(nadam.mu_product(2) == Approx(state[0]).epsilon(1e-12));
+
+  // A checkpoint, two more replays, a restore in place (and the params put back, which a
+  // checkpoint of the optimizer does not hold), two more replays: the same as the first two.
+  const optgen::Checkpoint saved = nadam.engine().checkpoint();
+  const auto f32_saved = f32.device_bytes(), bf16_saved = bf16.device_bytes();
+  capture.replay();
+  capture.replay();
+  capture.synchronize();
+  const auto f32_after = f32.device_bytes(), bf16_after = bf16.device_bytes();
+  const auto states_after = state_bytes(nadam.engine());
+  CHECK(states_after != state_bytes_of(saved));
+  nadam.engine().restore(saved);
+  f32.set_device_bytes(f32_saved);
+  bf16.set_device_bytes(bf16_saved);
+  CHECK(nadam.step_count(0) == 11);
+  CHECK(nadam.mu_product(2) == Approx(state[0]).epsilon(1e-12));
+  capture.replay();
+  capture.replay();
+  capture.synchronize();
+  CHECK(nadam.step_count(0) == 13);
+  CHECK(nadam.step_count(1) == 6);
+  CHECK(f32.device_bytes() == f32_after);
+  CHECK(bf16.device_bytes() == bf16_after);
+  CHECK(state_bytes(nadam.engine()) == states_after);
 }

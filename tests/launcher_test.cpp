@@ -264,7 +264,7 @@ TEST_CASE("a tensor of more than 2^31 elements is updated to its last element", 
   CHECK(last[0] != 1.0f);
 }
 
-TEST_CASE("setters change the next step; a setter that would switch variants is rejected", "[gpu]") {
+TEST_CASE("setters change the next step, and a setter that would switch variants is rejected", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(3);
   optgen::SGD::Options sgd_options;

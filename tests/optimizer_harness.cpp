@@ -126,6 +126,17 @@ std::vector<std::vector<unsigned char>> DeviceGroup::device_bytes() const {
   return bytes;
 }
 
+void DeviceGroup::set_device_bytes(const std::vector<std::vector<unsigned char>>& bytes) {
+  size_t k = 0;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (const void* p : {static_cast<const void*>(tensors[i].param), tensors[i].grad}) {
+      const auto& b = bytes.at(k++);
+      if (!b.empty())
+        optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(p), b.data(), b.size()), "cuMemcpyHtoD");
+    }
+  synchronize();  // a copy from pageable memory may still be in flight when it returns
+}
+
 StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                               const DeviceGroup& g, DType state_dtype) {
   const auto& info = opt.info();
@@ -222,6 +233,13 @@ std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer
           optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.back().data(), reinterpret_cast<CUdeviceptr>(b.data), bytes.back().size()),
                                 "cuMemcpyDtoH");
       }
+  return bytes;
+}
+
+std::vector<std::vector<unsigned char>> state_bytes_of(const optgen::Checkpoint& checkpoint) {
+  std::vector<std::vector<unsigned char>> bytes;
+  for (const auto& t : checkpoint.tensors)
+    if (t.name.find(".tensor.") != std::string::npos) bytes.push_back(t.data);
   return bytes;
 }
 

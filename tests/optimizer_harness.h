@@ -50,8 +50,9 @@ struct DeviceGroup {
   DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng);
   /// Draws new gradients in [-1, 1), times `scale` (AMP's scaled gradients), and uploads them.
   void new_gradients(std::mt19937& rng, float scale = 1.0f);
-  /// Every param and grad as the device holds them now, bytes and all.
+  /// Every param and grad as the device holds them now, bytes and all; and back.
   std::vector<std::vector<unsigned char>> device_bytes() const;
+  void set_device_bytes(const std::vector<std::vector<unsigned char>>& bytes);
 };
 
 /// The worst relative error seen over a run, and where.
@@ -101,5 +102,7 @@ std::string error_of(F&& f) {
 
 /// Every state buffer of every tensor of every group, as the device holds it.
 std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer& opt);
+/// The state buffers a checkpoint holds, in the same order.
+std::vector<std::vector<unsigned char>> state_bytes_of(const optgen::Checkpoint& checkpoint);
 
 }  // namespace optgen_test

@@ -78,6 +78,17 @@ int FusedOptimizer::Impl::scalar_state_index(const std::string& name, const char
               known.empty() ? "it keeps no scalar state" : "its scalar states: " + known);
 }
 
+void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, const char* method) const {
+  if (static_cast<int>(h.size()) != info->num_hyperparameters)
+    throw Error(call(method), "expected " + std::to_string(info->num_hyperparameters) + " hyperparameters, got " + std::to_string(h.size()));
+  for (int i = 0; i < info->num_hyperparameters; ++i) {
+    const auto& hp = info->hyperparameters[i];
+    if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
+      throw Error(call(method), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
+    if (!std::isfinite(h[i])) throw Error(call(method), std::string(hp.name) + " is not finite (" + std::to_string(h[i]) + ")");
+  }
+}
+
 const Group& FusedOptimizer::Impl::group_at(std::size_t group, const char* method) const {
   if (group >= groups.size())
     throw Error(call(method), "no param group " + std::to_string(group) + " (there are " + std::to_string(groups.size()) + ")");
@@ -105,20 +116,6 @@ struct Binder {
                     to_string(m.state_dtype) + " states was generated (kernels: " + generated + ")",
                 "add \"" + storage + "\" to the spec's 'storage:' list or to STORAGE (and the variant to VARIANTS, if given) in "
                 "optgen_add_optimizer(), and rebuild");
-  }
-
-  void check_hyperparameters(const std::vector<double>& h) const {
-    const OptimizerInfo& info = *m.info;
-    if (static_cast<int>(h.size()) != info.num_hyperparameters)
-      throw Error(m.call("add_param_group"), "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " +
-                                                 std::to_string(h.size()));
-    for (int i = 0; i < info.num_hyperparameters; ++i) {
-      const auto& hp = info.hyperparameters[i];
-      if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
-        throw Error(m.call("add_param_group"), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
-      if (!std::isfinite(h[i]))
-        throw Error(m.call("add_param_group"), std::string(hp.name) + " is not finite (" + std::to_string(h[i]) + ")");
-    }
   }
 
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {
@@ -241,7 +238,7 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
   Impl& m = *impl_;
   const OptimizerInfo& info = *m.info;
   const Binder binder{m};
-  binder.check_hyperparameters(h);
+  m.check_hyperparameters(h, "add_param_group");
   info.derive_flags(h.data());
   Group g;
   g.variant = info.select_variant(h.data());
@@ -388,8 +385,12 @@ void FusedOptimizer::prepare(CUstream stream) {
   for (Plan& plan : m.plans) build_plan(m, plan, blocks);
   m.device_groups = build_group_table(m, blocks);
   m.stream = stream;
-  m.prepared = true;
+  // The uploads (and the state initialisation of add_param_group) were issued on the legacy
+  // stream and may still be in flight: the group kernels and steps may run on a stream that
+  // does not wait for it.
+  driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
   m.write_groups(0, m.groups.size(), kernel_abi::kNoField, 0, 0);  // the first step's values
+  m.prepared = true;
 }
 
 bool FusedOptimizer::prepared() const { return impl_->prepared; }
@@ -457,7 +458,9 @@ void FusedOptimizer::step(CUstream stream) { step(stream, AmpInputs{}); }
 void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   Impl& m = *impl_;
   if (!m.prepared) prepare(stream);
-  m.stream = stream;
+  // A capture on a side stream does not move the optimizer there: its setters and getters stay
+  // ordered with the stream the graph is replayed on.
+  if (stream != m.stream && !driver::is_capturing(stream)) m.stream = stream;
   m.inputs = {amp.grad_scale, amp.found_inf};
   const auto& api = driver::api();
   m.launches_last_step = 0;
@@ -509,17 +512,18 @@ void FusedOptimizer::set(const std::string& name, double value) {
   // Every group is checked before any changes, so a rejected value leaves all of them as they were.
   std::vector<std::vector<double>> updated;
   for (std::size_t g = 0; g < m.groups.size(); ++g) updated.push_back(with_value(m, g, name, i, value));
+  if (m.prepared) m.write_groups(0, m.groups.size(), kernel_abi::kHyperparameter, i, value);
   for (std::size_t g = 0; g < m.groups.size(); ++g) m.groups[g].h = std::move(updated[g]);
   m.defaults[i] = value;  // for groups added later
-  if (m.prepared) m.write_groups(0, m.groups.size(), kernel_abi::kHyperparameter, i, value);
 }
 
 void FusedOptimizer::set(const std::string& name, double value, std::size_t group) {
   Impl& m = *impl_;
   const int i = settable_index(m, name, value);
   m.group_at(group, "set");
-  m.groups[group].h = with_value(m, group, name, i, value);
+  std::vector<double> updated = with_value(m, group, name, i, value);
   if (m.prepared) m.write_groups(group, 1, kernel_abi::kHyperparameter, i, value);
+  m.groups[group].h = std::move(updated);
 }
 
 double FusedOptimizer::get(const std::string& name, std::size_t group) const {

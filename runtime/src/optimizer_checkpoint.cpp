@@ -1,6 +1,7 @@
 // FusedOptimizer's checkpoints: what optgen/checkpoint.h describes, gathered from and restored to
 // the device.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "optimizer_impl.h"
@@ -49,6 +50,11 @@ class Reader {
     if (!t) fail("it has no tensor '" + name + "'");
     if (t->dtype != dtype) fail("tensor '" + name + "' is " + t->dtype + ", not " + dtype);
     if (t->shape != shape) fail("tensor '" + name + "' has shape " + shape_text(t->shape) + ", not " + shape_text(shape));
+    std::size_t elements = 1;
+    for (auto d : shape) elements *= static_cast<std::size_t>(d);
+    if (t->data.size() != elements * dtype_size(dtype))
+      fail("tensor '" + name + "' holds " + std::to_string(t->data.size()) + " bytes, not the " + std::to_string(elements * dtype_size(dtype)) +
+           " its shape and dtype need");
     used_.push_back(name);
     return *t;
   }
@@ -112,6 +118,8 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
   same("hyperparameters", names_of(info.hyperparameters, info.num_hyperparameters));
   same("states", names_of(info.states, info.num_states));
   same("scalar_states", names_of(info.scalar_states, info.num_scalar_states));
+  meta("state_dtype");
+  meta("groups");
 }
 
 Checkpoint FusedOptimizer::checkpoint() const {
@@ -173,15 +181,20 @@ void FusedOptimizer::restore(const Checkpoint& c) {
     const Group& group = m.groups[g];
     Loaded l;
     l.h = read.values<double>(group_name(g) + ".hyperparameters", "F64", {info.num_hyperparameters});
+    m.check_hyperparameters(l.h, "restore");
     info.derive_flags(l.h.data());
     const int variant = info.select_variant(l.h.data());
     if (variant != group.variant)
       read.fail("param group " + std::to_string(g) + " was saved as variant " + info.variants[variant].name + " but was added here as " +
                 info.variants[group.variant].name + " (its specialized flags differ)");
-    l.progress.step = read.values<std::int64_t>(group_name(g) + ".step", "I64", {}).at(0);
-    if (l.progress.step < 0) read.fail("param group " + std::to_string(g) + " has a negative step count");
+    l.progress.step = read.values<std::int64_t>(group_name(g) + ".step", "I64", {})[0];
+    if (l.progress.step < 0 || l.progress.step > (std::int64_t{1} << 52))
+      read.fail("param group " + std::to_string(g) + " has the step count " + std::to_string(l.progress.step) + ", outside 0 to 2^52");
     if (info.num_scalar_states > 0)
       l.progress.scalar_state = read.values<double>(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states});
+    for (int s = 0; s < info.num_scalar_states; ++s)
+      if (!std::isfinite(l.progress.scalar_state[s]))
+        read.fail("param group " + std::to_string(g) + "'s scalar state " + info.scalar_states[s].name + " is not finite");
     for (std::size_t t = 0; t < group.tensors.size(); ++t) {
       const VariantInfo& v = info.variants[group.variant];
       for (int j = 0; j < v.num_states; ++j)
@@ -209,6 +222,7 @@ void FusedOptimizer::restore(const Checkpoint& c) {
   }
   if (!m.prepared) return;
   // In place, so that graphs captured on these tables stay valid: every group back to slot 0.
+  // The group kernels below run on the optimizer's stream: the uploads must have landed first.
   const kernel_abi::GroupTable& table = m.device_groups.view;
   const std::size_t G = m.groups.size(), H = info.num_hyperparameters, S = info.num_scalar_states;
   std::vector<double> h(G * H), scalar_state(G * S);
@@ -225,6 +239,7 @@ void FusedOptimizer::restore(const Checkpoint& c) {
   upload(table.steps, steps.data(), steps.size() * sizeof(long long));
   upload(table.scalar_state, scalar_state.data(), scalar_state.size() * sizeof(double));
   upload(table.arrivals, std::vector<unsigned>(G, 0).data(), G * sizeof(unsigned));
+  driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
   m.write_groups(0, G, kernel_abi::kNoField, 0, 0);
 }
 

@@ -100,6 +100,8 @@ struct FusedOptimizer::Impl {
   int state_index(const std::string& name, const char* method) const;
   int scalar_state_index(const std::string& name, const char* method) const;
   const Group& group_at(std::size_t group, const char* method) const;
+  /// Throws optgen::Error unless `h` holds every hyperparameter, bools as 0 or 1, all finite.
+  void check_hyperparameters(const std::vector<double>& h, const char* method) const;
 
   /// Pulls the device's step counts and scalar state back into the groups, and drops the device
   /// tables: the next step prepares again.

@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,10 +29,20 @@ std::uint64_t read_le64(const unsigned char* bytes) {
   return v;
 }
 
-std::int64_t element_count(const std::vector<std::int64_t>& shape) {
-  std::int64_t count = 1;
-  for (auto d : shape) count *= d;
+/// The element count of `shape`, or nothing when it does not fit in 64 bits.
+std::optional<std::uint64_t> element_count(const std::vector<std::int64_t>& shape) {
+  std::uint64_t count = 1;
+  for (auto d : shape)
+    if (d < 0 || __builtin_mul_overflow(count, static_cast<std::uint64_t>(d), &count)) return std::nullopt;
   return count;
+}
+
+/// The bytes of `shape` elements of `size` bytes, or nothing when that does not fit in 64 bits.
+std::optional<std::uint64_t> byte_count(const std::vector<std::int64_t>& shape, std::size_t size) {
+  std::optional<std::uint64_t> count = element_count(shape);
+  std::uint64_t bytes;
+  if (!count || __builtin_mul_overflow(*count, static_cast<std::uint64_t>(size), &bytes)) return std::nullopt;
+  return bytes;
 }
 
 }  // namespace
@@ -56,7 +69,7 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
     const std::size_t size = dtype_size(t.dtype);
     if (size == 0) throw Error(call, "tensor '" + t.name + "' has dtype '" + t.dtype + "', which optgen does not write");
     if (t.name == "__metadata__" || header.contains(t.name)) throw Error(call, "tensor name '" + t.name + "' is used twice");
-    if (static_cast<std::uint64_t>(element_count(t.shape)) * size != t.data.size())
+    if (byte_count(t.shape, size) != std::optional<std::uint64_t>(t.data.size()))
       throw Error(call, "tensor '" + t.name + "' holds " + std::to_string(t.data.size()) + " bytes, not what its shape says");
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
@@ -84,7 +97,12 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
 Checkpoint read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("read_safetensors(" + path + ")", std::string("cannot open the file: ") + std::strerror(errno));
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<unsigned char> bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::bad_alloc&) {
+    throw Error("read_safetensors(" + path + ")", "the file does not fit in memory", "check that it is an optimizer checkpoint");
+  }
   if (bytes.size() < 8) bad_file(path, "it has " + std::to_string(bytes.size()) + " bytes, fewer than the 8 of the header length");
   const std::uint64_t header_bytes = read_le64(bytes.data());
   if (header_bytes > kMaxHeaderBytes) bad_file(path, "its header length, " + std::to_string(header_bytes) + " bytes, is beyond any real header");
@@ -125,7 +143,8 @@ Checkpoint read_safetensors(const std::string& path) {
     if (size == 0) bad_file(path, what + " has dtype '" + t.dtype + "', which optgen does not read");
     if (!entry["shape"].is_array()) bad_file(path, what + ": its shape is not a list");
     for (const auto& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) bad_file(path, what + ": its shape holds something other than sizes");
+      if (!d.is_number_unsigned() || d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+        bad_file(path, what + ": its shape holds something other than sizes");
       t.shape.push_back(d.get<std::int64_t>());
     }
     const auto& offsets = entry["data_offsets"];
@@ -136,7 +155,7 @@ Checkpoint read_safetensors(const std::string& path) {
     if (end > data_bytes)
       bad_file(path, what + " ends at byte " + std::to_string(end) + " of the data, but the file holds " + std::to_string(data_bytes) +
                          ": it is truncated");
-    if (end - begin != static_cast<std::uint64_t>(element_count(t.shape)) * size)
+    if (byte_count(t.shape, size) != std::optional<std::uint64_t>(end - begin))
       bad_file(path, what + " has " + std::to_string(end - begin) + " bytes, which does not match its shape and dtype");
     t.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(8 + header_bytes + begin),
                   bytes.begin() + static_cast<std::ptrdiff_t>(8 + header_bytes + end));

@@ -11,11 +11,13 @@
 /// same object for other languages.
 ///
 /// Streams and threads. An optimizer works on one stream at a time: the stream of its last
-/// prepare() or step() (the legacy default stream before either). Setters that change device
-/// state enqueue their write on that stream, so they take effect at the next step in stream order,
-/// also between replays of a captured graph. Getters of device state (step_count, scalar_state,
-/// save) synchronize that stream first. One optimizer must not be used from two threads at once;
-/// different optimizers are independent.
+/// prepare() or eager step() (the legacy default stream before either); a step captured into a
+/// CUDA graph on another stream does not change it. Setters that change device state enqueue
+/// their write on that stream, so they take effect at the next step in stream order, also between
+/// replays of a captured graph, as long as the graph is replayed on that stream (prepare(stream)
+/// names another without rebuilding anything). Getters of device state (step_count, scalar_state,
+/// checkpoint, save) synchronize that stream first. One optimizer must not be used from two threads
+/// at once; different optimizers are independent.
 
 #include <cuda.h>
 
@@ -132,16 +134,18 @@ class FusedOptimizer {
   std::size_t add_param_group(const std::vector<Tensor>& tensors, const Overrides& overrides);
 
   /// Loads the kernels, builds the tensor tables and the device-resident group table, and computes
-  /// the first step's group values on `stream`. Synchronizes (it allocates and uploads). Call it
-  /// before capturing step() in a CUDA graph; step() calls it when needed, outside a capture.
+  /// the first step's group values on `stream`. Synchronizes the device (it allocates and uploads).
+  /// Call it before capturing step() in a CUDA graph; step() calls it when needed, outside a
+  /// capture. On a prepared optimizer it only makes `stream` the optimizer's stream.
   void prepare(CUstream stream = nullptr);
   bool prepared() const;
 
   /// One optimizer step of every group, on `stream`: one kernel launch per stage of each distinct
   /// (variant, dtype) among the groups, normally one. Launches only: no host computation, no
   /// upload, no synchronization, so it can be captured in a CUDA graph (after prepare()). Steps
-  /// must be ordered on the device (one stream, or synchronized). A launch that fails leaves its
-  /// groups' states and step counts as they were.
+  /// must be ordered on the device (one stream, or synchronized). A launch that fails leaves the
+  /// groups it would have updated as they were; with several (variant, dtype) kernels, those
+  /// launched before it have stepped.
   void step(CUstream stream = nullptr);
   void step(CUstream stream, const AmpInputs& amp);
 
