@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::adadelta;
 
 // ---- variant adadelta ----
-namespace adadelta {
+namespace variants::adadelta {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_bf16_f32_update"};
-}  // namespace adadelta
+}  // namespace variants::adadelta
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"adadelta", adadelta::kStates, 2, 24, "adadelta_group", 1},
+    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {adadelta::kf32_f32, 0, DType::F32, DType::F32},
-    {adadelta::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adadelta::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::adadelta::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const Adadelta::Options& o) { return {o.lr, o.rho, o.eps, o.weight_decay, static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant adadelta ----
-namespace adadelta {
+namespace variants::adadelta {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -380,22 +380,22 @@ namespace adadelta {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double rho = h[1];
-      const double eps = h[2];
-      const double weight_decay = h[3];
-      const bool maximize = h[4] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.eps = static_cast<float>(eps);
-      result.rho = static_cast<float>(rho);
-      result.one_minus_rho = static_cast<float>(1.0 - rho);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double rho = h_[1];
+      const double eps = h_[2];
+      const double weight_decay = h_[3];
+      const bool maximize = h_[4] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.eps = static_cast<float>(eps);
+      result_.rho = static_cast<float>(rho);
+      result_.one_minus_rho = static_cast<float>(1.0 - rho);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -405,22 +405,22 @@ namespace adadelta {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float eps = k.eps;
-      const float rho = k.rho;
-      const float one_minus_rho = k.one_minus_rho;
-      const float weight_decay = k.weight_decay;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float square_avg = v[2];
-      const float acc_delta = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float eps = k_.eps;
+      const float rho = k_.rho;
+      const float one_minus_rho = k_.one_minus_rho;
+      const float weight_decay = k_.weight_decay;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float square_avg = v_[2];
+      const float acc_delta = v_[3];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -428,35 +428,35 @@ namespace adadelta {
       // square_avg = rho * square_avg + (1 - rho) * g * g
       const float square_avg_next = rho * square_avg + one_minus_rho * g_1 * g_1;
       // std = sqrt(square_avg + eps)
-      const float std = sqrtf(square_avg_next + eps);
+      const float std = ::sqrtf(square_avg_next + eps);
       // delta = sqrt(acc_delta + eps) / std * g
-      const float delta = sqrtf(acc_delta + eps) / std * g_1;
+      const float delta = ::sqrtf(acc_delta + eps) / std * g_1;
       // param = param - lr * delta
       const float param_next = param - lr * delta;
       // acc_delta = rho * acc_delta + (1 - rho) * delta * delta
       const float acc_delta_next = rho * acc_delta + one_minus_rho * delta * delta;
-      v[0] = param_next;  // param
-      v[2] = square_avg_next;  // square_avg
-      v[3] = acc_delta_next;  // acc_delta
+      v_[0] = param_next;  // param
+      v_[2] = square_avg_next;  // square_avg
+      v_[3] = acc_delta_next;  // acc_delta
     }
   };
-}  // namespace adadelta
+}  // namespace variants::adadelta
 
 /// adadelta, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adadelta_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adadelta::Update, adadelta::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::adadelta::Update, variants::adadelta::Group, float, float>(table, groups, inputs);
 }
 
 /// adadelta, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adadelta_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adadelta::Update, adadelta::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adadelta::Update, variants::adadelta::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// adadelta: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adadelta_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<adadelta::Group>(groups, write);
+  optgen::group_kernel<variants::adadelta::Group>(groups, write);
 }
 

@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::adagrad;
 
 // ---- variant adagrad ----
-namespace adagrad {
+namespace variants::adagrad {
   [[maybe_unused]] const int kStates[] = {0};
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_bf16_f32_update"};
-}  // namespace adagrad
+}  // namespace variants::adagrad
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"adagrad", adagrad::kStates, 1, 16, "adagrad_group", 1},
+    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {adagrad::kf32_f32, 0, DType::F32, DType::F32},
-    {adagrad::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adagrad::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::adagrad::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_decay, o.weight_decay, o.initial_accumulator_value, o.eps, static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant adagrad ----
-namespace adagrad {
+namespace variants::adagrad {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -378,22 +378,22 @@ namespace adagrad {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double lr_decay = h[1];
-      const double weight_decay = h[2];
-      const double eps = h[4];
-      const bool maximize = h[5] != 0;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double lr_decay = h_[1];
+      const double weight_decay = h_[2];
+      const double eps = h_[4];
+      const bool maximize = h_[5] != 0;
       // clr = lr / (1 + (step - 1) * lr_decay)
       const double clr = lr / (1.0 + (static_cast<double>(step) - 1.0) * lr_decay);
-      GroupValues result;
-      result.clr = static_cast<float>(clr);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+      GroupValues result_;
+      result_.clr = static_cast<float>(clr);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -403,19 +403,19 @@ namespace adagrad {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float clr = k.clr;
-      const float weight_decay = k.weight_decay;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float sum = v[2];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float clr = k_.clr;
+      const float weight_decay = k_.weight_decay;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float sum = v_[2];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -423,28 +423,28 @@ namespace adagrad {
       // sum = sum + g * g
       const float sum_next = sum + g_1 * g_1;
       // param = param - clr * g / (sqrt(sum) + eps)
-      const float param_next = param - clr * g_1 / (sqrtf(sum_next) + eps);
-      v[0] = param_next;  // param
-      v[2] = sum_next;  // sum
+      const float param_next = param - clr * g_1 / (::sqrtf(sum_next) + eps);
+      v_[0] = param_next;  // param
+      v_[2] = sum_next;  // sum
     }
   };
-}  // namespace adagrad
+}  // namespace variants::adagrad
 
 /// adagrad, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adagrad_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adagrad::Update, adagrad::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::adagrad::Update, variants::adagrad::Group, float, float>(table, groups, inputs);
 }
 
 /// adagrad, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adagrad_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adagrad::Update, adagrad::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adagrad::Update, variants::adagrad::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// adagrad: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adagrad_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<adagrad::Group>(groups, write);
+  optgen::group_kernel<variants::adagrad::Group>(groups, write);
 }
 

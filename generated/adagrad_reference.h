@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -16,11 +17,11 @@ namespace optgen::reference::adagrad {
 
 inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lr", ValueType::Float, 0.01, false, false},
-    {"lr_decay", ValueType::Float, 0, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
-    {"initial_accumulator_value", ValueType::Float, 0, false, false},
+    {"lr_decay", ValueType::Float, 0.0, false, false},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
+    {"initial_accumulator_value", ValueType::Float, 0.0, false, false},
     {"eps", ValueType::Float, 1e-10, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
     {"sum", {0, 3}},
@@ -33,12 +34,12 @@ inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
+inline void derive_flags([[maybe_unused]] double* h_) {
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  switch (index_) {
     case 0: return true;  // sum
     default: return false;
   }
@@ -46,55 +47,55 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant adagrad ----
 namespace variants::adagrad {
-  inline constexpr std::size_t kNumGroupValues = 4;
+  inline constexpr ::std::size_t kNumGroupValues = 4;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   clr
   ///   maximize
   ///   weight_decay
   ///   eps
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double lr_decay = h[1];
-    const double weight_decay = h[2];
-    const double eps = h[4];
-    const bool maximize = h[5] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double lr_decay = h_[1];
+    const double weight_decay = h_[2];
+    const double eps = h_[4];
+    const bool maximize = h_[5] != 0;
     // clr = lr / (1 + (step - 1) * lr_decay)
     const double clr = lr / (1.0 + (static_cast<double>(step) - 1.0) * lr_decay);
     return GroupValues{clr, (maximize) ? 1.0 : 0.0, weight_decay, eps};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T clr = T(k[0]);
-    const bool maximize = k[1] != 0;
-    const T weight_decay = T(k[2]);
-    const T eps = T(k[3]);
-    T* const sum_data = state_data[0];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T sum = sum_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ clr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ weight_decay = T_(k_[2]);
+    const T_ eps = T_(k_[3]);
+    T_* const sum_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ sum = sum_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // sum = sum + g * g
-      const T sum_next = sum + g_1 * g_1;
+      const T_ sum_next = sum + g_1 * g_1;
       // param = param - clr * g / (sqrt(sum) + eps)
-      const T param_next = param - clr * g_1 / (std::sqrt(sum_next) + eps);
-      param_data[i] = param_next;
-      sum_data[i] = sum_next;
+      const T_ param_next = param - clr * g_1 / (::std::sqrt(sum_next) + eps);
+      param_data_[i_] = param_next;
+      sum_data_[i_] = sum_next;
     }
   }
 }  // namespace variants::adagrad
@@ -106,18 +107,18 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 1;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
+inline int select_variant([[maybe_unused]] const double* h_) {
   return 0;
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::adagrad::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::adagrad::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::adagrad::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::adagrad::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

@@ -17,41 +17,41 @@ namespace {
 namespace spec_reference = ::optgen::reference::adam;
 
 // ---- variant adam (amsgrad=false) ----
-namespace adam {
+namespace variants::adam {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_f32_bf16_update"};
-}  // namespace adam
+}  // namespace variants::adam
 // ---- variant adam_amsgrad (amsgrad=true) ----
-namespace adam_amsgrad {
+namespace variants::adam_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_amsgrad_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_amsgrad_f32_bf16_update"};
-}  // namespace adam_amsgrad
+}  // namespace variants::adam_amsgrad
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"adam", adam::kStates, 2, 32, "adam_group", 1},
-    {"adam_amsgrad", adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1},
+    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1},
+    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {adam::kf32_f32, 0, DType::F32, DType::F32},
-    {adam::kbf16_f32, 0, DType::BF16, DType::F32},
-    {adam::kf16_f32, 0, DType::F16, DType::F32},
-    {adam::kbf16_bf16, 0, DType::BF16, DType::BF16},
-    {adam::kf32_bf16, 0, DType::F32, DType::BF16},
-    {adam_amsgrad::kf32_f32, 1, DType::F32, DType::F32},
-    {adam_amsgrad::kbf16_f32, 1, DType::BF16, DType::F32},
-    {adam_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
-    {adam_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
-    {adam_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
+    {variants::adam::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::adam::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adam::kf16_f32, 0, DType::F16, DType::F32},
+    {variants::adam::kbf16_bf16, 0, DType::BF16, DType::BF16},
+    {variants::adam::kf32_bf16, 0, DType::F32, DType::BF16},
+    {variants::adam_amsgrad::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::adam_amsgrad::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::adam_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
+    {variants::adam_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
+    {variants::adam_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
 };
 
 std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.amsgrad), static_cast<double>(o.maximize)}; }

@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::adamax;
 
 // ---- variant adamax ----
-namespace adamax {
+namespace variants::adamax {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamax_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamax_bf16_f32_update"};
-}  // namespace adamax
+}  // namespace variants::adamax
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"adamax", adamax::kStates, 2, 24, "adamax_group", 1},
+    {"adamax", variants::adamax::kStates, 2, 24, "adamax_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {adamax::kf32_f32, 0, DType::F32, DType::F32},
-    {adamax::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adamax::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::adamax::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const Adamax::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant adamax ----
-namespace adamax {
+namespace variants::adamax {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -380,25 +380,25 @@ namespace adamax {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double beta1 = h[1];
-      const double beta2 = h[2];
-      const double eps = h[3];
-      const double weight_decay = h[4];
-      const bool maximize = h[5] != 0;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double beta1 = h_[1];
+      const double beta2 = h_[2];
+      const double eps = h_[3];
+      const double weight_decay = h_[4];
+      const bool maximize = h_[5] != 0;
       // clr = lr / (1 - beta1 ** step)
-      const double clr = lr / (1.0 - pow(beta1, static_cast<double>(step)));
-      GroupValues result;
-      result.clr = static_cast<float>(clr);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-      result.beta2 = static_cast<float>(beta2);
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+      const double clr = lr / (1.0 - ::pow(beta1, static_cast<double>(step)));
+      GroupValues result_;
+      result_.clr = static_cast<float>(clr);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+      result_.beta2 = static_cast<float>(beta2);
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -408,54 +408,54 @@ namespace adamax {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float clr = k.clr;
-      const float weight_decay = k.weight_decay;
-      const float one_minus_beta1 = k.one_minus_beta1;
-      const float beta2 = k.beta2;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float exp_avg = v[2];
-      const float exp_inf = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float clr = k_.clr;
+      const float weight_decay = k_.weight_decay;
+      const float one_minus_beta1 = k_.one_minus_beta1;
+      const float beta2 = k_.beta2;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float exp_avg = v_[2];
+      const float exp_inf = v_[3];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
       const float g_1 = g + weight_decay * param;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const float exp_avg_next = optgen::lerp(exp_avg, g_1, one_minus_beta1);
+      const float exp_avg_next = ::optgen::lerp(exp_avg, g_1, one_minus_beta1);
       // exp_inf = max(beta2 * exp_inf, abs(g) + eps)
-      const float exp_inf_next = optgen::max(beta2 * exp_inf, fabsf(g_1) + eps);
+      const float exp_inf_next = ::optgen::max(beta2 * exp_inf, ::fabsf(g_1) + eps);
       // param = param - clr * exp_avg / exp_inf
       const float param_next = param - clr * exp_avg_next / exp_inf_next;
-      v[0] = param_next;  // param
-      v[2] = exp_avg_next;  // exp_avg
-      v[3] = exp_inf_next;  // exp_inf
+      v_[0] = param_next;  // param
+      v_[2] = exp_avg_next;  // exp_avg
+      v_[3] = exp_inf_next;  // exp_inf
     }
   };
-}  // namespace adamax
+}  // namespace variants::adamax
 
 /// adamax, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamax_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamax::Update, adamax::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamax::Update, variants::adamax::Group, float, float>(table, groups, inputs);
 }
 
 /// adamax, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamax_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamax::Update, adamax::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamax::Update, variants::adamax::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// adamax: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adamax_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<adamax::Group>(groups, write);
+  optgen::group_kernel<variants::adamax::Group>(groups, write);
 }
 

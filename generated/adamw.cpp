@@ -17,41 +17,41 @@ namespace {
 namespace spec_reference = ::optgen::reference::adamw;
 
 // ---- variant adamw (amsgrad=false) ----
-namespace adamw {
+namespace variants::adamw {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adamw_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_f32_bf16_update"};
-}  // namespace adamw
+}  // namespace variants::adamw
 // ---- variant adamw_amsgrad (amsgrad=true) ----
-namespace adamw_amsgrad {
+namespace variants::adamw_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_amsgrad_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_amsgrad_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adamw_amsgrad_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_amsgrad_f32_bf16_update"};
-}  // namespace adamw_amsgrad
+}  // namespace variants::adamw_amsgrad
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"adamw", adamw::kStates, 2, 32, "adamw_group", 1},
-    {"adamw_amsgrad", adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1},
+    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1},
+    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {adamw::kf32_f32, 0, DType::F32, DType::F32},
-    {adamw::kbf16_f32, 0, DType::BF16, DType::F32},
-    {adamw::kf16_f32, 0, DType::F16, DType::F32},
-    {adamw::kbf16_bf16, 0, DType::BF16, DType::BF16},
-    {adamw::kf32_bf16, 0, DType::F32, DType::BF16},
-    {adamw_amsgrad::kf32_f32, 1, DType::F32, DType::F32},
-    {adamw_amsgrad::kbf16_f32, 1, DType::BF16, DType::F32},
-    {adamw_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
-    {adamw_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
-    {adamw_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
+    {variants::adamw::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::adamw::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adamw::kf16_f32, 0, DType::F16, DType::F32},
+    {variants::adamw::kbf16_bf16, 0, DType::BF16, DType::BF16},
+    {variants::adamw::kf32_bf16, 0, DType::F32, DType::BF16},
+    {variants::adamw_amsgrad::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::adamw_amsgrad::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::adamw_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
+    {variants::adamw_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
+    {variants::adamw_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
 };
 
 std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.amsgrad), static_cast<double>(o.maximize)}; }

@@ -370,7 +370,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant adamw (amsgrad=false) ----
-namespace adamw {
+namespace variants::adamw {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -391,31 +391,31 @@ namespace adamw {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double beta1 = h[1];
-      const double beta2 = h[2];
-      const double eps = h[3];
-      const double weight_decay = h[4];
-      const bool maximize = h[6] != 0;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double beta1 = h_[1];
+      const double beta2 = h_[2];
+      const double eps = h_[3];
+      const double weight_decay = h_[4];
+      const bool maximize = h_[6] != 0;
       // bias_correction1 = 1 - beta1 ** step
-      const double bias_correction1 = 1.0 - pow(beta1, static_cast<double>(step));
+      const double bias_correction1 = 1.0 - ::pow(beta1, static_cast<double>(step));
       // step_size = lr / bias_correction1
       const double step_size = lr / bias_correction1;
       // bias_correction2 = 1 - beta2 ** step
-      const double bias_correction2 = 1.0 - pow(beta2, static_cast<double>(step));
-      GroupValues result;
-      result.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
-      result.step_size = static_cast<float>(step_size);
-      result.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-      result.beta2 = static_cast<float>(beta2);
-      result.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-      result.sqrt_bias_correction2 = static_cast<float>(sqrt(bias_correction2));
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+      const double bias_correction2 = 1.0 - ::pow(beta2, static_cast<double>(step));
+      GroupValues result_;
+      result_.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
+      result_.step_size = static_cast<float>(step_size);
+      result_.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+      result_.beta2 = static_cast<float>(beta2);
+      result_.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+      result_.sqrt_bias_correction2 = static_cast<float>(::sqrt(bias_correction2));
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -425,44 +425,44 @@ namespace adamw {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float one_minus_lr_times_weight_decay = k.one_minus_lr_times_weight_decay;
-      const float step_size = k.step_size;
-      const float one_minus_beta1 = k.one_minus_beta1;
-      const float beta2 = k.beta2;
-      const float one_minus_beta2 = k.one_minus_beta2;
-      const float sqrt_bias_correction2 = k.sqrt_bias_correction2;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float exp_avg = v[2];
-      const float exp_avg_sq = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+      const float step_size = k_.step_size;
+      const float one_minus_beta1 = k_.one_minus_beta1;
+      const float beta2 = k_.beta2;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const float sqrt_bias_correction2 = k_.sqrt_bias_correction2;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float exp_avg = v_[2];
+      const float exp_avg_sq = v_[3];
       // param = param * (1 - lr * weight_decay)
       const float param_next = param * one_minus_lr_times_weight_decay;
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const float exp_avg_next = optgen::lerp(exp_avg, g, one_minus_beta1);
+      const float exp_avg_next = ::optgen::lerp(exp_avg, g, one_minus_beta1);
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
       const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
       // denom = sqrt(v) / sqrt(bias_correction2) + eps
-      const float denom = sqrtf(exp_avg_sq_next) / sqrt_bias_correction2 + eps;
+      const float denom = ::sqrtf(exp_avg_sq_next) / sqrt_bias_correction2 + eps;
       // param = param - step_size * exp_avg / denom
       const float param_next_1 = param_next - step_size * exp_avg_next / denom;
-      v[0] = param_next_1;  // param
-      v[2] = exp_avg_next;  // exp_avg
-      v[3] = exp_avg_sq_next;  // exp_avg_sq
+      v_[0] = param_next_1;  // param
+      v_[2] = exp_avg_next;  // exp_avg
+      v_[3] = exp_avg_sq_next;  // exp_avg_sq
     }
   };
-}  // namespace adamw
+}  // namespace variants::adamw
 // ---- variant adamw_amsgrad (amsgrad=true) ----
-namespace adamw_amsgrad {
+namespace variants::adamw_amsgrad {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -483,31 +483,31 @@ namespace adamw_amsgrad {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double beta1 = h[1];
-      const double beta2 = h[2];
-      const double eps = h[3];
-      const double weight_decay = h[4];
-      const bool maximize = h[6] != 0;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double beta1 = h_[1];
+      const double beta2 = h_[2];
+      const double eps = h_[3];
+      const double weight_decay = h_[4];
+      const bool maximize = h_[6] != 0;
       // bias_correction1 = 1 - beta1 ** step
-      const double bias_correction1 = 1.0 - pow(beta1, static_cast<double>(step));
+      const double bias_correction1 = 1.0 - ::pow(beta1, static_cast<double>(step));
       // step_size = lr / bias_correction1
       const double step_size = lr / bias_correction1;
       // bias_correction2 = 1 - beta2 ** step
-      const double bias_correction2 = 1.0 - pow(beta2, static_cast<double>(step));
-      GroupValues result;
-      result.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
-      result.step_size = static_cast<float>(step_size);
-      result.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-      result.beta2 = static_cast<float>(beta2);
-      result.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-      result.sqrt_bias_correction2 = static_cast<float>(sqrt(bias_correction2));
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+      const double bias_correction2 = 1.0 - ::pow(beta2, static_cast<double>(step));
+      GroupValues result_;
+      result_.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
+      result_.step_size = static_cast<float>(step_size);
+      result_.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+      result_.beta2 = static_cast<float>(beta2);
+      result_.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+      result_.sqrt_bias_correction2 = static_cast<float>(::sqrt(bias_correction2));
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -517,116 +517,116 @@ namespace adamw_amsgrad {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float one_minus_lr_times_weight_decay = k.one_minus_lr_times_weight_decay;
-      const float step_size = k.step_size;
-      const float one_minus_beta1 = k.one_minus_beta1;
-      const float beta2 = k.beta2;
-      const float one_minus_beta2 = k.one_minus_beta2;
-      const float sqrt_bias_correction2 = k.sqrt_bias_correction2;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float exp_avg = v[2];
-      const float exp_avg_sq = v[3];
-      const float max_exp_avg_sq = v[4];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+      const float step_size = k_.step_size;
+      const float one_minus_beta1 = k_.one_minus_beta1;
+      const float beta2 = k_.beta2;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const float sqrt_bias_correction2 = k_.sqrt_bias_correction2;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float exp_avg = v_[2];
+      const float exp_avg_sq = v_[3];
+      const float max_exp_avg_sq = v_[4];
       // param = param * (1 - lr * weight_decay)
       const float param_next = param * one_minus_lr_times_weight_decay;
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const float exp_avg_next = optgen::lerp(exp_avg, g, one_minus_beta1);
+      const float exp_avg_next = ::optgen::lerp(exp_avg, g, one_minus_beta1);
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
       const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
       // max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq)
-      const float max_exp_avg_sq_next = optgen::max(max_exp_avg_sq, exp_avg_sq_next);
+      const float max_exp_avg_sq_next = ::optgen::max(max_exp_avg_sq, exp_avg_sq_next);
       // denom = sqrt(v) / sqrt(bias_correction2) + eps
-      const float denom = sqrtf(max_exp_avg_sq_next) / sqrt_bias_correction2 + eps;
+      const float denom = ::sqrtf(max_exp_avg_sq_next) / sqrt_bias_correction2 + eps;
       // param = param - step_size * exp_avg / denom
       const float param_next_1 = param_next - step_size * exp_avg_next / denom;
-      v[0] = param_next_1;  // param
-      v[2] = exp_avg_next;  // exp_avg
-      v[3] = exp_avg_sq_next;  // exp_avg_sq
-      v[4] = max_exp_avg_sq_next;  // max_exp_avg_sq
+      v_[0] = param_next_1;  // param
+      v_[2] = exp_avg_next;  // exp_avg
+      v_[3] = exp_avg_sq_next;  // exp_avg_sq
+      v_[4] = max_exp_avg_sq_next;  // max_exp_avg_sq
     }
   };
-}  // namespace adamw_amsgrad
+}  // namespace variants::adamw_amsgrad
 
 /// adamw, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw::Update, adamw::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamw::Update, variants::adamw::Group, float, float>(table, groups, inputs);
 }
 
 /// adamw, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw::Update, adamw::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamw::Update, variants::adamw::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// adamw, update stage: params and grads in f16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw::Update, adamw::Group, optgen::f16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamw::Update, variants::adamw::Group, optgen::f16, float>(table, groups, inputs);
 }
 
 /// adamw, update stage: params and grads in bf16, states in bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw::Update, adamw::Group, optgen::bf16, optgen::bf16>(table, groups, inputs);
+  optgen::update_stage<variants::adamw::Update, variants::adamw::Group, optgen::bf16, optgen::bf16>(table, groups, inputs);
 }
 
 /// adamw, update stage: params and grads in f32, states in bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_f32_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw::Update, adamw::Group, float, optgen::bf16>(table, groups, inputs);
+  optgen::update_stage<variants::adamw::Update, variants::adamw::Group, float, optgen::bf16>(table, groups, inputs);
 }
 
 /// adamw: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adamw_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<adamw::Group>(groups, write);
+  optgen::group_kernel<variants::adamw::Group>(groups, write);
 }
 
 /// adamw_amsgrad, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw_amsgrad::Update, adamw_amsgrad::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, float, float>(table, groups, inputs);
 }
 
 /// adamw_amsgrad, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw_amsgrad::Update, adamw_amsgrad::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// adamw_amsgrad, update stage: params and grads in f16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw_amsgrad::Update, adamw_amsgrad::Group, optgen::f16, float>(table, groups, inputs);
+  optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, optgen::f16, float>(table, groups, inputs);
 }
 
 /// adamw_amsgrad, update stage: params and grads in bf16, states in bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw_amsgrad::Update, adamw_amsgrad::Group, optgen::bf16, optgen::bf16>(table, groups, inputs);
+  optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, optgen::bf16, optgen::bf16>(table, groups, inputs);
 }
 
 /// adamw_amsgrad, update stage: params and grads in f32, states in bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_f32_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<adamw_amsgrad::Update, adamw_amsgrad::Group, float, optgen::bf16>(table, groups, inputs);
+  optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, float, optgen::bf16>(table, groups, inputs);
 }
 
 /// adamw_amsgrad: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adamw_amsgrad_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<adamw_amsgrad::Group>(groups, write);
+  optgen::group_kernel<variants::adamw_amsgrad::Group>(groups, write);
 }
 

@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::asgd;
 
 // ---- variant asgd ----
-namespace asgd {
+namespace variants::asgd {
   [[maybe_unused]] const int kStates[] = {0};
   [[maybe_unused]] const char* const kf32_f32[] = {"asgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"asgd_bf16_f32_update"};
-}  // namespace asgd
+}  // namespace variants::asgd
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"asgd", asgd::kStates, 1, 20, "asgd_group", 1},
+    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {asgd::kf32_f32, 0, DType::F32, DType::F32},
-    {asgd::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::asgd::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::asgd::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const ASGD::Options& o) { return {o.lr, o.lambd, o.alpha, o.t0, o.weight_decay, static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant asgd ----
-namespace asgd {
+namespace variants::asgd {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -380,31 +380,31 @@ namespace asgd {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 2;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double lambd = h[1];
-      const double alpha = h[2];
-      const double t0 = h[3];
-      const double weight_decay = h[4];
-      const bool maximize = h[5] != 0;
-      const double eta = scalar_state[0];
-      const double mu = scalar_state[1];
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double lambd = h_[1];
+      const double alpha = h_[2];
+      const double t0 = h_[3];
+      const double weight_decay = h_[4];
+      const bool maximize = h_[5] != 0;
+      const double eta = scalar_state_[0];
+      const double mu = scalar_state_[1];
       // eta = lr / (1 + lambd * lr * step) ** alpha
-      const double eta_next = lr / pow(1.0 + lambd * lr * static_cast<double>(step), alpha);
+      const double eta_next = lr / ::pow(1.0 + lambd * lr * static_cast<double>(step), alpha);
       // mu = 1 / max(1, step - t0)
-      const double mu_next = 1.0 / optgen::max(1.0, static_cast<double>(step) - t0);
-      scalar_state[0] = eta_next;  // eta
-      scalar_state[1] = mu_next;  // mu
-      GroupValues result;
-      result.one_minus_lambd_times_eta = static_cast<float>(1.0 - lambd * eta);
-      result.eta = static_cast<float>(eta);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.mu = static_cast<float>(mu);
-      result.maximize = maximize;
-      result.mu_eq_one = mu == 1.0;
-      return result;
+      const double mu_next = 1.0 / ::optgen::max(1.0, static_cast<double>(step) - t0);
+      scalar_state_[0] = eta_next;  // eta
+      scalar_state_[1] = mu_next;  // mu
+      GroupValues result_;
+      result_.one_minus_lambd_times_eta = static_cast<float>(1.0 - lambd * eta);
+      result_.eta = static_cast<float>(eta);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.mu = static_cast<float>(mu);
+      result_.maximize = maximize;
+      result_.mu_eq_one = mu == 1.0;
+      return result_;
     }
   };
 
@@ -414,21 +414,21 @@ namespace asgd {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float one_minus_lambd_times_eta = k.one_minus_lambd_times_eta;
-      const float eta = k.eta;
-      const float weight_decay = k.weight_decay;
-      const float mu = k.mu;
-      const bool maximize = k.maximize;
-      const bool mu_eq_one = k.mu_eq_one;
-      const float param = v[0];
-      const float grad = v[1];
-      const float ax = v[2];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float one_minus_lambd_times_eta = k_.one_minus_lambd_times_eta;
+      const float eta = k_.eta;
+      const float weight_decay = k_.weight_decay;
+      const float mu = k_.mu;
+      const bool maximize = k_.maximize;
+      const bool mu_eq_one = k_.mu_eq_one;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float ax = v_[2];
       // param = param * (1 - lambd * eta_now)
       const float param_next = param * one_minus_lambd_times_eta;
       // "g = maximize ? -grad : grad"
@@ -439,27 +439,27 @@ namespace asgd {
       const float param_next_1 = param_next - eta * g_1;
       // "ax = mu_now == 1 ? param : ax + (param - ax) * mu_now"
       const float ax_next = mu_eq_one ? param_next_1 : ax + (param_next_1 - ax) * mu;
-      v[0] = param_next_1;  // param
-      v[2] = ax_next;  // ax
+      v_[0] = param_next_1;  // param
+      v_[2] = ax_next;  // ax
     }
   };
-}  // namespace asgd
+}  // namespace variants::asgd
 
 /// asgd, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 asgd_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<asgd::Update, asgd::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::asgd::Update, variants::asgd::Group, float, float>(table, groups, inputs);
 }
 
 /// asgd, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 asgd_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<asgd::Update, asgd::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::asgd::Update, variants::asgd::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// asgd: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 asgd_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<asgd::Group>(groups, write);
+  optgen::group_kernel<variants::asgd::Group>(groups, write);
 }
 

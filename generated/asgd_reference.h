@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -19,27 +20,27 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lambd", ValueType::Float, 0.0001, false, false},
     {"alpha", ValueType::Float, 0.75, false, false},
     {"t0", ValueType::Float, 1e+06, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
-    {"ax", {0, -1}},
+    {"ax", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"eta", {0, 0}},
-    {"mu", {1, -1}},
+    {"mu", {1.0, -1}},
 };
 inline constexpr int kNumHyperparameters = 6;
 inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 2;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
+inline void derive_flags([[maybe_unused]] double* h_) {
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  switch (index_) {
     case 0: return true;  // ax
     default: return false;
   }
@@ -47,7 +48,7 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant asgd ----
 namespace variants::asgd {
-  inline constexpr std::size_t kNumGroupValues = 6;
+  inline constexpr ::std::size_t kNumGroupValues = 6;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   one_minus_lambd_times_eta
   ///   eta
@@ -55,60 +56,60 @@ namespace variants::asgd {
   ///   weight_decay
   ///   mu_eq_one
   ///   mu
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double lambd = h[1];
-    const double alpha = h[2];
-    const double t0 = h[3];
-    const double weight_decay = h[4];
-    const bool maximize = h[5] != 0;
-    const double eta = scalar_state[0];
-    const double mu = scalar_state[1];
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double lambd = h_[1];
+    const double alpha = h_[2];
+    const double t0 = h_[3];
+    const double weight_decay = h_[4];
+    const bool maximize = h_[5] != 0;
+    const double eta = scalar_state_[0];
+    const double mu = scalar_state_[1];
     // eta = lr / (1 + lambd * lr * step) ** alpha
-    const double eta_next = lr / std::pow(1.0 + lambd * lr * static_cast<double>(step), alpha);
+    const double eta_next = lr / ::std::pow(1.0 + lambd * lr * static_cast<double>(step), alpha);
     // mu = 1 / max(1, step - t0)
-    const double mu_next = 1.0 / optgen::reference::max<double>(1.0, static_cast<double>(step) - t0);
-    scalar_state[0] = eta_next;  // eta
-    scalar_state[1] = mu_next;  // mu
+    const double mu_next = 1.0 / ::optgen::reference::max<double>(1.0, static_cast<double>(step) - t0);
+    scalar_state_[0] = eta_next;  // eta
+    scalar_state_[1] = mu_next;  // mu
     return GroupValues{1.0 - lambd * eta, eta, (maximize) ? 1.0 : 0.0, weight_decay, (mu == 1.0) ? 1.0 : 0.0, mu};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T one_minus_lambd_times_eta = T(k[0]);
-    const T eta = T(k[1]);
-    const bool maximize = k[2] != 0;
-    const T weight_decay = T(k[3]);
-    const bool mu_eq_one = k[4] != 0;
-    const T mu = T(k[5]);
-    T* const ax_data = state_data[0];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T ax = ax_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ one_minus_lambd_times_eta = T_(k_[0]);
+    const T_ eta = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ weight_decay = T_(k_[3]);
+    const bool mu_eq_one = k_[4] != 0;
+    const T_ mu = T_(k_[5]);
+    T_* const ax_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ ax = ax_data_[i_];
       // param = param * (1 - lambd * eta_now)
-      const T param_next = param * one_minus_lambd_times_eta;
+      const T_ param_next = param * one_minus_lambd_times_eta;
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // param = param - eta_now * g
-      const T param_next_1 = param_next - eta * g_1;
+      const T_ param_next_1 = param_next - eta * g_1;
       // "ax = mu_now == 1 ? param : ax + (param - ax) * mu_now"
-      const T ax_next = mu_eq_one ? param_next_1 : ax + (param_next_1 - ax) * mu;
-      param_data[i] = param_next_1;
-      ax_data[i] = ax_next;
+      const T_ ax_next = mu_eq_one ? param_next_1 : ax + (param_next_1 - ax) * mu;
+      param_data_[i_] = param_next_1;
+      ax_data_[i_] = ax_next;
     }
   }
 }  // namespace variants::asgd
@@ -120,18 +121,18 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 1;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
+inline int select_variant([[maybe_unused]] const double* h_) {
   return 0;
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::asgd::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::asgd::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::asgd::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::asgd::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

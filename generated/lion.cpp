@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::lion;
 
 // ---- variant lion ----
-namespace lion {
+namespace variants::lion {
   [[maybe_unused]] const int kStates[] = {0};
   [[maybe_unused]] const char* const kf32_f32[] = {"lion_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lion_bf16_f32_update"};
-}  // namespace lion
+}  // namespace variants::lion
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"lion", lion::kStates, 1, 20, "lion_group", 1},
+    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {lion::kf32_f32, 0, DType::F32, DType::F32},
-    {lion::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::lion::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::lion::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const Lion::Options& o) { return {o.lr, o.beta1, o.beta2, o.weight_decay, static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant lion ----
-namespace lion {
+namespace variants::lion {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -379,21 +379,21 @@ namespace lion {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double beta1 = h[1];
-      const double beta2 = h[2];
-      const double weight_decay = h[3];
-      const bool maximize = h[4] != 0;
-      GroupValues result;
-      result.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
-      result.lr = static_cast<float>(lr);
-      result.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-      result.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double beta1 = h_[1];
+      const double beta2 = h_[2];
+      const double weight_decay = h_[3];
+      const bool maximize = h_[4] != 0;
+      GroupValues result_;
+      result_.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
+      result_.lr = static_cast<float>(lr);
+      result_.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+      result_.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -403,51 +403,51 @@ namespace lion {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float one_minus_lr_times_weight_decay = k.one_minus_lr_times_weight_decay;
-      const float lr = k.lr;
-      const float one_minus_beta1 = k.one_minus_beta1;
-      const float one_minus_beta2 = k.one_minus_beta2;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float exp_avg = v[2];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+      const float lr = k_.lr;
+      const float one_minus_beta1 = k_.one_minus_beta1;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float exp_avg = v_[2];
       // param = param * (1 - lr * weight_decay)
       const float param_next = param * one_minus_lr_times_weight_decay;
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // direction = sign(lerp(exp_avg, g, 1 - beta1))
-      const float direction = optgen::sign(optgen::lerp(exp_avg, g, one_minus_beta1));
+      const float direction = ::optgen::sign(::optgen::lerp(exp_avg, g, one_minus_beta1));
       // param = param - lr * direction
       const float param_next_1 = param_next - lr * direction;
       // exp_avg = lerp(exp_avg, g, 1 - beta2)
-      const float exp_avg_next = optgen::lerp(exp_avg, g, one_minus_beta2);
-      v[0] = param_next_1;  // param
-      v[2] = exp_avg_next;  // exp_avg
+      const float exp_avg_next = ::optgen::lerp(exp_avg, g, one_minus_beta2);
+      v_[0] = param_next_1;  // param
+      v_[2] = exp_avg_next;  // exp_avg
     }
   };
-}  // namespace lion
+}  // namespace variants::lion
 
 /// lion, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lion_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<lion::Update, lion::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::lion::Update, variants::lion::Group, float, float>(table, groups, inputs);
 }
 
 /// lion, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lion_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<lion::Update, lion::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::lion::Update, variants::lion::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// lion: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 lion_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<lion::Group>(groups, write);
+  optgen::group_kernel<variants::lion::Group>(groups, write);
 }
 

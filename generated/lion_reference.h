@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -18,11 +19,11 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lr", ValueType::Float, 0.0001, false, false},
     {"beta1", ValueType::Float, 0.9, false, false},
     {"beta2", ValueType::Float, 0.99, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
-    {"exp_avg", {0, -1}},
+    {"exp_avg", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
@@ -32,12 +33,12 @@ inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
+inline void derive_flags([[maybe_unused]] double* h_) {
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  switch (index_) {
     case 0: return true;  // exp_avg
     default: return false;
   }
@@ -45,57 +46,57 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant lion ----
 namespace variants::lion {
-  inline constexpr std::size_t kNumGroupValues = 5;
+  inline constexpr ::std::size_t kNumGroupValues = 5;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   one_minus_lr_times_weight_decay
   ///   lr
   ///   maximize
   ///   one_minus_beta1
   ///   one_minus_beta2
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double beta1 = h[1];
-    const double beta2 = h[2];
-    const double weight_decay = h[3];
-    const bool maximize = h[4] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double beta1 = h_[1];
+    const double beta2 = h_[2];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[4] != 0;
     return GroupValues{1.0 - lr * weight_decay, lr, (maximize) ? 1.0 : 0.0, 1.0 - beta1, 1.0 - beta2};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T one_minus_lr_times_weight_decay = T(k[0]);
-    const T lr = T(k[1]);
-    const bool maximize = k[2] != 0;
-    const T one_minus_beta1 = T(k[3]);
-    const T one_minus_beta2 = T(k[4]);
-    T* const exp_avg_data = state_data[0];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T exp_avg = exp_avg_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ one_minus_lr_times_weight_decay = T_(k_[0]);
+    const T_ lr = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ one_minus_beta1 = T_(k_[3]);
+    const T_ one_minus_beta2 = T_(k_[4]);
+    T_* const exp_avg_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ exp_avg = exp_avg_data_[i_];
       // param = param * (1 - lr * weight_decay)
-      const T param_next = param * one_minus_lr_times_weight_decay;
+      const T_ param_next = param * one_minus_lr_times_weight_decay;
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // direction = sign(lerp(exp_avg, g, 1 - beta1))
-      const T direction = optgen::reference::sign<T>(optgen::reference::lerp<T>(exp_avg, g, one_minus_beta1));
+      const T_ direction = ::optgen::reference::sign<T_>(::optgen::reference::lerp<T_>(exp_avg, g, one_minus_beta1));
       // param = param - lr * direction
-      const T param_next_1 = param_next - lr * direction;
+      const T_ param_next_1 = param_next - lr * direction;
       // exp_avg = lerp(exp_avg, g, 1 - beta2)
-      const T exp_avg_next = optgen::reference::lerp<T>(exp_avg, g, one_minus_beta2);
-      param_data[i] = param_next_1;
-      exp_avg_data[i] = exp_avg_next;
+      const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g, one_minus_beta2);
+      param_data_[i_] = param_next_1;
+      exp_avg_data_[i_] = exp_avg_next;
     }
   }
 }  // namespace variants::lion
@@ -107,18 +108,18 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 1;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
+inline int select_variant([[maybe_unused]] const double* h_) {
   return 0;
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::lion::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::lion::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::lion::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::lion::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

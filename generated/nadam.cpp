@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::nadam;
 
 // ---- variant nadam ----
-namespace nadam {
+namespace variants::nadam {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"nadam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"nadam_bf16_f32_update"};
-}  // namespace nadam
+}  // namespace variants::nadam
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"nadam", nadam::kStates, 2, 40, "nadam_group", 1},
+    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {nadam::kf32_f32, 0, DType::F32, DType::F32},
-    {nadam::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::nadam::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::nadam::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const NAdam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.momentum_decay, static_cast<double>(o.decoupled_weight_decay), static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant nadam ----
-namespace nadam {
+namespace variants::nadam {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -385,42 +385,42 @@ namespace nadam {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 1;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double beta1 = h[1];
-      const double beta2 = h[2];
-      const double eps = h[3];
-      const double weight_decay = h[4];
-      const double momentum_decay = h[5];
-      const bool decoupled_weight_decay = h[6] != 0;
-      const bool maximize = h[7] != 0;
-      const double mu_product = scalar_state[0];
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double beta1 = h_[1];
+      const double beta2 = h_[2];
+      const double eps = h_[3];
+      const double weight_decay = h_[4];
+      const double momentum_decay = h_[5];
+      const bool decoupled_weight_decay = h_[6] != 0;
+      const bool maximize = h_[7] != 0;
+      const double mu_product = scalar_state_[0];
       // mu = beta1 * (1 - 0.5 * 0.96 ** (step * momentum_decay))
-      const double mu = beta1 * (1.0 - 0.5 * pow(0.96, static_cast<double>(step) * momentum_decay));
+      const double mu = beta1 * (1.0 - 0.5 * ::pow(0.96, static_cast<double>(step) * momentum_decay));
       // mu_product = mu_product * mu
       const double mu_product_next = mu_product * mu;
       // bias_correction2 = 1 - beta2 ** step
-      const double bias_correction2 = 1.0 - pow(beta2, static_cast<double>(step));
+      const double bias_correction2 = 1.0 - ::pow(beta2, static_cast<double>(step));
       // mu_next = beta1 * (1 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
-      const double mu_next = beta1 * (1.0 - 0.5 * pow(0.96, (static_cast<double>(step) + 1.0) * momentum_decay));
+      const double mu_next = beta1 * (1.0 - 0.5 * ::pow(0.96, (static_cast<double>(step) + 1.0) * momentum_decay));
       // mu_product_next = mu_product * mu_next
       const double mu_product_next_1 = mu_product_next * mu_next;
-      scalar_state[0] = mu_product_next;  // mu_product
-      GroupValues result;
-      result.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
-      result.lr_times_one_minus_mu_over_one_minus_mu_product_next = static_cast<float>(lr * (1.0 - mu) / (1.0 - mu_product_next));
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.beta2 = static_cast<float>(beta2);
-      result.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-      result.bias_correction2 = static_cast<float>(bias_correction2);
-      result.eps = static_cast<float>(eps);
-      result.lr_times_mu_next_over_one_minus_mu_product_next = static_cast<float>(lr * mu_next / (1.0 - mu_product_next_1));
-      result.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-      result.decoupled_weight_decay = decoupled_weight_decay;
-      result.maximize = maximize;
-      return result;
+      scalar_state_[0] = mu_product_next;  // mu_product
+      GroupValues result_;
+      result_.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
+      result_.lr_times_one_minus_mu_over_one_minus_mu_product_next = static_cast<float>(lr * (1.0 - mu) / (1.0 - mu_product_next));
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.beta2 = static_cast<float>(beta2);
+      result_.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+      result_.bias_correction2 = static_cast<float>(bias_correction2);
+      result_.eps = static_cast<float>(eps);
+      result_.lr_times_mu_next_over_one_minus_mu_product_next = static_cast<float>(lr * mu_next / (1.0 - mu_product_next_1));
+      result_.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+      result_.decoupled_weight_decay = decoupled_weight_decay;
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -430,27 +430,27 @@ namespace nadam {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float one_minus_lr_times_weight_decay = k.one_minus_lr_times_weight_decay;
-      const float lr_times_one_minus_mu_over_one_minus_mu_product_next = k.lr_times_one_minus_mu_over_one_minus_mu_product_next;
-      const float weight_decay = k.weight_decay;
-      const float beta2 = k.beta2;
-      const float one_minus_beta2 = k.one_minus_beta2;
-      const float bias_correction2 = k.bias_correction2;
-      const float eps = k.eps;
-      const float lr_times_mu_next_over_one_minus_mu_product_next = k.lr_times_mu_next_over_one_minus_mu_product_next;
-      const float one_minus_beta1 = k.one_minus_beta1;
-      const bool decoupled_weight_decay = k.decoupled_weight_decay;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float exp_avg = v[2];
-      const float exp_avg_sq = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+      const float lr_times_one_minus_mu_over_one_minus_mu_product_next = k_.lr_times_one_minus_mu_over_one_minus_mu_product_next;
+      const float weight_decay = k_.weight_decay;
+      const float beta2 = k_.beta2;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const float bias_correction2 = k_.bias_correction2;
+      const float eps = k_.eps;
+      const float lr_times_mu_next_over_one_minus_mu_product_next = k_.lr_times_mu_next_over_one_minus_mu_product_next;
+      const float one_minus_beta1 = k_.one_minus_beta1;
+      const bool decoupled_weight_decay = k_.decoupled_weight_decay;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float exp_avg = v_[2];
+      const float exp_avg_sq = v_[3];
       // "param = decoupled_weight_decay ? param * (1 - lr * weight_decay) : param"
       const float param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
       // "g = maximize ? -grad : grad"
@@ -460,35 +460,35 @@ namespace nadam {
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
       const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
       // denom = sqrt(exp_avg_sq / bias_correction2) + eps
-      const float denom = sqrtf(exp_avg_sq_next / bias_correction2) + eps;
+      const float denom = ::sqrtf(exp_avg_sq_next / bias_correction2) + eps;
       // param = param - lr * (1 - mu) / (1 - mu_product) * g / denom
       const float param_next_1 = param_next - lr_times_one_minus_mu_over_one_minus_mu_product_next * g_1 / denom;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const float exp_avg_next = optgen::lerp(exp_avg, g_1, one_minus_beta1);
+      const float exp_avg_next = ::optgen::lerp(exp_avg, g_1, one_minus_beta1);
       // param = param - lr * mu_next / (1 - mu_product_next) * exp_avg / denom
       const float param_next_2 = param_next_1 - lr_times_mu_next_over_one_minus_mu_product_next * exp_avg_next / denom;
-      v[0] = param_next_2;  // param
-      v[2] = exp_avg_next;  // exp_avg
-      v[3] = exp_avg_sq_next;  // exp_avg_sq
+      v_[0] = param_next_2;  // param
+      v_[2] = exp_avg_next;  // exp_avg
+      v_[3] = exp_avg_sq_next;  // exp_avg_sq
     }
   };
-}  // namespace nadam
+}  // namespace variants::nadam
 
 /// nadam, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<nadam::Update, nadam::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::nadam::Update, variants::nadam::Group, float, float>(table, groups, inputs);
 }
 
 /// nadam, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<nadam::Update, nadam::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::nadam::Update, variants::nadam::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// nadam: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 nadam_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<nadam::Group>(groups, write);
+  optgen::group_kernel<variants::nadam::Group>(groups, write);
 }
 

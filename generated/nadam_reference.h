@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -19,29 +20,29 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"beta1", ValueType::Float, 0.9, false, false},
     {"beta2", ValueType::Float, 0.999, false, false},
     {"eps", ValueType::Float, 1e-08, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
     {"momentum_decay", ValueType::Float, 0.004, false, false},
-    {"decoupled_weight_decay", ValueType::Bool, 0, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
+    {"decoupled_weight_decay", ValueType::Bool, 0.0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
-    {"exp_avg", {0, -1}},
-    {"exp_avg_sq", {0, -1}},
+    {"exp_avg", {0.0, -1}},
+    {"exp_avg_sq", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
-    {"mu_product", {1, -1}},
+    {"mu_product", {1.0, -1}},
 };
 inline constexpr int kNumHyperparameters = 8;
 inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 1;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
+inline void derive_flags([[maybe_unused]] double* h_) {
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  switch (index_) {
     case 0: return true;  // exp_avg
     case 1: return true;  // exp_avg_sq
     default: return false;
@@ -50,7 +51,7 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant nadam ----
 namespace variants::nadam {
-  inline constexpr std::size_t kNumGroupValues = 11;
+  inline constexpr ::std::size_t kNumGroupValues = 11;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   decoupled_weight_decay
   ///   one_minus_lr_times_weight_decay
@@ -63,80 +64,80 @@ namespace variants::nadam {
   ///   eps
   ///   lr_times_mu_next_over_one_minus_mu_product_next
   ///   one_minus_beta1
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double beta1 = h[1];
-    const double beta2 = h[2];
-    const double eps = h[3];
-    const double weight_decay = h[4];
-    const double momentum_decay = h[5];
-    const bool decoupled_weight_decay = h[6] != 0;
-    const bool maximize = h[7] != 0;
-    const double mu_product = scalar_state[0];
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double beta1 = h_[1];
+    const double beta2 = h_[2];
+    const double eps = h_[3];
+    const double weight_decay = h_[4];
+    const double momentum_decay = h_[5];
+    const bool decoupled_weight_decay = h_[6] != 0;
+    const bool maximize = h_[7] != 0;
+    const double mu_product = scalar_state_[0];
     // mu = beta1 * (1 - 0.5 * 0.96 ** (step * momentum_decay))
-    const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(step) * momentum_decay));
+    const double mu = beta1 * (1.0 - 0.5 * ::std::pow(0.96, static_cast<double>(step) * momentum_decay));
     // mu_product = mu_product * mu
     const double mu_product_next = mu_product * mu;
     // bias_correction2 = 1 - beta2 ** step
-    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+    const double bias_correction2 = 1.0 - ::std::pow(beta2, static_cast<double>(step));
     // mu_next = beta1 * (1 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
-    const double mu_next = beta1 * (1.0 - 0.5 * std::pow(0.96, (static_cast<double>(step) + 1.0) * momentum_decay));
+    const double mu_next = beta1 * (1.0 - 0.5 * ::std::pow(0.96, (static_cast<double>(step) + 1.0) * momentum_decay));
     // mu_product_next = mu_product * mu_next
     const double mu_product_next_1 = mu_product_next * mu_next;
-    scalar_state[0] = mu_product_next;  // mu_product
+    scalar_state_[0] = mu_product_next;  // mu_product
     return GroupValues{(decoupled_weight_decay) ? 1.0 : 0.0, 1.0 - lr * weight_decay, lr * (1.0 - mu) / (1.0 - mu_product_next), (maximize) ? 1.0 : 0.0, weight_decay, beta2, 1.0 - beta2, bias_correction2, eps, lr * mu_next / (1.0 - mu_product_next_1), 1.0 - beta1};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const bool decoupled_weight_decay = k[0] != 0;
-    const T one_minus_lr_times_weight_decay = T(k[1]);
-    const T lr_times_one_minus_mu_over_one_minus_mu_product_next = T(k[2]);
-    const bool maximize = k[3] != 0;
-    const T weight_decay = T(k[4]);
-    const T beta2 = T(k[5]);
-    const T one_minus_beta2 = T(k[6]);
-    const T bias_correction2 = T(k[7]);
-    const T eps = T(k[8]);
-    const T lr_times_mu_next_over_one_minus_mu_product_next = T(k[9]);
-    const T one_minus_beta1 = T(k[10]);
-    T* const exp_avg_data = state_data[0];
-    T* const exp_avg_sq_data = state_data[1];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T exp_avg = exp_avg_data[i];
-      const T exp_avg_sq = exp_avg_sq_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const bool decoupled_weight_decay = k_[0] != 0;
+    const T_ one_minus_lr_times_weight_decay = T_(k_[1]);
+    const T_ lr_times_one_minus_mu_over_one_minus_mu_product_next = T_(k_[2]);
+    const bool maximize = k_[3] != 0;
+    const T_ weight_decay = T_(k_[4]);
+    const T_ beta2 = T_(k_[5]);
+    const T_ one_minus_beta2 = T_(k_[6]);
+    const T_ bias_correction2 = T_(k_[7]);
+    const T_ eps = T_(k_[8]);
+    const T_ lr_times_mu_next_over_one_minus_mu_product_next = T_(k_[9]);
+    const T_ one_minus_beta1 = T_(k_[10]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ exp_avg = exp_avg_data_[i_];
+      const T_ exp_avg_sq = exp_avg_sq_data_[i_];
       // "param = decoupled_weight_decay ? param * (1 - lr * weight_decay) : param"
-      const T param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
+      const T_ param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // "g = decoupled_weight_decay ? g : g + weight_decay * param"
-      const T g_1 = decoupled_weight_decay ? g : g + weight_decay * param_next;
+      const T_ g_1 = decoupled_weight_decay ? g : g + weight_decay * param_next;
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
-      const T exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
+      const T_ exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
       // denom = sqrt(exp_avg_sq / bias_correction2) + eps
-      const T denom = std::sqrt(exp_avg_sq_next / bias_correction2) + eps;
+      const T_ denom = ::std::sqrt(exp_avg_sq_next / bias_correction2) + eps;
       // param = param - lr * (1 - mu) / (1 - mu_product) * g / denom
-      const T param_next_1 = param_next - lr_times_one_minus_mu_over_one_minus_mu_product_next * g_1 / denom;
+      const T_ param_next_1 = param_next - lr_times_one_minus_mu_over_one_minus_mu_product_next * g_1 / denom;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const T exp_avg_next = optgen::reference::lerp<T>(exp_avg, g_1, one_minus_beta1);
+      const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g_1, one_minus_beta1);
       // param = param - lr * mu_next / (1 - mu_product_next) * exp_avg / denom
-      const T param_next_2 = param_next_1 - lr_times_mu_next_over_one_minus_mu_product_next * exp_avg_next / denom;
-      param_data[i] = param_next_2;
-      exp_avg_data[i] = exp_avg_next;
-      exp_avg_sq_data[i] = exp_avg_sq_next;
+      const T_ param_next_2 = param_next_1 - lr_times_mu_next_over_one_minus_mu_product_next * exp_avg_next / denom;
+      param_data_[i_] = param_next_2;
+      exp_avg_data_[i_] = exp_avg_next;
+      exp_avg_sq_data_[i_] = exp_avg_sq_next;
     }
   }
 }  // namespace variants::nadam
@@ -148,18 +149,18 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 1;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
+inline int select_variant([[maybe_unused]] const double* h_) {
   return 0;
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::nadam::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::nadam::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::nadam::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::nadam::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

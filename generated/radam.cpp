@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::radam;
 
 // ---- variant radam ----
-namespace radam {
+namespace variants::radam {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"radam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"radam_bf16_f32_update"};
-}  // namespace radam
+}  // namespace variants::radam
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"radam", radam::kStates, 2, 44, "radam_group", 1},
+    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {radam::kf32_f32, 0, DType::F32, DType::F32},
-    {radam::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::radam::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::radam::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const RAdam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.decoupled_weight_decay), static_cast<double>(o.maximize)}; }

@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant radam ----
-namespace radam {
+namespace variants::radam {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -387,20 +387,20 @@ namespace radam {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double beta1 = h[1];
-      const double beta2 = h[2];
-      const double eps = h[3];
-      const double weight_decay = h[4];
-      const bool decoupled_weight_decay = h[5] != 0;
-      const bool maximize = h[6] != 0;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double beta1 = h_[1];
+      const double beta2 = h_[2];
+      const double eps = h_[3];
+      const double weight_decay = h_[4];
+      const bool decoupled_weight_decay = h_[5] != 0;
+      const bool maximize = h_[6] != 0;
       const double t0 = 1.0 - beta2;
       // rho_inf = 2 / (1 - beta2) - 1
       const double rho_inf = 2.0 / t0 - 1.0;
-      const double t1 = pow(beta2, static_cast<double>(step));
+      const double t1 = ::pow(beta2, static_cast<double>(step));
       // bias_correction2 = 1 - beta2 ** step
       const double bias_correction2 = 1.0 - t1;
       // rho_t = rho_inf - 2 * step * beta2 ** step / bias_correction2
@@ -408,24 +408,24 @@ namespace radam {
       // rectify = rho_t > 5
       const bool rectify = rho_t > 5.0;
       // bias_correction1 = 1 - beta1 ** step
-      const double bias_correction1 = 1.0 - pow(beta1, static_cast<double>(step));
+      const double bias_correction1 = 1.0 - ::pow(beta1, static_cast<double>(step));
       // "rect = rectify ? sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) : 0"
-      const double rect = rectify ? sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) : 0.0;
-      GroupValues result;
-      result.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-      result.bias_correction1 = static_cast<float>(bias_correction1);
-      result.lr = static_cast<float>(lr);
-      result.sqrt_bias_correction2 = static_cast<float>(sqrt(bias_correction2));
-      result.beta2 = static_cast<float>(beta2);
-      result.one_minus_beta2 = static_cast<float>(t0);
-      result.eps = static_cast<float>(eps);
-      result.rect = static_cast<float>(rect);
-      result.rectify = rectify;
-      result.decoupled_weight_decay = decoupled_weight_decay;
-      result.maximize = maximize;
-      return result;
+      const double rect = rectify ? ::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) : 0.0;
+      GroupValues result_;
+      result_.one_minus_lr_times_weight_decay = static_cast<float>(1.0 - lr * weight_decay);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+      result_.bias_correction1 = static_cast<float>(bias_correction1);
+      result_.lr = static_cast<float>(lr);
+      result_.sqrt_bias_correction2 = static_cast<float>(::sqrt(bias_correction2));
+      result_.beta2 = static_cast<float>(beta2);
+      result_.one_minus_beta2 = static_cast<float>(t0);
+      result_.eps = static_cast<float>(eps);
+      result_.rect = static_cast<float>(rect);
+      result_.rectify = rectify;
+      result_.decoupled_weight_decay = decoupled_weight_decay;
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -435,29 +435,29 @@ namespace radam {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float one_minus_lr_times_weight_decay = k.one_minus_lr_times_weight_decay;
-      const float weight_decay = k.weight_decay;
-      const float one_minus_beta1 = k.one_minus_beta1;
-      const float bias_correction1 = k.bias_correction1;
-      const float lr = k.lr;
-      const float sqrt_bias_correction2 = k.sqrt_bias_correction2;
-      const float beta2 = k.beta2;
-      const float one_minus_beta2 = k.one_minus_beta2;
-      const float eps = k.eps;
-      const float rect = k.rect;
-      const bool rectify = k.rectify;
-      const bool decoupled_weight_decay = k.decoupled_weight_decay;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float exp_avg = v[2];
-      const float exp_avg_sq = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+      const float weight_decay = k_.weight_decay;
+      const float one_minus_beta1 = k_.one_minus_beta1;
+      const float bias_correction1 = k_.bias_correction1;
+      const float lr = k_.lr;
+      const float sqrt_bias_correction2 = k_.sqrt_bias_correction2;
+      const float beta2 = k_.beta2;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const float eps = k_.eps;
+      const float rect = k_.rect;
+      const bool rectify = k_.rectify;
+      const bool decoupled_weight_decay = k_.decoupled_weight_decay;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float exp_avg = v_[2];
+      const float exp_avg_sq = v_[3];
       // "param = decoupled_weight_decay ? param * (1 - lr * weight_decay) : param"
       const float param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
       // "g = maximize ? -grad : grad"
@@ -465,38 +465,38 @@ namespace radam {
       // "g = decoupled_weight_decay ? g : g + weight_decay * param"
       const float g_1 = decoupled_weight_decay ? g : g + weight_decay * param_next;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const float exp_avg_next = optgen::lerp(exp_avg, g_1, one_minus_beta1);
+      const float exp_avg_next = ::optgen::lerp(exp_avg, g_1, one_minus_beta1);
       // bias_corrected_exp_avg = exp_avg / bias_correction1
       const float bias_corrected_exp_avg = exp_avg_next / bias_correction1;
       const float t0 = bias_corrected_exp_avg * lr;
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
       const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
       // adaptive_lr = sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)
-      const float adaptive_lr = sqrt_bias_correction2 / (sqrtf(exp_avg_sq_next) + eps);
+      const float adaptive_lr = sqrt_bias_correction2 / (::sqrtf(exp_avg_sq_next) + eps);
       // "param = rectify ? param - bias_corrected_exp_avg * lr * adaptive_lr * rect : param - bias_corrected_exp_avg * lr"
       const float param_next_1 = rectify ? param_next - t0 * adaptive_lr * rect : param_next - t0;
-      v[0] = param_next_1;  // param
-      v[2] = exp_avg_next;  // exp_avg
-      v[3] = exp_avg_sq_next;  // exp_avg_sq
+      v_[0] = param_next_1;  // param
+      v_[2] = exp_avg_next;  // exp_avg
+      v_[3] = exp_avg_sq_next;  // exp_avg_sq
     }
   };
-}  // namespace radam
+}  // namespace variants::radam
 
 /// radam, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 radam_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<radam::Update, radam::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::radam::Update, variants::radam::Group, float, float>(table, groups, inputs);
 }
 
 /// radam, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 radam_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<radam::Update, radam::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::radam::Update, variants::radam::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// radam: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 radam_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<radam::Group>(groups, write);
+  optgen::group_kernel<variants::radam::Group>(groups, write);
 }
 

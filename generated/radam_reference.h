@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -19,13 +20,13 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"beta1", ValueType::Float, 0.9, false, false},
     {"beta2", ValueType::Float, 0.999, false, false},
     {"eps", ValueType::Float, 1e-08, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
-    {"decoupled_weight_decay", ValueType::Bool, 0, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
+    {"decoupled_weight_decay", ValueType::Bool, 0.0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
-    {"exp_avg", {0, -1}},
-    {"exp_avg_sq", {0, -1}},
+    {"exp_avg", {0.0, -1}},
+    {"exp_avg_sq", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
@@ -35,12 +36,12 @@ inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 0;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
+inline void derive_flags([[maybe_unused]] double* h_) {
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  switch (index_) {
     case 0: return true;  // exp_avg
     case 1: return true;  // exp_avg_sq
     default: return false;
@@ -49,7 +50,7 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant radam ----
 namespace variants::radam {
-  inline constexpr std::size_t kNumGroupValues = 13;
+  inline constexpr ::std::size_t kNumGroupValues = 13;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   rectify
   ///   decoupled_weight_decay
@@ -64,21 +65,21 @@ namespace variants::radam {
   ///   one_minus_beta2
   ///   eps
   ///   rect
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double beta1 = h[1];
-    const double beta2 = h[2];
-    const double eps = h[3];
-    const double weight_decay = h[4];
-    const bool decoupled_weight_decay = h[5] != 0;
-    const bool maximize = h[6] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double beta1 = h_[1];
+    const double beta2 = h_[2];
+    const double eps = h_[3];
+    const double weight_decay = h_[4];
+    const bool decoupled_weight_decay = h_[5] != 0;
+    const bool maximize = h_[6] != 0;
     const double t0 = 1.0 - beta2;
     // rho_inf = 2 / (1 - beta2) - 1
     const double rho_inf = 2.0 / t0 - 1.0;
-    const double t1 = std::pow(beta2, static_cast<double>(step));
+    const double t1 = ::std::pow(beta2, static_cast<double>(step));
     // bias_correction2 = 1 - beta2 ** step
     const double bias_correction2 = 1.0 - t1;
     // rho_t = rho_inf - 2 * step * beta2 ** step / bias_correction2
@@ -86,62 +87,62 @@ namespace variants::radam {
     // rectify = rho_t > 5
     const bool rectify = rho_t > 5.0;
     // bias_correction1 = 1 - beta1 ** step
-    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+    const double bias_correction1 = 1.0 - ::std::pow(beta1, static_cast<double>(step));
     // "rect = rectify ? sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) : 0"
-    const double rect = rectify ? std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) : 0.0;
-    return GroupValues{(rectify) ? 1.0 : 0.0, (decoupled_weight_decay) ? 1.0 : 0.0, 1.0 - lr * weight_decay, (maximize) ? 1.0 : 0.0, weight_decay, 1.0 - beta1, bias_correction1, lr, std::sqrt(bias_correction2), beta2, t0, eps, rect};
+    const double rect = rectify ? ::std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) : 0.0;
+    return GroupValues{(rectify) ? 1.0 : 0.0, (decoupled_weight_decay) ? 1.0 : 0.0, 1.0 - lr * weight_decay, (maximize) ? 1.0 : 0.0, weight_decay, 1.0 - beta1, bias_correction1, lr, ::std::sqrt(bias_correction2), beta2, t0, eps, rect};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const bool rectify = k[0] != 0;
-    const bool decoupled_weight_decay = k[1] != 0;
-    const T one_minus_lr_times_weight_decay = T(k[2]);
-    const bool maximize = k[3] != 0;
-    const T weight_decay = T(k[4]);
-    const T one_minus_beta1 = T(k[5]);
-    const T bias_correction1 = T(k[6]);
-    const T lr = T(k[7]);
-    const T sqrt_bias_correction2 = T(k[8]);
-    const T beta2 = T(k[9]);
-    const T one_minus_beta2 = T(k[10]);
-    const T eps = T(k[11]);
-    const T rect = T(k[12]);
-    T* const exp_avg_data = state_data[0];
-    T* const exp_avg_sq_data = state_data[1];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T exp_avg = exp_avg_data[i];
-      const T exp_avg_sq = exp_avg_sq_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const bool rectify = k_[0] != 0;
+    const bool decoupled_weight_decay = k_[1] != 0;
+    const T_ one_minus_lr_times_weight_decay = T_(k_[2]);
+    const bool maximize = k_[3] != 0;
+    const T_ weight_decay = T_(k_[4]);
+    const T_ one_minus_beta1 = T_(k_[5]);
+    const T_ bias_correction1 = T_(k_[6]);
+    const T_ lr = T_(k_[7]);
+    const T_ sqrt_bias_correction2 = T_(k_[8]);
+    const T_ beta2 = T_(k_[9]);
+    const T_ one_minus_beta2 = T_(k_[10]);
+    const T_ eps = T_(k_[11]);
+    const T_ rect = T_(k_[12]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ exp_avg = exp_avg_data_[i_];
+      const T_ exp_avg_sq = exp_avg_sq_data_[i_];
       // "param = decoupled_weight_decay ? param * (1 - lr * weight_decay) : param"
-      const T param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
+      const T_ param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // "g = decoupled_weight_decay ? g : g + weight_decay * param"
-      const T g_1 = decoupled_weight_decay ? g : g + weight_decay * param_next;
+      const T_ g_1 = decoupled_weight_decay ? g : g + weight_decay * param_next;
       // exp_avg = lerp(exp_avg, g, 1 - beta1)
-      const T exp_avg_next = optgen::reference::lerp<T>(exp_avg, g_1, one_minus_beta1);
+      const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g_1, one_minus_beta1);
       // bias_corrected_exp_avg = exp_avg / bias_correction1
-      const T bias_corrected_exp_avg = exp_avg_next / bias_correction1;
-      const T t0 = bias_corrected_exp_avg * lr;
+      const T_ bias_corrected_exp_avg = exp_avg_next / bias_correction1;
+      const T_ t0 = bias_corrected_exp_avg * lr;
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
-      const T exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
+      const T_ exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
       // adaptive_lr = sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)
-      const T adaptive_lr = sqrt_bias_correction2 / (std::sqrt(exp_avg_sq_next) + eps);
+      const T_ adaptive_lr = sqrt_bias_correction2 / (::std::sqrt(exp_avg_sq_next) + eps);
       // "param = rectify ? param - bias_corrected_exp_avg * lr * adaptive_lr * rect : param - bias_corrected_exp_avg * lr"
-      const T param_next_1 = rectify ? param_next - t0 * adaptive_lr * rect : param_next - t0;
-      param_data[i] = param_next_1;
-      exp_avg_data[i] = exp_avg_next;
-      exp_avg_sq_data[i] = exp_avg_sq_next;
+      const T_ param_next_1 = rectify ? param_next - t0 * adaptive_lr * rect : param_next - t0;
+      param_data_[i_] = param_next_1;
+      exp_avg_data_[i_] = exp_avg_next;
+      exp_avg_sq_data_[i_] = exp_avg_sq_next;
     }
   }
 }  // namespace variants::radam
@@ -153,18 +154,18 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 1;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
+inline int select_variant([[maybe_unused]] const double* h_) {
   return 0;
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::radam::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::radam::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::radam::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::radam::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

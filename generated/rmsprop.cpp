@@ -17,47 +17,47 @@ namespace {
 namespace spec_reference = ::optgen::reference::rmsprop;
 
 // ---- variant rmsprop (centered=false, use_momentum=false) ----
-namespace rmsprop {
+namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_bf16_f32_update"};
-}  // namespace rmsprop
+}  // namespace variants::rmsprop
 // ---- variant rmsprop_centered (centered=true, use_momentum=false) ----
-namespace rmsprop_centered {
+namespace variants::rmsprop_centered {
   [[maybe_unused]] const int kStates[] = {0, 2};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_bf16_f32_update"};
-}  // namespace rmsprop_centered
+}  // namespace variants::rmsprop_centered
 // ---- variant rmsprop_use_momentum (centered=false, use_momentum=true) ----
-namespace rmsprop_use_momentum {
+namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_bf16_f32_update"};
-}  // namespace rmsprop_use_momentum
+}  // namespace variants::rmsprop_use_momentum
 // ---- variant rmsprop_centered_use_momentum (centered=true, use_momentum=true) ----
-namespace rmsprop_centered_use_momentum {
+namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
-}  // namespace rmsprop_centered_use_momentum
+}  // namespace variants::rmsprop_centered_use_momentum
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"rmsprop", rmsprop::kStates, 1, 24, "rmsprop_group", 1},
-    {"rmsprop_centered", rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1},
-    {"rmsprop_use_momentum", rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1},
-    {"rmsprop_centered_use_momentum", rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1},
+    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1},
+    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1},
+    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1},
+    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {rmsprop::kf32_f32, 0, DType::F32, DType::F32},
-    {rmsprop::kbf16_f32, 0, DType::BF16, DType::F32},
-    {rmsprop_centered::kf32_f32, 1, DType::F32, DType::F32},
-    {rmsprop_centered::kbf16_f32, 1, DType::BF16, DType::F32},
-    {rmsprop_use_momentum::kf32_f32, 2, DType::F32, DType::F32},
-    {rmsprop_use_momentum::kbf16_f32, 2, DType::BF16, DType::F32},
-    {rmsprop_centered_use_momentum::kf32_f32, 3, DType::F32, DType::F32},
-    {rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, DType::F32},
+    {variants::rmsprop::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::rmsprop::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::rmsprop_centered::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::rmsprop_centered::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::rmsprop_use_momentum::kf32_f32, 2, DType::F32, DType::F32},
+    {variants::rmsprop_use_momentum::kbf16_f32, 2, DType::BF16, DType::F32},
+    {variants::rmsprop_centered_use_momentum::kf32_f32, 3, DType::F32, DType::F32},
+    {variants::rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, static_cast<double>(o.centered), static_cast<double>(o.maximize), 0.0}; }

@@ -370,7 +370,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant rmsprop (centered=false, use_momentum=false) ----
-namespace rmsprop {
+namespace variants::rmsprop {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -389,22 +389,22 @@ namespace rmsprop {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double alpha = h[1];
-      const double eps = h[2];
-      const double weight_decay = h[3];
-      const bool maximize = h[6] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.alpha = static_cast<float>(alpha);
-      result.one_minus_alpha = static_cast<float>(1.0 - alpha);
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double alpha = h_[1];
+      const double eps = h_[2];
+      const double weight_decay = h_[3];
+      const bool maximize = h_[6] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.alpha = static_cast<float>(alpha);
+      result_.one_minus_alpha = static_cast<float>(1.0 - alpha);
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -414,21 +414,21 @@ namespace rmsprop {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float weight_decay = k.weight_decay;
-      const float alpha = k.alpha;
-      const float one_minus_alpha = k.one_minus_alpha;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float square_avg = v[2];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float weight_decay = k_.weight_decay;
+      const float alpha = k_.alpha;
+      const float one_minus_alpha = k_.one_minus_alpha;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float square_avg = v_[2];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -436,18 +436,18 @@ namespace rmsprop {
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
       const float square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // avg = sqrt(square_avg)
-      const float avg = sqrtf(square_avg_next);
+      const float avg = ::sqrtf(square_avg_next);
       // avg = avg + eps
       const float avg_1 = avg + eps;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
       const float param_next = param - lr * g_1 / avg_1;
-      v[0] = param_next;  // param
-      v[2] = square_avg_next;  // square_avg
+      v_[0] = param_next;  // param
+      v_[2] = square_avg_next;  // square_avg
     }
   };
-}  // namespace rmsprop
+}  // namespace variants::rmsprop
 // ---- variant rmsprop_centered (centered=true, use_momentum=false) ----
-namespace rmsprop_centered {
+namespace variants::rmsprop_centered {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -466,22 +466,22 @@ namespace rmsprop_centered {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double alpha = h[1];
-      const double eps = h[2];
-      const double weight_decay = h[3];
-      const bool maximize = h[6] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.alpha = static_cast<float>(alpha);
-      result.one_minus_alpha = static_cast<float>(1.0 - alpha);
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double alpha = h_[1];
+      const double eps = h_[2];
+      const double weight_decay = h_[3];
+      const bool maximize = h_[6] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.alpha = static_cast<float>(alpha);
+      result_.one_minus_alpha = static_cast<float>(1.0 - alpha);
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -491,22 +491,22 @@ namespace rmsprop_centered {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float weight_decay = k.weight_decay;
-      const float alpha = k.alpha;
-      const float one_minus_alpha = k.one_minus_alpha;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float square_avg = v[2];
-      const float grad_avg = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float weight_decay = k_.weight_decay;
+      const float alpha = k_.alpha;
+      const float one_minus_alpha = k_.one_minus_alpha;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float square_avg = v_[2];
+      const float grad_avg = v_[3];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -514,21 +514,21 @@ namespace rmsprop_centered {
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
       const float square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // grad_avg = lerp(grad_avg, g, 1 - alpha)
-      const float grad_avg_next = optgen::lerp(grad_avg, g_1, one_minus_alpha);
+      const float grad_avg_next = ::optgen::lerp(grad_avg, g_1, one_minus_alpha);
       // avg = sqrt(square_avg - grad_avg * grad_avg)
-      const float avg = sqrtf(square_avg_next - grad_avg_next * grad_avg_next);
+      const float avg = ::sqrtf(square_avg_next - grad_avg_next * grad_avg_next);
       // avg = avg + eps
       const float avg_1 = avg + eps;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
       const float param_next = param - lr * g_1 / avg_1;
-      v[0] = param_next;  // param
-      v[2] = square_avg_next;  // square_avg
-      v[3] = grad_avg_next;  // grad_avg
+      v_[0] = param_next;  // param
+      v_[2] = square_avg_next;  // square_avg
+      v_[3] = grad_avg_next;  // grad_avg
     }
   };
-}  // namespace rmsprop_centered
+}  // namespace variants::rmsprop_centered
 // ---- variant rmsprop_use_momentum (centered=false, use_momentum=true) ----
-namespace rmsprop_use_momentum {
+namespace variants::rmsprop_use_momentum {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -548,24 +548,24 @@ namespace rmsprop_use_momentum {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double alpha = h[1];
-      const double eps = h[2];
-      const double weight_decay = h[3];
-      const double momentum = h[4];
-      const bool maximize = h[6] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.momentum = static_cast<float>(momentum);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.alpha = static_cast<float>(alpha);
-      result.one_minus_alpha = static_cast<float>(1.0 - alpha);
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double alpha = h_[1];
+      const double eps = h_[2];
+      const double weight_decay = h_[3];
+      const double momentum = h_[4];
+      const bool maximize = h_[6] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.momentum = static_cast<float>(momentum);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.alpha = static_cast<float>(alpha);
+      result_.one_minus_alpha = static_cast<float>(1.0 - alpha);
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -575,23 +575,23 @@ namespace rmsprop_use_momentum {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float momentum = k.momentum;
-      const float weight_decay = k.weight_decay;
-      const float alpha = k.alpha;
-      const float one_minus_alpha = k.one_minus_alpha;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float square_avg = v[2];
-      const float momentum_buffer = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float momentum = k_.momentum;
+      const float weight_decay = k_.weight_decay;
+      const float alpha = k_.alpha;
+      const float one_minus_alpha = k_.one_minus_alpha;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float square_avg = v_[2];
+      const float momentum_buffer = v_[3];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -599,21 +599,21 @@ namespace rmsprop_use_momentum {
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
       const float square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // avg = sqrt(square_avg)
-      const float avg = sqrtf(square_avg_next);
+      const float avg = ::sqrtf(square_avg_next);
       // avg = avg + eps
       const float avg_1 = avg + eps;
       // momentum_buffer = momentum * momentum_buffer + g / avg
       const float momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
       const float param_next = param - lr * momentum_buffer_next;
-      v[0] = param_next;  // param
-      v[2] = square_avg_next;  // square_avg
-      v[3] = momentum_buffer_next;  // momentum_buffer
+      v_[0] = param_next;  // param
+      v_[2] = square_avg_next;  // square_avg
+      v_[3] = momentum_buffer_next;  // momentum_buffer
     }
   };
-}  // namespace rmsprop_use_momentum
+}  // namespace variants::rmsprop_use_momentum
 // ---- variant rmsprop_centered_use_momentum (centered=true, use_momentum=true) ----
-namespace rmsprop_centered_use_momentum {
+namespace variants::rmsprop_centered_use_momentum {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -633,24 +633,24 @@ namespace rmsprop_centered_use_momentum {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double alpha = h[1];
-      const double eps = h[2];
-      const double weight_decay = h[3];
-      const double momentum = h[4];
-      const bool maximize = h[6] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.momentum = static_cast<float>(momentum);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.alpha = static_cast<float>(alpha);
-      result.one_minus_alpha = static_cast<float>(1.0 - alpha);
-      result.eps = static_cast<float>(eps);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double alpha = h_[1];
+      const double eps = h_[2];
+      const double weight_decay = h_[3];
+      const double momentum = h_[4];
+      const bool maximize = h_[6] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.momentum = static_cast<float>(momentum);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.alpha = static_cast<float>(alpha);
+      result_.one_minus_alpha = static_cast<float>(1.0 - alpha);
+      result_.eps = static_cast<float>(eps);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -660,24 +660,24 @@ namespace rmsprop_centered_use_momentum {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float momentum = k.momentum;
-      const float weight_decay = k.weight_decay;
-      const float alpha = k.alpha;
-      const float one_minus_alpha = k.one_minus_alpha;
-      const float eps = k.eps;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float square_avg = v[2];
-      const float momentum_buffer = v[3];
-      const float grad_avg = v[4];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float momentum = k_.momentum;
+      const float weight_decay = k_.weight_decay;
+      const float alpha = k_.alpha;
+      const float one_minus_alpha = k_.one_minus_alpha;
+      const float eps = k_.eps;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float square_avg = v_[2];
+      const float momentum_buffer = v_[3];
+      const float grad_avg = v_[4];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -685,92 +685,92 @@ namespace rmsprop_centered_use_momentum {
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
       const float square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // grad_avg = lerp(grad_avg, g, 1 - alpha)
-      const float grad_avg_next = optgen::lerp(grad_avg, g_1, one_minus_alpha);
+      const float grad_avg_next = ::optgen::lerp(grad_avg, g_1, one_minus_alpha);
       // avg = sqrt(square_avg - grad_avg * grad_avg)
-      const float avg = sqrtf(square_avg_next - grad_avg_next * grad_avg_next);
+      const float avg = ::sqrtf(square_avg_next - grad_avg_next * grad_avg_next);
       // avg = avg + eps
       const float avg_1 = avg + eps;
       // momentum_buffer = momentum * momentum_buffer + g / avg
       const float momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
       const float param_next = param - lr * momentum_buffer_next;
-      v[0] = param_next;  // param
-      v[2] = square_avg_next;  // square_avg
-      v[3] = momentum_buffer_next;  // momentum_buffer
-      v[4] = grad_avg_next;  // grad_avg
+      v_[0] = param_next;  // param
+      v_[2] = square_avg_next;  // square_avg
+      v_[3] = momentum_buffer_next;  // momentum_buffer
+      v_[4] = grad_avg_next;  // grad_avg
     }
   };
-}  // namespace rmsprop_centered_use_momentum
+}  // namespace variants::rmsprop_centered_use_momentum
 
 /// rmsprop, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop::Update, rmsprop::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop::Update, variants::rmsprop::Group, float, float>(table, groups, inputs);
 }
 
 /// rmsprop, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop::Update, rmsprop::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop::Update, variants::rmsprop::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// rmsprop: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 rmsprop_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<rmsprop::Group>(groups, write);
+  optgen::group_kernel<variants::rmsprop::Group>(groups, write);
 }
 
 /// rmsprop_centered, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop_centered::Update, rmsprop_centered::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop_centered::Update, variants::rmsprop_centered::Group, float, float>(table, groups, inputs);
 }
 
 /// rmsprop_centered, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop_centered::Update, rmsprop_centered::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop_centered::Update, variants::rmsprop_centered::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// rmsprop_centered: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 rmsprop_centered_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<rmsprop_centered::Group>(groups, write);
+  optgen::group_kernel<variants::rmsprop_centered::Group>(groups, write);
 }
 
 /// rmsprop_use_momentum, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_use_momentum_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop_use_momentum::Update, rmsprop_use_momentum::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop_use_momentum::Update, variants::rmsprop_use_momentum::Group, float, float>(table, groups, inputs);
 }
 
 /// rmsprop_use_momentum, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop_use_momentum::Update, rmsprop_use_momentum::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop_use_momentum::Update, variants::rmsprop_use_momentum::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// rmsprop_use_momentum: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 rmsprop_use_momentum_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<rmsprop_use_momentum::Group>(groups, write);
+  optgen::group_kernel<variants::rmsprop_use_momentum::Group>(groups, write);
 }
 
 /// rmsprop_centered_use_momentum, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_use_momentum_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop_centered_use_momentum::Update, rmsprop_centered_use_momentum::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop_centered_use_momentum::Update, variants::rmsprop_centered_use_momentum::Group, float, float>(table, groups, inputs);
 }
 
 /// rmsprop_centered_use_momentum, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rmsprop_centered_use_momentum::Update, rmsprop_centered_use_momentum::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::rmsprop_centered_use_momentum::Update, variants::rmsprop_centered_use_momentum::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// rmsprop_centered_use_momentum: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 rmsprop_centered_use_momentum_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<rmsprop_centered_use_momentum::Group>(groups, write);
+  optgen::group_kernel<variants::rmsprop_centered_use_momentum::Group>(groups, write);
 }
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -18,16 +19,16 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lr", ValueType::Float, 0.01, false, false},
     {"alpha", ValueType::Float, 0.99, false, false},
     {"eps", ValueType::Float, 1e-08, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
-    {"momentum", ValueType::Float, 0, false, false},
-    {"centered", ValueType::Bool, 0, true, false},
-    {"maximize", ValueType::Bool, 0, false, false},
-    {"use_momentum", ValueType::Bool, 0, true, true},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
+    {"momentum", ValueType::Float, 0.0, false, false},
+    {"centered", ValueType::Bool, 0.0, true, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
+    {"use_momentum", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
-    {"square_avg", {0, -1}},
-    {"momentum_buffer", {0, -1}},
-    {"grad_avg", {0, -1}},
+    {"square_avg", {0.0, -1}},
+    {"momentum_buffer", {0.0, -1}},
+    {"grad_avg", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
@@ -37,16 +38,16 @@ inline constexpr int kNumStates = 3;
 inline constexpr int kNumScalarStates = 0;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
-  const double momentum = h[4];
-  h[7] = (momentum > 0.0) ? 1.0 : 0.0;
+inline void derive_flags([[maybe_unused]] double* h_) {
+  const double momentum = h_[4];
+  h_[7] = (momentum > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  const bool centered = h[5] != 0;
-  const bool use_momentum = h[7] != 0;
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  const bool centered = h_[5] != 0;
+  const bool use_momentum = h_[7] != 0;
+  switch (index_) {
     case 0: return true;  // square_avg
     case 1: return use_momentum;  // momentum_buffer
     case 2: return centered;  // grad_avg
@@ -56,7 +57,7 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant rmsprop (centered=false, use_momentum=false) ----
 namespace variants::rmsprop {
-  inline constexpr std::size_t kNumGroupValues = 6;
+  inline constexpr ::std::size_t kNumGroupValues = 6;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   lr
   ///   maximize
@@ -64,60 +65,60 @@ namespace variants::rmsprop {
   ///   alpha
   ///   one_minus_alpha
   ///   eps
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double alpha = h[1];
-    const double eps = h[2];
-    const double weight_decay = h[3];
-    const bool maximize = h[6] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[6] != 0;
     return GroupValues{lr, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T lr = T(k[0]);
-    const bool maximize = k[1] != 0;
-    const T weight_decay = T(k[2]);
-    const T alpha = T(k[3]);
-    const T one_minus_alpha = T(k[4]);
-    const T eps = T(k[5]);
-    T* const square_avg_data = state_data[0];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T square_avg = square_avg_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ lr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ weight_decay = T_(k_[2]);
+    const T_ alpha = T_(k_[3]);
+    const T_ one_minus_alpha = T_(k_[4]);
+    const T_ eps = T_(k_[5]);
+    T_* const square_avg_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
-      const T square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // avg = sqrt(square_avg)
-      const T avg = std::sqrt(square_avg_next);
+      const T_ avg = ::std::sqrt(square_avg_next);
       // avg = avg + eps
-      const T avg_1 = avg + eps;
+      const T_ avg_1 = avg + eps;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
-      const T param_next = param - lr * g_1 / avg_1;
-      param_data[i] = param_next;
-      square_avg_data[i] = square_avg_next;
+      const T_ param_next = param - lr * g_1 / avg_1;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
     }
   }
 }  // namespace variants::rmsprop
 
 // ---- variant rmsprop_centered (centered=true, use_momentum=false) ----
 namespace variants::rmsprop_centered {
-  inline constexpr std::size_t kNumGroupValues = 6;
+  inline constexpr ::std::size_t kNumGroupValues = 6;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   lr
   ///   maximize
@@ -125,65 +126,65 @@ namespace variants::rmsprop_centered {
   ///   alpha
   ///   one_minus_alpha
   ///   eps
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double alpha = h[1];
-    const double eps = h[2];
-    const double weight_decay = h[3];
-    const bool maximize = h[6] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[6] != 0;
     return GroupValues{lr, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T lr = T(k[0]);
-    const bool maximize = k[1] != 0;
-    const T weight_decay = T(k[2]);
-    const T alpha = T(k[3]);
-    const T one_minus_alpha = T(k[4]);
-    const T eps = T(k[5]);
-    T* const square_avg_data = state_data[0];
-    T* const grad_avg_data = state_data[2];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T square_avg = square_avg_data[i];
-      const T grad_avg = grad_avg_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ lr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ weight_decay = T_(k_[2]);
+    const T_ alpha = T_(k_[3]);
+    const T_ one_minus_alpha = T_(k_[4]);
+    const T_ eps = T_(k_[5]);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const grad_avg_data_ = state_data_[2];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ grad_avg = grad_avg_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
-      const T square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // grad_avg = lerp(grad_avg, g, 1 - alpha)
-      const T grad_avg_next = optgen::reference::lerp<T>(grad_avg, g_1, one_minus_alpha);
+      const T_ grad_avg_next = ::optgen::reference::lerp<T_>(grad_avg, g_1, one_minus_alpha);
       // avg = sqrt(square_avg - grad_avg * grad_avg)
-      const T avg = std::sqrt(square_avg_next - grad_avg_next * grad_avg_next);
+      const T_ avg = ::std::sqrt(square_avg_next - grad_avg_next * grad_avg_next);
       // avg = avg + eps
-      const T avg_1 = avg + eps;
+      const T_ avg_1 = avg + eps;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
-      const T param_next = param - lr * g_1 / avg_1;
-      param_data[i] = param_next;
-      square_avg_data[i] = square_avg_next;
-      grad_avg_data[i] = grad_avg_next;
+      const T_ param_next = param - lr * g_1 / avg_1;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      grad_avg_data_[i_] = grad_avg_next;
     }
   }
 }  // namespace variants::rmsprop_centered
 
 // ---- variant rmsprop_use_momentum (centered=false, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum {
-  inline constexpr std::size_t kNumGroupValues = 7;
+  inline constexpr ::std::size_t kNumGroupValues = 7;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   lr
   ///   momentum
@@ -192,67 +193,67 @@ namespace variants::rmsprop_use_momentum {
   ///   alpha
   ///   one_minus_alpha
   ///   eps
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double alpha = h[1];
-    const double eps = h[2];
-    const double weight_decay = h[3];
-    const double momentum = h[4];
-    const bool maximize = h[6] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const double momentum = h_[4];
+    const bool maximize = h_[6] != 0;
     return GroupValues{lr, momentum, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T lr = T(k[0]);
-    const T momentum = T(k[1]);
-    const bool maximize = k[2] != 0;
-    const T weight_decay = T(k[3]);
-    const T alpha = T(k[4]);
-    const T one_minus_alpha = T(k[5]);
-    const T eps = T(k[6]);
-    T* const square_avg_data = state_data[0];
-    T* const momentum_buffer_data = state_data[1];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T square_avg = square_avg_data[i];
-      const T momentum_buffer = momentum_buffer_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ lr = T_(k_[0]);
+    const T_ momentum = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ weight_decay = T_(k_[3]);
+    const T_ alpha = T_(k_[4]);
+    const T_ one_minus_alpha = T_(k_[5]);
+    const T_ eps = T_(k_[6]);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const momentum_buffer_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ momentum_buffer = momentum_buffer_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
-      const T square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // avg = sqrt(square_avg)
-      const T avg = std::sqrt(square_avg_next);
+      const T_ avg = ::std::sqrt(square_avg_next);
       // avg = avg + eps
-      const T avg_1 = avg + eps;
+      const T_ avg_1 = avg + eps;
       // momentum_buffer = momentum * momentum_buffer + g / avg
-      const T momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
+      const T_ momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
-      const T param_next = param - lr * momentum_buffer_next;
-      param_data[i] = param_next;
-      square_avg_data[i] = square_avg_next;
-      momentum_buffer_data[i] = momentum_buffer_next;
+      const T_ param_next = param - lr * momentum_buffer_next;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      momentum_buffer_data_[i_] = momentum_buffer_next;
     }
   }
 }  // namespace variants::rmsprop_use_momentum
 
 // ---- variant rmsprop_centered_use_momentum (centered=true, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum {
-  inline constexpr std::size_t kNumGroupValues = 7;
+  inline constexpr ::std::size_t kNumGroupValues = 7;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   lr
   ///   momentum
@@ -261,65 +262,65 @@ namespace variants::rmsprop_centered_use_momentum {
   ///   alpha
   ///   one_minus_alpha
   ///   eps
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double alpha = h[1];
-    const double eps = h[2];
-    const double weight_decay = h[3];
-    const double momentum = h[4];
-    const bool maximize = h[6] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const double momentum = h_[4];
+    const bool maximize = h_[6] != 0;
     return GroupValues{lr, momentum, (maximize) ? 1.0 : 0.0, weight_decay, alpha, 1.0 - alpha, eps};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T lr = T(k[0]);
-    const T momentum = T(k[1]);
-    const bool maximize = k[2] != 0;
-    const T weight_decay = T(k[3]);
-    const T alpha = T(k[4]);
-    const T one_minus_alpha = T(k[5]);
-    const T eps = T(k[6]);
-    T* const square_avg_data = state_data[0];
-    T* const momentum_buffer_data = state_data[1];
-    T* const grad_avg_data = state_data[2];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T square_avg = square_avg_data[i];
-      const T momentum_buffer = momentum_buffer_data[i];
-      const T grad_avg = grad_avg_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ lr = T_(k_[0]);
+    const T_ momentum = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ weight_decay = T_(k_[3]);
+    const T_ alpha = T_(k_[4]);
+    const T_ one_minus_alpha = T_(k_[5]);
+    const T_ eps = T_(k_[6]);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const momentum_buffer_data_ = state_data_[1];
+    T_* const grad_avg_data_ = state_data_[2];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ momentum_buffer = momentum_buffer_data_[i_];
+      const T_ grad_avg = grad_avg_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // square_avg = alpha * square_avg + (1 - alpha) * g * g
-      const T square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
       // grad_avg = lerp(grad_avg, g, 1 - alpha)
-      const T grad_avg_next = optgen::reference::lerp<T>(grad_avg, g_1, one_minus_alpha);
+      const T_ grad_avg_next = ::optgen::reference::lerp<T_>(grad_avg, g_1, one_minus_alpha);
       // avg = sqrt(square_avg - grad_avg * grad_avg)
-      const T avg = std::sqrt(square_avg_next - grad_avg_next * grad_avg_next);
+      const T_ avg = ::std::sqrt(square_avg_next - grad_avg_next * grad_avg_next);
       // avg = avg + eps
-      const T avg_1 = avg + eps;
+      const T_ avg_1 = avg + eps;
       // momentum_buffer = momentum * momentum_buffer + g / avg
-      const T momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
+      const T_ momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
       // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
-      const T param_next = param - lr * momentum_buffer_next;
-      param_data[i] = param_next;
-      square_avg_data[i] = square_avg_next;
-      momentum_buffer_data[i] = momentum_buffer_next;
-      grad_avg_data[i] = grad_avg_next;
+      const T_ param_next = param - lr * momentum_buffer_next;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      momentum_buffer_data_[i_] = momentum_buffer_next;
+      grad_avg_data_[i_] = grad_avg_next;
     }
   }
 }  // namespace variants::rmsprop_centered_use_momentum
@@ -334,36 +335,36 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 4;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
-  return (h[5] != 0 ? 1 : 0) | (h[7] != 0 ? 2 : 0);
+inline int select_variant([[maybe_unused]] const double* h_) {
+  return (h_[5] != 0 ? 1 : 0) | (h_[7] != 0 ? 2 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::rmsprop::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::rmsprop::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::rmsprop::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::rmsprop::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
     case 1: {
-      const auto k = variants::rmsprop_centered::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::rmsprop_centered::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::rmsprop_centered::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::rmsprop_centered::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
     case 2: {
-      const auto k = variants::rmsprop_use_momentum::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::rmsprop_use_momentum::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::rmsprop_use_momentum::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::rmsprop_use_momentum::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
     case 3: {
-      const auto k = variants::rmsprop_centered_use_momentum::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::rmsprop_centered_use_momentum::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::rmsprop_centered_use_momentum::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::rmsprop_centered_use_momentum::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

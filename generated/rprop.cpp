@@ -17,20 +17,20 @@ namespace {
 namespace spec_reference = ::optgen::reference::rprop;
 
 // ---- variant rprop ----
-namespace rprop {
+namespace variants::rprop {
   [[maybe_unused]] const int kStates[] = {0, 1};
   [[maybe_unused]] const char* const kf32_f32[] = {"rprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rprop_bf16_f32_update"};
-}  // namespace rprop
+}  // namespace variants::rprop
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"rprop", rprop::kStates, 2, 20, "rprop_group", 1},
+    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {rprop::kf32_f32, 0, DType::F32, DType::F32},
-    {rprop::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::rprop::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::rprop::kbf16_f32, 0, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const Rprop::Options& o) { return {o.lr, o.etaminus, o.etaplus, o.step_size_min, o.step_size_max, static_cast<double>(o.maximize)}; }

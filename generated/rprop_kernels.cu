@@ -361,7 +361,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant rprop ----
-namespace rprop {
+namespace variants::rprop {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -379,21 +379,21 @@ namespace rprop {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double etaminus = h[1];
-      const double etaplus = h[2];
-      const double step_size_min = h[3];
-      const double step_size_max = h[4];
-      const bool maximize = h[5] != 0;
-      GroupValues result;
-      result.etaplus = static_cast<float>(etaplus);
-      result.etaminus = static_cast<float>(etaminus);
-      result.step_size_min = static_cast<float>(step_size_min);
-      result.step_size_max = static_cast<float>(step_size_max);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double etaminus = h_[1];
+      const double etaplus = h_[2];
+      const double step_size_min = h_[3];
+      const double step_size_max = h_[4];
+      const bool maximize = h_[5] != 0;
+      GroupValues result_;
+      result_.etaplus = static_cast<float>(etaplus);
+      result_.etaminus = static_cast<float>(etaminus);
+      result_.step_size_min = static_cast<float>(step_size_min);
+      result_.step_size_max = static_cast<float>(step_size_max);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -403,21 +403,21 @@ namespace rprop {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float etaplus = k.etaplus;
-      const float etaminus = k.etaminus;
-      const float step_size_min = k.step_size_min;
-      const float step_size_max = k.step_size_max;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
-      const float prev = v[2];
-      const float step_size = v[3];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float etaplus = k_.etaplus;
+      const float etaminus = k_.etaminus;
+      const float step_size_min = k_.step_size_min;
+      const float step_size_max = k_.step_size_max;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float prev = v_[2];
+      const float step_size = v_[3];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // agreement = g * prev
@@ -428,31 +428,31 @@ namespace rprop {
       // "factor = agreement > 0 ? etaplus : (agreement < 0 ? etaminus : 1)"
       const float factor = agreement > 0.0f ? etaplus : (t0 ? etaminus : 1.0f);
       // step_size = clamp(step_size * factor, step_size_min, step_size_max)
-      const float step_size_next = optgen::clamp(step_size * factor, step_size_min, step_size_max);
+      const float step_size_next = ::optgen::clamp(step_size * factor, step_size_min, step_size_max);
       // param = param - sign(g) * step_size
-      const float param_next = param - optgen::sign(g_1) * step_size_next;
-      v[0] = param_next;  // param
-      v[2] = g_1;  // prev
-      v[3] = step_size_next;  // step_size
+      const float param_next = param - ::optgen::sign(g_1) * step_size_next;
+      v_[0] = param_next;  // param
+      v_[2] = g_1;  // prev
+      v_[3] = step_size_next;  // step_size
     }
   };
-}  // namespace rprop
+}  // namespace variants::rprop
 
 /// rprop, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rprop_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rprop::Update, rprop::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::rprop::Update, variants::rprop::Group, float, float>(table, groups, inputs);
 }
 
 /// rprop, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rprop_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<rprop::Update, rprop::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::rprop::Update, variants::rprop::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// rprop: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 rprop_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<rprop::Group>(groups, write);
+  optgen::group_kernel<variants::rprop::Group>(groups, write);
 }
 

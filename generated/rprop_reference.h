@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -20,10 +21,10 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"etaplus", ValueType::Float, 1.2, false, false},
     {"step_size_min", ValueType::Float, 1e-06, false, false},
     {"step_size_max", ValueType::Float, 5e+01, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
-    {"prev", {0, -1}},
+    {"prev", {0.0, -1}},
     {"step_size", {0, 0}},
 };
 inline constexpr StateInfo kScalarStates[] = {
@@ -34,12 +35,12 @@ inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 0;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
+inline void derive_flags([[maybe_unused]] double* h_) {
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  switch (index_) {
     case 0: return true;  // prev
     case 1: return true;  // step_size
     default: return false;
@@ -48,63 +49,63 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant rprop ----
 namespace variants::rprop {
-  inline constexpr std::size_t kNumGroupValues = 5;
+  inline constexpr ::std::size_t kNumGroupValues = 5;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   maximize
   ///   etaplus
   ///   etaminus
   ///   step_size_min
   ///   step_size_max
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double etaminus = h[1];
-    const double etaplus = h[2];
-    const double step_size_min = h[3];
-    const double step_size_max = h[4];
-    const bool maximize = h[5] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double etaminus = h_[1];
+    const double etaplus = h_[2];
+    const double step_size_min = h_[3];
+    const double step_size_max = h_[4];
+    const bool maximize = h_[5] != 0;
     return GroupValues{(maximize) ? 1.0 : 0.0, etaplus, etaminus, step_size_min, step_size_max};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const bool maximize = k[0] != 0;
-    const T etaplus = T(k[1]);
-    const T etaminus = T(k[2]);
-    const T step_size_min = T(k[3]);
-    const T step_size_max = T(k[4]);
-    T* const prev_data = state_data[0];
-    T* const step_size_data = state_data[1];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T prev = prev_data[i];
-      const T step_size = step_size_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const bool maximize = k_[0] != 0;
+    const T_ etaplus = T_(k_[1]);
+    const T_ etaminus = T_(k_[2]);
+    const T_ step_size_min = T_(k_[3]);
+    const T_ step_size_max = T_(k_[4]);
+    T_* const prev_data_ = state_data_[0];
+    T_* const step_size_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ prev = prev_data_[i_];
+      const T_ step_size = step_size_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // agreement = g * prev
-      const T agreement = g * prev;
-      const bool t0 = agreement < T(0.0);
+      const T_ agreement = g * prev;
+      const bool t0 = agreement < T_(0.0);
       // "g = agreement < 0 ? 0 : g"
-      const T g_1 = t0 ? T(0.0) : g;
+      const T_ g_1 = t0 ? T_(0.0) : g;
       // "factor = agreement > 0 ? etaplus : (agreement < 0 ? etaminus : 1)"
-      const T factor = agreement > T(0.0) ? etaplus : (t0 ? etaminus : T(1.0));
+      const T_ factor = agreement > T_(0.0) ? etaplus : (t0 ? etaminus : T_(1.0));
       // step_size = clamp(step_size * factor, step_size_min, step_size_max)
-      const T step_size_next = optgen::reference::clamp<T>(step_size * factor, step_size_min, step_size_max);
+      const T_ step_size_next = ::optgen::reference::clamp<T_>(step_size * factor, step_size_min, step_size_max);
       // param = param - sign(g) * step_size
-      const T param_next = param - optgen::reference::sign<T>(g_1) * step_size_next;
-      param_data[i] = param_next;
-      prev_data[i] = g_1;
-      step_size_data[i] = step_size_next;
+      const T_ param_next = param - ::optgen::reference::sign<T_>(g_1) * step_size_next;
+      param_data_[i_] = param_next;
+      prev_data_[i_] = g_1;
+      step_size_data_[i_] = step_size_next;
     }
   }
 }  // namespace variants::rprop
@@ -116,18 +117,18 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 1;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
+inline int select_variant([[maybe_unused]] const double* h_) {
   return 0;
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::rprop::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::rprop::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::rprop::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::rprop::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

@@ -17,29 +17,29 @@ namespace {
 namespace spec_reference = ::optgen::reference::sgd;
 
 // ---- variant sgd (use_momentum=false) ----
-namespace sgd {
+namespace variants::sgd {
   [[maybe_unused]] const int kStates[] = {-1};
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_bf16_f32_update"};
-}  // namespace sgd
+}  // namespace variants::sgd
 // ---- variant sgd_use_momentum (use_momentum=true) ----
-namespace sgd_use_momentum {
+namespace variants::sgd_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_bf16_f32_update"};
-}  // namespace sgd_use_momentum
+}  // namespace variants::sgd_use_momentum
 
 /// Variants in the order of their flag bits (the reference's select_variant).
 const VariantInfo kVariants[] = {
-    {"sgd", sgd::kStates, 0, 12, "sgd_group", 1},
-    {"sgd_use_momentum", sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1},
+    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1},
+    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1},
 };
 
 const KernelInfo kKernels[] = {
-    {sgd::kf32_f32, 0, DType::F32, DType::F32},
-    {sgd::kbf16_f32, 0, DType::BF16, DType::F32},
-    {sgd_use_momentum::kf32_f32, 1, DType::F32, DType::F32},
-    {sgd_use_momentum::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::sgd::kf32_f32, 0, DType::F32, DType::F32},
+    {variants::sgd::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::sgd_use_momentum::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::sgd_use_momentum::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
 std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum, o.dampening, o.weight_decay, static_cast<double>(o.nesterov), static_cast<double>(o.maximize), 0.0}; }

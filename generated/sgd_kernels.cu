@@ -364,7 +364,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 
 }  // namespace optgen
 // ---- variant sgd (use_momentum=false) ----
-namespace sgd {
+namespace variants::sgd {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -380,17 +380,17 @@ namespace sgd {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double weight_decay = h[3];
-      const bool maximize = h[5] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.maximize = maximize;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double weight_decay = h_[3];
+      const bool maximize = h_[5] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.maximize = maximize;
+      return result_;
     }
   };
 
@@ -400,29 +400,29 @@ namespace sgd {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float weight_decay = k.weight_decay;
-      const bool maximize = k.maximize;
-      const float param = v[0];
-      const float grad = v[1];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float weight_decay = k_.weight_decay;
+      const bool maximize = k_.maximize;
+      const float param = v_[0];
+      const float grad = v_[1];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
       const float g_1 = g + weight_decay * param;
       // param = param - lr * g
       const float param_next = param - lr * g_1;
-      v[0] = param_next;  // param
+      v_[0] = param_next;  // param
     }
   };
-}  // namespace sgd
+}  // namespace variants::sgd
 // ---- variant sgd_use_momentum (use_momentum=true) ----
-namespace sgd_use_momentum {
+namespace variants::sgd_use_momentum {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
   /// tensor and element code.
@@ -442,24 +442,24 @@ namespace sgd_use_momentum {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
 
-    /// Advances `scalar_state` (the values the previous step left) and computes the values of step
-    /// `step` (counting from 1) from the hyperparameters `h`.
-    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] long long step) {
-      const double lr = h[0];
-      const double momentum = h[1];
-      const double dampening = h[2];
-      const double weight_decay = h[3];
-      const bool nesterov = h[4] != 0;
-      const bool maximize = h[5] != 0;
-      GroupValues result;
-      result.lr = static_cast<float>(lr);
-      result.weight_decay = static_cast<float>(weight_decay);
-      result.momentum = static_cast<float>(momentum);
-      result.one_minus_dampening = static_cast<float>(1.0 - dampening);
-      result.nesterov = nesterov;
-      result.maximize = maximize;
-      result.step_eq_one = static_cast<double>(step) == 1.0;
-      return result;
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double momentum = h_[1];
+      const double dampening = h_[2];
+      const double weight_decay = h_[3];
+      const bool nesterov = h_[4] != 0;
+      const bool maximize = h_[5] != 0;
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.momentum = static_cast<float>(momentum);
+      result_.one_minus_dampening = static_cast<float>(1.0 - dampening);
+      result_.nesterov = nesterov;
+      result_.maximize = maximize;
+      result_.step_eq_one = static_cast<double>(step) == 1.0;
+      return result_;
     }
   };
 
@@ -469,22 +469,22 @@ namespace sgd_use_momentum {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long numel) {
-      TensorValues tv;
-      return tv;
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+      TensorValues tv_;
+      return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, float (&v)[kOperands]) {
-      const float lr = k.lr;
-      const float weight_decay = k.weight_decay;
-      const float momentum = k.momentum;
-      const float one_minus_dampening = k.one_minus_dampening;
-      const bool nesterov = k.nesterov;
-      const bool maximize = k.maximize;
-      const bool step_eq_one = k.step_eq_one;
-      const float param = v[0];
-      const float grad = v[1];
-      const float momentum_buffer = v[2];
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float weight_decay = k_.weight_decay;
+      const float momentum = k_.momentum;
+      const float one_minus_dampening = k_.one_minus_dampening;
+      const bool nesterov = k_.nesterov;
+      const bool maximize = k_.maximize;
+      const bool step_eq_one = k_.step_eq_one;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float momentum_buffer = v_[2];
       // "g = maximize ? -grad : grad"
       const float g = maximize ? -grad : grad;
       // g = g + weight_decay * param
@@ -495,45 +495,45 @@ namespace sgd_use_momentum {
       const float g_2 = nesterov ? g_1 + momentum * momentum_buffer_next : momentum_buffer_next;
       // param = param - lr * g
       const float param_next = param - lr * g_2;
-      v[0] = param_next;  // param
-      v[2] = momentum_buffer_next;  // momentum_buffer
+      v_[0] = param_next;  // param
+      v_[2] = momentum_buffer_next;  // momentum_buffer
     }
   };
-}  // namespace sgd_use_momentum
+}  // namespace variants::sgd_use_momentum
 
 /// sgd, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<sgd::Update, sgd::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::sgd::Update, variants::sgd::Group, float, float>(table, groups, inputs);
 }
 
 /// sgd, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<sgd::Update, sgd::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::sgd::Update, variants::sgd::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// sgd: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 sgd_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<sgd::Group>(groups, write);
+  optgen::group_kernel<variants::sgd::Group>(groups, write);
 }
 
 /// sgd_use_momentum, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_use_momentum_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<sgd_use_momentum::Update, sgd_use_momentum::Group, float, float>(table, groups, inputs);
+  optgen::update_stage<variants::sgd_use_momentum::Update, variants::sgd_use_momentum::Group, float, float>(table, groups, inputs);
 }
 
 /// sgd_use_momentum, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<sgd_use_momentum::Update, sgd_use_momentum::Group, optgen::bf16, float>(table, groups, inputs);
+  optgen::update_stage<variants::sgd_use_momentum::Update, variants::sgd_use_momentum::Group, optgen::bf16, float>(table, groups, inputs);
 }
 
 /// sgd_use_momentum: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 sgd_use_momentum_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
-  optgen::group_kernel<sgd_use_momentum::Group>(groups, write);
+  optgen::group_kernel<variants::sgd_use_momentum::Group>(groups, write);
 }
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "optgen/reference.h"
 
@@ -16,15 +17,15 @@ namespace optgen::reference::sgd {
 
 inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lr", ValueType::Float, 0.001, false, false},
-    {"momentum", ValueType::Float, 0, false, false},
-    {"dampening", ValueType::Float, 0, false, false},
-    {"weight_decay", ValueType::Float, 0, false, false},
-    {"nesterov", ValueType::Bool, 0, false, false},
-    {"maximize", ValueType::Bool, 0, false, false},
-    {"use_momentum", ValueType::Bool, 0, true, true},
+    {"momentum", ValueType::Float, 0.0, false, false},
+    {"dampening", ValueType::Float, 0.0, false, false},
+    {"weight_decay", ValueType::Float, 0.0, false, false},
+    {"nesterov", ValueType::Bool, 0.0, false, false},
+    {"maximize", ValueType::Bool, 0.0, false, false},
+    {"use_momentum", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
-    {"momentum_buffer", {0, -1}},
+    {"momentum_buffer", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
@@ -34,15 +35,15 @@ inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
 
 /// Computes the derived flags from the other hyperparameters.
-inline void derive_flags([[maybe_unused]] double* h) {
-  const double momentum = h[1];
-  h[6] = (momentum != 0.0) ? 1.0 : 0.0;
+inline void derive_flags([[maybe_unused]] double* h_) {
+  const double momentum = h_[1];
+  h_[6] = (momentum != 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
-inline bool state_present([[maybe_unused]] const double* h, int index) {
-  const bool use_momentum = h[6] != 0;
-  switch (index) {
+inline bool state_present([[maybe_unused]] const double* h_, int index_) {
+  const bool use_momentum = h_[6] != 0;
+  switch (index_) {
     case 0: return use_momentum;  // momentum_buffer
     default: return false;
   }
@@ -50,51 +51,51 @@ inline bool state_present([[maybe_unused]] const double* h, int index) {
 
 // ---- variant sgd (use_momentum=false) ----
 namespace variants::sgd {
-  inline constexpr std::size_t kNumGroupValues = 3;
+  inline constexpr ::std::size_t kNumGroupValues = 3;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   lr
   ///   maximize
   ///   weight_decay
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double weight_decay = h[3];
-    const bool maximize = h[5] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[5] != 0;
     return GroupValues{lr, (maximize) ? 1.0 : 0.0, weight_decay};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T lr = T(k[0]);
-    const bool maximize = k[1] != 0;
-    const T weight_decay = T(k[2]);
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ lr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ weight_decay = T_(k_[2]);
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // param = param - lr * g
-      const T param_next = param - lr * g_1;
-      param_data[i] = param_next;
+      const T_ param_next = param - lr * g_1;
+      param_data_[i_] = param_next;
     }
   }
 }  // namespace variants::sgd
 
 // ---- variant sgd_use_momentum (use_momentum=true) ----
 namespace variants::sgd_use_momentum {
-  inline constexpr std::size_t kNumGroupValues = 7;
+  inline constexpr ::std::size_t kNumGroupValues = 7;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   lr
   ///   nesterov
@@ -103,53 +104,53 @@ namespace variants::sgd_use_momentum {
   ///   momentum
   ///   step_eq_one
   ///   one_minus_dampening
-  using GroupValues = std::array<double, kNumGroupValues>;
+  using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
-  inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, [[maybe_unused]] std::int64_t step) {
-    const double lr = h[0];
-    const double momentum = h[1];
-    const double dampening = h[2];
-    const double weight_decay = h[3];
-    const bool nesterov = h[4] != 0;
-    const bool maximize = h[5] != 0;
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double momentum = h_[1];
+    const double dampening = h_[2];
+    const double weight_decay = h_[3];
+    const bool nesterov = h_[4] != 0;
+    const bool maximize = h_[5] != 0;
     return GroupValues{lr, (nesterov) ? 1.0 : 0.0, (maximize) ? 1.0 : 0.0, weight_decay, momentum, (static_cast<double>(step) == 1.0) ? 1.0 : 0.0, 1.0 - dampening};
   }
 
-  /// per_step for the generic descriptor: the group values into `out`.
-  inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out) {
-    const GroupValues values = per_step(h, scalar_state, step);
-    for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale` as it is read.
-  template <typename T>
-  void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, [[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale) {
-    const T lr = T(k[0]);
-    const bool nesterov = k[1] != 0;
-    const bool maximize = k[2] != 0;
-    const T weight_decay = T(k[3]);
-    const T momentum = T(k[4]);
-    const bool step_eq_one = k[5] != 0;
-    const T one_minus_dampening = T(k[6]);
-    T* const momentum_buffer_data = state_data[0];
-    for (std::size_t i = 0; i < numel; ++i) {
-      const T param = param_data[i];
-      const T grad = grad_data[i] / grad_scale;
-      const T momentum_buffer = momentum_buffer_data[i];
+  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
+  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  template <typename T_>
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+    const T_ lr = T_(k_[0]);
+    const bool nesterov = k_[1] != 0;
+    const bool maximize = k_[2] != 0;
+    const T_ weight_decay = T_(k_[3]);
+    const T_ momentum = T_(k_[4]);
+    const bool step_eq_one = k_[5] != 0;
+    const T_ one_minus_dampening = T_(k_[6]);
+    T_* const momentum_buffer_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ momentum_buffer = momentum_buffer_data_[i_];
       // "g = maximize ? -grad : grad"
-      const T g = maximize ? -grad : grad;
+      const T_ g = maximize ? -grad : grad;
       // g = g + weight_decay * param
-      const T g_1 = g + weight_decay * param;
+      const T_ g_1 = g + weight_decay * param;
       // "momentum_buffer = step == 1 ? g : momentum * momentum_buffer + (1 - dampening) * g"
-      const T momentum_buffer_next = step_eq_one ? g_1 : momentum * momentum_buffer + one_minus_dampening * g_1;
+      const T_ momentum_buffer_next = step_eq_one ? g_1 : momentum * momentum_buffer + one_minus_dampening * g_1;
       // "g = nesterov ? g + momentum * momentum_buffer : momentum_buffer"
-      const T g_2 = nesterov ? g_1 + momentum * momentum_buffer_next : momentum_buffer_next;
+      const T_ g_2 = nesterov ? g_1 + momentum * momentum_buffer_next : momentum_buffer_next;
       // param = param - lr * g
-      const T param_next = param - lr * g_2;
-      param_data[i] = param_next;
-      momentum_buffer_data[i] = momentum_buffer_next;
+      const T_ param_next = param - lr * g_2;
+      param_data_[i_] = param_next;
+      momentum_buffer_data_[i_] = momentum_buffer_next;
     }
   }
 }  // namespace variants::sgd_use_momentum
@@ -162,24 +163,24 @@ inline constexpr VariantInfo kVariants[] = {
 inline constexpr int kNumVariants = 2;
 
 /// The variant the flags of `h` (derived ones filled in) select.
-inline int select_variant([[maybe_unused]] const double* h) {
-  return (h[6] != 0 ? 1 : 0);
+inline int select_variant([[maybe_unused]] const double* h_) {
+  return (h_[6] != 0 ? 1 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
-template <typename T>
-void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale) {
-  switch (select_variant(h)) {
+template <typename T_>
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+  switch (select_variant(h_)) {
     case 0: {
-      const auto k = variants::sgd::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::sgd::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::sgd::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::sgd::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
     case 1: {
-      const auto k = variants::sgd_use_momentum::per_step(h, scalar_state, step);
-      for (std::size_t t = 0; t < count; ++t)
-        variants::sgd_use_momentum::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);
+      const auto k_ = variants::sgd_use_momentum::per_step(h_, scalar_state_, step);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_)
+        variants::sgd_use_momentum::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
       return;
     }
   }

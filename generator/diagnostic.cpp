@@ -31,9 +31,14 @@ std::string format_diagnostic(const SourceLoc& loc, const std::string& message,
   if (loc.known()) {
     std::string text = loc.file->line(loc.line);
     out << text << '\n';
+    // One pad character per character before the caret's column, not per byte: a UTF-8
+    // sequence's continuation bytes take no column on screen.
     std::string pad;
-    for (int i = 1; i < loc.column && i - 1 < static_cast<int>(text.size()); ++i)
-      pad += text[i - 1] == '\t' ? '\t' : ' ';
+    for (int i = 1; i < loc.column && i - 1 < static_cast<int>(text.size()); ++i) {
+      const unsigned char byte = static_cast<unsigned char>(text[i - 1]);
+      if ((byte & 0xC0) == 0x80) continue;
+      pad += byte == '\t' ? '\t' : ' ';
+    }
     out << pad << "^\n";
   }
   if (!hint.empty()) out << "note: " << hint << '\n';

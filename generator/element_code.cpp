@@ -1,5 +1,7 @@
 #include "element_code.h"
 
+#include "emit_common.h"
+
 namespace optgen {
 
 void SourceComments::before(CodeWriter& w, const Expr& e) {
@@ -7,7 +9,7 @@ void SourceComments::before(CodeWriter& w, const Expr& e) {
   last_line_ = e->loc.line;
   std::string text = e->loc.file->line(e->loc.line);
   size_t start = text.find_first_not_of(" -");
-  if (start != std::string::npos) w.line("// " + text.substr(start));
+  if (start != std::string::npos) w.line("// " + comment_text(text.substr(start)));
 }
 
 std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level, ExprPrinter& printer,

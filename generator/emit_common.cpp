@@ -1,5 +1,11 @@
 #include "emit_common.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "expr_printer.h"
+
 namespace optgen {
 
 std::string generator_banner() { return std::string("optgen ") + OPTGEN_VERSION; }
@@ -7,13 +13,48 @@ std::string generator_banner() { return std::string("optgen ") + OPTGEN_VERSION;
 std::string spec_file_name(const Spec& spec) {
   const std::string& path = spec.file->path;
   size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+  return comment_text(slash == std::string::npos ? path : path.substr(slash + 1));
 }
 
 std::string variant_banner(const Program& variant) {
   std::string flags;
   for (const auto& [flag, value] : variant.flags) flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
   return "// ---- variant " + variant.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----";
+}
+
+std::string comment_text(const std::string& text) {
+  std::string line;
+  for (char c : text) line += (c == '\n' || c == '\r') ? ' ' : c;
+  while (!line.empty() && (line.back() == '\\' || std::isspace(static_cast<unsigned char>(line.back())))) line.pop_back();
+  return line;
+}
+
+namespace {
+std::string with_fraction(std::string s) {
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+}  // namespace
+
+std::string cpp_double_literal(double value) {
+  if (std::isinf(value)) return value > 0 ? "::std::numeric_limits<double>::infinity()" : "-::std::numeric_limits<double>::infinity()";
+  return with_fraction(format_number(value));
+}
+
+std::string cuda_double_literal(double value) {
+  if (std::isinf(value)) return value > 0 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__longlong_as_double(0xfff0000000000000ll)";
+  return with_fraction(format_number(value));
+}
+
+std::string cuda_float_literal(double value) {
+  const float f = static_cast<float>(value);
+  if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  char buffer[40];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buffer, nullptr) == f) break;
+  }
+  return with_fraction(buffer) + "f";
 }
 
 }  // namespace optgen

@@ -18,4 +18,18 @@ std::string spec_file_name(const Spec& spec);
 /// "// ---- variant adam_amsgrad (amsgrad=true) ----"
 std::string variant_banner(const Program& variant);
 
+/// `text` made safe for a `//` comment: one line (line breaks become spaces), and no backslash at
+/// its end, which would splice the next line of code into the comment.
+std::string comment_text(const std::string& text);
+
+/// Number literals of generated code. C++ double: "0.9", "1.0", and infinities through
+/// std::numeric_limits (C++ has no literal for them).
+std::string cpp_double_literal(double value);
+/// CUDA float: `value` rounded to float as a conversion would (the reference's T_(value)), in the
+/// fewest digits that read back as that float, with an f: "0.899999976f" is printed "0.9f";
+/// infinities, and values beyond float's range, through their bit patterns.
+std::string cuda_float_literal(double value);
+/// CUDA double: as cpp_double_literal, with CUDA's bit-pattern infinities.
+std::string cuda_double_literal(double value);
+
 }  // namespace optgen

@@ -59,13 +59,7 @@ class CudaPrinter : public ExprPrinter {
  protected:
   std::string constant(const Node& c) const override {
     if (c.type == ValueType::Bool) return c.value != 0 ? "true" : "false";
-    if (std::isinf(c.value)) {
-      if (double_) return c.value > 0 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__longlong_as_double(0xfff0000000000000ll)";
-      return c.value > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
-    }
-    std::string s = format_number(c.value);
-    if (s.find_first_of(".en") == std::string::npos) s += ".0";
-    return double_ ? s : s + "f";
+    return double_ ? cuda_double_literal(c.value) : cuda_float_literal(c.value);
   }
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
@@ -75,12 +69,12 @@ class CudaPrinter : public ExprPrinter {
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
     std::string name;
     switch (fn) {
-      case Builtin::Sqrt: name = double_ ? "sqrt" : "sqrtf"; break;
-      case Builtin::Rsqrt: name = double_ ? "rsqrt" : "rsqrtf"; break;
-      case Builtin::Exp: name = double_ ? "exp" : "expf"; break;
-      case Builtin::Log: name = double_ ? "log" : "logf"; break;
-      case Builtin::Abs: name = double_ ? "fabs" : "fabsf"; break;
-      default: name = std::string("optgen::") + spelling(fn);
+      case Builtin::Sqrt: name = double_ ? "::sqrt" : "::sqrtf"; break;
+      case Builtin::Rsqrt: name = double_ ? "::rsqrt" : "::rsqrtf"; break;
+      case Builtin::Exp: name = double_ ? "::exp" : "::expf"; break;
+      case Builtin::Log: name = double_ ? "::log" : "::logf"; break;
+      case Builtin::Abs: name = double_ ? "::fabs" : "::fabsf"; break;
+      default: name = std::string("::optgen::") + spelling(fn);
     }
     std::string out = name + "(";
     for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + args[i];
@@ -88,7 +82,7 @@ class CudaPrinter : public ExprPrinter {
   }
   std::optional<std::string> binary_as_call(BinaryOp op, const std::string& a, const std::string& b) const override {
     if (op != BinaryOp::Pow) return std::nullopt;
-    return (double_ ? "pow(" : "powf(") + a + ", " + b + ")";
+    return (double_ ? "::pow(" : "::powf(") + a + ", " + b + ")";
   }
 
  private:
@@ -136,7 +130,7 @@ class CudaEmitter {
  private:
   void variant(CodeWriter& w, const Program& p) {
     w.line(variant_banner(p));
-    auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
+    auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
     w.line();
     group_values_struct(w, p);
     w.line();
@@ -166,20 +160,20 @@ class CudaEmitter {
     w.line("typedef GroupValues Values;");
     w.line("static constexpr int kScalarStates = " + std::to_string(spec_.scalar_states.size()) + ";");
     w.line();
-    w.line("/// Advances `scalar_state` (the values the previous step left) and computes the values of step");
-    w.line("/// `step` (counting from 1) from the hyperparameters `h`.");
+    w.line("/// Advances `scalar_state_` (the values the previous step left) and computes the values of step");
+    w.line("/// `step` (counting from 1) from the hyperparameters `h_`.");
     auto fn = w.block(
-        "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, "
+        "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, "
         "[[maybe_unused]] long long step)");
     CudaPrinter printer(true);
-    auto values = write_group_code(w, p, printer, {"h", "scalar_state", "step", "result", "optgen"});
-    w.line("GroupValues result;");
+    auto values = write_group_code(w, p, printer, {"step"});
+    w.line("GroupValues result_;");
     for (const auto& f : group_value_fields(p)) {
       const std::string& value = values[f.index];
-      w.line("result." + f.name + " = " + (f.is_bool ? value : "static_cast<float>(" + value + ")") + ";");
+      w.line("result_." + f.name + " = " + (f.is_bool ? value : "static_cast<float>(" + value + ")") + ";");
     }
-    if (group_value_fields(p).empty()) w.line("result.unused = 0.0f;");
-    w.line("return result;");
+    if (group_value_fields(p).empty()) w.line("result_.unused = 0.0f;");
+    w.line("return result_;");
   }
 
   void update_struct(CodeWriter& w, const Program& p) {
@@ -188,34 +182,35 @@ class CudaEmitter {
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(2 + p.states.size()) + ";  // " + operands);
     w.line();
-    std::set<std::string> taken = {"k", "tv", "v", "numel", "param", "grad", "optgen", "TensorValues"};
+    std::set<std::string> taken = {"numel", "param", "grad"};
     for (const auto& s : p.states) taken.insert(s);
     for (const auto& f : group_value_fields(p)) taken.insert(f.name);
     for (const auto& t : p.tensor_values) taken.insert(t.name);
     tensor_values(w, p, taken);
     w.line();
     auto fn = w.block(
-        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k, [[maybe_unused]] const TensorValues& tv, "
-        "float (&v)[kOperands])");
+        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, "
+        "float (&v_)[kOperands])");
     read_group_values(w, p);
-    for (const auto& t : p.tensor_values) w.line("const float " + t.name + " = tv." + t.name + ";");
+    for (const auto& t : p.tensor_values)
+      w.line(std::string(t.value->type == ValueType::Bool ? "const bool " : "const float ") + t.name + " = tv_." + t.name + ";");
     std::vector<std::string> operand_names = {"param", "grad"};
     operand_names.insert(operand_names.end(), p.states.begin(), p.states.end());
     auto read = element_inputs_read(p);
     for (size_t i = 0; i < operand_names.size(); ++i)
       if (std::find(read.begin(), read.end(), operand_names[i]) != read.end())
-        w.line("const float " + operand_names[i] + " = v[" + std::to_string(i) + "];");
+        w.line("const float " + operand_names[i] + " = v_[" + std::to_string(i) + "];");
     CudaPrinter printer(false);
     auto values = write_element_temporaries(w, p, printer, "float", taken);
     for (size_t j = 0; j < values.size(); ++j) {
       const std::string& out = p.element_outputs[j].name;
       size_t index = std::find(operand_names.begin(), operand_names.end(), out) - operand_names.begin();
       if (index == operand_names.size()) throw InternalError("emit_cuda: output '" + out + "' is not an operand");
-      w.line("v[" + std::to_string(index) + "] = " + values[j] + ";  // " + out);
+      w.line("v_[" + std::to_string(index) + "] = " + values[j] + ";  // " + out);
     }
   }
 
-  /// `const float name = k.name;` for each group value the element outputs read.
+  /// `const float name = k_.name;` for each group value the element outputs read.
   void read_group_values(CodeWriter& w, const Program& p) {
     std::set<std::string> read;
     for (const auto& o : p.element_outputs)
@@ -223,7 +218,7 @@ class CudaEmitter {
         if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
-      if (read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k." + f.name + ";");
+      if (read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k_." + f.name + ";");
   }
 
   /// The per-tensor values, computed once per block from the group values and the tensor's numel,
@@ -236,7 +231,7 @@ class CudaEmitter {
       if (p.tensor_values.empty()) w.line("// (this variant computes nothing per tensor)");
     }
     auto fn = w.block(
-        "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k, [[maybe_unused]] long long "
+        "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long "
         "numel)");
     std::vector<Expr> roots;
     for (const auto& t : p.tensor_values) roots.push_back(t.value);
@@ -246,15 +241,15 @@ class CudaEmitter {
         if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) group_read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
-      if (group_read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k." + f.name + ";");
+      if (group_read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k_." + f.name + ";");
     CudaPrinter printer(true);  // once per block: in double, so that numel is exact
     auto values = write_level_code(w, roots, Level::Tensor, printer, "double", taken);
-    w.line("TensorValues tv;");
+    w.line("TensorValues tv_;");
     for (size_t i = 0; i < values.size(); ++i) {
       const bool is_bool = p.tensor_values[i].value->type == ValueType::Bool;
-      w.line("tv." + p.tensor_values[i].name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
+      w.line("tv_." + p.tensor_values[i].name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
     }
-    w.line("return tv;");
+    w.line("return tv_;");
   }
 
   void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
@@ -266,8 +261,8 @@ class CudaEmitter {
                       "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs)");
     switch (stage.kind) {
       case StageKind::Update:
-        w.line("optgen::update_stage<" + p.variant + "::Update, " + p.variant + "::Group, " + cuda_type(s.param) + ", " +
-               cuda_type(s.state) + ">(table, groups, inputs);");
+        w.line("optgen::update_stage<variants::" + p.variant + "::Update, variants::" + p.variant + "::Group, " + cuda_type(s.param) +
+               ", " + cuda_type(s.state) + ">(table, groups, inputs);");
         break;
     }
   }
@@ -277,7 +272,7 @@ class CudaEmitter {
     w.line("/// " + p.variant + ": writes a value into the group table and recomputes the values the next step reads.");
     w.line("extern \"C\" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)");
     auto fn = w.block(group_kernel_name(p) + "(const optgen::GroupTable groups, const optgen::GroupWrite write)");
-    w.line("optgen::group_kernel<" + p.variant + "::Group>(groups, write);");
+    w.line("optgen::group_kernel<variants::" + p.variant + "::Group>(groups, write);");
   }
 
   const Spec& spec_;
@@ -299,7 +294,7 @@ std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, co
   return render_template("kernels.cu.in", {{"spec_file", spec_file_name(spec)},
                                            {"optimizer", spec.optimizer},
                                            {"generator", generator_banner()},
-                                           {"summary", spec.summary},
+                                           {"summary", comment_text(spec.summary)},
                                            {"kernels", kernels},
                                            {"body", body}});
 }

@@ -19,9 +19,8 @@ std::string cpp_type(ValueType type) {
 
 std::string default_literal(const Hyperparameter& h) {
   if (h.type == ValueType::Bool) return h.default_value != 0 ? "true" : "false";
-  std::string s = format_number(h.default_value);
-  if (h.type == ValueType::Float && s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
+  if (h.type == ValueType::Float) return cpp_double_literal(h.default_value);
+  return format_number(h.default_value);  // an int within 2^53 (the loader checks it)
 }
 
 /// The hyperparameters a user sets (derived flags are computed).
@@ -43,7 +42,7 @@ std::string storage_enum(StorageType t) { return std::string("DType::") + enum_n
 std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::vector<Program>& variants) {
   CodeWriter options, setters, states;
   for (const auto* h : settable(spec)) {
-    std::string doc = h->doc;
+    std::string doc = comment_text(h->doc);
     if (h->specialize) doc = (doc.empty() ? "" : doc + "; ") + "selects a kernel variant, so it is fixed per param group";
     options.line("    " + cpp_type(h->type) + " " + h->name + " = " + default_literal(*h) + ";" + (doc.empty() ? "" : "  ///< " + doc));
   }
@@ -60,7 +59,7 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
   }
   for (const auto& s : spec.states) {
     std::string when;
-    if (s.when) when = "  ///< only when " + s.when_text;
+    if (s.when) when = "  ///< only when " + comment_text(s.when_text);
     states.line("  StateBuffer " + s.name + "(std::size_t group, std::size_t tensor) const { return engine_.state(\"" + s.name +
                 "\", group, tensor); }" + when);
   }
@@ -73,7 +72,7 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
   }
   auto values = common(spec);
   values["scalar_state_accessors"] = scalar_states.str();
-  values["summary"] = spec.summary;
+  values["summary"] = comment_text(spec.summary);
   values["options"] = options.str();
   values["setters"] = setters.str();
   values["state_accessors"] = states.str();
@@ -88,7 +87,7 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
     const auto& p = variants[i];
     w.line(variant_banner(p));
     {
-      auto ns = w.block("namespace " + p.variant, "}  // namespace " + p.variant);
+      auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
       std::string states;
       for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
       w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
@@ -98,11 +97,11 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
         w.line("[[maybe_unused]] const char* const k" + s.name() + "[] = {" + names + "};");
       }
     }
-    variant_table.line("    {\"" + p.variant + "\", " + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
+    variant_table.line("    {\"" + p.variant + "\", variants::" + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
                        std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " + std::to_string(p.stages.size()) + "},");
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     for (const auto& s : storage) {
-      kernel_table.line("    {" + p.variant + "::k" + s.name() + ", " + std::to_string(i) + ", " + storage_enum(s.param) + ", " +
+      kernel_table.line("    {variants::" + p.variant + "::k" + s.name() + ", " + std::to_string(i) + ", " + storage_enum(s.param) + ", " +
                         storage_enum(s.state) + "},");
       ++kernels;
     }

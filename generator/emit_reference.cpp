@@ -26,23 +26,22 @@ class CppPrinter : public ExprPrinter {
  protected:
   std::string constant(const Node& c) const override {
     if (c.type == ValueType::Bool) return c.value != 0 ? "true" : "false";
-    std::string s = format_number(c.value);
-    if (s.find_first_of(".en") == std::string::npos) s += ".0";
-    return element_ ? "T(" + s + ")" : s;
+    const std::string s = cpp_double_literal(c.value);
+    return element_ ? "T_(" + s + ")" : s;
   }
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
-    if (var.var == VarKind::Numel) return element_ ? "T(numel)" : "static_cast<double>(numel)";
+    if (var.var == VarKind::Numel) return element_ ? "T_(numel)" : "static_cast<double>(numel)";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
     std::string name;
     switch (fn) {
-      case Builtin::Sqrt: name = "std::sqrt"; break;
-      case Builtin::Exp: name = "std::exp"; break;
-      case Builtin::Log: name = "std::log"; break;
-      case Builtin::Abs: name = "std::fabs"; break;
-      default: name = std::string("optgen::reference::") + spelling(fn) + (element_ ? "<T>" : "<double>");
+      case Builtin::Sqrt: name = "::std::sqrt"; break;
+      case Builtin::Exp: name = "::std::exp"; break;
+      case Builtin::Log: name = "::std::log"; break;
+      case Builtin::Abs: name = "::std::fabs"; break;
+      default: name = std::string("::optgen::reference::") + spelling(fn) + (element_ ? "<T_>" : "<double>");
     }
     std::string out = name + "(";
     for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + args[i];
@@ -50,7 +49,7 @@ class CppPrinter : public ExprPrinter {
   }
   std::optional<std::string> binary_as_call(BinaryOp op, const std::string& a, const std::string& b) const override {
     if (op != BinaryOp::Pow) return std::nullopt;
-    return "std::pow(" + a + ", " + b + ")";
+    return "::std::pow(" + a + ", " + b + ")";
   }
 
  private:
@@ -82,14 +81,14 @@ class ReferenceEmitter {
     return t == ValueType::Bool ? "ValueType::Bool" : t == ValueType::Int ? "ValueType::Int" : "ValueType::Float";
   }
   std::string init(const Init& i) const {
-    if (i.hyperparameter.empty()) return "{" + format_number(i.value) + ", -1}";
+    if (i.hyperparameter.empty()) return "{" + cpp_double_literal(i.value) + ", -1}";
     return "{0, " + index_of(hyperparameters_, i.hyperparameter) + "}";
   }
 
   void tables(CodeWriter& w) {
     w.line("inline constexpr HyperparameterInfo kHyperparameters[] = {");
     for (const auto& h : spec_.hyperparameters)
-      w.line("    {\"" + h.name + "\", " + value_type(h.type) + ", " + format_number(h.default_value) + ", " +
+      w.line("    {\"" + h.name + "\", " + value_type(h.type) + ", " + cpp_double_literal(h.default_value) + ", " +
              (h.specialize ? "true" : "false") + ", " + (h.derived ? "true" : "false") + "},");
     if (spec_.hyperparameters.empty()) w.line("    {\"\", ValueType::Float, 0, false, false},");
     w.line("};");
@@ -109,25 +108,25 @@ class ReferenceEmitter {
 
   void derive_flags(CodeWriter& w, const Program& p) {
     w.line("/// Computes the derived flags from the other hyperparameters.");
-    auto fn = w.block("inline void derive_flags([[maybe_unused]] double* h)");
+    auto fn = w.block("inline void derive_flags([[maybe_unused]] double* h_)");
     std::vector<Expr> roots;
     for (const auto& [name, value] : p.derived_flags) roots.push_back(value);
     write_hyperparameter_loads(w, spec_, roots);
     CppPrinter printer(false);
     for (const auto& [name, value] : p.derived_flags)
-      w.line("h[" + index_of(hyperparameters_, name) + "] = (" + printer.print(value) + ") ? 1.0 : 0.0;");
+      w.line("h_[" + index_of(hyperparameters_, name) + "] = (" + printer.print(value) + ") ? 1.0 : 0.0;");
   }
 
   void state_present(CodeWriter& w, const Program& p) {
     w.line();
     w.line("/// Whether state `index` exists under these hyperparameters (flags already derived).");
-    auto fn = w.block("inline bool state_present([[maybe_unused]] const double* h, int index)");
+    auto fn = w.block("inline bool state_present([[maybe_unused]] const double* h_, int index_)");
     std::vector<Expr> roots;
     for (const auto& [name, value] : p.state_conditions) roots.push_back(value);
     write_hyperparameter_loads(w, spec_, roots);
     CppPrinter printer(false);
     {
-      auto sw = w.block("switch (index)");
+      auto sw = w.block("switch (index_)");
       for (const auto& s : spec_.states) {
         auto it = p.state_conditions.find(s.name);
         w.line("case " + index_of(states_, s.name) + ": return " + (it == p.state_conditions.end() ? "true" : printer.print(it->second)) +
@@ -141,10 +140,10 @@ class ReferenceEmitter {
     w.line();
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
-    w.line("inline constexpr std::size_t kNumGroupValues = " + std::to_string(p.group_values.size()) + ";");
+    w.line("inline constexpr ::std::size_t kNumGroupValues = " + std::to_string(p.group_values.size()) + ";");
     w.line("/// The values the tensor and element code read, computed once per step and param group:");
     for (const auto& v : p.group_values) w.line("///   " + v.name);
-    w.line("using GroupValues = std::array<double, kNumGroupValues>;");
+    w.line("using GroupValues = ::std::array<double, kNumGroupValues>;");
     w.line();
     per_step(w, p);
     w.line();
@@ -155,8 +154,8 @@ class ReferenceEmitter {
     w.line("/// The group code, once per step and param group: advances the scalar state and computes the group values.");
     {
       auto fn = w.block(
-          "inline GroupValues per_step([[maybe_unused]] const double* h, [[maybe_unused]] double* scalar_state, "
-          "[[maybe_unused]] std::int64_t step)");
+          "inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, "
+          "[[maybe_unused]] ::std::int64_t step)");
       CppPrinter printer(false);
       auto values = write_group_code(w, p, printer, reserved());
       std::string list;
@@ -168,23 +167,23 @@ class ReferenceEmitter {
       w.line("return GroupValues{" + list + "};");
     }
     w.line();
-    w.line("/// per_step for the generic descriptor: the group values into `out`.");
-    auto fn = w.block("inline void per_step_into(const double* h, double* scalar_state, std::int64_t step, double* out)");
-    w.line("const GroupValues values = per_step(h, scalar_state, step);");
-    w.line("for (std::size_t i = 0; i < kNumGroupValues; ++i) out[i] = values[i];");
+    w.line("/// per_step for the generic descriptor: the group values into `out_`.");
+    auto fn = w.block("inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_)");
+    w.line("const GroupValues values_ = per_step(h_, scalar_state_, step);");
+    w.line("for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];");
   }
 
   void update(CodeWriter& w, const Program& p) {
-    w.line("/// Per tensor (in double) and per element (in T): reads the group values and the tensor's buffers,");
-    w.line("/// writes them in place. The gradient is divided by `grad_scale` as it is read.");
-    w.line("template <typename T>");
+    w.line("/// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,");
+    w.line("/// writes them in place. The gradient is divided by `grad_scale_` as it is read.");
+    w.line("template <typename T_>");
     auto fn = w.block(
-        "void update([[maybe_unused]] const GroupValues& k, std::size_t numel, T* param_data, [[maybe_unused]] const T* grad_data, "
-        "[[maybe_unused]] T* const* state_data, [[maybe_unused]] T grad_scale)");
+        "void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, "
+        "[[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_)");
     for (size_t j = 0; j < p.group_values.size(); ++j) {
       const auto& v = p.group_values[j];
-      if (v.value->type == ValueType::Bool) w.line("const bool " + v.name + " = k[" + std::to_string(j) + "] != 0;");
-      else w.line("const T " + v.name + " = T(k[" + std::to_string(j) + "]);");
+      if (v.value->type == ValueType::Bool) w.line("const bool " + v.name + " = k_[" + std::to_string(j) + "] != 0;");
+      else w.line("const T_ " + v.name + " = T_(k_[" + std::to_string(j) + "]);");
     }
     std::set<std::string> taken = reserved();
     for (const auto& v : p.group_values) taken.insert(v.name);
@@ -196,22 +195,21 @@ class ReferenceEmitter {
       CppPrinter tensor_printer(false);
       auto values = write_level_code(w, roots, Level::Tensor, tensor_printer, "double", taken);
       for (size_t j = 0; j < values.size(); ++j)
-        w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T ") + p.tensor_values[j].name +
-               " = " + (p.tensor_values[j].value->type == ValueType::Bool ? values[j] : "T(" + values[j] + ")") + ";");
+        w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T_ ") + p.tensor_values[j].name +
+               " = " + (p.tensor_values[j].value->type == ValueType::Bool ? values[j] : "T_(" + values[j] + ")") + ";");
     }
     CppPrinter printer(true);
     for (const auto& s : p.states)
-      w.line("T* const " + s + "_data = state_data[" + index_of(states_, s) + "];");
-    auto loop = w.block("for (std::size_t i = 0; i < numel; ++i)");
+      w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
+    auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel; ++i_)");
     for (const auto& input : element_inputs_read(p))
-      w.line("const T " + input + " = " + input + "_data[i]" + (input == "grad" ? " / grad_scale" : "") + ";");
-    auto values = write_element_temporaries(w, p, printer, "T", taken);
-    for (size_t j = 0; j < values.size(); ++j) w.line(p.element_outputs[j].name + "_data[i] = " + values[j] + ";");
+      w.line("const T_ " + input + " = " + input + "_data_[i_]" + (input == "grad" ? " / grad_scale_" : "") + ";");
+    auto values = write_element_temporaries(w, p, printer, "T_", taken);
+    for (size_t j = 0; j < values.size(); ++j) w.line(p.element_outputs[j].name + "_data_[i_] = " + values[j] + ";");
   }
 
   std::set<std::string> reserved() const {
-    std::set<std::string> names = {"param",      "grad", "step", "h",         "k",    "i",      "numel", "scalar_state",
-                                   "state_data", "T",    "out",  "grad_scale", "values", "result"};
+    std::set<std::string> names = {"param", "grad", "step", "numel"};
     for (const auto& n : hyperparameters_) names.insert(n);
     for (const auto& n : states_) names.insert(n);
     for (const auto& n : scalar_states_) names.insert(n);
@@ -228,11 +226,11 @@ class ReferenceEmitter {
     w.line("inline constexpr int kNumVariants = " + std::to_string(variants.size()) + ";");
     w.line();
     w.line("/// The variant the flags of `h` (derived ones filled in) select.");
-    auto fn = w.block("inline int select_variant([[maybe_unused]] const double* h)");
+    auto fn = w.block("inline int select_variant([[maybe_unused]] const double* h_)");
     std::string select;
     auto flags = spec_.flags();
     for (size_t i = 0; i < flags.size(); ++i)
-      select += (select.empty() ? "" : " | ") + std::string("(h[") + index_of(hyperparameters_, flags[i]->name) + "] != 0 ? " +
+      select += (select.empty() ? "" : " | ") + std::string("(h_[") + index_of(hyperparameters_, flags[i]->name) + "] != 0 ? " +
                 std::to_string(1u << i) + " : 0)";
     w.line("return " + (select.empty() ? std::string("0") : select) + ";");
   }
@@ -240,17 +238,18 @@ class ReferenceEmitter {
   void dispatch(CodeWriter& w, const std::vector<Program>& variants) {
     w.line();
     w.line("/// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.");
-    w.line("template <typename T>");
+    w.line("template <typename T_>");
     auto fn = w.block(
-        "void step(const double* h, double* scalar_state, std::int64_t step, const Tensor<T>* tensors, std::size_t count, T grad_scale)");
-    auto sw = w.block("switch (select_variant(h))");
+        "void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, "
+        "T_ grad_scale_)");
+    auto sw = w.block("switch (select_variant(h_))");
     for (size_t i = 0; i < variants.size(); ++i) {
       const auto& v = variants[i];
       auto branch = w.block("case " + std::to_string(i) + ":");
-      w.line("const auto k = variants::" + v.variant + "::per_step(h, scalar_state, step);");
-      w.line("for (std::size_t t = 0; t < count; ++t)");
+      w.line("const auto k_ = variants::" + v.variant + "::per_step(h_, scalar_state_, step);");
+      w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_)");
       w.line("  variants::" + v.variant +
-             "::update<T>(k, tensors[t].numel, tensors[t].param, tensors[t].grad, tensors[t].states, grad_scale);");
+             "::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);");
       w.line("return;");
     }
   }
@@ -278,7 +277,7 @@ std::string emit_reference(const Spec& spec, const std::vector<Program>& variant
   return render_template("reference.h.in", {{"spec_file", spec_file_name(spec)},
                                             {"generator", generator_banner()},
                                             {"optimizer", spec.optimizer},
-                                            {"summary", spec.summary},
+                                            {"summary", comment_text(spec.summary)},
                                             {"name", spec.name},
                                             {"body", body}});
 }

@@ -2,8 +2,8 @@
 /// What the CPU reference and the CUDA kernels share when they print a variant's group-level code:
 /// the spec's `per_step` and every group value the tensor and element code read, computed once per
 /// step and param group, in double, as the body of a function
-///   (const double* h, double* scalar_state, <64-bit int> step) -> the group values
-/// where `h` holds the hyperparameters in declaration order (bools as 0/1) and `scalar_state` the
+///   (const double* h_, double* scalar_state_, <64-bit int> step) -> the group values
+/// where `h_` holds the hyperparameters in declaration order (bools as 0/1) and `scalar_state_` the
 /// values the previous step left, overwritten with this step's.
 
 #include <set>
@@ -21,7 +21,7 @@ namespace optgen {
 /// Names are the spec's where it has them, and never one of `taken`.
 std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprPrinter& printer, std::set<std::string> taken);
 
-/// `const double lr = h[0];` (or `const bool`) for each hyperparameter `roots` read.
+/// `const double lr = h_[0];` (or `const bool`) for each hyperparameter `roots` read.
 void write_hyperparameter_loads(CodeWriter& w, const Spec& spec, const std::vector<Expr>& roots);
 
 }  // namespace optgen

@@ -84,6 +84,7 @@ std::shared_ptr<Node> blank(NodeKind kind, ValueType type, const std::vector<Exp
   for (const auto& a : args) {
     if (!a) throw InternalError("null operand");
     n->level = std::max(n->level, a->level);
+    n->height = std::max(n->height, a->height + 1);
   }
   n->args = args;
   return n;

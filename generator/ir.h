@@ -68,6 +68,7 @@ struct Node {
   NodeKind kind;
   ValueType type;
   Level level;  ///< the highest level of its leaves
+  int height = 1;  ///< 1 for a leaf, else one more than its highest operand
 
   double value = 0;           ///< Const
   VarKind var{};              ///< Var
@@ -95,6 +96,10 @@ struct Node {
   static Expr make_select(Expr condition, Expr if_true, Expr if_false);
   static Expr make_call(Builtin fn, std::vector<Expr> args);
 };
+
+/// How high a program's DAG may grow (each statement builds on the ones before it): the passes
+/// and emitters walk it recursively, so a higher one is a located error, not a stack overflow.
+constexpr int kMaxProgramHeight = 2000;
 
 /// A copy of `e` with new operands (same kind, operator and provenance).
 Expr with_args(const Expr& e, std::vector<Expr> args);

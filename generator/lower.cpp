@@ -3,6 +3,8 @@
 #include <map>
 #include <set>
 
+#include "names.h"
+
 namespace optgen {
 namespace {
 
@@ -71,8 +73,7 @@ class Lowering {
     block(spec_.per_step);
     for (const auto& s : spec_.scalar_states) {
       const Binding& b = env_.at(s.name);
-      if (b.value->kind == NodeKind::Var && b.value->var == VarKind::ScalarState)
-        throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
+      if (!assigned_.count(s.name)) throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
       program.scalar_state_updates.push_back({s.name, b.value, b.loc});
     }
 
@@ -89,13 +90,11 @@ class Lowering {
     block(spec_.update);
 
     const Binding& param = env_.at("param");
-    if (param.value->kind == NodeKind::Var)
-      throw SpecError(update_loc(), "'update' never assigns 'param'");
+    if (!assigned_.count("param")) throw SpecError(update_loc(), "'update' never assigns 'param'");
     program.element_outputs.push_back({"param", param.value, param.loc});
     for (const auto& s : spec_.states) {
       const Binding& b = env_.at(s.name);
-      if (b.value->kind == NodeKind::Var && b.value->var == VarKind::State)
-        throw SpecError(s.loc, "state '" + s.name + "' is never written by 'update'");
+      if (!assigned_.count(s.name)) throw SpecError(s.loc, "state '" + s.name + "' is never written by 'update'");
       program.element_outputs.push_back({s.name, b.value, b.loc});
       program.states.push_back(s.name);
     }
@@ -147,6 +146,10 @@ class Lowering {
 
   void statement(const Statement& s) {
     Expr value = expression(*s.value);
+    if (value->height > kMaxProgramHeight)
+      throw SpecError(s.target_loc, "'" + s.target + "' is computed by a chain of more than " + std::to_string(kMaxProgramHeight) +
+                                        " operations, counting the statements it builds on",
+                      "optimizers are a few dozen operations deep; optgen refuses deeper chains rather than overflow its stack");
     auto it = env_.find(s.target);
     NameKind kind = NameKind::Local;
     if (it != env_.end()) {
@@ -157,7 +160,10 @@ class Lowering {
                                         (s.target == "numel" ? "tensor" : "element") + " value",
                       "per_step computes values once per param group; give this value a new name");
     } else if (is_reserved_name(s.target)) {
-      throw SpecError(s.target_loc, "cannot assign to '" + s.target + "': it is a built-in function");
+      throw SpecError(s.target_loc, "cannot assign to '" + s.target + "': it is " +
+                                        (builtin_arity(s.target) >= 0 ? "a built-in function" : "a reserved name of the spec language"));
+    } else if (std::string why = name_problem(s.target, NameUse::Value); !why.empty()) {
+      throw SpecError(s.target_loc, "'" + s.target + "' cannot be used as a name", why);
     }
     bool numeric_target = kind == NameKind::Param || kind == NameKind::State || kind == NameKind::ScalarState;
     if (numeric_target && value->type == ValueType::Bool)
@@ -169,6 +175,9 @@ class Lowering {
       value = with_provenance(value, s.target + "_next", s.target_loc);
     env_[s.target] = {kind, value, s.target_loc};
     scoped_out_.erase(s.target);
+    // Whether an output was assigned is recorded, not read off its value: `param = grad` assigns
+    // param a leaf, and swapping two states through a local leaves each the other's old value.
+    if (kind == NameKind::Param || kind == NameKind::State || kind == NameKind::ScalarState) assigned_.insert(s.target);
   }
 
   [[noreturn]] void cannot_assign(const Statement& s, NameKind kind, const std::string& why) {
@@ -307,6 +316,7 @@ class Lowering {
   std::map<std::string, Binding> env_;
   std::map<std::string, SourceLoc> targets_;     ///< every name assigned in the current section
   std::map<std::string, SourceLoc> scoped_out_;  ///< locals that ended with their 'when' block
+  std::set<std::string> assigned_;               ///< param, states and scalar states assigned so far
 };
 
 }  // namespace

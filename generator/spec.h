@@ -64,6 +64,9 @@ struct Block {
   std::vector<BlockItem> items;
 };
 
+/// Specialized flags a spec may have: each doubles the kernel variants.
+constexpr std::size_t kMaxFlags = 6;
+
 struct Spec {
   std::shared_ptr<const SourceFile> file;
   std::string optimizer;  ///< the class name, e.g. AdamW

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "names.h"
 #include "spec.h"
 
 namespace optgen {
@@ -65,6 +67,8 @@ class Loader {
     std::vector<std::pair<YAML::Node, YAML::Node>> result;
     std::map<std::string, YAML::Node> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
+      if (it->first.IsNull())
+        fail(it->first, "a key of " + what + " reads as YAML's null (null, Null, NULL or ~)", "choose another name");
       if (!it->first.IsScalar()) fail(it->first, "keys of " + what + " must be plain names");
       std::string key = it->first.Scalar();
       if (auto previous = seen.find(key); previous != seen.end())
@@ -124,6 +128,9 @@ class Loader {
     if (!value) fail(node, "bad default '" + s + "' for " + to_string(type) + " hyperparameter '" + name + "': expected a number");
     if (type == ValueType::Int && (*value != std::floor(*value) || s.find_first_of(".eE") != std::string::npos))
       fail(node, "bad default '" + s + "' for int hyperparameter '" + name + "': expected an integer");
+    if (type == ValueType::Int && std::fabs(*value) > 9007199254740992.0)
+      fail(node, "default " + s + " of int hyperparameter '" + name + "' is beyond 2^53",
+           "hyperparameters travel as doubles, which hold every integer up to 2^53 exactly");
     return *value;
   }
 
@@ -151,11 +158,13 @@ class Loader {
 };
 
 void check_new_name(const Loader& loader, const YAML::Node& key, std::map<std::string, SourceLoc>& names,
-                    const std::string& what) {
+                    const std::string& what, NameUse use) {
   std::string name = key.Scalar();
-  if (!is_identifier(name)) loader.fail(key, "'" + name + "' is not a valid name for " + what);
+  if (!is_identifier(name)) loader.fail(key, "'" + name + "' is not a valid name for " + what, name_problem(name, use));
   if (is_reserved_name(name))
     loader.fail(key, "'" + name + "' is a reserved name and cannot be used for " + what);
+  if (std::string why = name_problem(name, use); !why.empty())
+    loader.fail(key, "'" + name + "' cannot be used for " + what, why);
   if (auto previous = names.find(name); previous != names.end())
     loader.fail(key, "duplicate name '" + name + "'",
                 "first declared at line " + std::to_string(previous->second.line));
@@ -207,6 +216,23 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
   }
 }
 
+/// The launcher's members made from the spec's names (states and scalar states as accessors,
+/// set_<name> setters of hyperparameters and scalar states, the class itself) must not collide.
+void check_launcher_names(const Spec& spec) {
+  std::map<std::string, std::string> setters;  // set_<name> -> what it sets
+  for (const auto& h : spec.hyperparameters) setters["set_" + h.name] = "hyperparameter '" + h.name + "'";
+  for (const auto& s : spec.scalar_states) setters["set_" + s.name] = "scalar state '" + s.name + "'";
+  auto check = [&](const std::string& name, const SourceLoc& loc, const std::string& what) {
+    if (auto it = setters.find(name); it != setters.end())
+      throw SpecError(loc, what + " '" + name + "' would collide with the launcher's setter of " + it->second,
+                      "rename one of them");
+    if (name == spec.optimizer)
+      throw SpecError(loc, what + " '" + name + "' would collide with the launcher's class " + spec.optimizer, "rename one of them");
+  };
+  for (const auto& s : spec.states) check(s.name, s.loc, "state");
+  for (const auto& s : spec.scalar_states) check(s.name, s.loc, "scalar state");
+}
+
 std::string file_stem(const std::string& path) {
   size_t slash = path.find_last_of('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -242,9 +268,13 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   spec.optimizer = loader.scalar(root["optimizer"], "'optimizer'");
   if (!is_identifier(spec.optimizer))
     loader.fail(root["optimizer"], "optimizer name '" + spec.optimizer + "' must be an identifier (it names a C++ class)");
+  if (std::string why = name_problem(spec.optimizer, NameUse::Optimizer); !why.empty())
+    loader.fail(root["optimizer"], "optimizer name '" + spec.optimizer + "' cannot name the launcher's C++ class", why);
   spec.name = file_stem(file->path);
   if (!is_identifier(spec.name))
     throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name must be an identifier (it names generated files and namespaces)");
+  if (std::string why = name_problem(spec.name, NameUse::SpecFile); !why.empty())
+    throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name '" + spec.name + "' cannot name generated files and namespaces", why);
   spec.summary = loader.scalar(root["summary"], "'summary'");
   if (root["reference"]) spec.reference = loader.scalar(root["reference"], "'reference'");
   if (YAML::Node storage = root["storage"]) {
@@ -263,7 +293,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   std::map<std::string, SourceLoc> names;
   if (YAML::Node hyper = root["hyperparameters"]) {
     for (auto& [key, value] : loader.entries(hyper, "'hyperparameters'")) {
-      check_new_name(loader, key, names, "a hyperparameter");
+      check_new_name(loader, key, names, "a hyperparameter", NameUse::Hyperparameter);
       Hyperparameter h;
       h.name = key.Scalar();
       h.loc = loader.loc(key);
@@ -288,13 +318,18 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
         h.default_value = loader.parse_default(loader.field(value, key, "default", what), h.type, h.name);
       }
       if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
+      if (h.specialize && spec.flags().size() == kMaxFlags)
+        loader.fail(key, "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) + "; a spec may have " +
+                             std::to_string(kMaxFlags),
+                    "each flag doubles the kernel variants (" + std::to_string(1 << kMaxFlags) +
+                        " at most); make it a run-time bool (no 'specialize')");
       spec.hyperparameters.push_back(std::move(h));
     }
   }
 
   if (YAML::Node state = root["state"]) {
     for (auto& [key, value] : loader.entries(state, "'state'")) {
-      check_new_name(loader, key, names, "a state buffer");
+      check_new_name(loader, key, names, "a state buffer", NameUse::State);
       ElementState s;
       s.name = key.Scalar();
       s.loc = loader.loc(key);
@@ -310,7 +345,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 
   if (YAML::Node scalars = root["scalar_state"]) {
     for (auto& [key, value] : loader.entries(scalars, "'scalar_state'")) {
-      check_new_name(loader, key, names, "a scalar state");
+      check_new_name(loader, key, names, "a scalar state", NameUse::ScalarState);
       ScalarState s;
       s.name = key.Scalar();
       s.loc = loader.loc(key);
@@ -322,6 +357,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
+  check_launcher_names(spec);
   return spec;
 }
 
@@ -371,6 +407,10 @@ Spec load_spec_text(const std::string& path, const std::string& text) {
 }
 
 Spec load_spec(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "this is a directory, not a spec file",
+                    "pass the spec files in it, e.g. " + path + "/*.yaml");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "cannot open spec file");
   std::ostringstream text;

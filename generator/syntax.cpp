@@ -1,5 +1,6 @@
 #include "syntax.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
@@ -51,8 +52,14 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
         break;
       }
     }
-    if (!matched)
-      throw SpecError(loc.shifted(start), std::string("unexpected character '") + c + "' in expression");
+    if (!matched) {
+      // A character outside ASCII is quoted whole: all the bytes of its UTF-8 sequence.
+      size_t end = i + 1;
+      if (static_cast<unsigned char>(c) >= 0x80)
+        while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+      throw SpecError(loc.shifted(start), "unexpected character '" + text.substr(i, end - i) + "' in expression",
+                      static_cast<unsigned char>(c) >= 0x80 ? "names are ASCII letters, digits and '_'" : "");
+    }
   }
   tokens.push_back({Token::Kind::End, "", static_cast<int>(text.size())});
   return tokens;
@@ -95,13 +102,33 @@ class Parser {
     auto node = make(Syntax::Kind::Binary, op, op.text);
     node->operands.push_back(std::move(lhs));
     node->operands.push_back(std::move(rhs));
+    return measured(std::move(node), op);
+  }
+  /// `node` with its height set, refused when it is too high.
+  SyntaxPtr measured(SyntaxPtr node, const Token& at_token) {
+    for (const auto& operand : node->operands) node->height = std::max(node->height, operand->height + 1);
+    if (node->height > kMaxExpressionDepth)
+      throw SpecError(loc_of(at_token), "expression is more than " + std::to_string(kMaxExpressionDepth) + " operations deep",
+                      "split it into statements");
     return node;
   }
+  /// Counts the parser's own recursion (parentheses, prefix operators, arguments): a guard, held
+  /// while a nested construct is parsed.
+  struct Nesting {
+    Parser& parser;
+    explicit Nesting(Parser& p, const Token& at_token) : parser(p) {
+      if (++parser.nesting_ > kMaxExpressionDepth)
+        throw SpecError(parser.loc_of(at_token), "expression nests more than " + std::to_string(kMaxExpressionDepth) + " levels deep",
+                        "split it into statements");
+    }
+    ~Nesting() { --parser.nesting_; }
+  };
 
   SyntaxPtr ternary() {
     SyntaxPtr condition = logical_or();
     if (!at("?")) return condition;
     Token q = take();
+    Nesting nesting(*this, q);
     SyntaxPtr if_true = expression();
     expect(":", "after the true branch of '?'");
     SyntaxPtr if_false = ternary();
@@ -109,7 +136,7 @@ class Parser {
     node->operands.push_back(std::move(condition));
     node->operands.push_back(std::move(if_true));
     node->operands.push_back(std::move(if_false));
-    return node;
+    return measured(std::move(node), q);
   }
   SyntaxPtr logical_or() {
     SyntaxPtr lhs = logical_and();
@@ -159,12 +186,14 @@ class Parser {
   SyntaxPtr unary() {
     if (at("-") || at("!")) {
       Token op = take();
+      Nesting nesting(*this, op);
       auto node = make(Syntax::Kind::Unary, op, op.text);
       node->operands.push_back(unary());
-      return node;
+      return measured(std::move(node), op);
     }
     if (at("+")) {
-      take();
+      Token plus = take();
+      Nesting nesting(*this, plus);
       return unary();
     }
     return power();
@@ -173,6 +202,7 @@ class Parser {
     SyntaxPtr base = primary();
     if (!at("**")) return base;
     Token op = take();
+    Nesting nesting(*this, op);
     return binary(op, std::move(base), unary());  // right-associative; -x**2 is -(x**2)
   }
   SyntaxPtr primary() {
@@ -191,6 +221,7 @@ class Parser {
       Token name = take();
       if (!at("(")) return make(Syntax::Kind::Name, name, name.text);
       take();
+      Nesting nesting(*this, name);
       auto call = make(Syntax::Kind::Call, name, name.text);
       if (!at(")")) {
         call->operands.push_back(expression());
@@ -200,10 +231,11 @@ class Parser {
         }
       }
       expect(")", "to close the argument list of '" + name.text + "'");
-      return call;
+      return measured(std::move(call), name);
     }
     if (at("(")) {
-      take();
+      Token open = take();
+      Nesting nesting(*this, open);
       SyntaxPtr inner = expression();
       expect(")", "to close '('");
       return inner;
@@ -216,6 +248,7 @@ class Parser {
   SourceLoc loc_;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 int precedence(const Syntax& s) {

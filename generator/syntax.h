@@ -21,7 +21,12 @@ struct Syntax {
   double number = 0;      ///< for Number
   bool is_integer = false;  ///< for Number: written without '.', 'e' or 'E'
   std::vector<SyntaxPtr> operands;
+  int height = 1;         ///< 1 for a leaf, else one more than its highest operand
 };
+
+/// How deep an expression may nest, in parentheses or in its tree (a chain `a + b + ...` is as
+/// deep as it is long): deeper input is a located error, not a stack overflow.
+constexpr int kMaxExpressionDepth = 256;
 
 /// `name = expression`, as written in `per_step:` and `update:`.
 struct Statement {

@@ -200,3 +200,30 @@ update:
   param <- param_next
 )ir");
 }
+
+TEST_CASE("lower: param may be assigned a leaf, and states may swap", "[passes]") {
+  CHECK_PASS("lower", R"ir(
+update:
+  - m = grad
+  - param = m
+)ir", R"ir(program test
+update:
+  param <- grad
+)ir");
+  CHECK_PASS("dce", R"ir(
+state:
+  a: {init: zeros}
+  b: {init: 1.0}
+update:
+  - swap = a
+  - a = b
+  - b = swap
+  - param = param - a * grad
+)ir", R"ir(program test
+update:
+  let param_next = param - b * grad
+  param <- param_next
+  a <- b
+  b <- a
+)ir");
+}

@@ -85,7 +85,7 @@ void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, c
     const auto& hp = info->hyperparameters[i];
     if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
       throw Error(call(method), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
-    if (!std::isfinite(h[i])) throw Error(call(method), std::string(hp.name) + " is not finite (" + std::to_string(h[i]) + ")");
+    if (std::isnan(h[i])) throw Error(call(method), std::string(hp.name) + " is NaN", "pass a number (infinities are allowed)");
   }
 }
 
@@ -485,7 +485,7 @@ int settable_index(const FusedOptimizer::Impl& m, const std::string& name, doubl
   const auto& hp = m.info->hyperparameters[i];
   if (hp.derived) throw Error(m.call("set"), name + " is derived from other hyperparameters", "set those instead");
   if (hp.type == reference::ValueType::Bool && value != 0 && value != 1) throw Error(m.call("set"), name + " is a bool; got " + std::to_string(value));
-  if (!std::isfinite(value)) throw Error(m.call("set"), name + " must be finite; got " + std::to_string(value));
+  if (std::isnan(value)) throw Error(m.call("set"), name + " cannot be NaN", "pass a number (infinities are allowed)");
   return i;
 }
 
@@ -556,7 +556,7 @@ void FusedOptimizer::set_scalar_state(const std::string& name, double value, std
   Impl& m = *impl_;
   const int s = m.scalar_state_index(name, "set_scalar_state");
   m.group_at(group, "set_scalar_state");
-  if (!std::isfinite(value)) throw Error(m.call("set_scalar_state"), name + " must be finite; got " + std::to_string(value));
+  if (std::isnan(value)) throw Error(m.call("set_scalar_state"), name + " cannot be NaN");
   if (m.prepared) m.write_groups(group, 1, kernel_abi::kScalarState, s, value);
   else m.groups[group].scalar_state[s] = value;
 }

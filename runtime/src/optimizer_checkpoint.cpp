@@ -193,8 +193,8 @@ void FusedOptimizer::restore(const Checkpoint& c) {
     if (info.num_scalar_states > 0)
       l.progress.scalar_state = read.values<double>(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states});
     for (int s = 0; s < info.num_scalar_states; ++s)
-      if (!std::isfinite(l.progress.scalar_state[s]))
-        read.fail("param group " + std::to_string(g) + "'s scalar state " + info.scalar_states[s].name + " is not finite");
+      if (std::isnan(l.progress.scalar_state[s]))
+        read.fail("param group " + std::to_string(g) + "'s scalar state " + info.scalar_states[s].name + " is NaN");
     for (std::size_t t = 0; t < group.tensors.size(); ++t) {
       const VariantInfo& v = info.variants[group.variant];
       for (int j = 0; j < v.num_states; ++j)

@@ -1,0 +1,131 @@
+#include "names.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace optgen {
+namespace {
+
+/// C++20 keywords and alternative tokens.
+const std::vector<std::string>& keywords() {
+  static const std::vector<std::string> list = {
+      "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
+      "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
+      "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete", "do", "double",
+      "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto", "if",
+      "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq", "nullptr", "operator", "or",
+      "or_eq", "private", "protected", "public", "register", "reinterpret_cast", "requires", "return", "short", "signed",
+      "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local", "throw",
+      "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
+      "wchar_t", "while", "xor", "xor_eq"};
+  return list;
+}
+
+/// Macros of the headers generated code includes (<cmath>, <cstddef>, <cstdint>, <cuda.h>, ...),
+/// and the ones GCC predefines outside strict standard mode.
+const std::vector<std::string>& macros() {
+  static const std::vector<std::string> list = {
+      "NULL", "EOF", "INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "FP_NAN", "FP_INFINITE", "FP_ZERO",
+      "FP_SUBNORMAL", "FP_NORMAL", "FP_FAST_FMA", "FP_FAST_FMAF", "FP_ILOGB0", "FP_ILOGBNAN", "MATH_ERRNO",
+      "MATH_ERREXCEPT", "math_errhandling", "assert", "errno", "offsetof", "SIZE_MAX", "PTRDIFF_MIN", "PTRDIFF_MAX",
+      "INTPTR_MIN", "INTPTR_MAX", "UINTPTR_MAX", "INTMAX_MIN", "INTMAX_MAX", "UINTMAX_MAX", "WCHAR_MIN", "WCHAR_MAX",
+      "WINT_MIN", "WINT_MAX", "SIG_ATOMIC_MIN", "SIG_ATOMIC_MAX", "CHAR_BIT", "CHAR_MIN", "CHAR_MAX", "SCHAR_MIN",
+      "SCHAR_MAX", "UCHAR_MAX", "SHRT_MIN", "SHRT_MAX", "USHRT_MAX", "INT_MIN", "INT_MAX", "UINT_MAX", "LONG_MIN",
+      "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX", "MB_LEN_MAX", "stdin", "stdout", "stderr",
+      "linux", "unix", "i386", "CUDAAPI", "CUDA_CB", "CUDART_VERSION",
+  };
+  return list;
+}
+
+/// Prefixes the CUDA headers and optgen's own macros use.
+const std::vector<std::string>& reserved_prefixes() {
+  static const std::vector<std::string> list = {"CU_", "CUDA_", "NVRTC_", "OPTGEN_", "INT8_", "INT16_", "INT32_", "INT64_",
+                                                "UINT8_", "UINT16_", "UINT32_", "UINT64_", "INT_LEAST", "INT_FAST",
+                                                "UINT_LEAST", "UINT_FAST"};
+  return list;
+}
+
+/// Types the generated code declares itself and names after a spec's names are in scope (a
+/// variant's group code declares its result after the spec's locals).
+const std::vector<std::string>& generated_code_names() {
+  static const std::vector<std::string> list = {"GroupValues", "TensorValues"};
+  return list;
+}
+
+/// What namespace optgen holds (the runtime's headers): the launcher's class must be none of it.
+const std::vector<std::string>& runtime_names() {
+  static const std::vector<std::string> list = {
+      "Tensor", "StateBuffer", "AmpInputs", "VariantInfo", "KernelInfo", "OptimizerInfo", "FusedOptimizer", "DType",
+      "Error", "Module", "ModuleOrigin", "KernelImage", "KernelImages", "KernelCache", "CompiledImage", "Checkpoint",
+      "CheckpointTensor", "kernel_images", "kernel_abi", "reference", "driver", "nvrtc", "default_hyperparameters",
+      "check_checkpoint_spec", "create_for_c", "to_string", "size_of", "float_to_bf16", "bf16_to_float", "float_to_f16",
+      "f16_to_float", "load_module", "read_safetensors", "write_safetensors", "dtype_size", "builtin_launchers"};
+  return list;
+}
+
+/// What namespace optgen::reference holds: a spec file's stem names a namespace beside them.
+const std::vector<std::string>& reference_names() {
+  static const std::vector<std::string> list = {"rsqrt", "sign", "lerp", "min", "max", "clamp", "ValueType",
+                                                "HyperparameterInfo", "InitInfo", "StateInfo", "Tensor", "VariantInfo",
+                                                "Optimizer", "builtin_optimizers"};
+  return list;
+}
+
+bool contains(const std::vector<std::string>& list, const std::string& name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+bool is_ascii_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x80 && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  });
+}
+
+}  // namespace
+
+const std::vector<std::string>& launcher_member_names() {
+  static const std::vector<std::string> list = {
+      "Options", "add_param_group", "prepare", "step", "options", "step_count", "set_step_count", "save", "load",
+      "engine", "engine_", "info", "DType", "Tensor", "AmpInputs", "FusedOptimizer", "OptimizerInfo", "StateBuffer",
+      "CUstream", "size_t", "int64_t"};
+  return list;
+}
+
+std::string name_problem(const std::string& name, NameUse use) {
+  if (!is_ascii_identifier(name))
+    return "'" + name + "' is not a name: names are ASCII letters, digits and '_', and do not start with a digit";
+  if (name[0] == '_' || name.find("__") != std::string::npos)
+    return "names that start with '_' or hold '__' are reserved by C++";
+  if (name.back() == '_') return "names that end in '_' are kept for the names optgen's generated code declares";
+  if (contains(keywords(), name)) return "'" + name + "' is a C++ keyword";
+  if (contains(macros(), name)) return "'" + name + "' is a macro of the C, C++ or CUDA headers the generated code includes";
+  for (const auto& prefix : reserved_prefixes())
+    if (name.compare(0, prefix.size(), prefix) == 0)
+      return "names that start with '" + prefix + "' belong to the CUDA headers or to optgen's macros";
+  if (contains(generated_code_names(), name)) return "'" + name + "' names part of the generated code";
+  switch (use) {
+    case NameUse::Hyperparameter:
+      if (contains(launcher_member_names(), "set_" + name))
+        return "its setter set_" + name + " would collide with the launcher's own set_" + name;
+      if (name == "Options") return "'Options' is the struct the hyperparameters are fields of";
+      break;
+    case NameUse::State:
+    case NameUse::ScalarState:
+      if (contains(launcher_member_names(), name)) return "the launcher class already has a member or type '" + name + "'";
+      if (use == NameUse::ScalarState && contains(launcher_member_names(), "set_" + name))
+        return "its setter set_" + name + " would collide with the launcher's own set_" + name;
+      break;
+    case NameUse::Optimizer:
+      if (contains(runtime_names(), name) || contains(launcher_member_names(), name))
+        return "namespace optgen already has '" + name + "' (optgen's runtime)";
+      break;
+    case NameUse::SpecFile:
+      if (contains(reference_names(), name)) return "namespace optgen::reference already has '" + name + "'";
+      break;
+    case NameUse::Value: break;
+  }
+  return "";
+}
+
+}  // namespace optgen
