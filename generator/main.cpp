@@ -1,5 +1,10 @@
-/// The optgen command: check, emit and dump optimizer specs. See `optgen --help`.
+/// The optgen command: check, emit, compile and dump optimizer specs. See `optgen --help`.
+/// Arguments are parsed by CLI11; each command has only the options that apply to it.
 
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,10 +19,10 @@
 #include "emit_launcher.h"
 #include "emit_reference.h"
 #include "ir_printer.h"
-#include "pipeline.h"
 #include "optgen/error.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/nvrtc.h"
+#include "pipeline.h"
 #include "spec.h"
 
 namespace {
@@ -27,49 +32,11 @@ constexpr int kExitSpecError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInternal = 3;
 
-const char* const kHelp = R"(usage: optgen <command> [options] SPEC...
-
-Generates fused optimizer kernels, launchers and CPU references from YAML optimizer specs.
-
-commands:
-  check SPEC...                 validate specs: load, lower and compile every variant
-  emit SPEC... --out DIR        write the generated sources for each spec into DIR:
-                                <name>_kernels.cu (CUDA kernels), <name>.h and <name>.cpp
-                                (the launcher) and <name>_reference.h (the CPU reference);
-                                files whose content is unchanged are not rewritten
-  compile SPEC... --out DIR [--arch 80,86,89,90]
-                                compile each spec's kernels with NVRTC for each architecture
-                                (plus PTX for the newest) into DIR/<name>_images.cpp
-  dump SPEC [--after PASS] [--variant NAME]
-                                print the IR after each pass, or only after PASS
-                                (passes: lower specialize constant_fold cse assign_levels dce
-                                verify_states plan_stages);
-                                --variant limits the output to one variant, e.g. adam_amsgrad
-
-options of emit and compile:
-  --storage LIST                storage types to generate kernels for, e.g. f32,bf16,bf16:bf16
-                                (PARAM[:STATE]; default: the spec's 'storage:', else f32,bf16)
-  --block-size N                threads per block (default 256)
-  --elements-per-thread N       elements in flight per thread and loop iteration (default 8)
-  --min-blocks-per-sm N         blocks each SM must fit: caps registers (default 3; 0: ptxas chooses)
-  --chunk-size N                default elements per block, a multiple of 64 (default 2048)
-  --variants LIST               generate kernels for these variants only, e.g. adam (default: all)
-
-options:
-  -h, --help                    show this help
-  --version                     print optgen's version
-
-exit status:
-  0  success
-  1  a spec has errors (each printed as file:line:col: error: ...)
-  2  bad command line
-  3  internal error in optgen, or a file could not be written
-)";
-
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// What the command line asked for.
 struct Arguments {
   std::string command;
   std::vector<std::string> specs;
@@ -78,93 +45,85 @@ struct Arguments {
   std::string variant;
   std::vector<int> archs = {80, 86, 89, 90};
   std::set<std::string> kernel_variants;  ///< --variants; empty: all
-  std::vector<optgen::Storage> storage;  ///< --storage; empty: the spec's, else the default
+  std::vector<optgen::Storage> storage;   ///< --storage; empty: the spec's, else the default
   optgen::KernelTuning tuning;
+  bool quiet = false;
 };
 
-/// "a,b,c" -> {"a", "b", "c"} (an empty item stays, for the caller to reject).
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> items;
-  for (size_t start = 0; start <= list.size();) {
-    size_t comma = std::min(list.find(',', start), list.size());
-    items.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
+/// Options shared by emit and compile: what to generate kernels for, and their tuning.
+void add_generation_options(CLI::App& command, Arguments& args, std::vector<std::string>& storage,
+                            std::vector<std::string>& variants) {
+  command.add_option("--out", args.out_dir, "the directory to write into")->required();
+  command.add_option("--storage", storage,
+                     "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16 (PARAM[:STATE]; default: the spec's "
+                     "'storage:', else f32,bf16)")
+      ->delimiter(',');
+  command.add_option("--variants", variants, "generate kernels for these variants only, e.g. adam (default: all)")->delimiter(',');
+  command.add_option("--block-size", args.tuning.block_size, "threads per block (a power of two, 32 to 1024; default 256)")
+      ->check(CLI::Range(32, 1024));
+  command.add_option("--elements-per-thread", args.tuning.elements_per_thread,
+                     "elements in flight per thread and loop iteration (a power of two up to 64; default 8)")
+      ->check(CLI::Range(1, 64));
+  command.add_option("--min-blocks-per-sm", args.tuning.min_blocks_per_sm,
+                     "blocks each SM must fit, which caps registers (0: ptxas chooses; default 3)")
+      ->check(CLI::Range(0, 32));
+  command.add_option("--chunk-size", args.tuning.chunk_size, "default elements per block, a multiple of 64 (default 2048)")
+      ->check(CLI::Range(64LL, 1LL << 30));
+  command.add_flag("-q,--quiet", args.quiet, "no progress lines");
 }
 
-long long integer(const std::string& text, const char* option) {
-  try {
-    size_t used = 0;
-    long long v = std::stoll(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw UsageError(std::string(option) + " needs an integer, not '" + text + "'");
-}
-
-Arguments parse_arguments(int argc, char** argv) {
+/// Parses the command line; throws UsageError for what CLI11 accepts but optgen does not.
+Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
   Arguments args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* option) {
-      if (i + 1 >= argc) throw UsageError(std::string(option) + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "-h" || a == "--help") {
-      args.command = "help";
-      return args;
-    }
-    if (a == "--version") {
-      args.command = "version";
-      return args;
-    }
-    if (a == "--out") args.out_dir = value("--out");
-    else if (a == "--after") args.after = value("--after");
-    else if (a == "--variant") args.variant = value("--variant");
-    else if (a == "--storage") {
-      for (const auto& item : split_list(value("--storage"))) {
-        std::string error;
-        auto storage = optgen::parse_storage(item, &error);
-        if (!storage) throw UsageError("--storage: " + error);
-        args.storage.push_back(*storage);
-      }
-    }
-    else if (a == "--arch") {
-      args.archs.clear();
-      for (const auto& item : split_list(value("--arch"))) {
-        long long arch = integer(item, "--arch");
-        if (arch < 50 || arch > 200) throw UsageError("--arch: " + std::to_string(arch) + " is not a GPU architecture such as 80 or 90");
-        args.archs.push_back(static_cast<int>(arch));
-      }
-      std::sort(args.archs.begin(), args.archs.end());
-    }
-    else if (a == "--variants") {
-      for (const auto& item : split_list(value("--variants"))) args.kernel_variants.insert(item);
-    }
-    else if (a == "--block-size") args.tuning.block_size = integer(value("--block-size"), "--block-size");
-    else if (a == "--elements-per-thread")
-      args.tuning.elements_per_thread = integer(value("--elements-per-thread"), "--elements-per-thread");
-    else if (a == "--min-blocks-per-sm")
-      args.tuning.min_blocks_per_sm = static_cast<int>(integer(value("--min-blocks-per-sm"), "--min-blocks-per-sm"));
-    else if (a == "--chunk-size") args.tuning.chunk_size = integer(value("--chunk-size"), "--chunk-size");
-    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "'");
-    else if (args.command.empty()) args.command = a;
-    else args.specs.push_back(a);
+  std::vector<std::string> storage, variants;
+  app.require_subcommand(1, 1);
+  app.set_version_flag("--version", optgen::generator_banner() + " (kernel ABI " + std::to_string(optgen::kernel_abi::kVersion) + ")");
+  app.footer(
+      "Passes, in order: lower specialize constant_fold cse assign_levels dce verify_states plan_stages.\n"
+      "Exit status: 0 success; 1 a spec has errors (each printed as file:line:col: error: ...); 2 bad command line;\n"
+      "3 internal error in optgen, or a file that could not be written.");
+
+  CLI::App* check = app.add_subcommand("check", "validate specs: load, lower and compile every variant");
+  check->add_option("specs", args.specs, "spec files")->required();
+
+  CLI::App* emit = app.add_subcommand(
+      "emit", "write <name>_kernels.cu, <name>.h, <name>.cpp and <name>_reference.h for each spec into --out (a file whose "
+              "content is unchanged is not rewritten)");
+  emit->add_option("specs", args.specs, "spec files")->required();
+  add_generation_options(*emit, args, storage, variants);
+
+  CLI::App* compile = app.add_subcommand(
+      "compile", "compile each spec's kernels with NVRTC for each architecture (and PTX for the newest) into --out/<name>_images.cpp");
+  compile->add_option("specs", args.specs, "spec files")->required();
+  add_generation_options(*compile, args, storage, variants);
+  compile->add_option("--arch", args.archs, "GPU architectures, e.g. 80,86,89,90")->delimiter(',')->check(CLI::Range(50, 200));
+
+  CLI::App* dump = app.add_subcommand("dump", "print the IR after each pass, or only after --after");
+  dump->add_option("spec", args.specs, "one spec file")->required();
+  dump->add_option("--after", args.after, "the pass to print after")->check(CLI::IsMember(optgen::pass_names()));
+  dump->add_option("--variant", args.variant, "print one variant only, e.g. adam_amsgrad");
+
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string command = argv[1];
+    const auto commands = app.get_subcommands([&](const CLI::App* c) { return c->get_name() == command; });
+    if (commands.empty()) throw UsageError("unknown command '" + command + "' (commands: check, emit, compile, dump)");
   }
-  if (args.command.empty()) throw UsageError("no command given");
-  if (args.command != "check" && args.command != "emit" && args.command != "compile" && args.command != "dump")
-    throw UsageError("unknown command '" + args.command + "'");
-  if (args.specs.empty()) throw UsageError("no spec files given");
-  if ((args.command == "emit" || args.command == "compile") && args.out_dir.empty())
-    throw UsageError(args.command + " needs --out DIR");
+  app.parse(argc, argv);
+  args.command = app.get_subcommands().front()->get_name();
   if (args.command == "dump" && args.specs.size() != 1) throw UsageError("dump takes one spec");
-  if (std::string problem = args.tuning.check(); !problem.empty()) throw UsageError(problem);
-  if (!args.after.empty()) {
-    const auto& names = optgen::pass_names();
-    if (std::find(names.begin(), names.end(), args.after) == names.end())
-      throw UsageError("unknown pass '" + args.after + "'");
+
+  for (const auto& item : storage) {
+    std::string error;
+    auto parsed = optgen::parse_storage(item, &error);
+    if (!parsed) throw UsageError("--storage: " + error);
+    if (std::find(args.storage.begin(), args.storage.end(), *parsed) != args.storage.end())
+      throw UsageError("--storage: " + item + " is listed twice");
+    args.storage.push_back(*parsed);
   }
+  args.kernel_variants.insert(variants.begin(), variants.end());
+  std::sort(args.archs.begin(), args.archs.end());
+  args.archs.erase(std::unique(args.archs.begin(), args.archs.end()), args.archs.end());
+  if (std::string problem = args.tuning.check(); !problem.empty()) throw UsageError(problem);
   return args;
 }
 
@@ -188,15 +147,31 @@ void write_if_changed(const std::filesystem::path& path, const std::string& text
   std::filesystem::rename(temporary, path);
 }
 
+/// "1.18 s" or "3.2 ms": the time since `start`, for progress lines.
+std::string time_since(std::chrono::steady_clock::time_point start) {
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char text[32];
+  if (seconds >= 1) std::snprintf(text, sizeof text, "%.2f s", seconds);
+  else std::snprintf(text, sizeof text, "%.1f ms", seconds * 1e3);
+  return text;
+}
+
+std::string arch_list(const std::vector<int>& archs) {
+  std::string list;
+  for (int arch : archs) list += (list.empty() ? "sm_" : ", sm_") + std::to_string(arch);
+  return list + " and PTX for compute_" + std::to_string(archs.back());
+}
+
 /// Compiles a spec's kernels for each architecture, and to PTX for the newest, and writes
 /// <name>_images.cpp. ptxas's report is read: spills are reported as warnings.
-void compile(const optgen::Spec& spec, const std::string& source, const std::vector<int>& archs,
-             const std::filesystem::path& out) {
+void compile(const optgen::Spec& spec, const std::string& source, const Arguments& args, const std::filesystem::path& out) {
+  const auto start = std::chrono::steady_clock::now();
   const std::string name = spec.name + "_kernels.cu";
+  if (!args.quiet) std::cout << "optgen: compiling " << name << " with NVRTC for " << arch_list(args.archs) << std::endl;
   std::vector<optgen::CompiledImage> images;
-  for (size_t i = 0; i <= archs.size(); ++i) {
-    const bool ptx = i == archs.size();
-    const int arch = ptx ? archs.back() : archs[i];
+  for (size_t i = 0; i <= args.archs.size(); ++i) {
+    const bool ptx = i == args.archs.size();
+    const int arch = ptx ? args.archs.back() : args.archs[i];
     auto options = optgen::kernel_compile_options();
     if (!ptx) options.push_back("-Xptxas=-v");
     auto compiled = optgen::nvrtc::compile(source, name, options, arch, ptx);
@@ -205,13 +180,13 @@ void compile(const optgen::Spec& spec, const std::string& source, const std::vec
       if (report.spill_store_bytes > 0 || report.spill_load_bytes > 0)
         std::cerr << "optgen: warning: " << name << " for sm_" << arch << ": " << report.spill_store_bytes
                   << " bytes of spill stores and " << report.spill_load_bytes
-                  << " of spill loads (try a smaller --elements-per-thread)\n";
+                  << " of spill loads (try a smaller --elements-per-thread, or a smaller --min-blocks-per-sm)\n";
     }
     images.push_back({arch, ptx, std::move(compiled.image)});
   }
   write_if_changed(out / (spec.name + "_images.cpp"),
-                   optgen::emit_images(spec.name, optgen::spec_file_name(spec), source, images,
-                                       optgen::nvrtc::version()));
+                   optgen::emit_images(spec.name, optgen::spec_file_name(spec), source, images, optgen::nvrtc::version()));
+  if (!args.quiet) std::cout << "optgen: compiled " << name << " in " << time_since(start) << std::endl;
 }
 
 /// The variants named by --variants (all when none is), checked against the spec's.
@@ -230,37 +205,64 @@ std::vector<optgen::Program> kernel_variants(const std::vector<optgen::Program>&
   return chosen;
 }
 
+void dump(const optgen::Spec& spec, const Arguments& args) {
+  if (!args.variant.empty()) {
+    std::string known;
+    bool found = false;
+    for (const auto& flags : optgen::enumerate_variants(spec)) {
+      std::string name = spec.name;
+      for (const auto& [flag, value] : flags)
+        if (value) name += "_" + flag;
+      known += (known.empty() ? "" : ", ") + name;
+      found = found || name == args.variant;
+    }
+    if (!found) throw UsageError("--variant: " + spec.file->path + " has no variant '" + args.variant + "' (its variants: " + known + ")");
+  }
+  optgen::compile_spec(spec, [&](const std::string& pass, const optgen::Program& program) {
+    if (!args.after.empty() && pass != args.after) return;
+    if (!args.variant.empty() && pass != "lower" && program.variant != args.variant) return;
+    std::cout << "# after " << pass << "\n" << optgen::dump(program) << "\n";
+  });
+}
+
+void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants, const Arguments& args) {
+  const auto start = std::chrono::steady_clock::now();
+  std::filesystem::path out(args.out_dir);
+  std::filesystem::create_directories(out);
+  const auto storage = !args.storage.empty() ? args.storage : !spec.storage.empty() ? spec.storage : optgen::default_storage();
+  const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
+  const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
+  if (args.command == "compile") {
+    compile(spec, kernels, args, out);
+    return;
+  }
+  write_if_changed(out / (spec.name + "_reference.h"), optgen::emit_reference(spec, variants));
+  write_if_changed(out / (spec.name + "_kernels.cu"), kernels);
+  write_if_changed(out / (spec.name + ".h"), optgen::emit_launcher_header(spec, variants));
+  write_if_changed(out / (spec.name + ".cpp"),
+                   optgen::emit_launcher_source(spec, variants, storage, args.tuning, args.kernel_variants));
+  if (!args.quiet)
+    std::cout << "optgen: " << spec.file->path << " -> " << (out / spec.name).string() << "{_kernels.cu,.h,.cpp,_reference.h}: "
+              << variants.size() << " variant" << (variants.size() == 1 ? "" : "s") << ", kernels for " << with_kernels.size()
+              << " of them in " << storage.size() << " storage type" << (storage.size() == 1 ? "" : "s") << ", in " << time_since(start)
+              << std::endl;
+}
+
 int run(const Arguments& args) {
   int status = kExitOk;
   for (const auto& path : args.specs) {
     try {
       optgen::Spec spec = optgen::load_spec(path);
       if (args.command == "dump") {
-        optgen::compile_spec(spec, [&](const std::string& pass, const optgen::Program& program) {
-          if (!args.after.empty() && pass != args.after) return;
-          if (!args.variant.empty() && pass != "lower" && program.variant != args.variant) return;
-          std::cout << "# after " << pass << "\n" << optgen::dump(program) << "\n";
-        });
+        dump(spec, args);
         continue;
       }
       auto variants = optgen::compile_spec(spec);
-      if (args.command == "check") {
-        std::cout << path << ": ok (" << spec.optimizer << ", " << variants.size() << " variant"
-                  << (variants.size() == 1 ? "" : "s") << ")\n";
-      } else {
-        std::filesystem::path out(args.out_dir);
-        std::filesystem::create_directories(out);
-        auto storage = !args.storage.empty() ? args.storage : !spec.storage.empty() ? spec.storage : optgen::default_storage();
-        std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, path);
-        if (args.command == "compile") {
-          compile(spec, optgen::emit_cuda(spec, with_kernels, storage, args.tuning), args.archs, out);
-          continue;
-        }
-        write_if_changed(out / (spec.name + "_reference.h"), optgen::emit_reference(spec, variants));
-        write_if_changed(out / (spec.name + "_kernels.cu"), optgen::emit_cuda(spec, with_kernels, storage, args.tuning));
-        write_if_changed(out / (spec.name + ".h"), optgen::emit_launcher_header(spec, variants));
-        write_if_changed(out / (spec.name + ".cpp"), optgen::emit_launcher_source(spec, variants, storage, args.tuning, args.kernel_variants));
-      }
+      if (args.command == "check")
+        std::cout << path << ": ok (" << spec.optimizer << ", " << variants.size() << " variant" << (variants.size() == 1 ? "" : "s")
+                  << ")\n";
+      else
+        emit(spec, variants, args);
     } catch (const optgen::SpecError& e) {
       std::cerr << e.what();
       status = kExitSpecError;
@@ -272,17 +274,14 @@ int run(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app("Generates fused optimizer kernels, launchers and CPU references from YAML optimizer specs.", "optgen");
   try {
-    Arguments args = parse_arguments(argc, argv);
-    if (args.command == "help") {
-      std::cout << kHelp;
-      return kExitOk;
-    }
-    if (args.command == "version") {
-      std::cout << optgen::generator_banner() << " (kernel ABI " << optgen::kernel_abi::kVersion << ")\n";
-      return kExitOk;
-    }
+    Arguments args = parse_arguments(app, argc, argv);
     return run(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help and --version print, and succeed
+    std::cerr << "optgen: " << e.what() << "\n(run 'optgen --help' for usage)\n";
+    return kExitUsage;
   } catch (const UsageError& e) {
     std::cerr << "optgen: " << e.what() << "\n(run 'optgen --help' for usage)\n";
     return kExitUsage;

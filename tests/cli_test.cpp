@@ -1,0 +1,79 @@
+// The optgen command: each mistake on the command line is exit status 2 with a message saying what
+// is wrong, options apply only to the commands they belong to, and progress lines say what was
+// generated and compiled.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Run {
+  int status;
+  std::string output;  ///< stdout and stderr together
+};
+
+Run optgen(const std::string& arguments) {
+  const std::string command = std::string(OPTGEN_EXECUTABLE) + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+const std::string kSpec = std::string(OPTGEN_SOURCE_DIR) + "/specs/adam.yaml";
+const std::string kScratch = "/tmp/optgen_cli_test";
+
+}  // namespace
+
+TEST_CASE("command-line mistakes are exit status 2 and say what is wrong", "[cli]") {
+  struct Case {
+    std::string arguments, message;
+  };
+  const Case cases[] = {
+      {"emit " + kSpec + " --out " + kScratch + " --storage f32,f32", "--storage: f32 is listed twice"},
+      {"emit " + kSpec + " --out " + kScratch + " --storage f64", "--storage: unknown parameter storage 'f64'"},
+      {"emit " + kSpec + " --out " + kScratch + " --block-size 99999999999", "--block-size: Value 99999999999 not in range 32 to 1024"},
+      {"emit " + kSpec + " --out " + kScratch + " --block-size 100", "block size 100 must be a power of two from 32 to 1024"},
+      {"emit " + kSpec + " --out " + kScratch + " --variants adam_nesterov", "has no variant 'adam_nesterov' (its variants: adam, adam_amsgrad)"},
+      {"dump " + kSpec + " --variant nope", "--variant: " + kSpec + " has no variant 'nope' (its variants: adam, adam_amsgrad)"},
+      {"dump " + kSpec + " --after hoist", "--after: hoist not in {lower,specialize,constant_fold,cse,assign_levels,dce,verify_states,plan_stages}"},
+      {"check " + kSpec + " --out " + kScratch, "The following argument was not expected: --out"},
+      {"check " + kSpec + " --after lower", "The following argument was not expected: --after"},
+      {"dump " + kSpec + " --storage f32", "The following argument was not expected: --storage"},
+      {"emit " + kSpec + " --out " + kScratch + " --arch 90", "The following argument was not expected: --arch"},
+      {"dump " + kSpec + " " + kSpec, "dump takes one spec"},
+      {"emit " + kSpec, "--out is required"},
+      {"frobnicate " + kSpec, "unknown command 'frobnicate' (commands: check, emit, compile, dump)"},
+      {"", "A subcommand is required"},
+  };
+  for (const auto& c : cases) {
+    INFO("optgen " << c.arguments);
+    const Run run = optgen(c.arguments);
+    CHECK(run.status == 2);
+    CHECK_THAT(run.output, Catch::Contains(c.message));
+    CHECK_THAT(run.output, Catch::Contains("(run 'optgen --help' for usage)"));
+  }
+}
+
+TEST_CASE("a directory given as a spec is a spec error that says so", "[cli]") {
+  const Run run = optgen("check " + std::string(OPTGEN_SOURCE_DIR) + "/specs");
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output, Catch::Contains("specs: error: this is a directory, not a spec file"));
+}
+
+TEST_CASE("emit says what it wrote, and --quiet silences it", "[cli]") {
+  Run run = optgen("emit " + kSpec + " --out " + kScratch);
+  CHECK(run.status == 0);
+  CHECK_THAT(run.output, Catch::Contains("adam.yaml -> " + kScratch + "/adam{_kernels.cu,.h,.cpp,_reference.h}: 2 variants, kernels for 2 "
+                                         "of them in 5 storage types, in "));
+  run = optgen("emit " + kSpec + " --out " + kScratch + " --quiet");
+  CHECK(run.status == 0);
+  CHECK(run.output.empty());
+}
