@@ -302,6 +302,45 @@ TEST_CASE("a cache that cannot be written is not an error", "[runtime]") {
   CHECK(under_a_file.last_outcome() == KernelCache::Outcome::Miss);
 }
 
+TEST_CASE("a cache entry that is not a regular file is a miss, and a store skips it", "[runtime]") {
+  TemporaryDirectory temporary;
+  KernelCache cache(temporary.path());
+  const std::string key = KernelCache::key("s", {}, 90, "13.0");
+  const std::string entry = cache.path(key);
+  const std::vector<char> image = {'\x7f', 'E', 'L', 'F'};
+  auto entries = [&] { return std::distance(fs::directory_iterator(cache.directory()), fs::directory_iterator()); };
+
+  SECTION("a directory: left as it is, and the store cannot replace it") {
+    REQUIRE(fs::create_directories(entry + "/inside"));
+    CHECK_FALSE(cache.load(key).has_value());
+    CHECK(cache.last_outcome() == KernelCache::Outcome::Miss);
+    CHECK_FALSE(cache.store(key, image));
+    CHECK(fs::is_directory(entry + "/inside"));
+    CHECK(entries() == 1);  // no temporary file left behind
+    CHECK_FALSE(cache.load(key).has_value());
+  }
+  SECTION("a FIFO: load does not wait for a writer, and the store replaces it") {
+    REQUIRE(mkfifo(entry.c_str(), 0600) == 0);
+    CHECK_FALSE(cache.load(key).has_value());
+    CHECK(cache.last_outcome() == KernelCache::Outcome::Miss);
+    CHECK(cache.store(key, image));
+    CHECK(cache.load(key) == image);
+    CHECK(cache.last_outcome() == KernelCache::Outcome::Hit);
+  }
+  SECTION("a symbolic link to a directory: the store replaces the link, not the directory") {
+    const std::string elsewhere = temporary.path() + "/elsewhere";
+    REQUIRE(fs::create_directory(elsewhere));
+    KernelCache in_subdirectory(temporary.path() + "/cache");
+    REQUIRE(fs::create_directory(in_subdirectory.directory()));
+    fs::create_directory_symlink(elsewhere, in_subdirectory.path(key));
+    CHECK_FALSE(in_subdirectory.load(key).has_value());
+    CHECK(in_subdirectory.last_outcome() == KernelCache::Outcome::Miss);
+    CHECK(in_subdirectory.store(key, image));
+    CHECK(in_subdirectory.load(key) == image);
+    CHECK(fs::is_directory(elsewhere));
+  }
+}
+
 TEST_CASE("the cache directory comes from OPTGEN_CACHE_DIR, XDG_CACHE_HOME or HOME", "[runtime]") {
   TemporaryDirectory temporary;
   ScopedEnvironment chosen("OPTGEN_CACHE_DIR", "/chosen/cache");

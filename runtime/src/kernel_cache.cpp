@@ -1,9 +1,11 @@
 #include "optgen/kernel_cache.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -55,15 +57,39 @@ bool is_valid_entry(const std::vector<char>& bytes) {
   return std::memcmp(digest.data(), bytes.data() + kDigestOffset, digest.size()) == 0;
 }
 
-/// The whole file, or nullopt when it cannot be opened or read.
-std::optional<std::vector<char>> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return std::nullopt;
-  std::streamoff size = in.tellg();
-  if (size < 0) return std::nullopt;
-  std::vector<char> bytes(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) return std::nullopt;
+/// Closes a file descriptor on every path out of read_entry().
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+/// The whole entry file, or nullopt when there is none, it cannot be read, or the path names
+/// something other than a regular file (a directory, a FIFO, a device). The type is checked on the
+/// opened descriptor, so the check and the read see the same file; O_NONBLOCK keeps open() from
+/// waiting for a writer when the path is a FIFO.
+std::optional<std::vector<char>> read_entry(const std::string& path) {
+  FileDescriptor file(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (file.get() < 0) return std::nullopt;
+  struct stat info {};
+  if (fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) return std::nullopt;
+  std::vector<char> bytes(static_cast<std::size_t>(info.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = read(file.get(), bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // shorter than its size said: the checksum rejects what was read
+    done += static_cast<std::size_t>(got);
+  }
+  bytes.resize(done);
   return bytes;
 }
 
@@ -133,7 +159,7 @@ std::string KernelCache::path(const std::string& key) const { return (fs::path(d
 
 std::optional<std::vector<char>> KernelCache::load(const std::string& key) const {
   const std::string file = path(key);
-  std::optional<std::vector<char>> bytes = read_file(file);
+  std::optional<std::vector<char>> bytes = read_entry(file);
   if (!bytes) {
     last_ = Outcome::Miss;
     return std::nullopt;

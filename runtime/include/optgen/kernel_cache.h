@@ -23,10 +23,11 @@ class KernelCache {
                          const std::string& nvrtc_version);
 
   /// The entry for `key`, or nullopt when there is none or it is corrupt (a corrupt entry is
-  /// removed).
+  /// removed). Something other than a regular file at the entry's path (a directory, a FIFO) is a
+  /// miss, and is left where it is.
   std::optional<std::vector<char>> load(const std::string& key) const;
-  /// Writes the entry atomically. A cache that cannot be written is not an error (the kernel is
-  /// still usable); returns false then.
+  /// Writes the entry atomically. A cache that cannot be written, or whose entry path holds a
+  /// directory, is not an error (the kernel is still usable); returns false then.
   bool store(const std::string& key, const std::vector<char>& image) const;
 
   const std::string& directory() const { return directory_; }
