@@ -2,7 +2,7 @@
 
 # Debian packages optgen builds with. The CUDA toolkit (NVRTC, driver API headers) is not among
 # them: it comes from NVIDIA's installer, and CMake stops with a message if it is missing.
-OPTGEN_PACKAGES=(cmake g++ make libyaml-cpp-dev catch2 nlohmann-json3-dev libcli11-dev)
+OPTGEN_PACKAGES=(cmake g++ make libyaml-cpp-dev catch2 nlohmann-json3-dev libcli11-dev libxxhash-dev)
 
 install_dependencies() {
   local missing=()

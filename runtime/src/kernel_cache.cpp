@@ -18,7 +18,10 @@
 #include <system_error>
 #include <utility>
 
-#include "sha256.h"
+// xxHash, compiled into this file with every function static: the static runtime library needs
+// no libxxhash at link time, and neither do the programs that link it.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace optgen {
 
@@ -26,11 +29,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// An entry: the magic, the payload's size (8 bytes, little-endian), the payload's SHA-256, the payload.
-constexpr char kMagic[8] = {'O', 'P', 'T', 'G', 'E', 'N', 'K', '1'};
+/// An entry: the magic, the payload's size (8 bytes, little-endian), the payload's checksum (its
+/// XXH3 128-bit hash, canonical byte order), the payload. The magic's digit is the format's
+/// version (1 had a SHA-256 checksum).
+constexpr char kMagic[8] = {'O', 'P', 'T', 'G', 'E', 'N', 'K', '2'};
 constexpr std::size_t kSizeOffset = sizeof(kMagic);
 constexpr std::size_t kDigestOffset = kSizeOffset + 8;
-constexpr std::size_t kHeaderSize = kDigestOffset + 32;
+constexpr std::size_t kDigestSize = sizeof(XXH128_canonical_t);
+constexpr std::size_t kHeaderSize = kDigestOffset + kDigestSize;
 
 void put_u64(unsigned char* out, std::uint64_t value) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(value >> (8 * i));
@@ -42,19 +48,38 @@ std::uint64_t get_u64(const char* in) {
   return value;
 }
 
+/// The hash in its canonical (big-endian) bytes: the same on every machine.
+XXH128_canonical_t canonical(XXH128_hash_t hash) {
+  XXH128_canonical_t bytes;
+  XXH128_canonicalFromHash(&bytes, hash);
+  return bytes;
+}
+
+XXH128_canonical_t checksum(const char* data, std::size_t size) { return canonical(XXH3_128bits(data, size)); }
+
 /// Hashes `text` preceded by its length, so that no two different field lists hash the same bytes.
-void hash_field(detail::Sha256& hash, const std::string& text) {
+void hash_field(XXH3_state_t& hash, const std::string& text) {
   unsigned char length[8];
   put_u64(length, text.size());
-  hash.update(length, sizeof(length));
-  hash.update(text.data(), text.size());
+  XXH3_128bits_update(&hash, length, sizeof(length));
+  XXH3_128bits_update(&hash, text.data(), text.size());
+}
+
+std::string to_hex(const XXH128_canonical_t& hash) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned char byte : hash.digest) {
+    text += kDigits[byte >> 4];
+    text += kDigits[byte & 15];
+  }
+  return text;
 }
 
 bool is_valid_entry(const std::vector<char>& bytes) {
   if (bytes.size() < kHeaderSize || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return false;
   if (get_u64(bytes.data() + kSizeOffset) != bytes.size() - kHeaderSize) return false;
-  detail::Sha256Digest digest = detail::sha256(bytes.data() + kHeaderSize, bytes.size() - kHeaderSize);
-  return std::memcmp(digest.data(), bytes.data() + kDigestOffset, digest.size()) == 0;
+  const XXH128_canonical_t digest = checksum(bytes.data() + kHeaderSize, bytes.size() - kHeaderSize);
+  return std::memcmp(digest.digest, bytes.data() + kDigestOffset, kDigestSize) == 0;
 }
 
 /// Closes a file descriptor on every path out of read_entry().
@@ -145,14 +170,16 @@ KernelCache KernelCache::from_environment() {
 
 std::string KernelCache::key(const std::string& source, const std::vector<std::string>& options, int arch,
                              const std::string& nvrtc_version) {
-  detail::Sha256 hash;
-  hash_field(hash, "optgen kernel cache key 1");
+  XXH3_state_t hash;
+  XXH3_INITSTATE(&hash);
+  XXH3_128bits_reset(&hash);
+  hash_field(hash, "optgen kernel cache key 2");
   hash_field(hash, source);
   hash_field(hash, std::to_string(options.size()));
   for (const std::string& option : options) hash_field(hash, option);
   hash_field(hash, std::to_string(arch));
   hash_field(hash, nvrtc_version);
-  return detail::to_hex(hash.finish());
+  return to_hex(canonical(XXH3_128bits_digest(&hash)));
 }
 
 std::string KernelCache::path(const std::string& key) const { return (fs::path(directory_) / key).string(); }
@@ -183,8 +210,8 @@ bool KernelCache::store(const std::string& key, const std::vector<char>& image) 
   unsigned char header[kHeaderSize];
   std::memcpy(header, kMagic, sizeof(kMagic));
   put_u64(header + kSizeOffset, image.size());
-  detail::Sha256Digest digest = detail::sha256(image.data(), image.size());
-  std::memcpy(header + kDigestOffset, digest.data(), digest.size());
+  const XXH128_canonical_t digest = checksum(image.data(), image.size());
+  std::memcpy(header + kDigestOffset, digest.digest, kDigestSize);
 
   const std::string file = path(key);
   const std::string temporary = file + ".tmp." + unique_suffix();

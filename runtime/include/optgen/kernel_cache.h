@@ -18,7 +18,9 @@ class KernelCache {
   /// $OPTGEN_CACHE_DIR, else $XDG_CACHE_HOME/optgen, else $HOME/.cache/optgen.
   static KernelCache from_environment();
 
-  /// The key for one compilation (a hex digest; the file name of its entry).
+  /// The key for one compilation (the XXH3 128-bit hash of the fields, as 32 hex digits; the file
+  /// name of its entry). The same inputs give the same key on every machine and in every release
+  /// that keeps the entry format.
   static std::string key(const std::string& source, const std::vector<std::string>& options, int arch,
                          const std::string& nvrtc_version);
 
