@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -382,6 +383,53 @@ TEST_CASE("the cache directory comes from OPTGEN_CACHE_DIR, XDG_CACHE_HOME or HO
   CHECK(fresh != shared);
   CHECK_THAT(fresh, StartsWith(temporary.path() + "/optgen-cache-"));
   CHECK(fs::is_directory(fresh));
+}
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// The entry points driver.h's Api holds: the names of its `CUresult (*name)(...)` members.
+std::vector<std::string> driver_api_members() {
+  const std::string header = read_text(fs::path(OPTGEN_SOURCE_DIR) / "runtime/include/optgen/driver.h");
+  std::vector<std::string> names;
+  for (std::size_t at = header.find("(*cu"); at != std::string::npos; at = header.find("(*cu", at + 1)) {
+    names.push_back(header.substr(at + 2, header.find(')', at) - at - 2));
+  }
+  return names;
+}
+
+/// Every source that may call the driver, less the lines of driver.cpp that load the entry points.
+std::string driver_callers() {
+  std::string text;
+  for (const char* directory : {"runtime", "tests", "bench", "examples", "generator", "templates"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(fs::path(OPTGEN_SOURCE_DIR) / directory)) {
+      const std::string extension = entry.path().extension().string();
+      if (extension != ".cpp" && extension != ".h" && extension != ".cu" && extension != ".in") continue;
+      std::istringstream lines(read_text(entry.path()));
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("load_symbol(") == std::string::npos) text += line + "\n";
+      }
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("the driver API loads only entry points that something calls", "[runtime]") {
+  // Each entry point is one more symbol an old driver may lack, failing every program at load.
+  const std::vector<std::string> members = driver_api_members();
+  REQUIRE(members.size() >= 30);
+  CHECK(std::find(members.begin(), members.end(), "cuLaunchKernel") != members.end());
+  const std::string callers = driver_callers();
+  for (const std::string& name : members) {
+    INFO(name << " is loaded by driver.cpp but called nowhere: remove it from Api in driver.h and its load_symbol line");
+    CHECK((callers.find("." + name + "(") != std::string::npos || callers.find("->" + name + "(") != std::string::npos));
+  }
 }
 
 TEST_CASE("driver::check names the call, the driver's error and a fix", "[runtime]") {

@@ -165,13 +165,11 @@ Api load_api() {
   // The library stays open for the life of the process: its functions are used until exit.
   Api api{};
   load_symbol(library, api.cuInit, "cuInit");
-  load_symbol(library, api.cuDriverGetVersion, "cuDriverGetVersion");
   load_symbol(library, api.cuGetErrorName, "cuGetErrorName");
   load_symbol(library, api.cuGetErrorString, "cuGetErrorString");
   load_symbol(library, api.cuDeviceGetCount, "cuDeviceGetCount");
   load_symbol(library, api.cuDeviceGet, "cuDeviceGet");
   load_symbol(library, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
-  load_symbol(library, api.cuDeviceGetName, "cuDeviceGetName");
   load_symbol(library, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
   load_symbol(library, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
   load_symbol(library, api.cuCtxGetCurrent, "cuCtxGetCurrent");
@@ -181,14 +179,11 @@ Api load_api() {
   load_symbol(library, api.cuModuleLoadData, "cuModuleLoadData");
   load_symbol(library, api.cuModuleUnload, "cuModuleUnload");
   load_symbol(library, api.cuModuleGetFunction, "cuModuleGetFunction");
-  load_symbol(library, api.cuFuncGetAttribute, "cuFuncGetAttribute");
   load_symbol(library, api.cuLaunchKernel, "cuLaunchKernel");
   load_symbol(library, api.cuMemAlloc, "cuMemAlloc_v2");
   load_symbol(library, api.cuMemFree, "cuMemFree_v2");
   load_symbol(library, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   load_symbol(library, api.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
-  load_symbol(library, api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
-  load_symbol(library, api.cuMemsetD8, "cuMemsetD8_v2");
   load_symbol(library, api.cuMemsetD16, "cuMemsetD16_v2");
   load_symbol(library, api.cuMemsetD32, "cuMemsetD32_v2");
   load_symbol(library, api.cuPointerGetAttribute, "cuPointerGetAttribute");

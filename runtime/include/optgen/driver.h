@@ -12,13 +12,11 @@ namespace optgen::driver {
 /// The loaded entry points (named without the _v2 suffixes cuda.h's macros add).
 struct Api {
   CUresult (*cuInit)(unsigned int);
-  CUresult (*cuDriverGetVersion)(int*);
   CUresult (*cuGetErrorName)(CUresult, const char**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuDeviceGetCount)(int*);
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
-  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
   CUresult (*cuCtxGetCurrent)(CUcontext*);
@@ -28,15 +26,12 @@ struct Api {
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
-  CUresult (*cuFuncGetAttribute)(int*, CUfunction_attribute, CUfunction);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
-  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
-  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
   CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
   CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
