@@ -1,12 +1,24 @@
-# Shared by build.sh and test.sh: dependency installation and the CMake build.
+# Shared by build.sh, test.sh and scripts/fuzz.sh: dependency installation and the CMake build.
 
 # Debian packages optgen builds with. The CUDA toolkit (NVRTC, driver API headers) is not among
 # them: it comes from NVIDIA's installer, and CMake stops with a message if it is missing.
 OPTGEN_PACKAGES=(cmake g++ make libyaml-cpp-dev catch2 nlohmann-json3-dev libcli11-dev libxxhash-dev)
 
+# What scripts/fuzz.sh needs besides: clang with libFuzzer and the sanitizers' runtimes.
+OPTGEN_FUZZ_PACKAGES=(clang libclang-rt-dev)
+
 install_dependencies() {
+  install_packages "${OPTGEN_PACKAGES[@]}"
+}
+
+install_fuzz_dependencies() {
+  install_packages "${OPTGEN_PACKAGES[@]}" "${OPTGEN_FUZZ_PACKAGES[@]}"
+}
+
+# Installs those of the named Debian packages that are missing, through apt-get.
+install_packages() {
   local missing=()
-  for package in "${OPTGEN_PACKAGES[@]}"; do
+  for package in "$@"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
