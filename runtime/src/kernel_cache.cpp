@@ -182,6 +182,12 @@ std::string KernelCache::key(const std::string& source, const std::vector<std::s
   return to_hex(canonical(XXH3_128bits_digest(&hash)));
 }
 
+KernelCache& KernelCache::operator=(const KernelCache& other) {
+  directory_ = other.directory_;
+  last_.store(other.last_outcome(), std::memory_order_relaxed);
+  return *this;
+}
+
 std::string KernelCache::path(const std::string& key) const { return (fs::path(directory_) / key).string(); }
 
 std::optional<std::vector<char>> KernelCache::load(const std::string& key) const {

@@ -3,8 +3,10 @@
 /// the machine code depends on: the source, the NVRTC options, the architecture and the NVRTC
 /// version. Entries are written atomically (temporary file, then rename) and carry a header with
 /// their size and a checksum, so a truncated or corrupt entry is detected, reported as a miss, and
-/// overwritten by the next store.
+/// overwritten by the next store. Any number of processes and threads may use one directory at
+/// once: a load finds a whole entry as some store wrote it, or none.
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,13 +37,17 @@ class KernelCache {
   const std::string& directory() const { return directory_; }
   std::string path(const std::string& key) const;  ///< the entry's file
 
-  /// What the last load() found, for tests and logging.
+  /// What the last load() found, for tests and logging. Threads may share one cache (every member
+  /// is const); then it is what one of the latest loads found.
   enum class Outcome { None, Hit, Miss, Corrupt };
-  Outcome last_outcome() const { return last_; }
+  Outcome last_outcome() const { return last_.load(std::memory_order_relaxed); }
+
+  KernelCache(const KernelCache& other) : directory_(other.directory_), last_(other.last_outcome()) {}
+  KernelCache& operator=(const KernelCache& other);
 
  private:
   std::string directory_;
-  mutable Outcome last_ = Outcome::None;
+  mutable std::atomic<Outcome> last_{Outcome::None};  ///< written by const load(), so atomic
 };
 
 }  // namespace optgen
