@@ -44,8 +44,11 @@ void write_bytes(const std::string& path, const std::vector<unsigned char>& byte
 
 /// A header of `json` followed by `data`, as a safetensors file would hold them.
 std::vector<unsigned char> file_with_header(const std::string& json, std::size_t data_bytes) {
-  std::vector<unsigned char> bytes(8);
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(json.size()) >> (8 * i));
+  // Reserved and appended, not vector(8) then insert: GCC 12 at -O3 (Release) sees a memcpy past
+  // the 8 bytes in the insert's reallocation and fails -Werror=array-bounds.
+  std::vector<unsigned char> bytes;
+  bytes.reserve(8 + json.size() + data_bytes);
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<unsigned char>(static_cast<std::uint64_t>(json.size()) >> (8 * i)));
   bytes.insert(bytes.end(), json.begin(), json.end());
   bytes.resize(bytes.size() + data_bytes, 0x5a);
   return bytes;
