@@ -106,6 +106,64 @@ struct GroupWrite {
 
 enum { kGroupKernelBlock = 128 };
 
+// ---- The layout, field by field. The host writes these structs (as kernel arguments, and Chunk
+// into device memory) and the kernels read them, compiled by two compilers: g++ or clang for the
+// host, NVRTC for the device. Every offset, size and alignment is written down here, in the text
+// both compile, so a change that moves a field fails the build on both sides instead of making a
+// kernel read another field's bytes. A change here is an ABI change: bump kVersion. The element
+// types of the arrays the structs point to are checked too.
+//
+// offsetof without <cstddef>, which NVRTC has no path to: g++ and clang have __builtin_offsetof.
+// NVRTC does not (its EDG front end is not in GNU mode there) but has EDG's __INTADDR__, which
+// folds the address of a member of a null pointer to a constant.
+#ifdef __CUDACC_RTC__
+#define OPTGEN_ABI_OFFSETOF(type, field) __INTADDR__(&((type*)0)->field)
+#else
+#define OPTGEN_ABI_OFFSETOF(type, field) __builtin_offsetof(type, field)
+#endif
+static_assert(sizeof(int) == 4 && sizeof(unsigned int) == 4, "32-bit int expected");
+static_assert(sizeof(long long) == 8 && sizeof(double) == 8 && sizeof(void*) == 8, "a 64-bit target expected");
+
+static_assert(OPTGEN_ABI_OFFSETOF(Chunk, tensor) == 0, "Chunk::tensor moved");
+static_assert(OPTGEN_ABI_OFFSETOF(Chunk, index) == 4, "Chunk::index moved");
+static_assert(OPTGEN_ABI_OFFSETOF(Chunk, group) == 8, "Chunk::group moved");
+static_assert(OPTGEN_ABI_OFFSETOF(Chunk, count) == 12, "Chunk::count moved");
+static_assert(sizeof(Chunk) == 16 && alignof(Chunk) == 4, "Chunk changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, pointers) == 0, "TableView::pointers moved");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, numel) == 8, "TableView::numel moved");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunks) == 16, "TableView::chunks moved");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunk_size) == 24, "TableView::chunk_size moved");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_tensors) == 32, "TableView::num_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_chunks) == 36, "TableView::num_chunks moved");
+static_assert(sizeof(TableView) == 40 && alignof(TableView) == 8, "TableView changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, scalar_state) == 16, "GroupTable::scalar_state moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, values) == 24, "GroupTable::values moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, arrivals) == 32, "GroupTable::arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, blocks) == 40, "GroupTable::blocks moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, variant) == 48, "GroupTable::variant moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, num_groups) == 56, "GroupTable::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, num_hyperparameters) == 60, "GroupTable::num_hyperparameters moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, num_scalar_states) == 64, "GroupTable::num_scalar_states moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, values_stride) == 68, "GroupTable::values_stride moved");
+static_assert(sizeof(GroupTable) == 72 && alignof(GroupTable) == 8, "GroupTable changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(StepInputs, grad_scale) == 0, "StepInputs::grad_scale moved");
+static_assert(OPTGEN_ABI_OFFSETOF(StepInputs, found_inf) == 8, "StepInputs::found_inf moved");
+static_assert(sizeof(StepInputs) == 16 && alignof(StepInputs) == 8, "StepInputs changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, first_group) == 12, "GroupWrite::first_group moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, num_groups) == 16, "GroupWrite::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, field) == 20, "GroupWrite::field moved");
+static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, index) == 24, "GroupWrite::index moved");
+static_assert(sizeof(GroupWrite) == 32 && alignof(GroupWrite) == 8, "GroupWrite changed size or alignment");
+#undef OPTGEN_ABI_OFFSETOF
+
 }  // namespace kernel_abi
 }  // namespace optgen
 
