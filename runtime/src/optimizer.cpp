@@ -13,6 +13,11 @@ constexpr std::size_t kStateAlignment = 256;  // bytes; keeps every state buffer
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
+/// The value a state buffer or scalar state starts from, given the group's hyperparameters.
+double initial_value(const reference::InitInfo& init, const std::vector<double>& h) {
+  return init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value;
+}
+
 /// Host images of device arrays, packed into one allocation: each part starts 256-byte aligned.
 class PackedUpload {
  public:
@@ -97,9 +102,35 @@ const Group& FusedOptimizer::Impl::group_at(std::size_t group, const char* metho
 
 namespace {
 
+/// The dtype of a group's params and grads: its first tensor's (every tensor is checked to match).
+DType group_dtype(const std::vector<Tensor>& tensors) { return tensors.empty() ? DType::F32 : tensors[0].dtype; }
+
 /// Binding: checks of tensors and hyperparameters, kernel choice, state allocation.
 struct Binder {
   const FusedOptimizer::Impl& m;
+
+  /// A group of these hyperparameters (checked, derived flags filled in) for tensors of `dtype`:
+  /// its variant, its kernel and its initial scalar state; no tensors yet.
+  Group new_group(std::vector<double> h, DType dtype) const {
+    const OptimizerInfo& info = *m.info;
+    m.check_hyperparameters(h, "add_param_group");
+    info.derive_flags(h.data());
+    Group g;
+    g.variant = info.select_variant(h.data());
+    g.kernel = find_kernel(g.variant, dtype);
+    for (int s = 0; s < info.num_scalar_states; ++s)
+      g.scalar_state.push_back(initial_value(info.scalar_states[s].init, h));
+    g.h = std::move(h);
+    return g;
+  }
+
+  /// Every check of the group's tensors, those that need no driver first.
+  void check_tensors(const std::vector<Tensor>& tensors) const {
+    const DType dtype = group_dtype(tensors);
+    for (std::size_t i = 0; i < tensors.size(); ++i) check_tensor(tensors[i], i, dtype);
+    driver::current_device();  // a context to allocate in
+    for (std::size_t i = 0; i < tensors.size(); ++i) check_device_memory(tensors[i], i);
+  }
 
   int find_kernel(int variant, DType param) const {
     const OptimizerInfo& info = *m.info;
@@ -167,35 +198,46 @@ struct Binder {
 
   /// The group's states: the caller's buffers, or slices of one allocation initialised here.
   void bind_states(Group& g, const std::vector<Tensor>& tensors) const {
-    const OptimizerInfo& info = *m.info;
-    const VariantInfo& variant = info.variants[g.variant];
-    const std::size_t state_bytes = size_of(m.state_dtype);
+    const VariantInfo& variant = m.info->variants[g.variant];
     std::size_t total = 0;
     for (const Tensor& t : tensors)
-      if (!t.states) total += round_up(static_cast<std::size_t>(t.numel) * state_bytes, kStateAlignment) * variant.num_states;
+      if (!t.states) total += state_slice_bytes(t.numel) * variant.num_states;
     g.state_memory = DeviceBuffer(total);
-    std::size_t offset = 0;
+    std::size_t offset = 0;  // of the next slice of g.state_memory
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
-      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(info.num_states, nullptr)};
+      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(m.info->num_states, nullptr)};
       for (int j = 0; j < variant.num_states; ++j) {
         const int s = variant.states[j];
-        if (t.states) {
-          void* p = t.states[s];
-          if (t.numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % state_bytes != 0))
-            throw Error(m.call("add_param_group"), "tensor " + std::to_string(i) + ": the caller's '" + info.states[s].name +
-                                                       "' buffer is null or misaligned",
-                        "pass a device buffer of " + std::to_string(t.numel) + " " + to_string(m.state_dtype) + " elements");
-          b.states[s] = p;
-          continue;
-        }
-        b.states[s] = reinterpret_cast<void*>(g.state_memory.get() + offset);
-        offset += round_up(static_cast<std::size_t>(t.numel) * state_bytes, kStateAlignment);
-        const auto& init = info.states[s].init;
-        fill_state(b.states[s], t.numel, init.hyperparameter >= 0 ? g.h[init.hyperparameter] : init.value);
+        b.states[s] = t.states ? callers_state(t, i, s) : owned_state(g, t.numel, s, offset);
       }
       g.tensors.push_back(std::move(b));
     }
+  }
+
+  /// Bytes of one tensor's slice of a group's state allocation: rounded up, so every slice starts aligned.
+  std::size_t state_slice_bytes(std::int64_t numel) const {
+    return round_up(static_cast<std::size_t>(numel) * size_of(m.state_dtype), kStateAlignment);
+  }
+
+  /// State `s` of tensor `i` from the caller's buffers, checked.
+  void* callers_state(const Tensor& t, std::size_t i, int s) const {
+    void* p = t.states[s];
+    if (t.numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % size_of(m.state_dtype) != 0))
+      throw Error(m.call("add_param_group"),
+                  "tensor " + std::to_string(i) + ": the caller's '" + m.info->states[s].name +
+                      "' buffer is null or misaligned",
+                  "pass a device buffer of " + std::to_string(t.numel) + " " + to_string(m.state_dtype) + " elements");
+    return p;
+  }
+
+  /// State `s` of a tensor of `numel` elements: the slice of g's allocation at `offset` (advanced
+  /// past it), filled with the state's initial value.
+  void* owned_state(const Group& g, std::int64_t numel, int s, std::size_t& offset) const {
+    void* p = reinterpret_cast<void*>(g.state_memory.get() + offset);
+    offset += state_slice_bytes(numel);
+    fill_state(p, numel, initial_value(m.info->states[s].init, g.h));
+    return p;
   }
 };
 
@@ -236,23 +278,9 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
 
 std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, std::vector<double> h) {
   Impl& m = *impl_;
-  const OptimizerInfo& info = *m.info;
   const Binder binder{m};
-  m.check_hyperparameters(h, "add_param_group");
-  info.derive_flags(h.data());
-  Group g;
-  g.variant = info.select_variant(h.data());
-  const DType dtype = tensors.empty() ? DType::F32 : tensors[0].dtype;
-  g.kernel = binder.find_kernel(g.variant, dtype);
-  for (std::size_t i = 0; i < tensors.size(); ++i) binder.check_tensor(tensors[i], i, dtype);
-  driver::current_device();  // a context to allocate in
-  for (std::size_t i = 0; i < tensors.size(); ++i) binder.check_device_memory(tensors[i], i);
-
-  g.h = std::move(h);
-  for (int s = 0; s < info.num_scalar_states; ++s) {
-    const auto& init = info.scalar_states[s].init;
-    g.scalar_state.push_back(init.hyperparameter >= 0 ? g.h[init.hyperparameter] : init.value);
-  }
+  Group g = binder.new_group(std::move(h), group_dtype(tensors));
+  binder.check_tensors(tensors);
   binder.bind_states(g, tensors);
   m.unprepare();
   m.groups.push_back(std::move(g));
@@ -263,65 +291,118 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
 
 namespace {
 
-/// Builds one plan's tables: the tensors of its groups (a 0-element placeholder for a group that
-/// has no elements, so that its step still runs and counts), their chunks, and the blocks each
-/// group's Update stage launches.
-void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& blocks_per_group) {
-  const OptimizerInfo& info = *m.info;
-  const KernelInfo& kernel = info.kernels[plan.kernel];
-  const VariantInfo& variant = info.variants[kernel.variant];
-  const int operands = 2 + variant.num_states;
-  std::vector<const BoundTensor*> tensors;
-  std::vector<int> group_of;
-  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr)};
+/// One tensor of a plan's table and the group it belongs to.
+struct PlanTensor {
+  const BoundTensor* tensor;
+  int group;
+  bool placeholder;  ///< stands for a group without elements: gets a chunk of 0 elements
+};
+
+/// The tensors of a plan's groups in order, with a 0-element placeholder for a group that has no
+/// elements, so that its step still runs and counts.
+std::vector<PlanTensor> plan_tensors(const FusedOptimizer::Impl& m, const Plan& plan, const BoundTensor& placeholder) {
+  std::vector<PlanTensor> tensors;
   for (std::size_t g : plan.groups) {
     bool has_elements = false;
     for (const BoundTensor& t : m.groups[g].tensors) {
-      tensors.push_back(&t);
-      group_of.push_back(static_cast<int>(g));
+      tensors.push_back({&t, static_cast<int>(g), false});
       has_elements = has_elements || t.numel > 0;
     }
-    if (!has_elements) {
-      tensors.push_back(&placeholder);
-      group_of.push_back(static_cast<int>(g));
-    }
+    if (!has_elements) tensors.push_back({&placeholder, static_cast<int>(g), true});
   }
+  return tensors;
+}
+
+/// TableView::pointers: [operand * n + tensor], operands param, grad, then the variant's states.
+std::vector<void*> operand_pointers(const std::vector<PlanTensor>& tensors, const VariantInfo& variant) {
   const std::size_t n = tensors.size();
-  std::vector<void*> pointers(operands * n);
-  std::vector<long long> numel(n);
-  std::vector<kernel_abi::Chunk> chunks;
+  std::vector<void*> pointers((2 + variant.num_states) * n);
   for (std::size_t t = 0; t < n; ++t) {
-    pointers[0 * n + t] = tensors[t]->param;
-    pointers[1 * n + t] = const_cast<void*>(tensors[t]->grad);
-    for (int j = 0; j < variant.num_states; ++j) pointers[(2 + j) * n + t] = tensors[t]->states[variant.states[j]];
-    numel[t] = tensors[t]->numel;
-    if (numel[t] == 0 && tensors[t] != &placeholder) continue;  // an empty tensor of a group with elements: no work
-    const long long count = std::max<long long>(1, (numel[t] + m.chunk_size - 1) / m.chunk_size);
-    for (long long c = 0; c < count; ++c)
-      chunks.push_back({static_cast<int>(t), static_cast<int>(c), group_of[t], static_cast<int>(std::min(m.chunk_size, numel[t] - c * m.chunk_size))});
-    blocks_per_group[group_of[t]] += static_cast<unsigned>(count);
+    const BoundTensor& bound = *tensors[t].tensor;
+    pointers[0 * n + t] = bound.param;
+    pointers[1 * n + t] = const_cast<void*>(bound.grad);
+    for (int j = 0; j < variant.num_states; ++j) pointers[(2 + j) * n + t] = bound.states[variant.states[j]];
+  }
+  return pointers;
+}
+
+/// The chunk table, longest chunks first; adds each group's chunks to `blocks_per_group`.
+std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensors, long long chunk_size,
+                                           std::vector<unsigned>& blocks_per_group) {
+  std::vector<kernel_abi::Chunk> chunks;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const long long numel = tensors[t].tensor->numel;
+    const int group = tensors[t].group;
+    if (numel == 0 && !tensors[t].placeholder) continue;  // an empty tensor of a group with elements: no work
+    const long long count = std::max<long long>(1, (numel + chunk_size - 1) / chunk_size);
+    for (long long c = 0; c < count; ++c) {
+      const long long elements = std::min(chunk_size, numel - c * chunk_size);
+      chunks.push_back({static_cast<int>(t), static_cast<int>(c), group, static_cast<int>(elements)});
+    }
+    blocks_per_group[group] += static_cast<unsigned>(count);
   }
   // Longest first: the GPU starts blocks in order, so the short chunks (small tensors, the ends of
   // large ones) fill the last wave instead of leaving the end of the step to a few long ones.
   std::stable_sort(chunks.begin(), chunks.end(), [](const kernel_abi::Chunk& a, const kernel_abi::Chunk& b) { return a.count > b.count; });
+  return chunks;
+}
+
+/// Builds one plan's tables (its tensors, their operands and chunks; uploaded) and looks up its
+/// stage kernels; adds the blocks each group's Update stage launches to `blocks_per_group`.
+void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& blocks_per_group) {
+  const OptimizerInfo& info = *m.info;
+  const KernelInfo& kernel = info.kernels[plan.kernel];
+  const VariantInfo& variant = info.variants[kernel.variant];
+  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr)};
+  const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder);
+  std::vector<long long> numel;
+  for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
+  const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size, blocks_per_group);
+
   PackedUpload upload;
-  const std::size_t pointers_at = upload.add(pointers);
+  const std::size_t pointers_at = upload.add(operand_pointers(tensors, variant));
   const std::size_t numel_at = upload.add(numel);
   const std::size_t chunks_at = upload.add(chunks);
   plan.table_memory = upload.upload();
-  plan.table = {device_pointer<void* const>(plan.table_memory, pointers_at), device_pointer<const long long>(plan.table_memory, numel_at),
-                device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at), m.chunk_size, static_cast<int>(n),
+  plan.table = {device_pointer<void* const>(plan.table_memory, pointers_at),
+                device_pointer<const long long>(plan.table_memory, numel_at),
+                device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at),
+                m.chunk_size,
+                static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size())};
   plan.stages.clear();
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(m.module.function(kernel.stages[s]));
+}
+
+/// The groups in plans, one per kernel (a variant and a dtype), in the order of their first group.
+std::vector<Plan> plans_by_kernel(const std::vector<Group>& groups) {
+  std::vector<Plan> plans;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    auto it = std::find_if(plans.begin(), plans.end(), [&](const Plan& p) { return p.kernel == groups[g].kernel; });
+    if (it == plans.end()) {
+      plans.emplace_back();
+      plans.back().kernel = groups[g].kernel;
+      it = plans.end() - 1;
+    }
+    it->groups.push_back(g);
+  }
+  return plans;
+}
+
+/// Bytes per slot entry of the group table's values: the largest GroupValues of any variant,
+/// rounded up to 8 so that every entry is aligned for any field.
+int values_stride(const OptimizerInfo& info) {
+  int stride = 8;
+  for (int v = 0; v < info.num_variants; ++v)
+    stride = std::max(stride, static_cast<int>(round_up(info.variants[v].group_values_size, 8)));
+  return stride;
 }
 
 /// The group table: hyperparameters, slot 0 from the groups' host copies, no arrivals yet.
 DeviceGroups build_group_table(const FusedOptimizer::Impl& m, const std::vector<unsigned>& blocks) {
   const OptimizerInfo& info = *m.info;
   const std::size_t G = m.groups.size(), H = info.num_hyperparameters, S = info.num_scalar_states;
-  int stride = 8;
-  for (int v = 0; v < info.num_variants; ++v) stride = std::max(stride, static_cast<int>(round_up(info.variants[v].group_values_size, 8)));
+  const int stride = values_stride(info);
   std::vector<double> h(G * H), scalar_state(2 * G * S);
   std::vector<long long> steps(2 * G);
   std::vector<int> variant(G);
@@ -371,16 +452,7 @@ void FusedOptimizer::prepare(CUstream stream) {
     m.module = load_module(m.info->images(), driver::compute_capability(driver::current_device()));
     m.module_loaded = true;
   }
-  m.plans.clear();
-  for (std::size_t g = 0; g < m.groups.size(); ++g) {
-    auto it = std::find_if(m.plans.begin(), m.plans.end(), [&](const Plan& p) { return p.kernel == m.groups[g].kernel; });
-    if (it == m.plans.end()) {
-      m.plans.emplace_back();
-      m.plans.back().kernel = m.groups[g].kernel;
-      it = m.plans.end() - 1;
-    }
-    it->groups.push_back(g);
-  }
+  m.plans = plans_by_kernel(m.groups);
   std::vector<unsigned> blocks(m.groups.size(), 0);
   for (Plan& plan : m.plans) build_plan(m, plan, blocks);
   m.device_groups = build_group_table(m, blocks);
