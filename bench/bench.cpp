@@ -5,6 +5,9 @@
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers adam,adamw,sgd]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //
+// (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
+// error naming it, exit status 2, before anything runs.)
+//
 // Modes: `eager` launches steps from C++ one after another on one stream; `graph` captures one
 // step in a CUDA graph once and replays it; `amp` is the eager step with AMP's grad_scale and
 // found_inf given (device floats: a scale of 1024, no overflow). Time is measured with CUDA events
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -19,10 +23,10 @@
 #include <memory>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "adam.h"
@@ -204,14 +208,6 @@ class AmpInputs {
   CUdeviceptr memory_ = 0;
 };
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 /// Host time inside step(): the GPU is idle before each call, so no queueing is counted.
 void host_time(int tensors, CUstream stream) {
   std::vector<std::int64_t> sizes;
@@ -236,35 +232,70 @@ void host_time(int tensors, CUstream stream) {
               us[us.size() * 9 / 10], us[0]);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// What the command line asks for; the defaults are a full run.
+struct Arguments {
   std::string dir = "../shared/workloads";
   std::vector<std::string> workloads = {"ghostnet_100", "resnet50", "gpt2", "llama-1b"};
   std::vector<std::string> optimizers = {"adam", "adamw", "sgd"};
   std::vector<std::string> modes = {"eager", "graph", "amp"};
   std::vector<long long> chunk_sizes = {0};  // 0: the launcher's default
-  int steps = 50, host_tensors = 10000;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&] {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "--workload-dir") dir = value();
-    else if (a == "--workloads") workloads = split(value());
-    else if (a == "--optimizers") optimizers = split(value());
-    else if (a == "--modes") modes = split(value());
-    else if (a == "--steps") steps = std::stoi(value());
-    else if (a == "--host-tensors") host_tensors = std::stoi(value());
-    else if (a == "--chunk-sizes") {
-      chunk_sizes.clear();
-      for (const auto& c : split(value())) chunk_sizes.push_back(std::stoll(c));
-    } else {
-      std::cerr << "usage: optgen_bench [--workload-dir DIR] [--workloads a,b] [--optimizers adam,adamw,sgd]"
-                   " [--modes eager,graph,amp] [--steps N] [--chunk-sizes 65536,...] [--host-tensors N]\n";
-      return 2;
-    }
+  int steps = 50;
+  int host_tensors = 10000;
+};
+
+/// Accepts what FusedOptimizer::set_chunk_size does, and 0 for the launcher's default, so that a
+/// bad size stops the run before it measures anything.
+const CLI::Validator kChunkSize(
+    [](const std::string& text) -> std::string {
+      char* end = nullptr;
+      const long long elements = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0') return "not an integer: " + text;
+      if (elements == 0 || (elements >= 64 && elements % 64 == 0 && elements <= (1LL << 30))) return "";
+      return "chunk size " + text + " must be 0 (the launcher's default) or a multiple of 64 up to 2^30";
+    },
+    "0|64*K", "chunk size");
+
+void add_options(CLI::App& app, Arguments& args) {
+  app.add_option("--workload-dir", args.dir, "where the workloads' JSON files are")->capture_default_str();
+  app.add_option("--workloads", args.workloads, "workloads: DIR/<name>.json, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--optimizers", args.optimizers, "optimizers, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"adam", "adamw", "sgd"}))
+      ->capture_default_str();
+  app.add_option("--modes", args.modes,
+                 "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "
+                 "amp: eager steps with AMP's grad_scale and found_inf")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"eager", "graph", "amp"}))
+      ->capture_default_str();
+  app.add_option("--steps", args.steps, "steps per timed repetition (the median of 5 is reported)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--chunk-sizes", args.chunk_sizes, "elements per block, comma-separated; 0: the launcher's default")
+      ->delimiter(',')
+      ->check(kChunkSize)
+      ->capture_default_str();
+  app.add_option("--host-tensors", args.host_tensors, "tensors of the host-time measurement; 0: skip it")
+      ->check(CLI::Range(0, 10000000))
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Times the generated launchers on real models' parameter shapes against the device's copy bandwidth, "
+               "then the host time inside step().",
+               "optgen_bench");
+  Arguments args;
+  add_options(app, args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help prints, and succeeds
+    std::cerr << "optgen_bench: " << e.what() << "\n(run 'optgen_bench --help' for usage)\n";
+    return 2;
   }
   try {
     optgen::driver::current_device();
@@ -276,17 +307,17 @@ int main(int argc, char** argv) {
     std::printf("| workload | tensors | parameters | optimizer | chunk | mode | us/step | floor us | TB/s | of copy |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     AmpInputs amp;
-    for (const auto& name : workloads) {
-      Workload w = load_workload(dir + "/" + name + ".json");
+    for (const auto& name : args.workloads) {
+      Workload w = load_workload(args.dir + "/" + name + ".json");
       Model model(w.numels);
       for (const auto& c : optimizer_cases()) {
-        if (std::find(optimizers.begin(), optimizers.end(), c.name) == optimizers.end()) continue;
-        for (long long chunk : chunk_sizes) {
+        if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
+        for (long long chunk : args.chunk_sizes) {
           auto opt = c.make();
           if (chunk > 0) opt->set_chunk_size(chunk);
           else chunk = opt->info().chunk_size;
           opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
-          for (const auto& mode : modes) {
+          for (const auto& mode : args.modes) {
             std::function<void()> step;
             std::unique_ptr<CapturedStep> captured;
             if (mode == "eager") step = [&] { opt->step(stream); };
@@ -296,7 +327,7 @@ int main(int argc, char** argv) {
               step = [&] { captured->launch(); };
             } else throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
             for (int i = 0; i < 5; ++i) step();
-            const double us = timer.median_us(stream, steps, 5, step);
+            const double us = timer.median_us(stream, args.steps, 5, step);
             const double bytes = static_cast<double>(c.bytes_per_parameter) * w.parameters;
             std::printf("| %s | %zu | %lld | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(), w.numels.size(),
                         static_cast<long long>(w.parameters), c.name.c_str(), chunk, mode.c_str(), us, bytes / copy * 1e6,
@@ -306,7 +337,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (host_tensors > 0) host_time(host_tensors, stream);
+    if (args.host_tensors > 0) host_time(args.host_tensors, stream);
     api().cuStreamDestroy(stream);
   } catch (const std::exception& e) {
     std::cerr << "optgen_bench: " << e.what() << "\n";
