@@ -1,5 +1,5 @@
 // optgen_bench: µs per step and effective bandwidth of the generated launchers on real models'
-// parameter shapes (../shared/workloads/*.json), against the device's copy bandwidth measured
+// parameter shapes (bench/workloads/*.json), against the device's copy bandwidth measured
 // here; and the host time spent inside step() for a model of many tensors.
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers adam,adamw,sgd]
@@ -234,7 +234,7 @@ void host_time(int tensors, CUstream stream) {
 
 /// What the command line asks for; the defaults are a full run.
 struct Arguments {
-  std::string dir = "../shared/workloads";
+  std::string dir = "bench/workloads";  ///< relative to the repository root, where it runs from
   std::vector<std::string> workloads = {"ghostnet_100", "resnet50", "gpt2", "llama-1b"};
   std::vector<std::string> optimizers = {"adam", "adamw", "sgd"};
   std::vector<std::string> modes = {"eager", "graph", "amp"};

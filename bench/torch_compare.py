@@ -138,10 +138,7 @@ def resolve(path, candidates_base=(None, REPO)):
 
 
 def default_workload_dir():
-    for p in (os.path.join(REPO, "..", "shared", "workloads"), os.path.join(REPO, "bench", "workloads")):
-        if os.path.isdir(p):
-            return os.path.abspath(p)
-    return os.path.abspath(os.path.join(REPO, "..", "shared", "workloads"))
+    return os.path.join(REPO, "bench", "workloads")
 
 
 def parse_args(argv=None):
@@ -151,8 +148,7 @@ def parse_args(argv=None):
     p.add_argument("--workloads", nargs="+", default=["ghostnet_100", "resnet50", "gpt2", "llama-1b"],
                    help="workload names: <workload-dir>/<name>.json (default: %(default)s)")
     p.add_argument("--workload-dir", default=None,
-                   help="folder of the workload JSON files (default: ../shared/workloads relative to the "
-                        "repository root, else bench/workloads)")
+                   help="folder of the workload JSON files (default: bench/workloads of the repository)")
     p.add_argument("--optimizers", nargs="+", default=["adam", "adamw", "sgd"], choices=sorted(OPTIMIZERS),
                    help="(default: %(default)s)")
     p.add_argument("--methods", nargs="+", default=ALL_METHODS, choices=ALL_METHODS,
