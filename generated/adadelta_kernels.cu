@@ -463,7 +463,7 @@ namespace variants::adadelta {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }

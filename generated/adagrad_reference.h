@@ -76,13 +76,13 @@ namespace variants::adagrad {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ clr = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
     const T_ eps = T_(k_[3]);
     T_* const sum_data_ = state_data_[0];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ sum = sum_data_[i_];

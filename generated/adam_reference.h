@@ -91,7 +91,7 @@ namespace variants::adam {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ step_size = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
@@ -102,7 +102,7 @@ namespace variants::adam {
     const T_ eps = T_(k_[7]);
     T_* const exp_avg_data_ = state_data_[0];
     T_* const exp_avg_sq_data_ = state_data_[1];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ exp_avg = exp_avg_data_[i_];
@@ -166,7 +166,7 @@ namespace variants::adam_amsgrad {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ step_size = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
@@ -178,7 +178,7 @@ namespace variants::adam_amsgrad {
     T_* const exp_avg_data_ = state_data_[0];
     T_* const exp_avg_sq_data_ = state_data_[1];
     T_* const max_exp_avg_sq_data_ = state_data_[2];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ exp_avg = exp_avg_data_[i_];

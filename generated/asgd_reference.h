@@ -86,7 +86,7 @@ namespace variants::asgd {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ one_minus_lambd_times_eta = T_(k_[0]);
     const T_ eta = T_(k_[1]);
     const bool maximize = k_[2] != 0;
@@ -94,7 +94,7 @@ namespace variants::asgd {
     const bool mu_eq_one = k_[4] != 0;
     const T_ mu = T_(k_[5]);
     T_* const ax_data_ = state_data_[0];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ ax = ax_data_[i_];

@@ -472,7 +472,7 @@ namespace variants::rmsprop {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }
@@ -549,7 +549,7 @@ namespace variants::rmsprop_centered {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }
@@ -633,7 +633,7 @@ namespace variants::rmsprop_use_momentum {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }
@@ -718,7 +718,7 @@ namespace variants::rmsprop_centered_use_momentum {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }

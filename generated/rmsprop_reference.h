@@ -86,7 +86,7 @@ namespace variants::rmsprop {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ lr = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
@@ -94,7 +94,7 @@ namespace variants::rmsprop {
     const T_ one_minus_alpha = T_(k_[4]);
     const T_ eps = T_(k_[5]);
     T_* const square_avg_data_ = state_data_[0];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ square_avg = square_avg_data_[i_];
@@ -147,7 +147,7 @@ namespace variants::rmsprop_centered {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ lr = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
@@ -156,7 +156,7 @@ namespace variants::rmsprop_centered {
     const T_ eps = T_(k_[5]);
     T_* const square_avg_data_ = state_data_[0];
     T_* const grad_avg_data_ = state_data_[2];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ square_avg = square_avg_data_[i_];
@@ -215,7 +215,7 @@ namespace variants::rmsprop_use_momentum {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ lr = T_(k_[0]);
     const T_ momentum = T_(k_[1]);
     const bool maximize = k_[2] != 0;
@@ -225,7 +225,7 @@ namespace variants::rmsprop_use_momentum {
     const T_ eps = T_(k_[6]);
     T_* const square_avg_data_ = state_data_[0];
     T_* const momentum_buffer_data_ = state_data_[1];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ square_avg = square_avg_data_[i_];
@@ -284,7 +284,7 @@ namespace variants::rmsprop_centered_use_momentum {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ lr = T_(k_[0]);
     const T_ momentum = T_(k_[1]);
     const bool maximize = k_[2] != 0;
@@ -295,7 +295,7 @@ namespace variants::rmsprop_centered_use_momentum {
     T_* const square_avg_data_ = state_data_[0];
     T_* const momentum_buffer_data_ = state_data_[1];
     T_* const grad_avg_data_ = state_data_[2];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ square_avg = square_avg_data_[i_];

@@ -458,7 +458,7 @@ namespace variants::sgd {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }
@@ -527,7 +527,7 @@ namespace variants::sgd_use_momentum {
     struct TensorValues {
       // (this variant computes nothing per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
       TensorValues tv_;
       return tv_;
     }

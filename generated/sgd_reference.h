@@ -75,11 +75,11 @@ namespace variants::sgd {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ lr = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       // "g = maximize ? -grad : grad"
@@ -126,7 +126,7 @@ namespace variants::sgd_use_momentum {
   /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
   /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
     const T_ lr = T_(k_[0]);
     const bool nesterov = k_[1] != 0;
     const bool maximize = k_[2] != 0;
@@ -135,7 +135,7 @@ namespace variants::sgd_use_momentum {
     const bool step_eq_one = k_[5] != 0;
     const T_ one_minus_dampening = T_(k_[6]);
     T_* const momentum_buffer_data_ = state_data_[0];
-    for (::std::size_t i_ = 0; i_ < numel; ++i_) {
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
       const T_ momentum_buffer = momentum_buffer_data_[i_];

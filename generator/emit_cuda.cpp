@@ -63,7 +63,7 @@ class CudaPrinter : public ExprPrinter {
   }
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
-    if (var.var == VarKind::Numel) return double_ ? "static_cast<double>(numel)" : "static_cast<float>(numel)";
+    if (var.var == VarKind::Numel) return double_ ? "static_cast<double>(numel_)" : "static_cast<float>(numel_)";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -232,7 +232,7 @@ class CudaEmitter {
     }
     auto fn = w.block(
         "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long "
-        "numel)");
+        "numel_)");
     std::vector<Expr> roots;
     for (const auto& t : p.tensor_values) roots.push_back(t.value);
     std::set<std::string> group_read;

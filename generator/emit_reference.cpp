@@ -31,7 +31,7 @@ class CppPrinter : public ExprPrinter {
   }
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
-    if (var.var == VarKind::Numel) return element_ ? "T_(numel)" : "static_cast<double>(numel)";
+    if (var.var == VarKind::Numel) return element_ ? "T_(numel_)" : "static_cast<double>(numel_)";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -178,7 +178,7 @@ class ReferenceEmitter {
     w.line("/// writes them in place. The gradient is divided by `grad_scale_` as it is read.");
     w.line("template <typename T_>");
     auto fn = w.block(
-        "void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel, T_* param_data_, [[maybe_unused]] const T_* grad_data_, "
+        "void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, "
         "[[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_)");
     for (size_t j = 0; j < p.group_values.size(); ++j) {
       const auto& v = p.group_values[j];
@@ -201,7 +201,7 @@ class ReferenceEmitter {
     CppPrinter printer(true);
     for (const auto& s : p.states)
       w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
-    auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel; ++i_)");
+    auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
     for (const auto& input : element_inputs_read(p))
       w.line("const T_ " + input + " = " + input + "_data_[i_]" + (input == "grad" ? " / grad_scale_" : "") + ";");
     auto values = write_element_temporaries(w, p, printer, "T_", taken);
