@@ -67,16 +67,7 @@ class CudaPrinter : public ExprPrinter {
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
-    std::string name;
-    switch (fn) {
-      case Builtin::Sqrt: name = double_ ? "::sqrt" : "::sqrtf"; break;
-      case Builtin::Rsqrt: name = double_ ? "::rsqrt" : "::rsqrtf"; break;
-      case Builtin::Exp: name = double_ ? "::exp" : "::expf"; break;
-      case Builtin::Log: name = double_ ? "::log" : "::logf"; break;
-      case Builtin::Abs: name = double_ ? "::fabs" : "::fabsf"; break;
-      default: name = std::string("::optgen::") + spelling(fn);
-    }
-    std::string out = name + "(";
+    std::string out = cuda_function(builtin_info(fn), double_) + "(";
     for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + args[i];
     return out + ")";
   }

@@ -35,15 +35,7 @@ class CppPrinter : public ExprPrinter {
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
-    std::string name;
-    switch (fn) {
-      case Builtin::Sqrt: name = "::std::sqrt"; break;
-      case Builtin::Exp: name = "::std::exp"; break;
-      case Builtin::Log: name = "::std::log"; break;
-      case Builtin::Abs: name = "::std::fabs"; break;
-      default: name = std::string("::optgen::reference::") + spelling(fn) + (element_ ? "<T_>" : "<double>");
-    }
-    std::string out = name + "(";
+    std::string out = reference_function(builtin_info(fn), element_ ? "T_" : "double") + "(";
     for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + args[i];
     return out + ")";
   }

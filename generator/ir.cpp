@@ -28,31 +28,7 @@ const char* spelling(BinaryOp op) {
   return "?";
 }
 
-const char* spelling(Builtin fn) {
-  switch (fn) {
-    case Builtin::Sqrt: return "sqrt";
-    case Builtin::Rsqrt: return "rsqrt";
-    case Builtin::Exp: return "exp";
-    case Builtin::Log: return "log";
-    case Builtin::Abs: return "abs";
-    case Builtin::Sign: return "sign";
-    case Builtin::Min: return "min";
-    case Builtin::Max: return "max";
-    case Builtin::Clamp: return "clamp";
-    case Builtin::Lerp: return "lerp";
-  }
-  return "?";
-}
-
-bool parse_builtin(const std::string& name, Builtin* fn) {
-  for (int i = 0; i <= static_cast<int>(Builtin::Lerp); ++i) {
-    if (name == spelling(static_cast<Builtin>(i))) {
-      *fn = static_cast<Builtin>(i);
-      return true;
-    }
-  }
-  return false;
-}
+const char* spelling(Builtin fn) { return builtin_info(fn).name; }
 
 const char* to_string(Level level) {
   switch (level) {
@@ -166,12 +142,15 @@ Expr Node::make_select(Expr condition, Expr if_true, Expr if_false) {
 }
 
 Expr Node::make_call(Builtin fn, std::vector<Expr> args) {
-  static const int arity[] = {1, 1, 1, 1, 1, 1, 2, 2, 3, 3};
-  if (static_cast<int>(args.size()) != arity[static_cast<int>(fn)]) throw InternalError(std::string("arity of ") + spelling(fn));
-  for (const auto& a : args)
-    if (!is_number(a->type)) throw InternalError(std::string("operand type of ") + spelling(fn));
+  const BuiltinInfo& info = builtin_info(fn);
+  if (static_cast<int>(args.size()) != info.arity) throw InternalError(std::string("arity of ") + info.name);
   ValueType type = ValueType::Float;
-  if (fn == Builtin::Min || fn == Builtin::Max) type = arithmetic_type(args[0]->type, args[1]->type);
+  for (const auto& a : args)
+    if (!is_number(a->type)) throw InternalError(std::string("operand type of ") + info.name);
+  if (info.keeps_int) {
+    type = ValueType::Int;
+    for (const auto& a : args) type = arithmetic_type(type, a->type);
+  }
   auto n = blank(NodeKind::Call, type, args);
   n->op = static_cast<int>(fn);
   return n;

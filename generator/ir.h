@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "builtins.h"
 #include "diagnostic.h"
 #include "spec.h"
 
@@ -52,14 +53,12 @@ enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, Stat
 
 enum class UnaryOp { Neg, Not };
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
-enum class Builtin { Sqrt, Rsqrt, Exp, Log, Abs, Sign, Min, Max, Clamp, Lerp };
 
 const char* spelling(UnaryOp op);
 const char* spelling(BinaryOp op);
-const char* spelling(Builtin fn);
+const char* spelling(Builtin fn);  ///< as a spec writes it
 bool is_comparison(BinaryOp op);
 bool is_logical(BinaryOp op);
-bool parse_builtin(const std::string& name, Builtin* fn);
 
 struct Node;
 using Expr = std::shared_ptr<const Node>;

@@ -161,7 +161,7 @@ class Lowering {
                       "per_step computes values once per param group; give this value a new name");
     } else if (is_reserved_name(s.target)) {
       throw SpecError(s.target_loc, "cannot assign to '" + s.target + "': it is " +
-                                        (builtin_arity(s.target) >= 0 ? "a built-in function" : "a reserved name of the spec language"));
+                                        (find_builtin(s.target) ? "a built-in function" : "a reserved name of the spec language"));
     } else if (std::string why = name_problem(s.target, NameUse::Value); !why.empty()) {
       throw SpecError(s.target_loc, "'" + s.target + "' cannot be used as a name", why);
     }
@@ -264,12 +264,12 @@ class Lowering {
   }
 
   Expr call(const Syntax& s) {
-    Builtin fn;
-    if (!parse_builtin(s.text, &fn)) {
+    const BuiltinInfo* fn = find_builtin(s.text);
+    if (!fn) {
       if (env_.count(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a " + describe(env_.at(s.text).kind) + ", not a function");
       throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, builtin_names()));
     }
-    int arity = builtin_arity(s.text);
+    const int arity = fn->arity;
     if (static_cast<int>(s.operands.size()) != arity)
       throw SpecError(s.loc, "'" + s.text + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") + ", given " +
                                  std::to_string(s.operands.size()));
@@ -279,12 +279,12 @@ class Lowering {
       if (a->type == ValueType::Bool) throw SpecError(operand->loc, "'" + s.text + "' needs numbers, but this argument is a bool");
       args.push_back(a);
     }
-    return Node::make_call(fn, std::move(args));
+    return Node::make_call(fn->id, std::move(args));
   }
 
   Expr name(const Syntax& s) {
     if (s.text == "true" || s.text == "false") return Node::make_const(s.text == "true", ValueType::Bool);
-    if (builtin_arity(s.text) >= 0) throw SpecError(s.loc, "'" + s.text + "' is a function; call it as " + s.text + "(...)");
+    if (find_builtin(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a function; call it as " + s.text + "(...)");
     auto it = env_.find(s.text);
     if (it == env_.end()) {
       if (auto out = scoped_out_.find(s.text); out != scoped_out_.end())

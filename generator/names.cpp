@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "builtins.h"
+
 namespace optgen {
 namespace {
 
@@ -63,11 +65,16 @@ const std::vector<std::string>& runtime_names() {
   return list;
 }
 
-/// What namespace optgen::reference holds: a spec file's stem names a namespace beside them.
+/// What namespace optgen::reference holds: a spec file's stem names a namespace beside them. The
+/// built-in functions' helpers are there too (builtins.h).
 const std::vector<std::string>& reference_names() {
-  static const std::vector<std::string> list = {"rsqrt", "sign", "lerp", "min", "max", "clamp", "ValueType",
-                                                "HyperparameterInfo", "InitInfo", "StateInfo", "Tensor", "VariantInfo",
-                                                "Optimizer", "builtin_optimizers"};
+  static const std::vector<std::string> list = [] {
+    std::vector<std::string> names = {"ValueType", "HyperparameterInfo", "InitInfo", "StateInfo", "Tensor",
+                                      "VariantInfo", "Optimizer", "builtin_optimizers"};
+    for (const auto& fn : builtins())
+      if (!fn.reference) names.push_back(fn.name);
+    return names;
+  }();
   return list;
 }
 

@@ -94,10 +94,7 @@ Spec load_spec(const std::string& path);
 Spec load_spec_text(const std::string& path, const std::string& text);
 
 /// Names with a fixed meaning in expressions: param, grad, step, numel, true, false and the
-/// built-in functions.
+/// built-in functions (builtins.h).
 bool is_reserved_name(const std::string& name);
-/// The built-in functions and their arity.
-int builtin_arity(const std::string& name);  ///< -1 if not a built-in
-std::vector<std::string> builtin_names();
 
 }  // namespace optgen

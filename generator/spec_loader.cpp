@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "builtins.h"
 #include "names.h"
 #include "spec.h"
 
@@ -24,13 +25,6 @@ const char* to_string(ValueType type) {
 }
 
 namespace {
-
-const std::vector<std::pair<std::string, int>>& builtins() {
-  static const std::vector<std::pair<std::string, int>> list = {
-      {"sqrt", 1}, {"rsqrt", 1}, {"exp", 1}, {"log", 1},   {"abs", 1},
-      {"sign", 1}, {"min", 2},   {"max", 2}, {"clamp", 3}, {"lerp", 3}};
-  return list;
-}
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
@@ -365,19 +359,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 
 bool is_reserved_name(const std::string& name) {
   if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "true" || name == "false") return true;
-  return builtin_arity(name) >= 0;
-}
-
-int builtin_arity(const std::string& name) {
-  for (const auto& [n, arity] : builtins())
-    if (n == name) return arity;
-  return -1;
-}
-
-std::vector<std::string> builtin_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : builtins()) names.push_back(entry.first);
-  return names;
+  return find_builtin(name) != nullptr;
 }
 
 const Hyperparameter* Spec::find_hyperparameter(const std::string& n) const {

@@ -27,20 +27,7 @@ double evaluate(const Node& n, const std::vector<double>& v) {
         case BinaryOp::Or: return (v[0] != 0) || (v[1] != 0);
       }
       break;
-    case NodeKind::Call:
-      switch (n.builtin()) {
-        case Builtin::Sqrt: return std::sqrt(v[0]);
-        case Builtin::Rsqrt: return 1 / std::sqrt(v[0]);
-        case Builtin::Exp: return std::exp(v[0]);
-        case Builtin::Log: return std::log(v[0]);
-        case Builtin::Abs: return std::fabs(v[0]);
-        case Builtin::Sign: return (v[0] > 0) - (v[0] < 0);
-        case Builtin::Min: return v[1] < v[0] ? v[1] : v[0];
-        case Builtin::Max: return v[1] > v[0] ? v[1] : v[0];
-        case Builtin::Clamp: return std::fmin(std::fmax(v[0], v[1]), v[2]);
-        case Builtin::Lerp: return v[0] + v[2] * (v[1] - v[0]);
-      }
-      break;
+    case NodeKind::Call: return builtin_info(n.builtin()).fold(v.data());
     default: break;
   }
   throw InternalError("constant_fold: cannot evaluate node");
