@@ -32,22 +32,6 @@ std::string ExprPrinter::call(Builtin fn, const std::vector<std::string>& args) 
   return out + ")";
 }
 
-namespace {
-constexpr int kAtom = 100;
-int binary_precedence(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Or: return 2;
-    case BinaryOp::And: return 3;
-    case BinaryOp::Add:
-    case BinaryOp::Sub: return 5;
-    case BinaryOp::Mul:
-    case BinaryOp::Div: return 6;
-    case BinaryOp::Pow: return 8;
-    default: return 4;
-  }
-}
-}  // namespace
-
 std::string ExprPrinter::print(const Expr& e) const { return print(e, 0, false); }
 
 std::string ExprPrinter::print_body(const Expr& e) const {
@@ -59,36 +43,34 @@ std::string ExprPrinter::print(const Expr& e, int context, bool right_side) cons
   if (auto it = names.find(e.get()); it != names.end()) return it->second;
   int precedence;
   std::string text = expand(*e, &precedence);
-  // Operands of equal precedence need parentheses on the side the operator does not associate to
-  // (all binary operators are left-associative but `**`); comparisons never chain.
-  bool parens = precedence < context || (precedence == context && (right_side || precedence == 4 || precedence == 1));
-  if (precedence == 8 && context == 8 && !right_side) parens = true;
-  if (precedence == 8 && context == 8 && right_side) parens = false;
-  return parens ? "(" + text + ")" : text;
+  return needs_parentheses(precedence, context, right_side) ? "(" + text + ")" : text;
 }
 
 std::string ExprPrinter::expand(const Node& n, int* precedence) const {
-  *precedence = kAtom;
+  *precedence = kAtomPrecedence;
   switch (n.kind) {
     case NodeKind::Const: {
       std::string s = constant(n);
-      if (!s.empty() && s[0] == '-') *precedence = 7;
+      if (!s.empty() && s[0] == '-') *precedence = kUnaryPrecedence;
       return s;
     }
     case NodeKind::Var: return leaf(n);
     case NodeKind::Unary:
-      *precedence = 7;
-      return std::string(spelling(n.unary_op())) + print(n.args[0], 7, true);
+      *precedence = kUnaryPrecedence;
+      return std::string(spelling(n.unary_op())) + print(n.args[0], kUnaryPrecedence, true);
     case NodeKind::Binary: {
       BinaryOp op = n.binary_op();
-      int p = binary_precedence(op);
+      int p = operator_info(op).precedence;
       if (auto as_call = binary_as_call(op, print(n.args[0]), print(n.args[1]))) return *as_call;
       *precedence = p;
       return print(n.args[0], p, false) + " " + spelling(op) + " " + print(n.args[1], p, true);
     }
     case NodeKind::Select:
-      *precedence = 1;
-      return print(n.args[0], 2, false) + " ? " + print(n.args[1], 1, false) + " : " + print(n.args[2], 1, false);
+      // A conditional in either branch is parenthesized too, though ?: groups to the right: it
+      // reads better.
+      *precedence = kTernaryPrecedence;
+      return print(n.args[0], kTernaryPrecedence, false) + " ? " + print(n.args[1], kTernaryPrecedence + 1, false) +
+             " : " + print(n.args[2], kTernaryPrecedence + 1, false);
     case NodeKind::Call: {
       std::vector<std::string> args;
       for (const auto& a : n.args) args.push_back(print(a));

@@ -7,27 +7,8 @@
 
 namespace optgen {
 
-const char* spelling(UnaryOp op) { return op == UnaryOp::Neg ? "-" : "!"; }
-
-const char* spelling(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "+";
-    case BinaryOp::Sub: return "-";
-    case BinaryOp::Mul: return "*";
-    case BinaryOp::Div: return "/";
-    case BinaryOp::Pow: return "**";
-    case BinaryOp::Lt: return "<";
-    case BinaryOp::Le: return "<=";
-    case BinaryOp::Gt: return ">";
-    case BinaryOp::Ge: return ">=";
-    case BinaryOp::Eq: return "==";
-    case BinaryOp::Ne: return "!=";
-    case BinaryOp::And: return "&&";
-    case BinaryOp::Or: return "||";
-  }
-  return "?";
-}
-
+const char* spelling(UnaryOp op) { return operator_info(op).token; }
+const char* spelling(BinaryOp op) { return operator_info(op).token; }
 const char* spelling(Builtin fn) { return builtin_info(fn).name; }
 
 const char* to_string(Level level) {

@@ -23,6 +23,7 @@
 
 #include "builtins.h"
 #include "diagnostic.h"
+#include "operators.h"
 #include "spec.h"
 
 namespace optgen {
@@ -51,8 +52,6 @@ const char* to_string(Level level);
 /// What a Var leaf reads.
 enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, State, Hoisted };
 
-enum class UnaryOp { Neg, Not };
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
 
 const char* spelling(UnaryOp op);
 const char* spelling(BinaryOp op);

@@ -213,7 +213,9 @@ class Lowering {
         return name(s);
       case Syntax::Kind::Unary: {
         Expr a = expression(*s.operands[0]);
-        if (s.text == "-") {
+        const UnaryOperatorInfo* info = find_unary_operator(s.text);
+        if (!info) throw InternalError("lower: unknown operator '" + s.text + "'");
+        if (info->op == UnaryOp::Neg) {
           if (a->type == ValueType::Bool) throw SpecError(s.loc, "unary '-' needs a number, but its operand is a bool");
           return Node::make_unary(UnaryOp::Neg, a);
         }
@@ -238,12 +240,9 @@ class Lowering {
   }
 
   Expr binary(const Syntax& s) {
-    static const std::map<std::string, BinaryOp> ops = {
-        {"+", BinaryOp::Add}, {"-", BinaryOp::Sub}, {"*", BinaryOp::Mul}, {"/", BinaryOp::Div},
-        {"**", BinaryOp::Pow}, {"<", BinaryOp::Lt}, {"<=", BinaryOp::Le}, {">", BinaryOp::Gt},
-        {">=", BinaryOp::Ge}, {"==", BinaryOp::Eq}, {"!=", BinaryOp::Ne}, {"&&", BinaryOp::And},
-        {"||", BinaryOp::Or}};
-    BinaryOp op = ops.at(s.text);
+    const BinaryOperatorInfo* info = find_binary_operator(s.text);
+    if (!info) throw InternalError("lower: unknown operator '" + s.text + "'");
+    const BinaryOp op = info->op;
     Expr a = expression(*s.operands[0]);
     Expr b = expression(*s.operands[1]);
     auto check = [&](const Expr& e, const char* side, bool want_bool) {

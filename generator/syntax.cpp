@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "operators.h"
+
 namespace optgen {
 namespace {
 
@@ -15,10 +17,25 @@ struct Token {
   int offset;  ///< 0-based offset into the scalar
 };
 
-/// Splits an expression into tokens; operators are the longest match from a fixed list.
+/// The operators' tokens (operators.h) and the punctuation, longest first: a token is the longest
+/// that matches.
+const std::vector<std::string>& operator_tokens() {
+  static const std::vector<std::string> tokens = [] {
+    std::vector<std::string> list;
+    for (const auto& row : binary_operators()) list.push_back(row.token);
+    for (const auto& row : unary_operators()) list.push_back(row.token);
+    for (const char* punctuation : {"?", ":", "(", ")", ",", "="}) list.push_back(punctuation);
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+    std::stable_sort(list.begin(), list.end(),
+                     [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    return list;
+  }();
+  return tokens;
+}
+
+/// Splits an expression into tokens; operators are the longest match from operator_tokens().
 std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
-  static const char* const kOps[] = {"**", "<=", ">=", "==", "!=", "&&", "||", "+", "-", "*",
-                                     "/",  "<",  ">",  "!",  "?",  ":",  "(",  ")", ",", "="};
   std::vector<Token> tokens;
   size_t i = 0;
   while (i < text.size()) {
@@ -43,8 +60,8 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
       continue;
     }
     bool matched = false;
-    for (const char* op : kOps) {
-      size_t n = std::char_traits<char>::length(op);
+    for (const std::string& op : operator_tokens()) {
+      size_t n = op.size();
       if (text.compare(i, n, op) == 0) {
         tokens.push_back({Token::Kind::Op, op, start});
         i += n;
@@ -65,7 +82,9 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
   return tokens;
 }
 
-/// Recursive descent over the grammar in specs/README.md, lowest precedence first.
+/// Recursive descent over the grammar in specs/README.md: the conditional, then the binary
+/// operators looser than the prefix ones by precedence climbing over the operator table, then the
+/// prefix operators, then the operators tighter than them (`**`).
 class Parser {
  public:
   Parser(const std::string& text, const SourceLoc& loc) : loc_(loc), tokens_(tokenize(text, loc)) {}
@@ -74,6 +93,10 @@ class Parser {
 
   const Token& peek() const { return tokens_[pos_]; }
   bool at(const char* op) const { return peek().kind == Token::Kind::Op && peek().text == op; }
+  /// The binary operator at the current token, or null.
+  const BinaryOperatorInfo* binary_operator_here() const {
+    return peek().kind == Token::Kind::Op ? find_binary_operator(peek().text) : nullptr;
+  }
   Token take() { return tokens_[pos_++]; }
   SourceLoc loc_of(const Token& t) const { return loc_.shifted(t.offset); }
 
@@ -125,7 +148,7 @@ class Parser {
   };
 
   SyntaxPtr ternary() {
-    SyntaxPtr condition = logical_or();
+    SyntaxPtr condition = binary_operators_from(kTernaryPrecedence + 1);
     if (!at("?")) return condition;
     Token q = take();
     Nesting nesting(*this, q);
@@ -138,53 +161,23 @@ class Parser {
     node->operands.push_back(std::move(if_false));
     return measured(std::move(node), q);
   }
-  SyntaxPtr logical_or() {
-    SyntaxPtr lhs = logical_and();
-    while (at("||")) {
-      Token op = take();
-      lhs = binary(op, std::move(lhs), logical_and());
-    }
-    return lhs;
-  }
-  SyntaxPtr logical_and() {
-    SyntaxPtr lhs = comparison();
-    while (at("&&")) {
-      Token op = take();
-      lhs = binary(op, std::move(lhs), comparison());
-    }
-    return lhs;
-  }
-  SyntaxPtr comparison() {
-    SyntaxPtr lhs = additive();
-    for (const char* op : {"<", "<=", ">", ">=", "==", "!="}) {
-      if (at(op)) {
-        Token t = take();
-        lhs = binary(t, std::move(lhs), additive());
-        for (const char* again : {"<", "<=", ">", ">=", "==", "!="})
-          if (at(again)) fail("comparisons do not chain; use '&&'");
-        return lhs;
-      }
-    }
-    return lhs;
-  }
-  SyntaxPtr additive() {
-    SyntaxPtr lhs = multiplicative();
-    while (at("+") || at("-")) {
-      Token op = take();
-      lhs = binary(op, std::move(lhs), multiplicative());
-    }
-    return lhs;
-  }
-  SyntaxPtr multiplicative() {
+  /// Operators of precedence `lowest` or tighter, down to the prefix ones: each takes as its
+  /// right operand what binds tighter than itself (or as tight, when it groups to the right).
+  SyntaxPtr binary_operators_from(int lowest) {
     SyntaxPtr lhs = unary();
-    while (at("*") || at("/")) {
-      Token op = take();
-      lhs = binary(op, std::move(lhs), unary());
+    for (const BinaryOperatorInfo* op = binary_operator_here();
+         op && op->precedence >= lowest && op->precedence < kUnaryPrecedence; op = binary_operator_here()) {
+      Token t = take();
+      const bool groups_right = op->associativity == Associativity::Right;
+      lhs = binary(t, std::move(lhs), binary_operators_from(groups_right ? op->precedence : op->precedence + 1));
+      if (op->associativity == Associativity::None)
+        if (const BinaryOperatorInfo* next = binary_operator_here(); next && next->precedence == op->precedence)
+          fail("comparisons do not chain; use '&&'");
     }
     return lhs;
   }
   SyntaxPtr unary() {
-    if (at("-") || at("!")) {
+    if (peek().kind == Token::Kind::Op && find_unary_operator(peek().text)) {
       Token op = take();
       Nesting nesting(*this, op);
       auto node = make(Syntax::Kind::Unary, op, op.text);
@@ -198,12 +191,15 @@ class Parser {
     }
     return power();
   }
+  /// The operators tighter than the prefix ones (`**`): right-associative, and their right
+  /// operand may be a prefix operator (x ** -y); -x ** 2 is -(x ** 2).
   SyntaxPtr power() {
     SyntaxPtr base = primary();
-    if (!at("**")) return base;
-    Token op = take();
-    Nesting nesting(*this, op);
-    return binary(op, std::move(base), unary());  // right-associative; -x**2 is -(x**2)
+    const BinaryOperatorInfo* op = binary_operator_here();
+    if (!op || op->precedence < kUnaryPrecedence) return base;
+    Token t = take();
+    Nesting nesting(*this, t);
+    return binary(t, std::move(base), unary());
   }
   SyntaxPtr primary() {
     const Token& t = peek();
@@ -252,16 +248,12 @@ class Parser {
 };
 
 int precedence(const Syntax& s) {
-  if (s.kind == Syntax::Kind::Ternary) return 1;
-  if (s.kind == Syntax::Kind::Unary) return 7;
-  if (s.kind != Syntax::Kind::Binary) return 9;
-  const std::string& op = s.text;
-  if (op == "||") return 2;
-  if (op == "&&") return 3;
-  if (op == "+" || op == "-") return 5;
-  if (op == "*" || op == "/") return 6;
-  if (op == "**") return 8;
-  return 4;  // comparisons
+  switch (s.kind) {
+    case Syntax::Kind::Ternary: return kTernaryPrecedence;
+    case Syntax::Kind::Unary: return kUnaryPrecedence;
+    case Syntax::Kind::Binary: return find_binary_operator(s.text)->precedence;
+    default: return kAtomPrecedence;
+  }
 }
 
 }  // namespace
@@ -294,10 +286,7 @@ Statement parse_statement(const std::string& text, const SourceLoc& loc) {
 
 std::string to_string(const Syntax& s) {
   auto operand = [&](const Syntax& child, bool right) {
-    int p = precedence(s), q = precedence(child);
-    bool parens = q < p || (q == p && (right != (s.text == "**")) && s.kind == Syntax::Kind::Binary);
-    if (s.kind == Syntax::Kind::Unary && child.kind == Syntax::Kind::Binary && child.text == "**") parens = false;
-    return parens ? "(" + to_string(child) + ")" : to_string(child);
+    return needs_parentheses(precedence(child), precedence(s), right) ? "(" + to_string(child) + ")" : to_string(child);
   };
   switch (s.kind) {
     case Syntax::Kind::Number:
@@ -308,8 +297,7 @@ std::string to_string(const Syntax& s) {
     case Syntax::Kind::Binary:
       return operand(*s.operands[0], false) + " " + s.text + " " + operand(*s.operands[1], true);
     case Syntax::Kind::Ternary:
-      return operand(*s.operands[0], false) + " ? " + to_string(*s.operands[1]) + " : " +
-             to_string(*s.operands[2]);
+      return operand(*s.operands[0], false) + " ? " + to_string(*s.operands[1]) + " : " + operand(*s.operands[2], true);
     case Syntax::Kind::Call: {
       std::string out = s.text + "(";
       for (size_t i = 0; i < s.operands.size(); ++i) out += (i ? ", " : "") + to_string(*s.operands[i]);

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "operators.h"
 #include "syntax.h"
 
 using optgen::parse_expression;
@@ -8,6 +9,14 @@ using optgen::SpecError;
 
 namespace {
 std::string round_trip(const std::string& text) { return optgen::to_string(*parse_expression(text, {})); }
+
+/// The tree's shape: every operation in parentheses.
+std::string shape(const optgen::Syntax& s) {
+  if (s.operands.empty()) return s.text;
+  std::string out = "(" + s.text;
+  for (const auto& operand : s.operands) out += " " + shape(*operand);
+  return out + ")";
+}
 }  // namespace
 
 TEST_CASE("expressions parse with C precedence and right-associative **", "[syntax]") {
@@ -42,4 +51,37 @@ TEST_CASE("malformed expressions are errors, not crashes", "[syntax]") {
     CHECK_THROWS_AS(parse_expression(bad, {}), SpecError);
   CHECK_THROWS_AS(parse_statement("x + 1", {}), SpecError);
   CHECK_THROWS_AS(parse_statement("x =", {}), SpecError);
+}
+
+TEST_CASE("printed expressions read back as the tree they were printed from, for every pair of operators", "[syntax]") {
+  // Each operator of the table (generator/operators.h) and the conditional, grouped both ways.
+  std::vector<std::string> forms;
+  for (const auto& op : optgen::binary_operators()) forms.push_back("A " + std::string(op.token) + " B");
+  for (const auto& op : optgen::unary_operators()) forms.push_back(std::string(op.token) + "A");
+  forms.push_back("A ? B : C");
+  auto fill = [](std::string form, const std::string& a, const std::string& b, const std::string& c) {
+    for (auto [hole, text] : {std::pair<char, std::string>{'A', a}, {'B', b}, {'C', c}})
+      if (size_t at = form.find(hole); at != std::string::npos) form.replace(at, 1, text);
+    return form;
+  };
+  for (const auto& outer : forms)
+    for (const auto& inner : forms)
+      for (int hole = 0; hole < 3; ++hole) {
+        const std::string nested = "(" + fill(inner, "x", "y", "z") + ")";
+        const std::string text =
+            fill(outer, hole == 0 ? nested : "a", hole == 1 ? nested : "b", hole == 2 ? nested : "c");
+        INFO(text);
+        const std::string printed = round_trip(text);
+        INFO(printed);
+        CHECK(shape(*parse_expression(printed, {})) == shape(*parse_expression(text, {})));
+      }
+}
+
+TEST_CASE("the printer parenthesizes where the parser would group otherwise", "[syntax]") {
+  CHECK(round_trip("(a < b) == c") == "(a < b) == c");
+  CHECK(round_trip("a == (b < c)") == "a == (b < c)");
+  CHECK(round_trip("(c ? a : b) ? d : e") == "(c ? a : b) ? d : e");
+  CHECK(round_trip("-(-x)") == "-(-x)");
+  CHECK(round_trip("x ** -y") == "x ** (-y)");
+  CHECK(round_trip("(-x) ** 2") == "(-x) ** 2");
 }

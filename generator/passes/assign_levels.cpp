@@ -6,25 +6,6 @@
 namespace optgen {
 namespace {
 
-const char* operator_word(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "plus";
-    case BinaryOp::Sub: return "minus";
-    case BinaryOp::Mul: return "times";
-    case BinaryOp::Div: return "over";
-    case BinaryOp::Pow: return "pow";
-    case BinaryOp::Lt: return "lt";
-    case BinaryOp::Le: return "le";
-    case BinaryOp::Gt: return "gt";
-    case BinaryOp::Ge: return "ge";
-    case BinaryOp::Eq: return "eq";
-    case BinaryOp::Ne: return "ne";
-    case BinaryOp::And: return "and";
-    case BinaryOp::Or: return "or";
-  }
-  return "op";
-}
-
 /// A name that says what `e` computes, from the spec's own names: `one_minus_beta1`,
 /// `sqrt_bias_correction2`; empty when that would be unreadably long.
 std::string describe(const Expr& e) {
@@ -38,12 +19,12 @@ std::string describe(const Expr& e) {
     case NodeKind::Var: break;
     case NodeKind::Unary: {
       std::string a = describe(e->args[0]);
-      if (!a.empty()) name = (e->unary_op() == UnaryOp::Neg ? "neg_" : "not_") + a;
+      if (!a.empty()) name = std::string(operator_info(e->unary_op()).word) + "_" + a;
       break;
     }
     case NodeKind::Binary: {
       std::string a = describe(e->args[0]), b = describe(e->args[1]);
-      if (!a.empty() && !b.empty()) name = a + "_" + operator_word(e->binary_op()) + "_" + b;
+      if (!a.empty() && !b.empty()) name = a + "_" + operator_info(e->binary_op()).word + "_" + b;
       break;
     }
     case NodeKind::Call: {
