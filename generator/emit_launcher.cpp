@@ -37,6 +37,59 @@ std::map<std::string, std::string> common(const Spec& spec) {
 
 std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
 
+/// `namespace variants::<variant>`: the variant's states (indices into the spec's) and its
+/// kernels' names, one array per storage type, in launch order.
+void variant_namespace(CodeWriter& w, const Spec& spec, const Program& p, const std::vector<Storage>& storage) {
+  w.line(variant_banner(p));
+  auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
+  std::string states;
+  for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
+  w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
+  for (const auto& s : storage) {
+    std::string names;
+    for (const auto& stage : p.stages) names += (names.empty() ? "" : ", ") + std::string("\"") + kernel_name(p, s, stage) + "\"";
+    w.line("[[maybe_unused]] const char* const k" + s.name() + "[] = {" + names + "};");
+  }
+}
+
+/// The variant's row of the launcher's variant table.
+std::string variant_row(const Program& p) {
+  return "    {\"" + p.variant + "\", variants::" + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
+         std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " + std::to_string(p.stages.size()) + "},";
+}
+
+/// The row of the kernel table for variant number `index` in storage `s`.
+std::string kernel_row(const Program& p, size_t index, const Storage& s) {
+  return "    {variants::" + p.variant + "::k" + s.name() + ", " + std::to_string(index) + ", " + storage_enum(s.param) + ", " +
+         storage_enum(s.state) + "},";
+}
+
+/// The hyperparameters' values, in declaration order, from an `Options` named `o` (derived flags
+/// are placeholders: the engine computes them).
+std::string values_of_options(const Spec& spec) {
+  std::string values;
+  for (size_t i = 0; i < spec.hyperparameters.size(); ++i) {
+    const auto& h = spec.hyperparameters[i];
+    std::string value = h.derived ? "0.0" : h.type == ValueType::Float ? "o." + h.name : "static_cast<double>(o." + h.name + ")";
+    values += (i ? ", " : "") + value;
+  }
+  return values;
+}
+
+/// `Options` fields from the hyperparameters' values `h`, one line each (derived flags have none).
+std::string options_of_values(const Spec& spec) {
+  CodeWriter w;
+  for (size_t i = 0; i < spec.hyperparameters.size(); ++i) {
+    const auto& h = spec.hyperparameters[i];
+    if (h.derived) continue;
+    std::string read = "h[" + std::to_string(i) + "]";
+    if (h.type == ValueType::Bool) read += " != 0";
+    else if (h.type == ValueType::Int) read = "static_cast<std::int64_t>(" + read + ")";
+    w.line("  o." + h.name + " = " + read + ";");
+  }
+  return w.str();
+}
+
 }  // namespace
 
 std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::vector<Program>& variants) {
@@ -85,47 +138,21 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   int kernels = 0;
   for (size_t i = 0; i < variants.size(); ++i) {
     const auto& p = variants[i];
-    w.line(variant_banner(p));
-    {
-      auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
-      std::string states;
-      for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
-      w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
-      for (const auto& s : storage) {
-        std::string names;
-        for (const auto& stage : p.stages) names += (names.empty() ? "" : ", ") + std::string("\"") + kernel_name(p, s, stage) + "\"";
-        w.line("[[maybe_unused]] const char* const k" + s.name() + "[] = {" + names + "};");
-      }
-    }
-    variant_table.line("    {\"" + p.variant + "\", variants::" + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
-                       std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " + std::to_string(p.stages.size()) + "},");
+    variant_namespace(w, spec, p, storage);
+    variant_table.line(variant_row(p));
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     for (const auto& s : storage) {
-      kernel_table.line("    {variants::" + p.variant + "::k" + s.name() + ", " + std::to_string(i) + ", " + storage_enum(s.param) + ", " +
-                        storage_enum(s.state) + "},");
+      kernel_table.line(kernel_row(p, i, s));
       ++kernels;
     }
-  }
-
-  std::string values_of;
-  CodeWriter options_of;
-  for (size_t i = 0; i < spec.hyperparameters.size(); ++i) {
-    const auto& h = spec.hyperparameters[i];
-    std::string value = h.derived ? "0.0" : h.type == ValueType::Float ? "o." + h.name : "static_cast<double>(o." + h.name + ")";
-    values_of += (i ? ", " : "") + value;
-    if (h.derived) continue;
-    std::string read = "h[" + std::to_string(i) + "]";
-    if (h.type == ValueType::Bool) read += " != 0";
-    else if (h.type == ValueType::Int) read = "static_cast<std::int64_t>(" + read + ")";
-    options_of.line("  o." + h.name + " = " + read + ";");
   }
 
   auto values = common(spec);
   values["variants"] = w.str();
   values["variant_table"] = variant_table.str();
   values["kernel_table"] = kernel_table.str();
-  values["values_of"] = values_of;
-  values["options_of"] = options_of.str();
+  values["values_of"] = values_of_options(spec);
+  values["options_of"] = options_of_values(spec);
   values["num_variants"] = std::to_string(variants.size());
   values["num_kernels"] = std::to_string(kernels);
   values["abi_version"] = std::to_string(kernel_abi::kVersion);

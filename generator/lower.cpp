@@ -41,13 +41,28 @@ class Lowering {
     Program program;
     program.spec = &spec_;
     program.variant = spec_.name;
+    bind_group_inputs();
+    lower_derived_flags(program);
+    lower_state_conditions(program);
+    lower_per_step(program);
+    bind_element_inputs();
+    lower_update(program);
+    return program;
+  }
 
+ private:
+  enum class Section { Flag, StateCondition, PerStep, Update };
+
+  /// What every section reads: hyperparameters, the step counter and the scalar state.
+  void bind_group_inputs() {
     for (const auto& h : spec_.hyperparameters)
       env_[h.name] = {NameKind::Hyperparameter, Node::make_var(VarKind::Hyperparameter, h.name, h.type), h.loc};
     env_["step"] = {NameKind::Step, Node::make_var(VarKind::Step, "step", ValueType::Int), {}};
     for (const auto& s : spec_.scalar_states)
       env_[s.name] = {NameKind::ScalarState, Node::make_var(VarKind::ScalarState, s.name, ValueType::Float), s.loc};
+  }
 
+  void lower_derived_flags(Program& program) {
     for (const auto& h : spec_.hyperparameters) {
       if (!h.derived) continue;
       section_ = Section::Flag;
@@ -55,6 +70,10 @@ class Lowering {
       require_bool(value, *h.derived, "the value of a derived flag");
       program.derived_flags[h.name] = value;
     }
+  }
+
+  /// A state's `when`: a bool of specialized flags only, so that a variant has the state or not.
+  void lower_state_conditions(Program& program) {
     for (const auto& s : spec_.states) {
       if (!s.when) continue;
       section_ = Section::StateCondition;
@@ -67,7 +86,10 @@ class Lowering {
                           "declare it with 'specialize: true', or add a derived flag");
       });
     }
+  }
 
+  /// `per_step`, and the new value of every scalar state (each must be assigned there).
+  void lower_per_step(Program& program) {
     section_ = Section::PerStep;
     collect_targets(spec_.per_step);
     block(spec_.per_step);
@@ -76,8 +98,11 @@ class Lowering {
       if (!assigned_.count(s.name)) throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
       program.scalar_state_updates.push_back({s.name, b.value, b.loc});
     }
+  }
 
-    section_ = Section::Update;
+  /// What `update` reads besides: per_step's values (read-only there), numel, param, grad and the
+  /// state buffers.
+  void bind_element_inputs() {
     for (auto& [name, b] : env_)
       if (b.kind == NameKind::Local) b.kind = NameKind::PerStepValue;
     env_["numel"] = {NameKind::Numel, Node::make_var(VarKind::Numel, "numel", ValueType::Int), {}};
@@ -85,10 +110,14 @@ class Lowering {
     env_["grad"] = {NameKind::Grad, Node::make_var(VarKind::Grad, "grad", ValueType::Float), {}};
     for (const auto& s : spec_.states)
       env_[s.name] = {NameKind::State, Node::make_var(VarKind::State, s.name, ValueType::Float), s.loc};
+  }
+
+  /// `update`, and the element outputs: param, then every state (each must be written there).
+  void lower_update(Program& program) {
+    section_ = Section::Update;
     targets_.clear();
     collect_targets(spec_.update);
     block(spec_.update);
-
     const Binding& param = env_.at("param");
     if (!assigned_.count("param")) throw SpecError(update_loc(), "'update' never assigns 'param'");
     program.element_outputs.push_back({"param", param.value, param.loc});
@@ -98,11 +127,7 @@ class Lowering {
       program.element_outputs.push_back({s.name, b.value, b.loc});
       program.states.push_back(s.name);
     }
-    return program;
   }
-
- private:
-  enum class Section { Flag, StateCondition, PerStep, Update };
 
   SourceLoc update_loc() const { return spec_.update_loc; }
 

@@ -234,8 +234,8 @@ std::string file_stem(const std::string& path) {
   return dot == std::string::npos ? base : base.substr(0, dot);
 }
 
-Spec load(const std::shared_ptr<const SourceFile>& file) {
-  Loader loader(file);
+/// The YAML document of `file`, a mapping; YAML's own errors located like ours.
+YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFile>& file) {
   YAML::Node root;
   try {
     root = YAML::Load(file->text);
@@ -248,17 +248,12 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   }
   if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
   if (!root.IsMap()) loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
+  return root;
+}
 
-  Spec spec;
-  spec.file = file;
-  auto top = loader.entries(root, "the spec",
-                            {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
-                             "per_step", "update", "storage"});
-  for (const auto& [key, value] : top)
-    if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
-  for (const char* required : {"optimizer", "summary", "update"})
-    if (!root[required]) throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
-
+/// The optimizer's name, the spec's (from its file), its summary and reference.
+void load_names(const Loader& loader, const YAML::Node& root, Spec& spec) {
+  const auto& file = spec.file;
   spec.optimizer = loader.scalar(root["optimizer"], "'optimizer'");
   if (!is_identifier(spec.optimizer))
     loader.fail(root["optimizer"], "optimizer name '" + spec.optimizer + "' must be an identifier (it names a C++ class)");
@@ -271,81 +266,114 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
     throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name '" + spec.name + "' cannot name generated files and namespaces", why);
   spec.summary = loader.scalar(root["summary"], "'summary'");
   if (root["reference"]) spec.reference = loader.scalar(root["reference"], "'reference'");
-  if (YAML::Node storage = root["storage"]) {
-    if (!storage.IsSequence() || storage.size() == 0)
-      loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
-    for (const auto& item : storage) {
-      std::string error;
-      auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
-      if (!parsed) loader.fail(item, error, "write PARAM or PARAM:STATE, e.g. bf16 or \"bf16:bf16\"");
-      if (std::find(spec.storage.begin(), spec.storage.end(), *parsed) != spec.storage.end())
-        loader.fail(item, std::string("storage ") + to_string(parsed->param) + ":" + to_string(parsed->state) + " is listed twice");
-      spec.storage.push_back(*parsed);
-    }
-  }
+}
 
+/// `storage:`, a list of PARAM[:STATE] types without repeats.
+void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
+  if (!storage.IsSequence() || storage.size() == 0)
+    loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
+  for (const auto& item : storage) {
+    std::string error;
+    auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
+    if (!parsed) loader.fail(item, error, "write PARAM or PARAM:STATE, e.g. bf16 or \"bf16:bf16\"");
+    if (std::find(spec.storage.begin(), spec.storage.end(), *parsed) != spec.storage.end())
+      loader.fail(item, std::string("storage ") + to_string(parsed->param) + ":" + to_string(parsed->state) + " is listed twice");
+    spec.storage.push_back(*parsed);
+  }
+}
+
+/// One entry of `hyperparameters:`, `key: {type, default | derived, specialize, doc}`.
+Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, const YAML::Node& value, const Spec& spec) {
+  Hyperparameter h;
+  h.name = key.Scalar();
+  h.loc = loader.loc(key);
+  const std::string what = "hyperparameter '" + h.name + "'";
+  loader.entries(value, what, {"type", "default", "specialize", "derived", "doc"});
+  std::string type = loader.scalar(loader.field(value, key, "type", what), "the type of " + what);
+  if (type == "float") h.type = ValueType::Float;
+  else if (type == "int") h.type = ValueType::Int;
+  else if (type == "bool") h.type = ValueType::Bool;
+  else loader.fail(value["type"], "unknown type '" + type + "' for " + what + ": expected float, int or bool");
+  if (value["specialize"]) {
+    h.specialize = loader.parse_bool(value["specialize"], "'specialize'");
+    if (h.specialize && h.type != ValueType::Bool)
+      loader.fail(value["specialize"], "only bool hyperparameters can be specialized; '" + h.name + "' is " + to_string(h.type));
+  }
+  if (value["derived"]) {
+    if (!h.specialize) loader.fail(value["derived"], "'derived' needs 'specialize: true': a derived value selects a kernel variant");
+    if (value["default"]) loader.fail(value["default"], "a derived flag has no default: its value comes from 'derived'");
+    h.derived = loader.expression(value["derived"], "'derived'");
+    h.derived_text = value["derived"].Scalar();
+  } else {
+    h.default_value = loader.parse_default(loader.field(value, key, "default", what), h.type, h.name);
+  }
+  if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
+  if (h.specialize && spec.flags().size() == kMaxFlags)
+    loader.fail(key, "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) + "; a spec may have " +
+                         std::to_string(kMaxFlags),
+                "each flag doubles the kernel variants (" + std::to_string(1 << kMaxFlags) +
+                    " at most); make it a run-time bool (no 'specialize')");
+  return h;
+}
+
+/// One entry of `state:`, `key: {init, when}`.
+ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML::Node& value, const Spec& spec) {
+  ElementState s;
+  s.name = key.Scalar();
+  s.loc = loader.loc(key);
+  loader.entries(value, "state '" + s.name + "'", {"init", "when"});
+  s.init = parse_init(loader, loader.field(value, key, "init", "state '" + s.name + "'"), spec, s.name);
+  if (value["when"]) {
+    s.when = loader.expression(value["when"], "'when'");
+    s.when_text = value["when"].Scalar();
+  }
+  return s;
+}
+
+/// One entry of `scalar_state:`, `key: {init}`.
+ScalarState load_scalar_state(const Loader& loader, const YAML::Node& key, const YAML::Node& value, const Spec& spec) {
+  ScalarState s;
+  s.name = key.Scalar();
+  s.loc = loader.loc(key);
+  loader.entries(value, "scalar state '" + s.name + "'", {"init"});
+  s.init = parse_init(loader, loader.field(value, key, "init", "scalar state '" + s.name + "'"), spec, s.name);
+  return s;
+}
+
+Spec load(const std::shared_ptr<const SourceFile>& file) {
+  Loader loader(file);
+  const YAML::Node root = parse_yaml(loader, file);
+
+  Spec spec;
+  spec.file = file;
+  auto top = loader.entries(root, "the spec",
+                            {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
+                             "per_step", "update", "storage"});
+  for (const auto& [key, value] : top)
+    if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
+  for (const char* required : {"optimizer", "summary", "update"})
+    if (!root[required]) throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
+  load_names(loader, root, spec);
+  if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);
+
+  // Hyperparameters, states and scalar states share one namespace.
   std::map<std::string, SourceLoc> names;
   if (YAML::Node hyper = root["hyperparameters"]) {
     for (auto& [key, value] : loader.entries(hyper, "'hyperparameters'")) {
       check_new_name(loader, key, names, "a hyperparameter", NameUse::Hyperparameter);
-      Hyperparameter h;
-      h.name = key.Scalar();
-      h.loc = loader.loc(key);
-      const std::string what = "hyperparameter '" + h.name + "'";
-      loader.entries(value, what, {"type", "default", "specialize", "derived", "doc"});
-      std::string type = loader.scalar(loader.field(value, key, "type", what), "the type of " + what);
-      if (type == "float") h.type = ValueType::Float;
-      else if (type == "int") h.type = ValueType::Int;
-      else if (type == "bool") h.type = ValueType::Bool;
-      else loader.fail(value["type"], "unknown type '" + type + "' for " + what + ": expected float, int or bool");
-      if (value["specialize"]) {
-        h.specialize = loader.parse_bool(value["specialize"], "'specialize'");
-        if (h.specialize && h.type != ValueType::Bool)
-          loader.fail(value["specialize"], "only bool hyperparameters can be specialized; '" + h.name + "' is " + to_string(h.type));
-      }
-      if (value["derived"]) {
-        if (!h.specialize) loader.fail(value["derived"], "'derived' needs 'specialize: true': a derived value selects a kernel variant");
-        if (value["default"]) loader.fail(value["default"], "a derived flag has no default: its value comes from 'derived'");
-        h.derived = loader.expression(value["derived"], "'derived'");
-        h.derived_text = value["derived"].Scalar();
-      } else {
-        h.default_value = loader.parse_default(loader.field(value, key, "default", what), h.type, h.name);
-      }
-      if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
-      if (h.specialize && spec.flags().size() == kMaxFlags)
-        loader.fail(key, "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) + "; a spec may have " +
-                             std::to_string(kMaxFlags),
-                    "each flag doubles the kernel variants (" + std::to_string(1 << kMaxFlags) +
-                        " at most); make it a run-time bool (no 'specialize')");
-      spec.hyperparameters.push_back(std::move(h));
+      spec.hyperparameters.push_back(load_hyperparameter(loader, key, value, spec));
     }
   }
-
   if (YAML::Node state = root["state"]) {
     for (auto& [key, value] : loader.entries(state, "'state'")) {
       check_new_name(loader, key, names, "a state buffer", NameUse::State);
-      ElementState s;
-      s.name = key.Scalar();
-      s.loc = loader.loc(key);
-      loader.entries(value, "state '" + s.name + "'", {"init", "when"});
-      s.init = parse_init(loader, loader.field(value, key, "init", "state '" + s.name + "'"), spec, s.name);
-      if (value["when"]) {
-        s.when = loader.expression(value["when"], "'when'");
-        s.when_text = value["when"].Scalar();
-      }
-      spec.states.push_back(std::move(s));
+      spec.states.push_back(load_state(loader, key, value, spec));
     }
   }
-
   if (YAML::Node scalars = root["scalar_state"]) {
     for (auto& [key, value] : loader.entries(scalars, "'scalar_state'")) {
       check_new_name(loader, key, names, "a scalar state", NameUse::ScalarState);
-      ScalarState s;
-      s.name = key.Scalar();
-      s.loc = loader.loc(key);
-      loader.entries(value, "scalar state '" + s.name + "'", {"init"});
-      s.init = parse_init(loader, loader.field(value, key, "init", "scalar state '" + s.name + "'"), spec, s.name);
-      spec.scalar_states.push_back(std::move(s));
+      spec.scalar_states.push_back(load_scalar_state(loader, key, value, spec));
     }
   }
 
