@@ -455,14 +455,14 @@ namespace variants::radam {
       const double weight_decay = h_[4];
       const bool decoupled_weight_decay = h_[5] != 0;
       const bool maximize = h_[6] != 0;
-      const double t0 = 1.0 - beta2;
+      const double one_minus_beta2 = 1.0 - beta2;
       // rho_inf = 2 / (1 - beta2) - 1
-      const double rho_inf = 2.0 / t0 - 1.0;
-      const double t1 = ::pow(beta2, static_cast<double>(step));
+      const double rho_inf = 2.0 / one_minus_beta2 - 1.0;
+      const double beta2_pow_step = ::pow(beta2, static_cast<double>(step));
       // bias_correction2 = 1 - beta2 ** step
-      const double bias_correction2 = 1.0 - t1;
+      const double bias_correction2 = 1.0 - beta2_pow_step;
       // rho_t = rho_inf - 2 * step * beta2 ** step / bias_correction2
-      const double rho_t = rho_inf - 2.0 * static_cast<double>(step) * t1 / bias_correction2;
+      const double rho_t = rho_inf - 2.0 * static_cast<double>(step) * beta2_pow_step / bias_correction2;
       // rectify = rho_t > 5
       const bool rectify = rho_t > 5.0;
       // bias_correction1 = 1 - beta1 ** step
@@ -477,7 +477,7 @@ namespace variants::radam {
       result_.lr = static_cast<float>(lr);
       result_.sqrt_bias_correction2 = static_cast<float>(::sqrt(bias_correction2));
       result_.beta2 = static_cast<float>(beta2);
-      result_.one_minus_beta2 = static_cast<float>(t0);
+      result_.one_minus_beta2 = static_cast<float>(one_minus_beta2);
       result_.eps = static_cast<float>(eps);
       result_.rect = static_cast<float>(rect);
       result_.rectify = rectify;
@@ -526,13 +526,13 @@ namespace variants::radam {
       const float exp_avg_next = ::optgen::lerp(exp_avg, g_1, one_minus_beta1);
       // bias_corrected_exp_avg = exp_avg / bias_correction1
       const float bias_corrected_exp_avg = exp_avg_next / bias_correction1;
-      const float t0 = bias_corrected_exp_avg * lr;
+      const float bias_corrected_exp_avg_times_lr = bias_corrected_exp_avg * lr;
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
       const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
       // adaptive_lr = sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)
       const float adaptive_lr = sqrt_bias_correction2 / (::sqrtf(exp_avg_sq_next) + eps);
       // "param = rectify ? param - bias_corrected_exp_avg * lr * adaptive_lr * rect : param - bias_corrected_exp_avg * lr"
-      const float param_next_1 = rectify ? param_next - t0 * adaptive_lr * rect : param_next - t0;
+      const float param_next_1 = rectify ? param_next - bias_corrected_exp_avg_times_lr * adaptive_lr * rect : param_next - bias_corrected_exp_avg_times_lr;
       v_[0] = param_next_1;  // param
       v_[2] = exp_avg_next;  // exp_avg
       v_[3] = exp_avg_sq_next;  // exp_avg_sq

@@ -76,21 +76,21 @@ namespace variants::radam {
     const double weight_decay = h_[4];
     const bool decoupled_weight_decay = h_[5] != 0;
     const bool maximize = h_[6] != 0;
-    const double t0 = 1.0 - beta2;
+    const double one_minus_beta2 = 1.0 - beta2;
     // rho_inf = 2 / (1 - beta2) - 1
-    const double rho_inf = 2.0 / t0 - 1.0;
-    const double t1 = ::std::pow(beta2, static_cast<double>(step));
+    const double rho_inf = 2.0 / one_minus_beta2 - 1.0;
+    const double beta2_pow_step = ::std::pow(beta2, static_cast<double>(step));
     // bias_correction2 = 1 - beta2 ** step
-    const double bias_correction2 = 1.0 - t1;
+    const double bias_correction2 = 1.0 - beta2_pow_step;
     // rho_t = rho_inf - 2 * step * beta2 ** step / bias_correction2
-    const double rho_t = rho_inf - 2.0 * static_cast<double>(step) * t1 / bias_correction2;
+    const double rho_t = rho_inf - 2.0 * static_cast<double>(step) * beta2_pow_step / bias_correction2;
     // rectify = rho_t > 5
     const bool rectify = rho_t > 5.0;
     // bias_correction1 = 1 - beta1 ** step
     const double bias_correction1 = 1.0 - ::std::pow(beta1, static_cast<double>(step));
     // "rect = rectify ? sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) : 0"
     const double rect = rectify ? ::std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) : 0.0;
-    return GroupValues{(rectify) ? 1.0 : 0.0, (decoupled_weight_decay) ? 1.0 : 0.0, 1.0 - lr * weight_decay, (maximize) ? 1.0 : 0.0, weight_decay, 1.0 - beta1, bias_correction1, lr, ::std::sqrt(bias_correction2), beta2, t0, eps, rect};
+    return GroupValues{(rectify) ? 1.0 : 0.0, (decoupled_weight_decay) ? 1.0 : 0.0, 1.0 - lr * weight_decay, (maximize) ? 1.0 : 0.0, weight_decay, 1.0 - beta1, bias_correction1, lr, ::std::sqrt(bias_correction2), beta2, one_minus_beta2, eps, rect};
   }
 
   /// per_step for the generic descriptor: the group values into `out_`.
@@ -133,13 +133,13 @@ namespace variants::radam {
       const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g_1, one_minus_beta1);
       // bias_corrected_exp_avg = exp_avg / bias_correction1
       const T_ bias_corrected_exp_avg = exp_avg_next / bias_correction1;
-      const T_ t0 = bias_corrected_exp_avg * lr;
+      const T_ bias_corrected_exp_avg_times_lr = bias_corrected_exp_avg * lr;
       // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
       const T_ exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
       // adaptive_lr = sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)
       const T_ adaptive_lr = sqrt_bias_correction2 / (::std::sqrt(exp_avg_sq_next) + eps);
       // "param = rectify ? param - bias_corrected_exp_avg * lr * adaptive_lr * rect : param - bias_corrected_exp_avg * lr"
-      const T_ param_next_1 = rectify ? param_next - t0 * adaptive_lr * rect : param_next - t0;
+      const T_ param_next_1 = rectify ? param_next - bias_corrected_exp_avg_times_lr * adaptive_lr * rect : param_next - bias_corrected_exp_avg_times_lr;
       param_data_[i_] = param_next_1;
       exp_avg_data_[i_] = exp_avg_next;
       exp_avg_sq_data_[i_] = exp_avg_sq_next;

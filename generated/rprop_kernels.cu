@@ -480,11 +480,11 @@ namespace variants::rprop {
       const float g = maximize ? -grad : grad;
       // agreement = g * prev
       const float agreement = g * prev;
-      const bool t0 = agreement < 0.0f;
+      const bool agreement_lt_zero = agreement < 0.0f;
       // "g = agreement < 0 ? 0 : g"
-      const float g_1 = t0 ? 0.0f : g;
+      const float g_1 = agreement_lt_zero ? 0.0f : g;
       // "factor = agreement > 0 ? etaplus : (agreement < 0 ? etaminus : 1)"
-      const float factor = agreement > 0.0f ? etaplus : (t0 ? etaminus : 1.0f);
+      const float factor = agreement > 0.0f ? etaplus : (agreement_lt_zero ? etaminus : 1.0f);
       // step_size = clamp(step_size * factor, step_size_min, step_size_max)
       const float step_size_next = ::optgen::clamp(step_size * factor, step_size_min, step_size_max);
       // param = param - sign(g) * step_size

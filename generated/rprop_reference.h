@@ -94,11 +94,11 @@ namespace variants::rprop {
       const T_ g = maximize ? -grad : grad;
       // agreement = g * prev
       const T_ agreement = g * prev;
-      const bool t0 = agreement < T_(0.0);
+      const bool agreement_lt_zero = agreement < T_(0.0);
       // "g = agreement < 0 ? 0 : g"
-      const T_ g_1 = t0 ? T_(0.0) : g;
+      const T_ g_1 = agreement_lt_zero ? T_(0.0) : g;
       // "factor = agreement > 0 ? etaplus : (agreement < 0 ? etaminus : 1)"
-      const T_ factor = agreement > T_(0.0) ? etaplus : (t0 ? etaminus : T_(1.0));
+      const T_ factor = agreement > T_(0.0) ? etaplus : (agreement_lt_zero ? etaminus : T_(1.0));
       // step_size = clamp(step_size * factor, step_size_min, step_size_max)
       const T_ step_size_next = ::optgen::reference::clamp<T_>(step_size * factor, step_size_min, step_size_max);
       // param = param - sign(g) * step_size

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "names.h"
+
 namespace optgen {
 
 std::string format_number(double value) {
@@ -106,11 +108,52 @@ std::vector<Expr> schedule_temporaries(const std::vector<Expr>& roots, bool keep
   return order;
 }
 
+namespace {
+std::string composed_name(const Expr& e) {
+  if (!e->hint.empty() || e->kind == NodeKind::Var) return e->kind == NodeKind::Var ? e->name : e->hint;
+  std::string name;
+  switch (e->kind) {
+    case NodeKind::Const:
+      if (e->value == 0) return "zero";
+      if (e->value == 1) return "one";
+      if (e->value == 2) return "two";
+      return "";
+    case NodeKind::Var: break;
+    case NodeKind::Unary: {
+      std::string a = composed_name(e->args[0]);
+      if (!a.empty()) name = std::string(operator_info(e->unary_op()).word) + "_" + a;
+      break;
+    }
+    case NodeKind::Binary: {
+      std::string a = composed_name(e->args[0]), b = composed_name(e->args[1]);
+      if (!a.empty() && !b.empty()) name = a + "_" + operator_info(e->binary_op()).word + "_" + b;
+      break;
+    }
+    case NodeKind::Call: {
+      name = spelling(e->builtin());
+      for (const auto& arg : e->args) {
+        std::string a = composed_name(arg);
+        if (a.empty()) return "";
+        name += "_" + a;
+      }
+      break;
+    }
+    case NodeKind::Select: break;
+  }
+  return name.size() <= 64 ? name : "";
+}
+}  // namespace
+
+std::string descriptive_name(const Expr& e) {
+  std::string name = composed_name(e);
+  return name_problem(name, NameUse::Value).empty() ? name : "";
+}
+
 void name_temporaries(const std::vector<Expr>& nodes, const std::string& prefix, std::set<std::string>& taken,
                       ExprPrinter& printer) {
   int counter = 0;
   for (const auto& e : nodes) {
-    std::string base = e->hint;
+    std::string base = e->hint.empty() ? descriptive_name(e) : e->hint;
     std::string name;
     if (base.empty()) {
       do name = prefix + std::to_string(counter++);

@@ -45,8 +45,13 @@ std::string format_number(double value);
 std::vector<Expr> schedule_temporaries(const std::vector<Expr>& roots, bool keep_named,
                                        const std::function<bool(const Expr&)>& eligible);
 
-/// Gives each scheduled node a unique C identifier from its hint (or `prefix` + number), avoiding
-/// `taken`; records the names in `printer.names`.
+/// A name that says what `e` computes, from the spec's own names: `one_minus_beta1`,
+/// `sqrt_bias_correction2`; the spec's name for it if it has one; empty when that would be
+/// unreadably long, or is a name the generated code cannot declare (`not_eq`).
+std::string descriptive_name(const Expr& e);
+
+/// Gives each scheduled node a unique C identifier: its hint, else its descriptive_name, else
+/// `prefix` and a number; avoiding `taken`. Records the names in `printer.names`.
 void name_temporaries(const std::vector<Expr>& nodes, const std::string& prefix, std::set<std::string>& taken,
                       ExprPrinter& printer);
 

@@ -41,3 +41,22 @@ TEST_CASE("the code writer indents scopes and closes them with a label", "[emit]
   }
   CHECK(w.str() == "namespace a {\n  int x;\n  void f() {\n    return;\n  }\n}  // namespace a\n");
 }
+
+TEST_CASE("values without a spec name are named after what they compute, never with a name C++ keeps", "[emit]") {
+  // grad * lr is used twice: a temporary of the element code; 1 - beta a group value.
+  const std::string text = optgen::test::spec_text(R"spec(
+hyperparameters:
+  lr: {type: float, default: 0.1}
+  beta: {type: float, default: 0.9}
+  eq: {type: bool, default: false}
+update:
+  - "param = param - grad * lr * (grad * lr) * (1 - beta) - (!eq ? grad : 0)"
+)spec");
+  optgen::Spec spec = optgen::load_spec_text("test.yaml", text);
+  const std::string reference = optgen::emit_reference(spec, optgen::compile_spec(spec));
+  CHECK(reference.find("const T_ grad_times_lr = grad * lr;") != std::string::npos);
+  CHECK(reference.find("one_minus_beta") != std::string::npos);
+  // !eq would be not_eq, which C++ reads as the operator !=: the value gets a plain name instead.
+  CHECK(reference.find("not_eq") == std::string::npos);
+  CHECK(reference.find("group_value_1") != std::string::npos);
+}

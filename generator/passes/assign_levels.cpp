@@ -1,45 +1,11 @@
 #include <set>
 #include <unordered_map>
 
+#include "../expr_printer.h"
 #include "passes.h"
 
 namespace optgen {
 namespace {
-
-/// A name that says what `e` computes, from the spec's own names: `one_minus_beta1`,
-/// `sqrt_bias_correction2`; empty when that would be unreadably long.
-std::string describe(const Expr& e) {
-  if (!e->hint.empty() || e->kind == NodeKind::Var) return e->kind == NodeKind::Var ? e->name : e->hint;
-  std::string name;
-  switch (e->kind) {
-    case NodeKind::Const:
-      if (e->value == 1) return "one";
-      if (e->value == 2) return "two";
-      return "";
-    case NodeKind::Var: break;
-    case NodeKind::Unary: {
-      std::string a = describe(e->args[0]);
-      if (!a.empty()) name = std::string(operator_info(e->unary_op()).word) + "_" + a;
-      break;
-    }
-    case NodeKind::Binary: {
-      std::string a = describe(e->args[0]), b = describe(e->args[1]);
-      if (!a.empty() && !b.empty()) name = a + "_" + operator_info(e->binary_op()).word + "_" + b;
-      break;
-    }
-    case NodeKind::Call: {
-      name = spelling(e->builtin());
-      for (const auto& arg : e->args) {
-        std::string a = describe(arg);
-        if (a.empty()) return "";
-        name += "_" + a;
-      }
-      break;
-    }
-    case NodeKind::Select: break;
-  }
-  return name.size() <= 64 ? name : "";
-}
 
 /// Splits the element outputs by level. Walking each expression from the top, the first node on
 /// every path whose level is below the code being written becomes a HoistedValue of its own
@@ -89,7 +55,7 @@ class LevelSplitter {
   /// after what it computes, made unique.
   std::string name_for(const Expr& e) {
     if (e->kind == NodeKind::Var) return e->name;
-    const std::string base = describe(e);
+    const std::string base = descriptive_name(e);
     std::string name = base;
     if (name.empty() || taken_.count(name)) {
       const std::string prefix = base.empty() ? std::string(to_string(e->level)) + "_value" : base;
