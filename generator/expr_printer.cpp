@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -109,6 +110,21 @@ std::vector<Expr> schedule_temporaries(const std::vector<Expr>& roots, bool keep
 }
 
 namespace {
+/// Another constant as a name can hold it: 0.5 as c0p5, 1e-08 as c1em08; "" when it is long.
+std::string constant_word(double value) {
+  if (!std::isfinite(value)) return "";
+  std::ostringstream text;
+  text << value;
+  std::string word = "c";
+  for (char c : text.str()) {
+    if (c == '.') word += 'p';
+    else if (c == '-') word += 'm';
+    else if (c == '+') continue;
+    else word += c;
+  }
+  return word.size() <= 8 ? word : "";
+}
+
 std::string composed_name(const Expr& e) {
   if (!e->hint.empty() || e->kind == NodeKind::Var) return e->kind == NodeKind::Var ? e->name : e->hint;
   std::string name;
@@ -117,7 +133,7 @@ std::string composed_name(const Expr& e) {
       if (e->value == 0) return "zero";
       if (e->value == 1) return "one";
       if (e->value == 2) return "two";
-      return "";
+      return constant_word(e->value);
     case NodeKind::Var: break;
     case NodeKind::Unary: {
       std::string a = composed_name(e->args[0]);

@@ -50,12 +50,13 @@ hyperparameters:
   beta: {type: float, default: 0.9}
   eq: {type: bool, default: false}
 update:
-  - "param = param - grad * lr * (grad * lr) * (1 - beta) - (!eq ? grad : 0)"
+  - "param = param - grad * lr * (grad * lr) * (1 - beta) * (0.5 * beta) - (!eq ? grad : 0)"
 )spec");
   optgen::Spec spec = optgen::load_spec_text("test.yaml", text);
   const std::string reference = optgen::emit_reference(spec, optgen::compile_spec(spec));
   CHECK(reference.find("const T_ grad_times_lr = grad * lr;") != std::string::npos);
   CHECK(reference.find("one_minus_beta") != std::string::npos);
+  CHECK(reference.find("c0p5_times_beta") != std::string::npos);  // another constant, spelled out
   // !eq would be not_eq, which C++ reads as the operator !=: the value gets a plain name instead.
   CHECK(reference.find("not_eq") == std::string::npos);
   CHECK(reference.find("group_value_1") != std::string::npos);
