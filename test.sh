@@ -6,6 +6,6 @@ cd "$(dirname "$0")"
 source scripts/common.sh
 build_dir=${1:-build}
 
-install_dependencies
+install_test_dependencies
 configure_and_build "$build_dir" -DOPTGEN_BUILD_TESTS=ON
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"

@@ -80,8 +80,8 @@ struct Model {
     fill_random(params, bytes, 1);
     fill_random(grads, bytes, 2);
     for (size_t i = 0; i < numels.size(); ++i)
-      tensors.push_back({reinterpret_cast<void*>(params + offsets[i]), reinterpret_cast<void*>(grads + offsets[i]), numels[i],
-                         optgen::DType::F32});
+      tensors.push_back({reinterpret_cast<void*>(params + offsets[i]), reinterpret_cast<void*>(grads + offsets[i]),
+                         numels[i], optgen::DType::F32});
   }
   ~Model() {
     api().cuMemFree(params);
@@ -227,9 +227,11 @@ void host_time(int tensors, CUstream stream) {
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   std::sort(us.begin(), us.end());
-  std::printf("\nhost time inside Adam::step() for %d tensors (1 group, %lld parameters): median %.2f us, p90 %.2f us, min %.2f us\n",
-              tensors, static_cast<long long>(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})), us[us.size() / 2],
-              us[us.size() * 9 / 10], us[0]);
+  std::printf(
+      "\nhost time inside Adam::step() for %d tensors (1 group, %lld parameters): median %.2f us, p90 %.2f us, min "
+      "%.2f us\n",
+      tensors, static_cast<long long>(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})), us[us.size() / 2],
+      us[us.size() * 9 / 10], us[0]);
 }
 
 /// What the command line asks for; the defaults are a full run.
@@ -285,9 +287,10 @@ void add_options(CLI::App& app, Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Times the generated launchers on real models' parameter shapes against the device's copy bandwidth, "
-               "then the host time inside step().",
-               "optgen_bench");
+  CLI::App app(
+      "Times the generated launchers on real models' parameter shapes against the device's copy bandwidth, "
+      "then the host time inside step().",
+      "optgen_bench");
   Arguments args;
   add_options(app, args);
   try {
@@ -304,7 +307,8 @@ int main(int argc, char** argv) {
     Timer timer;
     const double copy = copy_bandwidth(stream, timer);
     std::printf("device copy bandwidth (2 GiB device-to-device, read + write): %.3f TB/s\n\n", copy / 1e12);
-    std::printf("| workload | tensors | parameters | optimizer | chunk | mode | us/step | floor us | TB/s | of copy |\n");
+    std::printf(
+        "| workload | tensors | parameters | optimizer | chunk | mode | us/step | floor us | TB/s | of copy |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     AmpInputs amp;
     for (const auto& name : args.workloads) {
@@ -314,24 +318,29 @@ int main(int argc, char** argv) {
         if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
         for (long long chunk : args.chunk_sizes) {
           auto opt = c.make();
-          if (chunk > 0) opt->set_chunk_size(chunk);
-          else chunk = opt->info().chunk_size;
+          if (chunk > 0)
+            opt->set_chunk_size(chunk);
+          else
+            chunk = opt->info().chunk_size;
           opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
           for (const auto& mode : args.modes) {
             std::function<void()> step;
             std::unique_ptr<CapturedStep> captured;
-            if (mode == "eager") step = [&] { opt->step(stream); };
-            else if (mode == "amp") step = [&] { opt->step(stream, amp.get()); };
+            if (mode == "eager")
+              step = [&] { opt->step(stream); };
+            else if (mode == "amp")
+              step = [&] { opt->step(stream, amp.get()); };
             else if (mode == "graph") {
               captured = std::make_unique<CapturedStep>(*opt, stream);
               step = [&] { captured->launch(); };
-            } else throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
+            } else
+              throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
             for (int i = 0; i < 5; ++i) step();
             const double us = timer.median_us(stream, args.steps, 5, step);
             const double bytes = static_cast<double>(c.bytes_per_parameter) * w.parameters;
-            std::printf("| %s | %zu | %lld | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(), w.numels.size(),
-                        static_cast<long long>(w.parameters), c.name.c_str(), chunk, mode.c_str(), us, bytes / copy * 1e6,
-                        bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / copy);
+            std::printf("| %s | %zu | %lld | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(),
+                        w.numels.size(), static_cast<long long>(w.parameters), c.name.c_str(), chunk, mode.c_str(), us,
+                        bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / copy);
             std::fflush(stdout);
           }
         }

@@ -41,22 +41,22 @@ constexpr int kExitNoGpu = 77;
   std::exit(1);
 }
 
-#define CUDA_CHECK(call)                                                        \
-  do {                                                                          \
-    const cudaError_t status_ = (call);                                         \
+#define CUDA_CHECK(call)                                                                      \
+  do {                                                                                        \
+    const cudaError_t status_ = (call);                                                       \
     if (status_ != cudaSuccess) fail(#call, cudaGetErrorString(status_), __FILE__, __LINE__); \
   } while (0)
 
 // A kernel launch: its configuration errors show at once, its execution errors at the next sync.
-#define KERNEL_CHECK(what)                                                      \
-  do {                                                                          \
-    const cudaError_t status_ = cudaGetLastError();                             \
+#define KERNEL_CHECK(what)                                                                   \
+  do {                                                                                       \
+    const cudaError_t status_ = cudaGetLastError();                                          \
     if (status_ != cudaSuccess) fail(what, cudaGetErrorString(status_), __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                      \
-  do {                                                                          \
-    const cublasStatus_t status_ = (call);                                      \
+#define CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                     \
+    const cublasStatus_t status_ = (call);                                                                 \
     if (status_ != CUBLAS_STATUS_SUCCESS) fail(#call, cublasGetStatusString(status_), __FILE__, __LINE__); \
   } while (0)
 
@@ -155,8 +155,8 @@ float* device_floats(long long n) {
 
 struct Linear {
   int in = 0, out = 0;
-  float* weight = nullptr;       // [out x in]
-  float* bias = nullptr;         // [out]
+  float* weight = nullptr;  // [out x in]
+  float* bias = nullptr;    // [out]
   float* weight_grad = nullptr;
   float* bias_grad = nullptr;
 
@@ -191,8 +191,8 @@ void backward(const Context& ctx, const Linear& layer, const float* x, const flo
   const float one = 1.0f, zero = 0.0f;
   CUBLAS_CHECK(cublasSgemm(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_T, layer.out, layer.in, batch, &one, dy, layer.out, x,
                            layer.in, &zero, layer.weight_grad, layer.out));
-  CUBLAS_CHECK(cublasSgemv(ctx.cublas, CUBLAS_OP_N, layer.out, batch, &one, dy, layer.out, ones, 1, &zero,
-                           layer.bias_grad, 1));
+  CUBLAS_CHECK(
+      cublasSgemv(ctx.cublas, CUBLAS_OP_N, layer.out, batch, &one, dy, layer.out, ones, 1, &zero, layer.bias_grad, 1));
   if (dx)
     CUBLAS_CHECK(cublasSgemm(ctx.cublas, CUBLAS_OP_T, CUBLAS_OP_N, layer.in, batch, layer.out, &one, layer.weight,
                              layer.out, dy, layer.out, &zero, dx, layer.in));
@@ -233,7 +233,8 @@ struct Problem {
     // The teacher: weights N(0, 1/fan_in), so that its activations stay of order one.
     normal(teacher1.weight, teacher1.weight_numel(), kInitSeed + 1, 1.0f / std::sqrt(static_cast<float>(kInputs)));
     normal(teacher1.bias, kTeacherHidden, kInitSeed + 2, 0.1f);
-    normal(teacher2.weight, teacher2.weight_numel(), kInitSeed + 3, 1.0f / std::sqrt(static_cast<float>(kTeacherHidden)));
+    normal(teacher2.weight, teacher2.weight_numel(), kInitSeed + 3,
+           1.0f / std::sqrt(static_cast<float>(kTeacherHidden)));
     normal(teacher2.bias, 1, kInitSeed + 4, 0.0f);
     // The student: PyTorch's default nn.Linear initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
     std::uint64_t seed = kInitSeed + 10;
@@ -352,8 +353,9 @@ bool parse(int argc, char** argv, Arguments& args) {
       std::exit(0);
     }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "mlp: %s\n", flag.rfind("--", 0) == 0 ? ("missing value after " + flag).c_str()
-                                                                  : ("unexpected argument '" + flag + "'").c_str());
+      std::fprintf(stderr, "mlp: %s\n",
+                   flag.rfind("--", 0) == 0 ? ("missing value after " + flag).c_str()
+                                            : ("unexpected argument '" + flag + "'").c_str());
       return false;
     }
     const std::string value = argv[++i];
@@ -431,8 +433,8 @@ int train(const Arguments& args) {
   }
   long long parameters = 0;
   for (const optgen::Tensor& t : tensors) parameters += t.numel;
-  std::printf("optimizer: %s (lr %g), %zu tensors, %lld parameters; %d steps of minibatch %d\n",
-              args.optimizer.c_str(), args.lr, tensors.size(), parameters, args.steps, kBatch);
+  std::printf("optimizer: %s (lr %g), %zu tensors, %lld parameters; %d steps of minibatch %d\n", args.optimizer.c_str(),
+              args.lr, tensors.size(), parameters, args.steps, kBatch);
 
   const double initial = problem.held_out_loss();
   std::printf("step %5d  held-out loss %.6f\n", 0, initial);

@@ -55,12 +55,12 @@ struct Chunk {
 /// A bound tensor list: built once by prepare(), resident on the device, never changed by a step.
 /// Chunks are ordered by decreasing `count`, so that the short ones fill the last wave.
 struct TableView {
-  void* const* pointers;  ///< [operand * num_tensors + tensor]: param, grad, then each state
-  const long long* numel; ///< [tensor]
-  const Chunk* chunks;    ///< [blockIdx.x]
-  long long chunk_size;   ///< elements per block, a multiple of 64
+  void* const* pointers;   ///< [operand * num_tensors + tensor]: param, grad, then each state
+  const long long* numel;  ///< [tensor]
+  const Chunk* chunks;     ///< [blockIdx.x]
+  long long chunk_size;    ///< elements per block, a multiple of 64
   int num_tensors;
-  int num_chunks;         ///< the grid size; every group has at least one chunk
+  int num_chunks;  ///< the grid size; every group has at least one chunk
 };
 
 /// The device-resident state of every param group: hyperparameters, step counts, scalar state and
@@ -76,17 +76,17 @@ struct TableView {
 /// current. Nothing else is needed to advance a group: no host work, no second launch, no atomics
 /// on floats.
 struct GroupTable {
-  double* hyperparameters;       ///< [group * num_hyperparameters + i]: declaration order, bools as 0/1
-  long long* steps;              ///< [slot * num_groups + group]: steps taken
-  double* scalar_state;          ///< [(slot * num_groups + group) * num_scalar_states + i]
-  unsigned char* values;         ///< [(slot * num_groups + group) * values_stride]: the group's GroupValues
-  unsigned int* arrivals;        ///< [group]: tickets its Update-stage blocks took, modulo 2 * blocks
-  const unsigned int* blocks;    ///< [group]: blocks its Update stage launches per step (at least 1)
-  const int* variant;            ///< [group]: its variant, an index into the launcher's variant table
+  double* hyperparameters;     ///< [group * num_hyperparameters + i]: declaration order, bools as 0/1
+  long long* steps;            ///< [slot * num_groups + group]: steps taken
+  double* scalar_state;        ///< [(slot * num_groups + group) * num_scalar_states + i]
+  unsigned char* values;       ///< [(slot * num_groups + group) * values_stride]: the group's GroupValues
+  unsigned int* arrivals;      ///< [group]: tickets its Update-stage blocks took, modulo 2 * blocks
+  const unsigned int* blocks;  ///< [group]: blocks its Update stage launches per step (at least 1)
+  const int* variant;          ///< [group]: its variant, an index into the launcher's variant table
   int num_groups;
   int num_hyperparameters;
   int num_scalar_states;
-  int values_stride;             ///< bytes per slot entry of `values`, a multiple of 8
+  int values_stride;  ///< bytes per slot entry of `values`, a multiple of 8
 };
 
 /// The inputs of one step that may change from step to step: AMP's, as torch.amp.GradScaler hands
@@ -103,8 +103,8 @@ struct GroupWrite {
   int variant;      ///< the kernel's own variant: groups of other variants are left alone
   int first_group;  ///< the groups written: [first_group, first_group + num_groups)
   int num_groups;
-  int field;        ///< a GroupField
-  int index;        ///< of the hyperparameter or scalar state
+  int field;  ///< a GroupField
+  int index;  ///< of the hyperparameter or scalar state
 };
 
 enum { kGroupKernelBlock = 128 };

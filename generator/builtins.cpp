@@ -57,9 +57,7 @@ const std::vector<BuiltinInfo>& builtins() {
   return list;
 }
 
-const BuiltinInfo& builtin_info(Builtin fn) {
-  return builtins()[static_cast<size_t>(fn)];
-}
+const BuiltinInfo& builtin_info(Builtin fn) { return builtins()[static_cast<size_t>(fn)]; }
 
 const BuiltinInfo* find_builtin(const std::string& name) {
   for (const auto& info : builtins())

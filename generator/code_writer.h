@@ -13,7 +13,9 @@ class CodeWriter {
   class Scope {
    public:
     Scope(CodeWriter& writer, std::string closer) : writer_(&writer), closer_(std::move(closer)) { ++writer_->indent_; }
-    Scope(Scope&& other) noexcept : writer_(other.writer_), closer_(std::move(other.closer_)) { other.writer_ = nullptr; }
+    Scope(Scope&& other) noexcept : writer_(other.writer_), closer_(std::move(other.closer_)) {
+      other.writer_ = nullptr;
+    }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
     ~Scope() {

@@ -19,8 +19,7 @@ std::string SourceFile::line(int line_number) const {
   return result;
 }
 
-std::string format_diagnostic(const SourceLoc& loc, const std::string& message,
-                              const std::string& hint) {
+std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint) {
   std::ostringstream out;
   if (loc.file) {
     out << loc.file->path << ':';

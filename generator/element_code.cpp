@@ -12,15 +12,16 @@ void SourceComments::before(CodeWriter& w, const Expr& e) {
   if (start != std::string::npos) w.line("// " + comment_text(text.substr(start)));
 }
 
-std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level, ExprPrinter& printer,
-                                          const std::string& float_type, std::set<std::string> taken) {
+std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level,
+                                          ExprPrinter& printer, const std::string& float_type,
+                                          std::set<std::string> taken) {
   auto temporaries = schedule_temporaries(roots, true, [&](const Expr& e) { return e->level == level; });
   name_temporaries(temporaries, "t", taken, printer);
   SourceComments comments;
   for (const auto& t : temporaries) {
     comments.before(w, t);
-    w.line("const " + (t->type == ValueType::Bool ? std::string("bool") : float_type) + " " + printer.names.at(t.get()) +
-           " = " + printer.print_body(t) + ";");
+    w.line("const " + (t->type == ValueType::Bool ? std::string("bool") : float_type) + " " +
+           printer.names.at(t.get()) + " = " + printer.print_body(t) + ";");
   }
   std::vector<std::string> values;
   for (const auto& r : roots) values.push_back(printer.print(r));
@@ -51,7 +52,8 @@ std::vector<std::string> element_inputs_read(const Program& p) {
 bool reads_numel(const Program& p) {
   bool found = false;
   for (const auto& v : p.tensor_values)
-    for_each_node(v.value, [&](const Expr& e) { found = found || (e->kind == NodeKind::Var && e->var == VarKind::Numel); });
+    for_each_node(v.value,
+                  [&](const Expr& e) { found = found || (e->kind == NodeKind::Var && e->var == VarKind::Numel); });
   return found;
 }
 

@@ -24,8 +24,9 @@ class SourceComments {
 /// Writes `const <float_type> name = ...;` (or `const bool`) for each temporary of level `level`
 /// that `roots` need, named after the spec's names where it has them and never one of `taken`;
 /// returns the printed value of each root.
-std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level, ExprPrinter& printer,
-                                          const std::string& float_type, std::set<std::string> taken);
+std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level,
+                                          ExprPrinter& printer, const std::string& float_type,
+                                          std::set<std::string> taken);
 
 /// The same for the element outputs of `p`, in `p.element_outputs` order.
 std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program& p, ExprPrinter& printer,

@@ -18,14 +18,16 @@ std::string spec_file_name(const Spec& spec) {
 
 std::string variant_banner(const Program& variant) {
   std::string flags;
-  for (const auto& [flag, value] : variant.flags) flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
+  for (const auto& [flag, value] : variant.flags)
+    flags += (flags.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
   return "// ---- variant " + variant.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----";
 }
 
 std::string comment_text(const std::string& text) {
   std::string line;
   for (char c : text) line += (c == '\n' || c == '\r') ? ' ' : c;
-  while (!line.empty() && (line.back() == '\\' || std::isspace(static_cast<unsigned char>(line.back())))) line.pop_back();
+  while (!line.empty() && (line.back() == '\\' || std::isspace(static_cast<unsigned char>(line.back()))))
+    line.pop_back();
   return line;
 }
 
@@ -37,12 +39,14 @@ std::string with_fraction(std::string s) {
 }  // namespace
 
 std::string cpp_double_literal(double value) {
-  if (std::isinf(value)) return value > 0 ? "::std::numeric_limits<double>::infinity()" : "-::std::numeric_limits<double>::infinity()";
+  if (std::isinf(value))
+    return value > 0 ? "::std::numeric_limits<double>::infinity()" : "-::std::numeric_limits<double>::infinity()";
   return with_fraction(format_number(value));
 }
 
 std::string cuda_double_literal(double value) {
-  if (std::isinf(value)) return value > 0 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__longlong_as_double(0xfff0000000000000ll)";
+  if (std::isinf(value))
+    return value > 0 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__longlong_as_double(0xfff0000000000000ll)";
   return with_fraction(format_number(value));
 }
 

@@ -103,7 +103,9 @@ class CudaEmitter {
            "  // elements in flight per thread and iteration");
     w.line("#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE" +
            (tuning_.min_blocks_per_sm > 0 ? ", " + std::to_string(tuning_.min_blocks_per_sm) : std::string()) + ")" +
-           (tuning_.min_blocks_per_sm > 0 ? "  // at most 65536 / (block size * " + std::to_string(tuning_.min_blocks_per_sm) + ") registers" : ""));
+           (tuning_.min_blocks_per_sm > 0
+                ? "  // at most 65536 / (block size * " + std::to_string(tuning_.min_blocks_per_sm) + ") registers"
+                : ""));
     w.line();
     w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
     write_lines(w, template_text("kernel_abi.h"));
@@ -138,7 +140,8 @@ class CudaEmitter {
       auto fields = group_value_fields(p);
       ExprPrinter ir;  // the IR's notation, for the comments
       for (const auto& f : fields)
-        w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " + ir.print(p.group_values[f.index].value));
+        w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " +
+               ir.print(p.group_values[f.index].value));
       if (fields.empty()) w.line("float unused;  // this variant reads no per-group value");
     }
     w.line("static_assert(sizeof(GroupValues) == " + std::to_string(group_values_size(p)) +
@@ -154,7 +157,8 @@ class CudaEmitter {
     w.line("/// Advances `scalar_state_` (the values the previous step left) and computes the values of step");
     w.line("/// `step` (counting from 1) from the hyperparameters `h_`.");
     auto fn = w.block(
-        "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, "
+        "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] "
+        "double* scalar_state_, "
         "[[maybe_unused]] long long step)");
     CudaPrinter printer(true);
     auto values = write_group_code(w, p, printer, {"step"});
@@ -180,11 +184,13 @@ class CudaEmitter {
     tensor_values(w, p, taken);
     w.line();
     auto fn = w.block(
-        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, "
+        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
+        "TensorValues& tv_, "
         "float (&v_)[kOperands])");
     read_group_values(w, p);
     for (const auto& t : p.tensor_values)
-      w.line(std::string(t.value->type == ValueType::Bool ? "const bool " : "const float ") + t.name + " = tv_." + t.name + ";");
+      w.line(std::string(t.value->type == ValueType::Bool ? "const bool " : "const float ") + t.name + " = tv_." +
+             t.name + ";");
     std::vector<std::string> operand_names = {"param", "grad"};
     operand_names.insert(operand_names.end(), p.states.begin(), p.states.end());
     auto read = element_inputs_read(p);
@@ -209,7 +215,8 @@ class CudaEmitter {
         if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
-      if (read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k_." + f.name + ";");
+      if (read.count(f.name))
+        w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k_." + f.name + ";");
   }
 
   /// The per-tensor values, computed once per block from the group values and the tensor's numel,
@@ -222,38 +229,43 @@ class CudaEmitter {
       if (p.tensor_values.empty()) w.line("// (this variant computes nothing per tensor)");
     }
     auto fn = w.block(
-        "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long "
+        "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, "
+        "[[maybe_unused]] long long "
         "numel_)");
     std::vector<Expr> roots;
     for (const auto& t : p.tensor_values) roots.push_back(t.value);
     std::set<std::string> group_read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) group_read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group)
+          group_read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
-      if (group_read.count(f.name)) w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k_." + f.name + ";");
+      if (group_read.count(f.name))
+        w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k_." + f.name + ";");
     CudaPrinter printer(true);  // once per block: in double, so that numel is exact
     auto values = write_level_code(w, roots, Level::Tensor, printer, "double", taken);
     w.line("TensorValues tv_;");
     for (size_t i = 0; i < values.size(); ++i) {
       const bool is_bool = p.tensor_values[i].value->type == ValueType::Bool;
-      w.line("tv_." + p.tensor_values[i].name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
+      w.line("tv_." + p.tensor_values[i].name + " = " +
+             (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
     }
     w.line("return tv_;");
   }
 
   void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
     w.line();
-    w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage: params and grads in " + to_string(s.param) + ", states in " +
-           to_string(s.state) + ".");
+    w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage: params and grads in " + to_string(s.param) +
+           ", states in " + to_string(s.state) + ".");
     w.line("extern \"C\" __global__ void OPTGEN_LAUNCH_BOUNDS");
-    auto fn = w.block(kernel_name(p, s, stage) +
-                      "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs)");
+    auto fn =
+        w.block(kernel_name(p, s, stage) +
+                "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs)");
     switch (stage.kind) {
       case StageKind::Update:
-        w.line("optgen::update_stage<variants::" + p.variant + "::Update, variants::" + p.variant + "::Group, " + cuda_type(s.param) +
-               ", " + cuda_type(s.state) + ">(table, groups, inputs);");
+        w.line("optgen::update_stage<variants::" + p.variant + "::Update, variants::" + p.variant + "::Group, " +
+               cuda_type(s.param) + ", " + cuda_type(s.state) + ">(table, groups, inputs);");
         break;
     }
   }

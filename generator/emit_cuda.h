@@ -17,13 +17,13 @@ namespace optgen {
 
 /// Parameters of the emitted kernels, chosen per build (`optgen emit --block-size ...`).
 struct KernelTuning {
-  int block_size = 256;           ///< threads per block
-  int elements_per_thread = 8;    ///< elements a thread has in flight per loop iteration
+  int block_size = 256;         ///< threads per block
+  int elements_per_thread = 8;  ///< elements a thread has in flight per loop iteration
   /// Blocks each SM must fit (the second argument of __launch_bounds__): it caps the registers of
   /// the stage kernels at 65536 / (block_size * min_blocks_per_sm). 0 leaves it to ptxas, which
   /// may then spill.
   int min_blocks_per_sm = 3;
-  long long chunk_size = 2048;    ///< elements per block (the launcher's default; a multiple of 64)
+  long long chunk_size = 2048;  ///< elements per block (the launcher's default; a multiple of 64)
   // The defaults are the best of a sweep on an H200 (bench/RESULTS.md): 256 x 8 elements and
   // chunks of 2048, one loop iteration per thread.
 

@@ -45,7 +45,9 @@ std::string byte_array(const std::vector<char>& data) {
   return out;
 }
 
-std::string image_name(const CompiledImage& image) { return std::string(image.ptx ? "kPtx" : "kSm") + std::to_string(image.arch); }
+std::string image_name(const CompiledImage& image) {
+  return std::string(image.ptx ? "kPtx" : "kSm") + std::to_string(image.arch);
+}
 
 }  // namespace
 
@@ -75,8 +77,8 @@ std::string emit_images(const std::string& spec_name, const std::string& spec_fi
       }
       w.line("const KernelImage kImages[] = {");
       for (const auto& image : images)
-        w.line("    {" + std::to_string(image.arch) + ", " + (image.ptx ? "true" : "false") + ", " + image_name(image) + ", sizeof " +
-               image_name(image) + "},");
+        w.line("    {" + std::to_string(image.arch) + ", " + (image.ptx ? "true" : "false") + ", " + image_name(image) +
+               ", sizeof " + image_name(image) + "},");
       w.line("};");
     }
     w.line();

@@ -32,7 +32,10 @@ std::vector<const Hyperparameter*> settable(const Spec& spec) {
 }
 
 std::map<std::string, std::string> common(const Spec& spec) {
-  return {{"spec_file", spec_file_name(spec)}, {"optimizer", spec.optimizer}, {"spec", spec.name}, {"generator", generator_banner()}};
+  return {{"spec_file", spec_file_name(spec)},
+          {"optimizer", spec.optimizer},
+          {"spec", spec.name},
+          {"generator", generator_banner()}};
 }
 
 std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
@@ -47,7 +50,8 @@ void variant_namespace(CodeWriter& w, const Spec& spec, const Program& p, const 
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
   for (const auto& s : storage) {
     std::string names;
-    for (const auto& stage : p.stages) names += (names.empty() ? "" : ", ") + std::string("\"") + kernel_name(p, s, stage) + "\"";
+    for (const auto& stage : p.stages)
+      names += (names.empty() ? "" : ", ") + std::string("\"") + kernel_name(p, s, stage) + "\"";
     w.line("[[maybe_unused]] const char* const k" + s.name() + "[] = {" + names + "};");
   }
 }
@@ -55,13 +59,14 @@ void variant_namespace(CodeWriter& w, const Spec& spec, const Program& p, const 
 /// The variant's row of the launcher's variant table.
 std::string variant_row(const Program& p) {
   return "    {\"" + p.variant + "\", variants::" + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
-         std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " + std::to_string(p.stages.size()) + "},";
+         std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " +
+         std::to_string(p.stages.size()) + "},";
 }
 
 /// The row of the kernel table for variant number `index` in storage `s`.
 std::string kernel_row(const Program& p, size_t index, const Storage& s) {
-  return "    {variants::" + p.variant + "::k" + s.name() + ", " + std::to_string(index) + ", " + storage_enum(s.param) + ", " +
-         storage_enum(s.state) + "},";
+  return "    {variants::" + p.variant + "::k" + s.name() + ", " + std::to_string(index) + ", " +
+         storage_enum(s.param) + ", " + storage_enum(s.state) + "},";
 }
 
 /// The hyperparameters' values, in declaration order, from an `Options` named `o` (derived flags
@@ -70,7 +75,9 @@ std::string values_of_options(const Spec& spec) {
   std::string values;
   for (size_t i = 0; i < spec.hyperparameters.size(); ++i) {
     const auto& h = spec.hyperparameters[i];
-    std::string value = h.derived ? "0.0" : h.type == ValueType::Float ? "o." + h.name : "static_cast<double>(o." + h.name + ")";
+    std::string value = h.derived                    ? "0.0"
+                        : h.type == ValueType::Float ? "o." + h.name
+                                                     : "static_cast<double>(o." + h.name + ")";
     values += (i ? ", " : "") + value;
   }
   return values;
@@ -83,8 +90,10 @@ std::string options_of_values(const Spec& spec) {
     const auto& h = spec.hyperparameters[i];
     if (h.derived) continue;
     std::string read = "h[" + std::to_string(i) + "]";
-    if (h.type == ValueType::Bool) read += " != 0";
-    else if (h.type == ValueType::Int) read = "static_cast<std::int64_t>(" + read + ")";
+    if (h.type == ValueType::Bool)
+      read += " != 0";
+    else if (h.type == ValueType::Int)
+      read = "static_cast<std::int64_t>(" + read + ")";
     w.line("  o." + h.name + " = " + read + ";");
   }
   return w.str();
@@ -96,8 +105,10 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
   CodeWriter options, setters, states;
   for (const auto* h : settable(spec)) {
     std::string doc = comment_text(h->doc);
-    if (h->specialize) doc = (doc.empty() ? "" : doc + "; ") + "selects a kernel variant, so it is fixed per param group";
-    options.line("    " + cpp_type(h->type) + " " + h->name + " = " + default_literal(*h) + ";" + (doc.empty() ? "" : "  ///< " + doc));
+    if (h->specialize)
+      doc = (doc.empty() ? "" : doc + "; ") + "selects a kernel variant, so it is fixed per param group";
+    options.line("    " + cpp_type(h->type) + " " + h->name + " = " + default_literal(*h) + ";" +
+                 (doc.empty() ? "" : "  ///< " + doc));
   }
   for (const auto* h : settable(spec)) {
     if (h->specialize) {
@@ -107,21 +118,22 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
     std::string type = cpp_type(h->type);
     std::string value = h->type == ValueType::Float ? "value" : "static_cast<double>(value)";
     setters.line("  void set_" + h->name + "(" + type + " value) { engine_.set(\"" + h->name + "\", " + value + "); }");
-    setters.line("  void set_" + h->name + "(" + type + " value, std::size_t group) { engine_.set(\"" + h->name + "\", " + value +
-                 ", group); }");
+    setters.line("  void set_" + h->name + "(" + type + " value, std::size_t group) { engine_.set(\"" + h->name +
+                 "\", " + value + ", group); }");
   }
   for (const auto& s : spec.states) {
     std::string when;
     if (s.when) when = "  ///< only when " + comment_text(s.when_text);
-    states.line("  StateBuffer " + s.name + "(std::size_t group, std::size_t tensor) const { return engine_.state(\"" + s.name +
-                "\", group, tensor); }" + when);
+    states.line("  StateBuffer " + s.name + "(std::size_t group, std::size_t tensor) const { return engine_.state(\"" +
+                s.name + "\", group, tensor); }" + when);
   }
   if (spec.states.empty()) states.line("  // (" + spec.optimizer + " keeps no per-element state.)");
   CodeWriter scalar_states;
   for (const auto& s : spec.scalar_states) {
-    scalar_states.line("  double " + s.name + "(std::size_t group) const { return engine_.scalar_state(\"" + s.name + "\", group); }");
-    scalar_states.line("  void set_" + s.name + "(double value, std::size_t group) { engine_.set_scalar_state(\"" + s.name +
-                       "\", value, group); }");
+    scalar_states.line("  double " + s.name + "(std::size_t group) const { return engine_.scalar_state(\"" + s.name +
+                       "\", group); }");
+    scalar_states.line("  void set_" + s.name + "(double value, std::size_t group) { engine_.set_scalar_state(\"" +
+                       s.name + "\", value, group); }");
   }
   auto values = common(spec);
   values["scalar_state_accessors"] = scalar_states.str();
@@ -132,8 +144,9 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
   return render_template("launcher.h.in", values);
 }
 
-std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
-                                 const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
+std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants,
+                                 const std::vector<Storage>& storage, const KernelTuning& tuning,
+                                 const std::set<std::string>& with_kernels) {
   CodeWriter w, variant_table, kernel_table;
   int kernels = 0;
   for (size_t i = 0; i < variants.size(); ++i) {

@@ -17,7 +17,8 @@ namespace optgen {
 std::string emit_launcher_header(const Spec& spec, const std::vector<Program>& variants);
 /// `variants`: every variant of the spec; `with_kernels`: the names of those kernels were
 /// generated for (all when empty).
-std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
-                                 const KernelTuning& tuning, const std::set<std::string>& with_kernels = {});
+std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants,
+                                 const std::vector<Storage>& storage, const KernelTuning& tuning,
+                                 const std::set<std::string>& with_kernels = {});
 
 }  // namespace optgen

@@ -121,8 +121,8 @@ class ReferenceEmitter {
       auto sw = w.block("switch (index_)");
       for (const auto& s : spec_.states) {
         auto it = p.state_conditions.find(s.name);
-        w.line("case " + index_of(states_, s.name) + ": return " + (it == p.state_conditions.end() ? "true" : printer.print(it->second)) +
-               ";  // " + s.name);
+        w.line("case " + index_of(states_, s.name) + ": return " +
+               (it == p.state_conditions.end() ? "true" : printer.print(it->second)) + ";  // " + s.name);
       }
       w.line("default: return false;");
     }
@@ -143,7 +143,8 @@ class ReferenceEmitter {
   }
 
   void per_step(CodeWriter& w, const Program& p) {
-    w.line("/// The group code, once per step and param group: advances the scalar state and computes the group values.");
+    w.line(
+        "/// The group code, once per step and param group: advances the scalar state and computes the group values.");
     {
       auto fn = w.block(
           "inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, "
@@ -160,7 +161,8 @@ class ReferenceEmitter {
     }
     w.line();
     w.line("/// per_step for the generic descriptor: the group values into `out_`.");
-    auto fn = w.block("inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_)");
+    auto fn = w.block(
+        "inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_)");
     w.line("const GroupValues values_ = per_step(h_, scalar_state_, step);");
     w.line("for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];");
   }
@@ -170,12 +172,15 @@ class ReferenceEmitter {
     w.line("/// writes them in place. The gradient is divided by `grad_scale_` as it is read.");
     w.line("template <typename T_>");
     auto fn = w.block(
-        "void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, "
+        "void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] "
+        "const T_* grad_data_, "
         "[[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_)");
     for (size_t j = 0; j < p.group_values.size(); ++j) {
       const auto& v = p.group_values[j];
-      if (v.value->type == ValueType::Bool) w.line("const bool " + v.name + " = k_[" + std::to_string(j) + "] != 0;");
-      else w.line("const T_ " + v.name + " = T_(k_[" + std::to_string(j) + "]);");
+      if (v.value->type == ValueType::Bool)
+        w.line("const bool " + v.name + " = k_[" + std::to_string(j) + "] != 0;");
+      else
+        w.line("const T_ " + v.name + " = T_(k_[" + std::to_string(j) + "]);");
     }
     std::set<std::string> taken = reserved();
     for (const auto& v : p.group_values) taken.insert(v.name);
@@ -187,12 +192,12 @@ class ReferenceEmitter {
       CppPrinter tensor_printer(false);
       auto values = write_level_code(w, roots, Level::Tensor, tensor_printer, "double", taken);
       for (size_t j = 0; j < values.size(); ++j)
-        w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T_ ") + p.tensor_values[j].name +
-               " = " + (p.tensor_values[j].value->type == ValueType::Bool ? values[j] : "T_(" + values[j] + ")") + ";");
+        w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T_ ") +
+               p.tensor_values[j].name + " = " +
+               (p.tensor_values[j].value->type == ValueType::Bool ? values[j] : "T_(" + values[j] + ")") + ";");
     }
     CppPrinter printer(true);
-    for (const auto& s : p.states)
-      w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
+    for (const auto& s : p.states) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
     auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
     for (const auto& input : element_inputs_read(p))
       w.line("const T_ " + input + " = " + input + "_data_[i_]" + (input == "grad" ? " / grad_scale_" : "") + ";");
@@ -213,7 +218,8 @@ class ReferenceEmitter {
     w.line("/// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.");
     w.line("inline constexpr VariantInfo kVariants[] = {");
     for (const auto& v : variants)
-      w.line("    {\"" + v.variant + "\", " + std::to_string(v.group_values.size()) + ", &variants::" + v.variant + "::per_step_into},");
+      w.line("    {\"" + v.variant + "\", " + std::to_string(v.group_values.size()) + ", &variants::" + v.variant +
+             "::per_step_into},");
     w.line("};");
     w.line("inline constexpr int kNumVariants = " + std::to_string(variants.size()) + ";");
     w.line();
@@ -222,8 +228,8 @@ class ReferenceEmitter {
     std::string select;
     auto flags = spec_.flags();
     for (size_t i = 0; i < flags.size(); ++i)
-      select += (select.empty() ? "" : " | ") + std::string("(h_[") + index_of(hyperparameters_, flags[i]->name) + "] != 0 ? " +
-                std::to_string(1u << i) + " : 0)";
+      select += (select.empty() ? "" : " | ") + std::string("(h_[") + index_of(hyperparameters_, flags[i]->name) +
+                "] != 0 ? " + std::to_string(1u << i) + " : 0)";
     w.line("return " + (select.empty() ? std::string("0") : select) + ";");
   }
 
@@ -232,7 +238,8 @@ class ReferenceEmitter {
     w.line("/// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.");
     w.line("template <typename T_>");
     auto fn = w.block(
-        "void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, "
+        "void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, "
+        "::std::size_t count_, "
         "T_ grad_scale_)");
     auto sw = w.block("switch (select_variant(h_))");
     for (size_t i = 0; i < variants.size(); ++i) {
@@ -241,7 +248,8 @@ class ReferenceEmitter {
       w.line("const auto k_ = variants::" + v.variant + "::per_step(h_, scalar_state_, step);");
       w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_)");
       w.line("  variants::" + v.variant +
-             "::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);");
+             "::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, "
+             "grad_scale_);");
       w.line("return;");
     }
   }
@@ -252,7 +260,8 @@ class ReferenceEmitter {
     auto fn = w.block("inline const Optimizer& optimizer()");
     w.line("static const Optimizer instance = {\"" + spec_.optimizer +
            "\", kHyperparameters, kNumHyperparameters, kStates, kNumStates, kScalarStates, kNumScalarStates,");
-    w.line("                                   &derive_flags, &state_present, &select_variant, kVariants, kNumVariants,");
+    w.line(
+        "                                   &derive_flags, &state_present, &select_variant, kVariants, kNumVariants,");
     w.line("                                   &step<float>, &step<double>};");
     w.line("return instance;");
   }

@@ -117,10 +117,14 @@ std::string constant_word(double value) {
   text << value;
   std::string word = "c";
   for (char c : text.str()) {
-    if (c == '.') word += 'p';
-    else if (c == '-') word += 'm';
-    else if (c == '+') continue;
-    else word += c;
+    if (c == '.')
+      word += 'p';
+    else if (c == '-')
+      word += 'm';
+    else if (c == '+')
+      continue;
+    else
+      word += c;
   }
   return word.size() <= 8 ? word : "";
 }

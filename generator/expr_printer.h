@@ -18,7 +18,7 @@ class ExprPrinter {
  public:
   virtual ~ExprPrinter() = default;
 
-  std::string print(const Expr& e) const;  ///< the whole expression (named operands by name)
+  std::string print(const Expr& e) const;       ///< the whole expression (named operands by name)
   std::string print_body(const Expr& e) const;  ///< `e` itself expanded even if it is named
 
   std::map<const Node*, std::string> names;  ///< nodes printed by name

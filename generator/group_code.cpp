@@ -28,12 +28,15 @@ void write_hyperparameter_loads(CodeWriter& w, const Spec& spec, const std::vect
   for (const auto& h : spec.hyperparameters) {
     if (!used.count(h.name)) continue;
     const std::string index = std::to_string(index_of(spec.hyperparameters, h.name));
-    if (h.type == ValueType::Bool) w.line("const bool " + h.name + " = h_[" + index + "] != 0;");
-    else w.line("const double " + h.name + " = h_[" + index + "];");
+    if (h.type == ValueType::Bool)
+      w.line("const bool " + h.name + " = h_[" + index + "] != 0;");
+    else
+      w.line("const double " + h.name + " = h_[" + index + "];");
   }
 }
 
-std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprPrinter& printer, std::set<std::string> taken) {
+std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprPrinter& printer,
+                                          std::set<std::string> taken) {
   const Spec& spec = *p.spec;
   std::vector<Expr> roots;
   for (const auto& o : p.scalar_state_updates) roots.push_back(o.value);
@@ -42,7 +45,8 @@ std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprP
   const auto scalar_states = inputs_read(roots, VarKind::ScalarState);
   for (const auto& s : spec.scalar_states)
     if (scalar_states.count(s.name))
-      w.line("const double " + s.name + " = scalar_state_[" + std::to_string(index_of(spec.scalar_states, s.name)) + "];");
+      w.line("const double " + s.name + " = scalar_state_[" + std::to_string(index_of(spec.scalar_states, s.name)) +
+             "];");
 
   for (const auto& h : spec.hyperparameters) taken.insert(h.name);
   for (const auto& s : spec.scalar_states) taken.insert(s.name);
@@ -51,12 +55,12 @@ std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprP
   SourceComments comments;
   for (const auto& t : temporaries) {
     comments.before(w, t);
-    w.line(std::string("const ") + (t->type == ValueType::Bool ? "bool " : "double ") + printer.names.at(t.get()) + " = " +
-           printer.print_body(t) + ";");
+    w.line(std::string("const ") + (t->type == ValueType::Bool ? "bool " : "double ") + printer.names.at(t.get()) +
+           " = " + printer.print_body(t) + ";");
   }
   for (const auto& o : p.scalar_state_updates)
-    w.line("scalar_state_[" + std::to_string(index_of(spec.scalar_states, o.name)) + "] = " + printer.print(o.value) + ";  // " +
-           o.name);
+    w.line("scalar_state_[" + std::to_string(index_of(spec.scalar_states, o.name)) + "] = " + printer.print(o.value) +
+           ";  // " + o.name);
   std::vector<std::string> values;
   for (const auto& v : p.group_values) values.push_back(printer.print(v.value));
   return values;

@@ -73,7 +73,8 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
     case VarKind::State: n->level = Level::Element; break;
     case VarKind::Hoisted: throw InternalError("hoisted value '" + name + "' made without its level");
   }
-  if (n->level == Level::Element && type != ValueType::Float) throw InternalError("element input '" + name + "' must be float");
+  if (n->level == Level::Element && type != ValueType::Float)
+    throw InternalError("element input '" + name + "' must be float");
   return n;
 }
 
@@ -105,7 +106,8 @@ Expr Node::make_binary(BinaryOp op, Expr a, Expr b) {
       throw InternalError(std::string("operand types of ") + spelling(op));
     type = ValueType::Bool;
   } else {
-    if (!is_number(a->type) || !is_number(b->type)) throw InternalError(std::string("operand types of ") + spelling(op));
+    if (!is_number(a->type) || !is_number(b->type))
+      throw InternalError(std::string("operand types of ") + spelling(op));
     type = (op == BinaryOp::Div || op == BinaryOp::Pow) ? ValueType::Float : arithmetic_type(a->type, b->type);
   }
   auto n = blank(NodeKind::Binary, type, {a, b});
@@ -116,9 +118,12 @@ Expr Node::make_binary(BinaryOp op, Expr a, Expr b) {
 Expr Node::make_select(Expr condition, Expr if_true, Expr if_false) {
   if (condition->type != ValueType::Bool) throw InternalError("select condition must be bool");
   ValueType type;
-  if (if_true->type == ValueType::Bool && if_false->type == ValueType::Bool) type = ValueType::Bool;
-  else if (is_number(if_true->type) && is_number(if_false->type)) type = arithmetic_type(if_true->type, if_false->type);
-  else throw InternalError("select branches of different types");
+  if (if_true->type == ValueType::Bool && if_false->type == ValueType::Bool)
+    type = ValueType::Bool;
+  else if (is_number(if_true->type) && is_number(if_false->type))
+    type = arithmetic_type(if_true->type, if_false->type);
+  else
+    throw InternalError("select branches of different types");
   return blank(NodeKind::Select, type, {condition, if_true, if_false});
 }
 

@@ -52,7 +52,6 @@ const char* to_string(Level level);
 /// What a Var leaf reads.
 enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, State, Hoisted };
 
-
 const char* spelling(UnaryOp op);
 const char* spelling(BinaryOp op);
 const char* spelling(Builtin fn);  ///< as a spec writes it
@@ -65,14 +64,14 @@ using Expr = std::shared_ptr<const Node>;
 struct Node {
   NodeKind kind;
   ValueType type;
-  Level level;  ///< the highest level of its leaves
+  Level level;     ///< the highest level of its leaves
   int height = 1;  ///< 1 for a leaf, else one more than its highest operand
 
-  double value = 0;           ///< Const
-  VarKind var{};              ///< Var
-  std::string name;           ///< Var: the input's name
-  int op = 0;                 ///< Unary/Binary: the operator; Call: the Builtin
-  std::vector<Expr> args;     ///< operands (Select: condition, if_true, if_false)
+  double value = 0;        ///< Const
+  VarKind var{};           ///< Var
+  std::string name;        ///< Var: the input's name
+  int op = 0;              ///< Unary/Binary: the operator; Call: the Builtin
+  std::vector<Expr> args;  ///< operands (Select: condition, if_true, if_false)
 
   // Not part of the node's identity: where it came from, for names and messages.
   std::string hint;  ///< the spec's name for this value, if the author gave it one
@@ -143,13 +142,13 @@ struct Program {
   std::map<std::string, bool> flags;
   std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
 
-  std::vector<Output> scalar_state_updates;  ///< new value of each scalar state, in declaration order
-  std::vector<HoistedValue> group_values;    ///< filled by `assign_levels`: read by tensor and element code
-  std::vector<HoistedValue> tensor_values;   ///< filled by `assign_levels`: read by element code
-  std::vector<Output> element_outputs;       ///< param first, then states in declaration order
-  std::vector<Stage> stages;                 ///< filled by `plan_stages`
-  std::vector<std::string> states;           ///< state buffers the variant uses, declaration order
-  std::map<std::string, Expr> derived_flags;  ///< derived flag -> its value from hyperparameters
+  std::vector<Output> scalar_state_updates;      ///< new value of each scalar state, in declaration order
+  std::vector<HoistedValue> group_values;        ///< filled by `assign_levels`: read by tensor and element code
+  std::vector<HoistedValue> tensor_values;       ///< filled by `assign_levels`: read by element code
+  std::vector<Output> element_outputs;           ///< param first, then states in declaration order
+  std::vector<Stage> stages;                     ///< filled by `plan_stages`
+  std::vector<std::string> states;               ///< state buffers the variant uses, declaration order
+  std::map<std::string, Expr> derived_flags;     ///< derived flag -> its value from hyperparameters
   std::map<std::string, Expr> state_conditions;  ///< state -> when it is present (flags only)
 };
 

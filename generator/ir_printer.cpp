@@ -59,7 +59,8 @@ std::string dump(const Program& program) {
   };
   auto assignment = [&](const std::string& name, const Expr& value, const char* arrow) {
     lets_for(value, "  ");
-    out << "  " << name << " " << arrow << " " << (printed.count(value.get()) ? printer.names.at(value.get()) : printer.print_body(value)) << "\n";
+    out << "  " << name << " " << arrow << " "
+        << (printed.count(value.get()) ? printer.names.at(value.get()) : printer.print_body(value)) << "\n";
   };
 
   if (!program.derived_flags.empty()) {

@@ -82,7 +82,8 @@ class Lowering {
       program.state_conditions[s.name] = value;
       for_each_node(value, [&](const Expr& e) {
         if (e->kind == NodeKind::Var && !spec_.find_hyperparameter(e->name)->specialize)
-          throw SpecError(s.when->loc, "a state's 'when' may use only specialized flags, and '" + e->name + "' is not one",
+          throw SpecError(s.when->loc,
+                          "a state's 'when' may use only specialized flags, and '" + e->name + "' is not one",
                           "declare it with 'specialize: true', or add a derived flag");
       });
     }
@@ -95,7 +96,8 @@ class Lowering {
     block(spec_.per_step);
     for (const auto& s : spec_.scalar_states) {
       const Binding& b = env_.at(s.name);
-      if (!assigned_.count(s.name)) throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
+      if (!assigned_.count(s.name))
+        throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
       program.scalar_state_updates.push_back({s.name, b.value, b.loc});
     }
   }
@@ -138,8 +140,10 @@ class Lowering {
 
   void collect_targets(const Block& b) {
     for (const auto& item : b.items) {
-      if (item.statement) targets_.emplace(item.statement->target, item.statement->target_loc);
-      else collect_targets(*item.body);
+      if (item.statement)
+        targets_.emplace(item.statement->target, item.statement->target_loc);
+      else
+        collect_targets(*item.body);
     }
   }
 
@@ -172,21 +176,25 @@ class Lowering {
   void statement(const Statement& s) {
     Expr value = expression(*s.value);
     if (value->height > kMaxProgramHeight)
-      throw SpecError(s.target_loc, "'" + s.target + "' is computed by a chain of more than " + std::to_string(kMaxProgramHeight) +
-                                        " operations, counting the statements it builds on",
-                      "optimizers are a few dozen operations deep; optgen refuses deeper chains rather than overflow its stack");
+      throw SpecError(
+          s.target_loc,
+          "'" + s.target + "' is computed by a chain of more than " + std::to_string(kMaxProgramHeight) +
+              " operations, counting the statements it builds on",
+          "optimizers are a few dozen operations deep; optgen refuses deeper chains rather than overflow its stack");
     auto it = env_.find(s.target);
     NameKind kind = NameKind::Local;
     if (it != env_.end()) {
       kind = it->second.kind;
       check_assignable(s, kind);
     } else if (section_ == Section::PerStep && element_or_tensor_name(s.target)) {
-      throw SpecError(s.target_loc, "cannot assign to '" + s.target + "' in 'per_step': it is a per-" +
-                                        (s.target == "numel" ? "tensor" : "element") + " value",
+      throw SpecError(s.target_loc,
+                      "cannot assign to '" + s.target + "' in 'per_step': it is a per-" +
+                          (s.target == "numel" ? "tensor" : "element") + " value",
                       "per_step computes values once per param group; give this value a new name");
     } else if (is_reserved_name(s.target)) {
-      throw SpecError(s.target_loc, "cannot assign to '" + s.target + "': it is " +
-                                        (find_builtin(s.target) ? "a built-in function" : "a reserved name of the spec language"));
+      throw SpecError(s.target_loc,
+                      "cannot assign to '" + s.target + "': it is " +
+                          (find_builtin(s.target) ? "a built-in function" : "a reserved name of the spec language"));
     } else if (std::string why = name_problem(s.target, NameUse::Value); !why.empty()) {
       throw SpecError(s.target_loc, "'" + s.target + "' cannot be used as a name", why);
     }
@@ -195,7 +203,8 @@ class Lowering {
       throw SpecError(s.value->loc, "cannot assign a bool to " + std::string(describe(kind)) + " '" + s.target + "'");
     if (numeric_target && value->type == ValueType::Int)
       value = Node::make_binary(BinaryOp::Mul, value, Node::make_const(1.0, ValueType::Float));  // widen
-    if (kind == NameKind::Local || kind == NameKind::PerStepValue) value = with_provenance(value, s.target, s.target_loc);
+    if (kind == NameKind::Local || kind == NameKind::PerStepValue)
+      value = with_provenance(value, s.target, s.target_loc);
     if (kind == NameKind::State || kind == NameKind::Param || kind == NameKind::ScalarState)
       value = with_provenance(value, s.target + "_next", s.target_loc);
     env_[s.target] = {kind, value, s.target_loc};
@@ -211,7 +220,8 @@ class Lowering {
 
   void check_assignable(const Statement& s, NameKind kind) {
     switch (kind) {
-      case NameKind::Hyperparameter: cannot_assign(s, kind, ": hyperparameters are inputs; assign to a new name instead");
+      case NameKind::Hyperparameter:
+        cannot_assign(s, kind, ": hyperparameters are inputs; assign to a new name instead");
       case NameKind::Step: cannot_assign(s, kind, ": it counts steps by itself");
       case NameKind::Grad: cannot_assign(s, kind, ": the gradient is read-only; assign to a new name (e.g. 'g = ...')");
       case NameKind::Numel: cannot_assign(s, kind, ": it is an input; assign to a new name instead");
@@ -219,7 +229,8 @@ class Lowering {
         if (section_ != Section::PerStep)
           cannot_assign(s, kind, " in 'update': scalar state changes once per step, in 'per_step'");
         return;
-      case NameKind::PerStepValue: cannot_assign(s, kind, " in 'update': it was computed in 'per_step'; use a new name");
+      case NameKind::PerStepValue:
+        cannot_assign(s, kind, " in 'update': it was computed in 'per_step'; use a new name");
       case NameKind::Param:
       case NameKind::State:
       case NameKind::Local: return;
@@ -232,10 +243,8 @@ class Lowering {
 
   Expr expression(const Syntax& s) {
     switch (s.kind) {
-      case Syntax::Kind::Number:
-        return Node::make_const(s.number, s.is_integer ? ValueType::Int : ValueType::Float);
-      case Syntax::Kind::Name:
-        return name(s);
+      case Syntax::Kind::Number: return Node::make_const(s.number, s.is_integer ? ValueType::Int : ValueType::Float);
+      case Syntax::Kind::Name: return name(s);
       case Syntax::Kind::Unary: {
         Expr a = expression(*s.operands[0]);
         const UnaryOperatorInfo* info = find_unary_operator(s.text);
@@ -247,19 +256,19 @@ class Lowering {
         if (a->type != ValueType::Bool) throw SpecError(s.loc, "'!' needs a bool, but its operand is a number");
         return Node::make_unary(UnaryOp::Not, a);
       }
-      case Syntax::Kind::Binary:
-        return binary(s);
+      case Syntax::Kind::Binary: return binary(s);
       case Syntax::Kind::Ternary: {
         Expr c = expression(*s.operands[0]);
         Expr t = expression(*s.operands[1]);
         Expr f = expression(*s.operands[2]);
-        if (c->type != ValueType::Bool) throw SpecError(s.operands[0]->loc, "the condition of '?' must be a bool, but this is a number");
+        if (c->type != ValueType::Bool)
+          throw SpecError(s.operands[0]->loc, "the condition of '?' must be a bool, but this is a number");
         if ((t->type == ValueType::Bool) != (f->type == ValueType::Bool))
-          throw SpecError(s.loc, std::string("the branches of '?' differ in type: ") + type_name(t->type) + " and " + type_name(f->type));
+          throw SpecError(s.loc, std::string("the branches of '?' differ in type: ") + type_name(t->type) + " and " +
+                                     type_name(f->type));
         return Node::make_select(c, t, f);
       }
-      case Syntax::Kind::Call:
-        return call(s);
+      case Syntax::Kind::Call: return call(s);
     }
     throw InternalError("lower: unknown syntax kind");
   }
@@ -272,8 +281,8 @@ class Lowering {
     Expr b = expression(*s.operands[1]);
     auto check = [&](const Expr& e, const char* side, bool want_bool) {
       if ((e->type == ValueType::Bool) != want_bool)
-        throw SpecError(s.loc, "operator '" + s.text + "' needs " + (want_bool ? "bools" : "numbers") + ", but its " + side +
-                                   " operand is " + type_name(e->type));
+        throw SpecError(s.loc, "operator '" + s.text + "' needs " + (want_bool ? "bools" : "numbers") + ", but its " +
+                                   side + " operand is " + type_name(e->type));
     };
     if (is_logical(op)) {
       check(a, "left", true);
@@ -290,17 +299,19 @@ class Lowering {
   Expr call(const Syntax& s) {
     const BuiltinInfo* fn = find_builtin(s.text);
     if (!fn) {
-      if (env_.count(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a " + describe(env_.at(s.text).kind) + ", not a function");
+      if (env_.count(s.text))
+        throw SpecError(s.loc, "'" + s.text + "' is a " + describe(env_.at(s.text).kind) + ", not a function");
       throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, builtin_names()));
     }
     const int arity = fn->arity;
     if (static_cast<int>(s.operands.size()) != arity)
-      throw SpecError(s.loc, "'" + s.text + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") + ", given " +
-                                 std::to_string(s.operands.size()));
+      throw SpecError(s.loc, "'" + s.text + "' takes " + std::to_string(arity) + " argument" + (arity == 1 ? "" : "s") +
+                                 ", given " + std::to_string(s.operands.size()));
     std::vector<Expr> args;
     for (const auto& operand : s.operands) {
       Expr a = expression(*operand);
-      if (a->type == ValueType::Bool) throw SpecError(operand->loc, "'" + s.text + "' needs numbers, but this argument is a bool");
+      if (a->type == ValueType::Bool)
+        throw SpecError(operand->loc, "'" + s.text + "' needs numbers, but this argument is a bool");
       args.push_back(a);
     }
     return Node::make_call(fn->id, std::move(args));
@@ -312,10 +323,13 @@ class Lowering {
     auto it = env_.find(s.text);
     if (it == env_.end()) {
       if (auto out = scoped_out_.find(s.text); out != scoped_out_.end())
-        throw SpecError(s.loc, "'" + s.text + "' is assigned only inside a 'when' block (line " + std::to_string(out->second.line) + ")",
-                        "assign it before the block too, or use 'condition ? a : b'");
+        throw SpecError(
+            s.loc,
+            "'" + s.text + "' is assigned only inside a 'when' block (line " + std::to_string(out->second.line) + ")",
+            "assign it before the block too, or use 'condition ? a : b'");
       if (auto later = targets_.find(s.text); later != targets_.end())
-        throw SpecError(s.loc, "'" + s.text + "' is used before it is assigned (line " + std::to_string(later->second.line) + ")");
+        throw SpecError(
+            s.loc, "'" + s.text + "' is used before it is assigned (line " + std::to_string(later->second.line) + ")");
       if (section_ == Section::PerStep && s.text == "numel")
         throw SpecError(s.loc, "'numel' is a per-tensor value and cannot be used in 'per_step'",
                         "per_step runs once per param group, whose tensors differ in size; use numel in 'update'");
@@ -329,8 +343,10 @@ class Lowering {
     const Binding& b = it->second;
     if (section_ == Section::Flag || section_ == Section::StateCondition) {
       const Hyperparameter* h = b.kind == NameKind::Hyperparameter ? spec_.find_hyperparameter(s.text) : nullptr;
-      if (!h) throw SpecError(s.loc, "'" + s.text + "' cannot be used here: this expression may only use hyperparameters");
-      if (h->derived && section_ == Section::Flag) throw SpecError(s.loc, "'" + s.text + "' is itself derived; derive from plain hyperparameters only");
+      if (!h)
+        throw SpecError(s.loc, "'" + s.text + "' cannot be used here: this expression may only use hyperparameters");
+      if (h->derived && section_ == Section::Flag)
+        throw SpecError(s.loc, "'" + s.text + "' is itself derived; derive from plain hyperparameters only");
     }
     return b.value;
   }

@@ -54,20 +54,26 @@ struct Arguments {
 void add_generation_options(CLI::App& command, Arguments& args, std::vector<std::string>& storage,
                             std::vector<std::string>& variants) {
   command.add_option("--out", args.out_dir, "the directory to write into")->required();
-  command.add_option("--storage", storage,
-                     "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16 (PARAM[:STATE]; default: the spec's "
-                     "'storage:', else f32,bf16)")
+  command
+      .add_option("--storage", storage,
+                  "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16 (PARAM[:STATE]; default: the spec's "
+                  "'storage:', else f32,bf16)")
       ->delimiter(',');
-  command.add_option("--variants", variants, "generate kernels for these variants only, e.g. adam (default: all)")->delimiter(',');
-  command.add_option("--block-size", args.tuning.block_size, "threads per block (a power of two, 32 to 1024; default 256)")
+  command.add_option("--variants", variants, "generate kernels for these variants only, e.g. adam (default: all)")
+      ->delimiter(',');
+  command
+      .add_option("--block-size", args.tuning.block_size, "threads per block (a power of two, 32 to 1024; default 256)")
       ->check(CLI::Range(32, 1024));
-  command.add_option("--elements-per-thread", args.tuning.elements_per_thread,
-                     "elements in flight per thread and loop iteration (a power of two up to 64; default 8)")
+  command
+      .add_option("--elements-per-thread", args.tuning.elements_per_thread,
+                  "elements in flight per thread and loop iteration (a power of two up to 64; default 8)")
       ->check(CLI::Range(1, 64));
-  command.add_option("--min-blocks-per-sm", args.tuning.min_blocks_per_sm,
-                     "blocks each SM must fit, which caps registers (0: ptxas chooses; default 3)")
+  command
+      .add_option("--min-blocks-per-sm", args.tuning.min_blocks_per_sm,
+                  "blocks each SM must fit, which caps registers (0: ptxas chooses; default 3)")
       ->check(CLI::Range(0, 32));
-  command.add_option("--chunk-size", args.tuning.chunk_size, "default elements per block, a multiple of 64 (default 2048)")
+  command
+      .add_option("--chunk-size", args.tuning.chunk_size, "default elements per block, a multiple of 64 (default 2048)")
       ->check(CLI::Range(64LL, 1LL << 30));
   command.add_flag("-q,--quiet", args.quiet, "no progress lines");
 }
@@ -77,7 +83,8 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
   Arguments args;
   std::vector<std::string> storage, variants;
   app.require_subcommand(1, 1);
-  app.set_version_flag("--version", optgen::generator_banner() + " (kernel ABI " + std::to_string(optgen::kernel_abi::kVersion) + ")");
+  app.set_version_flag(
+      "--version", optgen::generator_banner() + " (kernel ABI " + std::to_string(optgen::kernel_abi::kVersion) + ")");
   app.footer(
       "Passes, in order: lower specialize constant_fold cse assign_levels dce verify_states plan_stages.\n"
       "Exit status: 0 success; 1 a spec has errors (each printed as file:line:col: error: ...); 2 bad command line;\n"
@@ -87,16 +94,20 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
   check->add_option("specs", args.specs, "spec files")->required();
 
   CLI::App* emit = app.add_subcommand(
-      "emit", "write <name>_kernels.cu, <name>.h, <name>.cpp and <name>_reference.h for each spec into --out (a file whose "
-              "content is unchanged is not rewritten)");
+      "emit",
+      "write <name>_kernels.cu, <name>.h, <name>.cpp and <name>_reference.h for each spec into --out (a file whose "
+      "content is unchanged is not rewritten)");
   emit->add_option("specs", args.specs, "spec files")->required();
   add_generation_options(*emit, args, storage, variants);
 
-  CLI::App* compile = app.add_subcommand(
-      "compile", "compile each spec's kernels with NVRTC for each architecture (and PTX for the newest) into --out/<name>_images.cpp");
+  CLI::App* compile = app.add_subcommand("compile",
+                                         "compile each spec's kernels with NVRTC for each architecture (and PTX for "
+                                         "the newest) into --out/<name>_images.cpp");
   compile->add_option("specs", args.specs, "spec files")->required();
   add_generation_options(*compile, args, storage, variants);
-  compile->add_option("--arch", args.archs, "GPU architectures, e.g. 80,86,89,90")->delimiter(',')->check(CLI::Range(50, 200));
+  compile->add_option("--arch", args.archs, "GPU architectures, e.g. 80,86,89,90")
+      ->delimiter(',')
+      ->check(CLI::Range(50, 200));
 
   CLI::App* dump = app.add_subcommand("dump", "print the IR after each pass, or only after --after");
   dump->add_option("spec", args.specs, "one spec file")->required();
@@ -151,8 +162,10 @@ void write_if_changed(const std::filesystem::path& path, const std::string& text
 std::string time_since(std::chrono::steady_clock::time_point start) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char text[32];
-  if (seconds >= 1) std::snprintf(text, sizeof text, "%.2f s", seconds);
-  else std::snprintf(text, sizeof text, "%.1f ms", seconds * 1e3);
+  if (seconds >= 1)
+    std::snprintf(text, sizeof text, "%.2f s", seconds);
+  else
+    std::snprintf(text, sizeof text, "%.1f ms", seconds * 1e3);
   return text;
 }
 
@@ -164,10 +177,12 @@ std::string arch_list(const std::vector<int>& archs) {
 
 /// Compiles a spec's kernels for each architecture, and to PTX for the newest, and writes
 /// <name>_images.cpp. ptxas's report is read: spills are reported as warnings.
-void compile(const optgen::Spec& spec, const std::string& source, const Arguments& args, const std::filesystem::path& out) {
+void compile(const optgen::Spec& spec, const std::string& source, const Arguments& args,
+             const std::filesystem::path& out) {
   const auto start = std::chrono::steady_clock::now();
   const std::string name = spec.name + "_kernels.cu";
-  if (!args.quiet) std::cout << "optgen: compiling " << name << " with NVRTC for " << arch_list(args.archs) << std::endl;
+  if (!args.quiet)
+    std::cout << "optgen: compiling " << name << " with NVRTC for " << arch_list(args.archs) << std::endl;
   std::vector<optgen::CompiledImage> images;
   for (size_t i = 0; i <= args.archs.size(); ++i) {
     const bool ptx = i == args.archs.size();
@@ -184,14 +199,14 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
     }
     images.push_back({arch, ptx, std::move(compiled.image)});
   }
-  write_if_changed(out / (spec.name + "_images.cpp"),
-                   optgen::emit_images(spec.name, optgen::spec_file_name(spec), source, images, optgen::nvrtc::version()));
+  write_if_changed(out / (spec.name + "_images.cpp"), optgen::emit_images(spec.name, optgen::spec_file_name(spec),
+                                                                          source, images, optgen::nvrtc::version()));
   if (!args.quiet) std::cout << "optgen: compiled " << name << " in " << time_since(start) << std::endl;
 }
 
 /// The variants named by --variants (all when none is), checked against the spec's.
-std::vector<optgen::Program> kernel_variants(const std::vector<optgen::Program>& variants, const std::set<std::string>& names,
-                                             const std::string& path) {
+std::vector<optgen::Program> kernel_variants(const std::vector<optgen::Program>& variants,
+                                             const std::set<std::string>& names, const std::string& path) {
   if (names.empty()) return variants;
   std::vector<optgen::Program> chosen;
   std::string known;
@@ -216,7 +231,9 @@ void dump(const optgen::Spec& spec, const Arguments& args) {
       known += (known.empty() ? "" : ", ") + name;
       found = found || name == args.variant;
     }
-    if (!found) throw UsageError("--variant: " + spec.file->path + " has no variant '" + args.variant + "' (its variants: " + known + ")");
+    if (!found)
+      throw UsageError("--variant: " + spec.file->path + " has no variant '" + args.variant +
+                       "' (its variants: " + known + ")");
   }
   optgen::compile_spec(spec, [&](const std::string& pass, const optgen::Program& program) {
     if (!args.after.empty() && pass != args.after) return;
@@ -229,7 +246,9 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
   const auto start = std::chrono::steady_clock::now();
   std::filesystem::path out(args.out_dir);
   std::filesystem::create_directories(out);
-  const auto storage = !args.storage.empty() ? args.storage : !spec.storage.empty() ? spec.storage : optgen::default_storage();
+  const auto storage = !args.storage.empty()   ? args.storage
+                       : !spec.storage.empty() ? spec.storage
+                                               : optgen::default_storage();
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
   if (args.command == "compile") {
@@ -242,9 +261,10 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
   write_if_changed(out / (spec.name + ".cpp"),
                    optgen::emit_launcher_source(spec, variants, storage, args.tuning, args.kernel_variants));
   if (!args.quiet)
-    std::cout << "optgen: " << spec.file->path << " -> " << (out / spec.name).string() << "{_kernels.cu,.h,.cpp,_reference.h}: "
-              << variants.size() << " variant" << (variants.size() == 1 ? "" : "s") << ", kernels for " << with_kernels.size()
-              << " of them in " << storage.size() << " storage type" << (storage.size() == 1 ? "" : "s") << ", in " << time_since(start)
+    std::cout << "optgen: " << spec.file->path << " -> " << (out / spec.name).string()
+              << "{_kernels.cu,.h,.cpp,_reference.h}: " << variants.size() << " variant"
+              << (variants.size() == 1 ? "" : "s") << ", kernels for " << with_kernels.size() << " of them in "
+              << storage.size() << " storage type" << (storage.size() == 1 ? "" : "s") << ", in " << time_since(start)
               << std::endl;
 }
 
@@ -259,8 +279,8 @@ int run(const Arguments& args) {
       }
       auto variants = optgen::compile_spec(spec);
       if (args.command == "check")
-        std::cout << path << ": ok (" << spec.optimizer << ", " << variants.size() << " variant" << (variants.size() == 1 ? "" : "s")
-                  << ")\n";
+        std::cout << path << ": ok (" << spec.optimizer << ", " << variants.size() << " variant"
+                  << (variants.size() == 1 ? "" : "s") << ")\n";
       else
         emit(spec, variants, args);
     } catch (const optgen::SpecError& e) {

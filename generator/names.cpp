@@ -10,6 +10,8 @@ namespace {
 
 /// C++20 keywords and alternative tokens.
 const std::vector<std::string>& keywords() {
+  // Word lists, packed by hand.
+  // clang-format off
   static const std::vector<std::string> list = {
       "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch", "char",
       "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr", "constinit",
@@ -20,12 +22,15 @@ const std::vector<std::string>& keywords() {
       "sizeof", "static", "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local", "throw",
       "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using", "virtual", "void", "volatile",
       "wchar_t", "while", "xor", "xor_eq"};
+  // clang-format on
   return list;
 }
 
 /// Macros of the headers generated code includes (<cmath>, <cstddef>, <cstdint>, <cuda.h>, ...),
 /// and the ones GCC predefines outside strict standard mode.
 const std::vector<std::string>& macros() {
+  // Word lists, packed by hand.
+  // clang-format off
   static const std::vector<std::string> list = {
       "NULL", "EOF", "INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "FP_NAN", "FP_INFINITE", "FP_ZERO",
       "FP_SUBNORMAL", "FP_NORMAL", "FP_FAST_FMA", "FP_FAST_FMAF", "FP_ILOGB0", "FP_ILOGBNAN", "MATH_ERRNO",
@@ -36,32 +41,42 @@ const std::vector<std::string>& macros() {
       "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX", "MB_LEN_MAX", "stdin", "stdout", "stderr",
       "linux", "unix", "i386", "CUDAAPI", "CUDA_CB", "CUDART_VERSION",
   };
+  // clang-format on
   return list;
 }
 
 /// Prefixes the CUDA headers and optgen's own macros use.
 const std::vector<std::string>& reserved_prefixes() {
+  // Word lists, packed by hand.
+  // clang-format off
   static const std::vector<std::string> list = {"CU_", "CUDA_", "NVRTC_", "OPTGEN_", "INT8_", "INT16_", "INT32_", "INT64_",
                                                 "UINT8_", "UINT16_", "UINT32_", "UINT64_", "INT_LEAST", "INT_FAST",
                                                 "UINT_LEAST", "UINT_FAST"};
+  // clang-format on
   return list;
 }
 
 /// Types the generated code declares itself and names after a spec's names are in scope (a
 /// variant's group code declares its result after the spec's locals).
 const std::vector<std::string>& generated_code_names() {
+  // Word lists, packed by hand.
+  // clang-format off
   static const std::vector<std::string> list = {"GroupValues", "TensorValues"};
+  // clang-format on
   return list;
 }
 
 /// What namespace optgen holds (the runtime's headers): the launcher's class must be none of it.
 const std::vector<std::string>& runtime_names() {
+  // Word lists, packed by hand.
+  // clang-format off
   static const std::vector<std::string> list = {
       "Tensor", "StateBuffer", "AmpInputs", "VariantInfo", "KernelInfo", "OptimizerInfo", "FusedOptimizer", "DType",
       "Error", "Module", "ModuleOrigin", "KernelImage", "KernelImages", "KernelCache", "CompiledImage", "Checkpoint",
       "CheckpointTensor", "kernel_images", "kernel_abi", "reference", "driver", "nvrtc", "default_hyperparameters",
       "check_checkpoint_spec", "create_for_c", "to_string", "size_of", "float_to_bf16", "bf16_to_float", "float_to_f16",
       "f16_to_float", "load_module", "read_safetensors", "write_safetensors", "dtype_size", "builtin_launchers"};
+  // clang-format on
   return list;
 }
 
@@ -69,8 +84,8 @@ const std::vector<std::string>& runtime_names() {
 /// built-in functions' helpers are there too (builtins.h).
 const std::vector<std::string>& reference_names() {
   static const std::vector<std::string> list = [] {
-    std::vector<std::string> names = {"ValueType", "HyperparameterInfo", "InitInfo", "StateInfo", "Tensor",
-                                      "VariantInfo", "Optimizer", "builtin_optimizers"};
+    std::vector<std::string> names = {"ValueType", "HyperparameterInfo", "InitInfo",  "StateInfo",
+                                      "Tensor",    "VariantInfo",        "Optimizer", "builtin_optimizers"};
     for (const auto& fn : builtins())
       if (!fn.reference) names.push_back(fn.name);
     return names;
@@ -92,10 +107,13 @@ bool is_ascii_identifier(const std::string& s) {
 }  // namespace
 
 const std::vector<std::string>& launcher_member_names() {
+  // Word lists, packed by hand.
+  // clang-format off
   static const std::vector<std::string> list = {
       "Options", "add_param_group", "prepare", "step", "options", "step_count", "set_step_count", "save", "load",
       "engine", "engine_", "info", "DType", "Tensor", "AmpInputs", "FusedOptimizer", "OptimizerInfo", "StateBuffer",
       "CUstream", "size_t", "int64_t"};
+  // clang-format on
   return list;
 }
 
@@ -106,7 +124,8 @@ std::string name_problem(const std::string& name, NameUse use) {
     return "names that start with '_' or hold '__' are reserved by C++";
   if (name.back() == '_') return "names that end in '_' are kept for the names optgen's generated code declares";
   if (contains(keywords(), name)) return "'" + name + "' is a C++ keyword";
-  if (contains(macros(), name)) return "'" + name + "' is a macro of the C, C++ or CUDA headers the generated code includes";
+  if (contains(macros(), name))
+    return "'" + name + "' is a macro of the C, C++ or CUDA headers the generated code includes";
   for (const auto& prefix : reserved_prefixes())
     if (name.compare(0, prefix.size(), prefix) == 0)
       return "names that start with '" + prefix + "' belong to the CUDA headers or to optgen's macros";
@@ -119,7 +138,8 @@ std::string name_problem(const std::string& name, NameUse use) {
       break;
     case NameUse::State:
     case NameUse::ScalarState:
-      if (contains(launcher_member_names(), name)) return "the launcher class already has a member or type '" + name + "'";
+      if (contains(launcher_member_names(), name))
+        return "the launcher class already has a member or type '" + name + "'";
       if (use == NameUse::ScalarState && contains(launcher_member_names(), "set_" + name))
         return "its setter set_" + name + " would collide with the launcher's own set_" + name;
       break;

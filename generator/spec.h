@@ -21,8 +21,8 @@ struct Hyperparameter {
   std::string name;
   SourceLoc loc;
   ValueType type = ValueType::Float;
-  double default_value = 0;  ///< bools as 0/1
-  bool specialize = false;   ///< a bool that selects a kernel variant
+  double default_value = 0;         ///< bools as 0/1
+  bool specialize = false;          ///< a bool that selects a kernel variant
   std::shared_ptr<Syntax> derived;  ///< for a derived flag: its value from other hyperparameters
   std::string derived_text;
   std::string doc;
@@ -84,7 +84,7 @@ struct Spec {
   std::vector<Storage> storage;
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
-  int state_index(const std::string& name) const;  ///< -1 when absent
+  int state_index(const std::string& name) const;    ///< -1 when absent
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
 };
 

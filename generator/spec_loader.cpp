@@ -119,7 +119,9 @@ class Loader {
       fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
     }
     std::optional<double> value = parse_number(s);
-    if (!value) fail(node, "bad default '" + s + "' for " + to_string(type) + " hyperparameter '" + name + "': expected a number");
+    if (!value)
+      fail(node,
+           "bad default '" + s + "' for " + to_string(type) + " hyperparameter '" + name + "': expected a number");
     if (type == ValueType::Int && (*value != std::floor(*value) || s.find_first_of(".eE") != std::string::npos))
       fail(node, "bad default '" + s + "' for int hyperparameter '" + name + "': expected an integer");
     if (type == ValueType::Int && std::fabs(*value) > 9007199254740992.0)
@@ -155,8 +157,7 @@ void check_new_name(const Loader& loader, const YAML::Node& key, std::map<std::s
                     const std::string& what, NameUse use) {
   std::string name = key.Scalar();
   if (!is_identifier(name)) loader.fail(key, "'" + name + "' is not a valid name for " + what, name_problem(name, use));
-  if (is_reserved_name(name))
-    loader.fail(key, "'" + name + "' is a reserved name and cannot be used for " + what);
+  if (is_reserved_name(name)) loader.fail(key, "'" + name + "' is a reserved name and cannot be used for " + what);
   if (std::string why = name_problem(name, use); !why.empty())
     loader.fail(key, "'" + name + "' cannot be used for " + what, why);
   if (auto previous = names.find(name); previous != names.end())
@@ -181,7 +182,8 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     loader.fail(node, "bad init '" + s + "' for '" + owner + "': expected zeros, a number or a hyperparameter" +
                           did_you_mean(s, names));
   }
-  if (h->type == ValueType::Bool) loader.fail(node, "cannot initialise '" + owner + "' from bool hyperparameter '" + s + "'");
+  if (h->type == ValueType::Bool)
+    loader.fail(node, "cannot initialise '" + owner + "' from bool hyperparameter '" + s + "'");
   init.hyperparameter = s;
   return init;
 }
@@ -221,7 +223,8 @@ void check_launcher_names(const Spec& spec) {
       throw SpecError(loc, what + " '" + name + "' would collide with the launcher's setter of " + it->second,
                       "rename one of them");
     if (name == spec.optimizer)
-      throw SpecError(loc, what + " '" + name + "' would collide with the launcher's class " + spec.optimizer, "rename one of them");
+      throw SpecError(loc, what + " '" + name + "' would collide with the launcher's class " + spec.optimizer,
+                      "rename one of them");
   };
   for (const auto& s : spec.states) check(s.name, s.loc, "state");
   for (const auto& s : spec.scalar_states) check(s.name, s.loc, "scalar state");
@@ -247,7 +250,8 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
     throw SpecError(at, "YAML syntax error: " + e.msg, hint);
   }
   if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
-  if (!root.IsMap()) loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
+  if (!root.IsMap())
+    loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
   return root;
 }
 
@@ -256,14 +260,17 @@ void load_names(const Loader& loader, const YAML::Node& root, Spec& spec) {
   const auto& file = spec.file;
   spec.optimizer = loader.scalar(root["optimizer"], "'optimizer'");
   if (!is_identifier(spec.optimizer))
-    loader.fail(root["optimizer"], "optimizer name '" + spec.optimizer + "' must be an identifier (it names a C++ class)");
+    loader.fail(root["optimizer"],
+                "optimizer name '" + spec.optimizer + "' must be an identifier (it names a C++ class)");
   if (std::string why = name_problem(spec.optimizer, NameUse::Optimizer); !why.empty())
     loader.fail(root["optimizer"], "optimizer name '" + spec.optimizer + "' cannot name the launcher's C++ class", why);
   spec.name = file_stem(file->path);
   if (!is_identifier(spec.name))
-    throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name must be an identifier (it names generated files and namespaces)");
+    throw SpecError(SourceLoc{file, 0, 0},
+                    "the spec's file name must be an identifier (it names generated files and namespaces)");
   if (std::string why = name_problem(spec.name, NameUse::SpecFile); !why.empty())
-    throw SpecError(SourceLoc{file, 0, 0}, "the spec's file name '" + spec.name + "' cannot name generated files and namespaces", why);
+    throw SpecError(SourceLoc{file, 0, 0},
+                    "the spec's file name '" + spec.name + "' cannot name generated files and namespaces", why);
   spec.summary = loader.scalar(root["summary"], "'summary'");
   if (root["reference"]) spec.reference = loader.scalar(root["reference"], "'reference'");
 }
@@ -277,31 +284,40 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
     auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
     if (!parsed) loader.fail(item, error, "write PARAM or PARAM:STATE, e.g. bf16 or \"bf16:bf16\"");
     if (std::find(spec.storage.begin(), spec.storage.end(), *parsed) != spec.storage.end())
-      loader.fail(item, std::string("storage ") + to_string(parsed->param) + ":" + to_string(parsed->state) + " is listed twice");
+      loader.fail(item, std::string("storage ") + to_string(parsed->param) + ":" + to_string(parsed->state) +
+                            " is listed twice");
     spec.storage.push_back(*parsed);
   }
 }
 
 /// One entry of `hyperparameters:`, `key: {type, default | derived, specialize, doc}`.
-Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, const YAML::Node& value, const Spec& spec) {
+Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, const YAML::Node& value,
+                                   const Spec& spec) {
   Hyperparameter h;
   h.name = key.Scalar();
   h.loc = loader.loc(key);
   const std::string what = "hyperparameter '" + h.name + "'";
   loader.entries(value, what, {"type", "default", "specialize", "derived", "doc"});
   std::string type = loader.scalar(loader.field(value, key, "type", what), "the type of " + what);
-  if (type == "float") h.type = ValueType::Float;
-  else if (type == "int") h.type = ValueType::Int;
-  else if (type == "bool") h.type = ValueType::Bool;
-  else loader.fail(value["type"], "unknown type '" + type + "' for " + what + ": expected float, int or bool");
+  if (type == "float")
+    h.type = ValueType::Float;
+  else if (type == "int")
+    h.type = ValueType::Int;
+  else if (type == "bool")
+    h.type = ValueType::Bool;
+  else
+    loader.fail(value["type"], "unknown type '" + type + "' for " + what + ": expected float, int or bool");
   if (value["specialize"]) {
     h.specialize = loader.parse_bool(value["specialize"], "'specialize'");
     if (h.specialize && h.type != ValueType::Bool)
-      loader.fail(value["specialize"], "only bool hyperparameters can be specialized; '" + h.name + "' is " + to_string(h.type));
+      loader.fail(value["specialize"],
+                  "only bool hyperparameters can be specialized; '" + h.name + "' is " + to_string(h.type));
   }
   if (value["derived"]) {
-    if (!h.specialize) loader.fail(value["derived"], "'derived' needs 'specialize: true': a derived value selects a kernel variant");
-    if (value["default"]) loader.fail(value["default"], "a derived flag has no default: its value comes from 'derived'");
+    if (!h.specialize)
+      loader.fail(value["derived"], "'derived' needs 'specialize: true': a derived value selects a kernel variant");
+    if (value["default"])
+      loader.fail(value["default"], "a derived flag has no default: its value comes from 'derived'");
     h.derived = loader.expression(value["derived"], "'derived'");
     h.derived_text = value["derived"].Scalar();
   } else {
@@ -309,8 +325,9 @@ Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, 
   }
   if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
   if (h.specialize && spec.flags().size() == kMaxFlags)
-    loader.fail(key, "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) + "; a spec may have " +
-                         std::to_string(kMaxFlags),
+    loader.fail(key,
+                "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) +
+                    "; a spec may have " + std::to_string(kMaxFlags),
                 "each flag doubles the kernel variants (" + std::to_string(1 << kMaxFlags) +
                     " at most); make it a run-time bool (no 'specialize')");
   return h;
@@ -352,7 +369,8 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   for (const auto& [key, value] : top)
     if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
   for (const char* required : {"optimizer", "summary", "update"})
-    if (!root[required]) throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
+    if (!root[required])
+      throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
   load_names(loader, root, spec);
   if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);
 
@@ -386,7 +404,8 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 }  // namespace
 
 bool is_reserved_name(const std::string& name) {
-  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "true" || name == "false") return true;
+  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "true" || name == "false")
+    return true;
   return find_builtin(name) != nullptr;
 }
 
@@ -419,10 +438,11 @@ Spec load_spec_text(const std::string& path, const std::string& text) {
 Spec load_spec(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error))
-    throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "this is a directory, not a spec file",
-                    "pass the spec files in it, e.g. " + path + "/*.yaml");
+    throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0},
+                    "this is a directory, not a spec file", "pass the spec files in it, e.g. " + path + "/*.yaml");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "cannot open spec file");
+  if (!in)
+    throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "cannot open spec file");
   std::ostringstream text;
   text << in.rdbuf();
   return load_spec_text(path, text.str());

@@ -58,6 +58,8 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
   return storage;
 }
 
-std::vector<Storage> default_storage() { return {{StorageType::F32, StorageType::F32}, {StorageType::BF16, StorageType::F32}}; }
+std::vector<Storage> default_storage() {
+  return {{StorageType::F32, StorageType::F32}, {StorageType::BF16, StorageType::F32}};
+}
 
 }  // namespace optgen

@@ -48,8 +48,7 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
     if (std::isdigit(static_cast<unsigned char>(c)) ||
         (c == '.' && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])))) {
       while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
-                                 ((text[i] == '+' || text[i] == '-') &&
-                                  (text[i - 1] == 'e' || text[i - 1] == 'E'))))
+                                 ((text[i] == '+' || text[i] == '-') && (text[i - 1] == 'e' || text[i - 1] == 'E'))))
         ++i;
       tokens.push_back({Token::Kind::Number, text.substr(start, i - start), start});
       continue;
@@ -131,7 +130,8 @@ class Parser {
   SyntaxPtr measured(SyntaxPtr node, const Token& at_token) {
     for (const auto& operand : node->operands) node->height = std::max(node->height, operand->height + 1);
     if (node->height > kMaxExpressionDepth)
-      throw SpecError(loc_of(at_token), "expression is more than " + std::to_string(kMaxExpressionDepth) + " operations deep",
+      throw SpecError(loc_of(at_token),
+                      "expression is more than " + std::to_string(kMaxExpressionDepth) + " operations deep",
                       "split it into statements");
     return node;
   }
@@ -141,7 +141,8 @@ class Parser {
     Parser& parser;
     explicit Nesting(Parser& p, const Token& at_token) : parser(p) {
       if (++parser.nesting_ > kMaxExpressionDepth)
-        throw SpecError(parser.loc_of(at_token), "expression nests more than " + std::to_string(kMaxExpressionDepth) + " levels deep",
+        throw SpecError(parser.loc_of(at_token),
+                        "expression nests more than " + std::to_string(kMaxExpressionDepth) + " levels deep",
                         "split it into statements");
     }
     ~Nesting() { --parser.nesting_; }
@@ -268,8 +269,7 @@ SyntaxPtr parse_expression(const std::string& text, const SourceLoc& loc) {
 
 Statement parse_statement(const std::string& text, const SourceLoc& loc) {
   Parser parser(text, loc);
-  if (parser.peek().kind != Token::Kind::Name)
-    parser.fail("expected a statement of the form 'name = expression'");
+  if (parser.peek().kind != Token::Kind::Name) parser.fail("expected a statement of the form 'name = expression'");
   Token target = parser.take();
   parser.expect("=", "after the name being assigned (statements read 'name = expression')");
   if (parser.peek().kind == Token::Kind::End) parser.fail("expected an expression after '='");
@@ -290,10 +290,8 @@ std::string to_string(const Syntax& s) {
   };
   switch (s.kind) {
     case Syntax::Kind::Number:
-    case Syntax::Kind::Name:
-      return s.text;
-    case Syntax::Kind::Unary:
-      return s.text + operand(*s.operands[0], true);
+    case Syntax::Kind::Name: return s.text;
+    case Syntax::Kind::Unary: return s.text + operand(*s.operands[0], true);
     case Syntax::Kind::Binary:
       return operand(*s.operands[0], false) + " " + s.text + " " + operand(*s.operands[1], true);
     case Syntax::Kind::Ternary:

@@ -16,12 +16,12 @@ using SyntaxPtr = std::unique_ptr<Syntax>;
 struct Syntax {
   enum class Kind { Number, Name, Unary, Binary, Ternary, Call };
   Kind kind;
-  SourceLoc loc;          ///< where the construct starts (the operator for unary/binary)
-  std::string text;       ///< the name, the operator spelling, or the function name
-  double number = 0;      ///< for Number
+  SourceLoc loc;            ///< where the construct starts (the operator for unary/binary)
+  std::string text;         ///< the name, the operator spelling, or the function name
+  double number = 0;        ///< for Number
   bool is_integer = false;  ///< for Number: written without '.', 'e' or 'E'
   std::vector<SyntaxPtr> operands;
-  int height = 1;         ///< 1 for a leaf, else one more than its highest operand
+  int height = 1;  ///< 1 for a leaf, else one more than its highest operand
 };
 
 /// How deep an expression may nest, in parentheses or in its tree (a chain `a + b + ...` is as

@@ -4,11 +4,18 @@
 # them: it comes from NVIDIA's installer, and CMake stops with a message if it is missing.
 OPTGEN_PACKAGES=(cmake g++ make libyaml-cpp-dev catch2 nlohmann-json3-dev libcli11-dev libxxhash-dev)
 
+# What the tests need besides: clang-format checks the sources' format (test format.clang_format).
+OPTGEN_TEST_PACKAGES=(clang-format)
+
 # What scripts/fuzz.sh needs besides: clang with libFuzzer and the sanitizers' runtimes.
 OPTGEN_FUZZ_PACKAGES=(clang libclang-rt-dev)
 
 install_dependencies() {
   install_packages "${OPTGEN_PACKAGES[@]}"
+}
+
+install_test_dependencies() {
+  install_packages "${OPTGEN_PACKAGES[@]}" "${OPTGEN_TEST_PACKAGES[@]}"
 }
 
 install_fuzz_dependencies() {

@@ -54,13 +54,15 @@ TEST_CASE("found_inf skips the whole step on the device, and grad_scale unscales
             const auto params = group.device_bytes();
             const auto states = state_bytes(opt);
             std::vector<double> scalars;
-            for (int s = 0; s < info->num_scalar_states; ++s) scalars.push_back(opt.scalar_state(info->scalar_states[s].name, 0));
+            for (int s = 0; s < info->num_scalar_states; ++s)
+              scalars.push_back(opt.scalar_state(info->scalar_states[s].name, 0));
             opt.step(nullptr, {grad_scale.get(), found_inf.get()});
             synchronize();
             CHECK(group.device_bytes() == params);
             CHECK(state_bytes(opt) == states);
             CHECK(opt.step_count(0) == steps);
-            for (int s = 0; s < info->num_scalar_states; ++s) CHECK(opt.scalar_state(info->scalar_states[s].name, 0) == scalars[s]);
+            for (int s = 0; s < info->num_scalar_states; ++s)
+              CHECK(opt.scalar_state(info->scalar_states[s].name, 0) == scalars[s]);
             continue;
           }
           ++steps;
@@ -70,7 +72,8 @@ TEST_CASE("found_inf skips the whole step on the device, and grad_scale unscales
           check_group(opt, ref, 0, group, before, scalar_state, steps, DType::F32, result, kScale);
           CHECK(opt.step_count(0) == steps);
         }
-        INFO("worst relative error against the reference, unscaling by " << kScale << ": " << result.worst << " in " << result.where);
+        INFO("worst relative error against the reference, unscaling by " << kScale << ": " << result.worst << " in "
+                                                                         << result.where);
         CHECK(result.worst <= 1e-5);
       }
     }

@@ -48,7 +48,8 @@ std::vector<unsigned char> file_with_header(const std::string& json, std::size_t
   // the 8 bytes in the insert's reallocation and fails -Werror=array-bounds.
   std::vector<unsigned char> bytes;
   bytes.reserve(8 + json.size() + data_bytes);
-  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<unsigned char>(static_cast<std::uint64_t>(json.size()) >> (8 * i)));
+  for (int i = 0; i < 8; ++i)
+    bytes.push_back(static_cast<unsigned char>(static_cast<std::uint64_t>(json.size()) >> (8 * i)));
   bytes.insert(bytes.end(), json.begin(), json.end());
   bytes.resize(bytes.size() + data_bytes, 0x5a);
   return bytes;
@@ -121,17 +122,22 @@ TEST_CASE("a truncated or malformed checkpoint file is a clear error", "[checkpo
   };
   const std::string where = "read_safetensors(" + file.path() + ") failed: ";
 
-  CHECK_THAT(error_reading({good.begin(), good.end() - 3}),
-             Catch::StartsWith(where + "tensor 'group.0.tensor.1.exp_avg' ends at byte 58 of the data, but the file holds 55: it is truncated"));
+  CHECK_THAT(
+      error_reading({good.begin(), good.end() - 3}),
+      Catch::StartsWith(
+          where +
+          "tensor 'group.0.tensor.1.exp_avg' ends at byte 58 of the data, but the file holds 55: it is truncated"));
   std::vector<unsigned char> longer = good;
   longer.push_back(0);
-  CHECK_THAT(error_reading(longer), Catch::StartsWith(where + "its tensors cover 58 bytes of data but the file holds 59"));
-  CHECK_THAT(error_reading({good.begin(), good.begin() + 40}), Catch::StartsWith(where + "its header is ") &&
-                                                                     Catch::Contains("bytes long but the file ends after 32"));
+  CHECK_THAT(error_reading(longer),
+             Catch::StartsWith(where + "its tensors cover 58 bytes of data but the file holds 59"));
+  CHECK_THAT(error_reading({good.begin(), good.begin() + 40}),
+             Catch::StartsWith(where + "its header is ") && Catch::Contains("bytes long but the file ends after 32"));
   CHECK_THAT(error_reading({good.begin(), good.begin() + 5}),
              Catch::StartsWith(where + "it has 5 bytes, fewer than the 8 of the header length"));
   CHECK_THAT(error_reading(file_with_header("{\"a\": [1, 2", 0)), Catch::StartsWith(where + "its header is not JSON"));
-  CHECK_THAT(error_reading(file_with_header("[1, 2]", 0)), Catch::StartsWith(where + "its header is not a JSON object"));
+  CHECK_THAT(error_reading(file_with_header("[1, 2]", 0)),
+             Catch::StartsWith(where + "its header is not a JSON object"));
   CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4)),
              Catch::StartsWith(where + "tensor 'x' has 4 bytes, which does not match its shape and dtype"));
   CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 4]}})", 4)),
@@ -143,13 +149,17 @@ TEST_CASE("a truncated or malformed checkpoint file is a clear error", "[checkpo
   CHECK_THAT(error_reading(file_with_header(R"({"__metadata__": {"a": 1}})", 0)),
              Catch::StartsWith(where + "__metadata__ entry 'a' is not a string"));
   std::vector<unsigned char> huge(8, 0xff);
-  CHECK_THAT(error_reading(huge), Catch::StartsWith(where + "its header length") && Catch::Contains("is beyond any real header"));
+  CHECK_THAT(error_reading(huge),
+             Catch::StartsWith(where + "its header length") && Catch::Contains("is beyond any real header"));
   // Shapes whose byte counts overflow 64 bits, or do not fit in an int64 at all.
-  CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 0]}})", 0)),
+  CHECK_THAT(error_reading(file_with_header(
+                 R"({"x": {"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 0]}})", 0)),
              Catch::StartsWith(where + "tensor 'x' has 0 bytes, which does not match its shape and dtype"));
-  CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 0)),
+  CHECK_THAT(error_reading(file_with_header(
+                 R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 0)),
              Catch::StartsWith(where + "tensor 'x' has 0 bytes, which does not match its shape and dtype"));
-  CHECK_THAT(error_reading(file_with_header(R"({"x": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 0]}})", 0)),
+  CHECK_THAT(error_reading(file_with_header(
+                 R"({"x": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 0]}})", 0)),
              Catch::StartsWith(where + "tensor 'x': its shape holds something other than sizes"));
   fs::remove(file.path());
   CHECK_THAT(message_of([&] { optgen::read_safetensors(file.path()); }), Catch::Contains("cannot open the file"));
@@ -173,14 +183,17 @@ TEST_CASE("an optimizer's checkpoint names its spec, and another spec's optimize
 
   const auto& adamw_info = launcher("adamw");
   optgen::FusedOptimizer adamw(adamw_info, optgen::default_hyperparameters(adamw_info));
-  CHECK_THAT(message_of([&] { adamw.load(file.path()); }),
-             Catch::StartsWith("AdamW::restore failed: the checkpoint is of Adam (spec adam), not of AdamW (spec adamw)"));
+  CHECK_THAT(
+      message_of([&] { adamw.load(file.path()); }),
+      Catch::StartsWith("AdamW::restore failed: the checkpoint is of Adam (spec adam), not of AdamW (spec adamw)"));
 
   optgen::Checkpoint renamed = c;
   renamed.metadata["hyperparameters"] = "lr,beta1,beta2,eps,weight_decay,amsgrad";
-  CHECK_THAT(message_of([&] { optgen::check_checkpoint_spec(renamed, adam_info); }),
-             Catch::Contains("the checkpoint is of another spec: its hyperparameters are 'lr,beta1,beta2,eps,weight_decay,amsgrad', "
-                             "this optimizer's 'lr,beta1,beta2,eps,weight_decay,amsgrad,maximize'"));
+  CHECK_THAT(
+      message_of([&] { optgen::check_checkpoint_spec(renamed, adam_info); }),
+      Catch::Contains(
+          "the checkpoint is of another spec: its hyperparameters are 'lr,beta1,beta2,eps,weight_decay,amsgrad', "
+          "this optimizer's 'lr,beta1,beta2,eps,weight_decay,amsgrad,maximize'"));
   optgen::Checkpoint newer = c;
   newer.metadata["format_version"] = "2";
   CHECK_THAT(message_of([&] { optgen::check_checkpoint_spec(newer, adam_info); }),
@@ -194,7 +207,8 @@ TEST_CASE("an optimizer's checkpoint names its spec, and another spec's optimize
   optgen::Checkpoint extra = c;
   extra.tensors.push_back({"group.0.step", "I64", {}, std::vector<unsigned char>(8)});
   CHECK_THAT(message_of([&] { adam.restore(extra); }),
-             Catch::Contains("the checkpoint does not fit this optimizer: it has a tensor 'group.0.step' this optimizer has no place for"));
+             Catch::Contains("the checkpoint does not fit this optimizer: it has a tensor 'group.0.step' this "
+                             "optimizer has no place for"));
 }
 
 TEST_CASE("N steps, save, load into a fresh optimizer, M more steps: N + M uninterrupted steps, bit for bit", "[gpu]") {
@@ -208,7 +222,8 @@ TEST_CASE("N steps, save, load into a fresh optimizer, M more steps: N + M unint
       for (DType state_dtype : {DType::F32, DType::BF16}) {
         bool generated = false;
         for (int k = 0; k < info->num_kernels; ++k)
-          generated = generated || (info->kernels[k].variant == v && info->kernels[k].param == DType::F32 && info->kernels[k].state == state_dtype);
+          generated = generated || (info->kernels[k].variant == v && info->kernels[k].param == DType::F32 &&
+                                    info->kernels[k].state == state_dtype);
         if (!generated) continue;
         ++combinations;
         DYNAMIC_SECTION(info->variants[v].name << " with " << optgen::to_string(state_dtype) << " states") {
@@ -234,8 +249,9 @@ TEST_CASE("N steps, save, load into a fresh optimizer, M more steps: N + M unint
               first->save(file.path());
               first.reset();
               first = std::make_unique<optgen::FusedOptimizer>(*info, hyperparameters_for(*info, v), state_dtype);
-              first->add_param_group(resumed.tensors, hyperparameters_for(*info, v));  // fresh states, other hyperparameters
-              if (state_dtype == DType::BF16) first->prepare();  // restored in place, into prepared tables, too
+              first->add_param_group(resumed.tensors,
+                                     hyperparameters_for(*info, v));  // fresh states, other hyperparameters
+              if (state_dtype == DType::BF16) first->prepare();       // restored in place, into prepared tables, too
               first->load(file.path());
               CHECK(first->step_count(0) == N);
               CHECK(first->get("lr", 0) == h[0] * 0.5);
@@ -247,7 +263,8 @@ TEST_CASE("N steps, save, load into a fresh optimizer, M more steps: N + M unint
           CHECK(state_bytes(*first) == state_bytes(uninterrupted));
           CHECK(first->step_count(0) == N + M);
           for (int s = 0; s < info->num_scalar_states; ++s)
-            CHECK(first->scalar_state(info->scalar_states[s].name, 0) == uninterrupted.scalar_state(info->scalar_states[s].name, 0));
+            CHECK(first->scalar_state(info->scalar_states[s].name, 0) ==
+                  uninterrupted.scalar_state(info->scalar_states[s].name, 0));
         }
       }
     }
@@ -273,7 +290,8 @@ TEST_CASE("a checkpoint that does not fit the groups is refused before anything 
   synchronize();
   const auto states_before = state_bytes(different_size.engine());
   CHECK_THAT(message_of([&] { different_size.load(file.path()); }),
-             Catch::Contains("Adam::restore failed: the checkpoint does not fit this optimizer: tensor 'group.0.tensor.1.exp_avg' has shape [200], not [201]"));
+             Catch::Contains("Adam::restore failed: the checkpoint does not fit this optimizer: tensor "
+                             "'group.0.tensor.1.exp_avg' has shape [200], not [201]"));
   CHECK(different_size.step_count(0) == 1);
   CHECK(state_bytes(different_size.engine()) == states_before);
   CHECK(different_size.options(0).lr == 0.5);
@@ -295,10 +313,12 @@ TEST_CASE("a checkpoint that does not fit the groups is refused before anything 
 
   optgen::Adam bf16_states(optgen::Adam::Options(), DType::BF16);
   bf16_states.add_param_group(group.tensors);
-  CHECK_THAT(message_of([&] { bf16_states.load(file.path()); }), Catch::Contains("its states are stored in f32, this optimizer's in bf16"));
+  CHECK_THAT(message_of([&] { bf16_states.load(file.path()); }),
+             Catch::Contains("its states are stored in f32, this optimizer's in bf16"));
 
   optgen::Adam two_groups;
   two_groups.add_param_group(group.tensors);
   two_groups.add_param_group(other.tensors);
-  CHECK_THAT(message_of([&] { two_groups.load(file.path()); }), Catch::Contains("it holds 1 param groups, this optimizer 2"));
+  CHECK_THAT(message_of([&] { two_groups.load(file.path()); }),
+             Catch::Contains("it holds 1 param groups, this optimizer 2"));
 }

@@ -39,11 +39,16 @@ TEST_CASE("command-line mistakes are exit status 2 and say what is wrong", "[cli
   const Case cases[] = {
       {"emit " + kSpec + " --out " + kScratch + " --storage f32,f32", "--storage: f32 is listed twice"},
       {"emit " + kSpec + " --out " + kScratch + " --storage f64", "--storage: unknown parameter storage 'f64'"},
-      {"emit " + kSpec + " --out " + kScratch + " --block-size 99999999999", "--block-size: Value 99999999999 not in range 32 to 1024"},
-      {"emit " + kSpec + " --out " + kScratch + " --block-size 100", "block size 100 must be a power of two from 32 to 1024"},
-      {"emit " + kSpec + " --out " + kScratch + " --variants adam_nesterov", "has no variant 'adam_nesterov' (its variants: adam, adam_amsgrad)"},
-      {"dump " + kSpec + " --variant nope", "--variant: " + kSpec + " has no variant 'nope' (its variants: adam, adam_amsgrad)"},
-      {"dump " + kSpec + " --after hoist", "--after: hoist not in {lower,specialize,constant_fold,cse,assign_levels,dce,verify_states,plan_stages}"},
+      {"emit " + kSpec + " --out " + kScratch + " --block-size 99999999999",
+       "--block-size: Value 99999999999 not in range 32 to 1024"},
+      {"emit " + kSpec + " --out " + kScratch + " --block-size 100",
+       "block size 100 must be a power of two from 32 to 1024"},
+      {"emit " + kSpec + " --out " + kScratch + " --variants adam_nesterov",
+       "has no variant 'adam_nesterov' (its variants: adam, adam_amsgrad)"},
+      {"dump " + kSpec + " --variant nope",
+       "--variant: " + kSpec + " has no variant 'nope' (its variants: adam, adam_amsgrad)"},
+      {"dump " + kSpec + " --after hoist",
+       "--after: hoist not in {lower,specialize,constant_fold,cse,assign_levels,dce,verify_states,plan_stages}"},
       {"check " + kSpec + " --out " + kScratch, "The following argument was not expected: --out"},
       {"check " + kSpec + " --after lower", "The following argument was not expected: --after"},
       {"dump " + kSpec + " --storage f32", "The following argument was not expected: --storage"},
@@ -71,7 +76,8 @@ TEST_CASE("a directory given as a spec is a spec error that says so", "[cli]") {
 TEST_CASE("emit says what it wrote, and --quiet silences it", "[cli]") {
   Run run = optgen("emit " + kSpec + " --out " + kScratch);
   CHECK(run.status == 0);
-  CHECK_THAT(run.output, Catch::Contains("adam.yaml -> " + kScratch + "/adam{_kernels.cu,.h,.cpp,_reference.h}: 2 variants, kernels for 2 "
+  CHECK_THAT(run.output, Catch::Contains("adam.yaml -> " + kScratch +
+                                         "/adam{_kernels.cu,.h,.cpp,_reference.h}: 2 variants, kernels for 2 "
                                          "of them in 5 storage types, in "));
   run = optgen("emit " + kSpec + " --out " + kScratch + " --quiet");
   CHECK(run.status == 0);

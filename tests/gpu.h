@@ -35,13 +35,15 @@ class DeviceMemory {
   template <typename T>
   void upload(const std::vector<T>& host, std::size_t byte_offset = 0) {
     if (!host.empty())
-      optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr_ + byte_offset, host.data(), host.size() * sizeof(T)), "cuMemcpyHtoD");
+      optgen::driver::check(
+          optgen::driver::api().cuMemcpyHtoD(ptr_ + byte_offset, host.data(), host.size() * sizeof(T)), "cuMemcpyHtoD");
   }
   template <typename T>
   std::vector<T> download(std::size_t count, std::size_t byte_offset = 0) const {
     std::vector<T> host(count);
     if (count)
-      optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(host.data(), ptr_ + byte_offset, count * sizeof(T)), "cuMemcpyDtoH");
+      optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(host.data(), ptr_ + byte_offset, count * sizeof(T)),
+                            "cuMemcpyDtoH");
     return host;
   }
 
@@ -51,12 +53,12 @@ class DeviceMemory {
 
 }  // namespace optgen_test
 
-#define OPTGEN_REQUIRE_GPU()                                                        \
-  do {                                                                              \
-    std::string optgen_why_;                                                        \
-    if (!optgen::driver::available(&optgen_why_)) {                                 \
+#define OPTGEN_REQUIRE_GPU()                                                                 \
+  do {                                                                                       \
+    std::string optgen_why_;                                                                 \
+    if (!optgen::driver::available(&optgen_why_)) {                                          \
       optgen_test::record_skip(Catch::getResultCapture().getCurrentTestName(), optgen_why_); \
-      return;                                                                       \
-    }                                                                               \
-    optgen::driver::current_device();                                               \
+      return;                                                                                \
+    }                                                                                        \
+    optgen::driver::current_device();                                                        \
   } while (0)

@@ -25,7 +25,9 @@ class Capture {
   Capture& operator=(const Capture&) = delete;
 
   CUstream stream() const { return stream_; }
-  void begin() { optgen::driver::check(api().cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture"); }
+  void begin() {
+    optgen::driver::check(api().cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  }
   void end() {
     optgen::driver::check(api().cuStreamEndCapture(stream_, &graph_), "cuStreamEndCapture");
     optgen::driver::check(api().cuGraphInstantiate(&exec_, graph_, 0), "cuGraphInstantiate");
@@ -122,8 +124,9 @@ TEST_CASE("a step cannot be prepared inside a capture, but a prepared one can be
   adam.add_param_group(group.tensors);
   Capture capture;
   capture.begin();
-  CHECK_THAT(error_of([&] { adam.step(capture.stream()); }),
-             Catch::Contains("Adam::prepare failed: the stream is being captured") && Catch::Contains("call prepare()"));
+  CHECK_THAT(
+      error_of([&] { adam.step(capture.stream()); }),
+      Catch::Contains("Adam::prepare failed: the stream is being captured") && Catch::Contains("call prepare()"));
   capture.end();  // the failed step enqueued nothing: the capture is still valid
   adam.prepare(capture.stream());
   Capture second;
@@ -135,10 +138,12 @@ TEST_CASE("a step cannot be prepared inside a capture, but a prepared one can be
   CHECK(adam.step_count(0) == 1);
 }
 
-TEST_CASE("a step captured on a side stream replays on the optimizer's stream, where setters and getters stay", "[gpu]") {
+TEST_CASE("a step captured on a side stream replays on the optimizer's stream, where setters and getters stay",
+          "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(21), same(21);
-  DeviceGroup graphed_group(DType::F32, {3000, 17}, {false, true}, rng), eager_group(DType::F32, {3000, 17}, {false, true}, same);
+  DeviceGroup graphed_group(DType::F32, {3000, 17}, {false, true}, rng),
+      eager_group(DType::F32, {3000, 17}, {false, true}, same);
   optgen::Adam graphed, eager;
   graphed.add_param_group(graphed_group.tensors);
   eager.add_param_group(eager_group.tensors);
@@ -164,7 +169,8 @@ TEST_CASE("a step captured on a side stream replays on the optimizer's stream, w
   CHECK(state_bytes(graphed.engine()) == state_bytes(eager.engine()));
 }
 
-TEST_CASE("several kernels and an empty group in one graph, with setters, checkpoints and restores in place under it", "[gpu]") {
+TEST_CASE("several kernels and an empty group in one graph, with setters, checkpoints and restores in place under it",
+          "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   const auto& ref = reference_of("nadam");
   std::mt19937 rng(8);

@@ -27,20 +27,27 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
 
   optgen::Tensor mismatched = t;
   mismatched.grad_numel = 7;
-  CHECK_THAT(error_of([&] { opt.add_param_group({t, mismatched}, optgen::FusedOptimizer::Overrides{}); }),
-             Catch::Contains("Adam::add_param_group failed: tensor 1 of the group has 8 parameter elements but 7 gradient elements"));
+  CHECK_THAT(
+      error_of([&] {
+        opt.add_param_group({t, mismatched}, optgen::FusedOptimizer::Overrides{});
+      }),
+      Catch::Contains(
+          "Adam::add_param_group failed: tensor 1 of the group has 8 parameter elements but 7 gradient elements"));
 
   optgen::Tensor null_grad = t;
   null_grad.grad = nullptr;
-  CHECK_THAT(error_of([&] { opt.add_param_group({null_grad}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("tensor 0 of the group has a null grad pointer"));
+  CHECK_THAT(error_of([&] { opt.add_param_group({null_grad}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("tensor 0 of the group has a null grad pointer"));
 
   optgen::Tensor misaligned = t;
   misaligned.param = reinterpret_cast<void*>(0x10002);
-  CHECK_THAT(error_of([&] { opt.add_param_group({misaligned}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("not aligned to its 4-byte f32 elements"));
+  CHECK_THAT(error_of([&] { opt.add_param_group({misaligned}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("not aligned to its 4-byte f32 elements"));
 
   optgen::Tensor negative = t;
   negative.numel = -1;
-  CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("negative numel"));
+  CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("negative numel"));
 
   const auto& sgd_info = launcher("sgd");
   optgen::FusedOptimizer sgd(sgd_info, optgen::default_hyperparameters(sgd_info));
@@ -48,15 +55,24 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   half.dtype = DType::F16;
   CHECK_THAT(error_of([&] { sgd.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
              Catch::Contains("no kernel for variant sgd with f16 params and f32 states was generated") &&
-                 Catch::Contains("sgd f32:f32, sgd bf16:f32") && Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
+                 Catch::Contains("sgd f32:f32, sgd bf16:f32") &&
+                 Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
 
   optgen::Tensor bf16 = t;
   bf16.dtype = DType::BF16;
-  CHECK_THAT(error_of([&] { opt.add_param_group({t, bf16}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("tensor 1 of the group is bf16 but tensor 0 is f32"));
+  CHECK_THAT(error_of([&] {
+               opt.add_param_group({t, bf16}, optgen::FusedOptimizer::Overrides{});
+             }),
+             Catch::Contains("tensor 1 of the group is bf16 but tensor 0 is f32"));
 
-  CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"beta3", 0.5}}); }),
+  CHECK_THAT(error_of([&] {
+               opt.add_param_group({t}, {{"beta3", 0.5}});
+             }),
              Catch::Contains("Adam has no hyperparameter 'beta3'") && Catch::Contains("lr, beta1, beta2"));
-  CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"amsgrad", 2}}); }), Catch::Contains("amsgrad is a bool; got 2"));
+  CHECK_THAT(error_of([&] {
+               opt.add_param_group({t}, {{"amsgrad", 2}});
+             }),
+             Catch::Contains("amsgrad is a bool; got 2"));
   CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"lr", NAN}}); }), Catch::Contains("lr is NaN"));
   CHECK_THAT(error_of([&] { optgen::FusedOptimizer(info, optgen::default_hyperparameters(info), DType::F16); }),
              Catch::Contains("states cannot be stored in f16"));
@@ -69,7 +85,8 @@ TEST_CASE("a derived flag cannot be set directly", "[launcher]") {
   const auto& info = launcher("sgd");
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   opt.set("lr", 0.5);  // no groups yet: changes the default
-  CHECK_THAT(error_of([&] { opt.set("use_momentum", 1); }), Catch::Contains("use_momentum is derived from other hyperparameters"));
+  CHECK_THAT(error_of([&] { opt.set("use_momentum", 1); }),
+             Catch::Contains("use_momentum is derived from other hyperparameters"));
 }
 
 TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") {
@@ -84,7 +101,13 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
   double got = 0;
   CHECK(optgen_get(opt, "lr", 0, &got) == -1);  // no group yet
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
-  optgen_tensor t{reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), 8, -1, OPTGEN_F32, OPTGEN_BF16, nullptr};
+  optgen_tensor t{reinterpret_cast<void*>(0x10000),
+                  reinterpret_cast<const void*>(0x20000),
+                  8,
+                  -1,
+                  OPTGEN_F32,
+                  OPTGEN_BF16,
+                  nullptr};
   CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("has a f32 param but a bf16 grad"));
   t.grad_dtype = 7;
@@ -101,8 +124,8 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("cannot open the file"));
   double mu = 0;
   CHECK(optgen_scalar_state(opt, "mu_product", 0, &mu) == -1);
-  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("Adam has no scalar state 'mu_product'") &&
-                                                   Catch::Contains("it keeps no scalar state"));
+  CHECK_THAT(std::string(optgen_last_error()),
+             Catch::Contains("Adam has no scalar state 'mu_product'") && Catch::Contains("it keeps no scalar state"));
   CHECK(optgen_set_step_count(opt, 0, 5) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
   size_t groups = 7;
@@ -122,7 +145,8 @@ TEST_CASE("without a CUDA driver, binding tensors says so and what to do", "[lau
   if (optgen::driver::available()) return;  // covered on machines without a driver (CI)
   const auto& info = launcher("adam");
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
-  CHECK_THAT(error_of([&] { opt.add_param_group({fake_tensor()}, optgen::FusedOptimizer::Overrides{}); }), Catch::Contains("libcuda.so.1"));
+  CHECK_THAT(error_of([&] { opt.add_param_group({fake_tensor()}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("libcuda.so.1"));
 }
 
 // ---- On a GPU. ----
@@ -199,7 +223,8 @@ TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]
       for (int g = 0; g < groups; ++g) {
         device_groups.push_back(std::make_unique<DeviceGroup>(DType::F32, std::vector<std::int64_t>{1000 + g, 77, 5000},
                                                               std::vector<bool>{false, true, false}, rng));
-        opt.add_param_group(device_groups.back()->tensors, {{"lr", 1e-3 * (g + 1)}, {"weight_decay", 0.01 * g}, {"maximize", g % 2}});
+        opt.add_param_group(device_groups.back()->tensors,
+                            {{"lr", 1e-3 * (g + 1)}, {"weight_decay", 0.01 * g}, {"maximize", g % 2}});
         scalar_states.push_back(initial_scalar_state(info, opt.hyperparameters(g)));
       }
       for (std::int64_t step = 1; step <= 2; ++step) {
@@ -277,7 +302,8 @@ TEST_CASE("setters change the next step, and a setter that would switch variants
   CHECK(sgd.options(0).lr == 0.25);
   sgd.step();
   auto after = download(DType::F32, group.tensors[0].param, 1000);
-  for (size_t i = 0; i < 1000; ++i) CHECK(after[i] == Approx(group.params[0][i] - 0.25f * group.grads[0][i]).epsilon(1e-6));
+  for (size_t i = 0; i < 1000; ++i)
+    CHECK(after[i] == Approx(group.params[0][i] - 0.25f * group.grads[0][i]).epsilon(1e-6));
   CHECK_THAT(error_of([&] { sgd.set_momentum(0.9); }),
              Catch::Contains("would switch param group 0 from kernel variant sgd to sgd_use_momentum") &&
                  Catch::Contains("pass momentum to add_param_group instead"));
@@ -306,7 +332,9 @@ TEST_CASE("pointers to host memory are rejected", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::vector<float> host(64), host_grad(64);
   optgen::Adam adam;
-  CHECK_THAT(error_of([&] { adam.add_param_group({{host.data(), host_grad.data(), 64, DType::F32}}); }),
+  CHECK_THAT(error_of([&] {
+               adam.add_param_group({{host.data(), host_grad.data(), 64, DType::F32}});
+             }),
              Catch::Contains("the param pointer is not device memory"));
 }
 

@@ -46,7 +46,8 @@ int main(int argc, char* argv[]) {
   const int failed = session.run();
   using namespace optgen_test;
   if (skipped > 0)
-    std::cout << "SKIPPED: " << skipped << " [gpu] test case" << (skipped == 1 ? "" : "s") << " (no GPU: " << reason << ")\n";
+    std::cout << "SKIPPED: " << skipped << " [gpu] test case" << (skipped == 1 ? "" : "s") << " (no GPU: " << reason
+              << ")\n";
   if (failed == 0 && skipped > 0 && skipped == started) return kSkipExitCode;
   return failed;
 }

@@ -24,28 +24,43 @@ struct Placement {
 };
 
 const Placement kPlacements[] = {
-    {"hyperparameter", [](const std::string& n) {
+    {"hyperparameter",
+     [](const std::string& n) {
        return "hyperparameters:\n  " + n + ": {type: float, default: 1}\nupdate:\n  - param = param - grad\n";
      }},
-    {"flag", [](const std::string& n) {
-       return "hyperparameters:\n  " + n + ": {type: bool, default: false, specialize: true}\nupdate:\n  - param = param - grad\n";
+    {"flag",
+     [](const std::string& n) {
+       return "hyperparameters:\n  " + n +
+              ": {type: bool, default: false, specialize: true}\nupdate:\n  - param = param - grad\n";
      }},
-    {"state", [](const std::string& n) { return "state:\n  " + n + ": {init: zeros}\nupdate:\n  - param = param - grad\n"; }},
-    {"scalar state", [](const std::string& n) {
+    {"state",
+     [](const std::string& n) { return "state:\n  " + n + ": {init: zeros}\nupdate:\n  - param = param - grad\n"; }},
+    {"scalar state",
+     [](const std::string& n) {
        return "scalar_state:\n  " + n + ": {init: 1.0}\nupdate:\n  - param = param - grad\n";
      }},
-    {"per-step value", [](const std::string& n) { return "per_step:\n  - " + n + " = step * 2\nupdate:\n  - param = param - grad\n"; }},
-    {"update local", [](const std::string& n) { return "update:\n  - " + n + " = grad * 2\n  - param = param - grad\n"; }},
+    {"per-step value",
+     [](const std::string& n) { return "per_step:\n  - " + n + " = step * 2\nupdate:\n  - param = param - grad\n"; }},
+    {"update local",
+     [](const std::string& n) { return "update:\n  - " + n + " = grad * 2\n  - param = param - grad\n"; }},
 };
 
 }  // namespace
 
 TEST_CASE("names C++ and the generated code keep are refused wherever a spec puts them, saying why", "[errors]") {
-  const std::vector<std::string> everywhere = {
-      "int", "auto", "class", "return", "namespace", "new", "delete", "this", "template", "typename", "sizeof", "and", "xor",
-      "not_eq", "static_cast", "co_await", "NULL", "INFINITY", "NAN", "assert", "errno", "offsetof", "EOF", "stdin",
-      "linux", "unix", "INT_MAX", "SIZE_MAX", "INT64_C", "CU_LAUNCH_PARAM_END", "CUDA_SUCCESS", "NVRTC_SUCCESS",
-      "OPTGEN_BLOCK_SIZE", "GroupValues", "TensorValues", "_x", "x__y", "lr_", "exp_avg_data_"};
+  const std::vector<std::string> everywhere = {"int",          "auto",          "class",
+                                               "return",       "namespace",     "new",
+                                               "delete",       "this",          "template",
+                                               "typename",     "sizeof",        "and",
+                                               "xor",          "not_eq",        "static_cast",
+                                               "co_await",     "NULL",          "INFINITY",
+                                               "NAN",          "assert",        "errno",
+                                               "offsetof",     "EOF",           "stdin",
+                                               "linux",        "unix",          "INT_MAX",
+                                               "SIZE_MAX",     "INT64_C",       "CU_LAUNCH_PARAM_END",
+                                               "CUDA_SUCCESS", "NVRTC_SUCCESS", "OPTGEN_BLOCK_SIZE",
+                                               "GroupValues",  "TensorValues",  "_x",
+                                               "x__y",         "lr_",           "exp_avg_data_"};
   int refused = 0;
   for (const auto& name : everywhere)
     for (const auto& place : kPlacements) {
@@ -59,18 +74,26 @@ TEST_CASE("names C++ and the generated code keep are refused wherever a spec put
   // Where the name also names part of the launcher, or of namespace optgen.
   using optgen::test::spec_error;
   using optgen::test::spec_text;
-  CHECK_THAT(spec_error("test.yaml", spec_text("state:\n  save: {init: zeros}\nupdate:\n  - save = grad\n  - param = param - save\n")),
-             Catch::Contains("'save' cannot be used for a state buffer") &&
-                 Catch::Contains("note: the launcher class already has a member or type 'save'"));
-  CHECK_THAT(spec_error("test.yaml", spec_text("hyperparameters:\n  step_count: {type: float, default: 1}\nupdate:\n  - param = param - grad\n")),
-             Catch::Contains("note: its setter set_step_count would collide with the launcher's own set_step_count"));
-  CHECK_THAT(spec_error("test.yaml", spec_text("hyperparameters:\n  lr: {type: float, default: 1}\nstate:\n  set_lr: {init: zeros}\n"
-                                               "update:\n  - set_lr = grad\n  - param = param - lr * set_lr\n")),
+  CHECK_THAT(
+      spec_error("test.yaml",
+                 spec_text("state:\n  save: {init: zeros}\nupdate:\n  - save = grad\n  - param = param - save\n")),
+      Catch::Contains("'save' cannot be used for a state buffer") &&
+          Catch::Contains("note: the launcher class already has a member or type 'save'"));
+  CHECK_THAT(
+      spec_error(
+          "test.yaml",
+          spec_text("hyperparameters:\n  step_count: {type: float, default: 1}\nupdate:\n  - param = param - grad\n")),
+      Catch::Contains("note: its setter set_step_count would collide with the launcher's own set_step_count"));
+  CHECK_THAT(spec_error("test.yaml",
+                        spec_text("hyperparameters:\n  lr: {type: float, default: 1}\nstate:\n  set_lr: {init: zeros}\n"
+                                  "update:\n  - set_lr = grad\n  - param = param - lr * set_lr\n")),
              Catch::Contains("state 'set_lr' would collide with the launcher's setter of hyperparameter 'lr'"));
   CHECK_THAT(spec_error("test.yaml", "optimizer: Tensor\nsummary: s\nupdate:\n  - param = param - grad\n"),
              Catch::Contains("optimizer name 'Tensor' cannot name the launcher's C++ class") &&
                  Catch::Contains("note: namespace optgen already has 'Tensor' (optgen's runtime)"));
-  CHECK_THAT(spec_error("test.yaml", "optimizer: Test\nsummary: s\nstate:\n  Test: {init: zeros}\nupdate:\n  - Test = grad\n  - param = param - Test\n"),
+  CHECK_THAT(spec_error("test.yaml",
+                        "optimizer: Test\nsummary: s\nstate:\n  Test: {init: zeros}\nupdate:\n  - Test = grad\n  - "
+                        "param = param - Test\n"),
              Catch::Contains("state 'Test' would collide with the launcher's class Test"));
   for (const char* stem : {"int", "NULL", "lerp", "Optimizer", "x_"}) {
     INFO("spec file " << stem << ".yaml");
@@ -81,11 +104,12 @@ TEST_CASE("names C++ and the generated code keep are refused wherever a spec put
              Catch::Contains("cannot assign to 'true': it is a reserved name of the spec language"));
 }
 
-TEST_CASE("names the generated code uses for itself are mangled there: the reference computes what the spec says", "[reference]") {
+TEST_CASE("names the generated code uses for itself are mangled there: the reference computes what the spec says",
+          "[reference]") {
   // tests/specs/generated_names.yaml by hand, in double, for one element over two steps.
   const auto& ref = optgen::reference::generated_names::optimizer();
   std::vector<double> h = {0.05, 0.9, 0.001, 2.0, 3, 1, 0.5, 0.25};  // k v h T i tv result values
-  std::vector<double> scalar_state = {1.0, 0.5};                    // count tensors
+  std::vector<double> scalar_state = {1.0, 0.5};                     // count tensors
   double param = 0.7, out = 0, index = 0.1, std_state = 0;
   double* states[] = {&out, &index, &std_state};
   double count = 1.0, tensors = 0.5, expected = param, out_e = 0, index_e = 0.1;

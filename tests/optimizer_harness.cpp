@@ -66,7 +66,8 @@ std::vector<float> download(DType type, const void* device, size_t count) {
   }
   std::vector<std::uint16_t> bits(count);
   optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bits.data(), ptr, count * 2), "cuMemcpyDtoH");
-  for (size_t i = 0; i < count; ++i) values[i] = type == DType::BF16 ? optgen::bf16_to_float(bits[i]) : optgen::f16_to_float(bits[i]);
+  for (size_t i = 0; i < count; ++i)
+    values[i] = type == DType::BF16 ? optgen::bf16_to_float(bits[i]) : optgen::f16_to_float(bits[i]);
   return values;
 }
 
@@ -87,7 +88,8 @@ double tolerance(DType param, DType state) {
   return 1e-5;
 }
 
-DeviceGroup::DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng)
+DeviceGroup::DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned,
+                         std::mt19937& rng)
     : dtype(type), sizes(numels) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -120,7 +122,8 @@ std::vector<std::vector<unsigned char>> DeviceGroup::device_bytes() const {
     for (const void* p : {static_cast<const void*>(tensors[i].param), tensors[i].grad}) {
       bytes.emplace_back(static_cast<size_t>(sizes[i]) * optgen::size_of(dtype));
       if (!bytes.back().empty())
-        optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.back().data(), reinterpret_cast<CUdeviceptr>(p), bytes.back().size()),
+        optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.back().data(), reinterpret_cast<CUdeviceptr>(p),
+                                                                 bytes.back().size()),
                               "cuMemcpyDtoH");
     }
   return bytes;
@@ -132,35 +135,39 @@ void DeviceGroup::set_device_bytes(const std::vector<std::vector<unsigned char>>
     for (const void* p : {static_cast<const void*>(tensors[i].param), tensors[i].grad}) {
       const auto& b = bytes.at(k++);
       if (!b.empty())
-        optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(p), b.data(), b.size()), "cuMemcpyHtoD");
+        optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(p), b.data(), b.size()),
+                              "cuMemcpyHtoD");
     }
   synchronize();  // a copy from pageable memory may still be in flight when it returns
 }
 
-StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
-                              const DeviceGroup& g, DType state_dtype) {
+StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref,
+                              std::size_t group, const DeviceGroup& g, DType state_dtype) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
   StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
   for (size_t t = 0; t < g.sizes.size(); ++t)
     for (int s = 0; s < info.num_states; ++s)
-      if (ref.state_present(h.data(), s)) states[t][s] = download(state_dtype, opt.state(info.states[s].name, group, t).data, g.sizes[t]);
+      if (ref.state_present(h.data(), s))
+        states[t][s] = download(state_dtype, opt.state(info.states[s].name, group, t).data, g.sizes[t]);
   return states;
 }
 
 /// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
 /// host copies and `states`) and compares the device's params and states with it, recording the
 /// worst relative error in `result`. Afterwards `g` holds the device's values.
-void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
-                 StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype,
-                 Comparison& result, float grad_scale) {
+void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
+                 DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
+                 DType state_dtype, Comparison& result, float grad_scale) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
   std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
   std::vector<optgen::reference::Tensor<float>> tensors;
   for (size_t t = 0; t < g.sizes.size(); ++t) {
-    for (int s = 0; s < info.num_states; ++s) state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
-    tensors.push_back({static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data()});
+    for (int s = 0; s < info.num_states; ++s)
+      state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
+    tensors.push_back(
+        {static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data()});
   }
   ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
 
@@ -171,8 +178,8 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
       const double error = relative_error(actual, expected);
       if (!(error <= result.worst)) {
         result.worst = std::isnan(error) ? INFINITY : error;
-        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) + " elements) of group " +
-                       std::to_string(group) + " at step " + std::to_string(step);
+        result.where = what + " of tensor " + std::to_string(t) + " (" + std::to_string(g.sizes[t]) +
+                       " elements) of group " + std::to_string(group) + " at step " + std::to_string(step);
       }
       if (!(error <= limit)) {
         for (size_t i = 0; i < actual.size(); ++i)
@@ -185,7 +192,8 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
     };
     check("param", g.dtype, g.tensors[t].param, g.params[t]);
     for (int s = 0; s < info.num_states; ++s)
-      if (!states[t][s].empty()) check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
+      if (!states[t][s].empty())
+        check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
   }
 }
 
@@ -215,7 +223,6 @@ optgen::Tensor fake_tensor(std::int64_t numel) {
   return {reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), numel, DType::F32};
 }
 
-
 std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer& opt) {
   std::vector<std::vector<unsigned char>> bytes;
   const auto& info = opt.info();
@@ -230,7 +237,8 @@ std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer
         }
         bytes.emplace_back(static_cast<size_t>(b.numel) * optgen::size_of(b.dtype));
         if (!bytes.back().empty())
-          optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.back().data(), reinterpret_cast<CUdeviceptr>(b.data), bytes.back().size()),
+          optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(
+                                    bytes.back().data(), reinterpret_cast<CUdeviceptr>(b.data), bytes.back().size()),
                                 "cuMemcpyDtoH");
       }
   return bytes;

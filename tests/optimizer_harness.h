@@ -47,7 +47,8 @@ struct DeviceGroup {
   std::vector<optgen::Tensor> tensors;
   std::vector<std::vector<float>> params, grads;
 
-  DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned, std::mt19937& rng);
+  DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned,
+              std::mt19937& rng);
   /// Draws new gradients in [-1, 1), times `scale` (AMP's scaled gradients), and uploads them.
   void new_gradients(std::mt19937& rng, float scale = 1.0f);
   /// Every param and grad as the device holds them now, bytes and all; and back.
@@ -65,16 +66,16 @@ struct Comparison {
 /// states the group's variant does not have.
 using StateSnapshot = std::vector<std::vector<std::vector<float>>>;
 
-StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
-                              const DeviceGroup& g, DType state_dtype);
+StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref,
+                              std::size_t group, const DeviceGroup& g, DType state_dtype);
 
 /// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
 /// host copies and `states`) and compares the device's params and states with it, recording the
 /// worst relative error in `result`. Afterwards `g` holds the device's values. `grad_scale`: the
 /// factor the gradients carry (AMP).
-void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group, DeviceGroup& g,
-                 StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype,
-                 Comparison& result, float grad_scale = 1.0f);
+void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
+                 DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
+                 DType state_dtype, Comparison& result, float grad_scale = 1.0f);
 
 void synchronize();
 

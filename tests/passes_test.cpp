@@ -12,7 +12,8 @@ update:
   - g = grad * 2
   - g = g + 1
   - param = param - lr * g
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 update:
   let g = grad * 2
   let g_1 = g + 1
@@ -69,7 +70,8 @@ update:
   - "g = true ? grad * scale : grad"
   - g = g + 0 - 0
   - param = param - lr * g ** 1 / 1
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 update:
   let param_next = param - lr * grad
   param <- param_next
@@ -77,7 +79,8 @@ update:
   CHECK_PASS("constant_fold", R"ir(
 update:
   - param = param + 1 / 0 + sqrt(4) + -(-grad)
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 update:
   let param_next = param + 1 / 0 + 2.0 + grad
   param <- param_next
@@ -92,7 +95,8 @@ update:
   - a = (1 - beta) * grad
   - b = (1 - beta) * grad
   - param = param - a * b
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 update:
   let a = (1 - beta) * grad
   let param_next = param - a * a
@@ -111,7 +115,8 @@ per_step:
 update:
   - param = param * (1 - lr * weight_decay)
   - param = param - lr / bias_correction1 * grad
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 group:
   $one_minus_lr_times_weight_decay = 1 - lr * weight_decay
   let bias_correction1 = 1 - beta1 ** step
@@ -133,7 +138,8 @@ per_step:
 update:
   - scale = lr / bias_correction1 / sqrt(numel)
   - param = param - scale * grad * grad
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 group:
   let bias_correction1 = 1 - beta1 ** step
   $lr_over_bias_correction1 = lr / bias_correction1
@@ -147,7 +153,8 @@ update:
   CHECK(optgen::test::ir_after("plan_stages", R"ir(
 update:
   - param = param - grad / numel
-)ir").find("stages: update (update)\n") != std::string::npos);
+)ir")
+            .find("stages: update (update)\n") != std::string::npos);
 }
 
 TEST_CASE("dce: a state write that stores the old value is dropped", "[passes]") {
@@ -189,7 +196,8 @@ per_step:
   - product = product * beta
 update:
   - param = param - (product - old) * grad
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 scalar_state:
   let product_next = product * beta
   product <- product_next
@@ -206,7 +214,8 @@ TEST_CASE("lower: param may be assigned a leaf, and states may swap", "[passes]"
 update:
   - m = grad
   - param = m
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 update:
   param <- grad
 )ir");
@@ -219,7 +228,8 @@ update:
   - a = b
   - b = swap
   - param = param - a * grad
-)ir", R"ir(program test
+)ir",
+             R"ir(program test
 update:
   let param_next = param - b * grad
   param <- param_next

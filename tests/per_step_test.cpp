@@ -39,7 +39,8 @@ TEST_CASE("the group code reproduces the host's per-step results of every built-
     const auto variants = optgen::compile_spec(spec);
     for (const auto& c : spec_entry["cases"]) {
       std::vector<double> h;
-      for (int i = 0; i < ref.num_hyperparameters; ++i) h.push_back(c["hyperparameters"][ref.hyperparameters[i].name].get<double>());
+      for (int i = 0; i < ref.num_hyperparameters; ++i)
+        h.push_back(c["hyperparameters"][ref.hyperparameters[i].name].get<double>());
       ref.derive_flags(h.data());
       const int v = ref.select_variant(h.data());
       INFO(name << ", variant " << c["variant"].get<std::string>());
@@ -47,7 +48,8 @@ TEST_CASE("the group code reproduces the host's per-step results of every built-
       // The expression each group value computes, in the IR's notation (the recording's keys).
       std::map<std::string, int> by_expression;
       optgen::ExprPrinter ir;
-      for (size_t i = 0; i < variants[v].group_values.size(); ++i) by_expression[ir.print(variants[v].group_values[i].value)] = static_cast<int>(i);
+      for (size_t i = 0; i < variants[v].group_values.size(); ++i)
+        by_expression[ir.print(variants[v].group_values[i].value)] = static_cast<int>(i);
       std::vector<double> scalar_state;
       for (int i = 0; i < ref.num_scalar_states; ++i) {
         const auto& init = ref.scalar_states[i].init;

@@ -101,7 +101,8 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
     }
     for (auto& group : groups) {
       std::vector<optgen::reference::Tensor<T>> tensors;
-      for (int t : group.tensors) tensors.push_back({params[t].size(), params[t].data(), grads[t].data(), state_pointers[t].data()});
+      for (int t : group.tensors)
+        tensors.push_back({params[t].size(), params[t].data(), grads[t].data(), state_pointers[t].data()});
       if constexpr (std::is_same_v<T, float>)
         opt.step_float(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size(), 1.0f);
       else
@@ -121,7 +122,8 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
         int s = 0;
         while (s < opt.num_states && name != opt.states[s].name) ++s;
         REQUIRE(s < opt.num_states);
-        for (size_t t = 0; t < count; ++t) compare(states[t][s], entry.second[step - 1][t], "state " + name + " " + std::to_string(t));
+        for (size_t t = 0; t < count; ++t)
+          compare(states[t][s], entry.second[step - 1][t], "state " + name + " " + std::to_string(t));
       }
     }
   }

@@ -191,7 +191,9 @@ TEST_CASE("ptxas's report sums spills over the kernels", "[runtime]") {
       "ptxas info    : Function properties for second\n"
       "ptxas         .     40 bytes stack frame, 100 bytes spill stores, 200 bytes spill loads\n"
       "ptxas info    : Used 32 registers, used 0 barriers, 368 bytes cmem[0]";
-  optgen::nvrtc::SpillReport report = optgen::nvrtc::parse_ptxas_report(log + "\n"
+  optgen::nvrtc::SpillReport report = optgen::nvrtc::parse_ptxas_report(
+      log +
+      "\n"
       "ptxas info    : Function properties for __internal_accurate_pow\n"
       "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads");
   CHECK(report.kernels == 2);  // a called device function is not a kernel
@@ -427,8 +429,10 @@ TEST_CASE("the driver API loads only entry points that something calls", "[runti
   CHECK(std::find(members.begin(), members.end(), "cuLaunchKernel") != members.end());
   const std::string callers = driver_callers();
   for (const std::string& name : members) {
-    INFO(name << " is loaded by driver.cpp but called nowhere: remove it from Api in driver.h and its load_symbol line");
-    CHECK((callers.find("." + name + "(") != std::string::npos || callers.find("->" + name + "(") != std::string::npos));
+    INFO(
+        name << " is loaded by driver.cpp but called nowhere: remove it from Api in driver.h and its load_symbol line");
+    CHECK(
+        (callers.find("." + name + "(") != std::string::npos || callers.find("->" + name + "(") != std::string::npos));
   }
 }
 
@@ -466,9 +470,9 @@ TEST_CASE("without a usable driver, the driver explains itself", "[runtime]") {
   void* probe = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (probe == nullptr) {
     CHECK_THAT(why, Contains("dlopen(libcuda.so.1) failed"));
-    CHECK_THAT(error_message([] { optgen::driver::api(); }),
-               StartsWith("dlopen(libcuda.so.1) failed: ") && Contains("libcuda.so.1") &&
-                   Contains("fix: install the NVIDIA driver"));
+    CHECK_THAT(error_message([] { optgen::driver::api(); }), StartsWith("dlopen(libcuda.so.1) failed: ") &&
+                                                                 Contains("libcuda.so.1") &&
+                                                                 Contains("fix: install the NVIDIA driver"));
     CHECK_THROWS_AS(optgen::driver::current_device(), optgen::Error);
   } else {
     dlclose(probe);
@@ -521,8 +525,7 @@ const unsigned char* bytes(const std::vector<char>& image) {
 
 }  // namespace
 
-TEST_CASE("load_module loads an embedded cubin, compiles through the cache, or falls back to PTX",
-          "[runtime][gpu]") {
+TEST_CASE("load_module loads an embedded cubin, compiles through the cache, or falls back to PTX", "[runtime][gpu]") {
   OPTGEN_REQUIRE_GPU();
   const CUdevice device = optgen::driver::current_device();
   const int arch = optgen::driver::compute_capability(device);

@@ -193,8 +193,7 @@ TEST_CASE("processes sharing one OPTGEN_CACHE_DIR load whole entries or none", "
       // The child: no Catch2 in here, and _exit() so that nothing of the parent's runs at exit.
       close(start[1]);
       char byte;
-      while (read(start[0], &byte, 1) < 0 && errno == EINTR) {
-      }
+      while (read(start[0], &byte, 1) < 0 && errno == EINTR) {}
       std::string wrong;
       try {
         wrong = exercise_cache(KernelCache::from_environment(), nullptr, worker, entries);
@@ -302,12 +301,16 @@ namespace {
 /// A stream that does not wait for the legacy default stream (so for no other thread's work).
 class Stream {
  public:
-  Stream() { optgen::driver::check(optgen::driver::api().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
+  Stream() {
+    optgen::driver::check(optgen::driver::api().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  }
   ~Stream() { optgen::driver::api().cuStreamDestroy(stream_); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   CUstream get() const { return stream_; }
-  void synchronize() const { optgen::driver::check(optgen::driver::api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
+  void synchronize() const {
+    optgen::driver::check(optgen::driver::api().cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  }
 
  private:
   CUstream stream_ = nullptr;
@@ -318,7 +321,7 @@ constexpr int kSteps = 6;
 /// What one optimizer did on its thread, for the test's thread to check against the CPU reference.
 struct Trajectory {
   const optgen::OptimizerInfo* info = nullptr;
-  int kernel = 0;                                       ///< index into info->kernels
+  int kernel = 0;  ///< index into info->kernels
   std::vector<std::int64_t> sizes;
   std::vector<double> initial_h;                        ///< when the group was added
   std::vector<std::vector<double>> h;                   ///< [step - 1]: the group's hyperparameters at each step
@@ -372,9 +375,9 @@ void step_on_own_thread(Trajectory& run, unsigned seed) {
   for (int step = 1; step <= kSteps; ++step) {
     for (std::size_t t = 0; t < run.sizes.size(); ++t) {
       const std::size_t bytes = static_cast<std::size_t>(run.sizes[t]) * optgen::size_of(kernel.param);
-      optgen::driver::check(optgen::driver::api().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(group.tensors[t].grad),
-                                                                    gradients[(step - 1) * run.sizes.size() + t]->get(),
-                                                                    bytes, stream.get()),
+      optgen::driver::check(optgen::driver::api().cuMemcpyDtoDAsync(
+                                reinterpret_cast<CUdeviceptr>(group.tensors[t].grad),
+                                gradients[(step - 1) * run.sizes.size() + t]->get(), bytes, stream.get()),
                             "cuMemcpyDtoDAsync");
     }
     if (lr >= 0) opt.set("lr", run.initial_h[lr] * (1.0 - 0.1 * step));
@@ -383,7 +386,8 @@ void step_on_own_thread(Trajectory& run, unsigned seed) {
     stream.synchronize();
     run.params.emplace_back();
     for (std::size_t t = 0; t < run.sizes.size(); ++t)
-      run.params.back().push_back(download(kernel.param, group.tensors[t].param, static_cast<std::size_t>(run.sizes[t])));
+      run.params.back().push_back(
+          download(kernel.param, group.tensors[t].param, static_cast<std::size_t>(run.sizes[t])));
     run.states.push_back(snapshot_states(opt, ref, 0, group, kernel.state));
   }
 }
@@ -415,7 +419,8 @@ void check_trajectory(const Trajectory& run) {
     std::vector<optgen::reference::Tensor<float>> tensors;
     for (std::size_t t = 0; t < run.sizes.size(); ++t) {
       for (std::vector<float>& state : states[t]) state_pointers[t].push_back(state.empty() ? nullptr : state.data());
-      tensors.push_back({static_cast<std::size_t>(run.sizes[t]), params[t].data(), grads[t].data(), state_pointers[t].data()});
+      tensors.push_back(
+          {static_cast<std::size_t>(run.sizes[t]), params[t].data(), grads[t].data(), state_pointers[t].data()});
     }
     ref.step_float(run.h[step - 1].data(), scalar_state.data(), step, tensors.data(), tensors.size(), 1.0f);
     for (std::size_t t = 0; t < run.sizes.size(); ++t) {

@@ -33,8 +33,8 @@ struct AmpCase {
   std::vector<double> h;
   std::vector<std::vector<float>> params0;
   std::vector<std::vector<std::vector<float>>> grads;  ///< [step][tensor]
-  std::vector<float> grad_scale, found_inf;             ///< [step]
-  std::vector<std::vector<Values>> params;              ///< [step][tensor]
+  std::vector<float> grad_scale, found_inf;            ///< [step]
+  std::vector<std::vector<Values>> params;             ///< [step][tensor]
 };
 
 std::vector<float> floats(const nlohmann::json& list) {
@@ -50,7 +50,8 @@ std::vector<AmpCase> load_cases() {
     REQUIRE(in);
     // Python's json writes inf as Infinity, which JSON does not have: read it as null first.
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (size_t at = text.find("Infinity"); at != std::string::npos; at = text.find("Infinity", at)) text.replace(at, 8, "null");
+    for (size_t at = text.find("Infinity"); at != std::string::npos; at = text.find("Infinity", at))
+      text.replace(at, 8, "null");
     const auto doc = nlohmann::json::parse(text);
     const auto& info = launcher(spec);
     for (const auto& c : doc["cases"]) {
@@ -105,7 +106,8 @@ TEST_CASE("the CPU reference under AMP follows torch's fused Adam, AdamW and SGD
     for (size_t k = 0; k < c.grads.size(); ++k) {
       if (c.found_inf[k] == 0) {  // a nonzero found_inf skips the whole step, its count included
         std::vector<optgen::reference::Tensor<float>> tensors;
-        for (size_t t = 0; t < params.size(); ++t) tensors.push_back({params[t].size(), params[t].data(), c.grads[k][t].data(), pointers[t].data()});
+        for (size_t t = 0; t < params.size(); ++t)
+          tensors.push_back({params[t].size(), params[t].data(), c.grads[k][t].data(), pointers[t].data()});
         ref.step_float(h.data(), scalar_state.data(), ++step, tensors.data(), tensors.size(), c.grad_scale[k]);
       }
       for (size_t t = 0; t < params.size(); ++t) {
@@ -134,7 +136,8 @@ TEST_CASE("the kernels under AMP follow torch's fused Adam, AdamW and SGD", "[gp
         memory.push_back(std::make_unique<DeviceMemory>(p.size() * 4));
         memory.push_back(std::make_unique<DeviceMemory>(p.size() * 4));
         memory[memory.size() - 2]->upload(p);
-        tensors.push_back({memory[memory.size() - 2]->at(0), memory.back()->at(0), static_cast<std::int64_t>(p.size()), DType::F32});
+        tensors.push_back(
+            {memory[memory.size() - 2]->at(0), memory.back()->at(0), static_cast<std::int64_t>(p.size()), DType::F32});
       }
       optgen::FusedOptimizer opt(info, c.h);
       opt.add_param_group(tensors, c.h);

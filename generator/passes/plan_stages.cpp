@@ -9,7 +9,8 @@ Program plan_stages(const Program& program) {
   // reduction (a tensor value computed from element values) would end a Reduce stage here.
   for (const auto& v : program.tensor_values)
     for_each_node(v.value, [&](const Expr& e) {
-      if (e->level == Level::Element) throw InternalError("plan_stages: tensor value '" + v.name + "' reads element values");
+      if (e->level == Level::Element)
+        throw InternalError("plan_stages: tensor value '" + v.name + "' reads element values");
     });
   result.stages = {{StageKind::Update, "update"}};
   return result;

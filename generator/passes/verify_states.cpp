@@ -7,7 +7,8 @@ namespace {
 
 std::string flags_text(const Program& program) {
   std::string text;
-  for (const auto& [flag, value] : program.flags) text += (text.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
+  for (const auto& [flag, value] : program.flags)
+    text += (text.empty() ? "" : ", ") + flag + "=" + (value ? "true" : "false");
   return text.empty() ? "always" : text;
 }
 
@@ -29,27 +30,30 @@ Program verify_states(const Program& program) {
       continue;
     }
     if (!present.count(o.name))
-      throw SpecError(o.loc, "state '" + o.name + "' is written here, but it is absent in variant " + program.variant + " (" +
-                                 flags_text(program) + ")",
+      throw SpecError(o.loc,
+                      "state '" + o.name + "' is written here, but it is absent in variant " + program.variant + " (" +
+                          flags_text(program) + ")",
                       "guard the statement with `when: " + declaration(program, o.name).when_text + "`");
     written.insert(o.name);
   }
-  if (!param_written) throw SpecError(program.spec->update_loc, "variant " + program.variant + " never changes 'param'");
+  if (!param_written)
+    throw SpecError(program.spec->update_loc, "variant " + program.variant + " never changes 'param'");
   for (const auto& o : program.element_outputs)
     for_each_node(o.value, [&](const Expr& e) {
       if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))
-        throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant + " (" +
-                                   flags_text(program) + ")");
+        throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant +
+                                   " (" + flags_text(program) + ")");
     });
   for (const auto& state : program.states)
     if (!written.count(state))
-      throw SpecError(declaration(program, state).loc,
-                      "state '" + state + "' is present in variant " + program.variant + " (" + flags_text(program) +
-                          ") but never written there");
+      throw SpecError(declaration(program, state).loc, "state '" + state + "' is present in variant " +
+                                                           program.variant + " (" + flags_text(program) +
+                                                           ") but never written there");
   for (const auto& v : program.group_values)
     if (v.value->level != Level::Group) throw InternalError("group value '" + v.name + "' is not computed per group");
   for (const auto& v : program.tensor_values)
-    if (v.value->level != Level::Tensor) throw InternalError("tensor value '" + v.name + "' is not computed per tensor");
+    if (v.value->level != Level::Tensor)
+      throw InternalError("tensor value '" + v.name + "' is not computed per tensor");
   return program;
 }
 

@@ -32,15 +32,16 @@ void require(bool ok, const char* call, const char* what) {
 }
 
 optgen::DType dtype_of(int32_t value, const char* call) {
-  if (value < 0 || value > 2) throw optgen::Error(call, "unknown dtype " + std::to_string(value), "use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
+  if (value < 0 || value > 2)
+    throw optgen::Error(call, "unknown dtype " + std::to_string(value), "use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
   return static_cast<optgen::DType>(value);
 }
 
 }  // namespace
 
 namespace optgen {
-int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names, const double* values,
-                 size_t count, int32_t state_dtype, optgen_optimizer** out) {
+int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names,
+                 const double* values, size_t count, int32_t state_dtype, optgen_optimizer** out) {
   return guarded([&] {
     const std::string call = std::string("optgen_") + info.spec + "_create";
     require(out != nullptr, call.c_str(), "out is NULL");
@@ -69,15 +70,17 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
   return guarded([&] {
     require(optimizer != nullptr, "optgen_add_param_group", "optimizer is NULL");
     require(count == 0 || tensors != nullptr, "optgen_add_param_group", "tensors is NULL");
-    require(num_overrides == 0 || (override_names && override_values), "optgen_add_param_group", "override names or values is NULL");
+    require(num_overrides == 0 || (override_names && override_values), "optgen_add_param_group",
+            "override names or values is NULL");
     std::vector<optgen::Tensor> list(count);
     for (size_t i = 0; i < count; ++i) {
       const optgen_tensor& t = tensors[i];
       list[i] = {t.param, t.grad, t.numel, dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
       if (t.grad_dtype != t.dtype)
-        throw optgen::Error("optgen_add_param_group", "tensor " + std::to_string(i) + " has a " +
-                                                          optgen::to_string(dtype_of(t.dtype, "optgen_add_param_group")) + " param but a " +
-                                                          optgen::to_string(dtype_of(t.grad_dtype, "optgen_add_param_group")) + " grad",
+        throw optgen::Error("optgen_add_param_group",
+                            "tensor " + std::to_string(i) + " has a " +
+                                optgen::to_string(dtype_of(t.dtype, "optgen_add_param_group")) + " param but a " +
+                                optgen::to_string(dtype_of(t.grad_dtype, "optgen_add_param_group")) + " grad",
                             "param and grad must have the same dtype");
     }
     std::vector<std::pair<std::string, double>> overrides;
@@ -114,8 +117,10 @@ int optgen_step_amp(optgen_optimizer* optimizer, void* stream, const float* grad
 int optgen_set(optgen_optimizer* optimizer, const char* name, double value, int64_t group) {
   return guarded([&] {
     require(optimizer && name, "optgen_set", "optimizer or name is NULL");
-    if (group < 0) optimizer->engine.set(name, value);
-    else optimizer->engine.set(name, value, static_cast<size_t>(group));
+    if (group < 0)
+      optimizer->engine.set(name, value);
+    else
+      optimizer->engine.set(name, value, static_cast<size_t>(group));
   });
 }
 

@@ -81,13 +81,12 @@ constexpr KnownError kKnownErrors[] = {
     {CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated",
      "the GPU also drives a display and its watchdog stopped the kernel; use a GPU without a display"},
     {CUDA_ERROR_ASSERT, "CUDA_ERROR_ASSERT", "device-side assert triggered", kContextLost},
-    {CUDA_ERROR_HARDWARE_STACK_ERROR, "CUDA_ERROR_HARDWARE_STACK_ERROR", "unspecified launch failure",
-     kContextLost},
+    {CUDA_ERROR_HARDWARE_STACK_ERROR, "CUDA_ERROR_HARDWARE_STACK_ERROR", "unspecified launch failure", kContextLost},
     {CUDA_ERROR_ILLEGAL_INSTRUCTION, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered",
      kContextLost},
     {CUDA_ERROR_MISALIGNED_ADDRESS, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address", kContextLost},
-    {CUDA_ERROR_INVALID_ADDRESS_SPACE, "CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space",
-     kContextLost},
+    {CUDA_ERROR_INVALID_ADDRESS_SPACE, "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+     "operation not supported on global/shared address space", kContextLost},
     {CUDA_ERROR_INVALID_PC, "CUDA_ERROR_INVALID_PC", "invalid program counter", kContextLost},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", kContextLost},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported",
@@ -159,8 +158,7 @@ Api load_api() {
   void* library = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     const char* reason = dlerror();
-    throw Error(std::string("dlopen(") + kLibrary + ")", reason != nullptr ? reason : "unknown error",
-                kInstallDriver);
+    throw Error(std::string("dlopen(") + kLibrary + ")", reason != nullptr ? reason : "unknown error", kInstallDriver);
   }
   // The library stays open for the life of the process: its functions are used until exit.
   Api api{};
@@ -197,8 +195,10 @@ Api load_api() {
   load_symbol(library, api.cuEventRecord, "cuEventRecord");
   load_symbol(library, api.cuEventSynchronize, "cuEventSynchronize");
   // _v2 since CUDA 12.8; the first version, with the same signature, on older drivers.
-  if (dlsym(library, "cuEventElapsedTime_v2")) load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime_v2");
-  else load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime");
+  if (dlsym(library, "cuEventElapsedTime_v2"))
+    load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime_v2");
+  else
+    load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime");
   load_symbol(library, api.cuStreamIsCapturing, "cuStreamIsCapturing");
   load_symbol(library, api.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
   load_symbol(library, api.cuStreamEndCapture, "cuStreamEndCapture");

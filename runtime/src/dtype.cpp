@@ -41,9 +41,9 @@ std::uint16_t float_to_f16(float value) {
   const std::uint32_t bits = bits_of(value);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (abs < 0x38800000u) {  // subnormal in f16 (or zero): round abs * 2^24 to an integer
+  if (abs < 0x38800000u) {                              // subnormal in f16 (or zero): round abs * 2^24 to an integer
     const float scaled = from_bits(abs) * 16777216.0f;  // exact: a power-of-two scale
     const float rounded = scaled + 8388608.0f - 8388608.0f;  // round to nearest even
     return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(rounded));

@@ -20,8 +20,7 @@ void unload(CUmodule module) noexcept {
   if (module == nullptr) return;
   try {
     driver::api().cuModuleUnload(module);  // errors ignored: there is nothing to do about them here
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 bool force_nvrtc() {
@@ -118,20 +117,15 @@ Module load_ptx(const KernelImages& images, const KernelImage& image) {
 
 const char* to_string(ModuleOrigin origin) {
   switch (origin) {
-    case ModuleOrigin::EmbeddedCubin:
-      return "embedded cubin";
-    case ModuleOrigin::EmbeddedPtx:
-      return "embedded PTX";
-    case ModuleOrigin::CacheHit:
-      return "cache hit";
-    case ModuleOrigin::CompiledNow:
-      return "compiled now";
+    case ModuleOrigin::EmbeddedCubin: return "embedded cubin";
+    case ModuleOrigin::EmbeddedPtx: return "embedded PTX";
+    case ModuleOrigin::CacheHit: return "cache hit";
+    case ModuleOrigin::CompiledNow: return "compiled now";
   }
   return "unknown origin";
 }
 
-Module::Module(Module&& other) noexcept
-    : module_(std::exchange(other.module_, nullptr)), origin_(other.origin_) {}
+Module::Module(Module&& other) noexcept : module_(std::exchange(other.module_, nullptr)), origin_(other.origin_) {}
 
 Module& Module::operator=(Module&& other) noexcept {
   if (this != &other) {

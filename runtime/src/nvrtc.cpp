@@ -117,8 +117,9 @@ Library load_library() {
   if (chosen != nullptr && *chosen != '\0') {
     std::string why;
     if (std::optional<Library> library = open_library(chosen, why)) return *library;
-    throw Error(kLoadCall, std::string("cannot load NVRTC from ") + kLibraryVariable + "=" + chosen + ": " + why,
-                std::string("set ") + kLibraryVariable + " to the path of a libnvrtc.so from CUDA 12 or newer, or unset it");
+    throw Error(
+        kLoadCall, std::string("cannot load NVRTC from ") + kLibraryVariable + "=" + chosen + ": " + why,
+        std::string("set ") + kLibraryVariable + " to the path of a libnvrtc.so from CUDA 12 or newer, or unset it");
   }
   std::vector<std::string> directories = fallback_directories();
   std::vector<std::string> paths(std::begin(kFileNames), std::end(kFileNames));
@@ -215,15 +216,14 @@ std::string compile_fix(nvrtcResult result, const std::string& log, const std::s
         return "NVRTC " + version() + " cannot compile for " + architecture.substr(architecture.find('=') + 1) +
                ": use an NVRTC that supports this GPU (set OPTGEN_NVRTC_LIBRARY to it)";
       }
-      return "NVRTC " + version() + " does not accept an option the kernels were generated with: use the NVRTC "
+      return "NVRTC " + version() +
+             " does not accept an option the kernels were generated with: use the NVRTC "
              "they were built with (set OPTGEN_NVRTC_LIBRARY to it), or regenerate them";
     case NVRTC_ERROR_BUILTIN_OPERATION_FAILURE:
       return "NVRTC could not load its libnvrtc-builtins.so; install the one from the same CUDA version next to "
              "libnvrtc.so";
-    case NVRTC_ERROR_OUT_OF_MEMORY:
-      return "free host memory";
-    default:
-      return "this is a bug in optgen's generated code or in a hand-edited source; report it with the log";
+    case NVRTC_ERROR_OUT_OF_MEMORY: return "free host memory";
+    default: return "this is a bug in optgen's generated code or in a hand-edited source; report it with the log";
   }
 }
 

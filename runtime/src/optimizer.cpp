@@ -37,7 +37,8 @@ class PackedUpload {
   /// Allocates the device copy and uploads (synchronously).
   DeviceBuffer upload() const {
     DeviceBuffer memory(host_.size());
-    if (!host_.empty()) driver::check(driver::api().cuMemcpyHtoD(memory.get(), host_.data(), host_.size()), "cuMemcpyHtoD");
+    if (!host_.empty())
+      driver::check(driver::api().cuMemcpyHtoD(memory.get(), host_.data(), host_.size()), "cuMemcpyHtoD");
     return memory;
   }
 
@@ -60,7 +61,8 @@ int FusedOptimizer::Impl::hyperparameter_index(const std::string& name, const ch
     if (name == info->hyperparameters[i].name) return i;
     known += (known.empty() ? "" : ", ") + std::string(info->hyperparameters[i].name);
   }
-  throw Error(call(method), std::string(info->name) + " has no hyperparameter '" + name + "'", "its hyperparameters: " + known);
+  throw Error(call(method), std::string(info->name) + " has no hyperparameter '" + name + "'",
+              "its hyperparameters: " + known);
 }
 
 int FusedOptimizer::Impl::state_index(const std::string& name, const char* method) const {
@@ -85,18 +87,21 @@ int FusedOptimizer::Impl::scalar_state_index(const std::string& name, const char
 
 void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, const char* method) const {
   if (static_cast<int>(h.size()) != info->num_hyperparameters)
-    throw Error(call(method), "expected " + std::to_string(info->num_hyperparameters) + " hyperparameters, got " + std::to_string(h.size()));
+    throw Error(call(method), "expected " + std::to_string(info->num_hyperparameters) + " hyperparameters, got " +
+                                  std::to_string(h.size()));
   for (int i = 0; i < info->num_hyperparameters; ++i) {
     const auto& hp = info->hyperparameters[i];
     if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
       throw Error(call(method), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
-    if (std::isnan(h[i])) throw Error(call(method), std::string(hp.name) + " is NaN", "pass a number (infinities are allowed)");
+    if (std::isnan(h[i]))
+      throw Error(call(method), std::string(hp.name) + " is NaN", "pass a number (infinities are allowed)");
   }
 }
 
 const Group& FusedOptimizer::Impl::group_at(std::size_t group, const char* method) const {
   if (group >= groups.size())
-    throw Error(call(method), "no param group " + std::to_string(group) + " (there are " + std::to_string(groups.size()) + ")");
+    throw Error(call(method),
+                "no param group " + std::to_string(group) + " (there are " + std::to_string(groups.size()) + ")");
   return groups[group];
 }
 
@@ -138,15 +143,17 @@ struct Binder {
     for (int k = 0; k < info.num_kernels; ++k) {
       const KernelInfo& kernel = info.kernels[k];
       if (kernel.variant == variant && kernel.param == param && kernel.state == m.state_dtype) return k;
-      generated += (generated.empty() ? "" : ", ") + std::string(info.variants[kernel.variant].name) + " " + to_string(kernel.param) +
-                   ":" + to_string(kernel.state);
+      generated += (generated.empty() ? "" : ", ") + std::string(info.variants[kernel.variant].name) + " " +
+                   to_string(kernel.param) + ":" + to_string(kernel.state);
     }
-    const std::string storage = std::string(to_string(param)) + (m.state_dtype == DType::F32 ? "" : std::string(":") + to_string(m.state_dtype));
+    const std::string storage = std::string(to_string(param)) +
+                                (m.state_dtype == DType::F32 ? "" : std::string(":") + to_string(m.state_dtype));
     throw Error(m.call("add_param_group"),
-                std::string("no kernel for variant ") + info.variants[variant].name + " with " + to_string(param) + " params and " +
-                    to_string(m.state_dtype) + " states was generated (kernels: " + generated + ")",
-                "add \"" + storage + "\" to the spec's 'storage:' list or to STORAGE (and the variant to VARIANTS, if given) in "
-                "optgen_add_optimizer(), and rebuild");
+                std::string("no kernel for variant ") + info.variants[variant].name + " with " + to_string(param) +
+                    " params and " + to_string(m.state_dtype) + " states was generated (kernels: " + generated + ")",
+                "add \"" + storage +
+                    "\" to the spec's 'storage:' list or to STORAGE (and the variant to VARIANTS, if given) in "
+                    "optgen_add_optimizer(), and rebuild");
   }
 
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {
@@ -154,17 +161,22 @@ struct Binder {
     const char* method = "add_param_group";
     if (t.numel < 0) throw Error(m.call(method), which + " has a negative numel (" + std::to_string(t.numel) + ")");
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
-      throw Error(m.call(method), which + " has " + std::to_string(t.numel) + " parameter elements but " + std::to_string(t.grad_numel) +
-                                      " gradient elements", "pass the gradient that belongs to this parameter");
+      throw Error(m.call(method),
+                  which + " has " + std::to_string(t.numel) + " parameter elements but " +
+                      std::to_string(t.grad_numel) + " gradient elements",
+                  "pass the gradient that belongs to this parameter");
     if (t.dtype != dtype)
       throw Error(m.call(method), which + " is " + to_string(t.dtype) + " but tensor 0 is " + to_string(dtype),
                   "a param group holds tensors of one dtype; put tensors of another dtype in a group of their own");
     if (t.numel == 0) return;
     auto check_pointer = [&](const void* p, const std::string& what) {
-      if (!p) throw Error(m.call(method), which + " has a null " + what + " pointer", "pass the device address of its data");
+      if (!p)
+        throw Error(m.call(method), which + " has a null " + what + " pointer", "pass the device address of its data");
       if (reinterpret_cast<std::uintptr_t>(p) % size_of(dtype) != 0)
-        throw Error(m.call(method), which + ": the " + what + " pointer " + std::to_string(reinterpret_cast<std::uintptr_t>(p)) +
-                                        " is not aligned to its " + std::to_string(size_of(dtype)) + "-byte " + to_string(dtype) + " elements");
+        throw Error(m.call(method), which + ": the " + what + " pointer " +
+                                        std::to_string(reinterpret_cast<std::uintptr_t>(p)) +
+                                        " is not aligned to its " + std::to_string(size_of(dtype)) + "-byte " +
+                                        to_string(dtype) + " elements");
     };
     check_pointer(t.param, "param");
     check_pointer(t.grad, "grad");
@@ -176,9 +188,11 @@ struct Binder {
     if (t.numel == 0) return;
     for (const auto& [p, what] : {std::pair<const void*, const char*>{t.param, "param"}, {t.grad, "grad"}}) {
       unsigned int type = 0;
-      CUresult r = driver::api().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(p));
+      CUresult r = driver::api().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                                       reinterpret_cast<CUdeviceptr>(p));
       if (r != CUDA_SUCCESS || type == CU_MEMORYTYPE_HOST)
-        throw Error(m.call("add_param_group"), "tensor " + std::to_string(i) + " of the group: the " + what + " pointer is not device memory",
+        throw Error(m.call("add_param_group"),
+                    "tensor " + std::to_string(i) + " of the group: the " + what + " pointer is not device memory",
                     "allocate it with cudaMalloc (or torch on a CUDA device)");
     }
   }
@@ -253,13 +267,16 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
     : impl_(std::make_unique<Impl>()) {
   const std::string call = std::string(info.name) + "::" + info.name;
   if (info.abi_version != kernel_abi::kVersion)
-    throw Error(call, std::string("this launcher was generated by ") + info.generator + " for kernel ABI " +
-                          std::to_string(info.abi_version) + ", but the runtime it is linked with speaks ABI " +
-                          std::to_string(kernel_abi::kVersion),
-                "regenerate the launcher with the optgen that matches the runtime (rebuild the optgen_add_optimizer() target)");
+    throw Error(
+        call,
+        std::string("this launcher was generated by ") + info.generator + " for kernel ABI " +
+            std::to_string(info.abi_version) + ", but the runtime it is linked with speaks ABI " +
+            std::to_string(kernel_abi::kVersion),
+        "regenerate the launcher with the optgen that matches the runtime (rebuild the optgen_add_optimizer() target)");
   impl_->info = &info;
   if (static_cast<int>(defaults.size()) != info.num_hyperparameters)
-    throw Error(call, "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " + std::to_string(defaults.size()));
+    throw Error(call, "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " +
+                          std::to_string(defaults.size()));
   if (state_dtype == DType::F16) throw Error(call, "states cannot be stored in f16", "use f32 (the default) or bf16");
   impl_->defaults = std::move(defaults);
   impl_->state_dtype = state_dtype;
@@ -343,7 +360,8 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   }
   // Longest first: the GPU starts blocks in order, so the short chunks (small tensors, the ends of
   // large ones) fill the last wave instead of leaving the end of the step to a few long ones.
-  std::stable_sort(chunks.begin(), chunks.end(), [](const kernel_abi::Chunk& a, const kernel_abi::Chunk& b) { return a.count > b.count; });
+  std::stable_sort(chunks.begin(), chunks.end(),
+                   [](const kernel_abi::Chunk& a, const kernel_abi::Chunk& b) { return a.count > b.count; });
   return chunks;
 }
 
@@ -408,7 +426,8 @@ DeviceGroups build_group_table(const FusedOptimizer::Impl& m, const std::vector<
   std::vector<int> variant(G);
   for (std::size_t g = 0; g < G; ++g) {
     std::copy(m.groups[g].h.begin(), m.groups[g].h.end(), h.begin() + static_cast<std::ptrdiff_t>(g * H));
-    std::copy(m.groups[g].scalar_state.begin(), m.groups[g].scalar_state.end(), scalar_state.begin() + static_cast<std::ptrdiff_t>(g * S));
+    std::copy(m.groups[g].scalar_state.begin(), m.groups[g].scalar_state.end(),
+              scalar_state.begin() + static_cast<std::ptrdiff_t>(g * S));
     steps[g] = m.groups[g].step;
     variant[g] = m.groups[g].variant;
   }
@@ -446,7 +465,8 @@ void FusedOptimizer::prepare(CUstream stream) {
   }
   driver::current_device();
   if (driver::is_capturing(stream))
-    throw Error(m.call("prepare"), "the stream is being captured into a CUDA graph, and prepare() allocates and synchronizes",
+    throw Error(m.call("prepare"),
+                "the stream is being captured into a CUDA graph, and prepare() allocates and synchronizes",
                 "call prepare() (or take one step) before beginning the capture");
   if (!m.module_loaded) {
     m.module = load_module(m.info->images(), driver::compute_capability(driver::current_device()));
@@ -469,15 +489,17 @@ bool FusedOptimizer::prepared() const { return impl_->prepared; }
 
 void FusedOptimizer::Impl::write_groups(std::size_t first, std::size_t count, int field, int index, double value) {
   if (count == 0) return;
-  const unsigned grid = static_cast<unsigned>((count + kernel_abi::kGroupKernelBlock - 1) / kernel_abi::kGroupKernelBlock);
+  const unsigned grid =
+      static_cast<unsigned>((count + kernel_abi::kGroupKernelBlock - 1) / kernel_abi::kGroupKernelBlock);
   for (int v = 0; v < info->num_variants; ++v) {
     const bool present = std::any_of(groups.begin() + static_cast<std::ptrdiff_t>(first),
-                                     groups.begin() + static_cast<std::ptrdiff_t>(first + count), [&](const Group& g) { return g.variant == v; });
+                                     groups.begin() + static_cast<std::ptrdiff_t>(first + count),
+                                     [&](const Group& g) { return g.variant == v; });
     if (!present) continue;
     kernel_abi::GroupWrite write{value, v, static_cast<int>(first), static_cast<int>(count), field, index};
     void* args[] = {&device_groups.view, &write};
-    driver::check(driver::api().cuLaunchKernel(module.function(info->variants[v].group_kernel), grid, 1, 1, kernel_abi::kGroupKernelBlock,
-                                               1, 1, 0, stream, args, nullptr),
+    driver::check(driver::api().cuLaunchKernel(module.function(info->variants[v].group_kernel), grid, 1, 1,
+                                               kernel_abi::kGroupKernelBlock, 1, 1, 0, stream, args, nullptr),
                   "cuLaunchKernel", "check that the stream belongs to the current context");
   }
 }
@@ -517,8 +539,9 @@ std::vector<GroupProgress> FusedOptimizer::Impl::progress() const {
   download(scalar_state.data(), t.scalar_state, 2 * G * S * sizeof(double));
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t entry = (arrivals[g] >= blocks[g] ? 1 : 0) * G + g;
-    result.push_back({steps[entry], std::vector<double>(scalar_state.begin() + static_cast<std::ptrdiff_t>(entry * S),
-                                                        scalar_state.begin() + static_cast<std::ptrdiff_t>((entry + 1) * S))});
+    result.push_back(
+        {steps[entry], std::vector<double>(scalar_state.begin() + static_cast<std::ptrdiff_t>(entry * S),
+                                           scalar_state.begin() + static_cast<std::ptrdiff_t>((entry + 1) * S))});
   }
   return result;
 }
@@ -539,9 +562,10 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   for (Plan& plan : m.plans) {
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs};
     for (CUfunction stage : plan.stages) {
-      driver::check(api.cuLaunchKernel(stage, static_cast<unsigned>(plan.table.num_chunks), 1, 1, static_cast<unsigned>(m.info->block_size),
-                                       1, 1, 0, stream, args, nullptr),
-                    "cuLaunchKernel", "check that the tensors are still allocated and that the stream belongs to the current context");
+      driver::check(api.cuLaunchKernel(stage, static_cast<unsigned>(plan.table.num_chunks), 1, 1,
+                                       static_cast<unsigned>(m.info->block_size), 1, 1, 0, stream, args, nullptr),
+                    "cuLaunchKernel",
+                    "check that the tensors are still allocated and that the stream belongs to the current context");
       ++m.launches_last_step;
     }
   }
@@ -556,23 +580,28 @@ int settable_index(const FusedOptimizer::Impl& m, const std::string& name, doubl
   const int i = m.hyperparameter_index(name, "set");
   const auto& hp = m.info->hyperparameters[i];
   if (hp.derived) throw Error(m.call("set"), name + " is derived from other hyperparameters", "set those instead");
-  if (hp.type == reference::ValueType::Bool && value != 0 && value != 1) throw Error(m.call("set"), name + " is a bool; got " + std::to_string(value));
+  if (hp.type == reference::ValueType::Bool && value != 0 && value != 1)
+    throw Error(m.call("set"), name + " is a bool; got " + std::to_string(value));
   if (std::isnan(value)) throw Error(m.call("set"), name + " cannot be NaN", "pass a number (infinities are allowed)");
   return i;
 }
 
 /// Group `group`'s hyperparameters with hyperparameter `i` set to `value`, derived flags
 /// recomputed; throws if that would switch the group's kernel variant.
-std::vector<double> with_value(const FusedOptimizer::Impl& m, std::size_t group, const std::string& name, int i, double value) {
+std::vector<double> with_value(const FusedOptimizer::Impl& m, std::size_t group, const std::string& name, int i,
+                               double value) {
   const Group& g = m.groups[group];
   std::vector<double> h = g.h;
   h[i] = value;
   m.info->derive_flags(h.data());
   const int variant = m.info->select_variant(h.data());
   if (variant != g.variant)
-    throw Error(m.call("set"), "setting " + name + " to " + std::to_string(value) + " would switch param group " + std::to_string(group) +
-                                   " from kernel variant " + m.info->variants[g.variant].name + " to " + m.info->variants[variant].name,
-                "variants own different state buffers, so they are fixed when a group is added: pass " + name + " to add_param_group instead");
+    throw Error(m.call("set"),
+                "setting " + name + " to " + std::to_string(value) + " would switch param group " +
+                    std::to_string(group) + " from kernel variant " + m.info->variants[g.variant].name + " to " +
+                    m.info->variants[variant].name,
+                "variants own different state buffers, so they are fixed when a group is added: pass " + name +
+                    " to add_param_group instead");
   return h;
 }
 
@@ -602,7 +631,9 @@ double FusedOptimizer::get(const std::string& name, std::size_t group) const {
   return impl_->group_at(group, "get").h[impl_->hyperparameter_index(name, "get")];
 }
 
-std::vector<double> FusedOptimizer::hyperparameters(std::size_t group) const { return impl_->group_at(group, "hyperparameters").h; }
+std::vector<double> FusedOptimizer::hyperparameters(std::size_t group) const {
+  return impl_->group_at(group, "hyperparameters").h;
+}
 
 std::int64_t FusedOptimizer::step_count(std::size_t group) const {
   impl_->group_at(group, "step_count");
@@ -614,8 +645,10 @@ void FusedOptimizer::set_step_count(std::int64_t steps, std::size_t group) {
   m.group_at(group, "set_step_count");
   if (steps < 0 || steps > (std::int64_t{1} << 52))
     throw Error(m.call("set_step_count"), "a step count must be from 0 to 2^52; got " + std::to_string(steps));
-  if (m.prepared) m.write_groups(group, 1, kernel_abi::kStepCount, 0, static_cast<double>(steps));
-  else m.groups[group].step = steps;
+  if (m.prepared)
+    m.write_groups(group, 1, kernel_abi::kStepCount, 0, static_cast<double>(steps));
+  else
+    m.groups[group].step = steps;
 }
 
 double FusedOptimizer::scalar_state(const std::string& name, std::size_t group) const {
@@ -629,8 +662,10 @@ void FusedOptimizer::set_scalar_state(const std::string& name, double value, std
   const int s = m.scalar_state_index(name, "set_scalar_state");
   m.group_at(group, "set_scalar_state");
   if (std::isnan(value)) throw Error(m.call("set_scalar_state"), name + " cannot be NaN");
-  if (m.prepared) m.write_groups(group, 1, kernel_abi::kScalarState, s, value);
-  else m.groups[group].scalar_state[s] = value;
+  if (m.prepared)
+    m.write_groups(group, 1, kernel_abi::kScalarState, s, value);
+  else
+    m.groups[group].scalar_state[s] = value;
 }
 
 StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, std::size_t tensor) const {
@@ -641,19 +676,22 @@ StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, st
     throw Error(m.call("state"), "param group " + std::to_string(group) + " has no tensor " + std::to_string(tensor));
   const BoundTensor& t = g.tensors[tensor];
   if (!t.states[s] && t.numel > 0)
-    throw Error(m.call("state"), "param group " + std::to_string(group) + " (variant " + m.info->variants[g.variant].name +
-                                     ") has no '" + name + "' buffer");
+    throw Error(m.call("state"), "param group " + std::to_string(group) + " (variant " +
+                                     m.info->variants[g.variant].name + ") has no '" + name + "' buffer");
   return {t.states[s], t.numel, m.state_dtype};
 }
 
 std::size_t FusedOptimizer::num_groups() const { return impl_->groups.size(); }
-std::size_t FusedOptimizer::num_tensors(std::size_t group) const { return impl_->group_at(group, "num_tensors").tensors.size(); }
+std::size_t FusedOptimizer::num_tensors(std::size_t group) const {
+  return impl_->group_at(group, "num_tensors").tensors.size();
+}
 
 int FusedOptimizer::launches_last_step() const { return impl_->launches_last_step; }
 
 void FusedOptimizer::set_chunk_size(long long elements) {
   if (elements < 64 || elements % 64 != 0 || elements > (1LL << 30))
-    throw Error(impl_->call("set_chunk_size"), "chunk size " + std::to_string(elements) + " must be a multiple of 64 up to 2^30");
+    throw Error(impl_->call("set_chunk_size"),
+                "chunk size " + std::to_string(elements) + " must be a multiple of 64 up to 2^30");
   if (elements == impl_->chunk_size) return;
   impl_->unprepare();
   impl_->chunk_size = elements;
@@ -663,7 +701,9 @@ const OptimizerInfo& FusedOptimizer::info() const { return *impl_->info; }
 DType FusedOptimizer::state_dtype() const { return impl_->state_dtype; }
 
 ModuleOrigin FusedOptimizer::module_origin() const {
-  if (!impl_->module_loaded) throw Error(impl_->call("module_origin"), "the kernels are loaded by prepare() (or the first step), which has not run");
+  if (!impl_->module_loaded)
+    throw Error(impl_->call("module_origin"),
+                "the kernels are loaded by prepare() (or the first step), which has not run");
   return impl_->module.origin();
 }
 

@@ -29,7 +29,8 @@ const char* safetensors_dtype(DType type) {
 }
 
 template <typename T>
-CheckpointTensor tensor_of(const std::string& name, const char* dtype, std::vector<std::int64_t> shape, const std::vector<T>& values) {
+CheckpointTensor tensor_of(const std::string& name, const char* dtype, std::vector<std::int64_t> shape,
+                           const std::vector<T>& values) {
   CheckpointTensor t{name, dtype, std::move(shape), std::vector<unsigned char>(values.size() * sizeof(T))};
   if (!values.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());
   return t;
@@ -49,12 +50,13 @@ class Reader {
     const CheckpointTensor* t = checkpoint_.find(name);
     if (!t) fail("it has no tensor '" + name + "'");
     if (t->dtype != dtype) fail("tensor '" + name + "' is " + t->dtype + ", not " + dtype);
-    if (t->shape != shape) fail("tensor '" + name + "' has shape " + shape_text(t->shape) + ", not " + shape_text(shape));
+    if (t->shape != shape)
+      fail("tensor '" + name + "' has shape " + shape_text(t->shape) + ", not " + shape_text(shape));
     std::size_t elements = 1;
     for (auto d : shape) elements *= static_cast<std::size_t>(d);
     if (t->data.size() != elements * dtype_size(dtype))
-      fail("tensor '" + name + "' holds " + std::to_string(t->data.size()) + " bytes, not the " + std::to_string(elements * dtype_size(dtype)) +
-           " its shape and dtype need");
+      fail("tensor '" + name + "' holds " + std::to_string(t->data.size()) + " bytes, not the " +
+           std::to_string(elements * dtype_size(dtype)) + " its shape and dtype need");
     used_.push_back(name);
     return *t;
   }
@@ -76,7 +78,8 @@ class Reader {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(call_, "the checkpoint does not fit this optimizer: " + what,
-                "restore into an optimizer with the same spec, param groups (tensors, sizes, flags) and state dtype as the one saved");
+                "restore into an optimizer with the same spec, param groups (tensors, sizes, flags) and state dtype as "
+                "the one saved");
   }
 
  private:
@@ -98,22 +101,31 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
   auto meta = [&](const char* key) -> std::string {
     auto it = checkpoint.metadata.find(key);
     if (it == checkpoint.metadata.end())
-      throw Error(call, std::string("the checkpoint's metadata has no '") + key + "'", "it was not written by optgen's save(); pass an optgen checkpoint");
+      throw Error(call, std::string("the checkpoint's metadata has no '") + key + "'",
+                  "it was not written by optgen's save(); pass an optgen checkpoint");
     return it->second;
   };
   if (meta("format") != kFormat)
-    throw Error(call, "the checkpoint's format is '" + meta("format") + "', not '" + kFormat + "'", "pass a checkpoint written by optgen's save()");
+    throw Error(call, "the checkpoint's format is '" + meta("format") + "', not '" + kFormat + "'",
+                "pass a checkpoint written by optgen's save()");
   if (meta("format_version") != kFormatVersion)
-    throw Error(call, "the checkpoint has format version " + meta("format_version") + "; this optgen reads version " + kFormatVersion,
-                "load it with the optgen that wrote it (" + meta("format_version") + ")");
+    throw Error(
+        call,
+        "the checkpoint has format version " + meta("format_version") + "; this optgen reads version " + kFormatVersion,
+        "load it with the optgen that wrote it (" + meta("format_version") + ")");
   auto same = [&](const char* key, const std::string& ours) {
     const std::string theirs = meta(key);
     if (theirs != ours)
-      throw Error(call, std::string("the checkpoint is of another spec: its ") + key + " are '" + theirs + "', this optimizer's '" + ours + "'",
-                  std::string("restore it into an optimizer generated from the spec it was saved from (") + meta("spec") + ")");
+      throw Error(
+          call,
+          std::string("the checkpoint is of another spec: its ") + key + " are '" + theirs + "', this optimizer's '" +
+              ours + "'",
+          std::string("restore it into an optimizer generated from the spec it was saved from (") + meta("spec") + ")");
   };
   if (meta("spec") != info.spec || meta("optimizer") != info.name)
-    throw Error(call, "the checkpoint is of " + meta("optimizer") + " (spec " + meta("spec") + "), not of " + info.name + " (spec " + info.spec + ")",
+    throw Error(call,
+                "the checkpoint is of " + meta("optimizer") + " (spec " + meta("spec") + "), not of " + info.name +
+                    " (spec " + info.spec + ")",
                 "restore it into the optimizer it was saved from");
   same("hyperparameters", names_of(info.hyperparameters, info.num_hyperparameters));
   same("states", names_of(info.states, info.num_states));
@@ -142,16 +154,21 @@ Checkpoint FusedOptimizer::checkpoint() const {
     c.tensors.push_back(tensor_of(group_name(g) + ".hyperparameters", "F64", {info.num_hyperparameters}, group.h));
     c.tensors.push_back(tensor_of(group_name(g) + ".step", "I64", {}, std::vector<std::int64_t>{progress[g].step}));
     if (info.num_scalar_states > 0)
-      c.tensors.push_back(tensor_of(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states}, progress[g].scalar_state));
+      c.tensors.push_back(
+          tensor_of(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states}, progress[g].scalar_state));
     const VariantInfo& variant = info.variants[group.variant];
     for (std::size_t t = 0; t < group.tensors.size(); ++t) {
       const BoundTensor& tensor = group.tensors[t];
       for (int j = 0; j < variant.num_states; ++j) {
         const int s = variant.states[j];
-        CheckpointTensor state{state_name(g, t, info.states[s].name), safetensors_dtype(m.state_dtype), {tensor.numel},
-                               std::vector<unsigned char>(static_cast<std::size_t>(tensor.numel) * size_of(m.state_dtype))};
+        CheckpointTensor state{
+            state_name(g, t, info.states[s].name),
+            safetensors_dtype(m.state_dtype),
+            {tensor.numel},
+            std::vector<unsigned char>(static_cast<std::size_t>(tensor.numel) * size_of(m.state_dtype))};
         if (!state.data.empty())
-          driver::check(driver::api().cuMemcpyDtoH(state.data.data(), reinterpret_cast<CUdeviceptr>(tensor.states[s]), state.data.size()),
+          driver::check(driver::api().cuMemcpyDtoH(state.data.data(), reinterpret_cast<CUdeviceptr>(tensor.states[s]),
+                                                   state.data.size()),
                         "cuMemcpyDtoH");
         c.tensors.push_back(std::move(state));
       }
@@ -166,10 +183,11 @@ void FusedOptimizer::restore(const Checkpoint& c) {
   check_checkpoint_spec(c, info);
   Reader read(c, m.call("restore"));
   if (c.metadata.at("state_dtype") != to_string(m.state_dtype))
-    read.fail(std::string("its states are stored in ") + c.metadata.at("state_dtype") + ", this optimizer's in " + to_string(m.state_dtype));
+    read.fail(std::string("its states are stored in ") + c.metadata.at("state_dtype") + ", this optimizer's in " +
+              to_string(m.state_dtype));
   if (c.metadata.count("groups") == 0 || c.metadata.at("groups") != std::to_string(m.groups.size()))
-    read.fail("it holds " + (c.metadata.count("groups") ? c.metadata.at("groups") : std::string("?")) + " param groups, this optimizer " +
-              std::to_string(m.groups.size()));
+    read.fail("it holds " + (c.metadata.count("groups") ? c.metadata.at("groups") : std::string("?")) +
+              " param groups, this optimizer " + std::to_string(m.groups.size()));
 
   // Read and check everything before changing anything.
   struct Loaded {
@@ -185,11 +203,12 @@ void FusedOptimizer::restore(const Checkpoint& c) {
     info.derive_flags(l.h.data());
     const int variant = info.select_variant(l.h.data());
     if (variant != group.variant)
-      read.fail("param group " + std::to_string(g) + " was saved as variant " + info.variants[variant].name + " but was added here as " +
-                info.variants[group.variant].name + " (its specialized flags differ)");
+      read.fail("param group " + std::to_string(g) + " was saved as variant " + info.variants[variant].name +
+                " but was added here as " + info.variants[group.variant].name + " (its specialized flags differ)");
     l.progress.step = read.values<std::int64_t>(group_name(g) + ".step", "I64", {})[0];
     if (l.progress.step < 0 || l.progress.step > (std::int64_t{1} << 52))
-      read.fail("param group " + std::to_string(g) + " has the step count " + std::to_string(l.progress.step) + ", outside 0 to 2^52");
+      read.fail("param group " + std::to_string(g) + " has the step count " + std::to_string(l.progress.step) +
+                ", outside 0 to 2^52");
     if (info.num_scalar_states > 0)
       l.progress.scalar_state = read.values<double>(group_name(g) + ".scalar_state", "F64", {info.num_scalar_states});
     for (int s = 0; s < info.num_scalar_states; ++s)
@@ -198,7 +217,8 @@ void FusedOptimizer::restore(const Checkpoint& c) {
     for (std::size_t t = 0; t < group.tensors.size(); ++t) {
       const VariantInfo& v = info.variants[group.variant];
       for (int j = 0; j < v.num_states; ++j)
-        read.tensor(state_name(g, t, info.states[v.states[j]].name), safetensors_dtype(m.state_dtype), {group.tensors[t].numel});
+        read.tensor(state_name(g, t, info.states[v.states[j]].name), safetensors_dtype(m.state_dtype),
+                    {group.tensors[t].numel});
     }
     loaded.push_back(std::move(l));
   }
@@ -213,7 +233,8 @@ void FusedOptimizer::restore(const Checkpoint& c) {
         const int s = v.states[j];
         const CheckpointTensor& state = *c.find(state_name(g, t, info.states[s].name));
         if (!state.data.empty())
-          driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(group.tensors[t].states[s]), state.data.data(), state.data.size()),
+          driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(group.tensors[t].states[s]),
+                                                   state.data.data(), state.data.size()),
                         "cuMemcpyHtoD");
       }
     group.h = loaded[g].h;
@@ -229,11 +250,13 @@ void FusedOptimizer::restore(const Checkpoint& c) {
   std::vector<long long> steps(G);
   for (std::size_t g = 0; g < G; ++g) {
     std::copy(m.groups[g].h.begin(), m.groups[g].h.end(), h.begin() + static_cast<std::ptrdiff_t>(g * H));
-    std::copy(m.groups[g].scalar_state.begin(), m.groups[g].scalar_state.end(), scalar_state.begin() + static_cast<std::ptrdiff_t>(g * S));
+    std::copy(m.groups[g].scalar_state.begin(), m.groups[g].scalar_state.end(),
+              scalar_state.begin() + static_cast<std::ptrdiff_t>(g * S));
     steps[g] = m.groups[g].step;
   }
   auto upload = [&](const void* device, const void* host, std::size_t bytes) {
-    if (bytes) driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), host, bytes), "cuMemcpyHtoD");
+    if (bytes)
+      driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), host, bytes), "cuMemcpyHtoD");
   };
   upload(table.hyperparameters, h.data(), h.size() * sizeof(double));
   upload(table.steps, steps.data(), steps.size() * sizeof(long long));

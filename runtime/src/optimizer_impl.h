@@ -49,9 +49,9 @@ struct BoundTensor {
 };
 
 struct Group {
-  std::vector<double> h;  ///< hyperparameters, derived flags filled in; the device copy mirrors it
-  std::int64_t step = 0;                  ///< while unprepared (see above)
-  std::vector<double> scalar_state;       ///< while unprepared
+  std::vector<double> h;             ///< hyperparameters, derived flags filled in; the device copy mirrors it
+  std::int64_t step = 0;             ///< while unprepared (see above)
+  std::vector<double> scalar_state;  ///< while unprepared
   int variant = 0;
   int kernel = 0;
   std::vector<BoundTensor> tensors;
@@ -89,8 +89,8 @@ struct FusedOptimizer::Impl {
   std::vector<Plan> plans;
   DeviceGroups device_groups;
   bool prepared = false;
-  CUstream stream = nullptr;            ///< the stream of the last prepare() or step()
-  kernel_abi::StepInputs inputs{};      ///< what the next launch passes (AMP)
+  CUstream stream = nullptr;        ///< the stream of the last prepare() or step()
+  kernel_abi::StepInputs inputs{};  ///< what the next launch passes (AMP)
   int launches_last_step = 0;
   Module module;
   bool module_loaded = false;

@@ -67,17 +67,21 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
   std::uint64_t offset = 0;
   for (const auto& t : checkpoint.tensors) {
     const std::size_t size = dtype_size(t.dtype);
-    if (size == 0) throw Error(call, "tensor '" + t.name + "' has dtype '" + t.dtype + "', which optgen does not write");
-    if (t.name == "__metadata__" || header.contains(t.name)) throw Error(call, "tensor name '" + t.name + "' is used twice");
+    if (size == 0)
+      throw Error(call, "tensor '" + t.name + "' has dtype '" + t.dtype + "', which optgen does not write");
+    if (t.name == "__metadata__" || header.contains(t.name))
+      throw Error(call, "tensor name '" + t.name + "' is used twice");
     if (byte_count(t.shape, size) != std::optional<std::uint64_t>(t.data.size()))
-      throw Error(call, "tensor '" + t.name + "' holds " + std::to_string(t.data.size()) + " bytes, not what its shape says");
+      throw Error(call,
+                  "tensor '" + t.name + "' holds " + std::to_string(t.data.size()) + " bytes, not what its shape says");
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // pad the header so the data starts 8-byte aligned
   unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
   const std::string temporary = path + ".tmp";
   {
@@ -85,7 +89,8 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
     if (!out) throw Error(call, "cannot open " + temporary + " for writing: " + std::strerror(errno));
     out.write(reinterpret_cast<const char*>(length), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& t : checkpoint.tensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+    for (const auto& t : checkpoint.tensors)
+      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
     out.flush();
     if (!out) throw Error(call, "writing " + temporary + " failed: " + std::strerror(errno), "check the free space");
   }
@@ -101,18 +106,22 @@ Checkpoint read_safetensors(const std::string& path) {
   try {
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   } catch (const std::bad_alloc&) {
-    throw Error("read_safetensors(" + path + ")", "the file does not fit in memory", "check that it is an optimizer checkpoint");
+    throw Error("read_safetensors(" + path + ")", "the file does not fit in memory",
+                "check that it is an optimizer checkpoint");
   }
-  if (bytes.size() < 8) bad_file(path, "it has " + std::to_string(bytes.size()) + " bytes, fewer than the 8 of the header length");
+  if (bytes.size() < 8)
+    bad_file(path, "it has " + std::to_string(bytes.size()) + " bytes, fewer than the 8 of the header length");
   const std::uint64_t header_bytes = read_le64(bytes.data());
-  if (header_bytes > kMaxHeaderBytes) bad_file(path, "its header length, " + std::to_string(header_bytes) + " bytes, is beyond any real header");
+  if (header_bytes > kMaxHeaderBytes)
+    bad_file(path, "its header length, " + std::to_string(header_bytes) + " bytes, is beyond any real header");
   if (8 + header_bytes > bytes.size())
     bad_file(path, "its header is " + std::to_string(header_bytes) + " bytes long but the file ends after " +
                        std::to_string(bytes.size() - 8));
 
   nlohmann::ordered_json header;
   try {
-    header = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
+    header =
+        nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
   } catch (const nlohmann::json::exception& e) {
     bad_file(path, std::string("its header is not JSON: ") + e.what());
   }
@@ -148,13 +157,14 @@ Checkpoint read_safetensors(const std::string& path) {
       t.shape.push_back(d.get<std::int64_t>());
     }
     const auto& offsets = entry["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
       bad_file(path, what + ": its data_offsets are not two byte offsets");
     const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
     if (begin > end) bad_file(path, what + " ends before it begins");
     if (end > data_bytes)
-      bad_file(path, what + " ends at byte " + std::to_string(end) + " of the data, but the file holds " + std::to_string(data_bytes) +
-                         ": it is truncated");
+      bad_file(path, what + " ends at byte " + std::to_string(end) + " of the data, but the file holds " +
+                         std::to_string(data_bytes) + ": it is truncated");
     if (byte_count(t.shape, size) != std::optional<std::uint64_t>(end - begin))
       bad_file(path, what + " has " + std::to_string(end - begin) + " bytes, which does not match its shape and dtype");
     t.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(8 + header_bytes + begin),
@@ -166,11 +176,13 @@ Checkpoint read_safetensors(const std::string& path) {
   std::sort(ranges.begin(), ranges.end());
   std::uint64_t covered = 0;
   for (const auto& [begin, end] : ranges) {
-    if (begin != covered) bad_file(path, "its tensors leave a gap or overlap at byte " + std::to_string(covered) + " of the data");
+    if (begin != covered)
+      bad_file(path, "its tensors leave a gap or overlap at byte " + std::to_string(covered) + " of the data");
     covered = end;
   }
   if (covered != data_bytes)
-    bad_file(path, "its tensors cover " + std::to_string(covered) + " bytes of data but the file holds " + std::to_string(data_bytes));
+    bad_file(path, "its tensors cover " + std::to_string(covered) + " bytes of data but the file holds " +
+                       std::to_string(data_bytes));
   return checkpoint;
 }
 

@@ -133,7 +133,8 @@ Options parse(int argc, char** argv) {
       for (std::string item; std::getline(list, item, ',');) {
         char* end = nullptr;
         long arch = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end || arch < 50 || arch > 200) throw Usage("--arch: '" + item + "' is not an architecture such as 90");
+        if (item.empty() || *end || arch < 50 || arch > 200)
+          throw Usage("--arch: '" + item + "' is not an architecture such as 90");
         options.archs.push_back(static_cast<int>(arch));
       }
     } else if (a == "--cxx") {
@@ -182,7 +183,8 @@ struct HostCompile {
   std::string log;
 };
 
-HostCompile host_compile(const Options& options, const fs::path& dir, const std::string& file, const std::string& what) {
+HostCompile host_compile(const Options& options, const fs::path& dir, const std::string& file,
+                         const std::string& what) {
   std::string command = "timeout 300 " + options.cxx + " -std=c++17 -fsyntax-only";
   if (options.warnings) command += " -Wall -Wextra -Wpedantic -Werror";
   command += " -I" + quoted(dir.string());
@@ -209,8 +211,10 @@ std::vector<Failure> compile_all(const Options& options, const optgen::fuzz::Sou
   write_file(dir / (s.name + ".cpp"), s.source);
   write_file(dir / "uses_reference.cpp",
              "// Includes the CPU reference and uses its descriptor, which instantiates step<float> and step<double>.\n"
-             "#include \"" + s.name + "_reference.h\"\n\n"
-             "const optgen::reference::Optimizer& optgen_spec_compiles_reference() { return optgen::reference::" +
+             "#include \"" +
+                 s.name +
+                 "_reference.h\"\n\n"
+                 "const optgen::reference::Optimizer& optgen_spec_compiles_reference() { return optgen::reference::" +
                  s.name + "::optimizer(); }\n");
 
   std::vector<std::future<HostCompile>> host;
@@ -262,8 +266,8 @@ int run(const Options& options) {
   long accepted = 0, rejected = 0, failed = 0, index = 0;
   for (const auto& path : options.specs) {
     if (options.max_accepted > 0 && accepted >= options.max_accepted) {
-      std::cout << "stopping after " << accepted << " accepted specs (--max-accepted); "
-                << options.specs.size() - index << " files not looked at\n";
+      std::cout << "stopping after " << accepted << " accepted specs (--max-accepted); " << options.specs.size() - index
+                << " files not looked at\n";
       break;
     }
     ++index;
@@ -276,7 +280,8 @@ int run(const Options& options) {
     if (outcome.kind == optgen::fuzz::Outcome::Rejected) {
       ++rejected;
       if (options.verbose)
-        std::cout << "rejected " << path.string() << ": " << outcome.message.substr(0, outcome.message.find('\n')) << "\n";
+        std::cout << "rejected " << path.string() << ": " << outcome.message.substr(0, outcome.message.find('\n'))
+                  << "\n";
       continue;
     }
     if (outcome.is_finding()) {
@@ -294,10 +299,13 @@ int run(const Options& options) {
     }
     ++failed;
     std::ostringstream report;
-    for (const auto& f : failures) report << "---- " << f.what << ":\n" << f.log << (f.log.empty() || f.log.back() == '\n' ? "" : "\n");
-    std::cout << "FAILED " << path.string() << ": " << failures.front().what << (failures.size() > 1 ? ", ..." : "") << "\n"
-              << report.str() << "---- the spec:\n" << text << (text.empty() || text.back() == '\n' ? "" : "\n")
-              << "---- end of " << path.string() << std::endl;
+    for (const auto& f : failures)
+      report << "---- " << f.what << ":\n" << f.log << (f.log.empty() || f.log.back() == '\n' ? "" : "\n");
+    std::cout << "FAILED " << path.string() << ": " << failures.front().what << (failures.size() > 1 ? ", ..." : "")
+              << "\n"
+              << report.str() << "---- the spec:\n"
+              << text << (text.empty() || text.back() == '\n' ? "" : "\n") << "---- end of " << path.string()
+              << std::endl;
     if (!options.findings.empty()) {
       const std::string kind = outcome.is_finding() ? "broken-promise-" : "uncompilable-";
       const fs::path saved = fs::path(options.findings) / (kind + path.filename().string());
@@ -306,8 +314,10 @@ int run(const Options& options) {
       std::cout << "saved as " << saved.string() << " (and .log)\n";
     }
   }
-  if (options.keep) std::cout << "emitted files kept in " << temporary.string() << "\n";
-  else fs::remove_all(temporary);
+  if (options.keep)
+    std::cout << "emitted files kept in " << temporary.string() << "\n";
+  else
+    fs::remove_all(temporary);
   std::cout << "optgen_spec_compiles: " << index << " files: " << accepted << " accepted by check, " << rejected
             << " rejected; " << failed << " failed" << std::endl;
   return failed ? 1 : 0;

@@ -83,8 +83,10 @@ Outcome run_pipeline(const std::string& path, const std::string& text) {
     outcome.kind = Outcome::Emitted;
   } catch (const SpecError& e) {
     outcome.message = e.what();
-    if (accepted) outcome.kind = Outcome::EmitRejected;
-    else outcome.kind = is_located(outcome.message, path, text) ? Outcome::Rejected : Outcome::Unlocated;
+    if (accepted)
+      outcome.kind = Outcome::EmitRejected;
+    else
+      outcome.kind = is_located(outcome.message, path, text) ? Outcome::Rejected : Outcome::Unlocated;
   } catch (const InternalError& e) {
     outcome.kind = Outcome::Internal;
     outcome.message = e.what();

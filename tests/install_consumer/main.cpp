@@ -6,7 +6,7 @@
 #include "adamw.h"              // a built-in launcher: in liboptgen_builtin.so
 #include "builtin_launchers.h"  // every built-in launcher's OptimizerInfo by spec name
 #include "optgen/c_api.h"
-#include "sign_descent.h"       // generated at this project's build time
+#include "sign_descent.h"  // generated at this project's build time
 
 namespace {
 

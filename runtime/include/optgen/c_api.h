@@ -94,15 +94,15 @@ int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);
 void optgen_destroy(optgen_optimizer* optimizer);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 
 #include "optgen/optimizer.h"
 
 namespace optgen {
 /// For generated `optgen_<spec>_create` functions: a new optimizer with the spec's defaults except
 /// the named overrides, as a C handle.
-int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names, const double* values,
-                 size_t count, int32_t state_dtype, optgen_optimizer** out);
+int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names,
+                 const double* values, size_t count, int32_t state_dtype, optgen_optimizer** out);
 }  // namespace optgen
 #endif
 

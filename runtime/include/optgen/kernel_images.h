@@ -11,16 +11,16 @@
 namespace optgen {
 
 struct KernelImage {
-  int arch;                   ///< e.g. 90
-  bool ptx;                   ///< PTX text (for arch and newer) rather than a cubin
+  int arch;  ///< e.g. 90
+  bool ptx;  ///< PTX text (for arch and newer) rather than a cubin
   const unsigned char* data;
   std::size_t size;
 };
 
 struct KernelImages {
-  const char* name;           ///< the source's name, e.g. "adamw_kernels.cu"
-  const char* source;         ///< CUDA source, for NVRTC at load time
-  const char* const* options; ///< NVRTC options (without --gpu-architecture)
+  const char* name;            ///< the source's name, e.g. "adamw_kernels.cu"
+  const char* source;          ///< CUDA source, for NVRTC at load time
+  const char* const* options;  ///< NVRTC options (without --gpu-architecture)
   int num_options;
   const KernelImage* images;
   int num_images;

@@ -39,12 +39,12 @@ struct Tensor {
   void* param = nullptr;
   const void* grad = nullptr;
   std::int64_t numel = 0;
-  DType dtype = DType::F32;        ///< of param and grad
+  DType dtype = DType::F32;  ///< of param and grad
   /// The caller's own state buffers, one per state the spec declares (declaration order; entries
   /// for states the variant does not use are ignored), taken as they are: not initialised. Null:
   /// optgen allocates and initialises them.
   void* const* states = nullptr;
-  std::int64_t grad_numel = -1;    ///< when the caller knows it: must equal numel (-1: not given)
+  std::int64_t grad_numel = -1;  ///< when the caller knows it: must equal numel (-1: not given)
 };
 
 /// A state buffer of one tensor.
@@ -66,28 +66,28 @@ struct AmpInputs {
 
 /// One kernel variant of a spec (a combination of specialized flags).
 struct VariantInfo {
-  const char* name;              ///< e.g. adam_amsgrad
-  const int* states;             ///< the spec's state indices it uses, in operand order
+  const char* name;   ///< e.g. adam_amsgrad
+  const int* states;  ///< the spec's state indices it uses, in operand order
   int num_states;
-  int group_values_size;         ///< sizeof its GroupValues on the device
-  const char* group_kernel;      ///< e.g. adam_amsgrad_group
-  int num_stages;                ///< kernel launches per step; the last is the Update stage
+  int group_values_size;     ///< sizeof its GroupValues on the device
+  const char* group_kernel;  ///< e.g. adam_amsgrad_group
+  int num_stages;            ///< kernel launches per step; the last is the Update stage
 };
 
 /// A variant's kernels for one storage type.
 struct KernelInfo {
-  const char* const* stages;     ///< kernel names, one per stage in launch order, e.g. adam_bf16_f32_update
+  const char* const* stages;  ///< kernel names, one per stage in launch order, e.g. adam_bf16_f32_update
   int variant;
-  DType param;                   ///< params and grads
+  DType param;  ///< params and grads
   DType state;
 };
 
 /// What a generated launcher tells the engine about its optimizer.
 struct OptimizerInfo {
-  int abi_version;                         ///< kernel_abi::kVersion of the optgen that generated it
-  const char* generator;                   ///< e.g. "optgen 0.2.0"
-  const char* name;                        ///< the class, e.g. AdamW
-  const char* spec;                        ///< the spec's file stem, e.g. adamw
+  int abi_version;        ///< kernel_abi::kVersion of the optgen that generated it
+  const char* generator;  ///< e.g. "optgen 0.2.0"
+  const char* name;       ///< the class, e.g. AdamW
+  const char* spec;       ///< the spec's file stem, e.g. adamw
   const reference::HyperparameterInfo* hyperparameters;
   int num_hyperparameters;
   const reference::StateInfo* states;
@@ -100,9 +100,9 @@ struct OptimizerInfo {
   int num_variants;
   const KernelInfo* kernels;
   int num_kernels;
-  const KernelImages& (*images)();         ///< defined by the build (<spec>_images.cpp)
+  const KernelImages& (*images)();  ///< defined by the build (<spec>_images.cpp)
   int block_size;
-  long long chunk_size;                    ///< default elements per block
+  long long chunk_size;  ///< default elements per block
 };
 
 /// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).

@@ -11,14 +11,32 @@ namespace optgen::reference {
 
 // ---- Built-in functions of the spec language, in the element type T. ----
 
-template <typename T> T rsqrt(T x) { return T(1) / std::sqrt(x); }
-template <typename T> T sign(T x) { return T((x > T(0)) - (x < T(0))); }
+template <typename T>
+T rsqrt(T x) {
+  return T(1) / std::sqrt(x);
+}
+template <typename T>
+T sign(T x) {
+  return T((x > T(0)) - (x < T(0)));
+}
 /// Like torch.lerp: start + weight * (end - start).
-template <typename T> T lerp(T start, T end, T weight) { return start + weight * (end - start); }
+template <typename T>
+T lerp(T start, T end, T weight) {
+  return start + weight * (end - start);
+}
 /// Like torch.minimum/maximum: NaN in either operand gives NaN.
-template <typename T> T min(T a, T b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
-template <typename T> T max(T a, T b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
-template <typename T> T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+template <typename T>
+T min(T a, T b) {
+  return (a != a || b != b) ? a + b : (b < a ? b : a);
+}
+template <typename T>
+T max(T a, T b) {
+  return (a != a || b != b) ? a + b : (b > a ? b : a);
+}
+template <typename T>
+T clamp(T x, T lo, T hi) {
+  return min(max(x, lo), hi);
+}
 
 // ---- Generic description of a generated reference. ----
 
@@ -55,7 +73,7 @@ struct Tensor {
 
 /// One variant of a generated reference (a combination of specialized flags).
 struct VariantInfo {
-  const char* name;      ///< e.g. adam_amsgrad
+  const char* name;  ///< e.g. adam_amsgrad
   int num_group_values;
   /// The group code of step `step` (from 1): advances `scalar_state` and writes the group values,
   /// in the order the variant hoisted them.
