@@ -23,9 +23,45 @@ std::string variant_banner(const Program& variant) {
   return "// ---- variant " + variant.variant + (flags.empty() ? "" : " (" + flags + ")") + " ----";
 }
 
+namespace {
+/// The length of the well-formed UTF-8 sequence at text[i], or 0 when there is none.
+std::size_t utf8_sequence(const std::string& text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  const std::size_t length = lead >= 0xC2 && lead <= 0xDF   ? 2
+                             : lead >= 0xE0 && lead <= 0xEF ? 3
+                             : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                            : 0;
+  if (length == 0 || i + length > text.size()) return 0;
+  for (std::size_t k = i + 1; k < i + length; ++k)
+    if ((byte(k) & 0xC0) != 0x80) return 0;
+  return length;
+}
+}  // namespace
+
 std::string comment_text(const std::string& text) {
+  // One line of printable text: line breaks become spaces; other control characters and bytes
+  // that are not UTF-8 become '?' (NVRTC's front end reads a 0xFF byte as the end of the source).
   std::string line;
-  for (char c : text) line += (c == '\n' || c == '\r') ? ' ' : c;
+  for (std::size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n' || c == '\r' || c == '\t') {
+      line += ' ';
+      ++i;
+    } else if (c < 0x20 || c == 0x7F) {
+      line += '?';
+      ++i;
+    } else if (c < 0x80) {
+      line += static_cast<char>(c);
+      ++i;
+    } else if (const std::size_t length = utf8_sequence(text, i)) {
+      line += text.substr(i, length);
+      i += length;
+    } else {
+      line += '?';
+      ++i;
+    }
+  }
   while (!line.empty() && (line.back() == '\\' || std::isspace(static_cast<unsigned char>(line.back()))))
     line.pop_back();
   return line;

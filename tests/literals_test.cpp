@@ -28,6 +28,9 @@ TEST_CASE("literals print as C++ and CUDA read them", "[emit]") {
   CHECK(optgen::cuda_double_literal(1e39) == "1e+39");
   CHECK(optgen::comment_text("two\nlines \\") == "two lines");
   CHECK(optgen::comment_text("ends in \\\\ \t") == "ends in");
+  // Control characters and bytes that are not UTF-8 become ?: NVRTC reads 0xFF as the end of the source (a
+  // fuzzing finding); well-formed UTF-8 stays.
+  CHECK(optgen::comment_text("a\xff b\x01 c\xc3\xa9 d\xc3") == "a? b? c\xc3\xa9 d?");
 }
 
 TEST_CASE("infinite defaults and inits, and literals beyond float, in the CPU reference", "[reference]") {
