@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu.h"
+#include "scoped_resources.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "optgen/kernel_cache.h"
@@ -22,6 +23,8 @@
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using optgen::KernelCache;
+using optgen_test::ScopedEnvironment;
+using optgen_test::TemporaryDirectory;
 
 namespace {
 
@@ -32,50 +35,6 @@ const char* const kFillSource = R"(extern "C" __global__ void fill(float* out, f
   if (i < n) out[i] = value + i;
 }
 )";
-
-/// A fresh directory under the system's temporary directory, removed with its contents.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "optgen_runtime_test_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ignored);
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-/// Sets an environment variable (unsets it for nullptr) until destroyed, then restores it.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    set(value);
-  }
-  ScopedEnvironment(const ScopedEnvironment&) = delete;
-  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-  ~ScopedEnvironment() { set(old_ ? old_->c_str() : nullptr); }
-  void set(const char* value) {
-    if (value != nullptr) {
-      setenv(name_.c_str(), value, 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 /// NVRTC looks missing until destroyed.
 class MissingNvrtc {
@@ -247,7 +206,7 @@ TEST_CASE("cache keys and entry checksums are the same in every build and on eve
   CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.0") == "706b7f0f4ff4be99ecd72a7636c6a396");
   CHECK(KernelCache::key("", {}, 0, "") == "8e72c37490f5c3a73cec5170f700f323");
 
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_runtime_test");
   KernelCache cache(temporary.path());
   const std::string key = KernelCache::key("source", {}, 90, "13.0");
   const std::vector<char> image = {'\x7f', 'E', 'L', 'F', '\0', 'x', 'y', 'z'};
@@ -266,7 +225,7 @@ TEST_CASE("cache keys and entry checksums are the same in every build and on eve
 }
 
 TEST_CASE("the kernel cache stores, loads, and drops corrupt entries", "[runtime]") {
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_runtime_test");
   KernelCache cache(temporary.path() + "/nested/cache");
   const std::string key = KernelCache::key(kFillSource, {}, 90, "13.0");
   const std::vector<char> image = {'\x7f', 'E', 'L', 'F', '\0', 'x', 'y', 'z'};
@@ -309,7 +268,7 @@ TEST_CASE("the kernel cache stores, loads, and drops corrupt entries", "[runtime
 }
 
 TEST_CASE("a cache that cannot be written is not an error", "[runtime]") {
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_runtime_test");
   write_bytes(temporary.path() + "/file", {'x'});
   KernelCache under_a_file(temporary.path() + "/file/cache");
   CHECK_FALSE(under_a_file.store(KernelCache::key("s", {}, 90, "13.0"), {'a'}));
@@ -318,7 +277,7 @@ TEST_CASE("a cache that cannot be written is not an error", "[runtime]") {
 }
 
 TEST_CASE("a cache entry that is not a regular file is a miss, and a store skips it", "[runtime]") {
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_runtime_test");
   KernelCache cache(temporary.path());
   const std::string key = KernelCache::key("s", {}, 90, "13.0");
   const std::string entry = cache.path(key);
@@ -357,7 +316,7 @@ TEST_CASE("a cache entry that is not a regular file is a miss, and a store skips
 }
 
 TEST_CASE("the cache directory comes from OPTGEN_CACHE_DIR, XDG_CACHE_HOME or HOME", "[runtime]") {
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_runtime_test");
   ScopedEnvironment chosen("OPTGEN_CACHE_DIR", "/chosen/cache");
   ScopedEnvironment xdg("XDG_CACHE_HOME", "/xdg");
   ScopedEnvironment home("HOME", "/home/someone");
@@ -532,7 +491,7 @@ TEST_CASE("load_module loads an embedded cubin, compiles through the cache, or f
   const int other = arch / 10 == 8 ? 90 : 80;  // a cubin for it cannot run here
   const int ptx_arch = std::min(arch, other);
   ScopedEnvironment force("OPTGEN_FORCE_NVRTC", nullptr);
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_runtime_test");
   const KernelCache cache(temporary.path());
 
   const char* const options[] = {"--std=c++17"};

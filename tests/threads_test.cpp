@@ -25,6 +25,7 @@
 #include "optgen/kernel_cache.h"
 #include "optgen/nvrtc.h"
 #include "optimizer_harness.h"
+#include "scoped_resources.h"
 
 using optgen::KernelCache;
 using namespace optgen_test;
@@ -32,26 +33,6 @@ using namespace optgen_test;
 namespace {
 
 namespace fs = std::filesystem;
-
-/// A fresh directory under the system's temporary directory, removed with its contents.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "optgen_threads_test_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 /// Lets a number of workers start at once: each waits until all have arrived.
 class StartTogether {
@@ -154,32 +135,11 @@ void check_cache_directory(const KernelCache& cache, const std::vector<std::vect
   }
 }
 
-/// Sets OPTGEN_CACHE_DIR until destroyed, then restores it.
-class CacheDirectoryVariable {
- public:
-  explicit CacheDirectoryVariable(const std::string& directory) {
-    if (const char* old = std::getenv("OPTGEN_CACHE_DIR")) old_ = old;
-    setenv("OPTGEN_CACHE_DIR", directory.c_str(), 1);
-  }
-  CacheDirectoryVariable(const CacheDirectoryVariable&) = delete;
-  CacheDirectoryVariable& operator=(const CacheDirectoryVariable&) = delete;
-  ~CacheDirectoryVariable() {
-    if (old_) {
-      setenv("OPTGEN_CACHE_DIR", old_->c_str(), 1);
-    } else {
-      unsetenv("OPTGEN_CACHE_DIR");
-    }
-  }
-
- private:
-  std::optional<std::string> old_;
-};
-
 }  // namespace
 
 TEST_CASE("processes sharing one OPTGEN_CACHE_DIR load whole entries or none", "[runtime][threads]") {
-  TemporaryDirectory temporary;
-  CacheDirectoryVariable variable(temporary.path() + "/cache");
+  TemporaryDirectory temporary("optgen_threads_test");
+  ScopedEnvironment variable("OPTGEN_CACHE_DIR", (temporary.path() + "/cache").c_str());
   const std::vector<std::vector<std::vector<char>>> entries = all_entries();
 
   // The children wait for the pipe to close, so that they all start at once.
@@ -218,7 +178,7 @@ TEST_CASE("processes sharing one OPTGEN_CACHE_DIR load whole entries or none", "
 }
 
 TEST_CASE("threads sharing one cache directory and one cache object load whole entries or none", "[runtime][threads]") {
-  TemporaryDirectory temporary;
+  TemporaryDirectory temporary("optgen_threads_test");
   const KernelCache shared(temporary.path() + "/cache");
   const std::vector<std::vector<std::vector<char>>> entries = all_entries();
   std::vector<std::string> wrong(kWorkers);
