@@ -134,6 +134,65 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
   optgen_destroy(opt);
 }
 
+TEST_CASE("the C ABI describes an optimizer: names, types, defaults, states and which a group has", "[launcher]") {
+  optgen_optimizer* opt = nullptr;
+  REQUIRE(optgen_rmsprop_create(nullptr, nullptr, 0, OPTGEN_BF16, &opt) == 0);
+  CHECK(std::string(optgen_name(opt)) == "RMSprop");
+  CHECK(std::string(optgen_spec(opt)) == "rmsprop");
+  CHECK(optgen_name(nullptr) == nullptr);
+  int32_t dtype = -1;
+  CHECK(optgen_state_dtype(opt, &dtype) == 0);
+  CHECK(dtype == OPTGEN_BF16);
+
+  size_t n = 0;
+  REQUIRE(optgen_num_hyperparameters(opt, &n) == 0);
+  const auto& info = optgen::RMSprop::info();
+  REQUIRE(n == static_cast<size_t>(info.num_hyperparameters));
+  std::vector<double> h;
+  for (size_t i = 0; i < n; ++i) {
+    optgen_hyperparameter_info d{};
+    REQUIRE(optgen_describe_hyperparameter(opt, i, &d) == 0);
+    CHECK(std::string(d.name) == info.hyperparameters[i].name);
+    CHECK(d.type == static_cast<int32_t>(info.hyperparameters[i].type));
+    CHECK(d.default_value == info.hyperparameters[i].default_value);
+    h.push_back(d.default_value);
+  }
+  optgen_hyperparameter_info last{};
+  REQUIRE(optgen_describe_hyperparameter(opt, n - 1, &last) == 0);
+  CHECK(std::string(last.name) == "use_momentum");
+  CHECK((last.derived == 1 && last.specialized == 1 && last.type == OPTGEN_BOOL));
+  CHECK(optgen_describe_hyperparameter(opt, n, &last) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("index out of range"));
+
+  REQUIRE(optgen_num_states(opt, &n) == 0);
+  REQUIRE(n == 3);
+  optgen_state_info s{};
+  REQUIRE(optgen_describe_state(opt, 1, &s) == 0);
+  CHECK(std::string(s.name) == "momentum_buffer");
+  CHECK((s.init_value == 0 && s.init_hyperparameter == -1));
+  // Which states a group has follows its flags, derived ones included (momentum > 0).
+  std::vector<int32_t> used(3, -1);
+  REQUIRE(optgen_states_used(opt, h.data(), h.size(), used.data()) == 0);
+  CHECK(used == std::vector<int32_t>{1, 0, 0});
+  h[4] = 0.9;  // momentum
+  h[5] = 1;    // centered
+  REQUIRE(optgen_states_used(opt, h.data(), h.size(), used.data()) == 0);
+  CHECK(used == std::vector<int32_t>{1, 1, 1});
+  CHECK(optgen_states_used(opt, h.data(), 2, used.data()) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("expected 8 hyperparameters, got 2"));
+  optgen_destroy(opt);
+
+  REQUIRE(optgen_asgd_create(nullptr, nullptr, 0, OPTGEN_F32, &opt) == 0);
+  REQUIRE(optgen_num_scalar_states(opt, &n) == 0);
+  REQUIRE(n == 2);
+  REQUIRE(optgen_describe_scalar_state(opt, 0, &s) == 0);
+  CHECK(std::string(s.name) == "eta");
+  CHECK(s.init_hyperparameter == 0);  // starts as lr
+  CHECK(optgen_rebind(opt, 0, nullptr, nullptr, nullptr, 1) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("tensors, params or grads is NULL"));
+  optgen_destroy(opt);
+}
+
 TEST_CASE("the C ABI and the generator say which version they are", "[launcher]") {
   CHECK(optgen_abi_version() == OPTGEN_ABI_VERSION);
   CHECK(std::string(optgen_version()) == OPTGEN_VERSION);

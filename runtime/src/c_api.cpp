@@ -201,6 +201,97 @@ int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements) {
   });
 }
 
+int optgen_rebind(optgen_optimizer* optimizer, size_t group, const size_t* tensors, void* const* params,
+                  const void* const* grads, size_t count) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_rebind", "optimizer is NULL");
+    require(count == 0 || (tensors && params && grads), "optgen_rebind", "tensors, params or grads is NULL");
+    for (size_t i = 0; i < count; ++i) optimizer->engine.rebind(group, tensors[i], params[i], grads[i]);
+  });
+}
+
+const char* optgen_name(const optgen_optimizer* optimizer) {
+  return optimizer ? optimizer->engine.info().name : nullptr;
+}
+
+const char* optgen_spec(const optgen_optimizer* optimizer) {
+  return optimizer ? optimizer->engine.info().spec : nullptr;
+}
+
+int optgen_num_hyperparameters(const optgen_optimizer* optimizer, size_t* count) {
+  return guarded([&] {
+    require(optimizer && count, "optgen_num_hyperparameters", "optimizer or count is NULL");
+    *count = static_cast<size_t>(optimizer->engine.info().num_hyperparameters);
+  });
+}
+
+int optgen_describe_hyperparameter(const optgen_optimizer* optimizer, size_t index, optgen_hyperparameter_info* info) {
+  return guarded([&] {
+    require(optimizer && info, "optgen_describe_hyperparameter", "optimizer or info is NULL");
+    const optgen::OptimizerInfo& o = optimizer->engine.info();
+    require(index < static_cast<size_t>(o.num_hyperparameters), "optgen_describe_hyperparameter", "index out of range");
+    const optgen::reference::HyperparameterInfo& h = o.hyperparameters[index];
+    *info = {h.name, static_cast<int32_t>(h.type), h.default_value, h.specialized ? 1 : 0, h.derived ? 1 : 0};
+  });
+}
+
+namespace {
+void describe(const optgen::reference::StateInfo* states, int count, size_t index, optgen_state_info* info,
+              const char* call) {
+  require(info != nullptr, call, "info is NULL");
+  require(index < static_cast<size_t>(count), call, "index out of range");
+  const optgen::reference::StateInfo& s = states[index];
+  *info = {s.name, s.init.value, s.init.hyperparameter};
+}
+}  // namespace
+
+int optgen_num_states(const optgen_optimizer* optimizer, size_t* count) {
+  return guarded([&] {
+    require(optimizer && count, "optgen_num_states", "optimizer or count is NULL");
+    *count = static_cast<size_t>(optimizer->engine.info().num_states);
+  });
+}
+
+int optgen_describe_state(const optgen_optimizer* optimizer, size_t index, optgen_state_info* info) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_describe_state", "optimizer is NULL");
+    const optgen::OptimizerInfo& o = optimizer->engine.info();
+    describe(o.states, o.num_states, index, info, "optgen_describe_state");
+  });
+}
+
+int optgen_num_scalar_states(const optgen_optimizer* optimizer, size_t* count) {
+  return guarded([&] {
+    require(optimizer && count, "optgen_num_scalar_states", "optimizer or count is NULL");
+    *count = static_cast<size_t>(optimizer->engine.info().num_scalar_states);
+  });
+}
+
+int optgen_describe_scalar_state(const optgen_optimizer* optimizer, size_t index, optgen_state_info* info) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_describe_scalar_state", "optimizer is NULL");
+    const optgen::OptimizerInfo& o = optimizer->engine.info();
+    describe(o.scalar_states, o.num_scalar_states, index, info, "optgen_describe_scalar_state");
+  });
+}
+
+int optgen_states_used(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count, int32_t* used) {
+  return guarded([&] {
+    require(optimizer && used, "optgen_states_used", "optimizer or used is NULL");
+    require(count == 0 || hyperparameters, "optgen_states_used", "hyperparameters is NULL");
+    const std::vector<bool> flags =
+        optimizer->engine.states_used(std::vector<double>(hyperparameters, hyperparameters + count));
+    for (size_t i = 0; i < flags.size(); ++i) used[i] = flags[i] ? 1 : 0;
+  });
+}
+
+int optgen_state_dtype(const optgen_optimizer* optimizer, int32_t* dtype) {
+  return guarded([&] {
+    require(optimizer && dtype, "optgen_state_dtype", "optimizer or dtype is NULL");
+    *dtype = static_cast<int32_t>(optimizer->engine.state_dtype());
+  });
+}
+
 void optgen_destroy(optgen_optimizer* optimizer) { delete optimizer; }
 
 }  // extern "C"

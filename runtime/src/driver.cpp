@@ -190,6 +190,7 @@ Api load_api() {
   load_symbol(library, api.cuStreamDestroy, "cuStreamDestroy_v2");
   load_symbol(library, api.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
   load_symbol(library, api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  load_symbol(library, api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   load_symbol(library, api.cuEventCreate, "cuEventCreate");
   load_symbol(library, api.cuEventDestroy, "cuEventDestroy_v2");
   load_symbol(library, api.cuEventRecord, "cuEventRecord");
@@ -200,6 +201,7 @@ Api load_api() {
   else
     load_symbol(library, api.cuEventElapsedTime, "cuEventElapsedTime");
   load_symbol(library, api.cuStreamIsCapturing, "cuStreamIsCapturing");
+  load_symbol(library, api.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   load_symbol(library, api.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
   load_symbol(library, api.cuStreamEndCapture, "cuStreamEndCapture");
   load_symbol(library, api.cuGraphInstantiate, "cuGraphInstantiateWithFlags");

@@ -113,6 +113,7 @@ DType group_dtype(const std::vector<Tensor>& tensors) { return tensors.empty() ?
 /// Binding: checks of tensors and hyperparameters, kernel choice, state allocation.
 struct Binder {
   const FusedOptimizer::Impl& m;
+  const char* method = "add_param_group";  ///< the call the errors name
 
   /// A group of these hyperparameters (checked, derived flags filled in) for tensors of `dtype`:
   /// its variant, its kernel and its initial scalar state; no tensors yet.
@@ -158,7 +159,6 @@ struct Binder {
 
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {
     const std::string which = "tensor " + std::to_string(i) + " of the group";
-    const char* method = "add_param_group";
     if (t.numel < 0) throw Error(m.call(method), which + " has a negative numel (" + std::to_string(t.numel) + ")");
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
       throw Error(m.call(method),
@@ -191,7 +191,7 @@ struct Binder {
       CUresult r = driver::api().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                                        reinterpret_cast<CUdeviceptr>(p));
       if (r != CUDA_SUCCESS || type == CU_MEMORYTYPE_HOST)
-        throw Error(m.call("add_param_group"),
+        throw Error(m.call(method),
                     "tensor " + std::to_string(i) + " of the group: the " + what + " pointer is not device memory",
                     "allocate it with cudaMalloc (or torch on a CUDA device)");
     }
@@ -365,6 +365,16 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   return chunks;
 }
 
+/// Records, for each group among `tensors` (the tensor list of the plan at `plan`), the plan and
+/// where the group's first tensor is in it.
+void place_groups(FusedOptimizer::Impl& m, int plan, const std::vector<PlanTensor>& tensors) {
+  for (std::size_t t = tensors.size(); t-- > 0;) {
+    Group& g = m.groups[static_cast<std::size_t>(tensors[t].group)];
+    g.plan = plan;
+    g.plan_position = static_cast<int>(t);
+  }
+}
+
 /// Builds one plan's tables (its tensors, their operands and chunks; uploaded) and looks up its
 /// stage kernels; adds the blocks each group's Update stage launches to `blocks_per_group`.
 void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& blocks_per_group) {
@@ -373,16 +383,19 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const VariantInfo& variant = info.variants[kernel.variant];
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr)};
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder);
+  place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel;
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size, blocks_per_group);
 
   PackedUpload upload;
-  const std::size_t pointers_at = upload.add(operand_pointers(tensors, variant));
   const std::size_t numel_at = upload.add(numel);
   const std::size_t chunks_at = upload.add(chunks);
   plan.table_memory = upload.upload();
-  plan.table = {device_pointer<void* const>(plan.table_memory, pointers_at),
+  PackedUpload pointers;
+  pointers.add(plan.pointers = operand_pointers(tensors, variant));
+  plan.pointer_memory = pointers.upload();
+  plan.table = {device_pointer<void* const>(plan.pointer_memory, 0),
                 device_pointer<const long long>(plan.table_memory, numel_at),
                 device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at),
                 m.chunk_size,
@@ -553,13 +566,16 @@ void FusedOptimizer::step(CUstream stream) { step(stream, AmpInputs{}); }
 void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   Impl& m = *impl_;
   if (!m.prepared) prepare(stream);
+  const bool capturing = driver::is_capturing(stream);
   // A capture on a side stream does not move the optimizer there: its setters and getters stay
   // ordered with the stream the graph is replayed on.
-  if (stream != m.stream && !driver::is_capturing(stream)) m.stream = stream;
+  if (stream != m.stream && !capturing) m.stream = stream;
   m.inputs = {amp.grad_scale, amp.found_inf};
   const auto& api = driver::api();
   m.launches_last_step = 0;
   for (Plan& plan : m.plans) {
+    if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
+    plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs};
     for (CUfunction stage : plan.stages) {
       driver::check(api.cuLaunchKernel(stage, static_cast<unsigned>(plan.table.num_chunks), 1, 1,
@@ -569,6 +585,54 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
       ++m.launches_last_step;
     }
   }
+}
+
+namespace {
+
+/// While it lives, this thread may make calls that CUDA's default (global) capture mode forbids
+/// during a capture, such as cuMemAlloc, on streams that are not being captured (torch's caching
+/// allocator does the same).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    driver::check(driver::api().cuThreadExchangeStreamCaptureMode(&previous_), "cuThreadExchangeStreamCaptureMode");
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+  ~RelaxedCaptureMode() { driver::api().cuThreadExchangeStreamCaptureMode(&previous_); }
+
+ private:
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
+}  // namespace
+
+void FusedOptimizer::Impl::upload_pointers(Plan& plan, CUstream stream, bool capturing) {
+  const std::size_t bytes = plan.pointers.size() * sizeof(void*);
+  const auto& api = driver::api();
+  // A table that a graph reads stays as it is; so does the current one while capturing, since
+  // freeing memory may synchronize the device, which a capture forbids. Both are freed with the plan.
+  if (plan.pointers_in_graph || capturing) {
+    plan.retired.push_back(std::move(plan.pointer_memory));
+    plan.pointers_in_graph = false;
+  }
+  if (capturing) {
+    // Not a captured copy: the graph would replay it, from host memory that must then outlive the
+    // graph. The table is filled now, on a stream of our own, before the captured kernels read it.
+    RelaxedCaptureMode relaxed;
+    plan.pointer_memory = DeviceBuffer(bytes);
+    const CUstream upload = upload_stream.get();
+    driver::check(api.cuMemcpyHtoDAsync(plan.pointer_memory.get(), plan.pointers.data(), bytes, upload),
+                  "cuMemcpyHtoDAsync");
+    driver::check(api.cuStreamSynchronize(upload), "cuStreamSynchronize");
+  } else {
+    if (!plan.pointer_memory.get()) plan.pointer_memory = DeviceBuffer(bytes);
+    // From pageable memory: the driver has copied the source when the call returns.
+    driver::check(api.cuMemcpyHtoDAsync(plan.pointer_memory.get(), plan.pointers.data(), bytes, stream),
+                  "cuMemcpyHtoDAsync");
+  }
+  plan.table.pointers = reinterpret_cast<void* const*>(plan.pointer_memory.get());
+  plan.pointers_changed = false;
 }
 
 // ---- Setters and getters ----
@@ -679,6 +743,38 @@ StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, st
     throw Error(m.call("state"), "param group " + std::to_string(group) + " (variant " +
                                      m.info->variants[g.variant].name + ") has no '" + name + "' buffer");
   return {t.states[s], t.numel, m.state_dtype};
+}
+
+void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, const void* grad) {
+  Impl& m = *impl_;
+  const Group& g = m.group_at(group, "rebind");
+  if (tensor >= g.tensors.size())
+    throw Error(m.call("rebind"), "param group " + std::to_string(group) + " has no tensor " + std::to_string(tensor));
+  BoundTensor& bound = m.groups[group].tensors[tensor];
+  const DType dtype = m.info->kernels[g.kernel].param;
+  const Binder binder{m, "rebind"};
+  const Tensor t{param, grad, bound.numel, dtype};
+  binder.check_tensor(t, tensor, dtype);
+  binder.check_device_memory(t, tensor);
+  bound.param = param;
+  bound.grad = grad;
+  if (!m.prepared) return;  // prepare() builds the tables from the bound tensors
+  Plan& plan = m.plans[static_cast<std::size_t>(g.plan)];
+  const std::size_t n = static_cast<std::size_t>(plan.table.num_tensors);
+  const std::size_t position = static_cast<std::size_t>(g.plan_position) + tensor;
+  plan.pointers[0 * n + position] = param;
+  plan.pointers[1 * n + position] = const_cast<void*>(grad);
+  plan.pointers_changed = true;
+}
+
+std::vector<bool> FusedOptimizer::states_used(std::vector<double> hyperparameters) const {
+  const Impl& m = *impl_;
+  m.check_hyperparameters(hyperparameters, "states_used");
+  m.info->derive_flags(hyperparameters.data());
+  const VariantInfo& variant = m.info->variants[m.info->select_variant(hyperparameters.data())];
+  std::vector<bool> used(static_cast<std::size_t>(m.info->num_states), false);
+  for (int j = 0; j < variant.num_states; ++j) used[static_cast<std::size_t>(variant.states[j])] = true;
+  return used;
 }
 
 std::size_t FusedOptimizer::num_groups() const { return impl_->groups.size(); }

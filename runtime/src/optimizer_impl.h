@@ -41,6 +41,29 @@ class DeviceBuffer {
   CUdeviceptr ptr_ = 0;
 };
 
+/// A non-blocking stream of the optimizer's own, created on first use.
+class OwnedStream {
+ public:
+  OwnedStream() = default;
+  OwnedStream(OwnedStream&& o) noexcept : stream_(o.stream_) { o.stream_ = nullptr; }
+  OwnedStream& operator=(OwnedStream&& o) noexcept {
+    std::swap(stream_, o.stream_);
+    return *this;
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() {
+    if (stream_) driver::api().cuStreamDestroy(stream_);
+  }
+  CUstream get() {
+    if (!stream_) driver::check(driver::api().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    return stream_;
+  }
+
+ private:
+  CUstream stream_ = nullptr;
+};
+
 struct BoundTensor {
   void* param;
   const void* grad;
@@ -56,14 +79,26 @@ struct Group {
   int kernel = 0;
   std::vector<BoundTensor> tensors;
   DeviceBuffer state_memory;
+  int plan = -1;          ///< while prepared: the plan that steps it
+  int plan_position = 0;  ///< while prepared: where its first tensor is in the plan's tables
 };
 
 /// The groups one kernel set (a variant and a dtype) updates, the tables its stages read, and the
 /// stage kernels, launched in order each step.
+///
+/// The operand pointers (TableView::pointers) live apart from the sizes and chunks, so that a
+/// rebind() only uploads them again, in stream order before the next step. A pointer table that a
+/// step captured in a CUDA graph has read is never written again: the graph keeps reading the
+/// pointers it was captured with, and the next upload goes to a new table.
 struct Plan {
   int kernel;
   std::vector<std::size_t> groups;
-  DeviceBuffer table_memory;
+  DeviceBuffer table_memory;          ///< numel and chunks
+  std::vector<void*> pointers;        ///< the host copy of the current pointer table
+  DeviceBuffer pointer_memory;        ///< the current pointer table
+  bool pointers_changed = false;      ///< by rebind(): upload before the next step
+  bool pointers_in_graph = false;     ///< a captured step read pointer_memory
+  std::vector<DeviceBuffer> retired;  ///< pointer tables that captured graphs still read
   kernel_abi::TableView table{};
   std::vector<CUfunction> stages;
 };
@@ -94,6 +129,7 @@ struct FusedOptimizer::Impl {
   int launches_last_step = 0;
   Module module;
   bool module_loaded = false;
+  OwnedStream upload_stream;  ///< uploads a pointer table while a step is being captured
 
   std::string call(const char* method) const { return std::string(info->name) + "::" + method; }
   int hyperparameter_index(const std::string& name, const char* method) const;
@@ -111,6 +147,9 @@ struct FusedOptimizer::Impl {
   /// Enqueues, on `stream`, a write into the group table of groups [first, first + count) and the
   /// recomputation of the values their next step reads.
   void write_groups(std::size_t first, std::size_t count, int field, int index, double value);
+  /// Makes `plan.table` read the pointers of `plan.pointers`, uploaded in order on `stream`, or,
+  /// while `stream` captures, into a table of the graph's own.
+  void upload_pointers(Plan& plan, CUstream stream, bool capturing);
 };
 
 }  // namespace optgen

@@ -91,6 +91,49 @@ int optgen_load(optgen_optimizer* optimizer, const char* path);
 int optgen_launches_last_step(const optgen_optimizer* optimizer, int* launches);
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);
 
+/* Points tensors of a group at other param and grad memory of the same sizes and dtype
+ * (FusedOptimizer::rebind): tensor tensors[i] of `group` gets params[i] and grads[i]. No
+ * synchronization; the next step uploads the new pointers in stream order, and a step captured in
+ * a CUDA graph keeps the pointers it was captured with. */
+int optgen_rebind(optgen_optimizer* optimizer, size_t group, const size_t* tensors, void* const* params,
+                  const void* const* grads, size_t count);
+
+/* ---- What an optimizer is: its spec's names and defaults, for code that binds any spec ---- */
+
+/* Types of hyperparameters: the values of optgen::reference::ValueType. */
+enum { OPTGEN_BOOL = 0, OPTGEN_INT = 1, OPTGEN_FLOAT = 2 };
+
+typedef struct {
+  const char* name;
+  int32_t type;         /* OPTGEN_BOOL, OPTGEN_INT or OPTGEN_FLOAT */
+  double default_value; /* the spec's default (bools as 0/1; 0 for derived flags) */
+  int32_t specialized;  /* selects kernels and states: cannot change once a group is added */
+  int32_t derived;      /* computed from the others: never set */
+} optgen_hyperparameter_info;
+
+/* A state buffer or scalar state: how it starts, a constant or a hyperparameter's value. */
+typedef struct {
+  const char* name;
+  double init_value;           /* when init_hyperparameter is -1 */
+  int32_t init_hyperparameter; /* the index of the hyperparameter it starts as, or -1 */
+} optgen_state_info;
+
+/* The optimizer's class name (e.g. "AdamW") and spec (its file stem, e.g. "adamw"); NULL for a
+ * NULL optimizer. The strings live as long as the optimizer. */
+const char* optgen_name(const optgen_optimizer* optimizer);
+const char* optgen_spec(const optgen_optimizer* optimizer);
+int optgen_num_hyperparameters(const optgen_optimizer* optimizer, size_t* count);
+int optgen_describe_hyperparameter(const optgen_optimizer* optimizer, size_t index, optgen_hyperparameter_info* info);
+int optgen_num_states(const optgen_optimizer* optimizer, size_t* count);
+int optgen_describe_state(const optgen_optimizer* optimizer, size_t index, optgen_state_info* info);
+int optgen_num_scalar_states(const optgen_optimizer* optimizer, size_t* count);
+int optgen_describe_scalar_state(const optgen_optimizer* optimizer, size_t index, optgen_state_info* info);
+/* Which states a group of these hyperparameters (all of them, declaration order; derived flags
+ * ignored) has: used[i] is 1 or 0 for each state the spec declares. */
+int optgen_states_used(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count, int32_t* used);
+/* The dtype states are stored in (OPTGEN_F32 or OPTGEN_BF16). */
+int optgen_state_dtype(const optgen_optimizer* optimizer, int32_t* dtype);
+
 void optgen_destroy(optgen_optimizer* optimizer);
 
 #ifdef __cplusplus

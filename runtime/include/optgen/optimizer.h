@@ -168,6 +168,15 @@ class FusedOptimizer {
 
   StateBuffer state(const std::string& name, std::size_t group, std::size_t tensor) const;
 
+  /// Points tensor `tensor` of group `group` at other param and grad memory of the same size and
+  /// dtype (torch, for one, allocates new gradients after zero_grad(set_to_none=True)); checked as
+  /// add_param_group checks them. Keeps everything else: states, step counts, the kernels. Once
+  /// prepared, the next step uploads the plan's pointer table in stream order before it launches
+  /// (no synchronization); a step captured in a CUDA graph keeps reading the pointers it was
+  /// captured with, whatever is rebound later, and a rebind during a capture is part of that
+  /// graph. Between steps only: steps already enqueued read the pointers they were launched with.
+  void rebind(std::size_t group, std::size_t tensor, void* param, const void* grad);
+
   /// Everything that defines the optimizer's future (hyperparameters, step counts and scalar state
   /// of every group, every state buffer in its storage dtype) as a checkpoint, and back. The
   /// optimizer being restored must have the same spec and the same param groups (tensor counts,
@@ -179,6 +188,10 @@ class FusedOptimizer {
   /// The same through a safetensors file (optgen/checkpoint.h describes its content).
   void save(const std::string& path) const;
   void load(const std::string& path);
+
+  /// Which states a group of these hyperparameters (every one, declaration order; derived flags
+  /// ignored) has: one flag per state the spec declares. Checks them as add_param_group does.
+  std::vector<bool> states_used(std::vector<double> hyperparameters) const;
 
   std::size_t num_groups() const;
   std::size_t num_tensors(std::size_t group) const;
