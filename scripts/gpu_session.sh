@@ -10,6 +10,10 @@
 #            benchmark built from an earlier commit (optgen_bench_base), on the same workloads
 #   compare  bench/torch_compare.py: optgen beside torch's fused AdamW, eager, in a CUDA graph and
 #            under AMP
+#   python   the Python package's tests (pytest tests/python: the GPU ones against torch.optim), on
+#            build-run/liboptgen.so and the sources in python/
+#   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
+#   examples examples/python/run_gpu.sh: real training, optgen.torch beside torch (JSON in $OUT)
 #   sweep    every build-run/optgen_bench_<tuning> (built with OPTGEN_BUILTIN_OPTIONS, see
 #            bench/README.md) and optgen_bench, over chunk sizes: a tuning sweep
 set -uo pipefail
@@ -54,6 +58,23 @@ for what in $steps; do
         --methods optgen optgen_graph optgen_amp fused fused_graph fused_amp fused_scaler \
         --out "$out/compare.json" 2>&1 | tee "$out/compare.log" | tail -40
       ;;
+    python)
+      echo "== pytest tests/python"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python python3 -m pytest -q -rs tests/python 2>&1 |
+        tee "$out/pytest.log" | tail -30
+      status=$((status | PIPESTATUS[0]))
+      ;;
+    pystep)
+      echo "== bench/python_step.py"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python python3 bench/python_step.py --out "$out/python_step.json" \
+        2>&1 | tee "$out/python_step.log"
+      ;;
+    examples)
+      echo "== examples/python/run_gpu.sh"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python bash examples/python/run_gpu.sh "$out/examples" 2>&1 |
+        tee "$out/examples.log" | tail -30
+      status=$((status | PIPESTATUS[0]))
+      ;;
     sweep)
       for bench in "$run"/optgen_bench "$run"/optgen_bench_*; do
         case $bench in *_base) continue ;; esac
@@ -62,7 +83,7 @@ for what in $steps; do
           --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
       done
       ;;
-    *) echo "unknown step '$what' (tests, bench, compare, sweep)"; exit 2 ;;
+    *) echo "unknown step '$what' (tests, bench, compare, python, pystep, examples, sweep)"; exit 2 ;;
   esac
 done
 exit "$status"

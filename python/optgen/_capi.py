@@ -1,0 +1,355 @@
+"""The C ABI (runtime/include/optgen/c_api.h) through ctypes, and Engine, one optimizer behind it.
+
+Nothing here needs torch: an Engine takes device addresses and numbers. optgen.torch binds torch
+tensors to it. Every C call that fails raises OptgenError with optgen_last_error()'s message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Sequence
+
+# The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
+ABI_VERSION = 2
+
+F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
+BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT
+DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16"}
+
+
+class OptgenError(RuntimeError):
+    """A failure reported by the optgen library: which call failed, the error, what to do."""
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("param", ctypes.c_void_p),
+        ("grad", ctypes.c_void_p),
+        ("numel", ctypes.c_int64),
+        ("grad_numel", ctypes.c_int64),
+        ("dtype", ctypes.c_int32),
+        ("grad_dtype", ctypes.c_int32),
+        ("states", ctypes.POINTER(ctypes.c_void_p)),
+    ]
+
+
+class _HyperparameterInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_int32),
+        ("default_value", ctypes.c_double),
+        ("specialized", ctypes.c_int32),
+        ("derived", ctypes.c_int32),
+    ]
+
+
+class _StateInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("init_value", ctypes.c_double), ("init_hyperparameter", ctypes.c_int32)]
+
+
+_P = ctypes.c_void_p  # an optgen_optimizer*
+_SIZE = ctypes.c_size_t
+_DOUBLES = ctypes.POINTER(ctypes.c_double)
+_NAMES = ctypes.POINTER(ctypes.c_char_p)
+
+# name: (argument types); every one returns int (0, or -1 with optgen_last_error()).
+_CHECKED = {
+    "optgen_add_param_group": [_P, ctypes.POINTER(_Tensor), _SIZE, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_SIZE)],
+    "optgen_prepare": [_P, ctypes.c_void_p],
+    "optgen_step": [_P, ctypes.c_void_p],
+    "optgen_step_amp": [_P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
+    "optgen_set": [_P, ctypes.c_char_p, ctypes.c_double, ctypes.c_int64],
+    "optgen_get": [_P, ctypes.c_char_p, _SIZE, _DOUBLES],
+    "optgen_step_count": [_P, _SIZE, ctypes.POINTER(ctypes.c_int64)],
+    "optgen_set_step_count": [_P, _SIZE, ctypes.c_int64],
+    "optgen_scalar_state": [_P, ctypes.c_char_p, _SIZE, _DOUBLES],
+    "optgen_set_scalar_state": [_P, ctypes.c_char_p, _SIZE, ctypes.c_double],
+    "optgen_num_groups": [_P, ctypes.POINTER(_SIZE)],
+    "optgen_save": [_P, ctypes.c_char_p],
+    "optgen_load": [_P, ctypes.c_char_p],
+    "optgen_launches_last_step": [_P, ctypes.POINTER(ctypes.c_int)],
+    "optgen_set_chunk_size": [_P, ctypes.c_int64],
+    "optgen_rebind": [_P, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(ctypes.c_void_p),
+                      ctypes.POINTER(ctypes.c_void_p), _SIZE],
+    "optgen_num_hyperparameters": [_P, ctypes.POINTER(_SIZE)],
+    "optgen_describe_hyperparameter": [_P, _SIZE, ctypes.POINTER(_HyperparameterInfo)],
+    "optgen_num_states": [_P, ctypes.POINTER(_SIZE)],
+    "optgen_describe_state": [_P, _SIZE, ctypes.POINTER(_StateInfo)],
+    "optgen_num_scalar_states": [_P, ctypes.POINTER(_SIZE)],
+    "optgen_describe_scalar_state": [_P, _SIZE, ctypes.POINTER(_StateInfo)],
+    "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
+    "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
+    "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
+}
+
+
+def library_path() -> str:
+    """Where the optgen library is: $OPTGEN_LIBRARY, else liboptgen.so beside this module."""
+    return os.environ.get("OPTGEN_LIBRARY") or os.path.join(os.path.dirname(__file__), "liboptgen.so")
+
+
+class _Library:
+    """The loaded library, with every function's argument and result types declared."""
+
+    def __init__(self, path: str):
+        try:
+            self.dll = ctypes.CDLL(path)
+        except OSError as e:
+            raise OptgenError(
+                f"cannot load the optgen library {path}: {e}; install the package (pip install .) or set "
+                "OPTGEN_LIBRARY to the liboptgen.so a build made (build/python/liboptgen.so)") from None
+        self.dll.optgen_abi_version.restype = ctypes.c_int32
+        version = self.dll.optgen_abi_version()
+        if version != ABI_VERSION:
+            raise OptgenError(f"{path} speaks C ABI {version}, but this optgen package was written for "
+                              f"ABI {ABI_VERSION}; install the package and the library from one build")
+        self.dll.optgen_last_error.restype = ctypes.c_char_p
+        self.dll.optgen_version.restype = ctypes.c_char_p
+        for name in ("optgen_name", "optgen_spec"):
+            getattr(self.dll, name).restype = ctypes.c_char_p
+            getattr(self.dll, name).argtypes = [_P]
+        self.dll.optgen_destroy.argtypes = [_P]
+        self.dll.optgen_destroy.restype = None
+        for name, argtypes in _CHECKED.items():
+            function = getattr(self.dll, name, None)
+            if function is not None:  # a library without the run-time spec loader lacks one
+                function.argtypes = argtypes
+                function.restype = ctypes.c_int
+
+    def call(self, name: str, *args) -> None:
+        function = getattr(self.dll, name, None)
+        if function is None:
+            raise OptgenError(f"the optgen library {library_path()} has no {name}(); it was built without it")
+        if function(*args) != 0:
+            raise OptgenError(self.dll.optgen_last_error().decode())
+
+    def create_builtin(self, spec: str, names, values, count: int, state_dtype: int, out) -> None:
+        try:
+            create = getattr(self.dll, f"optgen_{spec}_create")
+        except AttributeError:
+            raise OptgenError(f"the optgen library has no built-in optimizer '{spec}' (it has: "
+                              f"{', '.join(builtin_specs())})") from None
+        create.argtypes = [_NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)]
+        create.restype = ctypes.c_int
+        if create(names, values, count, state_dtype, out) != 0:
+            raise OptgenError(self.dll.optgen_last_error().decode())
+
+
+_library: Optional[_Library] = None
+
+
+def library() -> _Library:
+    global _library
+    if _library is None:
+        _library = _Library(library_path())
+    return _library
+
+
+# The built-in specs (specs/*.yaml), each with its optgen_<spec>_create in the library.
+_BUILTIN_SPECS = ("adadelta", "adagrad", "adam", "adamax", "adamw", "asgd", "lion", "nadam", "radam", "rmsprop",
+                  "rprop", "sgd")
+
+
+def builtin_specs() -> list:
+    """The built-in optimizers the library holds, by spec name."""
+    dll = library().dll
+    return [spec for spec in _BUILTIN_SPECS if hasattr(dll, f"optgen_{spec}_create")]
+
+
+def version() -> str:
+    """The optgen release the library was built from."""
+    return library().dll.optgen_version().decode()
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    name: str
+    type: int  # BOOL, INT or FLOAT
+    default: float
+    specialized: bool  # selects kernels and states: fixed once a group is added
+    derived: bool  # computed from the others
+
+
+@dataclass(frozen=True)
+class State:
+    name: str
+    init_value: float
+    init_hyperparameter: Optional[str]  # the hyperparameter it starts as, or None: init_value
+
+    def initial_value(self, hyperparameters: Mapping[str, float]) -> float:
+        return hyperparameters[self.init_hyperparameter] if self.init_hyperparameter else self.init_value
+
+
+@dataclass
+class TensorBinding:
+    """One tensor as an Engine binds it: device addresses, its element count and dtype."""
+    param: int
+    grad: int
+    numel: int
+    dtype: int
+    states: Optional[Sequence[int]] = None  # one address per spec state (0 for absent ones), or None
+
+
+def _strings(values: Iterable[str]):
+    encoded = [v.encode() for v in values]
+    return (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
+
+
+def _doubles(values: Iterable[float]):
+    values = [float(v) for v in values]
+    return (ctypes.c_double * max(1, len(values)))(*values)
+
+
+class Engine:
+    """One optgen optimizer (an optgen::FusedOptimizer) through the C ABI."""
+
+    def __init__(self, handle: int):
+        self._lib = library()
+        self._handle = ctypes.c_void_p(handle)
+        self.name = self._lib.dll.optgen_name(self._handle).decode()
+        self.spec = self._lib.dll.optgen_spec(self._handle).decode()
+        self.hyperparameters = [self._describe_hyperparameter(i)
+                                for i in range(self._count("optgen_num_hyperparameters"))]
+        self.states = self._describe_states("optgen_num_states", "optgen_describe_state")
+        self.scalar_states = self._describe_states("optgen_num_scalar_states", "optgen_describe_scalar_state")
+        dtype = ctypes.c_int32()
+        self._lib.call("optgen_state_dtype", self._handle, ctypes.byref(dtype))
+        self.state_dtype = dtype.value
+
+    @classmethod
+    def builtin(cls, spec: str, overrides: Mapping[str, float] = {}, state_dtype: int = F32) -> "Engine":
+        """A built-in optimizer (specs/<spec>.yaml) with its spec's defaults except `overrides`."""
+        lib = library()
+        handle = ctypes.c_void_p()
+        lib.create_builtin(spec, _strings(overrides), _doubles(overrides.values()), len(overrides), state_dtype,
+                           ctypes.byref(handle))
+        return cls(handle.value)
+
+    @classmethod
+    def from_spec(cls, path: str, overrides: Mapping[str, float] = {}, state_dtype: int = F32) -> "Engine":
+        """An optimizer from a YAML spec, generated and compiled (NVRTC, through the disk cache) now."""
+        lib = library()
+        handle = ctypes.c_void_p()
+        lib.call("optgen_create_from_spec", os.fsencode(path), _strings(overrides), _doubles(overrides.values()),
+                 len(overrides), state_dtype, ctypes.byref(handle))
+        return cls(handle.value)
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.dll.optgen_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    # ---- what the optimizer is ----
+
+    def _count(self, function: str) -> int:
+        n = _SIZE()
+        self._lib.call(function, self._handle, ctypes.byref(n))
+        return n.value
+
+    def _describe_hyperparameter(self, i: int) -> Hyperparameter:
+        d = _HyperparameterInfo()
+        self._lib.call("optgen_describe_hyperparameter", self._handle, i, ctypes.byref(d))
+        return Hyperparameter(d.name.decode(), d.type, d.default_value, bool(d.specialized), bool(d.derived))
+
+    def _describe_states(self, count: str, describe: str) -> list:
+        states = []
+        for i in range(self._count(count)):
+            d = _StateInfo()
+            self._lib.call(describe, self._handle, i, ctypes.byref(d))
+            init = self.hyperparameters[d.init_hyperparameter].name if d.init_hyperparameter >= 0 else None
+            states.append(State(d.name.decode(), d.init_value, init))
+        return states
+
+    def defaults(self) -> dict:
+        """Every settable hyperparameter's spec default, by name (bools as 0/1)."""
+        return {h.name: h.default for h in self.hyperparameters if not h.derived}
+
+    def full_values(self, values: Mapping[str, float]) -> list:
+        """Every hyperparameter in declaration order: `values`, the defaults for the rest."""
+        unknown = set(values) - {h.name for h in self.hyperparameters if not h.derived}
+        if unknown:
+            raise OptgenError(f"{self.name} has no hyperparameter {', '.join(map(repr, sorted(unknown)))} (it has: "
+                              f"{', '.join(h.name for h in self.hyperparameters if not h.derived)})")
+        return [float(values.get(h.name, h.default)) for h in self.hyperparameters]
+
+    def states_used(self, values: Mapping[str, float]) -> list:
+        """Whether a group of these hyperparameters has each state (derived flags computed)."""
+        full = self.full_values(values)
+        used = (ctypes.c_int32 * max(1, len(self.states)))()
+        self._lib.call("optgen_states_used", self._handle, _doubles(full), len(full), used)
+        return [bool(used[i]) for i in range(len(self.states))]
+
+    # ---- binding and stepping ----
+
+    def add_param_group(self, tensors: Sequence[TensorBinding], values: Mapping[str, float]) -> int:
+        """Adds a group of `tensors` with hyperparameters `values` (the rest: defaults); its index."""
+        array = (_Tensor * max(1, len(tensors)))()
+        keep = []  # the state pointer arrays, alive until the call returns
+        for i, t in enumerate(tensors):
+            states = None
+            if t.states is not None:
+                states = (ctypes.c_void_p * max(1, len(t.states)))(*t.states)
+                keep.append(states)
+            array[i] = _Tensor(t.param, t.grad, t.numel, -1, t.dtype, t.dtype,
+                               ctypes.cast(states, ctypes.POINTER(ctypes.c_void_p)) if states else None)
+        overrides = {h.name: v for h, v in zip(self.hyperparameters, self.full_values(values)) if not h.derived}
+        group = _SIZE()
+        self._lib.call("optgen_add_param_group", self._handle, array, len(tensors), _strings(overrides),
+                       _doubles(overrides.values()), len(overrides), ctypes.byref(group))
+        return group.value
+
+    def rebind(self, group: int, tensors: Sequence[int], params: Sequence[int], grads: Sequence[int]) -> None:
+        n = len(tensors)
+        self._lib.call("optgen_rebind", self._handle, group, (_SIZE * max(1, n))(*tensors),
+                       (ctypes.c_void_p * max(1, n))(*params), (ctypes.c_void_p * max(1, n))(*grads), n)
+
+    def prepare(self, stream: int = 0) -> None:
+        self._lib.call("optgen_prepare", self._handle, stream)
+
+    def step(self, stream: int = 0, grad_scale: int = 0, found_inf: int = 0) -> None:
+        """One step of every group on `stream`; AMP's device pointers (0: not given)."""
+        self._lib.call("optgen_step_amp", self._handle, stream, grad_scale, found_inf)
+
+    def set(self, name: str, value: float, group: int = -1) -> None:
+        self._lib.call("optgen_set", self._handle, name.encode(), float(value), group)
+
+    def get(self, name: str, group: int) -> float:
+        value = ctypes.c_double()
+        self._lib.call("optgen_get", self._handle, name.encode(), group, ctypes.byref(value))
+        return value.value
+
+    def step_count(self, group: int) -> int:
+        count = ctypes.c_int64()
+        self._lib.call("optgen_step_count", self._handle, group, ctypes.byref(count))
+        return count.value
+
+    def set_step_count(self, group: int, count: int) -> None:
+        self._lib.call("optgen_set_step_count", self._handle, group, int(count))
+
+    def scalar_state(self, name: str, group: int) -> float:
+        value = ctypes.c_double()
+        self._lib.call("optgen_scalar_state", self._handle, name.encode(), group, ctypes.byref(value))
+        return value.value
+
+    def set_scalar_state(self, name: str, group: int, value: float) -> None:
+        self._lib.call("optgen_set_scalar_state", self._handle, name.encode(), group, float(value))
+
+    def num_groups(self) -> int:
+        return self._count("optgen_num_groups")
+
+    def launches_last_step(self) -> int:
+        n = ctypes.c_int()
+        self._lib.call("optgen_launches_last_step", self._handle, ctypes.byref(n))
+        return n.value
+
+    def save(self, path: str) -> None:
+        self._lib.call("optgen_save", self._handle, os.fsencode(path))
+
+    def load(self, path: str) -> None:
+        self._lib.call("optgen_load", self._handle, os.fsencode(path))

@@ -1,0 +1,140 @@
+"""torch.optim drop-ins whose step is one fused optgen launch for every parameter.
+
+Each class takes torch.optim's arguments with torch's defaults (the built-in specs match
+torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
+static_grads). Lion, which torch lacks, takes the arguments of its paper's reference code.
+
+    import optgen.torch
+    opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+
+Any other spec, loaded at run time: optgen.torch.Optimizer.from_spec("my_optimizer.yaml", params, lr=...).
+"""
+
+from __future__ import annotations
+
+from .._capi import Engine
+from ._optimizer import Optimizer
+
+
+def _builtin(spec: str):
+    return lambda state_dtype: Engine.builtin(spec, state_dtype=state_dtype)
+
+
+class Adadelta(Optimizer):
+    """torch.optim.Adadelta (specs/adadelta.yaml)."""
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False, **options):
+        super().__init__(params, _builtin("adadelta"),
+                         dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize), **options)
+
+
+class Adagrad(Optimizer):
+    """torch.optim.Adagrad (specs/adagrad.yaml)."""
+
+    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
+                 *, maximize=False, **options):
+        super().__init__(params, _builtin("adagrad"),
+                         dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                              initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=maximize),
+                         **options)
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam (specs/adam.yaml). decoupled_weight_decay=True is optgen.torch.AdamW."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
+                 maximize=False, decoupled_weight_decay=False, **options):
+        if decoupled_weight_decay:
+            raise ValueError("Adam(decoupled_weight_decay=True) is AdamW: use optgen.torch.AdamW")
+        super().__init__(params, _builtin("adam"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                              maximize=maximize), **options)
+
+
+class AdamW(Optimizer):
+    """torch.optim.AdamW (specs/adamw.yaml)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False, **options):
+        super().__init__(params, _builtin("adamw"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                              maximize=maximize), **options)
+
+
+class Adamax(Optimizer):
+    """torch.optim.Adamax (specs/adamax.yaml)."""
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, maximize=False,
+                 **options):
+        super().__init__(params, _builtin("adamax"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize), **options)
+
+
+class ASGD(Optimizer):
+    """torch.optim.ASGD (specs/asgd.yaml)."""
+
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *, maximize=False,
+                 **options):
+        super().__init__(params, _builtin("asgd"),
+                         dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay, maximize=maximize),
+                         **options)
+
+
+class Lion(Optimizer):
+    """Lion (Chen et al., 2023; specs/lion.yaml): the arguments of the paper's reference code."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, *, maximize=False, **options):
+        super().__init__(params, _builtin("lion"),
+                         dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize), **options)
+
+
+class NAdam(Optimizer):
+    """torch.optim.NAdam (specs/nadam.yaml)."""
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3, *,
+                 decoupled_weight_decay=False, maximize=False, **options):
+        super().__init__(params, _builtin("nadam"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay,
+                              decoupled_weight_decay=decoupled_weight_decay, maximize=maximize), **options)
+
+
+class RAdam(Optimizer):
+    """torch.optim.RAdam (specs/radam.yaml)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 decoupled_weight_decay=False, maximize=False, **options):
+        super().__init__(params, _builtin("radam"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                              decoupled_weight_decay=decoupled_weight_decay, maximize=maximize), **options)
+
+
+class RMSprop(Optimizer):
+    """torch.optim.RMSprop (specs/rmsprop.yaml)."""
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, *,
+                 maximize=False, **options):
+        super().__init__(params, _builtin("rmsprop"),
+                         dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                              centered=centered, maximize=maximize), **options)
+
+
+class Rprop(Optimizer):
+    """torch.optim.Rprop (specs/rprop.yaml)."""
+
+    def __init__(self, params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), *, maximize=False, **options):
+        super().__init__(params, _builtin("rprop"),
+                         dict(lr=lr, etas=etas, step_sizes=step_sizes, maximize=maximize), **options)
+
+
+class SGD(Optimizer):
+    """torch.optim.SGD (specs/sgd.yaml)."""
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
+                 maximize=False, **options):
+        super().__init__(params, _builtin("sgd"),
+                         dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                              nesterov=nesterov, maximize=maximize), **options)
+
+
+__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "Lion", "NAdam", "RAdam",
+           "RMSprop", "Rprop", "SGD"]

@@ -1,0 +1,422 @@
+"""optgen.torch.Optimizer: a torch.optim.Optimizer whose step is optgen's fused launch.
+
+How torch's objects map onto optgen's engine (optgen.Engine, the C++ FusedOptimizer):
+- States are torch tensors in `self.state[p]`, under the spec's names (torch's, for the built-in
+  specs), handed to the engine as caller-owned buffers: the engine updates them in place.
+- torch counts steps per parameter; the engine counts them per group. A torch param group becomes
+  one engine group per (dtype, step count, scalar state) among its params that have gradients, so
+  a parameter torch would skip (no gradient) is skipped and keeps its own count.
+- Hyperparameters are read from the param groups when the optimizer binds, and every later
+  assignment (`group["lr"] = ...`, as torch's lr schedulers do) goes to the device at once, in stream
+  order: no per-step host work, and replays of a captured CUDA graph see it.
+- Each step checks that every parameter's `.grad` is the tensor it bound (torch allocates new ones
+  after zero_grad(set_to_none=True)) and rebinds those that moved; with static_grads=True, it
+  checks the first of each group only and zero_grad() zeroes in place.
+- Anything structural (the first step, a new group, load_state_dict, a gradient appearing or
+  disappearing) builds a new engine: that synchronizes, and cannot happen inside a graph capture.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from itertools import chain
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import torch
+import torch.optim.optimizer as _torch_optimizer
+
+from .. import _capi
+from .._capi import Engine, OptgenError, TensorBinding
+from .._hyperparameters import IMPLEMENTATION_KEYS, check_ranges, number, spec_values, torch_defaults
+
+_PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
+_STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16}
+_TYPE_NAMES = {_capi.BOOL: "bool", _capi.INT: "int", _capi.FLOAT: "float"}
+_grad_of = operator.attrgetter("grad")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose memory optgen updates: a DTensor's local shard, or `t` itself."""
+    return getattr(t, "_local_tensor", t)
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch's own kernels launch on
+
+
+def _stream_of(device: torch.device) -> int:
+    return _raw_stream(device.index) if _raw_stream else torch.cuda.current_stream(device).cuda_stream
+
+
+def _observed(optimizer: "Optimizer") -> bool:
+    """Whether a step must run through torch's wrapper: step hooks registered, or a profiler on."""
+    return bool(optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks or
+                _torch_optimizer._global_optimizer_pre_hooks or _torch_optimizer._global_optimizer_post_hooks or
+                torch.autograd._profiler_enabled())
+
+
+class _GroupDict(dict):
+    """A param group that passes each hyperparameter assignment on to the optimizer."""
+
+    def __init__(self, values: dict, on_set: Callable[["_GroupDict", str], None]):
+        super().__init__(values)
+        self._on_set = on_set
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self._on_set(self, key)
+
+    def __reduce__(self):  # copies and pickles are plain dicts, as torch's groups are
+        return (dict, (dict(self),))
+
+
+class _Binding:
+    """One torch param group as the current engine binds it."""
+
+    def __init__(self, params: List[torch.Tensor]):
+        self.params = params
+        self.grads = list(map(_grad_of, params))  # the .grad objects bound (None: not bound)
+        self.engine_groups: List[int] = []
+        self.where: Dict[int, tuple] = {}  # param index -> (engine group, tensor index)
+
+
+class Optimizer(torch.optim.Optimizer):
+    """A torch.optim.Optimizer that steps every parameter with one fused optgen launch.
+
+    Use a subclass for a built-in spec (optgen.torch.AdamW, ...) or Optimizer.from_spec for any
+    spec. CUDA params only (f32, bf16 or f16; each group may mix them), all on one device.
+
+    state_dtype: the dtype optgen keeps states in, torch.float32 (default) or torch.bfloat16
+        (torch keeps them in the param's dtype).
+    static_grads: the gradients stay where they are between steps (the training loop zeroes them
+        with this optimizer's zero_grad(), which then zeroes in place): each step checks one
+        gradient per group instead of every one, for the lowest host time.
+    foreach, fused, capturable: accepted for torch's signature and ignored: optgen's step is always
+        one fused launch and can always be captured in a CUDA graph.
+    differentiable: must be False.
+    """
+
+    _step_supports_amp_scaling = True  # torch.amp.GradScaler passes grad_scale and found_inf
+
+    def __init__(self, params, engine_factory: Callable[[int], Engine], defaults: Optional[Dict[str, Any]] = None,
+                 *, state_dtype: Optional[torch.dtype] = None, static_grads: bool = False,
+                 foreach: Optional[bool] = None, fused: Optional[bool] = None, capturable: bool = False,
+                 differentiable: bool = False):
+        if differentiable:
+            raise ValueError("optgen.torch optimizers are not differentiable: their step is a fused CUDA kernel")
+        state_dtype = torch.float32 if state_dtype is None else state_dtype
+        if state_dtype not in _STATE_DTYPES:
+            raise ValueError(f"state_dtype must be torch.float32 or torch.bfloat16; got {state_dtype}")
+        self._engine_factory = engine_factory
+        self._state_dtype = state_dtype
+        self._static_grads = bool(static_grads)
+        self._describe = engine_factory(_capi.F32)  # names, types, defaults and states of the spec
+        types = {h.name: _TYPE_NAMES[h.type] for h in self._describe.hyperparameters}
+        self._spec_names = [h.name for h in self._describe.hyperparameters if not h.derived]
+        spec_defaults = torch_defaults(self._describe.defaults(), types)
+        given = dict(defaults or {})
+        unknown = set(given) - set(spec_defaults)
+        if unknown:
+            raise TypeError(f"{self._describe.name} has no hyperparameter {', '.join(map(repr, sorted(unknown)))} "
+                            f"(it has: {', '.join(spec_defaults)})")
+        full = {**spec_defaults, **given}
+        check_ranges(spec_values(full, self._spec_names))
+        full.update(foreach=foreach, fused=fused, capturable=capturable, differentiable=differentiable)
+        self._engine: Optional[Engine] = None
+        self._bindings: List[_Binding] = []
+        self._device: Optional[torch.device] = None
+        self._structure_changed = True
+        super().__init__(params, full)
+
+    @classmethod
+    def from_spec(cls, path: str, params, **hyperparameters) -> "Optimizer":
+        """An optimizer from any YAML spec, generated and NVRTC-compiled at run time (through the
+        disk cache), with no C++ compiler. Hyperparameters by the spec's names (pairs such as
+        beta1/beta2 may also be given as torch's tuples, betas=...); the options of Optimizer by
+        name. A spec error raises OptgenError with its file:line:col message."""
+        options = {k: hyperparameters.pop(k) for k in ("state_dtype", "static_grads", "foreach", "fused",
+                                                        "capturable", "differentiable") if k in hyperparameters}
+        Engine.from_spec(path)  # a spec error surfaces here, before any tensor is looked at
+        return Optimizer(params, lambda state_dtype: Engine.from_spec(path, state_dtype=state_dtype), hyperparameters,
+                   **options)
+
+    # ---- groups ----
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        for p in group["params"]:
+            self._check_param(p)
+        for key in IMPLEMENTATION_KEYS:
+            if key == "differentiable" and group.get(key):
+                raise ValueError("optgen.torch optimizers are not differentiable")
+        spec_values(group, self._spec_names)  # every hyperparameter a number
+        self.param_groups[-1] = _GroupDict(group, self._hyperparameter_set)
+        self._structure_changed = True
+
+    def _check_param(self, p: torch.Tensor) -> None:
+        local = _local(p)
+        if not local.is_cuda:
+            raise ValueError(f"optgen.torch optimizers step CUDA tensors; a parameter is on {local.device}")
+        if local.dtype not in _PARAM_DTYPES:
+            raise ValueError(f"optgen.torch optimizers step float32, bfloat16 and float16 parameters; a "
+                             f"parameter is {local.dtype}")
+        if local.is_sparse or not (local.is_contiguous() or local.is_contiguous(memory_format=torch.channels_last)):
+            raise ValueError("optgen.torch optimizers step dense parameters (contiguous or channels_last); a "
+                             f"parameter of shape {tuple(local.shape)} has strides {local.stride()}")
+        if self._device is None:
+            self._device = local.device
+        elif local.device != self._device:
+            raise ValueError(f"optgen.torch optimizers step parameters of one device; found {self._device} and "
+                             f"{local.device}: use one optimizer per device")
+
+    def _hyperparameter_set(self, group: _GroupDict, key: str) -> None:
+        """A group's hyperparameter changed: to the device now, once bound."""
+        if self._engine is None or self._structure_changed or key == "params":
+            return
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"param_groups[...]['{key}'] changed during a CUDA graph capture; change "
+                               "hyperparameters between replays (they reach the device in stream order)")
+        binding = self._bindings[self._index_of(group)]
+        self._engine.prepare(_stream_of(self._device))  # ordered with what runs next on the current stream
+        try:
+            for name, value in spec_values({key: group[key]}, self._spec_names).items():
+                for g in binding.engine_groups:
+                    self._engine.set(name, value, g)
+        except OptgenError:
+            # A flag that selects kernels and states (amsgrad, or momentum turning SGD's buffer on):
+            # the next step builds a new engine with the variant it selects.
+            self._structure_changed = True
+
+    def _index_of(self, group: dict) -> int:
+        return next(i for i, g in enumerate(self.param_groups) if g is group)
+
+    # ---- stepping ----
+
+    @property
+    def engine(self) -> Optional[Engine]:
+        """The optgen engine of the current binding (None before the first step)."""
+        return self._engine
+
+    def step(self, closure: Optional[Callable[[], float]] = None):
+        """One fused step of every parameter that has a gradient (a closure is called first, with
+        grad enabled, as torch does). Under torch.amp.GradScaler the step reads its grad_scale and
+        found_inf on the device: no host synchronization. Step hooks and the profiler are served
+        as torch serves them; without either, the step skips torch's wrapper (a few microseconds)."""
+        if _observed(self):
+            return _observed_step(self, closure)
+        return self._unobserved_step(closure)
+
+    step.hooked = True  # torch.optim.Optimizer must not wrap it: it does so itself when observed
+
+    def _unobserved_step(self, closure: Optional[Callable[[], float]]):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._device is None:  # no parameters
+            return loss
+        if torch.cuda.current_device() != self._device.index:
+            with torch.cuda.device(self._device):
+                self._step()
+        else:
+            self._step()
+        return loss
+
+    def _step(self) -> None:
+        if self._structure_changed:
+            self._rebuild()
+        elif not self._grads_unchanged():
+            self._follow_grads()
+        scale = getattr(self, "grad_scale", None)
+        found = getattr(self, "found_inf", None)
+        self._engine.step(_stream_of(self._device), self._amp_pointer(scale, "grad_scale"),
+                          self._amp_pointer(found, "found_inf"))
+
+    def _amp_pointer(self, t: Optional[torch.Tensor], what: str) -> int:
+        if t is None:
+            return 0
+        if t.dtype != torch.float32 or t.device != self._device or t.numel() != 1:
+            raise ValueError(f"{what} must be one float32 on {self._device}; got {t.dtype} {tuple(t.shape)} "
+                             f"on {t.device}")
+        return t.data_ptr()
+
+    def _grads_unchanged(self) -> bool:
+        for b in self._bindings:
+            if self._static_grads:
+                if b.params and b.params[0].grad is not b.grads[0]:
+                    return False
+            elif any(map(operator.is_not, map(_grad_of, b.params), b.grads)):
+                return False
+        return True
+
+    def _follow_grads(self) -> None:
+        """Some .grad moved: rebind those that did, or rebuild when one appeared or disappeared."""
+        for b in self._bindings:
+            grads = list(map(_grad_of, b.params))
+            if any((g is None) != (old is None) for g, old in zip(grads, b.grads)):
+                self._rebuild()
+                return
+        for b in self._bindings:
+            grads = list(map(_grad_of, b.params))
+            moved = defaultdict(list)
+            for i, (p, g, old) in enumerate(zip(b.params, grads, b.grads)):
+                if g is not old and g is not None:
+                    self._check_grad(p, g)
+                    group, tensor = b.where[i]
+                    moved[group].append((tensor, _local(p).data_ptr(), _local(g).data_ptr()))
+            for group, entries in moved.items():
+                tensors, params, grad_ptrs = zip(*entries)
+                self._engine.rebind(group, tensors, params, grad_ptrs)
+            b.grads = grads
+
+    def _check_grad(self, p: torch.Tensor, g: torch.Tensor) -> None:
+        local_p, local_g = _local(p), _local(g)
+        if local_g.is_sparse:
+            raise RuntimeError("optgen.torch optimizers do not support sparse gradients")
+        if local_g.dtype != local_p.dtype or local_g.device != local_p.device or \
+                local_g.shape != local_p.shape or local_g.stride() != local_p.stride():
+            raise RuntimeError(
+                f"a gradient does not match its parameter: param {local_p.dtype} {tuple(local_p.shape)} strides "
+                f"{local_p.stride()} on {local_p.device}, grad {local_g.dtype} {tuple(local_g.shape)} strides "
+                f"{local_g.stride()} on {local_g.device}")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's zero_grad; with static_grads, gradients are zeroed in place and keep their memory."""
+        super().zero_grad(set_to_none=set_to_none and not self._static_grads)
+
+    # ---- binding ----
+
+    @torch.no_grad()
+    def _rebuild(self) -> None:
+        """A new engine for the params that have gradients now, from self.state and the groups."""
+        if self._device is not None and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "the optimizer's structure changed during a CUDA graph capture (its first step, a new param group, "
+                "load_state_dict, or a parameter whose .grad appeared or disappeared), which needs a rebuild that "
+                "synchronizes; take one step before capturing (torch's recipe warms up on a side stream)")
+        self._pull_progress()
+        engine = self._engine_factory(_STATE_DTYPES[self._state_dtype])
+        bindings = []
+        for group in self.param_groups:
+            binding = _Binding(list(group["params"]))
+            values = spec_values(group, self._spec_names)
+            used = engine.states_used(values)
+            buckets = defaultdict(list)  # (dtype, step, scalar state) -> param indices
+            for i, p in enumerate(binding.params):
+                if p.grad is None:
+                    continue
+                self._check_grad(p, p.grad)
+                state = self._state_of(p, used, values)
+                scalars = tuple(float(state[s.name]) for s in engine.scalar_states)
+                buckets[(_local(p).dtype, int(state["step"]), scalars)].append(i)
+            for (dtype, step, scalars), indices in buckets.items():
+                tensors = [self._tensor_binding(binding.params[i], used) for i in indices]
+                g = engine.add_param_group(tensors, values)
+                engine.set_step_count(g, step)
+                for s, value in zip(engine.scalar_states, scalars):
+                    engine.set_scalar_state(s.name, g, value)
+                binding.engine_groups.append(g)
+                binding.where.update({i: (g, t) for t, i in enumerate(indices)})
+            bindings.append(binding)
+        if self._device is not None:
+            with torch.cuda.device(self._device):
+                engine.prepare(_stream_of(self._device))
+        self._engine, self._bindings = engine, bindings
+        self._structure_changed = False
+
+    def _state_of(self, p: torch.Tensor, used: List[bool], values: Dict[str, float]) -> dict:
+        """p's state, made where missing: the states its group uses, 'step', the scalar states."""
+        state = self.state[p]
+        state.setdefault("step", torch.tensor(0.0))
+        for s, present in zip(self._describe.states, used):
+            if present:
+                state[s.name] = self._as_state(p, state.get(s.name), s.initial_value(values))
+        for s in self._describe.scalar_states:
+            state.setdefault(s.name, torch.tensor(s.initial_value(values), dtype=torch.float64))
+        return state
+
+    def _as_state(self, p: torch.Tensor, value: Optional[torch.Tensor], initial: float) -> torch.Tensor:
+        """A state buffer for p: `value` if it already fits (the state dtype, p's layout, p's device),
+        else a copy of it that does, or a new one filled with `initial`."""
+        if value is None:
+            return torch.full_like(p, initial, dtype=self._state_dtype)
+        if value.dtype == self._state_dtype and value.shape == p.shape and \
+                _local(value).stride() == _local(p).stride() and _local(value).device == _local(p).device:
+            return value
+        fitted = torch.empty_like(p, dtype=self._state_dtype)
+        fitted.copy_(value)
+        return fitted
+
+    def _tensor_binding(self, p: torch.Tensor, used: List[bool]) -> TensorBinding:
+        local = _local(p)
+        state = self.state[p]
+        return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
+                             [_local(state[s.name]).data_ptr() if present else 0
+                              for s, present in zip(self._describe.states, used)])
+
+    def _pull_progress(self) -> None:
+        """Step counts and scalar state from the engine into self.state (synchronizes)."""
+        if self._engine is None:
+            return
+        for binding in self._bindings:
+            for i, (g, _) in binding.where.items():
+                state = self.state[binding.params[i]]
+                state["step"] = torch.tensor(float(self._engine.step_count(g)))
+                for s in self._describe.scalar_states:
+                    state[s.name] = torch.tensor(self._engine.scalar_state(s.name, g), dtype=torch.float64)
+
+    # ---- checkpoints ----
+
+    def state_dict(self) -> Dict[str, Any]:
+        """torch's layout: per parameter 'step' and each state under its name; a checkpoint of
+        torch.optim's optimizer of the same name loads here and the other way round."""
+        with torch.no_grad():
+            self._pull_progress()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Loads a state_dict of this optimizer or of torch.optim's of the same name (checked as
+        torch checks it); states are copied into the state dtype and the parameter's layout."""
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(a["params"]) != len(b["params"]) for a, b in zip(self.param_groups, saved_groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        params = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                          chain.from_iterable(g["params"] for g in self.param_groups)))
+        state = defaultdict(dict)
+        state_names = {s.name for s in self._describe.states}
+        with torch.no_grad():
+            for key, values in state_dict["state"].items():
+                if key not in params:
+                    continue
+                p = params[key]
+                state[p] = {name: self._loaded(p, name, v, state_names) for name, v in values.items()}
+                if "step" not in state[p] and state_names & state[p].keys():
+                    # torch's SGD counts no steps: a momentum buffer means it has taken one at least
+                    state[p]["step"] = torch.tensor(1.0)
+        groups = []
+        for group, saved in zip(self.param_groups, saved_groups):
+            new = {k: v for k, v in saved.items() if k != "params"}
+            new["params"] = group["params"]
+            spec_values(new, self._spec_names)
+            groups.append(_GroupDict(new, self._hyperparameter_set))
+        self.state, self.param_groups = state, groups
+        self._structure_changed = True
+
+    def _loaded(self, p: torch.Tensor, name: str, value: Any, state_names) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if name == "step":
+            return torch.tensor(float(value))
+        if name in state_names:
+            return self._as_state(p, value, 0.0)
+        if any(name == s.name for s in self._describe.scalar_states):
+            return torch.tensor(number(value, name), dtype=torch.float64)
+        return value
+
+
+# torch's own wrapper (profiler range, step hooks), for steps that are observed.
+_observed_step = torch.optim.Optimizer.profile_hook_step(Optimizer._unobserved_step)

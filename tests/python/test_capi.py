@@ -1,0 +1,94 @@
+"""optgen.Engine over the C ABI: no torch, no GPU needed (CI runs these)."""
+
+import os
+import pathlib
+import re
+
+import pytest
+
+import optgen
+from optgen import Engine, OptgenError
+from optgen._capi import ABI_VERSION, BF16, BOOL, F16, FLOAT, F32, TensorBinding
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_version_matches_the_build():
+    cmake = (REPO / "CMakeLists.txt").read_text()
+    assert optgen.version() == re.search(r"project\(optgen VERSION ([0-9.]+)", cmake).group(1)
+    assert optgen.ABI_VERSION == ABI_VERSION == 2
+
+
+def test_every_builtin_spec_is_in_the_library():
+    assert optgen.builtin_specs() == sorted(p.stem for p in (REPO / "specs").glob("*.yaml"))
+
+
+def test_an_engine_describes_its_spec():
+    e = Engine.builtin("rmsprop", {"lr": 0.1}, state_dtype=BF16)
+    assert (e.name, e.spec, e.state_dtype) == ("RMSprop", "rmsprop", BF16)
+    names = [h.name for h in e.hyperparameters]
+    assert names == ["lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize", "use_momentum"]
+    use_momentum = e.hyperparameters[-1]
+    assert (use_momentum.type, use_momentum.derived, use_momentum.specialized) == (BOOL, True, True)
+    assert e.hyperparameters[0].type == FLOAT and e.defaults()["lr"] == 0.01  # the spec's default
+    assert [s.name for s in e.states] == ["square_avg", "momentum_buffer", "grad_avg"]
+    assert e.states_used({}) == [True, False, False]
+    assert e.states_used({"momentum": 0.9, "centered": True}) == [True, True, True]
+
+
+def test_state_and_scalar_state_initial_values():
+    adagrad = Engine.builtin("adagrad")
+    assert adagrad.states[0].init_hyperparameter == "initial_accumulator_value"
+    assert adagrad.states[0].initial_value({"initial_accumulator_value": 0.5}) == 0.5
+    asgd = Engine.builtin("asgd")
+    assert [(s.name, s.init_hyperparameter, s.init_value) for s in asgd.scalar_states] == [
+        ("eta", "lr", 0.0), ("mu", None, 1.0)]
+
+
+def test_bad_input_is_an_error_that_names_it():
+    with pytest.raises(OptgenError, match="Adam has no hyperparameter 'beta3'"):
+        Engine.builtin("adam", {"beta3": 0.5})
+    with pytest.raises(OptgenError, match="no built-in optimizer 'adam2'"):
+        Engine.builtin("adam2")
+    with pytest.raises(OptgenError, match="states cannot be stored in f16"):
+        Engine.builtin("adam", state_dtype=F16)
+    e = Engine.builtin("sgd")
+    with pytest.raises(OptgenError, match="SGD has no hyperparameter 'betas'"):
+        e.states_used({"betas": 1})
+    with pytest.raises(OptgenError, match="no param group 0"):
+        e.step_count(0)
+    with pytest.raises(OptgenError, match="cannot be set directly|derived"):
+        e.set("use_momentum", 1)
+
+
+def test_binding_without_a_gpu_says_what_is_missing():
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("a GPU is present")
+    e = Engine.builtin("adamw")
+    with pytest.raises(OptgenError, match="libcuda.so.1"):
+        e.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32)], {})
+
+
+def test_a_spec_error_at_run_time_carries_its_location(tmp_path):
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("optimizer: Broken\nhyperparameters:\n  lr: {type: float, default: 0.1}\n"
+                    "update:\n  - param = param - lr * norm(grad)\n")
+    with pytest.raises(OptgenError) as error:
+        Engine.from_spec(str(spec))
+    message = str(error.value)
+    assert re.search(rf"{re.escape(str(spec))}:5:\d+: error: ", message), message
+    assert "^" in message  # the line and a caret under the problem
+
+
+def test_a_missing_spec_file_is_an_error():
+    with pytest.raises(OptgenError, match="nonexistent.yaml"):
+        Engine.from_spec("/nonexistent.yaml")
+
+
+def test_a_spec_loaded_at_run_time_describes_itself_as_the_builtin_does():
+    at_run_time = Engine.from_spec(str(REPO / "specs" / "adamw.yaml"))
+    builtin = Engine.builtin("adamw")
+    assert at_run_time.name == builtin.name == "AdamW"
+    assert at_run_time.hyperparameters == builtin.hyperparameters
+    assert at_run_time.states == builtin.states
+    assert at_run_time.scalar_states == builtin.scalar_states
