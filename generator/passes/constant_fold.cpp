@@ -1,37 +1,11 @@
 #include <cmath>
 
+#include "../evaluate.h"
 #include "../ir_mutator.h"
 #include "passes.h"
 
 namespace optgen {
 namespace {
-
-double evaluate(const Node& n, const std::vector<double>& v) {
-  switch (n.kind) {
-    case NodeKind::Unary: return n.unary_op() == UnaryOp::Neg ? -v[0] : (v[0] == 0);
-    case NodeKind::Select: return v[0] != 0 ? v[1] : v[2];
-    case NodeKind::Binary:
-      switch (n.binary_op()) {
-        case BinaryOp::Add: return v[0] + v[1];
-        case BinaryOp::Sub: return v[0] - v[1];
-        case BinaryOp::Mul: return v[0] * v[1];
-        case BinaryOp::Div: return v[0] / v[1];
-        case BinaryOp::Pow: return std::pow(v[0], v[1]);
-        case BinaryOp::Lt: return v[0] < v[1];
-        case BinaryOp::Le: return v[0] <= v[1];
-        case BinaryOp::Gt: return v[0] > v[1];
-        case BinaryOp::Ge: return v[0] >= v[1];
-        case BinaryOp::Eq: return v[0] == v[1];
-        case BinaryOp::Ne: return v[0] != v[1];
-        case BinaryOp::And: return (v[0] != 0) && (v[1] != 0);
-        case BinaryOp::Or: return (v[0] != 0) || (v[1] != 0);
-      }
-      break;
-    case NodeKind::Call: return builtin_info(n.builtin()).fold(v.data());
-    default: break;
-  }
-  throw InternalError("constant_fold: cannot evaluate node");
-}
 
 class Folder : public Mutator {
  protected:
@@ -44,7 +18,7 @@ class Folder : public Mutator {
       values.push_back(a->value);
     }
     if (all_constant) {
-      double v = evaluate(*e, values);
+      double v = apply(*e, values.data());
       if (std::isfinite(v) || e->type == ValueType::Bool) return Node::make_const(v, e->type);
       return e;  // keep 1/0 and friends visible rather than folding to inf
     }
