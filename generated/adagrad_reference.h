@@ -24,14 +24,17 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"maximize", ValueType::Bool, 0.0, false, false},
 };
 inline constexpr StateInfo kStates[] = {
-    {"sum", {0, 3}},
+    {"sum", {0.0, 3}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
+/// The specialized flags (hyperparameter indices), in the order of the variant bits.
+inline constexpr int kFlags[] = {-1};
 inline constexpr int kNumHyperparameters = 6;
 inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
+inline constexpr int kNumFlags = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

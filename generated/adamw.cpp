@@ -35,7 +35,7 @@ namespace variants::adamw_amsgrad {
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_amsgrad_f32_bf16_update"};
 }  // namespace variants::adamw_amsgrad
 
-/// Variants in the order of their flag bits (the reference's select_variant).
+/// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
     {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1},
     {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1},
@@ -54,6 +54,9 @@ const KernelInfo kKernels[] = {
     {variants::adamw_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
 };
 
+/// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
+void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
+
 std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.amsgrad), static_cast<double>(o.maximize)}; }
 
 }  // namespace
@@ -64,8 +67,8 @@ const OptimizerInfo& AdamW::info() {
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
-      &spec_reference::derive_flags, &spec_reference::select_variant,
-      kVariants, 2, kKernels, 10, &kernel_images::adamw,
+      spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
+      kVariants, 2, kKernels, 10, &kernel_images::adamw(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

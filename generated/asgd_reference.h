@@ -27,12 +27,15 @@ inline constexpr StateInfo kStates[] = {
     {"ax", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
-    {"eta", {0, 0}},
+    {"eta", {0.0, 0}},
     {"mu", {1.0, -1}},
 };
+/// The specialized flags (hyperparameter indices), in the order of the variant bits.
+inline constexpr int kFlags[] = {-1};
 inline constexpr int kNumHyperparameters = 6;
 inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 2;
+inline constexpr int kNumFlags = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

@@ -28,9 +28,12 @@ inline constexpr StateInfo kStates[] = {
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
+/// The specialized flags (hyperparameter indices), in the order of the variant bits.
+inline constexpr int kFlags[] = {-1};
 inline constexpr int kNumHyperparameters = 5;
 inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
+inline constexpr int kNumFlags = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

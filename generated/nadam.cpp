@@ -23,7 +23,7 @@ namespace variants::nadam {
   [[maybe_unused]] const char* const kbf16_f32[] = {"nadam_bf16_f32_update"};
 }  // namespace variants::nadam
 
-/// Variants in the order of their flag bits (the reference's select_variant).
+/// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
     {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1},
 };
@@ -32,6 +32,9 @@ const KernelInfo kKernels[] = {
     {variants::nadam::kf32_f32, 0, DType::F32, DType::F32},
     {variants::nadam::kbf16_f32, 0, DType::BF16, DType::F32},
 };
+
+/// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
+void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
 std::vector<double> values_of(const NAdam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.momentum_decay, static_cast<double>(o.decoupled_weight_decay), static_cast<double>(o.maximize)}; }
 
@@ -43,8 +46,8 @@ const OptimizerInfo& NAdam::info() {
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
-      &spec_reference::derive_flags, &spec_reference::select_variant,
-      kVariants, 1, kKernels, 2, &kernel_images::nadam,
+      spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
+      kVariants, 1, kKernels, 2, &kernel_images::nadam(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

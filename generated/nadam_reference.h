@@ -32,9 +32,12 @@ inline constexpr StateInfo kStates[] = {
 inline constexpr StateInfo kScalarStates[] = {
     {"mu_product", {1.0, -1}},
 };
+/// The specialized flags (hyperparameter indices), in the order of the variant bits.
+inline constexpr int kFlags[] = {-1};
 inline constexpr int kNumHyperparameters = 8;
 inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 1;
+inline constexpr int kNumFlags = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

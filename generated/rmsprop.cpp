@@ -41,7 +41,7 @@ namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered_use_momentum
 
-/// Variants in the order of their flag bits (the reference's select_variant).
+/// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
     {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1},
     {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1},
@@ -60,6 +60,9 @@ const KernelInfo kKernels[] = {
     {variants::rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, DType::F32},
 };
 
+/// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
+void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
+
 std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, static_cast<double>(o.centered), static_cast<double>(o.maximize), 0.0}; }
 
 }  // namespace
@@ -70,8 +73,8 @@ const OptimizerInfo& RMSprop::info() {
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
-      &spec_reference::derive_flags, &spec_reference::select_variant,
-      kVariants, 4, kKernels, 8, &kernel_images::rmsprop,
+      spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
+      kVariants, 4, kKernels, 8, &kernel_images::rmsprop(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

@@ -25,14 +25,17 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
 };
 inline constexpr StateInfo kStates[] = {
     {"prev", {0.0, -1}},
-    {"step_size", {0, 0}},
+    {"step_size", {0.0, 0}},
 };
 inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
+/// The specialized flags (hyperparameter indices), in the order of the variant bits.
+inline constexpr int kFlags[] = {-1};
 inline constexpr int kNumHyperparameters = 6;
 inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 0;
+inline constexpr int kNumFlags = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

@@ -29,7 +29,7 @@ namespace variants::sgd_use_momentum {
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_bf16_f32_update"};
 }  // namespace variants::sgd_use_momentum
 
-/// Variants in the order of their flag bits (the reference's select_variant).
+/// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
     {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1},
     {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1},
@@ -42,6 +42,9 @@ const KernelInfo kKernels[] = {
     {variants::sgd_use_momentum::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
+/// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
+void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
+
 std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum, o.dampening, o.weight_decay, static_cast<double>(o.nesterov), static_cast<double>(o.maximize), 0.0}; }
 
 }  // namespace
@@ -52,8 +55,8 @@ const OptimizerInfo& SGD::info() {
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
-      &spec_reference::derive_flags, &spec_reference::select_variant,
-      kVariants, 2, kKernels, 4, &kernel_images::sgd,
+      spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
+      kVariants, 2, kKernels, 4, &kernel_images::sgd(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

@@ -4,6 +4,7 @@
 #include "emit_common.h"
 #include "expr_printer.h"
 #include "optgen/kernel_abi.h"
+#include "optimizer_tables.h"
 
 namespace optgen {
 namespace {
@@ -42,31 +43,30 @@ std::string storage_enum(StorageType t) { return std::string("DType::") + enum_n
 
 /// `namespace variants::<variant>`: the variant's states (indices into the spec's) and its
 /// kernels' names, one array per storage type, in launch order.
-void variant_namespace(CodeWriter& w, const Spec& spec, const Program& p, const std::vector<Storage>& storage) {
+void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tables, int index) {
   w.line(variant_banner(p));
   auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
   std::string states;
-  for (const auto& s : p.states) states += (states.empty() ? "" : ", ") + std::to_string(spec.state_index(s));
+  for (int s : tables.variants[index].states) states += (states.empty() ? "" : ", ") + std::to_string(s);
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
-  for (const auto& s : storage) {
+  for (const KernelRow& kernel : tables.kernels) {
+    if (kernel.variant != index) continue;
     std::string names;
-    for (const auto& stage : p.stages)
-      names += (names.empty() ? "" : ", ") + std::string("\"") + kernel_name(p, s, stage) + "\"";
-    w.line("[[maybe_unused]] const char* const k" + s.name() + "[] = {" + names + "};");
+    for (const auto& stage : kernel.stages) names += (names.empty() ? "" : ", ") + ("\"" + stage + "\"");
+    w.line("[[maybe_unused]] const char* const k" + kernel.storage.name() + "[] = {" + names + "};");
   }
 }
 
 /// The variant's row of the launcher's variant table.
-std::string variant_row(const Program& p) {
-  return "    {\"" + p.variant + "\", variants::" + p.variant + "::kStates, " + std::to_string(p.states.size()) + ", " +
-         std::to_string(group_values_size(p)) + ", \"" + group_kernel_name(p) + "\", " +
-         std::to_string(p.stages.size()) + "},";
+std::string variant_row(const VariantRow& v) {
+  return "    {\"" + v.name + "\", variants::" + v.name + "::kStates, " + std::to_string(v.states.size()) + ", " +
+         std::to_string(v.group_values_size) + ", \"" + v.group_kernel + "\", " + std::to_string(v.num_stages) + "},";
 }
 
-/// The row of the kernel table for variant number `index` in storage `s`.
-std::string kernel_row(const Program& p, size_t index, const Storage& s) {
-  return "    {variants::" + p.variant + "::k" + s.name() + ", " + std::to_string(index) + ", " +
-         storage_enum(s.param) + ", " + storage_enum(s.state) + "},";
+/// The kernel's row of the launcher's kernel table.
+std::string kernel_row(const KernelRow& k, const KernelTables& tables) {
+  return "    {variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + ", " +
+         std::to_string(k.variant) + ", " + storage_enum(k.storage.param) + ", " + storage_enum(k.storage.state) + "},";
 }
 
 /// The hyperparameters' values, in declaration order, from an `Options` named `o` (derived flags
@@ -147,18 +147,13 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
 std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants,
                                  const std::vector<Storage>& storage, const KernelTuning& tuning,
                                  const std::set<std::string>& with_kernels) {
+  const KernelTables tables = kernel_tables(variants, storage, with_kernels);
   CodeWriter w, variant_table, kernel_table;
-  int kernels = 0;
   for (size_t i = 0; i < variants.size(); ++i) {
-    const auto& p = variants[i];
-    variant_namespace(w, spec, p, storage);
-    variant_table.line(variant_row(p));
-    if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
-    for (const auto& s : storage) {
-      kernel_table.line(kernel_row(p, i, s));
-      ++kernels;
-    }
+    variant_namespace(w, variants[i], tables, static_cast<int>(i));
+    variant_table.line(variant_row(tables.variants[i]));
   }
+  for (const KernelRow& k : tables.kernels) kernel_table.line(kernel_row(k, tables));
 
   auto values = common(spec);
   values["variants"] = w.str();
@@ -166,8 +161,8 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   values["kernel_table"] = kernel_table.str();
   values["values_of"] = values_of_options(spec);
   values["options_of"] = options_of_values(spec);
-  values["num_variants"] = std::to_string(variants.size());
-  values["num_kernels"] = std::to_string(kernels);
+  values["num_variants"] = std::to_string(tables.variants.size());
+  values["num_kernels"] = std::to_string(tables.kernels.size());
   values["abi_version"] = std::to_string(kernel_abi::kVersion);
   values["block_size"] = std::to_string(tuning.block_size);
   values["chunk_size"] = std::to_string(tuning.chunk_size);

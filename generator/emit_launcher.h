@@ -1,7 +1,8 @@
 #pragma once
 /// The launcher emitter: `<name>.h` and `<name>.cpp`, the C++ class an application links (plus
 /// its C ABI entry point), from templates/launcher.{h,cpp}.in. The class describes the spec to
-/// the runtime's engine and computes step scalars with the CPU reference's per_step code.
+/// the runtime's engine: the reference's tables (hyperparameters, states, flags, derive_flags) and
+/// its own variant and kernel tables, all from optimizer_tables.h.
 
 #include <set>
 #include <string>

@@ -8,6 +8,7 @@
 #include "emit_common.h"
 #include "expr_printer.h"
 #include "group_code.h"
+#include "optimizer_tables.h"
 
 namespace optgen {
 namespace {
@@ -57,12 +58,13 @@ class ReferenceEmitter {
   }
 
   std::string emit(const std::vector<Program>& variants) {
+    const SpecTables tables = spec_tables(spec_, variants.front());
     CodeWriter w;
-    tables(w);
-    derive_flags(w, variants.front());
+    write_tables(w, tables);
+    derive_flags(w, tables);
     state_present(w, variants.front());
     for (const auto& v : variants) variant(w, v);
-    select_variant(w, variants);
+    select_variant(w, variants, tables);
     dispatch(w, variants);
     descriptor(w);
     return w.str();
@@ -72,41 +74,50 @@ class ReferenceEmitter {
   static const char* value_type(ValueType t) {
     return t == ValueType::Bool ? "ValueType::Bool" : t == ValueType::Int ? "ValueType::Int" : "ValueType::Float";
   }
-  std::string init(const Init& i) const {
-    if (i.hyperparameter.empty()) return "{" + cpp_double_literal(i.value) + ", -1}";
-    return "{0, " + index_of(hyperparameters_, i.hyperparameter) + "}";
+  static std::string init(const InitRow& i) {
+    return "{" + cpp_double_literal(i.value) + ", " + std::to_string(i.hyperparameter) + "}";
   }
 
-  void tables(CodeWriter& w) {
+  static void write_tables(CodeWriter& w, const SpecTables& tables) {
     w.line("inline constexpr HyperparameterInfo kHyperparameters[] = {");
-    for (const auto& h : spec_.hyperparameters)
+    for (const auto& h : tables.hyperparameters)
       w.line("    {\"" + h.name + "\", " + value_type(h.type) + ", " + cpp_double_literal(h.default_value) + ", " +
-             (h.specialize ? "true" : "false") + ", " + (h.derived ? "true" : "false") + "},");
-    if (spec_.hyperparameters.empty()) w.line("    {\"\", ValueType::Float, 0, false, false},");
+             (h.specialized ? "true" : "false") + ", " + (h.derived ? "true" : "false") + "},");
+    if (tables.hyperparameters.empty()) w.line("    {\"\", ValueType::Float, 0, false, false},");
     w.line("};");
-    auto state_table = [&](const char* name, const auto& list) {
+    auto state_table = [&](const char* name, const std::vector<StateRow>& list) {
       w.line(std::string("inline constexpr StateInfo ") + name + "[] = {");
       for (const auto& s : list) w.line("    {\"" + s.name + "\", " + init(s.init) + "},");
       if (list.empty()) w.line("    {\"\", {0, -1}},");
       w.line("};");
     };
-    state_table("kStates", spec_.states);
-    state_table("kScalarStates", spec_.scalar_states);
-    w.line("inline constexpr int kNumHyperparameters = " + std::to_string(spec_.hyperparameters.size()) + ";");
-    w.line("inline constexpr int kNumStates = " + std::to_string(spec_.states.size()) + ";");
-    w.line("inline constexpr int kNumScalarStates = " + std::to_string(spec_.scalar_states.size()) + ";");
+    state_table("kStates", tables.states);
+    state_table("kScalarStates", tables.scalar_states);
+    w.line("/// The specialized flags (hyperparameter indices), in the order of the variant bits.");
+    w.line("inline constexpr int kFlags[] = {" + index_list(tables.flags) + "};");
+    w.line("inline constexpr int kNumHyperparameters = " + std::to_string(tables.hyperparameters.size()) + ";");
+    w.line("inline constexpr int kNumStates = " + std::to_string(tables.states.size()) + ";");
+    w.line("inline constexpr int kNumScalarStates = " + std::to_string(tables.scalar_states.size()) + ";");
+    w.line("inline constexpr int kNumFlags = " + std::to_string(tables.flags.size()) + ";");
     w.line();
   }
 
-  void derive_flags(CodeWriter& w, const Program& p) {
+  /// "0, 2": the indices, or "-1" for an empty table (C++ has no empty arrays).
+  static std::string index_list(const std::vector<int>& indices) {
+    std::string list;
+    for (int i : indices) list += (list.empty() ? "" : ", ") + std::to_string(i);
+    return list.empty() ? "-1" : list;
+  }
+
+  void derive_flags(CodeWriter& w, const SpecTables& tables) {
     w.line("/// Computes the derived flags from the other hyperparameters.");
     auto fn = w.block("inline void derive_flags([[maybe_unused]] double* h_)");
     std::vector<Expr> roots;
-    for (const auto& [name, value] : p.derived_flags) roots.push_back(value);
+    for (const auto& flag : tables.derived_flags) roots.push_back(flag.value);
     write_hyperparameter_loads(w, spec_, roots);
     CppPrinter printer(false);
-    for (const auto& [name, value] : p.derived_flags)
-      w.line("h_[" + index_of(hyperparameters_, name) + "] = (" + printer.print(value) + ") ? 1.0 : 0.0;");
+    for (const auto& flag : tables.derived_flags)
+      w.line("h_[" + std::to_string(flag.hyperparameter) + "] = (" + printer.print(flag.value) + ") ? 1.0 : 0.0;");
   }
 
   void state_present(CodeWriter& w, const Program& p) {
@@ -213,7 +224,7 @@ class ReferenceEmitter {
     return names;
   }
 
-  void select_variant(CodeWriter& w, const std::vector<Program>& variants) {
+  void select_variant(CodeWriter& w, const std::vector<Program>& variants, const SpecTables& tables) {
     w.line();
     w.line("/// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.");
     w.line("inline constexpr VariantInfo kVariants[] = {");
@@ -226,10 +237,9 @@ class ReferenceEmitter {
     w.line("/// The variant the flags of `h` (derived ones filled in) select.");
     auto fn = w.block("inline int select_variant([[maybe_unused]] const double* h_)");
     std::string select;
-    auto flags = spec_.flags();
-    for (size_t i = 0; i < flags.size(); ++i)
-      select += (select.empty() ? "" : " | ") + std::string("(h_[") + index_of(hyperparameters_, flags[i]->name) +
-                "] != 0 ? " + std::to_string(1u << i) + " : 0)";
+    for (size_t i = 0; i < tables.flags.size(); ++i)
+      select += (select.empty() ? "" : " | ") + std::string("(h_[") + std::to_string(tables.flags[i]) + "] != 0 ? " +
+                std::to_string(1u << i) + " : 0)";
     w.line("return " + (select.empty() ? std::string("0") : select) + ";");
   }
 

@@ -75,7 +75,8 @@ const std::vector<std::string>& runtime_names() {
       "Error", "Module", "ModuleOrigin", "KernelImage", "KernelImages", "KernelCache", "CompiledImage", "Checkpoint",
       "CheckpointTensor", "kernel_images", "kernel_abi", "reference", "driver", "nvrtc", "default_hyperparameters",
       "check_checkpoint_spec", "create_for_c", "to_string", "size_of", "float_to_bf16", "bf16_to_float", "float_to_f16",
-      "f16_to_float", "load_module", "read_safetensors", "write_safetensors", "dtype_size", "builtin_launchers"};
+      "f16_to_float", "load_module", "read_safetensors", "write_safetensors", "dtype_size", "builtin_launchers",
+      "derive_flags", "select_variant", "RuntimeSpec", "SpecOptions", "SpecLoadError", "load_spec_at_run_time"};
   // clang-format on
   return list;
 }

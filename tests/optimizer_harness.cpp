@@ -30,8 +30,8 @@ std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int v
       for (int i = 0; i < info.num_hyperparameters; ++i)
         if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
       for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
-      info.derive_flags(h.data());
-      if (info.select_variant(h.data()) == variant) return h;
+      optgen::derive_flags(info, h.data());
+      if (optgen::select_variant(info, h.data()) == variant) return h;
     }
   throw std::runtime_error(std::string("no hyperparameters select variant ") + info.variants[variant].name);
 }

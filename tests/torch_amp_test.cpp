@@ -65,7 +65,7 @@ std::vector<AmpCase> load_cases() {
         const auto& given = c["groups"][0]["hyperparameters"][hp.name];
         a.h[i] = given.is_boolean() ? (given.get<bool>() ? 1 : 0) : given.get<double>();
       }
-      info.derive_flags(a.h.data());
+      optgen::derive_flags(info, a.h.data());
       for (const auto& p : c["params0"]) a.params0.push_back(floats(p));
       for (const auto& step : c["grads"]) {
         a.grads.emplace_back();

@@ -120,9 +120,9 @@ struct Binder {
   Group new_group(std::vector<double> h, DType dtype) const {
     const OptimizerInfo& info = *m.info;
     m.check_hyperparameters(h, "add_param_group");
-    info.derive_flags(h.data());
+    derive_flags(info, h.data());
     Group g;
-    g.variant = info.select_variant(h.data());
+    g.variant = select_variant(info, h.data());
     g.kernel = find_kernel(g.variant, dtype);
     for (int s = 0; s < info.num_scalar_states; ++s)
       g.scalar_state.push_back(initial_value(info.scalar_states[s].init, h));
@@ -261,6 +261,17 @@ std::vector<double> default_hyperparameters(const OptimizerInfo& info) {
   std::vector<double> h;
   for (int i = 0; i < info.num_hyperparameters; ++i) h.push_back(info.hyperparameters[i].default_value);
   return h;
+}
+
+void derive_flags(const OptimizerInfo& info, double* h) {
+  if (info.derive_flags != nullptr) info.derive_flags(info.derive_context, h);
+}
+
+int select_variant(const OptimizerInfo& info, const double* h) {
+  int variant = 0;
+  for (int i = 0; i < info.num_flags; ++i)
+    if (h[info.flags[i]] != 0) variant |= 1 << i;
+  return variant;
 }
 
 FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, DType state_dtype)
@@ -482,7 +493,7 @@ void FusedOptimizer::prepare(CUstream stream) {
                 "the stream is being captured into a CUDA graph, and prepare() allocates and synchronizes",
                 "call prepare() (or take one step) before beginning the capture");
   if (!m.module_loaded) {
-    m.module = load_module(m.info->images(), driver::compute_capability(driver::current_device()));
+    m.module = load_module(*m.info->images, driver::compute_capability(driver::current_device()));
     m.module_loaded = true;
   }
   m.plans = plans_by_kernel(m.groups);
@@ -657,8 +668,8 @@ std::vector<double> with_value(const FusedOptimizer::Impl& m, std::size_t group,
   const Group& g = m.groups[group];
   std::vector<double> h = g.h;
   h[i] = value;
-  m.info->derive_flags(h.data());
-  const int variant = m.info->select_variant(h.data());
+  derive_flags(*m.info, h.data());
+  const int variant = select_variant(*m.info, h.data());
   if (variant != g.variant)
     throw Error(m.call("set"),
                 "setting " + name + " to " + std::to_string(value) + " would switch param group " +

@@ -82,7 +82,9 @@ struct KernelInfo {
   DType state;
 };
 
-/// What a generated launcher tells the engine about its optimizer.
+/// What the engine knows about an optimizer: data, built by the generator from the spec
+/// (generator/optimizer_tables.h). A generated launcher holds it in static tables; a spec loaded at
+/// run time (optgen/spec_at_run_time.h) in an object of its own, which must outlive the engine.
 struct OptimizerInfo {
   int abi_version;        ///< kernel_abi::kVersion of the optgen that generated it
   const char* generator;  ///< e.g. "optgen 0.2.0"
@@ -94,19 +96,35 @@ struct OptimizerInfo {
   int num_states;
   const reference::StateInfo* scalar_states;
   int num_scalar_states;
-  void (*derive_flags)(double* h);
-  int (*select_variant)(const double* h);  ///< h with derived flags filled in
+  /// The specialized flags as indices into `hyperparameters`, in the order of the variant bits:
+  /// the variant a group runs is the sum of 2^i over the flags[i] that are true (select_variant).
+  const int* flags;
+  int num_flags;
+  /// Fills in the derived flags of `h` (every hyperparameter, declaration order) from the other
+  /// hyperparameters, called with `derive_context`; null when the spec has no derived flags. A
+  /// launcher's runs the CPU reference's compiled code (no context); a spec loaded at run time
+  /// evaluates the flags' IR (the context is the loaded spec).
+  void (*derive_flags)(const void* context, double* h);
+  const void* derive_context;
   const VariantInfo* variants;
   int num_variants;
   const KernelInfo* kernels;
   int num_kernels;
-  const KernelImages& (*images)();  ///< defined by the build (<spec>_images.cpp)
+  /// The kernels: source and the images compiled at build time (<spec>_images.cpp), or source
+  /// only, for NVRTC at load time (a spec loaded at run time).
+  const KernelImages* images;
   int block_size;
   long long chunk_size;  ///< default elements per block
 };
 
 /// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).
 std::vector<double> default_hyperparameters(const OptimizerInfo& info);
+
+/// Fills in the derived flags of `h` (every hyperparameter, declaration order).
+void derive_flags(const OptimizerInfo& info, double* h);
+
+/// The variant the flags of `h` (derived ones filled in) select: an index into info.variants.
+int select_variant(const OptimizerInfo& info, const double* h);
 
 /// Checks that `checkpoint` is an optgen optimizer checkpoint of the spec `info` describes (format,
 /// optimizer, spec, the names of its hyperparameters, states and scalar states); throws

@@ -1,0 +1,63 @@
+#include "optimizer_tables.h"
+
+#include "emit_cuda.h"
+
+namespace optgen {
+namespace {
+
+int hyperparameter_index(const Spec& spec, const std::string& name) {
+  for (size_t i = 0; i < spec.hyperparameters.size(); ++i)
+    if (spec.hyperparameters[i].name == name) return static_cast<int>(i);
+  throw InternalError("optimizer tables: no hyperparameter '" + name + "'");
+}
+
+InitRow init_row(const Spec& spec, const Init& init) {
+  if (init.hyperparameter.empty()) return {init.value, -1};
+  return {0, hyperparameter_index(spec, init.hyperparameter)};
+}
+
+template <typename States>
+std::vector<StateRow> state_rows(const Spec& spec, const States& states) {
+  std::vector<StateRow> rows;
+  for (const auto& s : states) rows.push_back({s.name, init_row(spec, s.init)});
+  return rows;
+}
+
+}  // namespace
+
+SpecTables spec_tables(const Spec& spec, const Program& variant) {
+  SpecTables tables;
+  for (const auto& h : spec.hyperparameters)
+    tables.hyperparameters.push_back({h.name, h.type, h.default_value, h.specialize, h.derived != nullptr});
+  tables.states = state_rows(spec, spec.states);
+  tables.scalar_states = state_rows(spec, spec.scalar_states);
+  for (const Hyperparameter* flag : spec.flags()) tables.flags.push_back(hyperparameter_index(spec, flag->name));
+  for (const auto& h : spec.hyperparameters) {
+    if (!h.derived) continue;
+    auto value = variant.derived_flags.find(h.name);
+    if (value == variant.derived_flags.end())
+      throw InternalError("optimizer tables: the derived flag '" + h.name + "' was not lowered");
+    tables.derived_flags.push_back({hyperparameter_index(spec, h.name), value->second});
+  }
+  return tables;
+}
+
+KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
+                           const std::set<std::string>& with_kernels) {
+  KernelTables tables;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Program& p = variants[i];
+    VariantRow row{p.variant, {}, group_values_size(p), group_kernel_name(p), static_cast<int>(p.stages.size())};
+    for (const auto& s : p.states) row.states.push_back(p.spec->state_index(s));
+    tables.variants.push_back(row);
+    if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
+    for (const Storage& s : storage) {
+      KernelRow kernel{{}, static_cast<int>(i), s};
+      for (const Stage& stage : p.stages) kernel.stages.push_back(kernel_name(p, s, stage));
+      tables.kernels.push_back(kernel);
+    }
+  }
+  return tables;
+}
+
+}  // namespace optgen

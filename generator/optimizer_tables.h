@@ -1,0 +1,85 @@
+#pragma once
+/// The tables that describe an optimizer to the runtime's engine (optgen::OptimizerInfo in
+/// runtime/include/optgen/optimizer.h), built from a spec and its compiled variants. They are the
+/// one source for both ways an optimizer reaches the engine: the emitters print them as C++ (the
+/// CPU reference's hyperparameter, state and flag tables and its derive_flags; the launcher's
+/// variant and kernel tables), and a spec loaded at run time (spec_loader/) points its
+/// OptimizerInfo at them and evaluates the derived flags' IR.
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir.h"
+#include "spec.h"
+#include "storage.h"
+
+namespace optgen {
+
+struct HyperparameterRow {
+  std::string name;
+  ValueType type;
+  double default_value;  ///< bools as 0/1; 0 for derived flags
+  bool specialized;      ///< selects a variant
+  bool derived;          ///< computed from other hyperparameters
+};
+
+/// How a state buffer or scalar state starts: the constant `value`, or the value of hyperparameter
+/// number `hyperparameter` (-1: the constant).
+struct InitRow {
+  double value;
+  int hyperparameter;
+};
+
+struct StateRow {
+  std::string name;
+  InitRow init;
+};
+
+/// A derived flag: hyperparameter number `hyperparameter` is `value`, a Bool expression over the
+/// other (plain) hyperparameters.
+struct DerivedFlagRow {
+  int hyperparameter;
+  Expr value;
+};
+
+/// What the spec declares, in declaration order.
+struct SpecTables {
+  std::vector<HyperparameterRow> hyperparameters;
+  std::vector<StateRow> states;
+  std::vector<StateRow> scalar_states;
+  /// The specialized flags as hyperparameter indices, in the order of the variant bits: variant i
+  /// is the one whose flags[j] is true exactly when bit j of i is set.
+  std::vector<int> flags;
+  std::vector<DerivedFlagRow> derived_flags;  ///< in declaration order
+};
+
+/// `variant`: any compiled variant of the spec (each holds the derived flags' IR).
+SpecTables spec_tables(const Spec& spec, const Program& variant);
+
+struct VariantRow {
+  std::string name;         ///< e.g. adam_amsgrad
+  std::vector<int> states;  ///< the spec's state indices it uses, in operand order
+  int group_values_size;    ///< sizeof its GroupValues on the device
+  std::string group_kernel;
+  int num_stages;
+};
+
+/// A variant's kernels in one storage type.
+struct KernelRow {
+  std::vector<std::string> stages;  ///< kernel names, in launch order
+  int variant;                      ///< index into KernelTables::variants
+  Storage storage;
+};
+
+struct KernelTables {
+  std::vector<VariantRow> variants;  ///< every variant, in the order of their flag bits
+  std::vector<KernelRow> kernels;    ///< by variant, then in the order of `storage`
+};
+
+/// `variants`: every variant of the spec, in the order compile_spec returns them; `with_kernels`:
+/// the names of the variants kernels are generated for (all when empty).
+KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
+                           const std::set<std::string>& with_kernels = {});
+
+}  // namespace optgen
