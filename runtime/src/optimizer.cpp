@@ -781,8 +781,8 @@ void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, 
 std::vector<bool> FusedOptimizer::states_used(std::vector<double> hyperparameters) const {
   const Impl& m = *impl_;
   m.check_hyperparameters(hyperparameters, "states_used");
-  m.info->derive_flags(hyperparameters.data());
-  const VariantInfo& variant = m.info->variants[m.info->select_variant(hyperparameters.data())];
+  derive_flags(*m.info, hyperparameters.data());
+  const VariantInfo& variant = m.info->variants[select_variant(*m.info, hyperparameters.data())];
   std::vector<bool> used(static_cast<std::size_t>(m.info->num_states), false);
   for (int j = 0; j < variant.num_states; ++j) used[static_cast<std::size_t>(variant.states[j])] = true;
   return used;
