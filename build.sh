@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: build optgen (the generator, the runtime, and a launcher library for every
 # built-in spec, its kernels generated and compiled with NVRTC during the build), check the
-# built-in specs, install optgen into BUILD_DIR/install, build the example application
-# (examples/) against that install, and run it when there is a GPU.
+# built-in specs, install optgen into BUILD_DIR/install, install the Python package into the
+# virtual environment BUILD_DIR/venv, build the example application (examples/) against the
+# install, and run it when there is a GPU.
 # Installs missing Debian packages first (needs root or sudo). Usage: ./build.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,6 +23,10 @@ ls "$build_dir"/specs/liboptgen_*
 install_prefix="$(cd "$build_dir" && pwd)/install"
 echo "== installing optgen into $install_prefix"
 cmake --install "$build_dir" --prefix "$install_prefix"
+
+install_python_package "$build_dir"
+echo "== the Python package: $build_dir/venv/bin/python -c 'import optgen.torch' (with torch installed there)"
+"$build_dir/venv/bin/python" -c "import optgen; print('optgen', optgen.version(), 'built-in:', *optgen.builtin_specs())"
 
 # The examples are a separate CMake project that finds the installed optgen. nvcc compiles
 # mlp.cu: name it when it is not on PATH.

@@ -36,6 +36,27 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
 
+# The Python package (pyproject.toml), installed with pip into the virtual environment
+# BUILD_DIR/venv (made first, with pytest). scikit-build-core builds its one native target,
+# optgen_python (liboptgen.so), in BUILD_DIR itself, so nothing is compiled twice; extra arguments
+# are CMake definitions for that configure, e.g. OPTGEN_BUILD_TESTS=ON to keep a test build's.
+install_python_package() {
+  local build_dir=$1
+  shift
+  local venv="$build_dir/venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" 2>/dev/null || {
+      install_packages python3 python3-venv
+      /usr/bin/python3 -m venv "$venv"
+    }
+  fi
+  local defines=()
+  for define in "$@"; do defines+=(-C "cmake.define.$define"); done
+  echo "== pip install .[test] into $venv (liboptgen.so built in $build_dir)"
+  CMAKE_GENERATOR="Unix Makefiles" "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -C build-dir="$(cd "$build_dir" && pwd)" "${defines[@]}" ".[test]"
+}
+
 configure_and_build() {
   local build_dir=$1
   shift

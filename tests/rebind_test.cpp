@@ -116,14 +116,15 @@ TEST_CASE("rebind() checks what it is given", "[gpu]") {
   opt.add_param_group(g.tensors, h);
   void* param = g.tensors[1].param;
   const void* grad = g.tensors[1].grad;
-  CHECK(error_of([&] { opt.rebind(1, 0, param, grad); }) == "AdamW::rebind: no param group 1 (there are 1)");
-  CHECK(error_of([&] { opt.rebind(0, 3, param, grad); }) == "AdamW::rebind: param group 0 has no tensor 3");
+  CHECK(error_of([&] { opt.rebind(1, 0, param, grad); }) == "AdamW::rebind failed: no param group 1 (there are 1)");
+  CHECK(error_of([&] { opt.rebind(0, 3, param, grad); }) == "AdamW::rebind failed: param group 0 has no tensor 3");
   CHECK(error_of([&] { opt.rebind(0, 1, param, nullptr); }) ==
-        "AdamW::rebind: tensor 1 of the group has a null grad pointer; pass the device address of its data");
-  CHECK(error_of([&] { opt.rebind(0, 1, static_cast<char*>(param) + 2, grad); }).find("the param pointer") !=
-        std::string::npos);
+        "AdamW::rebind failed: tensor 1 of the group has a null grad pointer\n  fix: pass the device address of its "
+        "data");
+  CHECK_THAT(error_of([&] { opt.rebind(0, 1, static_cast<char*>(param) + 2, grad); }),
+             Catch::Contains("the param pointer") && Catch::Contains("is not aligned to its 4-byte f32 elements"));
   int host = 0;
   CHECK(error_of([&] { opt.rebind(0, 1, param, &host); }) ==
-        "AdamW::rebind: tensor 1 of the group: the grad pointer is not device memory; allocate it with cudaMalloc "
-        "(or torch on a CUDA device)");
+        "AdamW::rebind failed: tensor 1 of the group: the grad pointer is not device memory\n  fix: allocate it with "
+        "cudaMalloc (or torch on a CUDA device)");
 }

@@ -1,7 +1,6 @@
 """optgen: fused CUDA optimizer steps generated from YAML specs.
 
-- optgen.torch: torch.optim drop-ins (optgen.torch.AdamW, ...) and Optimizer.from_spec for any
-  spec, loaded at run time (needs torch).
+- optgen.torch: torch.optim drop-ins (optgen.torch.AdamW, ...) (needs torch).
 - optgen.Engine: one optimizer through the C ABI, on device addresses (needs no torch).
 """
 

@@ -81,7 +81,6 @@ _CHECKED = {
     "optgen_describe_scalar_state": [_P, _SIZE, ctypes.POINTER(_StateInfo)],
     "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
-    "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
 }
 
 
@@ -114,7 +113,7 @@ class _Library:
         self.dll.optgen_destroy.restype = None
         for name, argtypes in _CHECKED.items():
             function = getattr(self.dll, name, None)
-            if function is not None:  # a library without the run-time spec loader lacks one
+            if function is not None:
                 function.argtypes = argtypes
                 function.restype = ctypes.c_int
 
@@ -225,15 +224,6 @@ class Engine:
         handle = ctypes.c_void_p()
         lib.create_builtin(spec, _strings(overrides), _doubles(overrides.values()), len(overrides), state_dtype,
                            ctypes.byref(handle))
-        return cls(handle.value)
-
-    @classmethod
-    def from_spec(cls, path: str, overrides: Mapping[str, float] = {}, state_dtype: int = F32) -> "Engine":
-        """An optimizer from a YAML spec, generated and compiled (NVRTC, through the disk cache) now."""
-        lib = library()
-        handle = ctypes.c_void_p()
-        lib.call("optgen_create_from_spec", os.fsencode(path), _strings(overrides), _doubles(overrides.values()),
-                 len(overrides), state_dtype, ctypes.byref(handle))
         return cls(handle.value)
 
     def close(self) -> None:

@@ -67,28 +67,3 @@ def test_binding_without_a_gpu_says_what_is_missing():
     e = Engine.builtin("adamw")
     with pytest.raises(OptgenError, match="libcuda.so.1"):
         e.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32)], {})
-
-
-def test_a_spec_error_at_run_time_carries_its_location(tmp_path):
-    spec = tmp_path / "broken.yaml"
-    spec.write_text("optimizer: Broken\nhyperparameters:\n  lr: {type: float, default: 0.1}\n"
-                    "update:\n  - param = param - lr * norm(grad)\n")
-    with pytest.raises(OptgenError) as error:
-        Engine.from_spec(str(spec))
-    message = str(error.value)
-    assert re.search(rf"{re.escape(str(spec))}:5:\d+: error: ", message), message
-    assert "^" in message  # the line and a caret under the problem
-
-
-def test_a_missing_spec_file_is_an_error():
-    with pytest.raises(OptgenError, match="nonexistent.yaml"):
-        Engine.from_spec("/nonexistent.yaml")
-
-
-def test_a_spec_loaded_at_run_time_describes_itself_as_the_builtin_does():
-    at_run_time = Engine.from_spec(str(REPO / "specs" / "adamw.yaml"))
-    builtin = Engine.builtin("adamw")
-    assert at_run_time.name == builtin.name == "AdamW"
-    assert at_run_time.hyperparameters == builtin.hyperparameters
-    assert at_run_time.states == builtin.states
-    assert at_run_time.scalar_states == builtin.scalar_states

@@ -48,11 +48,3 @@ def test_torchs_argument_checks():
         ot.AdamW([p], state_dtype=torch.float16)
     with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
         ot.AdamW([p], momentum=0.9)
-
-
-def test_from_spec_raises_the_spec_error(tmp_path):
-    spec = tmp_path / "bad.yaml"
-    spec.write_text("optimizer: Bad\nhyperparameters:\n  lr: {type: float, default: 0.1}\nupdate:\n  - param = lr\n"
-                    "  - q = undefined_name\n")
-    with pytest.raises(Exception, match=r"bad.yaml:6:\d+: error: "):
-        ot.Optimizer.from_spec(str(spec), [torch.zeros(1)])

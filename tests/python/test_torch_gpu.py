@@ -261,25 +261,6 @@ def test_static_grads_zeroes_in_place_and_steps_as_the_default_does():
         assert torch.equal(a, b)
 
 
-def test_a_spec_loaded_at_run_time_steps_as_the_builtin():
-    ours_p, builtin_p = make_params(7), make_params(7)
-    ours = ot.Optimizer.from_spec(str(REPO / "specs" / "adamw.yaml"), ours_p, lr=1e-2, betas=(0.8, 0.9))
-    builtin = ot.AdamW(builtin_p, lr=1e-2, betas=(0.8, 0.9))
-    run(ours, ours_p, 4)
-    run(builtin, builtin_p, 4)
-    for a, b in zip(ours_p, builtin_p):
-        assert torch.equal(a, b)
-
-
-def test_a_users_spec_at_run_time_updates_its_params():
-    params = make_params(8)
-    before = [p.detach().clone() for p in params]
-    opt = ot.Optimizer.from_spec(str(REPO / "examples" / "adabelief.yaml"), params, lr=1e-2)
-    run(opt, params, 2, schedule=False)
-    assert all(not torch.equal(a, b) for a, b in zip(params, before))
-    assert opt.engine.name == "AdaBelief"
-
-
 def test_bad_gradients_are_errors():
     p = torch.nn.Parameter(torch.zeros(4, 4, device="cuda"))
     opt = ot.SGD([p], lr=0.1)

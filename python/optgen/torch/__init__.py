@@ -6,8 +6,6 @@ static_grads). Lion, which torch lacks, takes the arguments of its paper's refer
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-
-Any other spec, loaded at run time: optgen.torch.Optimizer.from_spec("my_optimizer.yaml", params, lr=...).
 """
 
 from __future__ import annotations

@@ -83,8 +83,7 @@ class _Binding:
 class Optimizer(torch.optim.Optimizer):
     """A torch.optim.Optimizer that steps every parameter with one fused optgen launch.
 
-    Use a subclass for a built-in spec (optgen.torch.AdamW, ...) or Optimizer.from_spec for any
-    spec. CUDA params only (f32, bf16 or f16; each group may mix them), all on one device.
+    Use a subclass for a built-in spec (optgen.torch.AdamW, ...). CUDA params only (f32, bf16 or f16; each group may mix them), all on one device.
 
     state_dtype: the dtype optgen keeps states in, torch.float32 (default) or torch.bfloat16
         (torch keeps them in the param's dtype).
@@ -127,18 +126,6 @@ class Optimizer(torch.optim.Optimizer):
         self._device: Optional[torch.device] = None
         self._structure_changed = True
         super().__init__(params, full)
-
-    @classmethod
-    def from_spec(cls, path: str, params, **hyperparameters) -> "Optimizer":
-        """An optimizer from any YAML spec, generated and NVRTC-compiled at run time (through the
-        disk cache), with no C++ compiler. Hyperparameters by the spec's names (pairs such as
-        beta1/beta2 may also be given as torch's tuples, betas=...); the options of Optimizer by
-        name. A spec error raises OptgenError with its file:line:col message."""
-        options = {k: hyperparameters.pop(k) for k in ("state_dtype", "static_grads", "foreach", "fused",
-                                                        "capturable", "differentiable") if k in hyperparameters}
-        Engine.from_spec(path)  # a spec error surfaces here, before any tensor is looked at
-        return Optimizer(params, lambda state_dtype: Engine.from_spec(path, state_dtype=state_dtype), hyperparameters,
-                   **options)
 
     # ---- groups ----
 
