@@ -17,10 +17,6 @@ PAIRS = {
     "step_sizes": ("step_size_min", "step_size_max"),
 }
 
-# Arguments torch.optim takes to choose an implementation, not an update: optgen's step is always
-# fused and capturable, so these are accepted, kept in the param groups (torch's state_dict has
-# them) and otherwise ignored; `differentiable` must stay False (optgen's step is not).
-IMPLEMENTATION_KEYS = {"foreach": None, "fused": None, "capturable": False, "differentiable": False}
 
 
 def torch_names(spec_names: Iterable[str]) -> list:

@@ -98,6 +98,12 @@ void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, c
   }
 }
 
+int FusedOptimizer::Impl::variant_of(std::vector<double>& h, const char* method) const {
+  check_hyperparameters(h, method);
+  derive_flags(*info, h.data());
+  return select_variant(*info, h.data());
+}
+
 const Group& FusedOptimizer::Impl::group_at(std::size_t group, const char* method) const {
   if (group >= groups.size())
     throw Error(call(method),
@@ -119,10 +125,8 @@ struct Binder {
   /// its variant, its kernel and its initial scalar state; no tensors yet.
   Group new_group(std::vector<double> h, DType dtype) const {
     const OptimizerInfo& info = *m.info;
-    m.check_hyperparameters(h, "add_param_group");
-    derive_flags(info, h.data());
     Group g;
-    g.variant = select_variant(info, h.data());
+    g.variant = m.variant_of(h, "add_param_group");
     g.kernel = find_kernel(g.variant, dtype);
     for (int s = 0; s < info.num_scalar_states; ++s)
       g.scalar_state.push_back(initial_value(info.scalar_states[s].init, h));
@@ -577,7 +581,7 @@ void FusedOptimizer::step(CUstream stream) { step(stream, AmpInputs{}); }
 void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   Impl& m = *impl_;
   if (!m.prepared) prepare(stream);
-  const bool capturing = driver::is_capturing(stream);
+  const bool capturing = (m.watch_captures || stream != m.stream) && driver::is_capturing(stream);
   // A capture on a side stream does not move the optimizer there: its setters and getters stay
   // ordered with the stream the graph is replayed on.
   if (stream != m.stream && !capturing) m.stream = stream;
@@ -769,6 +773,7 @@ void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, 
   binder.check_device_memory(t, tensor);
   bound.param = param;
   bound.grad = grad;
+  m.watch_captures = true;
   if (!m.prepared) return;  // prepare() builds the tables from the bound tensors
   Plan& plan = m.plans[static_cast<std::size_t>(g.plan)];
   const std::size_t n = static_cast<std::size_t>(plan.table.num_tensors);
@@ -780,9 +785,7 @@ void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, 
 
 std::vector<bool> FusedOptimizer::states_used(std::vector<double> hyperparameters) const {
   const Impl& m = *impl_;
-  m.check_hyperparameters(hyperparameters, "states_used");
-  derive_flags(*m.info, hyperparameters.data());
-  const VariantInfo& variant = m.info->variants[select_variant(*m.info, hyperparameters.data())];
+  const VariantInfo& variant = m.info->variants[m.variant_of(hyperparameters, "states_used")];
   std::vector<bool> used(static_cast<std::size_t>(m.info->num_states), false);
   for (int j = 0; j < variant.num_states; ++j) used[static_cast<std::size_t>(variant.states[j])] = true;
   return used;

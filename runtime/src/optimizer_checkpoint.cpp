@@ -199,9 +199,7 @@ void FusedOptimizer::restore(const Checkpoint& c) {
     const Group& group = m.groups[g];
     Loaded l;
     l.h = read.values<double>(group_name(g) + ".hyperparameters", "F64", {info.num_hyperparameters});
-    m.check_hyperparameters(l.h, "restore");
-    derive_flags(info, l.h.data());
-    const int variant = select_variant(info, l.h.data());
+    const int variant = m.variant_of(l.h, "restore");
     if (variant != group.variant)
       read.fail("param group " + std::to_string(g) + " was saved as variant " + info.variants[variant].name +
                 " but was added here as " + info.variants[group.variant].name + " (its specialized flags differ)");

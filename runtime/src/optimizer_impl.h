@@ -93,11 +93,13 @@ struct Group {
 struct Plan {
   int kernel;
   std::vector<std::size_t> groups;
-  DeviceBuffer table_memory;          ///< numel and chunks
-  std::vector<void*> pointers;        ///< the host copy of the current pointer table
-  DeviceBuffer pointer_memory;        ///< the current pointer table
-  bool pointers_changed = false;      ///< by rebind(): upload before the next step
-  bool pointers_in_graph = false;     ///< a captured step read pointer_memory
+  DeviceBuffer table_memory;      ///< numel and chunks
+  std::vector<void*> pointers;    ///< the host copy of the current pointer table
+  DeviceBuffer pointer_memory;    ///< the current pointer table
+  bool pointers_changed = false;  ///< by rebind(): upload before the next step
+  /// A captured step may have read pointer_memory. Steps watch for captures only once tensors are
+  /// rebound (Impl::watch_captures), so the table prepare() uploaded counts as read by one.
+  bool pointers_in_graph = true;
   std::vector<DeviceBuffer> retired;  ///< pointer tables that captured graphs still read
   kernel_abi::TableView table{};
   std::vector<CUfunction> stages;
@@ -130,6 +132,9 @@ struct FusedOptimizer::Impl {
   Module module;
   bool module_loaded = false;
   OwnedStream upload_stream;  ///< uploads a pointer table while a step is being captured
+  /// Set by the first rebind(): from then on every step asks whether it is being captured, which
+  /// only pointer uploads need to know (it costs a driver call on the hot path).
+  bool watch_captures = false;
 
   std::string call(const char* method) const { return std::string(info->name) + "::" + method; }
   int hyperparameter_index(const std::string& name, const char* method) const;
@@ -138,6 +143,9 @@ struct FusedOptimizer::Impl {
   const Group& group_at(std::size_t group, const char* method) const;
   /// Throws optgen::Error unless `h` holds every hyperparameter, bools as 0 or 1, all finite.
   void check_hyperparameters(const std::vector<double>& h, const char* method) const;
+  /// The variant a group of hyperparameters `h` runs, after checking them and filling in the
+  /// derived flags.
+  int variant_of(std::vector<double>& h, const char* method) const;
 
   /// Pulls the device's step counts and scalar state back into the groups, and drops the device
   /// tables: the next step prepares again.

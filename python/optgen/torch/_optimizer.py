@@ -28,7 +28,7 @@ import torch.optim.optimizer as _torch_optimizer
 
 from .. import _capi
 from .._capi import Engine, OptgenError, TensorBinding
-from .._hyperparameters import IMPLEMENTATION_KEYS, check_ranges, number, spec_values, torch_defaults
+from .._hyperparameters import check_ranges, number, spec_values, torch_defaults
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
 _STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16}
@@ -134,9 +134,8 @@ class Optimizer(torch.optim.Optimizer):
         group = self.param_groups[-1]
         for p in group["params"]:
             self._check_param(p)
-        for key in IMPLEMENTATION_KEYS:
-            if key == "differentiable" and group.get(key):
-                raise ValueError("optgen.torch optimizers are not differentiable")
+        if group.get("differentiable"):
+            raise ValueError("optgen.torch optimizers are not differentiable")
         spec_values(group, self._spec_names)  # every hyperparameter a number
         self.param_groups[-1] = _GroupDict(group, self._hyperparameter_set)
         self._structure_changed = True
@@ -239,16 +238,15 @@ class Optimizer(torch.optim.Optimizer):
 
     def _follow_grads(self) -> None:
         """Some .grad moved: rebind those that did, or rebuild when one appeared or disappeared."""
-        for b in self._bindings:
-            grads = list(map(_grad_of, b.params))
+        current = [list(map(_grad_of, b.params)) for b in self._bindings]
+        for b, grads in zip(self._bindings, current):
             if any((g is None) != (old is None) for g, old in zip(grads, b.grads)):
                 self._rebuild()
                 return
-        for b in self._bindings:
-            grads = list(map(_grad_of, b.params))
+        for b, grads in zip(self._bindings, current):
             moved = defaultdict(list)
             for i, (p, g, old) in enumerate(zip(b.params, grads, b.grads)):
-                if g is not old and g is not None:
+                if g is not old:
                     self._check_grad(p, g)
                     group, tensor = b.where[i]
                     moved[group].append((tensor, _local(p).data_ptr(), _local(g).data_ptr()))
