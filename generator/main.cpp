@@ -246,9 +246,7 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
   const auto start = std::chrono::steady_clock::now();
   std::filesystem::path out(args.out_dir);
   std::filesystem::create_directories(out);
-  const auto storage = !args.storage.empty()   ? args.storage
-                       : !spec.storage.empty() ? spec.storage
-                                               : optgen::default_storage();
+  const auto storage = optgen::storage_to_generate(args.storage, spec.storage);
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
   if (args.command == "compile") {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -442,7 +444,8 @@ Spec load_spec(const std::string& path) {
                     "this is a directory, not a spec file", "pass the spec files in it, e.g. " + path + "/*.yaml");
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0}, "cannot open spec file");
+    throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0},
+                    std::string("cannot open spec file: ") + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   return load_spec_text(path, text.str());

@@ -62,4 +62,11 @@ std::vector<Storage> default_storage() {
   return {{StorageType::F32, StorageType::F32}, {StorageType::BF16, StorageType::F32}};
 }
 
+std::vector<Storage> storage_to_generate(const std::vector<Storage>& requested,
+                                         const std::vector<Storage>& spec_storage) {
+  if (!requested.empty()) return requested;
+  if (!spec_storage.empty()) return spec_storage;
+  return default_storage();
+}
+
 }  // namespace optgen

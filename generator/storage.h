@@ -30,4 +30,9 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
 /// What a spec generates unless it or the build says otherwise: f32, and bf16 params with f32 states.
 std::vector<Storage> default_storage();
 
+/// The storage types to generate kernels for: those `requested` (optgen emit --storage), else the
+/// spec's `storage:` list, else default_storage().
+std::vector<Storage> storage_to_generate(const std::vector<Storage>& requested,
+                                         const std::vector<Storage>& spec_storage);
+
 }  // namespace optgen

@@ -1,0 +1,204 @@
+// A spec loaded at run time (optgen/spec_at_run_time.h): the generator's pipeline as `optgen emit`
+// runs it, its tables and kernel source kept in memory, and an OptimizerInfo pointing at them.
+#include "optgen/spec_at_run_time.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "emit_common.h"
+#include "emit_cuda.h"
+#include "emit_images.h"
+#include "evaluate.h"
+#include "optgen/error.h"
+#include "optgen/kernel_abi.h"
+#include "optimizer_tables.h"
+#include "pipeline.h"
+
+namespace optgen {
+
+/// Owns the generator's tables and the runtime's view of them; built once, never changed or moved
+/// (OptimizerInfo points into it).
+struct RuntimeSpec::Impl {
+  Impl(const Spec& spec, const std::vector<Program>& compiled, const std::vector<Storage>& storage);
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // What the generator built: every name, and the derived flags' IR.
+  std::string generator, optimizer, spec_name;
+  SpecTables spec_tables;
+  KernelTables kernel_tables;
+  std::string source_name, source;
+
+  // The runtime's tables, pointing into the above.
+  std::vector<reference::HyperparameterInfo> hyperparameters;
+  std::vector<reference::StateInfo> states, scalar_states;
+  std::vector<VariantInfo> variants;
+  std::vector<std::vector<const char*>> stage_names;  ///< per kernel
+  std::vector<KernelInfo> kernels;
+  std::vector<const char*> compile_options;
+  KernelImages images{};
+  OptimizerInfo info{};
+  std::vector<double> defaults;
+
+ private:
+  void describe_spec();
+  void describe_kernels();
+  void describe_images();
+  void describe_optimizer();
+};
+
+namespace {
+
+reference::ValueType runtime_type(ValueType type) {
+  switch (type) {
+    case ValueType::Bool: return reference::ValueType::Bool;
+    case ValueType::Int: return reference::ValueType::Int;
+    case ValueType::Float: return reference::ValueType::Float;
+  }
+  throw InternalError("runtime_type: unknown value type");
+}
+
+DType runtime_dtype(StorageType type) {
+  switch (type) {
+    case StorageType::F32: return DType::F32;
+    case StorageType::BF16: return DType::BF16;
+    case StorageType::F16: return DType::F16;
+  }
+  throw InternalError("runtime_dtype: unknown storage type");
+}
+
+std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& rows) {
+  std::vector<reference::StateInfo> states;
+  for (const StateRow& s : rows) states.push_back({s.name.c_str(), {s.init.value, s.init.hyperparameter}});
+  return states;
+}
+
+/// `h` with each derived flag set to its IR's value, as the reference's derive_flags computes it
+/// (bools read as h != 0). `context` is the RuntimeSpec::Impl.
+void derive_flags_from_ir(const void* context, double* h) {
+  const auto& spec = *static_cast<const RuntimeSpec::Impl*>(context);
+  const auto& hyperparameters = spec.spec_tables.hyperparameters;
+  auto read = [&](const Node& var) {
+    for (size_t i = 0; i < hyperparameters.size(); ++i) {
+      if (var.var != VarKind::Hyperparameter || hyperparameters[i].name != var.name) continue;
+      return hyperparameters[i].type == ValueType::Bool ? (h[i] != 0 ? 1.0 : 0.0) : h[i];
+    }
+    throw InternalError("derive_flags: a derived flag reads '" + var.name + "', which is no plain hyperparameter");
+  };
+  for (const DerivedFlagRow& flag : spec.spec_tables.derived_flags)
+    h[flag.hyperparameter] = evaluate(flag.value, read) != 0 ? 1.0 : 0.0;
+}
+
+/// SpecOptions::storage parsed; optgen::Error names the bad entry.
+std::vector<Storage> requested_storage(const SpecOptions& options, const std::string& path) {
+  const std::string call = "optgen::load_spec_at_run_time(" + path + ")";
+  std::vector<Storage> storage;
+  for (const std::string& item : options.storage) {
+    std::string error;
+    std::optional<Storage> parsed = parse_storage(item, &error);
+    if (!parsed) throw Error(call, "SpecOptions::storage: " + error, "e.g. \"f32\", \"bf16\" or \"bf16:bf16\"");
+    if (std::find(storage.begin(), storage.end(), *parsed) != storage.end())
+      throw Error(call, "SpecOptions::storage lists " + item + " twice");
+    storage.push_back(*parsed);
+  }
+  return storage;
+}
+
+}  // namespace
+
+RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, const std::vector<Storage>& storage)
+    : generator(generator_banner()),
+      optimizer(spec.optimizer),
+      spec_name(spec.name),
+      spec_tables(optgen::spec_tables(spec, compiled.front())),
+      kernel_tables(optgen::kernel_tables(compiled, storage)),
+      source_name(spec.name + "_kernels.cu"),
+      source(emit_cuda(spec, compiled, storage, KernelTuning{})) {
+  describe_spec();
+  describe_kernels();
+  describe_images();
+  describe_optimizer();
+}
+
+void RuntimeSpec::Impl::describe_spec() {
+  for (const HyperparameterRow& h : spec_tables.hyperparameters)
+    hyperparameters.push_back({h.name.c_str(), runtime_type(h.type), h.default_value, h.specialized, h.derived});
+  states = runtime_states(spec_tables.states);
+  scalar_states = runtime_states(spec_tables.scalar_states);
+}
+
+void RuntimeSpec::Impl::describe_kernels() {
+  for (const VariantRow& v : kernel_tables.variants)
+    variants.push_back({v.name.c_str(), v.states.data(), static_cast<int>(v.states.size()), v.group_values_size,
+                        v.group_kernel.c_str(), v.num_stages});
+  for (const KernelRow& k : kernel_tables.kernels) {
+    std::vector<const char*> names;
+    for (const std::string& stage : k.stages) names.push_back(stage.c_str());
+    stage_names.push_back(std::move(names));
+  }
+  for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
+    const KernelRow& k = kernel_tables.kernels[i];
+    kernels.push_back(
+        {stage_names[i].data(), k.variant, runtime_dtype(k.storage.param), runtime_dtype(k.storage.state)});
+  }
+}
+
+/// Source only: load_module compiles it with NVRTC for the device, through the kernel cache.
+void RuntimeSpec::Impl::describe_images() {
+  for (const std::string& option : kernel_compile_options()) compile_options.push_back(option.c_str());
+  images = {source_name.c_str(),
+            source.c_str(),
+            compile_options.data(),
+            static_cast<int>(compile_options.size()),
+            nullptr,
+            0};
+}
+
+void RuntimeSpec::Impl::describe_optimizer() {
+  const KernelTuning tuning;
+  info = {kernel_abi::kVersion,
+          generator.c_str(),
+          optimizer.c_str(),
+          spec_name.c_str(),
+          hyperparameters.data(),
+          static_cast<int>(hyperparameters.size()),
+          states.data(),
+          static_cast<int>(states.size()),
+          scalar_states.data(),
+          static_cast<int>(scalar_states.size()),
+          spec_tables.flags.data(),
+          static_cast<int>(spec_tables.flags.size()),
+          &derive_flags_from_ir,
+          this,
+          variants.data(),
+          static_cast<int>(variants.size()),
+          kernels.data(),
+          static_cast<int>(kernels.size()),
+          &images,
+          tuning.block_size,
+          tuning.chunk_size};
+  defaults = default_hyperparameters(info);
+}
+
+RuntimeSpec::RuntimeSpec(std::unique_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+RuntimeSpec::RuntimeSpec(RuntimeSpec&&) noexcept = default;
+RuntimeSpec& RuntimeSpec::operator=(RuntimeSpec&&) noexcept = default;
+RuntimeSpec::~RuntimeSpec() = default;
+
+const OptimizerInfo& RuntimeSpec::info() const { return impl_->info; }
+const std::vector<double>& RuntimeSpec::defaults() const { return impl_->defaults; }
+const std::string& RuntimeSpec::kernel_source() const { return impl_->source; }
+
+RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& options) {
+  const std::vector<Storage> requested = requested_storage(options, path);
+  try {
+    const Spec spec = load_spec(path);
+    const std::vector<Program> compiled = compile_spec(spec);
+    return RuntimeSpec(
+        std::make_unique<const RuntimeSpec::Impl>(spec, compiled, storage_to_generate(requested, spec.storage)));
+  } catch (const SpecError& e) {
+    throw SpecLoadError(e.what());
+  }
+}
+
+}  // namespace optgen
