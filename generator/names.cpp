@@ -74,9 +74,10 @@ const std::vector<std::string>& runtime_names() {
       "Tensor", "StateBuffer", "AmpInputs", "VariantInfo", "KernelInfo", "OptimizerInfo", "FusedOptimizer", "DType",
       "Error", "Module", "ModuleOrigin", "KernelImage", "KernelImages", "KernelCache", "CompiledImage", "Checkpoint",
       "CheckpointTensor", "kernel_images", "kernel_abi", "reference", "driver", "nvrtc", "default_hyperparameters",
-      "check_checkpoint_spec", "create_for_c", "to_string", "size_of", "float_to_bf16", "bf16_to_float", "float_to_f16",
-      "f16_to_float", "load_module", "read_safetensors", "write_safetensors", "dtype_size", "builtin_launchers",
-      "derive_flags", "select_variant", "RuntimeSpec", "SpecOptions", "SpecLoadError", "load_spec_at_run_time"};
+      "check_checkpoint_spec", "create_for_c", "guarded_for_c", "new_optimizer_for_c", "to_string", "size_of",
+      "float_to_bf16", "bf16_to_float", "float_to_f16", "f16_to_float", "load_module", "read_safetensors",
+      "write_safetensors", "dtype_size", "builtin_launchers", "derive_flags", "select_variant", "RuntimeSpec",
+      "SpecOptions", "SpecLoadError", "load_spec_at_run_time"};
   // clang-format on
   return list;
 }

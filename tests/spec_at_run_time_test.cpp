@@ -10,6 +10,7 @@
 
 #include "adabelief.h"
 #include "adabelief_reference.h"
+#include "optgen/c_api.h"
 #include "optgen/spec_at_run_time.h"
 #include "optimizer_harness.h"
 #include "scoped_resources.h"
@@ -281,6 +282,54 @@ TEST_CASE("an engine on a spec loaded at run time checks what it is given as a l
              Catch::Contains("use_momentum is derived from other hyperparameters"));
 }
 
+TEST_CASE("optgen_create_from_spec reports a bad spec through optgen_last_error", "[spec_at_run_time]") {
+  TemporaryDirectory dir;
+  const std::string path = dir.path() + "/unknown.yaml";
+  write_file(path,
+             "optimizer: Bad\n"
+             "summary: a spec with one mistake\n"
+             "update:\n"
+             "  - param = param - lr * grad\n");
+  optgen_optimizer* opt = nullptr;
+  CHECK(optgen_create_from_spec(path.c_str(), nullptr, nullptr, 0, OPTGEN_F32, &opt) == -1);
+  CHECK(opt == nullptr);
+  CHECK(std::string(optgen_last_error()) == load_error(path));
+  CHECK_THAT(std::string(optgen_last_error()),
+             Catch::StartsWith(path + ":4:21: error: unknown name 'lr'\n  - param = param - lr * grad\n"));
+
+  const std::string missing = dir.path() + "/missing.yaml";
+  CHECK(optgen_create_from_spec(missing.c_str(), nullptr, nullptr, 0, OPTGEN_F32, &opt) == -1);
+  CHECK(std::string(optgen_last_error()) == missing + ": error: cannot open spec file: No such file or directory\n");
+  CHECK(optgen_create_from_spec(nullptr, nullptr, nullptr, 0, OPTGEN_F32, &opt) == -1);
+  CHECK(std::string(optgen_last_error()) == "optgen_create_from_spec failed: path or out is NULL");
+}
+
+TEST_CASE("optgen_create_from_spec makes an optimizer with the spec's defaults and the overrides",
+          "[spec_at_run_time]") {
+  const std::string adamw = builtin_spec("adamw");
+  const char* names[] = {"lr", "amsgrad"};
+  const double values[] = {0.25, 1};
+  optgen_optimizer* opt = nullptr;
+  REQUIRE(optgen_create_from_spec(adamw.c_str(), names, values, 2, OPTGEN_BF16, &opt) == 0);
+  CHECK(std::string(optgen_last_error()).empty());
+  size_t groups = 7;
+  CHECK(optgen_num_groups(opt, &groups) == 0);
+  CHECK(groups == 0);
+  CHECK(optgen_set(opt, "beta3", 0.5, -1) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("AdamW has no hyperparameter 'beta3'"));
+  optgen_destroy(opt);
+
+  const char* unknown[] = {"beta3"};
+  CHECK(optgen_create_from_spec(adamw.c_str(), unknown, values, 1, OPTGEN_F32, &opt) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("AdamW has no hyperparameter 'beta3'"));
+  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, nullptr, 0, 7, &opt) == -1);
+  CHECK(std::string(optgen_last_error()) ==
+        "optgen_create_from_spec failed: unknown dtype 7\n  fix: use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
+  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, values, 1, OPTGEN_F32, &opt) == -1);
+  CHECK_THAT(std::string(optgen_last_error()),
+             Catch::Contains("optgen_create_from_spec failed: names or values is NULL"));
+}
+
 // ---- On a GPU. ----
 
 namespace {
@@ -349,6 +398,43 @@ TEST_CASE("adamw.yaml loaded at run time steps bit for bit as the built-in AdamW
   };
   CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::CompiledNow);
   CHECK(origin_of_a_new_optimizer() == optgen::ModuleOrigin::CacheHit);
+}
+
+TEST_CASE("through the C ABI, a spec loaded at run time steps as the built-in's optgen_adamw_create", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  TemporaryDirectory cache;
+  ScopedEnvironment cache_dir("OPTGEN_CACHE_DIR", cache.path().c_str());
+  const std::string adamw = builtin_spec("adamw");
+  const char* names[] = {"lr", "weight_decay"};
+  const double values[] = {0.01, 0.1};
+  optgen_optimizer* generated = nullptr;
+  optgen_optimizer* at_run_time = nullptr;
+  REQUIRE(optgen_adamw_create(names, values, 2, OPTGEN_F32, &generated) == 0);
+  REQUIRE(optgen_create_from_spec(adamw.c_str(), names, values, 2, OPTGEN_F32, &at_run_time) == 0);
+  std::mt19937 rng_generated(3), rng_at_run_time(3);
+  DeviceGroup generated_group(DType::F32, {4096, 33}, {false, true}, rng_generated);
+  DeviceGroup group(DType::F32, {4096, 33}, {false, true}, rng_at_run_time);
+  auto add = [](optgen_optimizer* opt, const DeviceGroup& g) {
+    std::vector<optgen_tensor> tensors;
+    for (const optgen::Tensor& t : g.tensors)
+      tensors.push_back({t.param, t.grad, t.numel, -1, OPTGEN_F32, OPTGEN_F32, nullptr});
+    REQUIRE(optgen_add_param_group(opt, tensors.data(), tensors.size(), nullptr, nullptr, 0, nullptr) == 0);
+  };
+  add(generated, generated_group);
+  add(at_run_time, group);
+  for (int step = 1; step <= 3; ++step) {
+    generated_group.new_gradients(rng_generated);
+    group.new_gradients(rng_at_run_time);
+    REQUIRE(optgen_step(generated, nullptr) == 0);
+    REQUIRE(optgen_step(at_run_time, nullptr) == 0);
+    synchronize();
+    CHECK(group.device_bytes() == generated_group.device_bytes());
+  }
+  int64_t steps = 0;
+  CHECK(optgen_step_count(at_run_time, 0, &steps) == 0);
+  CHECK(steps == 3);
+  optgen_destroy(at_run_time);  // the handle owned the loaded spec
+  optgen_destroy(generated);
 }
 
 TEST_CASE("examples/adabelief.yaml loaded at run time steps bit for bit as its generated launcher", "[gpu]") {

@@ -5,6 +5,9 @@
 #include "optgen/error.h"
 
 struct optgen_optimizer {
+  /// What engine's OptimizerInfo points into when that is not a launcher's static tables (a spec
+  /// loaded at run time); declared first, so it outlives the engine.
+  std::shared_ptr<const void> owner;
   optgen::FusedOptimizer engine;
 };
 
@@ -45,14 +48,22 @@ int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const 
   return guarded([&] {
     const std::string call = std::string("optgen_") + info.spec + "_create";
     require(out != nullptr, call.c_str(), "out is NULL");
-    require(count == 0 || (names && values), call.c_str(), "names or values is NULL");
-    FusedOptimizer engine(info, std::move(defaults), dtype_of(state_dtype, call.c_str()));
-    for (size_t i = 0; i < count; ++i) {
-      require(names[i] != nullptr, call.c_str(), "a hyperparameter name is NULL");
-      engine.set(names[i], values[i]);  // with no group yet: the defaults, checked like any setter
-    }
-    *out = new optgen_optimizer{std::move(engine)};
+    *out = new_optimizer_for_c(call.c_str(), info, std::move(defaults), names, values, count, state_dtype, nullptr);
   });
+}
+
+int guarded_for_c(const std::function<void()>& body) { return guarded(body); }
+
+optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& info, std::vector<double> defaults,
+                                      const char* const* names, const double* values, size_t count, int32_t state_dtype,
+                                      std::shared_ptr<const void> owner) {
+  require(count == 0 || (names && values), call, "names or values is NULL");
+  FusedOptimizer engine(info, std::move(defaults), dtype_of(state_dtype, call));
+  for (size_t i = 0; i < count; ++i) {
+    require(names[i] != nullptr, call, "a hyperparameter name is NULL");
+    engine.set(names[i], values[i]);  // with no group yet: the defaults, checked like any setter
+  }
+  return new optgen_optimizer{std::move(owner), std::move(engine)};
 }
 }  // namespace optgen
 

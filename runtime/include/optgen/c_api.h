@@ -136,8 +136,21 @@ int optgen_state_dtype(const optgen_optimizer* optimizer, int32_t* dtype);
 
 void optgen_destroy(optgen_optimizer* optimizer);
 
+/* ---- Specs at run time ----
+ * An optimizer from a YAML spec file loaded now, with no C++ compiler (optgen/spec_at_run_time.h):
+ * what optgen_<spec>_create does for a generated launcher, for any spec, with the kernels the
+ * spec's `storage:` lists (else f32 and bf16), compiled by NVRTC through the kernel cache at the
+ * first optgen_prepare or optgen_step. A mistake in the spec fails with the message `optgen check`
+ * prints: `file:line:col: error: ...`, the source line and a caret. Defined by the spec loader
+ * (liboptgen.so has it; the runtime alone does not). */
+int optgen_create_from_spec(const char* path, const char* const* names, const double* values, size_t count,
+                            int32_t state_dtype, optgen_optimizer** out);
+
 #ifdef __cplusplus
 } /* extern "C" */
+
+#include <functional>
+#include <memory>
 
 #include "optgen/optimizer.h"
 
@@ -146,6 +159,17 @@ namespace optgen {
 /// the named overrides, as a C handle.
 int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names,
                  const double* values, size_t count, int32_t state_dtype, optgen_optimizer** out);
+
+/// For C functions defined outside the runtime (optgen_create_from_spec): runs `body` as every
+/// function of the C ABI does, returning 0, or -1 with the exception's message in
+/// optgen_last_error().
+int guarded_for_c(const std::function<void()>& body);
+/// What create_for_c makes, for such functions: a new optimizer as a C handle, which keeps `owner`
+/// alive until optgen_destroy (what `info` points into, when that is not a launcher's static
+/// tables). Throws; `call` names the C function in messages.
+optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& info, std::vector<double> defaults,
+                                      const char* const* names, const double* values, size_t count, int32_t state_dtype,
+                                      std::shared_ptr<const void> owner);
 }  // namespace optgen
 #endif
 

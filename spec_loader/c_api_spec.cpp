@@ -1,0 +1,17 @@
+// The C ABI's "Specs at run time" (optgen/c_api.h): optgen_create_from_spec, over
+// load_spec_at_run_time. The handle owns the loaded spec its engine points into.
+#include <memory>
+
+#include "optgen/c_api.h"
+#include "optgen/error.h"
+#include "optgen/spec_at_run_time.h"
+
+extern "C" int optgen_create_from_spec(const char* path, const char* const* names, const double* values, size_t count,
+                                       int32_t state_dtype, optgen_optimizer** out) {
+  return optgen::guarded_for_c([&] {
+    const char* call = "optgen_create_from_spec";
+    if (path == nullptr || out == nullptr) throw optgen::Error(call, "path or out is NULL");
+    auto spec = std::make_shared<const optgen::RuntimeSpec>(optgen::load_spec_at_run_time(path));
+    *out = optgen::new_optimizer_for_c(call, spec->info(), spec->defaults(), names, values, count, state_dtype, spec);
+  });
+}
