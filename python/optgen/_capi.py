@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
 ABI_VERSION = 2
@@ -81,6 +81,7 @@ _CHECKED = {
     "optgen_describe_scalar_state": [_P, _SIZE, ctypes.POINTER(_StateInfo)],
     "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
+    "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
 }
 
 
@@ -224,6 +225,18 @@ class Engine:
         handle = ctypes.c_void_p()
         lib.create_builtin(spec, _strings(overrides), _doubles(overrides.values()), len(overrides), state_dtype,
                            ctypes.byref(handle))
+        return cls(handle.value)
+
+    @classmethod
+    def from_spec(cls, path: Union[str, os.PathLike], overrides: Mapping[str, float] = {},
+                  state_dtype: int = F32) -> "Engine":
+        """An optimizer from a YAML spec loaded now: generated in this process and compiled by NVRTC
+        at prepare() through the disk cache, with no C++ compiler. A mistake in the spec raises
+        OptgenError with optgen check's text: file:line:col: error: ..., the line and a caret."""
+        lib = library()
+        handle = ctypes.c_void_p()
+        lib.call("optgen_create_from_spec", os.fsencode(path), _strings(overrides), _doubles(overrides.values()),
+                 len(overrides), state_dtype, ctypes.byref(handle))
         return cls(handle.value)
 
     def close(self) -> None:

@@ -67,3 +67,41 @@ def test_binding_without_a_gpu_says_what_is_missing():
     e = Engine.builtin("adamw")
     with pytest.raises(OptgenError, match="libcuda.so.1"):
         e.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32)], {})
+
+
+def test_a_spec_loaded_at_run_time_describes_itself_as_the_builtin_does():
+    at_run_time = Engine.from_spec(REPO / "specs" / "adamw.yaml", {"lr": 0.25})
+    builtin = Engine.builtin("adamw")
+    assert (at_run_time.name, at_run_time.spec) == (builtin.name, builtin.spec) == ("AdamW", "adamw")
+    assert at_run_time.hyperparameters == builtin.hyperparameters
+    assert at_run_time.states == builtin.states
+    assert at_run_time.scalar_states == builtin.scalar_states
+    assert at_run_time.states_used({"amsgrad": True}) == builtin.states_used({"amsgrad": True}) == [True, True, True]
+
+
+def test_a_users_spec_loads_at_run_time():
+    e = Engine.from_spec(str(REPO / "examples" / "adabelief.yaml"), state_dtype=BF16)
+    assert (e.name, e.state_dtype) == ("AdaBelief", BF16)
+    assert [s.name for s in e.states] == ["exp_avg", "exp_avg_var"]
+    assert e.defaults()["eps"] == 1e-16
+
+
+def test_a_spec_error_at_run_time_carries_its_location(tmp_path):
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("optimizer: Broken\nsummary: one mistake\nhyperparameters:\n  lr: {type: float, default: 0.1}\n"
+                    "update:\n  - param = param - lr * gard\n")
+    with pytest.raises(OptgenError) as error:
+        Engine.from_spec(spec)
+    assert str(error.value) == (f"{spec}:6:26: error: unknown name 'gard'\n"
+                                "  - param = param - lr * gard\n"
+                                "                         ^\n")
+
+
+def test_a_missing_spec_file_is_an_error_that_names_it():
+    with pytest.raises(OptgenError, match="/nonexistent/spec.yaml"):
+        Engine.from_spec("/nonexistent/spec.yaml")
+
+
+def test_a_bad_override_of_a_spec_at_run_time_is_an_error():
+    with pytest.raises(OptgenError, match="AdamW has no hyperparameter 'beta3'"):
+        Engine.from_spec(REPO / "specs" / "adamw.yaml", {"beta3": 0.5})

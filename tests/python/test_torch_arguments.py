@@ -1,13 +1,16 @@
 """optgen.torch's argument checks: torch needed, no GPU (they fail before any tensor is bound)."""
 
 import inspect
+import pathlib
 
 import pytest
 
 torch = pytest.importorskip("torch")
+import optgen  # noqa: E402
 import optgen.torch as ot  # noqa: E402
 
 pytestmark = pytest.mark.torch
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # Each class and torch.optim's class of the same name, where torch has one.
 PAIRS = [(name, getattr(torch.optim, name, None)) for name in ot.__all__ if name != "Optimizer"]
@@ -48,3 +51,19 @@ def test_torchs_argument_checks():
         ot.AdamW([p], state_dtype=torch.float16)
     with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
         ot.AdamW([p], momentum=0.9)
+
+
+def test_from_spec_raises_the_spec_error(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("optimizer: Bad\nsummary: one mistake\nhyperparameters:\n  lr: {type: float, default: 0.1}\n"
+                    "update:\n  - param = param - lr * grad * undefined_name\n")
+    with pytest.raises(optgen.OptgenError, match=r"bad.yaml:6:\d+: error: unknown name 'undefined_name'"):
+        ot.Optimizer.from_spec(spec, [torch.zeros(1)])
+
+
+def test_from_spec_checks_hyperparameters_by_the_specs_names():
+    spec = REPO / "examples" / "adabelief.yaml"
+    with pytest.raises(TypeError, match="AdaBelief has no hyperparameter 'momentum'"):
+        ot.Optimizer.from_spec(spec, [torch.zeros(1)], momentum=0.9)
+    with pytest.raises(ValueError, match="step CUDA tensors"):
+        ot.Optimizer.from_spec(spec, [torch.zeros(1)], betas=(0.8, 0.9), state_dtype=torch.bfloat16)

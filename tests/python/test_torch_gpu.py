@@ -269,3 +269,45 @@ def test_bad_gradients_are_errors():
         opt.step()
     with pytest.raises(ValueError, match="float32, bfloat16 and float16"):
         ot.SGD([torch.nn.Parameter(torch.zeros(2, device="cuda", dtype=torch.float64))])
+
+
+def test_a_spec_loaded_at_run_time_steps_as_the_builtin():
+    ours_p, builtin_p = make_params(7), make_params(7)
+    ours = ot.Optimizer.from_spec(REPO / "specs" / "adamw.yaml", groups(ours_p, dict(lr=1e-2), dict(amsgrad=True)),
+                                  betas=(0.8, 0.9))
+    builtin = ot.AdamW(groups(builtin_p, dict(lr=1e-2), dict(amsgrad=True)), betas=(0.8, 0.9))
+    run(ours, ours_p, STEPS)
+    run(builtin, builtin_p, STEPS)
+    for a, b in zip(ours_p, builtin_p):
+        assert torch.equal(a, b)
+    assert (ours.engine.name, ours.engine.spec) == ("AdamW", "adamw")
+
+
+def adabelief_reference(params, grads, state, step, lr, beta1=0.9, beta2=0.999, eps=1e-16, weight_decay=0.0):
+    """adabelief_pytorch.AdaBelief.step (0.2.0) with weight_decouple=True, fixed_decay=False,
+    rectify=False, amsgrad=False: the configuration examples/adabelief.yaml expresses, in f64."""
+    for p, g in zip(params, grads):
+        m, v = state.setdefault(p, (torch.zeros_like(p), torch.zeros_like(p)))
+        p.mul_(1 - lr * weight_decay)
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g - m, g - m, value=1 - beta2).add_(eps)
+        denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+        p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+
+
+def test_a_users_spec_at_run_time_matches_its_published_implementation():
+    params = make_params(8)
+    expected = [p.detach().double() for p in params]
+    opt = ot.Optimizer.from_spec(REPO / "examples" / "adabelief.yaml", params, lr=1e-2, weight_decay=0.1,
+                                 eps=1e-8)
+    state = {}
+    for step in range(STEPS):
+        grads = gradients(params, step)
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+        adabelief_reference(expected, [g.double() for g in grads], state, step + 1, lr=1e-2, weight_decay=0.1,
+                            eps=1e-8)
+    assert opt.engine.name == "AdaBelief"
+    assert_params_close(params, [e.float() for e in expected])
+    assert_params_close([opt.state[p]["exp_avg_var"] for p in params], [state[e][1].float() for e in expected])

@@ -19,9 +19,10 @@ How torch's objects map onto optgen's engine (optgen.Engine, the C++ FusedOptimi
 from __future__ import annotations
 
 import operator
+import os
 from collections import defaultdict
 from itertools import chain
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import torch
 import torch.optim.optimizer as _torch_optimizer
@@ -34,6 +35,8 @@ _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.flo
 _STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16}
 _TYPE_NAMES = {_capi.BOOL: "bool", _capi.INT: "int", _capi.FLOAT: "float"}
 _grad_of = operator.attrgetter("grad")
+# Optimizer's keyword-only options, which from_spec tells apart from hyperparameters.
+_OPTIONS = ("state_dtype", "static_grads", "foreach", "fused", "capturable", "differentiable")
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -83,7 +86,8 @@ class _Binding:
 class Optimizer(torch.optim.Optimizer):
     """A torch.optim.Optimizer that steps every parameter with one fused optgen launch.
 
-    Use a subclass for a built-in spec (optgen.torch.AdamW, ...). CUDA params only (f32, bf16 or f16; each group may mix them), all on one device.
+    Use a subclass for a built-in spec (optgen.torch.AdamW, ...) or Optimizer.from_spec for any
+    spec. CUDA params only (f32, bf16 or f16; each group may mix them), all on one device.
 
     state_dtype: the dtype optgen keeps states in, torch.float32 (default) or torch.bfloat16
         (torch keeps them in the param's dtype).
@@ -126,6 +130,23 @@ class Optimizer(torch.optim.Optimizer):
         self._device: Optional[torch.device] = None
         self._structure_changed = True
         super().__init__(params, full)
+
+    @staticmethod
+    def from_spec(path: Union[str, os.PathLike], params, **hyperparameters_and_options) -> "Optimizer":
+        """An optimizer for any spec, loaded now (optgen.Engine.from_spec: generated in this
+        process and compiled by NVRTC through the disk cache, no C++ compiler).
+
+        Hyperparameters take the spec's names, except beta1 and beta2, which are torch's
+        betas=(beta1, beta2) when the spec has both; the options are Optimizer's (state_dtype,
+        static_grads, ...). A mistake in the spec raises optgen.OptgenError with its
+        file:line:col, the line and a caret.
+
+            opt = optgen.torch.Optimizer.from_spec("my_lion.yaml", model.parameters(), lr=1e-4)
+        """
+        options = {k: hyperparameters_and_options.pop(k) for k in _OPTIONS if k in hyperparameters_and_options}
+        spec = os.fspath(path)
+        return Optimizer(params, lambda state_dtype: Engine.from_spec(spec, state_dtype=state_dtype),
+                         hyperparameters_and_options, **options)
 
     # ---- groups ----
 
