@@ -14,12 +14,15 @@
 #            build-run/liboptgen.so and the sources in python/
 #   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
 #   examples examples/python/run_gpu.sh: real training, optgen.torch beside torch (JSON in $OUT)
+#   fsdp2    examples/python/run_gpu.sh fsdp2: optgen.torch against torch on FSDP2 shards (2 GPUs)
 #   sweep    every build-run/optgen_bench_<tuning> (built with OPTGEN_BUILTIN_OPTIONS, see
 #            bench/README.md) and optgen_bench, over chunk sizes: a tuning sweep
 set -uo pipefail
 out=${OUT:-/tmp/optgen_out}
 mkdir -p "$out"
 run=build-run
+# liboptgen.so needs libyaml-cpp.so.0.7, which the GPU machine lacks: build-run carries it.
+export LD_LIBRARY_PATH="$PWD/$run${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test binary reads tests/data through the source path it was built in (OPTGEN_SOURCE_DIR).
 source_dir=${OPTGEN_BUILT_IN:-/work/main}
 if [ ! -e "$source_dir" ]; then
@@ -75,6 +78,12 @@ for what in $steps; do
         tee "$out/examples.log" | tail -30
       status=$((status | PIPESTATUS[0]))
       ;;
+    fsdp2)
+      echo "== examples/python/run_gpu.sh fsdp2"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python bash examples/python/run_gpu.sh fsdp2 "$out/examples" \
+        2>&1 | tee "$out/fsdp2.log" | tail -30
+      status=$((status | PIPESTATUS[0]))
+      ;;
     sweep)
       for bench in "$run"/optgen_bench "$run"/optgen_bench_*; do
         case $bench in *_base) continue ;; esac
@@ -83,7 +92,7 @@ for what in $steps; do
           --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
       done
       ;;
-    *) echo "unknown step '$what' (tests, bench, compare, python, pystep, examples, sweep)"; exit 2 ;;
+    *) echo "unknown step '$what' (tests, bench, compare, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
   esac
 done
 exit "$status"

@@ -33,6 +33,8 @@ train_all() {
 }
 
 fsdp2() {
+  # NVLink multicast stays off (it can take a shared host's GPUs out of service): NCCL, PyTorch, NVSHMEM.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   run torchrun --standalone --nproc_per_node 2 "$here/fsdp2_check.py"
   return $status
 }
