@@ -6,7 +6,10 @@ For each workload (bench/workloads/<name>.json: the parameter shapes of a real m
 gradients (as a training loop that zeroes in place keeps them):
 - host: wall time of one step() call on the host, no synchronization (median of --steps calls,
   the GPU drained every 10 calls outside the timing so the launch queue never fills);
-- gpu: CUDA-event time per step over --steps back-to-back steps.
+- gpu: CUDA-event time per step over --steps back-to-back steps;
+- host, new grads: host time of step() in the usual loop, where each step's gradients are new
+  tensors that autograd made (zero_grad(set_to_none=True), then a backward pass, untimed, with
+  the GPU drained before the step).
 Methods: optgen.torch.AdamW (default: every .grad checked), optgen.torch.AdamW(static_grads=True),
 and torch.optim.AdamW(fused=True). Compare "gpu" with optgen_bench's C++ figure for the same
 workload to see what Python adds on the device (nothing but the launch itself).
@@ -69,6 +72,21 @@ def measure(optimizer, steps):
     return statistics.median(host) * 1e6, start.elapsed_time(end) * 1e3 / steps
 
 
+def measure_new_grads(optimizer, params, steps):
+    """Median host time of step() when autograd has just made every gradient anew."""
+    incoming = [p.grad.detach().clone() for p in params]
+    host = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(params, incoming)  # each .grad a new tensor (static_grads: accumulated in place)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        optimizer.step()
+        host.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return statistics.median(host) * 1e6
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=["many-10000", "ghostnet_100", "gpt2"])
@@ -77,15 +95,18 @@ def main():
     parser.add_argument("--out", default=None, help="JSON results")
     args = parser.parse_args()
     results = []
-    print(f"{'workload':<14} {'method':<22} {'host us/step':>13} {'gpu us/step':>12}")
+    print(f"{'workload':<14} {'method':<22} {'host us/step':>13} {'gpu us/step':>12} {'host us, new grads':>19}")
     for workload in args.workloads:
         shapes = shapes_of(workload)
         for method in args.methods:
             params = make(shapes)
-            host, gpu = measure(METHODS[method](params), args.steps)
-            results.append(dict(workload=workload, tensors=len(shapes), method=method, host_us=host, gpu_us=gpu))
-            print(f"{workload:<14} {method:<22} {host:>13.1f} {gpu:>12.1f}", flush=True)
-            del params
+            optimizer = METHODS[method](params)
+            host, gpu = measure(optimizer, args.steps)
+            host_new = measure_new_grads(optimizer, params, args.steps)
+            results.append(dict(workload=workload, tensors=len(shapes), method=method, host_us=host, gpu_us=gpu,
+                                host_new_grads_us=host_new))
+            print(f"{workload:<14} {method:<22} {host:>13.1f} {gpu:>12.1f} {host_new:>19.1f}", flush=True)
+            del params, optimizer
             torch.cuda.empty_cache()
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(dict(device=torch.cuda.get_device_name(),

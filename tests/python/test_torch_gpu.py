@@ -3,6 +3,7 @@ GradScaler, CUDA-graph capture, state_dict round trips both ways, skipped parame
 
 import copy
 import pathlib
+import weakref
 
 import pytest
 
@@ -271,6 +272,34 @@ def test_bad_gradients_are_errors():
         ot.SGD([torch.nn.Parameter(torch.zeros(2, device="cuda", dtype=torch.float64))])
 
 
+def test_a_new_gradient_is_checked_also_where_the_old_one_was():
+    p = torch.nn.Parameter(torch.zeros(4, 4, device="cuda"))
+    opt = ot.SGD([p], lr=0.1)
+    p.grad = torch.ones(4, 4, device="cuda")
+    opt.step()
+    p.grad = p.grad.t()  # the same memory, another layout
+    with pytest.raises(RuntimeError, match="a gradient does not match its parameter"):
+        opt.step()
+    p.grad = torch.ones(4, 4, device="cuda").to_sparse()
+    with pytest.raises(RuntimeError, match="do not support sparse gradients"):
+        opt.step()
+
+
+def test_new_gradients_in_new_memory_or_in_the_old_are_followed():
+    ours_p, theirs_p = make_params(9), make_params(9)
+    ours, theirs = ot.AdamW(ours_p, lr=1e-2), torch.optim.AdamW(theirs_p, lr=1e-2)
+    kept = []
+    for step in range(6):
+        for params in (ours_p, theirs_p):
+            if step % 2:
+                kept.append([p.grad for p in params])  # the old gradients live on: the new ones move
+            for p, g in zip(params, gradients(params, step)):
+                p.grad = g
+        ours.step()
+        theirs.step()
+    assert_params_close(ours_p, theirs_p)
+
+
 def test_a_spec_loaded_at_run_time_steps_as_the_builtin():
     ours_p, builtin_p = make_params(7), make_params(7)
     ours = ot.Optimizer.from_spec(REPO / "specs" / "adamw.yaml", groups(ours_p, dict(lr=1e-2), dict(amsgrad=True)),
@@ -311,3 +340,16 @@ def test_a_users_spec_at_run_time_matches_its_published_implementation():
     assert opt.engine.name == "AdaBelief"
     assert_params_close(params, [e.float() for e in expected])
     assert_params_close([opt.state[p]["exp_avg_var"] for p in params], [state[e][1].float() for e in expected])
+
+
+def test_gradients_are_freed_by_zero_grad_and_a_step_without_them_changes_nothing():
+    model = torch.nn.Linear(16, 4).cuda()
+    opt = ot.AdamW(model.parameters(), lr=1e-2)
+    model(torch.ones(2, 16, device="cuda")).sum().backward()
+    opt.step()
+    freed = weakref.ref(model.weight.grad)
+    opt.zero_grad()  # set_to_none=True: the optimizer must not keep the gradient alive
+    assert freed() is None
+    before = [p.detach().clone() for p in model.parameters()]
+    opt.step()  # no gradients: every param is skipped, as torch skips them
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

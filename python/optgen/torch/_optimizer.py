@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import operator
 import os
+import weakref
 from collections import defaultdict
 from itertools import chain
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
@@ -73,14 +74,55 @@ class _GroupDict(dict):
         return (dict, (dict(self),))
 
 
+class _Gone:
+    pass
+
+
+_NO_GRAD = weakref.ref(_Gone())  # dead at once: calling it gives None, as a param without .grad has
+
+
 class _Binding:
     """One torch param group as the current engine binds it."""
 
     def __init__(self, params: List[torch.Tensor]):
         self.params = params
-        self.grads = list(map(_grad_of, params))  # the .grad objects bound (None: not bound)
+        grads = list(map(_grad_of, params))
+        self.watch(grads)
+        self.distributed = any(_local(p) is not p for p in params)  # DTensors: step their local shards
+        # Per param, where its bound gradient is and the strides a gradient must have (0 and None
+        # where it has none): a new .grad at the same address with these strides needs no rebind.
+        self.grad_addresses, self.grad_strides = _addresses_and_strides(self._locals(grads))
         self.engine_groups: List[int] = []
         self.where: Dict[int, tuple] = {}  # param index -> (engine group, tensor index)
+
+    def watch(self, grads: List[Optional[torch.Tensor]]) -> None:
+        """Remembers the gradients bound, weakly: holding them would keep last step's gradients
+        alive past zero_grad(set_to_none=True), a second set in memory through the next backward.
+        Once one is freed, `freed` says so (a dead reference alone reads as a missing gradient)."""
+        self.freed = freed = [False]
+
+        def on_free(_, freed=freed):
+            freed[0] = True
+
+        self.grad_refs = [_NO_GRAD if g is None else weakref.ref(g, on_free) for g in grads]
+
+    def _locals(self, tensors: List[Optional[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
+        return [None if t is None else _local(t) for t in tensors] if self.distributed else tensors
+
+    def grads_unchanged(self, first_only: bool) -> bool:
+        """Whether every .grad (or the first, with static_grads) is the object bound."""
+        if self.freed[0]:
+            return False
+        if first_only:
+            return not self.params or self.params[0].grad is self.grad_refs[0]()
+        return not any(map(operator.is_not, map(_grad_of, self.params), map(operator.call, self.grad_refs)))
+
+
+def _addresses_and_strides(tensors: List[Optional[torch.Tensor]]):
+    """Each tensor's data_ptr() and stride() (0 and None for None). Raises RuntimeError for a tensor
+    with no strides or no storage (sparse)."""
+    return ([0 if t is None else t.data_ptr() for t in tensors],
+            [None if t is None else t.stride() for t in tensors])
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -249,32 +291,41 @@ class Optimizer(torch.optim.Optimizer):
         return t.data_ptr()
 
     def _grads_unchanged(self) -> bool:
-        for b in self._bindings:
-            if self._static_grads:
-                if b.params and b.params[0].grad is not b.grads[0]:
-                    return False
-            elif any(map(operator.is_not, map(_grad_of, b.params), b.grads)):
-                return False
-        return True
+        return all(b.grads_unchanged(self._static_grads) for b in self._bindings)
 
     def _follow_grads(self) -> None:
-        """Some .grad moved: rebind those that did, or rebuild when one appeared or disappeared."""
-        current = [list(map(_grad_of, b.params)) for b in self._bindings]
-        for b, grads in zip(self._bindings, current):
-            if any((g is None) != (old is None) for g, old in zip(grads, b.grads)):
-                self._rebuild()
-                return
-        for b, grads in zip(self._bindings, current):
+        """Some .grad is a new tensor (torch makes new ones after zero_grad(set_to_none=True)):
+        rebind those whose memory moved, or rebuild when one appeared or disappeared.
+
+        This runs on every step of the usual training loop, so it reads what it must and no more:
+        each gradient's address and strides. torch's .grad setter already holds a gradient to its
+        parameter's dtype, device and size, so strides equal to the parameter's (those of the
+        gradient bound first) make it fit; anything else goes through _check_grad."""
+        for b in self._bindings:
+            grads = list(map(_grad_of, b.params))
+            try:
+                addresses, strides = _addresses_and_strides(b._locals(grads))
+            except RuntimeError:  # a sparse gradient, say: _check_grad says what is wrong
+                for p, g in zip(b.params, grads):
+                    if g is not None:
+                        self._check_grad(p, g)
+                raise
+            if strides != b.grad_strides or b.distributed:
+                for i, (p, g) in enumerate(zip(b.params, grads)):
+                    if (g is None) != (b.grad_strides[i] is None):
+                        self._rebuild()  # a gradient appeared or disappeared
+                        return
+                    if g is not None and (strides[i] != b.grad_strides[i] or b.distributed):
+                        self._check_grad(p, g)
             moved = defaultdict(list)
-            for i, (p, g, old) in enumerate(zip(b.params, grads, b.grads)):
-                if g is not old:
-                    self._check_grad(p, g)
-                    group, tensor = b.where[i]
-                    moved[group].append((tensor, _local(p).data_ptr(), _local(g).data_ptr()))
-            for group, entries in moved.items():
-                tensors, params, grad_ptrs = zip(*entries)
-                self._engine.rebind(group, tensors, params, grad_ptrs)
-            b.grads = grads
+            for i, (address, old) in enumerate(zip(addresses, b.grad_addresses)):
+                if address != old:
+                    moved[b.where[i][0]].append(i)
+            for group, indices in moved.items():
+                self._engine.rebind(group, [b.where[i][1] for i in indices],
+                                    [_local(b.params[i]).data_ptr() for i in indices], [addresses[i] for i in indices])
+            b.watch(grads)
+            b.grad_addresses = addresses
 
     def _check_grad(self, p: torch.Tensor, g: torch.Tensor) -> None:
         local_p, local_g = _local(p), _local(g)
