@@ -268,6 +268,9 @@ def test_bad_gradients_are_errors():
     p.grad = torch.zeros(4, 4, device="cuda").t()  # another layout than the param's
     with pytest.raises(RuntimeError, match="a gradient does not match its parameter"):
         opt.step()
+    p.grad = torch.ones(4, 4, device="cuda").to_sparse()  # at the first step too
+    with pytest.raises(RuntimeError, match="do not support sparse gradients"):
+        opt.step()
     with pytest.raises(ValueError, match="float32, bfloat16 and float16"):
         ot.SGD([torch.nn.Parameter(torch.zeros(2, device="cuda", dtype=torch.float64))])
 

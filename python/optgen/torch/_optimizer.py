@@ -86,19 +86,21 @@ class _Binding:
 
     def __init__(self, params: List[torch.Tensor]):
         self.params = params
-        grads = list(map(_grad_of, params))
-        self.watch(grads)
         self.distributed = any(_local(p) is not p for p in params)  # DTensors: step their local shards
-        # Per param, where its bound gradient is and the strides a gradient must have (0 and None
-        # where it has none): a new .grad at the same address with these strides needs no rebind.
-        self.grad_addresses, self.grad_strides = _addresses_and_strides(self._locals(grads))
         self.engine_groups: List[int] = []
         self.where: Dict[int, tuple] = {}  # param index -> (engine group, tensor index)
 
-    def watch(self, grads: List[Optional[torch.Tensor]]) -> None:
-        """Remembers the gradients bound, weakly: holding them would keep last step's gradients
-        alive past zero_grad(set_to_none=True), a second set in memory through the next backward.
-        Once one is freed, `freed` says so (a dead reference alone reads as a missing gradient)."""
+    def bind(self, grads: List[Optional[torch.Tensor]], addresses: Optional[List[int]] = None,
+             strides: Optional[list] = None) -> None:
+        """Remembers the gradients bound (checked already), one per param or None:
+        - per param, its gradient's address and strides, those a gradient must have (0 and None
+          where there is none): a new .grad at the same address with these strides needs no rebind;
+        - the gradients themselves, weakly: holding them would keep last step's gradients alive
+          past zero_grad(set_to_none=True), a second set in memory through the next backward.
+          Once one is freed, `freed` says so (a dead reference alone reads as a missing gradient)."""
+        if addresses is None:
+            addresses, strides = _addresses_and_strides(self._locals(grads))
+        self.grad_addresses, self.grad_strides = addresses, strides
         self.freed = freed = [False]
 
         def on_free(_, freed=freed):
@@ -324,8 +326,7 @@ class Optimizer(torch.optim.Optimizer):
             for group, indices in moved.items():
                 self._engine.rebind(group, [b.where[i][1] for i in indices],
                                     [_local(b.params[i]).data_ptr() for i in indices], [addresses[i] for i in indices])
-            b.watch(grads)
-            b.grad_addresses = addresses
+            b.bind(grads, addresses, strides)
 
     def _check_grad(self, p: torch.Tensor, g: torch.Tensor) -> None:
         local_p, local_g = _local(p), _local(g)
@@ -375,6 +376,7 @@ class Optimizer(torch.optim.Optimizer):
                     engine.set_scalar_state(s.name, g, value)
                 binding.engine_groups.append(g)
                 binding.where.update({i: (g, t) for t, i in enumerate(indices)})
+            binding.bind(list(map(_grad_of, binding.params)))
             bindings.append(binding)
         if self._device is not None:
             with torch.cuda.device(self._device):
