@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::adadelta;
 // ---- variant adadelta ----
 namespace variants::adadelta {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_bf16_f32_update"};
 }  // namespace variants::adadelta
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1},
+    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const Adadelta::Options& o) { return {o.lr, o.rho,
 
 const OptimizerInfo& Adadelta::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "Adadelta", "adadelta",
+      /*abi_version=*/3, "optgen 0.2.0", "Adadelta", "adadelta",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

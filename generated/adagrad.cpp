@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::adagrad;
 // ---- variant adagrad ----
 namespace variants::adagrad {
   [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_bf16_f32_update"};
 }  // namespace variants::adagrad
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1},
+    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_de
 
 const OptimizerInfo& Adagrad::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "Adagrad", "adagrad",
+      /*abi_version=*/3, "optgen 0.2.0", "Adagrad", "adagrad",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -19,6 +19,10 @@ namespace spec_reference = ::optgen::reference::adam;
 // ---- variant adam (amsgrad=false) ----
 namespace variants::adam {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_f16_f32_update"};
@@ -28,6 +32,10 @@ namespace variants::adam {
 // ---- variant adam_amsgrad (amsgrad=true) ----
 namespace variants::adam_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_f16_f32_update"};
@@ -37,8 +45,8 @@ namespace variants::adam_amsgrad {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1},
-    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1},
+    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0},
+    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -63,7 +71,7 @@ std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "Adam", "adam",
+      /*abi_version=*/3, "optgen 0.2.0", "Adam", "adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

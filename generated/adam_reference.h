@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "optgen/reference.h"
 
@@ -57,6 +58,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
 // ---- variant adam (amsgrad=false) ----
 namespace variants::adam {
   inline constexpr ::std::size_t kNumGroupValues = 8;
+  inline constexpr ::std::size_t kNumReductions = 0;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   step_size
   ///   maximize
@@ -91,10 +93,11 @@ namespace variants::adam {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ step_size = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
@@ -132,6 +135,7 @@ namespace variants::adam {
 // ---- variant adam_amsgrad (amsgrad=true) ----
 namespace variants::adam_amsgrad {
   inline constexpr ::std::size_t kNumGroupValues = 8;
+  inline constexpr ::std::size_t kNumReductions = 0;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   step_size
   ///   maximize
@@ -166,10 +170,11 @@ namespace variants::adam_amsgrad {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,
-  /// writes them in place. The gradient is divided by `grad_scale_` as it is read.
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
   template <typename T_>
-  void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_) {
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ step_size = T_(k_[0]);
     const bool maximize = k_[1] != 0;
     const T_ weight_decay = T_(k_[2]);
@@ -227,14 +232,16 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
   switch (select_variant(h_)) {
     case 0: {
       const auto k_ = variants::adam::per_step(h_, scalar_state_, step);
-      for (::std::size_t t_ = 0; t_ < count_; ++t_)
-        variants::adam::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adam::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
     case 1: {
       const auto k_ = variants::adam_amsgrad::per_step(h_, scalar_state_, step);
-      for (::std::size_t t_ = 0; t_ < count_; ++t_)
-        variants::adam_amsgrad::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adam_amsgrad::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

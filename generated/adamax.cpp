@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::adamax;
 // ---- variant adamax ----
 namespace variants::adamax {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adamax_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamax_bf16_f32_update"};
 }  // namespace variants::adamax
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adamax", variants::adamax::kStates, 2, 24, "adamax_group", 1},
+    {"adamax", variants::adamax::kStates, 2, 24, "adamax_group", 1, variants::adamax::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const Adamax::Options& o) { return {o.lr, o.beta1,
 
 const OptimizerInfo& Adamax::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "Adamax", "adamax",
+      /*abi_version=*/3, "optgen 0.2.0", "Adamax", "adamax",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

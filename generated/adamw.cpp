@@ -19,6 +19,10 @@ namespace spec_reference = ::optgen::reference::adamw;
 // ---- variant adamw (amsgrad=false) ----
 namespace variants::adamw {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_f16_f32_update"};
@@ -28,6 +32,10 @@ namespace variants::adamw {
 // ---- variant adamw_amsgrad (amsgrad=true) ----
 namespace variants::adamw_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_amsgrad_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_amsgrad_f16_f32_update"};
@@ -37,8 +45,8 @@ namespace variants::adamw_amsgrad {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1},
-    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1},
+    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1, variants::adamw::kReductions, 0},
+    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1, variants::adamw_amsgrad::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -63,7 +71,7 @@ std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& AdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "AdamW", "adamw",
+      /*abi_version=*/3, "optgen 0.2.0", "AdamW", "adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -28,8 +28,9 @@
 // (with no include path) both accept: no includes, built-in types only.
 //
 // A variant's stage kernels, <variant>_<storage>_<stage>, run one step of the groups they were
-// bound to:
-//   kernel<<<table.num_chunks, block_size>>>(TableView table, GroupTable groups, StepInputs inputs)
+// bound to, each launched as
+//   kernel<<<table.num_chunks, block_size>>>(TableView table, GroupTable groups, StepInputs inputs,
+//                                            ReductionTable reductions)
 // and its group kernel, <variant>_group, writes a value into the group table and recomputes the
 // GroupValues the next step reads (at prepare() time, and for every setter):
 //   kernel<<<blocks, kGroupKernelBlock>>>(GroupTable groups, GroupWrite write)
@@ -39,7 +40,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 2 };
+enum { kVersion = 3 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -91,6 +92,30 @@ struct GroupTable {
 struct StepInputs {
   const float* grad_scale;  ///< the gradients carry this factor: the update sees grad / *grad_scale
   const float* found_inf;   ///< nonzero: skip the whole step (no parameter, state or step count changes)
+};
+
+/// The reductions of a plan (a variant's specs use them: LAMB's norms, a global gradient norm): the
+/// results its Reduce stages leave for the stages after them, and their scratch. Every reduction of
+/// a variant has an index r < stride. A Reduce stage's block writes its chunk's partial result of
+/// each of the stage's reductions into `partials`; the last block of a tensor to finish (counted in
+/// `tensor_arrivals`) combines the tensor's partials in chunk order into `tensor_results`; the last
+/// tensor of a group (counted in `group_arrivals`) combines the group's tensors in tensor order
+/// into `group_results`. Fixed orders and no floating-point atomics: the same inputs give the same
+/// bits. The finishing blocks reset the counters, so a captured step replays. All zero (null) for a
+/// variant without reductions.
+struct ReductionTable {
+  double* partials;        ///< [(first_chunk[tensor] + chunk index) * stride + r]
+  double* tensor_results;  ///< [tensor * stride + r]: a tensor's sum or maximum (its part, for a group reduction)
+  double* group_results;   ///< [group * stride + r]: a group reduction, by GroupTable group index
+  unsigned int* tensor_arrivals;         ///< [tensor]: blocks of the stage that finished the tensor's chunks
+  unsigned int* group_arrivals;          ///< [group]: tensors of the group the stage finished
+  const int* first_chunk;                ///< [tensor]: where the tensor's partials start
+  const int* chunks;                     ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
+  const int* group_first_tensor;         ///< [group]: the group's first tensor in this table
+  const int* group_tensors;              ///< [group]: its tensors in this table (0: not in this table)
+  const int* group_tensors_with_chunks;  ///< [group]: those of them with at least one chunk
+  int stride;                            ///< reductions per tensor (and per group): the variant's count
+  int unused;
 };
 
 /// What a group kernel writes before it recomputes the GroupValues of the current slot.
@@ -155,6 +180,21 @@ static_assert(OPTGEN_ABI_OFFSETOF(StepInputs, grad_scale) == 0, "StepInputs::gra
 static_assert(OPTGEN_ABI_OFFSETOF(StepInputs, found_inf) == 8, "StepInputs::found_inf moved");
 static_assert(sizeof(StepInputs) == 16 && alignof(StepInputs) == 8, "StepInputs changed size or alignment");
 
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, partials) == 0, "ReductionTable::partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, tensor_results) == 8, "ReductionTable::tensor_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_results) == 16, "ReductionTable::group_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, tensor_arrivals) == 24, "ReductionTable::tensor_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_arrivals) == 32, "ReductionTable::group_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, first_chunk) == 40, "ReductionTable::first_chunk moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks) == 48, "ReductionTable::chunks moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_first_tensor) == 56,
+              "ReductionTable::group_first_tensor moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors) == 64, "ReductionTable::group_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 72,
+              "ReductionTable::group_tensors_with_chunks moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
+static_assert(sizeof(ReductionTable) == 88 && alignof(ReductionTable) == 8, "ReductionTable changed size or alignment");
+
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, first_group) == 12, "GroupWrite::first_group moved");
@@ -170,14 +210,15 @@ static_assert(sizeof(GroupWrite) == 32 && alignof(GroupWrite) == 8, "GroupWrite 
 #endif  // OPTGEN_KERNEL_ABI_H_
 
 // ---- optgen kernel support (templates/kernel_support.cuh.in): storage types, the spec language's
-// functions, the Update-stage driver every stage kernel of this file runs, and the group kernel. The
-// structs they read are the kernel ABI above (runtime/include/optgen/kernel_abi.h). ----
+// functions, the Reduce- and Update-stage drivers the stage kernels of this file run, and the group
+// kernel. The structs they read are the kernel ABI above (runtime/include/optgen/kernel_abi.h). ----
 
 namespace optgen {
 
 using kernel_abi::Chunk;
 using kernel_abi::GroupTable;
 using kernel_abi::GroupWrite;
+using kernel_abi::ReductionTable;
 using kernel_abi::StepInputs;
 using kernel_abi::TableView;
 
@@ -305,11 +346,187 @@ __device__ __forceinline__ void group_kernel(const GroupTable& groups, const Gro
   write_values<Group>(groups, slot, group);
 }
 
+// ---- Reductions: each is a sum or a maximum (NaN wins, as torch.max); combined in a fixed order. ----
+
+template <typename T> __device__ __forceinline__ T reduce_identity(bool is_max);
+template <> __device__ __forceinline__ float reduce_identity<float>(bool is_max) {
+  return is_max ? -__int_as_float(0x7f800000) : 0.0f;
+}
+template <> __device__ __forceinline__ double reduce_identity<double>(bool is_max) {
+  return is_max ? -__longlong_as_double(0x7ff0000000000000LL) : 0.0;
+}
+template <typename T>
+__device__ __forceinline__ T reduce_combine(bool is_max, T a, T b) { return is_max ? max(a, b) : a + b; }
+
+/// Combines one value from each thread of the block, always in the same order (a shuffle tree in
+/// each warp, then the warps in order); the result is valid in thread 0. Every thread must call it.
+template <typename T>
+__device__ T block_combine(bool is_max, T x) {
+  __shared__ T warps[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = reduce_combine(is_max, x, __shfl_down_sync(0xffffffffu, x, offset));
+  if (lane == 0) warps[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    x = lane < static_cast<int>(blockDim.x >> 5) ? warps[lane] : reduce_identity<T>(is_max);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) x = reduce_combine(is_max, x, __shfl_down_sync(0xffffffffu, x, offset));
+  }
+  __syncthreads();  // warps[] is free again
+  return x;
+}
+
+/// The results of a plan's reductions that a block of tensor `t` in group `g` reads.
+__device__ __forceinline__ const double* tensor_results(const ReductionTable& r, int t) {
+  return r.tensor_results + static_cast<long long>(t) * r.stride;
+}
+__device__ __forceinline__ const double* group_results(const ReductionTable& r, int g) {
+  return r.group_results + static_cast<long long>(g) * r.stride;
+}
+
+/// Whether this block is the last of `expected` to arrive at `counter`, which it then resets (for
+/// the next step, or the next replay of a captured one). Block-uniform. The writes the block made
+/// before are visible to the last block, and the last block sees every other block's.
+__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int expected) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == expected - 1u;
+    if (last) *counter = 0u;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+/// A Reduce stage: one block reduces one chunk of one tensor (the operands of `Reduce`'s reductions,
+/// element by element, from the operands Reduce::loads), writes its partial results, and the last
+/// block of each tensor, then of each group, finishes them (kernel_abi::ReductionTable). Nothing
+/// else is written, and the step is not advanced: that is the Update stage's.
+template <typename Reduce, typename Group, typename P, typename S>
+__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red) {
+  typedef typename Group::Values Values;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Reduce::kReductions;
+  constexpr int V = 16 / sizeof(P);
+  constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
+  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+
+  // AMP: an overflow skips the whole step, this stage included (no block counts, none finishes).
+  if (inputs.found_inf != 0 && *inputs.found_inf != 0.0f) return;
+  const Chunk chunk = table.chunks[blockIdx.x];
+  const int t = chunk.tensor;
+  const int g = chunk.group;
+  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+  const long long end = start + chunk.count;
+
+  const void* ptr[kOps];
+  bool aligned = true;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) {
+    ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+    aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  }
+  const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+  const typename Reduce::TensorValues tv =
+      Reduce::tensor(k, table.numel[t], tensor_results(red, t), group_results(red, g));
+  const bool scaled = inputs.grad_scale != 0;
+  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
+  auto add = [&](float (&x)[kOps]) {
+    if (scaled) x[1] = x[1] / grad_scale;
+    float value[kR];
+    Reduce::apply(k, tv, x, value);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Reduce::is_max(r), acc[r], value[r]);
+  };
+
+  const long long vector_end = aligned ? start + (end - start) / V * V : start;
+  for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
+    float v[U][kOps][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if (!Reduce::loads(op)) continue;
+        if (op < 2) load_vector<P, V>(ptr[op], i, v[u][op]);
+        else load_vector<S, V>(ptr[op], i, v[u][op]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + u * kStride >= vector_end) continue;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float x[kOps];
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) x[op] = Reduce::loads(op) ? v[u][op][e] : 0.0f;
+        add(x);
+      }
+    }
+  }
+  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+    float x[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) {
+      x[op] = 0.0f;
+      if (!Reduce::loads(op)) continue;
+      if (op < 2) load_vector<P, 1>(ptr[op], i, &x[op]);
+      else load_vector<S, 1>(ptr[op], i, &x[op]);
+    }
+    add(x);
+  }
+
+  // The chunk's partial results, then the tensor's, then the group's, each in a fixed order.
+  const long long stride = red.stride;
+  double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * stride;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const float total = block_combine(Reduce::is_max(r), acc[r]);
+    if (threadIdx.x == 0) partials[Reduce::slot(r)] = total;
+  }
+  const int chunks = red.chunks[t];
+  if (!last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(chunks))) return;
+  const double* first = red.partials + static_cast<long long>(red.first_chunk[t]) * stride;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const bool is_max = Reduce::is_max(r);
+    double x = reduce_identity<double>(is_max);
+    for (int c = threadIdx.x; c < chunks; c += OPTGEN_BLOCK_SIZE)
+      x = reduce_combine(is_max, x, __ldcg(first + c * stride + Reduce::slot(r)));
+    x = block_combine(is_max, x);
+    if (threadIdx.x == 0) red.tensor_results[t * stride + Reduce::slot(r)] = x;
+  }
+  if (!Reduce::kGroupScope) return;
+  if (!last_to_arrive(&red.group_arrivals[g], static_cast<unsigned>(red.group_tensors_with_chunks[g]))) return;
+  const int first_tensor = red.group_first_tensor[g];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    if (!Reduce::is_group(r)) continue;
+    const bool is_max = Reduce::is_max(r);
+    double x = reduce_identity<double>(is_max);
+    for (int i = threadIdx.x; i < red.group_tensors[g]; i += OPTGEN_BLOCK_SIZE)
+      if (red.chunks[first_tensor + i] > 0)
+        x = reduce_combine(is_max, x, __ldcg(red.tensor_results + (first_tensor + i) * stride + Reduce::slot(r)));
+    x = block_combine(is_max, x);
+    if (threadIdx.x == 0) red.group_results[g * stride + Reduce::slot(r)] = x;
+  }
+}
+
 /// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter and 1
 /// the gradient, both of type P; the rest are states of type S. The gradient is only read (and,
 /// under AMP, divided by the grad scale in registers); every other operand is written back.
 template <typename Update, typename Group, typename P, typename S>
-__device__ __forceinline__ void update_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs) {
+__device__ __forceinline__ void update_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red) {
   typedef typename Group::Values Values;
   constexpr int kOps = Update::kOperands;
   constexpr int V = 16 / sizeof(P);  // elements per 16-byte access of the parameter
@@ -359,7 +576,8 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   __syncthreads();
   const int slot = slot_shared;
   const Values k = *group_values<Values>(groups, slot, g);
-  const typename Update::TensorValues tv = Update::tensor(k, table.numel[t]);
+  const typename Update::TensorValues tv =
+      Update::tensor(k, table.numel[t], tensor_results(red, t), group_results(red, g));
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
 
@@ -466,13 +684,14 @@ namespace variants::asgd {
     }
   };
 
+  /// The Update stage's code: every element output from the operands, in place.
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, ax
 
     struct TensorValues {
-      // (this variant computes nothing per tensor)
+      // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
       TensorValues tv_;
       return tv_;
     }
@@ -505,14 +724,14 @@ namespace variants::asgd {
 
 /// asgd, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
-asgd_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<variants::asgd::Update, variants::asgd::Group, float, float>(table, groups, inputs);
+asgd_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::asgd::Update, variants::asgd::Group, float, float>(table, groups, inputs, reductions);
 }
 
 /// asgd, update stage: params and grads in bf16, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
-asgd_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs) {
-  optgen::update_stage<variants::asgd::Update, variants::asgd::Group, optgen::bf16, float>(table, groups, inputs);
+asgd_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::asgd::Update, variants::asgd::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
 
 /// asgd: writes a value into the group table and recomputes the values the next step reads.

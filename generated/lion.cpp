@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::lion;
 // ---- variant lion ----
 namespace variants::lion {
   [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"lion_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lion_bf16_f32_update"};
 }  // namespace variants::lion
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1},
+    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1, variants::lion::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const Lion::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Lion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "Lion", "lion",
+      /*abi_version=*/3, "optgen 0.2.0", "Lion", "lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

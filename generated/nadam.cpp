@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::nadam;
 // ---- variant nadam ----
 namespace variants::nadam {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"nadam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"nadam_bf16_f32_update"};
 }  // namespace variants::nadam
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1},
+    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1, variants::nadam::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const NAdam::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& NAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "NAdam", "nadam",
+      /*abi_version=*/3, "optgen 0.2.0", "NAdam", "nadam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

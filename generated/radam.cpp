@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::radam;
 // ---- variant radam ----
 namespace variants::radam {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"radam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"radam_bf16_f32_update"};
 }  // namespace variants::radam
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1},
+    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1, variants::radam::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const RAdam::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& RAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "RAdam", "radam",
+      /*abi_version=*/3, "optgen 0.2.0", "RAdam", "radam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -19,34 +19,50 @@ namespace spec_reference = ::optgen::reference::rmsprop;
 // ---- variant rmsprop (centered=false, use_momentum=false) ----
 namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_bf16_f32_update"};
 }  // namespace variants::rmsprop
 // ---- variant rmsprop_centered (centered=true, use_momentum=false) ----
 namespace variants::rmsprop_centered {
   [[maybe_unused]] const int kStates[] = {0, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered
 // ---- variant rmsprop_use_momentum (centered=false, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_use_momentum
 // ---- variant rmsprop_centered_use_momentum (centered=true, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered_use_momentum
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1},
-    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1},
-    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1},
-    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1},
+    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0},
+    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0},
+    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0},
+    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -69,7 +85,7 @@ std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha
 
 const OptimizerInfo& RMSprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "RMSprop", "rmsprop",
+      /*abi_version=*/3, "optgen 0.2.0", "RMSprop", "rmsprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -19,13 +19,17 @@ namespace spec_reference = ::optgen::reference::rprop;
 // ---- variant rprop ----
 namespace variants::rprop {
   [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"rprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rprop_bf16_f32_update"};
 }  // namespace variants::rprop
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1},
+    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1, variants::rprop::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -42,7 +46,7 @@ std::vector<double> values_of(const Rprop::Options& o) { return {o.lr, o.etaminu
 
 const OptimizerInfo& Rprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "Rprop", "rprop",
+      /*abi_version=*/3, "optgen 0.2.0", "Rprop", "rprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

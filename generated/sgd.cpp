@@ -19,20 +19,28 @@ namespace spec_reference = ::optgen::reference::sgd;
 // ---- variant sgd (use_momentum=false) ----
 namespace variants::sgd {
   [[maybe_unused]] const int kStates[] = {-1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_bf16_f32_update"};
 }  // namespace variants::sgd
 // ---- variant sgd_use_momentum (use_momentum=true) ----
 namespace variants::sgd_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"", false, false},
+  };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_bf16_f32_update"};
 }  // namespace variants::sgd_use_momentum
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1},
-    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1},
+    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0},
+    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -51,7 +59,7 @@ std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum,
 
 const OptimizerInfo& SGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/2, "optgen 0.2.0", "SGD", "sgd",
+      /*abi_version=*/3, "optgen 0.2.0", "SGD", "sgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "code_writer.h"
@@ -54,7 +55,9 @@ namespace {
 /// CUDA spelling of expressions: in float (tensor and element code) or double (group code).
 class CudaPrinter : public ExprPrinter {
  public:
-  explicit CudaPrinter(bool double_precision) : double_(double_precision) {}
+  /// `program`: where Reduced leaves find their index (tensor code only).
+  explicit CudaPrinter(bool double_precision, const Program* program = nullptr)
+      : double_(double_precision), program_(program) {}
 
  protected:
   std::string constant(const Node& c) const override {
@@ -64,6 +67,7 @@ class CudaPrinter : public ExprPrinter {
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
     if (var.var == VarKind::Numel) return double_ ? "static_cast<double>(numel_)" : "static_cast<float>(numel_)";
+    if (var.var == VarKind::Reduced) return reduced(var.name);
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -77,7 +81,18 @@ class CudaPrinter : public ExprPrinter {
   }
 
  private:
+  /// A reduction's result: tensor_[r] or group_[r] (kernel_abi::ReductionTable).
+  std::string reduced(const std::string& name) const {
+    if (program_)
+      for (size_t r = 0; r < program_->reductions.size(); ++r)
+        if (program_->reductions[r].name == name)
+          return std::string(program_->reductions[r].scope == ReduceScope::Group ? "group_[" : "tensor_[") +
+                 std::to_string(r) + "]";
+    throw InternalError("emit_cuda: reduction '" + name + "' read outside tensor code");
+  }
+
   bool double_;
+  const Program* program_;
 };
 
 /// Writes `text` line by line at the writer's indentation.
@@ -128,6 +143,11 @@ class CudaEmitter {
     group_values_struct(w, p);
     w.line();
     group_struct(w, p);
+    for (const auto& stage : p.stages) {
+      if (stage.kind != StageKind::Reduce) continue;
+      w.line();
+      reduce_struct(w, p, stage);
+    }
     w.line();
     update_struct(w, p);
   }
@@ -171,47 +191,163 @@ class CudaEmitter {
     w.line("return result_;");
   }
 
-  void update_struct(CodeWriter& w, const Program& p) {
-    std::string operands = "param, grad";
-    for (const auto& s : p.states) operands += ", " + s;
-    auto st = w.block("struct Update", "};");
-    w.line("static constexpr int kOperands = " + std::to_string(2 + p.states.size()) + ";  // " + operands);
-    w.line();
+  /// The operands every stage kernel of the variant indexes: param, grad, then its states.
+  static std::vector<std::string> operand_names(const Program& p) {
+    std::vector<std::string> names = {"param", "grad"};
+    names.insert(names.end(), p.states.begin(), p.states.end());
+    return names;
+  }
+
+  /// The names every stage's code must not declare.
+  static std::set<std::string> taken_names(const Program& p) {
     std::set<std::string> taken = {"numel", "param", "grad"};
     for (const auto& s : p.states) taken.insert(s);
     for (const auto& f : group_value_fields(p)) taken.insert(f.name);
     for (const auto& t : p.tensor_values) taken.insert(t.name);
-    tensor_values(w, p, taken);
+    for (const auto& r : p.reductions) taken.insert(r.name);
+    return taken;
+  }
+
+  /// The tensor values `roots` read, in the program's order.
+  static std::vector<const HoistedValue*> tensor_values_read(const Program& p, const std::vector<Expr>& roots) {
+    std::set<std::string> read;
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Tensor) read.insert(e->name);
+      });
+    std::vector<const HoistedValue*> values;
+    for (const auto& t : p.tensor_values)
+      if (read.count(t.name)) values.push_back(&t);
+    return values;
+  }
+
+  /// `const float param = v_[0];` for each operand `roots` read.
+  static void read_operands(CodeWriter& w, const Program& p, const std::vector<Expr>& roots) {
+    std::set<std::string> read;
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+      });
+    const auto names = operand_names(p);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (read.count(names[i])) w.line("const float " + names[i] + " = v_[" + std::to_string(i) + "];");
+  }
+
+  void update_struct(CodeWriter& w, const Program& p) {
+    const auto names = operand_names(p);
+    std::string operands;
+    for (const auto& n : names) operands += (operands.empty() ? "" : ", ") + n;
+    std::vector<Expr> roots;
+    for (const auto& o : p.element_outputs) roots.push_back(o.value);
+    w.line("/// The Update stage's code: every element output from the operands, in place.");
+    auto st = w.block("struct Update", "};");
+    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";  // " + operands);
+    w.line();
+    const std::set<std::string> taken = taken_names(p);
+    tensor_values(w, p, tensor_values_read(p, roots), taken);
     w.line();
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
         "TensorValues& tv_, "
         "float (&v_)[kOperands])");
-    read_group_values(w, p);
-    for (const auto& t : p.tensor_values)
-      w.line(std::string(t.value->type == ValueType::Bool ? "const bool " : "const float ") + t.name + " = tv_." +
-             t.name + ";");
-    std::vector<std::string> operand_names = {"param", "grad"};
-    operand_names.insert(operand_names.end(), p.states.begin(), p.states.end());
-    auto read = element_inputs_read(p);
-    for (size_t i = 0; i < operand_names.size(); ++i)
-      if (std::find(read.begin(), read.end(), operand_names[i]) != read.end())
-        w.line("const float " + operand_names[i] + " = v_[" + std::to_string(i) + "];");
+    element_prologue(w, p, roots);
     CudaPrinter printer(false);
     auto values = write_element_temporaries(w, p, printer, "float", taken);
     for (size_t j = 0; j < values.size(); ++j) {
       const std::string& out = p.element_outputs[j].name;
-      size_t index = std::find(operand_names.begin(), operand_names.end(), out) - operand_names.begin();
-      if (index == operand_names.size()) throw InternalError("emit_cuda: output '" + out + "' is not an operand");
+      size_t index = std::find(names.begin(), names.end(), out) - names.begin();
+      if (index == names.size()) throw InternalError("emit_cuda: output '" + out + "' is not an operand");
       w.line("v_[" + std::to_string(index) + "] = " + values[j] + ";  // " + out);
     }
   }
 
-  /// `const float name = k_.name;` for each group value the element outputs read.
-  void read_group_values(CodeWriter& w, const Program& p) {
+  /// The reductions of Reduce stage `stage`, in the program's order, with their index r.
+  static std::vector<std::pair<int, const ReductionValue*>> stage_reductions(const Program& p, const Stage& stage) {
+    std::vector<std::pair<int, const ReductionValue*>> list;
+    for (size_t r = 0; r < p.reductions.size(); ++r)
+      if (p.reductions[r].stage == stage.number) list.push_back({static_cast<int>(r), &p.reductions[r]});
+    return list;
+  }
+
+  /// The name of a Reduce stage's struct: Reduce, or Reduce1, Reduce2, ... when there are several.
+  static std::string reduce_struct_name(const Stage& stage) {
+    return stage.name == "reduce" ? "Reduce" : "Reduce" + std::to_string(stage.number);
+  }
+
+  /// A Reduce stage's code: the operand of each of its reductions, element by element, and how
+  /// the driver (reduce_stage) combines and stores them.
+  void reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
+    const auto names = operand_names(p);
+    const auto list = stage_reductions(p, stage);
+    std::vector<Expr> roots;
+    for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
+    std::set<std::string> loaded;
+    for (const auto& root : roots)
+      for_each_node(root, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->level == Level::Element) loaded.insert(e->name);
+      });
+    unsigned loads = 0, is_max = 0, is_group = 0;
+    std::string slots;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (loaded.count(names[i])) loads |= 1u << i;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
+      if (list[i].second->scope == ReduceScope::Group) is_group |= 1u << i;
+      slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(list[i].first) + " : ";
+    }
+    auto hex = [](unsigned mask) {
+      char text[16];
+      std::snprintf(text, sizeof text, "0x%xu", mask);
+      return std::string(text);
+    };
+    w.line("/// Reduce stage " + std::to_string(stage.number) +
+           ": the operands of its reductions, element by element.");
+    auto st = w.block("struct " + reduce_struct_name(stage), "};");
+    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
+    w.line("static constexpr int kReductions = " + std::to_string(list.size()) + ";");
+    w.line(std::string("static constexpr bool kGroupScope = ") + (is_group ? "true" : "false") +
+           ";  // a reduction over the whole group");
+    for (size_t i = 0; i < list.size(); ++i)
+      w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
+             " over each " + to_string(list[i].second->scope) + " (result " + std::to_string(list[i].first) + ")");
+    w.line("/// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;");
+    w.line("/// where its result goes (kernel_abi::ReductionTable's r).");
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(loads) +
+           " >> op_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr bool is_max(int i_) { return (" + hex(is_max) +
+           " >> i_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr bool is_group(int i_) { return (" + hex(is_group) +
+           " >> i_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr int slot(int i_) { return " + slots + "-1; }");
+    w.line();
+    const std::set<std::string> taken = taken_names(p);
+    tensor_values(w, p, tensor_values_read(p, roots), taken);
+    w.line();
+    auto fn = w.block(
+        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
+        "TensorValues& tv_, "
+        "const float (&v_)[kOperands], float (&r_)[kReductions])");
+    element_prologue(w, p, roots);
+    CudaPrinter printer(false);
+    auto values = write_level_code(w, roots, Level::Element, printer, "float", taken);
+    for (size_t i = 0; i < values.size(); ++i)
+      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
+  }
+
+  /// The reads of a stage's element code: the group values, tensor values and operands `roots` use.
+  void element_prologue(CodeWriter& w, const Program& p, const std::vector<Expr>& roots) {
+    read_group_values(w, p, roots);
+    for (const HoistedValue* t : tensor_values_read(p, roots))
+      w.line(std::string(t->value->type == ValueType::Bool ? "const bool " : "const float ") + t->name + " = tv_." +
+             t->name + ";");
+    read_operands(w, p, roots);
+  }
+
+  /// `const float name = k_.name;` for each group value `roots` read.
+  void read_group_values(CodeWriter& w, const Program& p, const std::vector<Expr>& roots) {
     std::set<std::string> read;
-    for (const auto& o : p.element_outputs)
-      for_each_node(o.value, [&](const Expr& e) {
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
         if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
@@ -219,21 +355,23 @@ class CudaEmitter {
         w.line(std::string(f.is_bool ? "const bool " : "const float ") + f.name + " = k_." + f.name + ";");
   }
 
-  /// The per-tensor values, computed once per block from the group values and the tensor's numel,
-  /// in double, and handed to the element code as floats.
-  void tensor_values(CodeWriter& w, const Program& p, const std::set<std::string>& taken) {
+  /// The per-tensor values a stage reads, computed once per block from the group values, the
+  /// tensor's numel and the results of earlier reductions, in double, and handed to the element
+  /// code as floats.
+  void tensor_values(CodeWriter& w, const Program& p, const std::vector<const HoistedValue*>& list,
+                     const std::set<std::string>& taken) {
     {
       auto s = w.block("struct TensorValues", "};");
-      for (const auto& t : p.tensor_values)
-        w.line(std::string(t.value->type == ValueType::Bool ? "bool " : "float ") + t.name + ";");
-      if (p.tensor_values.empty()) w.line("// (this variant computes nothing per tensor)");
+      for (const HoistedValue* t : list)
+        w.line(std::string(t->value->type == ValueType::Bool ? "bool " : "float ") + t->name + ";");
+      if (list.empty()) w.line("// (this stage reads nothing computed per tensor)");
     }
     auto fn = w.block(
         "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, "
-        "[[maybe_unused]] long long "
-        "numel_)");
+        "[[maybe_unused]] long long numel_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* "
+        "group_)");
     std::vector<Expr> roots;
-    for (const auto& t : p.tensor_values) roots.push_back(t.value);
+    for (const HoistedValue* t : list) roots.push_back(t->value);
     std::set<std::string> group_read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
@@ -243,13 +381,12 @@ class CudaEmitter {
     for (const auto& f : group_value_fields(p))
       if (group_read.count(f.name))
         w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k_." + f.name + ";");
-    CudaPrinter printer(true);  // once per block: in double, so that numel is exact
+    CudaPrinter printer(true, &p);  // once per block: in double, so that numel is exact
     auto values = write_level_code(w, roots, Level::Tensor, printer, "double", taken);
     w.line("TensorValues tv_;");
     for (size_t i = 0; i < values.size(); ++i) {
-      const bool is_bool = p.tensor_values[i].value->type == ValueType::Bool;
-      w.line("tv_." + p.tensor_values[i].name + " = " +
-             (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
+      const bool is_bool = list[i]->value->type == ValueType::Bool;
+      w.line("tv_." + list[i]->name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
     }
     w.line("return tv_;");
   }
@@ -261,11 +398,17 @@ class CudaEmitter {
     w.line("extern \"C\" __global__ void OPTGEN_LAUNCH_BOUNDS");
     auto fn =
         w.block(kernel_name(p, s, stage) +
-                "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs)");
+                "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
+                "const optgen::ReductionTable reductions)");
+    const std::string types = "variants::" + p.variant + "::Group, " + cuda_type(s.param) + ", " + cuda_type(s.state);
     switch (stage.kind) {
+      case StageKind::Reduce:
+        w.line("optgen::reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
+               ">(table, groups, inputs, reductions);");
+        break;
       case StageKind::Update:
-        w.line("optgen::update_stage<variants::" + p.variant + "::Update, variants::" + p.variant + "::Group, " +
-               cuda_type(s.param) + ", " + cuda_type(s.state) + ">(table, groups, inputs);");
+        w.line("optgen::update_stage<variants::" + p.variant + "::Update, " + types +
+               ">(table, groups, inputs, reductions);");
         break;
     }
   }

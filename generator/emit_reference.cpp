@@ -22,7 +22,8 @@ std::string index_of(const std::vector<std::string>& names, const std::string& n
 /// C++ spelling shared by host (double) and element (T) code.
 class CppPrinter : public ExprPrinter {
  public:
-  explicit CppPrinter(bool element) : element_(element) {}
+  /// `program`: where Reduced leaves find their index (tensor code only).
+  explicit CppPrinter(bool element, const Program* program = nullptr) : element_(element), program_(program) {}
 
  protected:
   std::string constant(const Node& c) const override {
@@ -33,6 +34,12 @@ class CppPrinter : public ExprPrinter {
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
     if (var.var == VarKind::Numel) return element_ ? "T_(numel_)" : "static_cast<double>(numel_)";
+    if (var.var == VarKind::Reduced && program_)
+      for (size_t r = 0; r < program_->reductions.size(); ++r)
+        if (program_->reductions[r].name == var.name)
+          return std::string(program_->reductions[r].scope == ReduceScope::Group ? "group_[" : "tensor_[") +
+                 std::to_string(r) + "]";
+    if (var.var == VarKind::Reduced) throw InternalError("emit_reference: reduction '" + var.name + "' read here");
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -47,6 +54,7 @@ class CppPrinter : public ExprPrinter {
 
  private:
   bool element_;
+  const Program* program_;
 };
 
 class ReferenceEmitter {
@@ -144,11 +152,15 @@ class ReferenceEmitter {
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
     w.line("inline constexpr ::std::size_t kNumGroupValues = " + std::to_string(p.group_values.size()) + ";");
+    w.line("inline constexpr ::std::size_t kNumReductions = " + std::to_string(p.reductions.size()) + ";");
     w.line("/// The values the tensor and element code read, computed once per step and param group:");
     for (const auto& v : p.group_values) w.line("///   " + v.name);
     w.line("using GroupValues = ::std::array<double, kNumGroupValues>;");
     w.line();
     per_step(w, p);
+    int stages = 0;
+    for (const auto& r : p.reductions) stages = std::max(stages, r.stage);
+    for (int stage = 1; stage <= stages; ++stage) reduce(w, p, stage);
     w.line();
     update(w, p);
   }
@@ -178,42 +190,138 @@ class ReferenceEmitter {
     w.line("for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];");
   }
 
-  void update(CodeWriter& w, const Program& p) {
-    w.line("/// Per tensor (in double) and per element (in T_): reads the group values and the tensor's buffers,");
-    w.line("/// writes them in place. The gradient is divided by `grad_scale_` as it is read.");
-    w.line("template <typename T_>");
-    auto fn = w.block(
-        "void update([[maybe_unused]] const GroupValues& k_, ::std::size_t numel_, T_* param_data_, [[maybe_unused]] "
-        "const T_* grad_data_, "
-        "[[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_)");
+  /// The tensor values `roots` read, in the program's order.
+  static std::vector<const HoistedValue*> tensor_values_read(const Program& p, const std::vector<Expr>& roots) {
+    std::set<std::string> read;
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Tensor) read.insert(e->name);
+      });
+    std::vector<const HoistedValue*> values;
+    for (const auto& t : p.tensor_values)
+      if (read.count(t.name)) values.push_back(&t);
+    return values;
+  }
+
+  /// The head of a stage's function: the group values as T_, then the tensor values `roots` read,
+  /// computed in double as the kernels compute them, then the state pointers.
+  void stage_prologue(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, bool writes_outputs,
+                      std::set<std::string>& taken) {
+    const auto list = tensor_values_read(p, roots);
+    std::vector<Expr> all_roots = roots;
+    for (const HoistedValue* v : list) all_roots.push_back(v->value);
+    std::set<std::string> read;  // the group values, element inputs and states the stage reads
+    for (const auto& r : all_roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var) read.insert(e->name);
+      });
     for (size_t j = 0; j < p.group_values.size(); ++j) {
       const auto& v = p.group_values[j];
+      if (!read.count(v.name)) continue;
       if (v.value->type == ValueType::Bool)
         w.line("const bool " + v.name + " = k_[" + std::to_string(j) + "] != 0;");
       else
         w.line("const T_ " + v.name + " = T_(k_[" + std::to_string(j) + "]);");
     }
-    std::set<std::string> taken = reserved();
+    taken = reserved();
     for (const auto& v : p.group_values) taken.insert(v.name);
     for (const auto& v : p.tensor_values) taken.insert(v.name);
-    if (!p.tensor_values.empty()) {
+    for (const auto& r : p.reductions) taken.insert(r.name);
+    if (!list.empty()) {
       w.line("// Per tensor, in double from the group values as the element code has them, as the kernels do:");
-      std::vector<Expr> roots;
-      for (const auto& v : p.tensor_values) roots.push_back(v.value);
-      CppPrinter tensor_printer(false);
-      auto values = write_level_code(w, roots, Level::Tensor, tensor_printer, "double", taken);
-      for (size_t j = 0; j < values.size(); ++j)
-        w.line(std::string("const ") + (p.tensor_values[j].value->type == ValueType::Bool ? "bool " : "T_ ") +
-               p.tensor_values[j].name + " = " +
-               (p.tensor_values[j].value->type == ValueType::Bool ? values[j] : "T_(" + values[j] + ")") + ";");
+      std::vector<Expr> tensor_roots;
+      for (const HoistedValue* v : list) tensor_roots.push_back(v->value);
+      CppPrinter tensor_printer(false, &p);
+      auto values = write_level_code(w, tensor_roots, Level::Tensor, tensor_printer, "double", taken);
+      for (size_t j = 0; j < values.size(); ++j) {
+        const bool is_bool = list[j]->value->type == ValueType::Bool;
+        w.line(std::string("const ") + (is_bool ? "bool " : "T_ ") + list[j]->name + " = " +
+               (is_bool ? values[j] : "T_(" + values[j] + ")") + ";");
+      }
     }
+    if (writes_outputs)
+      for (const auto& o : p.element_outputs) read.insert(o.name);
+    for (const auto& s : p.states)
+      if (read.count(s)) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
+  }
+
+  /// The parameters of the update and reduce functions; a Reduce stage writes its results.
+  static std::string stage_parameters(bool writes_results) {
+    return std::string(
+               "(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, "
+               "[[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const "
+               "GroupValues& k_, [[maybe_unused]] ") +
+           (writes_results ? "" : "const ") + "double* tensor_, [[maybe_unused]] const double* group_)";
+  }
+
+  /// `const T_ param = param_data_[i_];` for each element input `roots` read.
+  static void element_loads(CodeWriter& w, const std::vector<Expr>& roots, const Program& p) {
+    std::set<std::string> read;
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+      });
+    std::vector<std::string> names = {"param", "grad"};
+    names.insert(names.end(), p.states.begin(), p.states.end());
+    for (const auto& input : names)
+      if (read.count(input))
+        w.line("const T_ " + input + " = " + input + "_data_[i_]" + (input == "grad" ? " / grad_scale_" : "") + ";");
+  }
+
+  void update(CodeWriter& w, const Program& p) {
+    w.line("/// Per tensor (in double) and per element (in T_): reads the group values, the results of the");
+    w.line("/// reductions and the tensor's buffers, writes them in place. The gradient is divided by");
+    w.line("/// `grad_scale_` as it is read.");
+    w.line("template <typename T_>");
+    auto fn = w.block("void update" + stage_parameters(false));
+    std::vector<Expr> roots;
+    for (const auto& o : p.element_outputs) roots.push_back(o.value);
+    std::set<std::string> taken;
+    stage_prologue(w, p, roots, true, taken);
     CppPrinter printer(true);
-    for (const auto& s : p.states) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
     auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
-    for (const auto& input : element_inputs_read(p))
-      w.line("const T_ " + input + " = " + input + "_data_[i_]" + (input == "grad" ? " / grad_scale_" : "") + ";");
+    element_loads(w, roots, p);
     auto values = write_element_temporaries(w, p, printer, "T_", taken);
     for (size_t j = 0; j < values.size(); ++j) w.line(p.element_outputs[j].name + "_data_[i_] = " + values[j] + ";");
+  }
+
+  /// Reduce stage `stage`: each of its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (for a group reduction, the tensor's part; `step` combines the parts).
+  void reduce(CodeWriter& w, const Program& p, int stage) {
+    std::vector<Expr> roots;
+    std::vector<size_t> indices;
+    for (size_t r = 0; r < p.reductions.size(); ++r)
+      if (p.reductions[r].stage == stage) {
+        roots.push_back(p.reductions[r].operand);
+        indices.push_back(r);
+      }
+    w.line();
+    w.line("/// Reduce stage " + std::to_string(stage) +
+           ": its reductions over the tensor's elements, in double, into");
+    w.line("/// tensor_[r] (a group reduction's part from this tensor).");
+    w.line("template <typename T_>");
+    auto fn = w.block("void reduce" + std::to_string(stage) + stage_parameters(true));
+    std::set<std::string> taken;
+    stage_prologue(w, p, roots, false, taken);
+    for (size_t r : indices) w.line("double " + p.reductions[r].name + "_ = " + identity(p.reductions[r]) + ";");
+    CppPrinter printer(true);
+    {
+      auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
+      element_loads(w, roots, p);
+      auto values = write_level_code(w, roots, Level::Element, printer, "T_", taken);
+      for (size_t j = 0; j < values.size(); ++j) {
+        const auto& r = p.reductions[indices[j]];
+        w.line(r.name + "_ = " + combine(r, r.name + "_", "static_cast<double>(" + values[j] + ")") + ";");
+      }
+    }
+    for (size_t r : indices) w.line("tensor_[" + std::to_string(r) + "] = " + p.reductions[r].name + "_;");
+  }
+
+  static std::string identity(const ReductionValue& r) {
+    return r.op == ReduceOp::Max ? "-::std::numeric_limits<double>::infinity()" : "0.0";
+  }
+  static std::string combine(const ReductionValue& r, const std::string& a, const std::string& b) {
+    return r.op == ReduceOp::Max ? "::optgen::reference::max<double>(" + a + ", " + b + ")" : a + " + " + b;
   }
 
   std::set<std::string> reserved() const {
@@ -255,11 +363,29 @@ class ReferenceEmitter {
     for (size_t i = 0; i < variants.size(); ++i) {
       const auto& v = variants[i];
       auto branch = w.block("case " + std::to_string(i) + ":");
-      w.line("const auto k_ = variants::" + v.variant + "::per_step(h_, scalar_state_, step);");
-      w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_)");
-      w.line("  variants::" + v.variant +
-             "::update<T_>(k_, tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, "
-             "grad_scale_);");
+      const std::string ns = "variants::" + v.variant + "::";
+      const std::string stride = std::to_string(std::max<size_t>(v.reductions.size(), 1));
+      const std::string arguments =
+          "<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, "
+          "tensor_.data() + t_ * " +
+          stride + ", group_.data());";
+      w.line("const auto k_ = " + ns + "per_step(h_, scalar_state_, step);");
+      w.line("// The results of the reductions: [tensor * " + stride + " + r] and [r].");
+      w.line("::std::vector<double> tensor_(count_ * " + stride + "), group_(" + stride + ");");
+      int stages = 0;
+      for (const auto& r : v.reductions) stages = std::max(stages, r.stage);
+      for (int stage = 1; stage <= stages; ++stage) {
+        w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "reduce" + std::to_string(stage) + arguments);
+        for (size_t r = 0; r < v.reductions.size(); ++r) {
+          const auto& reduction = v.reductions[r];
+          if (reduction.stage != stage || reduction.scope != ReduceScope::Group) continue;
+          const std::string at = "group_[" + std::to_string(r) + "]";
+          w.line(at + " = " + identity(reduction) + ";  // " + reduction.name + ", over the group's tensors in order");
+          w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + at + " = " +
+                 combine(reduction, at, "tensor_[t_ * " + stride + " + " + std::to_string(r) + "]") + ";");
+        }
+      }
+      w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "update" + arguments);
       w.line("return;");
     }
   }

@@ -35,6 +35,10 @@ std::string ExprPrinter::call(Builtin fn, const std::vector<std::string>& args) 
   return out + ")";
 }
 
+std::string reduction_name(const Node& reduce) {
+  return std::string(reduce.scope == ReduceScope::Group ? "group_" : "") + to_string(reduce.reduce_op());
+}
+
 std::string ExprPrinter::print(const Expr& e) const { return print(e, 0, false); }
 
 std::string ExprPrinter::print_body(const Expr& e) const {
@@ -79,6 +83,7 @@ std::string ExprPrinter::expand(const Node& n, int* precedence) const {
       for (const auto& a : n.args) args.push_back(print(a));
       return call(n.builtin(), args);
     }
+    case NodeKind::Reduce: return reduction_name(n) + "(" + print(n.args[0]) + ")";
   }
   throw InternalError("ExprPrinter: unknown node kind");
 }
@@ -159,6 +164,11 @@ std::string composed_name(const Expr& e) {
       break;
     }
     case NodeKind::Select: break;
+    case NodeKind::Reduce: {
+      std::string a = composed_name(e->args[0]);
+      if (!a.empty()) name = reduction_name(*e) + "_" + a;
+      break;
+    }
   }
   return name.size() <= 64 ? name : "";
 }

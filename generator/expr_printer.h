@@ -37,6 +37,9 @@ class ExprPrinter {
   std::string expand(const Node& n, int* precedence) const;
 };
 
+/// How the IR's notation names a Reduce node: sum, max, group_sum, group_max.
+std::string reduction_name(const Node& reduce);
+
 /// A float in the fewest digits that read back as the same double ("0.9", "1e-08").
 std::string format_number(double value);
 

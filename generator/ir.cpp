@@ -22,6 +22,7 @@ const char* to_string(Level level) {
 
 const char* to_string(StageKind kind) {
   switch (kind) {
+    case StageKind::Reduce: return "reduce";
     case StageKind::Update: return "update";
   }
   return "?";
@@ -72,6 +73,7 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
     case VarKind::Grad:
     case VarKind::State: n->level = Level::Element; break;
     case VarKind::Hoisted: throw InternalError("hoisted value '" + name + "' made without its level");
+    case VarKind::Reduced: throw InternalError("reduction result '" + name + "' made as an input");
   }
   if (n->level == Level::Element && type != ValueType::Float)
     throw InternalError("element input '" + name + "' must be float");
@@ -142,6 +144,23 @@ Expr Node::make_call(Builtin fn, std::vector<Expr> args) {
   return n;
 }
 
+Expr Node::make_reduce(ReduceOp op, ReduceScope scope, Expr operand) {
+  if (!is_number(operand->type)) throw InternalError("a reduction's operand must be a number");
+  auto n = blank(NodeKind::Reduce, ValueType::Float, {operand});
+  n->op = static_cast<int>(op);
+  n->scope = scope;
+  n->level = Level::Tensor;
+  return n;
+}
+
+Expr Node::make_reduced(const std::string& name) {
+  auto n = blank(NodeKind::Var, ValueType::Float, {});
+  n->var = VarKind::Reduced;
+  n->name = name;
+  n->level = Level::Tensor;
+  return n;
+}
+
 Expr with_args(const Expr& e, std::vector<Expr> args) {
   Expr fresh;
   switch (e->kind) {
@@ -151,6 +170,7 @@ Expr with_args(const Expr& e, std::vector<Expr> args) {
     case NodeKind::Binary: fresh = Node::make_binary(e->binary_op(), args.at(0), args.at(1)); break;
     case NodeKind::Select: fresh = Node::make_select(args.at(0), args.at(1), args.at(2)); break;
     case NodeKind::Call: fresh = Node::make_call(e->builtin(), std::move(args)); break;
+    case NodeKind::Reduce: fresh = Node::make_reduce(e->reduce_op(), e->scope, args.at(0)); break;
   }
   auto copy = std::const_pointer_cast<Node>(fresh);
   copy->hint = e->hint;
@@ -170,6 +190,7 @@ bool same_node(const Node& a, const Node& b) {
   if (a.kind != b.kind || a.type != b.type || a.op != b.op || a.args != b.args) return false;
   if (a.kind == NodeKind::Const) return a.value == b.value;
   if (a.kind == NodeKind::Var) return a.var == b.var && a.name == b.name && a.level == b.level;
+  if (a.kind == NodeKind::Reduce) return a.scope == b.scope;
   return true;
 }
 
@@ -178,6 +199,7 @@ size_t shallow_hash(const Node& n) {
   h = h * 31 + static_cast<size_t>(n.type);
   if (n.kind == NodeKind::Const) h = h * 31 + std::hash<double>()(n.value);
   if (n.kind == NodeKind::Var) h = h * 31 + std::hash<std::string>()(n.name) + static_cast<size_t>(n.var);
+  if (n.kind == NodeKind::Reduce) h = h * 31 + static_cast<size_t>(n.scope);
   for (const auto& a : n.args) h = h * 31 + std::hash<const void*>()(a.get());
   return h;
 }
@@ -209,6 +231,7 @@ void for_each_node(const Program& program, const std::function<void(const Expr&)
   for (const auto& s : program.scalar_state_updates) walk(s.value);
   for (const auto& v : program.group_values) walk(v.value);
   for (const auto& v : program.tensor_values) walk(v.value);
+  for (const auto& r : program.reductions) walk(r.operand);
   for (const auto& o : program.element_outputs) walk(o.value);
 }
 
@@ -218,6 +241,7 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   for (auto& o : result.scalar_state_updates) o.value = f(o.value);
   for (auto& v : result.group_values) v.value = f(v.value);
   for (auto& v : result.tensor_values) v.value = f(v.value);
+  for (auto& r : result.reductions) r.operand = f(r.operand);
   for (auto& o : result.element_outputs) o.value = f(o.value);
   return result;
 }

@@ -10,9 +10,12 @@
 /// Every value has a level: how often it is computed. Leaves name their inputs. Per group (once per
 /// step and param group): hyperparameters, `step` (counting from 1) and the old value of each
 /// scalar state. Per tensor: `numel`, the tensor's element count. Per element: `param`, `grad` and
-/// the old value of each state buffer. An operation is at the highest level of its operands.
+/// the old value of each state buffer. An operation is at the highest level of its operands, except
+/// a reduction (`Reduce`), which moves an element value up: its result is per tensor, and a
+/// reduction over the group is read where per-tensor values are computed, after the reduce stage.
 /// After `assign_levels`, code of one level reads values of a lower level only through Hoisted
-/// leaves, which name the values computed once at that lower level.
+/// leaves, which name the values computed once at that lower level, and reductions only through
+/// Reduced leaves, which name the results of the program's `reductions`.
 
 #include <cstdint>
 #include <functional>
@@ -24,6 +27,7 @@
 #include "builtins.h"
 #include "diagnostic.h"
 #include "operators.h"
+#include "reductions.h"
 #include "spec.h"
 
 namespace optgen {
@@ -35,7 +39,8 @@ namespace optgen {
   X(Unary)                      \
   X(Binary)                     \
   X(Select)                     \
-  X(Call)
+  X(Call)                       \
+  X(Reduce)
 
 enum class NodeKind {
 #define OPTGEN_ENUM(name) name,
@@ -50,7 +55,7 @@ enum class Level { Group, Tensor, Element };
 const char* to_string(Level level);
 
 /// What a Var leaf reads.
-enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, State, Hoisted };
+enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, State, Hoisted, Reduced };
 
 const char* spelling(UnaryOp op);
 const char* spelling(BinaryOp op);
@@ -70,7 +75,8 @@ struct Node {
   double value = 0;        ///< Const
   VarKind var{};           ///< Var
   std::string name;        ///< Var: the input's name
-  int op = 0;              ///< Unary/Binary: the operator; Call: the Builtin
+  int op = 0;              ///< Unary/Binary: the operator; Call: the Builtin; Reduce: the ReduceOp
+  ReduceScope scope{};     ///< Reduce: over a tensor or the whole group
   std::vector<Expr> args;  ///< operands (Select: condition, if_true, if_false)
 
   // Not part of the node's identity: where it came from, for names and messages.
@@ -80,6 +86,7 @@ struct Node {
   UnaryOp unary_op() const { return static_cast<UnaryOp>(op); }
   BinaryOp binary_op() const { return static_cast<BinaryOp>(op); }
   Builtin builtin() const { return static_cast<Builtin>(op); }
+  ReduceOp reduce_op() const { return static_cast<ReduceOp>(op); }
   bool is_const() const { return kind == NodeKind::Const; }
   bool is_const(double v) const { return kind == NodeKind::Const && value == v; }
 
@@ -92,6 +99,11 @@ struct Node {
   static Expr make_binary(BinaryOp op, Expr a, Expr b);
   static Expr make_select(Expr condition, Expr if_true, Expr if_false);
   static Expr make_call(Builtin fn, std::vector<Expr> args);
+  /// `op` of the number `operand` over `scope`: a float, computed per tensor (see the top).
+  static Expr make_reduce(ReduceOp op, ReduceScope scope, Expr operand);
+  /// The result of the reduction of the program called `name` (Program::reductions), read by the
+  /// per-tensor code of the stages after it: the raw sum or maximum, as a double.
+  static Expr make_reduced(const std::string& name);
 };
 
 /// How high a program's DAG may grow (each statement builds on the ones before it): the passes
@@ -121,9 +133,21 @@ struct HoistedValue {
   Expr value;  ///< at the level the value is computed at
 };
 
-/// The kinds of stage a step is split into. A stage is one kernel launch per step; the reductions
-/// issue adds a chunk-parallel Reduce stage that feeds the Update stage.
-enum class StageKind { Update };
+/// A reduction the step computes before its Update stage: `op` of `operand` (element code, reading
+/// lower levels through Hoisted and Reduced leaves) over each tensor, or over each group. Its
+/// stage is one more than the latest stage of the reductions its operand reads (1 when none).
+struct ReductionValue {
+  std::string name;
+  ReduceOp op;
+  ReduceScope scope;
+  Expr operand;
+  SourceLoc loc;  ///< the call in the spec
+  int stage = 1;  ///< filled by `plan_stages`
+};
+
+/// The kinds of stage a step is split into. A stage is one kernel launch per step: the Reduce
+/// stages, chunk-parallel, each computing the reductions of its number, then the Update stage.
+enum class StageKind { Reduce, Update };
 const char* to_string(StageKind kind);
 
 /// One kernel of a variant's stage plan. The last stage of every plan is the Update stage: it
@@ -131,6 +155,7 @@ const char* to_string(StageKind kind);
 struct Stage {
   StageKind kind;
   std::string name;  ///< names its kernels: <variant>_<storage>_<name>
+  int number = 0;    ///< Reduce: which reductions it computes (ReductionValue::stage)
 };
 
 /// One optimizer step as data flow. Before `assign_levels`, element outputs read hyperparameters
@@ -145,6 +170,7 @@ struct Program {
   std::vector<Output> scalar_state_updates;      ///< new value of each scalar state, in declaration order
   std::vector<HoistedValue> group_values;        ///< filled by `assign_levels`: read by tensor and element code
   std::vector<HoistedValue> tensor_values;       ///< filled by `assign_levels`: read by element code
+  std::vector<ReductionValue> reductions;        ///< filled by `assign_levels`: read by tensor code
   std::vector<Output> element_outputs;           ///< param first, then states in declaration order
   std::vector<Stage> stages;                     ///< filled by `plan_stages`
   std::vector<std::string> states;               ///< state buffers the variant uses, declaration order

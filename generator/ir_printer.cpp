@@ -8,10 +8,12 @@ namespace optgen {
 namespace {
 
 /// Leaves print as their names; hoisted values get a sigil for their level so a reader can tell
-/// the levels apart: `$bias_correction1` is a group value, `@rms` a tensor value.
+/// the levels apart: `$bias_correction1` is a group value, `@rms` a tensor value, `%sum_g` the result
+/// of a reduction.
 class DumpPrinter : public ExprPrinter {
  protected:
   std::string leaf(const Node& var) const override {
+    if (var.var == VarKind::Reduced) return "%" + var.name;
     if (var.var != VarKind::Hoisted) return var.name;
     return (var.level == Level::Group ? "$" : "@") + var.name;
   }
@@ -41,6 +43,7 @@ std::string dump(const Program& program) {
   for (const auto& o : program.scalar_state_updates) roots.push_back(o.value);
   for (const auto& v : program.group_values) roots.push_back(v.value);
   for (const auto& v : program.tensor_values) roots.push_back(v.value);
+  for (const auto& r : program.reductions) roots.push_back(r.operand);
   for (const auto& o : program.element_outputs) roots.push_back(o.value);
   auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
   name_temporaries(temporaries, "t", taken, printer);
@@ -74,6 +77,14 @@ std::string dump(const Program& program) {
   if (!program.group_values.empty()) {
     out << "group:\n";
     for (const auto& v : program.group_values) assignment("$" + v.name, v.value, "=");
+  }
+  if (!program.reductions.empty()) {
+    out << "reduce:\n";
+    for (const auto& r : program.reductions) {
+      std::string arrow = std::string("= ") + to_string(r.op) + " over each " + to_string(r.scope) + " of";
+      if (!program.stages.empty()) arrow = "= (stage " + std::to_string(r.stage) + ") " + arrow.substr(2);
+      assignment("%" + r.name, r.operand, arrow.c_str());
+    }
   }
   if (!program.tensor_values.empty()) {
     out << "tensor:\n";

@@ -297,11 +297,20 @@ class Lowering {
   }
 
   Expr call(const Syntax& s) {
+    const int given = static_cast<int>(s.operands.size());
+    if (const ReductionInfo* r = find_reduction(s.text, given); r && !env_.count(s.text)) return reduction(s, *r);
     const BuiltinInfo* fn = find_builtin(s.text);
     if (!fn) {
       if (env_.count(s.text))
-        throw SpecError(s.loc, "'" + s.text + "' is a " + describe(env_.at(s.text).kind) + ", not a function");
-      throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, builtin_names()));
+        throw SpecError(s.loc, "'" + s.text + "' is a " + describe(env_.at(s.text).kind) + ", not a function",
+                        is_reduction_name(s.text) ? "this spec uses '" + s.text + "' as a name, so the reduction " +
+                                                        s.text + "() cannot be called here; rename the value to use it"
+                                                  : "");
+      if (is_reduction_name(s.text))
+        throw SpecError(s.loc, "'" + s.text + "' takes 1 argument, given " + std::to_string(given));
+      std::vector<std::string> functions = builtin_names();
+      for (const auto& r : reductions()) functions.push_back(r.name);
+      throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, functions));
     }
     const int arity = fn->arity;
     if (static_cast<int>(s.operands.size()) != arity)
@@ -315,6 +324,39 @@ class Lowering {
       args.push_back(a);
     }
     return Node::make_call(fn->id, std::move(args));
+  }
+
+  /// A reduction: its operand must be an element value of 'update'; its result is per tensor.
+  Expr reduction(const Syntax& s, const ReductionInfo& r) {
+    const std::string called = "'" + s.text + "'";
+    if (section_ != Section::Update)
+      throw SpecError(s.loc, called + " reduces over the elements of " +
+                                 (r.scope == ReduceScope::Tensor ? "a tensor" : "a param group") +
+                                 " and can be used only in 'update'");
+    Expr x = expression(*s.operands[0]);
+    if (x->type == ValueType::Bool)
+      throw SpecError(s.operands[0]->loc, called + " needs a number, but its argument is a bool",
+                      "write 'condition ? 1 : 0' to count elements");
+    if (x->level != Level::Element) {
+      bool reads_reduction = false;
+      for_each_node(x, [&](const Expr& e) { reads_reduction = reads_reduction || e->kind == NodeKind::Reduce; });
+      if (reads_reduction)
+        throw SpecError(s.operands[0]->loc,
+                        "a reduction of a reduction: the argument of " + called +
+                            " is one value per tensor, with no elements to reduce over",
+                        "reduce the element values themselves, or combine the reductions' results");
+      throw SpecError(s.operands[0]->loc,
+                      "the argument of " + called + " is the same for every element: it reads no param, grad or state",
+                      "a reduction runs over the elements of a tensor; use the value itself");
+    }
+    using Form = ReductionInfo::Form;
+    auto reduce = std::const_pointer_cast<Node>(
+        Node::make_reduce(r.op, r.scope, r.form == Form::Norm ? Node::make_binary(BinaryOp::Mul, x, x) : x));
+    reduce->loc = s.loc;  // for messages about the reduction
+    Expr value = reduce;
+    if (r.form == Form::Norm) return Node::make_call(Builtin::Sqrt, {value});
+    if (r.form == Form::Mean) return Node::make_binary(BinaryOp::Div, value, env_.at("numel").value);
+    return value;
   }
 
   Expr name(const Syntax& s) {

@@ -57,12 +57,20 @@ struct SpecTables {
 /// `variant`: any compiled variant of the spec (each holds the derived flags' IR).
 SpecTables spec_tables(const Spec& spec, const Program& variant);
 
+/// One reduction of a variant, at its index r of kernel_abi::ReductionTable.
+struct ReductionRow {
+  std::string name;
+  bool is_max;      ///< else a sum
+  bool over_group;  ///< else over each tensor
+};
+
 struct VariantRow {
   std::string name;         ///< e.g. adam_amsgrad
   std::vector<int> states;  ///< the spec's state indices it uses, in operand order
   int group_values_size;    ///< sizeof its GroupValues on the device
   std::string group_kernel;
   int num_stages;
+  std::vector<ReductionRow> reductions;  ///< in the order of their index r
 };
 
 /// A variant's kernels in one storage type.

@@ -32,6 +32,7 @@ struct RuntimeSpec::Impl {
   // The runtime's tables, pointing into the above.
   std::vector<reference::HyperparameterInfo> hyperparameters;
   std::vector<reference::StateInfo> states, scalar_states;
+  std::vector<std::vector<ReductionSlot>> reduction_slots;  ///< per variant
   std::vector<VariantInfo> variants;
   std::vector<std::vector<const char*>> stage_names;  ///< per kernel
   std::vector<KernelInfo> kernels;
@@ -128,9 +129,17 @@ void RuntimeSpec::Impl::describe_spec() {
 }
 
 void RuntimeSpec::Impl::describe_kernels() {
-  for (const VariantRow& v : kernel_tables.variants)
+  for (const VariantRow& v : kernel_tables.variants) {
+    std::vector<ReductionSlot> slots;
+    for (const ReductionRow& r : v.reductions) slots.push_back({r.name.c_str(), r.is_max, r.over_group});
+    reduction_slots.push_back(std::move(slots));
+  }
+  for (size_t i = 0; i < kernel_tables.variants.size(); ++i) {
+    const VariantRow& v = kernel_tables.variants[i];
     variants.push_back({v.name.c_str(), v.states.data(), static_cast<int>(v.states.size()), v.group_values_size,
-                        v.group_kernel.c_str(), v.num_stages});
+                        v.group_kernel.c_str(), v.num_stages, reduction_slots[i].data(),
+                        static_cast<int>(reduction_slots[i].size())});
+  }
   for (const KernelRow& k : kernel_tables.kernels) {
     std::vector<const char*> names;
     for (const std::string& stage : k.stages) names.push_back(stage.c_str());

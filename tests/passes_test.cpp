@@ -237,3 +237,61 @@ update:
   b <- a
 )ir");
 }
+
+TEST_CASE("plan_stages: a reduction runs one stage after the reductions it reads", "[passes]") {
+  // Clipping by the group's gradient norm, then a centred update: three reduce stages, because
+  // mean(g) needs the clip factor and norm(centered) needs mean(g); max(abs(g)) shares stage 2.
+  CHECK_PASS("plan_stages", R"ir(
+hyperparameters:
+  lr: {type: float, default: 0.1}
+  max_norm: {type: float, default: 1.0}
+update:
+  - clip = min(1, max_norm / (group_norm(grad) + 1e-6))
+  - g = grad * clip
+  - centered = g - mean(g)
+  - param = param - lr * centered / (norm(centered) + 1) - lr * max(abs(g))
+)ir",
+             R"ir(program test
+group:
+  $lr = lr
+  $max_norm = max_norm
+reduce:
+  %group_sum_grad_times_grad = (stage 1) sum over each group of grad * grad
+  let g = grad * @clip
+  %sum_g = (stage 2) sum over each tensor of g
+  let centered = g - @sum_g_over_numel
+  %sum_centered_times_centered = (stage 3) sum over each tensor of centered * centered
+  %max_abs_g = (stage 2) max over each tensor of abs(g)
+tensor:
+  let clip = min(1, $max_norm / (sqrt(%group_sum_grad_times_grad) + 1e-06))
+  @clip = clip
+  @sum_g_over_numel = %sum_g / numel
+  @sqrt_sum_centered_times_centered_plus_one = sqrt(%sum_centered_times_centered) + 1
+  @lr_times_max_abs_g = $lr * %max_abs_g
+update:
+  let param_next = param - $lr * centered / @sqrt_sum_centered_times_centered_plus_one - @lr_times_max_abs_g
+  param <- param_next
+stages: reduce1 (reduce) reduce2 (reduce) reduce3 (reduce) update (update)
+)ir");
+}
+
+TEST_CASE("reductions: equal ones are computed once, unread ones not at all", "[passes]") {
+  // norm(grad) twice is one reduction (cse); sum(param) is read only by a value no output uses.
+  CHECK_PASS("plan_stages", R"ir(
+update:
+  - unused = sum(param)
+  - param = param - grad / (norm(grad) + 1) * norm(grad)
+)ir",
+             R"ir(program test
+reduce:
+  %sum_grad_times_grad = (stage 1) sum over each tensor of grad * grad
+tensor:
+  let sqrt_sum_grad_times_grad = sqrt(%sum_grad_times_grad)
+  @sqrt_sum_grad_times_grad_plus_one = sqrt_sum_grad_times_grad + 1
+  @sqrt_sum_grad_times_grad = sqrt_sum_grad_times_grad
+update:
+  let param_next = param - grad / @sqrt_sum_grad_times_grad_plus_one * @sqrt_sum_grad_times_grad
+  param <- param_next
+stages: reduce (reduce) update (update)
+)ir");
+}

@@ -93,6 +93,12 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     CHECK(x.group_values_size == y.group_values_size);
     CHECK(text(x.group_kernel) == text(y.group_kernel));
     CHECK(x.num_stages == y.num_stages);
+    REQUIRE(x.num_reductions == y.num_reductions);
+    for (int r = 0; r < x.num_reductions; ++r) {
+      CHECK(text(x.reductions[r].name) == text(y.reductions[r].name));
+      CHECK(x.reductions[r].is_max == y.reductions[r].is_max);
+      CHECK(x.reductions[r].over_group == y.reductions[r].over_group);
+    }
   }
   REQUIRE(a.num_kernels == b.num_kernels);
   for (int k = 0; k < a.num_kernels; ++k) {

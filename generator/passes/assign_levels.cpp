@@ -9,7 +9,8 @@ namespace {
 
 /// Splits the element outputs by level. Walking each expression from the top, the first node on
 /// every path whose level is below the code being written becomes a HoistedValue of its own
-/// level, computed there once and read by name; its own lower-level parts are hoisted in turn.
+/// level, computed there once and read by name; its own lower-level parts are hoisted in turn. A
+/// reduction becomes a ReductionValue whose operand is split the same way as element code.
 class LevelSplitter {
  public:
   explicit LevelSplitter(Program& program) : program_(program) {
@@ -23,6 +24,7 @@ class LevelSplitter {
   Expr at_level(const Expr& e, Level at) {
     if (e->is_const()) return e;
     if (e->level < at) return hoist(e);
+    if (e->kind == NodeKind::Reduce) return reduced(e);
     if (e->args.empty()) return e;
     auto key = std::make_pair(e.get(), at);
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
@@ -39,6 +41,19 @@ class LevelSplitter {
   }
 
  private:
+  /// A reduction becomes one of the program's reductions, its operand element code of its own,
+  /// and is read through a Reduced leaf by the tensor code.
+  Expr reduced(const Expr& e) {
+    if (auto it = reduced_.find(e.get()); it != reduced_.end()) return it->second;
+    Expr operand = at_level(e->args[0], Level::Element);
+    std::string name = name_for(e);
+    program_.reductions.push_back({name, e->reduce_op(), e->scope, operand, e->loc});
+    Expr leaf = Node::make_reduced(name);
+    reduced_.emplace(e.get(), leaf);
+    keep_.push_back(e);
+    return leaf;
+  }
+
   Expr hoist(const Expr& e) {
     if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted) return e;
     if (auto it = hoisted_.find(e.get()); it != hoisted_.end()) return it->second;
@@ -71,6 +86,7 @@ class LevelSplitter {
   std::set<std::string> taken_;
   std::map<std::pair<const Node*, Level>, Expr> memo_;
   std::unordered_map<const Node*, Expr> hoisted_;
+  std::unordered_map<const Node*, Expr> reduced_;
   std::vector<Expr> keep_;  ///< keeps memo keys alive, so their addresses are not reused
 };
 
@@ -80,6 +96,7 @@ Program assign_levels(const Program& program) {
   Program result = program;
   result.group_values.clear();
   result.tensor_values.clear();
+  result.reductions.clear();
   LevelSplitter splitter(result);
   for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, Level::Element);
   return result;

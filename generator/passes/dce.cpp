@@ -1,3 +1,4 @@
+#include <map>
 #include <set>
 
 #include "passes.h"
@@ -8,15 +9,29 @@ bool is_own_value(const Output& o, VarKind kind) {
   return o.value->kind == NodeKind::Var && o.value->var == kind && o.value->name == o.name;
 }
 
-void collect_hoisted(const Expr& root, std::set<std::string>& used) {
-  for_each_node(root, [&](const Expr& e) {
-    if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted) used.insert(e->name);
-  });
+/// The names of the group values, tensor values and reductions that `roots` read, and those read
+/// by what they read in turn.
+std::set<std::string> values_read(const Program& program, std::vector<Expr> roots) {
+  std::map<std::string, Expr> definitions;
+  for (const auto& v : program.group_values) definitions.emplace(v.name, v.value);
+  for (const auto& v : program.tensor_values) definitions.emplace(v.name, v.value);
+  for (const auto& r : program.reductions) definitions.emplace(r.name, r.operand);
+  std::set<std::string> used;
+  while (!roots.empty()) {
+    Expr root = roots.back();
+    roots.pop_back();
+    for_each_node(root, [&](const Expr& e) {
+      if (e->kind != NodeKind::Var || (e->var != VarKind::Hoisted && e->var != VarKind::Reduced)) return;
+      if (used.insert(e->name).second) roots.push_back(definitions.at(e->name));
+    });
+  }
+  return used;
 }
 
-/// The values of `all` that `used` names, in their order.
-std::vector<HoistedValue> kept(const std::vector<HoistedValue>& all, const std::set<std::string>& used) {
-  std::vector<HoistedValue> result;
+/// The entries of `all` that `used` names, in their order.
+template <typename T>
+std::vector<T> kept(const std::vector<T>& all, const std::set<std::string>& used) {
+  std::vector<T> result;
   for (const auto& v : all)
     if (used.count(v.name)) result.push_back(v);
   return result;
@@ -32,11 +47,12 @@ Program dead_code_elimination(const Program& program) {
   for (const auto& o : program.scalar_state_updates)
     if (!is_own_value(o, VarKind::ScalarState)) result.scalar_state_updates.push_back(o);
 
-  std::set<std::string> used;  // element code reads tensor and group values; tensor values read group values
-  for (const auto& o : result.element_outputs) collect_hoisted(o.value, used);
-  result.tensor_values = kept(program.tensor_values, used);
-  for (const auto& v : result.tensor_values) collect_hoisted(v.value, used);
+  std::vector<Expr> roots;
+  for (const auto& o : result.element_outputs) roots.push_back(o.value);
+  const std::set<std::string> used = values_read(program, roots);
   result.group_values = kept(program.group_values, used);
+  result.tensor_values = kept(program.tensor_values, used);
+  result.reductions = kept(program.reductions, used);
   return result;
 }
 

@@ -21,10 +21,12 @@ Program common_subexpression_elimination(const Program& program);
 
 /// Splits the step by level: every maximal subexpression of the element code that is computed at a
 /// lower level (per group, per tensor) becomes a value of that level, computed once there
-/// (`group_values`, `tensor_values`) and read by name.
+/// (`group_values`, `tensor_values`) and read by name; every reduction becomes one of the
+/// program's `reductions`, its operand element code, read by the tensor code by name.
 Program assign_levels(const Program& program);
 
-/// Drops writes that store a state's own value back, and group and tensor values nothing reads.
+/// Drops writes that store a state's own value back, and group values, tensor values and
+/// reductions nothing reads.
 Program dead_code_elimination(const Program& program);
 
 /// Checks that the variant reads and writes exactly the states it declares present; throws
@@ -32,7 +34,8 @@ Program dead_code_elimination(const Program& program);
 Program verify_states(const Program& program);
 
 /// Splits the step into its stage plan: one kernel launch per stage. Without reductions a step is
-/// one Update stage.
+/// one Update stage; with them, a Reduce stage per level of reductions that read reductions comes
+/// first (ReductionValue::stage).
 Program plan_stages(const Program& program);
 
 }  // namespace optgen

@@ -1,18 +1,47 @@
+#include <functional>
+#include <map>
+
 #include "passes.h"
 
 namespace optgen {
 
 Program plan_stages(const Program& program) {
   Program result = program;
-  // Every value an element output reads is an element input, a constant, or a value computed
-  // once at a lower level before the stage starts: one Update stage does the whole step. A
-  // reduction (a tensor value computed from element values) would end a Reduce stage here.
   for (const auto& v : program.tensor_values)
     for_each_node(v.value, [&](const Expr& e) {
       if (e->level == Level::Element)
         throw InternalError("plan_stages: tensor value '" + v.name + "' reads element values");
     });
-  result.stages = {{StageKind::Update, "update"}};
+
+  // A reduction runs in the stage after the latest reduction its operand reads, directly or
+  // through a tensor value: its partial sums need that result in every block. Reductions of one
+  // stage share its kernel, so launches per step are the reduce stages plus the Update stage,
+  // whatever the number of reductions, tensors or groups.
+  std::map<std::string, Expr> tensor_values;
+  for (const auto& v : program.tensor_values) tensor_values.emplace(v.name, v.value);
+  std::map<std::string, size_t> reduction_index;
+  for (size_t i = 0; i < program.reductions.size(); ++i) reduction_index.emplace(program.reductions[i].name, i);
+  std::map<std::string, int> stage_of;
+  std::function<int(const std::string&)> stage = [&](const std::string& name) -> int {
+    if (auto it = stage_of.find(name); it != stage_of.end()) return it->second;
+    int latest = 0;
+    std::function<void(const Expr&)> visit = [&](const Expr& root) {
+      for_each_node(root, [&](const Expr& e) {
+        if (e->kind != NodeKind::Var) return;
+        if (e->var == VarKind::Reduced) latest = std::max(latest, stage(e->name));
+        if (e->var == VarKind::Hoisted && e->level == Level::Tensor) visit(tensor_values.at(e->name));
+      });
+    };
+    visit(program.reductions.at(reduction_index.at(name)).operand);
+    return stage_of[name] = latest + 1;
+  };
+  int stages = 0;
+  for (auto& r : result.reductions) stages = std::max(stages, r.stage = stage(r.name));
+
+  result.stages.clear();
+  for (int k = 1; k <= stages; ++k)
+    result.stages.push_back({StageKind::Reduce, stages == 1 ? "reduce" : "reduce" + std::to_string(k), k});
+  result.stages.push_back({StageKind::Update, "update", 0});
   return result;
 }
 

@@ -44,6 +44,12 @@ Program verify_states(const Program& program) {
         throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant +
                                    " (" + flags_text(program) + ")");
     });
+  for (const auto& r : program.reductions)
+    for_each_node(r.operand, [&](const Expr& e) {
+      if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))
+        throw SpecError(r.loc, "this reduction reads state '" + e->name + "', which is absent in variant " +
+                                   program.variant + " (" + flags_text(program) + ")");
+    });
   for (const auto& state : program.states)
     if (!written.count(state))
       throw SpecError(declaration(program, state).loc, "state '" + state + "' is present in variant " +

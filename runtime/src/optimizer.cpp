@@ -358,15 +358,19 @@ std::vector<void*> operand_pointers(const std::vector<PlanTensor>& tensors, cons
   return pointers;
 }
 
-/// The chunk table, longest chunks first; adds each group's chunks to `blocks_per_group`.
+/// The chunk table, longest chunks first; adds each group's chunks to `blocks_per_group`, and
+/// writes each tensor's chunk count to `chunks_per_tensor`.
 std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensors, long long chunk_size,
-                                           std::vector<unsigned>& blocks_per_group) {
+                                           std::vector<unsigned>& blocks_per_group,
+                                           std::vector<int>& chunks_per_tensor) {
   std::vector<kernel_abi::Chunk> chunks;
+  chunks_per_tensor.assign(tensors.size(), 0);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const long long numel = tensors[t].tensor->numel;
     const int group = tensors[t].group;
     if (numel == 0 && !tensors[t].placeholder) continue;  // an empty tensor of a group with elements: no work
     const long long count = std::max<long long>(1, (numel + chunk_size - 1) / chunk_size);
+    chunks_per_tensor[t] = static_cast<int>(count);
     for (long long c = 0; c < count; ++c) {
       const long long elements = std::min(chunk_size, numel - c * chunk_size);
       chunks.push_back({static_cast<int>(t), static_cast<int>(c), group, static_cast<int>(elements)});
@@ -378,6 +382,51 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   std::stable_sort(chunks.begin(), chunks.end(),
                    [](const kernel_abi::Chunk& a, const kernel_abi::Chunk& b) { return a.count > b.count; });
   return chunks;
+}
+
+/// The results and scratch of a plan's reductions (kernel_abi::ReductionTable), for `reductions`
+/// per tensor and group; counters at zero. Nothing for a variant without reductions.
+void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vector<PlanTensor>& tensors,
+                      const std::vector<int>& chunks_per_tensor, int reductions) {
+  plan.reductions = {};
+  plan.reduction_memory = DeviceBuffer();
+  if (reductions == 0) return;
+  const std::size_t n = tensors.size(), G = m.groups.size(), R = static_cast<std::size_t>(reductions);
+  std::vector<int> first_chunk(n), group_first(G, 0), group_tensors(G, 0), with_chunks(G, 0);
+  std::size_t total_chunks = 0;
+  for (std::size_t t = n; t-- > 0;) group_first[static_cast<std::size_t>(tensors[t].group)] = static_cast<int>(t);
+  for (std::size_t t = 0; t < n; ++t) {
+    first_chunk[t] = static_cast<int>(total_chunks);
+    total_chunks += static_cast<std::size_t>(chunks_per_tensor[t]);
+    const auto g = static_cast<std::size_t>(tensors[t].group);
+    group_tensors[g] += 1;
+    if (chunks_per_tensor[t] > 0) with_chunks[g] += 1;
+  }
+  PackedUpload upload;
+  const std::size_t partials_at = upload.add(total_chunks * R * sizeof(double));
+  const std::size_t tensor_at = upload.add(n * R * sizeof(double));
+  const std::size_t group_at = upload.add(G * R * sizeof(double));
+  const std::size_t tensor_arrivals_at = upload.add(std::vector<unsigned>(n, 0));
+  const std::size_t group_arrivals_at = upload.add(std::vector<unsigned>(G, 0));
+  const std::size_t first_chunk_at = upload.add(first_chunk);
+  const std::size_t chunks_at = upload.add(chunks_per_tensor);
+  const std::size_t group_first_at = upload.add(group_first);
+  const std::size_t group_tensors_at = upload.add(group_tensors);
+  const std::size_t with_chunks_at = upload.add(with_chunks);
+  plan.reduction_memory = upload.upload();
+  const DeviceBuffer& d = plan.reduction_memory;
+  plan.reductions = {device_pointer<double>(d, partials_at),
+                     device_pointer<double>(d, tensor_at),
+                     device_pointer<double>(d, group_at),
+                     device_pointer<unsigned>(d, tensor_arrivals_at),
+                     device_pointer<unsigned>(d, group_arrivals_at),
+                     device_pointer<const int>(d, first_chunk_at),
+                     device_pointer<const int>(d, chunks_at),
+                     device_pointer<const int>(d, group_first_at),
+                     device_pointer<const int>(d, group_tensors_at),
+                     device_pointer<const int>(d, with_chunks_at),
+                     reductions,
+                     0};
 }
 
 /// Records, for each group among `tensors` (the tensor list of the plan at `plan`), the plan and
@@ -401,7 +450,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel;
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
-  const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size, blocks_per_group);
+  std::vector<int> chunks_per_tensor;
+  const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size, blocks_per_group, chunks_per_tensor);
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
@@ -416,6 +466,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 m.chunk_size,
                 static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size())};
+  build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions);
   plan.stages.clear();
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(m.module.function(kernel.stages[s]));
 }
@@ -591,7 +642,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   for (Plan& plan : m.plans) {
     if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
-    void* args[] = {&plan.table, &m.device_groups.view, &m.inputs};
+    void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
     for (CUfunction stage : plan.stages) {
       driver::check(api.cuLaunchKernel(stage, static_cast<unsigned>(plan.table.num_chunks), 1, 1,
                                        static_cast<unsigned>(m.info->block_size), 1, 1, 0, stream, args, nullptr),

@@ -102,6 +102,9 @@ struct Plan {
   bool pointers_in_graph = true;
   std::vector<DeviceBuffer> retired;  ///< pointer tables that captured graphs still read
   kernel_abi::TableView table{};
+  /// The results and scratch of the variant's reductions (all null without any).
+  DeviceBuffer reduction_memory;
+  kernel_abi::ReductionTable reductions{};
   std::vector<CUfunction> stages;
 };
 

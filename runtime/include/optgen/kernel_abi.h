@@ -6,8 +6,9 @@
 // (with no include path) both accept: no includes, built-in types only.
 //
 // A variant's stage kernels, <variant>_<storage>_<stage>, run one step of the groups they were
-// bound to:
-//   kernel<<<table.num_chunks, block_size>>>(TableView table, GroupTable groups, StepInputs inputs)
+// bound to, each launched as
+//   kernel<<<table.num_chunks, block_size>>>(TableView table, GroupTable groups, StepInputs inputs,
+//                                            ReductionTable reductions)
 // and its group kernel, <variant>_group, writes a value into the group table and recomputes the
 // GroupValues the next step reads (at prepare() time, and for every setter):
 //   kernel<<<blocks, kGroupKernelBlock>>>(GroupTable groups, GroupWrite write)
@@ -17,7 +18,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 2 };
+enum { kVersion = 3 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -69,6 +70,30 @@ struct GroupTable {
 struct StepInputs {
   const float* grad_scale;  ///< the gradients carry this factor: the update sees grad / *grad_scale
   const float* found_inf;   ///< nonzero: skip the whole step (no parameter, state or step count changes)
+};
+
+/// The reductions of a plan (a variant's specs use them: LAMB's norms, a global gradient norm): the
+/// results its Reduce stages leave for the stages after them, and their scratch. Every reduction of
+/// a variant has an index r < stride. A Reduce stage's block writes its chunk's partial result of
+/// each of the stage's reductions into `partials`; the last block of a tensor to finish (counted in
+/// `tensor_arrivals`) combines the tensor's partials in chunk order into `tensor_results`; the last
+/// tensor of a group (counted in `group_arrivals`) combines the group's tensors in tensor order
+/// into `group_results`. Fixed orders and no floating-point atomics: the same inputs give the same
+/// bits. The finishing blocks reset the counters, so a captured step replays. All zero (null) for a
+/// variant without reductions.
+struct ReductionTable {
+  double* partials;        ///< [(first_chunk[tensor] + chunk index) * stride + r]
+  double* tensor_results;  ///< [tensor * stride + r]: a tensor's sum or maximum (its part, for a group reduction)
+  double* group_results;   ///< [group * stride + r]: a group reduction, by GroupTable group index
+  unsigned int* tensor_arrivals;         ///< [tensor]: blocks of the stage that finished the tensor's chunks
+  unsigned int* group_arrivals;          ///< [group]: tensors of the group the stage finished
+  const int* first_chunk;                ///< [tensor]: where the tensor's partials start
+  const int* chunks;                     ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
+  const int* group_first_tensor;         ///< [group]: the group's first tensor in this table
+  const int* group_tensors;              ///< [group]: its tensors in this table (0: not in this table)
+  const int* group_tensors_with_chunks;  ///< [group]: those of them with at least one chunk
+  int stride;                            ///< reductions per tensor (and per group): the variant's count
+  int unused;
 };
 
 /// What a group kernel writes before it recomputes the GroupValues of the current slot.
@@ -132,6 +157,21 @@ static_assert(sizeof(GroupTable) == 72 && alignof(GroupTable) == 8, "GroupTable 
 static_assert(OPTGEN_ABI_OFFSETOF(StepInputs, grad_scale) == 0, "StepInputs::grad_scale moved");
 static_assert(OPTGEN_ABI_OFFSETOF(StepInputs, found_inf) == 8, "StepInputs::found_inf moved");
 static_assert(sizeof(StepInputs) == 16 && alignof(StepInputs) == 8, "StepInputs changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, partials) == 0, "ReductionTable::partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, tensor_results) == 8, "ReductionTable::tensor_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_results) == 16, "ReductionTable::group_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, tensor_arrivals) == 24, "ReductionTable::tensor_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_arrivals) == 32, "ReductionTable::group_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, first_chunk) == 40, "ReductionTable::first_chunk moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks) == 48, "ReductionTable::chunks moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_first_tensor) == 56,
+              "ReductionTable::group_first_tensor moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors) == 64, "ReductionTable::group_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 72,
+              "ReductionTable::group_tensors_with_chunks moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
+static_assert(sizeof(ReductionTable) == 88 && alignof(ReductionTable) == 8, "ReductionTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");

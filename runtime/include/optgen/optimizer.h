@@ -64,6 +64,14 @@ struct AmpInputs {
   const float* found_inf = nullptr;
 };
 
+/// One reduction a variant computes before its Update stage, at its index r of
+/// kernel_abi::ReductionTable: a sum or a maximum, over each tensor or over the whole group.
+struct ReductionSlot {
+  const char* name;  ///< the generator's name for it, e.g. sum_param_times_param
+  bool is_max;
+  bool over_group;
+};
+
 /// One kernel variant of a spec (a combination of specialized flags).
 struct VariantInfo {
   const char* name;   ///< e.g. adam_amsgrad
@@ -71,7 +79,9 @@ struct VariantInfo {
   int num_states;
   int group_values_size;     ///< sizeof its GroupValues on the device
   const char* group_kernel;  ///< e.g. adam_amsgrad_group
-  int num_stages;            ///< kernel launches per step; the last is the Update stage
+  int num_stages;            ///< kernel launches per step: its Reduce stages, then the Update stage
+  const ReductionSlot* reductions;
+  int num_reductions;
 };
 
 /// A variant's kernels for one storage type.

@@ -1,0 +1,34 @@
+#include "reductions.h"
+
+namespace optgen {
+namespace {
+
+using Form = ReductionInfo::Form;
+
+const std::vector<ReductionInfo> kReductions = {
+    {"sum", ReduceOp::Sum, ReduceScope::Tensor, Form::Plain, "the sum of x over the tensor's elements"},
+    {"mean", ReduceOp::Sum, ReduceScope::Tensor, Form::Mean, "the mean of x over the tensor's elements"},
+    {"norm", ReduceOp::Sum, ReduceScope::Tensor, Form::Norm, "the 2-norm of x over the tensor's elements"},
+    {"max", ReduceOp::Max, ReduceScope::Tensor, Form::Plain, "the largest x of the tensor's elements"},
+    {"group_sum", ReduceOp::Sum, ReduceScope::Group, Form::Plain, "the sum of x over every element of the group"},
+    {"group_norm", ReduceOp::Sum, ReduceScope::Group, Form::Norm, "the 2-norm of x over every element of the group"},
+    {"group_max", ReduceOp::Max, ReduceScope::Group, Form::Plain, "the largest x of every element of the group"},
+};
+
+}  // namespace
+
+const char* to_string(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
+const char* to_string(ReduceScope scope) { return scope == ReduceScope::Tensor ? "tensor" : "group"; }
+
+const std::vector<ReductionInfo>& reductions() { return kReductions; }
+
+const ReductionInfo* find_reduction(const std::string& name, int arity) {
+  if (arity != 1) return nullptr;
+  for (const auto& r : kReductions)
+    if (name == r.name) return &r;
+  return nullptr;
+}
+
+bool is_reduction_name(const std::string& name) { return find_reduction(name, 1) != nullptr; }
+
+}  // namespace optgen

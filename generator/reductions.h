@@ -1,0 +1,40 @@
+#pragma once
+/// The spec language's reductions, listed once (`kReductions` in reductions.cpp): `sum(x)`,
+/// `mean(x)`, `norm(x)` and `max(x)` over the elements of the tensor being updated, and
+/// `group_sum(x)`, `group_norm(x)`, `group_max(x)` over every element of the param group. Each
+/// is a Reduce node of the IR (a sum or a maximum, over a tensor or a group) with ordinary IR
+/// around it: `mean(x)` is `sum(x) / numel`, `norm(x)` is `sqrt(sum(x * x))`.
+///
+/// Unlike the built-in functions, reduction names are not reserved: a spec may name a value
+/// `sum` (torch's Adagrad calls its state that), and then cannot call sum() itself.
+
+#include <string>
+#include <vector>
+
+namespace optgen {
+
+/// How a reduction combines its elements (and, later, the partial results of blocks and ranks).
+enum class ReduceOp { Sum, Max };
+/// What a reduction runs over: the elements of one tensor, or of every tensor of the param group.
+enum class ReduceScope { Tensor, Group };
+
+const char* to_string(ReduceOp op);
+const char* to_string(ReduceScope scope);
+
+struct ReductionInfo {
+  const char* name;  ///< as a spec writes it
+  ReduceOp op;
+  ReduceScope scope;
+  enum class Form { Plain, Mean, Norm } form;  ///< the value: the reduction, / numel, sqrt of the sum of squares
+  const char* meaning;                         ///< for the documentation and messages
+};
+
+/// Every reduction, in the order the documentation lists them.
+const std::vector<ReductionInfo>& reductions();
+/// The reduction called `name` that takes `arity` arguments, or null (`max` of two arguments is the
+/// built-in function, of one the reduction).
+const ReductionInfo* find_reduction(const std::string& name, int arity);
+/// Whether some reduction is called `name`.
+bool is_reduction_name(const std::string& name);
+
+}  // namespace optgen
