@@ -2,7 +2,8 @@
 // parameter shapes (bench/workloads/*.json), against the device's copy bandwidth measured
 // here; and the host time spent inside step() for a model of many tensors.
 //
-//   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers adam,adamw,sgd]
+//   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
+//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //
 // (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
@@ -31,6 +32,7 @@
 
 #include "adam.h"
 #include "adamw.h"
+#include "lamb.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "sgd.h"
@@ -165,6 +167,12 @@ std::vector<OptimizerCase> optimizer_cases() {
       {"adam", 28, with_defaults(optgen::Adam::info(), {})},
       {"adamw", 28, with_defaults(optgen::AdamW::info(), {})},
       {"sgd", 20, with_defaults(optgen::SGD::info(), {{"momentum", 0.9}})},
+      // Two launches: the gradients' global norm (reads g), then AdamW (reads p, g, m, v; writes p, m, v).
+      {"adamw_clip", 32, with_defaults(optgen::AdamW::info(), {{"max_grad_norm", 1.0}})},
+      // Two launches: both norms of every tensor (reads p, g, m, v), then the update (as Adam's).
+      {"lamb", 44, with_defaults(optgen::LAMB::info(), {})},
+      // Three: the global norm, LAMB's norms, the update.
+      {"lamb_clip", 48, with_defaults(optgen::LAMB::info(), {{"max_grad_norm", 1.0}})},
   };
 }
 
@@ -264,7 +272,7 @@ void add_options(CLI::App& app, Arguments& args) {
       ->capture_default_str();
   app.add_option("--optimizers", args.optimizers, "optimizers, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"adam", "adamw", "sgd"}))
+      ->check(CLI::IsMember({"adam", "adamw", "sgd", "adamw_clip", "lamb", "lamb_clip"}))
       ->capture_default_str();
   app.add_option("--modes", args.modes,
                  "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "

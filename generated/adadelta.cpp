@@ -16,31 +16,44 @@ const KernelImages& adadelta();  // the kernels compiled at build time: adadelta
 namespace {
 namespace spec_reference = ::optgen::reference::adadelta;
 
-// ---- variant adadelta ----
+// ---- variant adadelta (clip_grad_norm=false) ----
 namespace variants::adadelta {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_bf16_f32_update"};
 }  // namespace variants::adadelta
+// ---- variant adadelta_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::adadelta_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_clip_grad_norm_f32_f32_reduce", "adadelta_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_clip_grad_norm_bf16_f32_reduce", "adadelta_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::adadelta_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0},
+    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0, -1},
+    {"adadelta_clip_grad_norm", variants::adadelta_clip_grad_norm::kStates, 2, 28, "adadelta_clip_grad_norm_group", 2, variants::adadelta_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
     {variants::adadelta::kf32_f32, 0, DType::F32, DType::F32},
     {variants::adadelta::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adadelta_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::adadelta_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const Adadelta::Options& o) { return {o.lr, o.rho, o.eps, o.weight_decay, static_cast<double>(o.maximize)}; }
+std::vector<double> values_of(const Adadelta::Options& o) { return {o.lr, o.rho, o.eps, o.weight_decay, static_cast<double>(o.maximize), o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -51,7 +64,7 @@ const OptimizerInfo& Adadelta::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 1, kKernels, 2, &kernel_images::adadelta(),
+      kVariants, 2, kKernels, 4, &kernel_images::adadelta(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -76,6 +89,7 @@ Adadelta::Options Adadelta::options(std::size_t group) const {
   o.eps = h[2];
   o.weight_decay = h[3];
   o.maximize = h[4] != 0;
+  o.max_grad_norm = h[5];
   return o;
 }
 

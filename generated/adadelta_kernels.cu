@@ -10,6 +10,11 @@
 //   adadelta_f32_f32_update
 //   adadelta_bf16_f32_update
 //   adadelta_group
+//   adadelta_clip_grad_norm_f32_f32_reduce
+//   adadelta_clip_grad_norm_f32_f32_update
+//   adadelta_clip_grad_norm_bf16_f32_reduce
+//   adadelta_clip_grad_norm_bf16_f32_update
+//   adadelta_clip_grad_norm_group
 //
 // Self-contained: NVRTC compiles it with no include path, at build time or at load time.
 
@@ -103,19 +108,30 @@ struct StepInputs {
 /// into `group_results`. Fixed orders and no floating-point atomics: the same inputs give the same
 /// bits. The finishing blocks reset the counters, so a captured step replays. All zero (null) for a
 /// variant without reductions.
+///
+/// The results are reduction-major: the `num_tensors` results of reduction r are contiguous, and so
+/// are its `num_groups`, so that a caller whose tensors are shards of a larger model can all-reduce
+/// each reduction's results across ranks (a sum or a maximum) between the stages
+/// (Optimizer::set_reduction_hook). Results are raw sums and maxima, in double: a norm's result is
+/// its sum of squares.
 struct ReductionTable {
-  double* partials;        ///< [(first_chunk[tensor] + chunk index) * stride + r]
-  double* tensor_results;  ///< [tensor * stride + r]: a tensor's sum or maximum (its part, for a group reduction)
-  double* group_results;   ///< [group * stride + r]: a group reduction, by GroupTable group index
-  unsigned int* tensor_arrivals;         ///< [tensor]: blocks of the stage that finished the tensor's chunks
-  unsigned int* group_arrivals;          ///< [group]: tensors of the group the stage finished
-  const int* first_chunk;                ///< [tensor]: where the tensor's partials start
-  const int* chunks;                     ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
-  const int* group_first_tensor;         ///< [group]: the group's first tensor in this table
-  const int* group_tensors;              ///< [group]: its tensors in this table (0: not in this table)
+  double* partials;               ///< [(first_chunk[tensor] + chunk index) * stride + r]
+  double* tensor_results;         ///< [r * num_tensors + tensor]: over the tensor (its part, for a group reduction)
+  double* group_results;          ///< [r * num_groups + group]: a group reduction, by GroupTable group index
+  unsigned int* tensor_arrivals;  ///< [tensor]: blocks of the stage that finished the tensor's chunks
+  unsigned int* group_arrivals;   ///< [group]: tensors of the group the stage finished
+  const int* first_chunk;         ///< [tensor]: where the tensor's partials start
+  const int* chunks;              ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
+  const int* group_first_tensor;  ///< [group]: the group's first tensor in this table
+  const int* group_tensors;       ///< [group]: its tensors in this table (0: not in this table)
   const int* group_tensors_with_chunks;  ///< [group]: those of them with at least one chunk
   int stride;                            ///< reductions per tensor (and per group): the variant's count
+  int num_tensors;                       ///< the plan's tensors (TableView::num_tensors)
+  int num_groups;                        ///< GroupTable::num_groups
   int unused;
+  /// [group]: the global gradient norm a clipping variant's Update stage publishes (clipping.h in
+  /// the generator), +inf when AMP skipped the step; null when no variant clips.
+  float* grad_norms;
 };
 
 /// What a group kernel writes before it recomputes the GroupValues of the current slot.
@@ -193,7 +209,11 @@ static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors) == 64, "Reducti
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 72,
               "ReductionTable::group_tensors_with_chunks moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
-static_assert(sizeof(ReductionTable) == 88 && alignof(ReductionTable) == 8, "ReductionTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 84, "ReductionTable::num_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 88, "ReductionTable::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 96, "ReductionTable::grad_norms moved");
+static_assert(sizeof(ReductionTable) == 104 && alignof(ReductionTable) == 8,
+              "ReductionTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");
@@ -377,12 +397,18 @@ __device__ T block_combine(bool is_max, T x) {
   return x;
 }
 
-/// The results of a plan's reductions that a block of tensor `t` in group `g` reads.
-__device__ __forceinline__ const double* tensor_results(const ReductionTable& r, int t) {
-  return r.tensor_results + static_cast<long long>(t) * r.stride;
-}
-__device__ __forceinline__ const double* group_results(const ReductionTable& r, int g) {
-  return r.group_results + static_cast<long long>(g) * r.stride;
+/// The finished results of a plan's reductions that a block of tensor `t` in group `g` reads:
+/// of_tensor(r) and of_group(r) for reduction r (kernel_abi::ReductionTable).
+struct Results {
+  const double* tensor;
+  const double* group;
+  long long num_tensors;
+  long long num_groups;
+  __device__ __forceinline__ double of_tensor(int r) const { return __ldcg(tensor + r * num_tensors); }
+  __device__ __forceinline__ double of_group(int r) const { return __ldcg(group + r * num_groups); }
+};
+__device__ __forceinline__ Results results(const ReductionTable& red, int t, int g) {
+  return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups};
 }
 
 /// Whether this block is the last of `expected` to arrive at `counter`, which it then resets (for
@@ -415,8 +441,9 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
 
-  // AMP: an overflow skips the whole step, this stage included (no block counts, none finishes).
-  if (inputs.found_inf != 0 && *inputs.found_inf != 0.0f) return;
+  // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
+  // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
+  // its results.
   const Chunk chunk = table.chunks[blockIdx.x];
   const int t = chunk.tensor;
   const int g = chunk.group;
@@ -432,7 +459,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   }
   const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
   const typename Reduce::TensorValues tv =
-      Reduce::tensor(k, table.numel[t], tensor_results(red, t), group_results(red, g));
+      Reduce::tensor(k, table.numel[t], results(red, t, g));
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
 
@@ -503,7 +530,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     for (int c = threadIdx.x; c < chunks; c += OPTGEN_BLOCK_SIZE)
       x = reduce_combine(is_max, x, __ldcg(first + c * stride + Reduce::slot(r)));
     x = block_combine(is_max, x);
-    if (threadIdx.x == 0) red.tensor_results[t * stride + Reduce::slot(r)] = x;
+    if (threadIdx.x == 0) red.tensor_results[static_cast<long long>(Reduce::slot(r)) * red.num_tensors + t] = x;
   }
   if (!Reduce::kGroupScope) return;
   if (!last_to_arrive(&red.group_arrivals[g], static_cast<unsigned>(red.group_tensors_with_chunks[g]))) return;
@@ -515,9 +542,12 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     double x = reduce_identity<double>(is_max);
     for (int i = threadIdx.x; i < red.group_tensors[g]; i += OPTGEN_BLOCK_SIZE)
       if (red.chunks[first_tensor + i] > 0)
-        x = reduce_combine(is_max, x, __ldcg(red.tensor_results + (first_tensor + i) * stride + Reduce::slot(r)));
+        x = reduce_combine(is_max, x,
+                           __ldcg(red.tensor_results + static_cast<long long>(Reduce::slot(r)) * red.num_tensors +
+                                  first_tensor + i));
     x = block_combine(is_max, x);
-    if (threadIdx.x == 0) red.group_results[g * stride + Reduce::slot(r)] = x;
+    if (threadIdx.x == 0) red.group_results[static_cast<long long>(Reduce::slot(r)) * red.num_groups + g] = x;
+    if (threadIdx.x == 0 && Reduce::slot(r) == Reduce::kGradNormSlot) red.grad_norms[g] = static_cast<float>(sqrt(x));
   }
 }
 
@@ -575,9 +605,13 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   }
   __syncthreads();
   const int slot = slot_shared;
+  // The gradient norm a clipping variant publishes, again: a reduction hook may have all-reduced
+  // the results since the Reduce stage published them. (Here, not at the end: fewer live registers.)
+  if (Update::kGradNormSlot >= 0 && threadIdx.x == 0 && commit_shared)
+    red.grad_norms[g] = static_cast<float>(sqrt(results(red, t, g).of_group(Update::kGradNormSlot)));
   const Values k = *group_values<Values>(groups, slot, g);
   const typename Update::TensorValues tv =
-      Update::tensor(k, table.numel[t], tensor_results(red, t), group_results(red, g));
+      Update::tensor(k, table.numel[t], results(red, t, g));
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
 
@@ -636,7 +670,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 }
 
 }  // namespace optgen
-// ---- variant adadelta ----
+// ---- variant adadelta (clip_grad_norm=false) ----
 namespace variants::adadelta {
 
   /// Computed once per step and param group by Group::step, kept in the group table, read by the
@@ -678,11 +712,12 @@ namespace variants::adadelta {
   /// The Update stage's code: every element output from the operands, in place.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, square_avg, acc_delta
+    static constexpr int kGradNormSlot = -1;
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
       TensorValues tv_;
       return tv_;
     }
@@ -718,6 +753,126 @@ namespace variants::adadelta {
     }
   };
 }  // namespace variants::adadelta
+// ---- variant adadelta_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::adadelta_clip_grad_norm {
+
+  /// Computed once per step and param group by Group::step, kept in the group table, read by the
+  /// tensor and element code.
+  struct GroupValues {
+    float lr;  // lr
+    float eps;  // eps
+    float rho;  // rho
+    float one_minus_rho;  // 1 - rho
+    float max_grad_norm;  // max_grad_norm
+    float weight_decay;  // weight_decay
+    bool maximize;  // maximize
+  };
+  static_assert(sizeof(GroupValues) == 28, "the launcher's values_stride holds this");
+
+  /// The group code: the spec's per_step, in double, once per step and param group.
+  struct Group {
+    typedef GroupValues Values;
+    static constexpr int kScalarStates = 0;
+
+    /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
+    /// `step` (counting from 1) from the hyperparameters `h_`.
+    static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] long long step) {
+      const double lr = h_[0];
+      const double rho = h_[1];
+      const double eps = h_[2];
+      const double weight_decay = h_[3];
+      const bool maximize = h_[4] != 0;
+      const double max_grad_norm = h_[5];
+      GroupValues result_;
+      result_.lr = static_cast<float>(lr);
+      result_.eps = static_cast<float>(eps);
+      result_.rho = static_cast<float>(rho);
+      result_.one_minus_rho = static_cast<float>(1.0 - rho);
+      result_.max_grad_norm = static_cast<float>(max_grad_norm);
+      result_.weight_decay = static_cast<float>(weight_decay);
+      result_.maximize = maximize;
+      return result_;
+    }
+  };
+
+  /// Reduce stage 1: the operands of its reductions, element by element.
+  struct Reduce {
+    static constexpr int kOperands = 4;
+    static constexpr int kReductions = 1;
+    static constexpr bool kGroupScope = true;  // a reduction over the whole group
+    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+    // 0: grad_norm_squared, sum over each group (result 0)
+    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+    /// where its result goes (kernel_abi::ReductionTable's r).
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+    struct TensorValues {
+      // (this stage reads nothing computed per tensor)
+    };
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+      TensorValues tv_;
+      return tv_;
+    }
+
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      const float grad = v_[1];
+      r_[0] = grad * grad;  // grad_norm_squared
+    }
+  };
+
+  /// The Update stage's code: every element output from the operands, in place.
+  struct Update {
+    static constexpr int kOperands = 4;  // param, grad, square_avg, acc_delta
+    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+
+    struct TensorValues {
+      float clip_coef;
+    };
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+      const double max_grad_norm = k_.max_grad_norm;
+      const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
+      const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+      TensorValues tv_;
+      tv_.clip_coef = static_cast<float>(clip_coef_1);
+      return tv_;
+    }
+
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+      const float lr = k_.lr;
+      const float eps = k_.eps;
+      const float rho = k_.rho;
+      const float one_minus_rho = k_.one_minus_rho;
+      const float weight_decay = k_.weight_decay;
+      const bool maximize = k_.maximize;
+      const float clip_coef = tv_.clip_coef;
+      const float param = v_[0];
+      const float grad = v_[1];
+      const float square_avg = v_[2];
+      const float acc_delta = v_[3];
+      const float clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const float g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const float g_1 = g + weight_decay * param;
+      // square_avg = rho * square_avg + (1 - rho) * g * g
+      const float square_avg_next = rho * square_avg + one_minus_rho * g_1 * g_1;
+      // std = sqrt(square_avg + eps)
+      const float std = ::sqrtf(square_avg_next + eps);
+      // delta = sqrt(acc_delta + eps) / std * g
+      const float delta = ::sqrtf(acc_delta + eps) / std * g_1;
+      // param = param - lr * delta
+      const float param_next = param - lr * delta;
+      // acc_delta = rho * acc_delta + (1 - rho) * delta * delta
+      const float acc_delta_next = rho * acc_delta + one_minus_rho * delta * delta;
+      v_[0] = param_next;  // param
+      v_[2] = square_avg_next;  // square_avg
+      v_[3] = acc_delta_next;  // acc_delta
+    }
+  };
+}  // namespace variants::adadelta_clip_grad_norm
 
 /// adadelta, update stage: params and grads in f32, states in f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
@@ -735,5 +890,35 @@ adadelta_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adadelta_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
   optgen::group_kernel<variants::adadelta::Group>(groups, write);
+}
+
+/// adadelta_clip_grad_norm, reduce stage: params and grads in f32, states in f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adadelta_clip_grad_norm_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adadelta_clip_grad_norm::Reduce, variants::adadelta_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
+}
+
+/// adadelta_clip_grad_norm, update stage: params and grads in f32, states in f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adadelta_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adadelta_clip_grad_norm::Update, variants::adadelta_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
+}
+
+/// adadelta_clip_grad_norm, reduce stage: params and grads in bf16, states in f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adadelta_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adadelta_clip_grad_norm::Reduce, variants::adadelta_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+}
+
+/// adadelta_clip_grad_norm, update stage: params and grads in bf16, states in f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adadelta_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adadelta_clip_grad_norm::Update, variants::adadelta_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+}
+
+/// adadelta_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
+adadelta_clip_grad_norm_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
+  optgen::group_kernel<variants::adadelta_clip_grad_norm::Group>(groups, write);
 }
 

@@ -22,6 +22,8 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"eps", ValueType::Float, 1e-06, false, false},
     {"weight_decay", ValueType::Float, 0.0, false, false},
     {"maximize", ValueType::Bool, 0.0, false, false},
+    {"max_grad_norm", ValueType::Float, 0.0, false, false},
+    {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
     {"square_avg", {0.0, -1}},
@@ -31,14 +33,16 @@ inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
-inline constexpr int kFlags[] = {-1};
-inline constexpr int kNumHyperparameters = 5;
+inline constexpr int kFlags[] = {6};
+inline constexpr int kNumHyperparameters = 7;
 inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 0;
-inline constexpr int kNumFlags = 0;
+inline constexpr int kNumFlags = 1;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {
+  const double max_grad_norm = h_[5];
+  h_[6] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
@@ -50,7 +54,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   }
 }
 
-// ---- variant adadelta ----
+// ---- variant adadelta (clip_grad_norm=false) ----
 namespace variants::adadelta {
   inline constexpr ::std::size_t kNumGroupValues = 6;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -118,15 +122,104 @@ namespace variants::adadelta {
   }
 }  // namespace variants::adadelta
 
+// ---- variant adadelta_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::adadelta_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 7;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   eps
+  ///   rho
+  ///   one_minus_rho
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double rho = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[4] != 0;
+    const double max_grad_norm = h_[5];
+    return GroupValues{lr, eps, rho, 1.0 - rho, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const T_ eps = T_(k_[1]);
+    const T_ rho = T_(k_[2]);
+    const T_ one_minus_rho = T_(k_[3]);
+    const bool maximize = k_[4] != 0;
+    const T_ max_grad_norm = T_(k_[5]);
+    const T_ weight_decay = T_(k_[6]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const acc_delta_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ acc_delta = acc_delta_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // square_avg = rho * square_avg + (1 - rho) * g * g
+      const T_ square_avg_next = rho * square_avg + one_minus_rho * g_1 * g_1;
+      // std = sqrt(square_avg + eps)
+      const T_ std = ::std::sqrt(square_avg_next + eps);
+      // delta = sqrt(acc_delta + eps) / std * g
+      const T_ delta = ::std::sqrt(acc_delta + eps) / std * g_1;
+      // param = param - lr * delta
+      const T_ param_next = param - lr * delta;
+      // acc_delta = rho * acc_delta + (1 - rho) * delta * delta
+      const T_ acc_delta_next = rho * acc_delta + one_minus_rho * delta * delta;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      acc_delta_data_[i_] = acc_delta_next;
+    }
+  }
+}  // namespace variants::adadelta_clip_grad_norm
+
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
     {"adadelta", 6, &variants::adadelta::per_step_into},
+    {"adadelta_clip_grad_norm", 7, &variants::adadelta_clip_grad_norm::per_step_into},
 };
-inline constexpr int kNumVariants = 1;
+inline constexpr int kNumVariants = 2;
 
 /// The variant the flags of `h` (derived ones filled in) select.
 inline int select_variant([[maybe_unused]] const double* h_) {
-  return 0;
+  return (h_[6] != 0 ? 1 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
@@ -138,6 +231,16 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       // The results of the reductions: [tensor * 1 + r] and [r].
       ::std::vector<double> tensor_(count_ * 1), group_(1);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adadelta::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 1: {
+      const auto k_ = variants::adadelta_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adadelta_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adadelta_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

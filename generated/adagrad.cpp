@@ -16,31 +16,44 @@ const KernelImages& adagrad();  // the kernels compiled at build time: adagrad_i
 namespace {
 namespace spec_reference = ::optgen::reference::adagrad;
 
-// ---- variant adagrad ----
+// ---- variant adagrad (clip_grad_norm=false) ----
 namespace variants::adagrad {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_bf16_f32_update"};
 }  // namespace variants::adagrad
+// ---- variant adagrad_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::adagrad_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_clip_grad_norm_f32_f32_reduce", "adagrad_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_clip_grad_norm_bf16_f32_reduce", "adagrad_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::adagrad_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0},
+    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0, -1},
+    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
     {variants::adagrad::kf32_f32, 0, DType::F32, DType::F32},
     {variants::adagrad::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adagrad_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::adagrad_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_decay, o.weight_decay, o.initial_accumulator_value, o.eps, static_cast<double>(o.maximize)}; }
+std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_decay, o.weight_decay, o.initial_accumulator_value, o.eps, static_cast<double>(o.maximize), o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -51,7 +64,7 @@ const OptimizerInfo& Adagrad::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 1, kKernels, 2, &kernel_images::adagrad(),
+      kVariants, 2, kKernels, 4, &kernel_images::adagrad(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -77,6 +90,7 @@ Adagrad::Options Adagrad::options(std::size_t group) const {
   o.initial_accumulator_value = h[3];
   o.eps = h[4];
   o.maximize = h[5] != 0;
+  o.max_grad_norm = h[6];
   return o;
 }
 

@@ -29,6 +29,7 @@ class Adagrad {
     double initial_accumulator_value = 0.0;
     double eps = 1e-10;
     bool maximize = false;
+    double max_grad_norm = 0.0;  ///< clip each group's gradients to this global norm before the step (0: no clipping)
   };
 
   /// `state_dtype`: how state buffers are stored (F32, or BF16 where the build generated it).
@@ -62,6 +63,8 @@ class Adagrad {
   void set_eps(double value, std::size_t group) { engine_.set("eps", value, group); }
   void set_maximize(bool value) { engine_.set("maximize", static_cast<double>(value)); }
   void set_maximize(bool value, std::size_t group) { engine_.set("maximize", static_cast<double>(value), group); }
+  void set_max_grad_norm(double value) { engine_.set("max_grad_norm", value); }
+  void set_max_grad_norm(double value, std::size_t group) { engine_.set("max_grad_norm", value, group); }
 
   /// The hyperparameters of one group.
   Options options(std::size_t group) const;

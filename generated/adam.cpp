@@ -16,12 +16,12 @@ const KernelImages& adam();  // the kernels compiled at build time: adam_images.
 namespace {
 namespace spec_reference = ::optgen::reference::adam;
 
-// ---- variant adam (amsgrad=false) ----
+// ---- variant adam (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adam {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_bf16_f32_update"};
@@ -29,12 +29,12 @@ namespace variants::adam {
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_f32_bf16_update"};
 }  // namespace variants::adam
-// ---- variant adam_amsgrad (amsgrad=true) ----
+// ---- variant adam_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adam_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_bf16_f32_update"};
@@ -42,11 +42,39 @@ namespace variants::adam_amsgrad {
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_amsgrad_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_amsgrad_f32_bf16_update"};
 }  // namespace variants::adam_amsgrad
+// ---- variant adam_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
+namespace variants::adam_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"adam_clip_grad_norm_f32_f32_reduce", "adam_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"adam_clip_grad_norm_bf16_f32_reduce", "adam_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf16_f32[] = {"adam_clip_grad_norm_f16_f32_reduce", "adam_clip_grad_norm_f16_f32_update"};
+  [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_clip_grad_norm_bf16_bf16_reduce", "adam_clip_grad_norm_bf16_bf16_update"};
+  [[maybe_unused]] const char* const kf32_bf16[] = {"adam_clip_grad_norm_f32_bf16_reduce", "adam_clip_grad_norm_f32_bf16_update"};
+}  // namespace variants::adam_clip_grad_norm
+// ---- variant adam_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
+namespace variants::adam_amsgrad_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_clip_grad_norm_f32_f32_reduce", "adam_amsgrad_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_clip_grad_norm_bf16_f32_reduce", "adam_amsgrad_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_clip_grad_norm_f16_f32_reduce", "adam_amsgrad_clip_grad_norm_f16_f32_update"};
+  [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_amsgrad_clip_grad_norm_bf16_bf16_reduce", "adam_amsgrad_clip_grad_norm_bf16_bf16_update"};
+  [[maybe_unused]] const char* const kf32_bf16[] = {"adam_amsgrad_clip_grad_norm_f32_bf16_reduce", "adam_amsgrad_clip_grad_norm_f32_bf16_update"};
+}  // namespace variants::adam_amsgrad_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0},
-    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0},
+    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0, -1},
+    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0, -1},
+    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", 2, variants::adam_clip_grad_norm::kReductions, 1, 0},
+    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -60,12 +88,22 @@ const KernelInfo kKernels[] = {
     {variants::adam_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
     {variants::adam_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
     {variants::adam_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
+    {variants::adam_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
+    {variants::adam_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
+    {variants::adam_clip_grad_norm::kf16_f32, 2, DType::F16, DType::F32},
+    {variants::adam_clip_grad_norm::kbf16_bf16, 2, DType::BF16, DType::BF16},
+    {variants::adam_clip_grad_norm::kf32_bf16, 2, DType::F32, DType::BF16},
+    {variants::adam_amsgrad_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
+    {variants::adam_amsgrad_clip_grad_norm::kf16_f32, 3, DType::F16, DType::F32},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_bf16, 3, DType::BF16, DType::BF16},
+    {variants::adam_amsgrad_clip_grad_norm::kf32_bf16, 3, DType::F32, DType::BF16},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.amsgrad), static_cast<double>(o.maximize)}; }
+std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, static_cast<double>(o.amsgrad), static_cast<double>(o.maximize), o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -76,7 +114,7 @@ const OptimizerInfo& Adam::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 2, kKernels, 10, &kernel_images::adam(),
+      kVariants, 4, kKernels, 20, &kernel_images::adam(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -103,6 +141,7 @@ Adam::Options Adam::options(std::size_t group) const {
   o.weight_decay = h[4];
   o.amsgrad = h[5] != 0;
   o.maximize = h[6] != 0;
+  o.max_grad_norm = h[7];
   return o;
 }
 

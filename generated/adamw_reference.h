@@ -24,6 +24,8 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"weight_decay", ValueType::Float, 0.01, false, false},
     {"amsgrad", ValueType::Bool, 0.0, true, false},
     {"maximize", ValueType::Bool, 0.0, false, false},
+    {"max_grad_norm", ValueType::Float, 0.0, false, false},
+    {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
     {"exp_avg", {0.0, -1}},
@@ -34,14 +36,16 @@ inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
-inline constexpr int kFlags[] = {5};
-inline constexpr int kNumHyperparameters = 7;
+inline constexpr int kFlags[] = {5, 8};
+inline constexpr int kNumHyperparameters = 9;
 inline constexpr int kNumStates = 3;
 inline constexpr int kNumScalarStates = 0;
-inline constexpr int kNumFlags = 1;
+inline constexpr int kNumFlags = 2;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {
+  const double max_grad_norm = h_[7];
+  h_[8] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
@@ -55,7 +59,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   }
 }
 
-// ---- variant adamw (amsgrad=false) ----
+// ---- variant adamw (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adamw {
   inline constexpr ::std::size_t kNumGroupValues = 8;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -132,7 +136,7 @@ namespace variants::adamw {
   }
 }  // namespace variants::adamw
 
-// ---- variant adamw_amsgrad (amsgrad=true) ----
+// ---- variant adamw_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adamw_amsgrad {
   inline constexpr ::std::size_t kNumGroupValues = 8;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -214,16 +218,217 @@ namespace variants::adamw_amsgrad {
   }
 }  // namespace variants::adamw_amsgrad
 
+// ---- variant adamw_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
+namespace variants::adamw_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 9;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   one_minus_lr_times_weight_decay
+  ///   step_size
+  ///   maximize
+  ///   max_grad_norm
+  ///   one_minus_beta1
+  ///   beta2
+  ///   one_minus_beta2
+  ///   sqrt_bias_correction2
+  ///   eps
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double beta1 = h_[1];
+    const double beta2 = h_[2];
+    const double eps = h_[3];
+    const double weight_decay = h_[4];
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[7];
+    // bias_correction1 = 1 - beta1 ** step
+    const double bias_correction1 = 1.0 - ::std::pow(beta1, static_cast<double>(step));
+    // step_size = lr / bias_correction1
+    const double step_size = lr / bias_correction1;
+    // bias_correction2 = 1 - beta2 ** step
+    const double bias_correction2 = 1.0 - ::std::pow(beta2, static_cast<double>(step));
+    return GroupValues{1.0 - lr * weight_decay, step_size, (maximize) ? 1.0 : 0.0, max_grad_norm, 1.0 - beta1, beta2, 1.0 - beta2, ::std::sqrt(bias_correction2), eps};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ one_minus_lr_times_weight_decay = T_(k_[0]);
+    const T_ step_size = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ max_grad_norm = T_(k_[3]);
+    const T_ one_minus_beta1 = T_(k_[4]);
+    const T_ beta2 = T_(k_[5]);
+    const T_ one_minus_beta2 = T_(k_[6]);
+    const T_ sqrt_bias_correction2 = T_(k_[7]);
+    const T_ eps = T_(k_[8]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ exp_avg = exp_avg_data_[i_];
+      const T_ exp_avg_sq = exp_avg_sq_data_[i_];
+      // param = param * (1 - lr * weight_decay)
+      const T_ param_next = param * one_minus_lr_times_weight_decay;
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // exp_avg = lerp(exp_avg, g, 1 - beta1)
+      const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g, one_minus_beta1);
+      // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+      const T_ exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
+      // denom = sqrt(v) / sqrt(bias_correction2) + eps
+      const T_ denom = ::std::sqrt(exp_avg_sq_next) / sqrt_bias_correction2 + eps;
+      // param = param - step_size * exp_avg / denom
+      const T_ param_next_1 = param_next - step_size * exp_avg_next / denom;
+      param_data_[i_] = param_next_1;
+      exp_avg_data_[i_] = exp_avg_next;
+      exp_avg_sq_data_[i_] = exp_avg_sq_next;
+    }
+  }
+}  // namespace variants::adamw_clip_grad_norm
+
+// ---- variant adamw_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
+namespace variants::adamw_amsgrad_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 9;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   one_minus_lr_times_weight_decay
+  ///   step_size
+  ///   maximize
+  ///   max_grad_norm
+  ///   one_minus_beta1
+  ///   beta2
+  ///   one_minus_beta2
+  ///   sqrt_bias_correction2
+  ///   eps
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double beta1 = h_[1];
+    const double beta2 = h_[2];
+    const double eps = h_[3];
+    const double weight_decay = h_[4];
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[7];
+    // bias_correction1 = 1 - beta1 ** step
+    const double bias_correction1 = 1.0 - ::std::pow(beta1, static_cast<double>(step));
+    // step_size = lr / bias_correction1
+    const double step_size = lr / bias_correction1;
+    // bias_correction2 = 1 - beta2 ** step
+    const double bias_correction2 = 1.0 - ::std::pow(beta2, static_cast<double>(step));
+    return GroupValues{1.0 - lr * weight_decay, step_size, (maximize) ? 1.0 : 0.0, max_grad_norm, 1.0 - beta1, beta2, 1.0 - beta2, ::std::sqrt(bias_correction2), eps};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ one_minus_lr_times_weight_decay = T_(k_[0]);
+    const T_ step_size = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ max_grad_norm = T_(k_[3]);
+    const T_ one_minus_beta1 = T_(k_[4]);
+    const T_ beta2 = T_(k_[5]);
+    const T_ one_minus_beta2 = T_(k_[6]);
+    const T_ sqrt_bias_correction2 = T_(k_[7]);
+    const T_ eps = T_(k_[8]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const max_exp_avg_sq_data_ = state_data_[2];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ exp_avg = exp_avg_data_[i_];
+      const T_ exp_avg_sq = exp_avg_sq_data_[i_];
+      const T_ max_exp_avg_sq = max_exp_avg_sq_data_[i_];
+      // param = param * (1 - lr * weight_decay)
+      const T_ param_next = param * one_minus_lr_times_weight_decay;
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // exp_avg = lerp(exp_avg, g, 1 - beta1)
+      const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g, one_minus_beta1);
+      // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+      const T_ exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
+      // max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq)
+      const T_ max_exp_avg_sq_next = ::optgen::reference::max<T_>(max_exp_avg_sq, exp_avg_sq_next);
+      // denom = sqrt(v) / sqrt(bias_correction2) + eps
+      const T_ denom = ::std::sqrt(max_exp_avg_sq_next) / sqrt_bias_correction2 + eps;
+      // param = param - step_size * exp_avg / denom
+      const T_ param_next_1 = param_next - step_size * exp_avg_next / denom;
+      param_data_[i_] = param_next_1;
+      exp_avg_data_[i_] = exp_avg_next;
+      exp_avg_sq_data_[i_] = exp_avg_sq_next;
+      max_exp_avg_sq_data_[i_] = max_exp_avg_sq_next;
+    }
+  }
+}  // namespace variants::adamw_amsgrad_clip_grad_norm
+
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
     {"adamw", 8, &variants::adamw::per_step_into},
     {"adamw_amsgrad", 8, &variants::adamw_amsgrad::per_step_into},
+    {"adamw_clip_grad_norm", 9, &variants::adamw_clip_grad_norm::per_step_into},
+    {"adamw_amsgrad_clip_grad_norm", 9, &variants::adamw_amsgrad_clip_grad_norm::per_step_into},
 };
-inline constexpr int kNumVariants = 2;
+inline constexpr int kNumVariants = 4;
 
 /// The variant the flags of `h` (derived ones filled in) select.
 inline int select_variant([[maybe_unused]] const double* h_) {
-  return (h_[5] != 0 ? 1 : 0);
+  return (h_[5] != 0 ? 1 : 0) | (h_[8] != 0 ? 2 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
@@ -242,6 +447,26 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       // The results of the reductions: [tensor * 1 + r] and [r].
       ::std::vector<double> tensor_(count_ * 1), group_(1);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adamw_amsgrad::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 2: {
+      const auto k_ = variants::adamw_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adamw_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adamw_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 3: {
+      const auto k_ = variants::adamw_amsgrad_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adamw_amsgrad_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::adamw_amsgrad_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

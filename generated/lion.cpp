@@ -16,31 +16,44 @@ const KernelImages& lion();  // the kernels compiled at build time: lion_images.
 namespace {
 namespace spec_reference = ::optgen::reference::lion;
 
-// ---- variant lion ----
+// ---- variant lion (clip_grad_norm=false) ----
 namespace variants::lion {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lion_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lion_bf16_f32_update"};
 }  // namespace variants::lion
+// ---- variant lion_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::lion_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"lion_clip_grad_norm_f32_f32_reduce", "lion_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"lion_clip_grad_norm_bf16_f32_reduce", "lion_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::lion_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1, variants::lion::kReductions, 0},
+    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1, variants::lion::kReductions, 0, -1},
+    {"lion_clip_grad_norm", variants::lion_clip_grad_norm::kStates, 1, 24, "lion_clip_grad_norm_group", 2, variants::lion_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
     {variants::lion::kf32_f32, 0, DType::F32, DType::F32},
     {variants::lion::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::lion_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::lion_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const Lion::Options& o) { return {o.lr, o.beta1, o.beta2, o.weight_decay, static_cast<double>(o.maximize)}; }
+std::vector<double> values_of(const Lion::Options& o) { return {o.lr, o.beta1, o.beta2, o.weight_decay, static_cast<double>(o.maximize), o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -51,7 +64,7 @@ const OptimizerInfo& Lion::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 1, kKernels, 2, &kernel_images::lion(),
+      kVariants, 2, kKernels, 4, &kernel_images::lion(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -76,6 +89,7 @@ Lion::Options Lion::options(std::size_t group) const {
   o.beta2 = h[2];
   o.weight_decay = h[3];
   o.maximize = h[4] != 0;
+  o.max_grad_norm = h[5];
   return o;
 }
 

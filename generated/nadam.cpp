@@ -16,31 +16,44 @@ const KernelImages& nadam();  // the kernels compiled at build time: nadam_image
 namespace {
 namespace spec_reference = ::optgen::reference::nadam;
 
-// ---- variant nadam ----
+// ---- variant nadam (clip_grad_norm=false) ----
 namespace variants::nadam {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"nadam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"nadam_bf16_f32_update"};
 }  // namespace variants::nadam
+// ---- variant nadam_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::nadam_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"nadam_clip_grad_norm_f32_f32_reduce", "nadam_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"nadam_clip_grad_norm_bf16_f32_reduce", "nadam_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::nadam_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1, variants::nadam::kReductions, 0},
+    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1, variants::nadam::kReductions, 0, -1},
+    {"nadam_clip_grad_norm", variants::nadam_clip_grad_norm::kStates, 2, 44, "nadam_clip_grad_norm_group", 2, variants::nadam_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
     {variants::nadam::kf32_f32, 0, DType::F32, DType::F32},
     {variants::nadam::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::nadam_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::nadam_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const NAdam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.momentum_decay, static_cast<double>(o.decoupled_weight_decay), static_cast<double>(o.maximize)}; }
+std::vector<double> values_of(const NAdam::Options& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.momentum_decay, static_cast<double>(o.decoupled_weight_decay), static_cast<double>(o.maximize), o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -51,7 +64,7 @@ const OptimizerInfo& NAdam::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 1, kKernels, 2, &kernel_images::nadam(),
+      kVariants, 2, kKernels, 4, &kernel_images::nadam(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -79,6 +92,7 @@ NAdam::Options NAdam::options(std::size_t group) const {
   o.momentum_decay = h[5];
   o.decoupled_weight_decay = h[6] != 0;
   o.maximize = h[7] != 0;
+  o.max_grad_norm = h[8];
   return o;
 }
 

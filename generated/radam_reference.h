@@ -24,6 +24,8 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"weight_decay", ValueType::Float, 0.0, false, false},
     {"decoupled_weight_decay", ValueType::Bool, 0.0, false, false},
     {"maximize", ValueType::Bool, 0.0, false, false},
+    {"max_grad_norm", ValueType::Float, 0.0, false, false},
+    {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
     {"exp_avg", {0.0, -1}},
@@ -33,14 +35,16 @@ inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
-inline constexpr int kFlags[] = {-1};
-inline constexpr int kNumHyperparameters = 7;
+inline constexpr int kFlags[] = {8};
+inline constexpr int kNumHyperparameters = 9;
 inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 0;
-inline constexpr int kNumFlags = 0;
+inline constexpr int kNumFlags = 1;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {
+  const double max_grad_norm = h_[7];
+  h_[8] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
@@ -52,7 +56,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   }
 }
 
-// ---- variant radam ----
+// ---- variant radam (clip_grad_norm=false) ----
 namespace variants::radam {
   inline constexpr ::std::size_t kNumGroupValues = 13;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -153,15 +157,137 @@ namespace variants::radam {
   }
 }  // namespace variants::radam
 
+// ---- variant radam_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::radam_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 14;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   rectify
+  ///   decoupled_weight_decay
+  ///   one_minus_lr_times_weight_decay
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  ///   one_minus_beta1
+  ///   bias_correction1
+  ///   lr
+  ///   sqrt_bias_correction2
+  ///   beta2
+  ///   one_minus_beta2
+  ///   eps
+  ///   rect
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double beta1 = h_[1];
+    const double beta2 = h_[2];
+    const double eps = h_[3];
+    const double weight_decay = h_[4];
+    const bool decoupled_weight_decay = h_[5] != 0;
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[7];
+    const double one_minus_beta2 = 1.0 - beta2;
+    // rho_inf = 2 / (1 - beta2) - 1
+    const double rho_inf = 2.0 / one_minus_beta2 - 1.0;
+    const double beta2_pow_step = ::std::pow(beta2, static_cast<double>(step));
+    // bias_correction2 = 1 - beta2 ** step
+    const double bias_correction2 = 1.0 - beta2_pow_step;
+    // rho_t = rho_inf - 2 * step * beta2 ** step / bias_correction2
+    const double rho_t = rho_inf - 2.0 * static_cast<double>(step) * beta2_pow_step / bias_correction2;
+    // rectify = rho_t > 5
+    const bool rectify = rho_t > 5.0;
+    // bias_correction1 = 1 - beta1 ** step
+    const double bias_correction1 = 1.0 - ::std::pow(beta1, static_cast<double>(step));
+    // "rect = rectify ? sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) : 0"
+    const double rect = rectify ? ::std::sqrt((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)) : 0.0;
+    return GroupValues{(rectify) ? 1.0 : 0.0, (decoupled_weight_decay) ? 1.0 : 0.0, 1.0 - lr * weight_decay, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay, 1.0 - beta1, bias_correction1, lr, ::std::sqrt(bias_correction2), beta2, one_minus_beta2, eps, rect};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const bool rectify = k_[0] != 0;
+    const bool decoupled_weight_decay = k_[1] != 0;
+    const T_ one_minus_lr_times_weight_decay = T_(k_[2]);
+    const bool maximize = k_[3] != 0;
+    const T_ max_grad_norm = T_(k_[4]);
+    const T_ weight_decay = T_(k_[5]);
+    const T_ one_minus_beta1 = T_(k_[6]);
+    const T_ bias_correction1 = T_(k_[7]);
+    const T_ lr = T_(k_[8]);
+    const T_ sqrt_bias_correction2 = T_(k_[9]);
+    const T_ beta2 = T_(k_[10]);
+    const T_ one_minus_beta2 = T_(k_[11]);
+    const T_ eps = T_(k_[12]);
+    const T_ rect = T_(k_[13]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ exp_avg = exp_avg_data_[i_];
+      const T_ exp_avg_sq = exp_avg_sq_data_[i_];
+      // "param = decoupled_weight_decay ? param * (1 - lr * weight_decay) : param"
+      const T_ param_next = decoupled_weight_decay ? param * one_minus_lr_times_weight_decay : param;
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // "g = decoupled_weight_decay ? g : g + weight_decay * param"
+      const T_ g_1 = decoupled_weight_decay ? g : g + weight_decay * param_next;
+      // exp_avg = lerp(exp_avg, g, 1 - beta1)
+      const T_ exp_avg_next = ::optgen::reference::lerp<T_>(exp_avg, g_1, one_minus_beta1);
+      // bias_corrected_exp_avg = exp_avg / bias_correction1
+      const T_ bias_corrected_exp_avg = exp_avg_next / bias_correction1;
+      const T_ bias_corrected_exp_avg_times_lr = bias_corrected_exp_avg * lr;
+      // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+      const T_ exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g_1 * g_1;
+      // adaptive_lr = sqrt(bias_correction2) / (sqrt(exp_avg_sq) + eps)
+      const T_ adaptive_lr = sqrt_bias_correction2 / (::std::sqrt(exp_avg_sq_next) + eps);
+      // "param = rectify ? param - bias_corrected_exp_avg * lr * adaptive_lr * rect : param - bias_corrected_exp_avg * lr"
+      const T_ param_next_1 = rectify ? param_next - bias_corrected_exp_avg_times_lr * adaptive_lr * rect : param_next - bias_corrected_exp_avg_times_lr;
+      param_data_[i_] = param_next_1;
+      exp_avg_data_[i_] = exp_avg_next;
+      exp_avg_sq_data_[i_] = exp_avg_sq_next;
+    }
+  }
+}  // namespace variants::radam_clip_grad_norm
+
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
     {"radam", 13, &variants::radam::per_step_into},
+    {"radam_clip_grad_norm", 14, &variants::radam_clip_grad_norm::per_step_into},
 };
-inline constexpr int kNumVariants = 1;
+inline constexpr int kNumVariants = 2;
 
 /// The variant the flags of `h` (derived ones filled in) select.
 inline int select_variant([[maybe_unused]] const double* h_) {
-  return 0;
+  return (h_[8] != 0 ? 1 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
@@ -173,6 +299,16 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       // The results of the reductions: [tensor * 1 + r] and [r].
       ::std::vector<double> tensor_(count_ * 1), group_(1);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::radam::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 1: {
+      const auto k_ = variants::radam_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::radam_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::radam_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

@@ -16,53 +16,97 @@ const KernelImages& rmsprop();  // the kernels compiled at build time: rmsprop_i
 namespace {
 namespace spec_reference = ::optgen::reference::rmsprop;
 
-// ---- variant rmsprop (centered=false, use_momentum=false) ----
+// ---- variant rmsprop (centered=false, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_bf16_f32_update"};
 }  // namespace variants::rmsprop
-// ---- variant rmsprop_centered (centered=true, use_momentum=false) ----
+// ---- variant rmsprop_centered (centered=true, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop_centered {
   [[maybe_unused]] const int kStates[] = {0, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered
-// ---- variant rmsprop_use_momentum (centered=false, use_momentum=true) ----
+// ---- variant rmsprop_use_momentum (centered=false, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_use_momentum
-// ---- variant rmsprop_centered_use_momentum (centered=true, use_momentum=true) ----
+// ---- variant rmsprop_centered_use_momentum (centered=true, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered_use_momentum
+// ---- variant rmsprop_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=false) ----
+namespace variants::rmsprop_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_clip_grad_norm_f32_f32_reduce", "rmsprop_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_clip_grad_norm_bf16_f32_reduce", "rmsprop_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::rmsprop_clip_grad_norm
+// ---- variant rmsprop_centered_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=false) ----
+namespace variants::rmsprop_centered_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::rmsprop_centered_clip_grad_norm
+// ---- variant rmsprop_use_momentum_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=true) ----
+namespace variants::rmsprop_use_momentum_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::rmsprop_use_momentum_clip_grad_norm
+// ---- variant rmsprop_centered_use_momentum_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=true) ----
+namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1, 2};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::rmsprop_centered_use_momentum_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0},
-    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0},
-    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0},
-    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0},
+    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0, -1},
+    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0, -1},
+    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0, -1},
+    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1},
+    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0},
+    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0},
+    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0},
+    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -74,12 +118,20 @@ const KernelInfo kKernels[] = {
     {variants::rmsprop_use_momentum::kbf16_f32, 2, DType::BF16, DType::F32},
     {variants::rmsprop_centered_use_momentum::kf32_f32, 3, DType::F32, DType::F32},
     {variants::rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, DType::F32},
+    {variants::rmsprop_clip_grad_norm::kf32_f32, 4, DType::F32, DType::F32},
+    {variants::rmsprop_clip_grad_norm::kbf16_f32, 4, DType::BF16, DType::F32},
+    {variants::rmsprop_centered_clip_grad_norm::kf32_f32, 5, DType::F32, DType::F32},
+    {variants::rmsprop_centered_clip_grad_norm::kbf16_f32, 5, DType::BF16, DType::F32},
+    {variants::rmsprop_use_momentum_clip_grad_norm::kf32_f32, 6, DType::F32, DType::F32},
+    {variants::rmsprop_use_momentum_clip_grad_norm::kbf16_f32, 6, DType::BF16, DType::F32},
+    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kf32_f32, 7, DType::F32, DType::F32},
+    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kbf16_f32, 7, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, static_cast<double>(o.centered), static_cast<double>(o.maximize), 0.0}; }
+std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha, o.eps, o.weight_decay, o.momentum, static_cast<double>(o.centered), static_cast<double>(o.maximize), 0.0, o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -90,7 +142,7 @@ const OptimizerInfo& RMSprop::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 4, kKernels, 8, &kernel_images::rmsprop(),
+      kVariants, 8, kKernels, 16, &kernel_images::rmsprop(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -117,6 +169,7 @@ RMSprop::Options RMSprop::options(std::size_t group) const {
   o.momentum = h[4];
   o.centered = h[5] != 0;
   o.maximize = h[6] != 0;
+  o.max_grad_norm = h[8];
   return o;
 }
 

@@ -25,6 +25,8 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"centered", ValueType::Bool, 0.0, true, false},
     {"maximize", ValueType::Bool, 0.0, false, false},
     {"use_momentum", ValueType::Bool, 0.0, true, true},
+    {"max_grad_norm", ValueType::Float, 0.0, false, false},
+    {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
     {"square_avg", {0.0, -1}},
@@ -35,16 +37,18 @@ inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
-inline constexpr int kFlags[] = {5, 7};
-inline constexpr int kNumHyperparameters = 8;
+inline constexpr int kFlags[] = {5, 7, 9};
+inline constexpr int kNumHyperparameters = 10;
 inline constexpr int kNumStates = 3;
 inline constexpr int kNumScalarStates = 0;
-inline constexpr int kNumFlags = 2;
+inline constexpr int kNumFlags = 3;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {
   const double momentum = h_[4];
+  const double max_grad_norm = h_[8];
   h_[7] = (momentum > 0.0) ? 1.0 : 0.0;
+  h_[9] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
@@ -59,7 +63,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   }
 }
 
-// ---- variant rmsprop (centered=false, use_momentum=false) ----
+// ---- variant rmsprop (centered=false, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop {
   inline constexpr ::std::size_t kNumGroupValues = 6;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -122,7 +126,7 @@ namespace variants::rmsprop {
   }
 }  // namespace variants::rmsprop
 
-// ---- variant rmsprop_centered (centered=true, use_momentum=false) ----
+// ---- variant rmsprop_centered (centered=true, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop_centered {
   inline constexpr ::std::size_t kNumGroupValues = 6;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -190,7 +194,7 @@ namespace variants::rmsprop_centered {
   }
 }  // namespace variants::rmsprop_centered
 
-// ---- variant rmsprop_use_momentum (centered=false, use_momentum=true) ----
+// ---- variant rmsprop_use_momentum (centered=false, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum {
   inline constexpr ::std::size_t kNumGroupValues = 7;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -261,7 +265,7 @@ namespace variants::rmsprop_use_momentum {
   }
 }  // namespace variants::rmsprop_use_momentum
 
-// ---- variant rmsprop_centered_use_momentum (centered=true, use_momentum=true) ----
+// ---- variant rmsprop_centered_use_momentum (centered=true, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum {
   inline constexpr ::std::size_t kNumGroupValues = 7;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -337,18 +341,380 @@ namespace variants::rmsprop_centered_use_momentum {
   }
 }  // namespace variants::rmsprop_centered_use_momentum
 
+// ---- variant rmsprop_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=false) ----
+namespace variants::rmsprop_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 7;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  ///   alpha
+  ///   one_minus_alpha
+  ///   eps
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[8];
+    return GroupValues{lr, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay, alpha, 1.0 - alpha, eps};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ max_grad_norm = T_(k_[2]);
+    const T_ weight_decay = T_(k_[3]);
+    const T_ alpha = T_(k_[4]);
+    const T_ one_minus_alpha = T_(k_[5]);
+    const T_ eps = T_(k_[6]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const square_avg_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // square_avg = alpha * square_avg + (1 - alpha) * g * g
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      // avg = sqrt(square_avg)
+      const T_ avg = ::std::sqrt(square_avg_next);
+      // avg = avg + eps
+      const T_ avg_1 = avg + eps;
+      // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
+      const T_ param_next = param - lr * g_1 / avg_1;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+    }
+  }
+}  // namespace variants::rmsprop_clip_grad_norm
+
+// ---- variant rmsprop_centered_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=false) ----
+namespace variants::rmsprop_centered_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 7;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  ///   alpha
+  ///   one_minus_alpha
+  ///   eps
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[8];
+    return GroupValues{lr, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay, alpha, 1.0 - alpha, eps};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ max_grad_norm = T_(k_[2]);
+    const T_ weight_decay = T_(k_[3]);
+    const T_ alpha = T_(k_[4]);
+    const T_ one_minus_alpha = T_(k_[5]);
+    const T_ eps = T_(k_[6]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const grad_avg_data_ = state_data_[2];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ grad_avg = grad_avg_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // square_avg = alpha * square_avg + (1 - alpha) * g * g
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      // grad_avg = lerp(grad_avg, g, 1 - alpha)
+      const T_ grad_avg_next = ::optgen::reference::lerp<T_>(grad_avg, g_1, one_minus_alpha);
+      // avg = sqrt(square_avg - grad_avg * grad_avg)
+      const T_ avg = ::std::sqrt(square_avg_next - grad_avg_next * grad_avg_next);
+      // avg = avg + eps
+      const T_ avg_1 = avg + eps;
+      // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
+      const T_ param_next = param - lr * g_1 / avg_1;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      grad_avg_data_[i_] = grad_avg_next;
+    }
+  }
+}  // namespace variants::rmsprop_centered_clip_grad_norm
+
+// ---- variant rmsprop_use_momentum_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=true) ----
+namespace variants::rmsprop_use_momentum_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 8;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   momentum
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  ///   alpha
+  ///   one_minus_alpha
+  ///   eps
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const double momentum = h_[4];
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[8];
+    return GroupValues{lr, momentum, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay, alpha, 1.0 - alpha, eps};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const T_ momentum = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ max_grad_norm = T_(k_[3]);
+    const T_ weight_decay = T_(k_[4]);
+    const T_ alpha = T_(k_[5]);
+    const T_ one_minus_alpha = T_(k_[6]);
+    const T_ eps = T_(k_[7]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const momentum_buffer_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ momentum_buffer = momentum_buffer_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // square_avg = alpha * square_avg + (1 - alpha) * g * g
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      // avg = sqrt(square_avg)
+      const T_ avg = ::std::sqrt(square_avg_next);
+      // avg = avg + eps
+      const T_ avg_1 = avg + eps;
+      // momentum_buffer = momentum * momentum_buffer + g / avg
+      const T_ momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
+      // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
+      const T_ param_next = param - lr * momentum_buffer_next;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      momentum_buffer_data_[i_] = momentum_buffer_next;
+    }
+  }
+}  // namespace variants::rmsprop_use_momentum_clip_grad_norm
+
+// ---- variant rmsprop_centered_use_momentum_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=true) ----
+namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 8;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   momentum
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  ///   alpha
+  ///   one_minus_alpha
+  ///   eps
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double alpha = h_[1];
+    const double eps = h_[2];
+    const double weight_decay = h_[3];
+    const double momentum = h_[4];
+    const bool maximize = h_[6] != 0;
+    const double max_grad_norm = h_[8];
+    return GroupValues{lr, momentum, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay, alpha, 1.0 - alpha, eps};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const T_ momentum = T_(k_[1]);
+    const bool maximize = k_[2] != 0;
+    const T_ max_grad_norm = T_(k_[3]);
+    const T_ weight_decay = T_(k_[4]);
+    const T_ alpha = T_(k_[5]);
+    const T_ one_minus_alpha = T_(k_[6]);
+    const T_ eps = T_(k_[7]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const momentum_buffer_data_ = state_data_[1];
+    T_* const grad_avg_data_ = state_data_[2];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ square_avg = square_avg_data_[i_];
+      const T_ momentum_buffer = momentum_buffer_data_[i_];
+      const T_ grad_avg = grad_avg_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // square_avg = alpha * square_avg + (1 - alpha) * g * g
+      const T_ square_avg_next = alpha * square_avg + one_minus_alpha * g_1 * g_1;
+      // grad_avg = lerp(grad_avg, g, 1 - alpha)
+      const T_ grad_avg_next = ::optgen::reference::lerp<T_>(grad_avg, g_1, one_minus_alpha);
+      // avg = sqrt(square_avg - grad_avg * grad_avg)
+      const T_ avg = ::std::sqrt(square_avg_next - grad_avg_next * grad_avg_next);
+      // avg = avg + eps
+      const T_ avg_1 = avg + eps;
+      // momentum_buffer = momentum * momentum_buffer + g / avg
+      const T_ momentum_buffer_next = momentum * momentum_buffer + g_1 / avg_1;
+      // "param = use_momentum ? param - lr * momentum_buffer : param - lr * g / avg"
+      const T_ param_next = param - lr * momentum_buffer_next;
+      param_data_[i_] = param_next;
+      square_avg_data_[i_] = square_avg_next;
+      momentum_buffer_data_[i_] = momentum_buffer_next;
+      grad_avg_data_[i_] = grad_avg_next;
+    }
+  }
+}  // namespace variants::rmsprop_centered_use_momentum_clip_grad_norm
+
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
     {"rmsprop", 6, &variants::rmsprop::per_step_into},
     {"rmsprop_centered", 6, &variants::rmsprop_centered::per_step_into},
     {"rmsprop_use_momentum", 7, &variants::rmsprop_use_momentum::per_step_into},
     {"rmsprop_centered_use_momentum", 7, &variants::rmsprop_centered_use_momentum::per_step_into},
+    {"rmsprop_clip_grad_norm", 7, &variants::rmsprop_clip_grad_norm::per_step_into},
+    {"rmsprop_centered_clip_grad_norm", 7, &variants::rmsprop_centered_clip_grad_norm::per_step_into},
+    {"rmsprop_use_momentum_clip_grad_norm", 8, &variants::rmsprop_use_momentum_clip_grad_norm::per_step_into},
+    {"rmsprop_centered_use_momentum_clip_grad_norm", 8, &variants::rmsprop_centered_use_momentum_clip_grad_norm::per_step_into},
 };
-inline constexpr int kNumVariants = 4;
+inline constexpr int kNumVariants = 8;
 
 /// The variant the flags of `h` (derived ones filled in) select.
 inline int select_variant([[maybe_unused]] const double* h_) {
-  return (h_[5] != 0 ? 1 : 0) | (h_[7] != 0 ? 2 : 0);
+  return (h_[5] != 0 ? 1 : 0) | (h_[7] != 0 ? 2 : 0) | (h_[9] != 0 ? 4 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
@@ -381,6 +747,46 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       // The results of the reductions: [tensor * 1 + r] and [r].
       ::std::vector<double> tensor_(count_ * 1), group_(1);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_centered_use_momentum::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 4: {
+      const auto k_ = variants::rmsprop_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 5: {
+      const auto k_ = variants::rmsprop_centered_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_centered_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_centered_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 6: {
+      const auto k_ = variants::rmsprop_use_momentum_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_use_momentum_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_use_momentum_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 7: {
+      const auto k_ = variants::rmsprop_centered_use_momentum_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_centered_use_momentum_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rmsprop_centered_use_momentum_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

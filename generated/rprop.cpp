@@ -16,31 +16,44 @@ const KernelImages& rprop();  // the kernels compiled at build time: rprop_image
 namespace {
 namespace spec_reference = ::optgen::reference::rprop;
 
-// ---- variant rprop ----
+// ---- variant rprop (clip_grad_norm=false) ----
 namespace variants::rprop {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rprop_bf16_f32_update"};
 }  // namespace variants::rprop
+// ---- variant rprop_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::rprop_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0, 1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"rprop_clip_grad_norm_f32_f32_reduce", "rprop_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"rprop_clip_grad_norm_bf16_f32_reduce", "rprop_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::rprop_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1, variants::rprop::kReductions, 0},
+    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1, variants::rprop::kReductions, 0, -1},
+    {"rprop_clip_grad_norm", variants::rprop_clip_grad_norm::kStates, 2, 24, "rprop_clip_grad_norm_group", 2, variants::rprop_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
     {variants::rprop::kf32_f32, 0, DType::F32, DType::F32},
     {variants::rprop::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::rprop_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
+    {variants::rprop_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const Rprop::Options& o) { return {o.lr, o.etaminus, o.etaplus, o.step_size_min, o.step_size_max, static_cast<double>(o.maximize)}; }
+std::vector<double> values_of(const Rprop::Options& o) { return {o.lr, o.etaminus, o.etaplus, o.step_size_min, o.step_size_max, static_cast<double>(o.maximize), o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -51,7 +64,7 @@ const OptimizerInfo& Rprop::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 1, kKernels, 2, &kernel_images::rprop(),
+      kVariants, 2, kKernels, 4, &kernel_images::rprop(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -77,6 +90,7 @@ Rprop::Options Rprop::options(std::size_t group) const {
   o.step_size_min = h[3];
   o.step_size_max = h[4];
   o.maximize = h[5] != 0;
+  o.max_grad_norm = h[6];
   return o;
 }
 

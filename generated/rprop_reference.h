@@ -23,6 +23,8 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"step_size_min", ValueType::Float, 1e-06, false, false},
     {"step_size_max", ValueType::Float, 5e+01, false, false},
     {"maximize", ValueType::Bool, 0.0, false, false},
+    {"max_grad_norm", ValueType::Float, 0.0, false, false},
+    {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
     {"prev", {0.0, -1}},
@@ -32,14 +34,16 @@ inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
-inline constexpr int kFlags[] = {-1};
-inline constexpr int kNumHyperparameters = 6;
+inline constexpr int kFlags[] = {7};
+inline constexpr int kNumHyperparameters = 8;
 inline constexpr int kNumStates = 2;
 inline constexpr int kNumScalarStates = 0;
-inline constexpr int kNumFlags = 0;
+inline constexpr int kNumFlags = 1;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {
+  const double max_grad_norm = h_[6];
+  h_[7] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
@@ -51,7 +55,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   }
 }
 
-// ---- variant rprop ----
+// ---- variant rprop (clip_grad_norm=false) ----
 namespace variants::rprop {
   inline constexpr ::std::size_t kNumGroupValues = 5;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -116,15 +120,101 @@ namespace variants::rprop {
   }
 }  // namespace variants::rprop
 
+// ---- variant rprop_clip_grad_norm (clip_grad_norm=true) ----
+namespace variants::rprop_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 6;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   maximize
+  ///   max_grad_norm
+  ///   etaplus
+  ///   etaminus
+  ///   step_size_min
+  ///   step_size_max
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double etaminus = h_[1];
+    const double etaplus = h_[2];
+    const double step_size_min = h_[3];
+    const double step_size_max = h_[4];
+    const bool maximize = h_[5] != 0;
+    const double max_grad_norm = h_[6];
+    return GroupValues{(maximize) ? 1.0 : 0.0, max_grad_norm, etaplus, etaminus, step_size_min, step_size_max};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const bool maximize = k_[0] != 0;
+    const T_ max_grad_norm = T_(k_[1]);
+    const T_ etaplus = T_(k_[2]);
+    const T_ etaminus = T_(k_[3]);
+    const T_ step_size_min = T_(k_[4]);
+    const T_ step_size_max = T_(k_[5]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const prev_data_ = state_data_[0];
+    T_* const step_size_data_ = state_data_[1];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ prev = prev_data_[i_];
+      const T_ step_size = step_size_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // agreement = g * prev
+      const T_ agreement = g * prev;
+      const bool agreement_lt_zero = agreement < T_(0.0);
+      // "g = agreement < 0 ? 0 : g"
+      const T_ g_1 = agreement_lt_zero ? T_(0.0) : g;
+      // "factor = agreement > 0 ? etaplus : (agreement < 0 ? etaminus : 1)"
+      const T_ factor = agreement > T_(0.0) ? etaplus : (agreement_lt_zero ? etaminus : T_(1.0));
+      // step_size = clamp(step_size * factor, step_size_min, step_size_max)
+      const T_ step_size_next = ::optgen::reference::clamp<T_>(step_size * factor, step_size_min, step_size_max);
+      // param = param - sign(g) * step_size
+      const T_ param_next = param - ::optgen::reference::sign<T_>(g_1) * step_size_next;
+      param_data_[i_] = param_next;
+      prev_data_[i_] = g_1;
+      step_size_data_[i_] = step_size_next;
+    }
+  }
+}  // namespace variants::rprop_clip_grad_norm
+
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
     {"rprop", 5, &variants::rprop::per_step_into},
+    {"rprop_clip_grad_norm", 6, &variants::rprop_clip_grad_norm::per_step_into},
 };
-inline constexpr int kNumVariants = 1;
+inline constexpr int kNumVariants = 2;
 
 /// The variant the flags of `h` (derived ones filled in) select.
 inline int select_variant([[maybe_unused]] const double* h_) {
-  return 0;
+  return (h_[7] != 0 ? 1 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
@@ -136,6 +226,16 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       // The results of the reductions: [tensor * 1 + r] and [r].
       ::std::vector<double> tensor_(count_ * 1), group_(1);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rprop::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 1: {
+      const auto k_ = variants::rprop_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rprop_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::rprop_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

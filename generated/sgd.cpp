@@ -16,31 +16,53 @@ const KernelImages& sgd();  // the kernels compiled at build time: sgd_images.cp
 namespace {
 namespace spec_reference = ::optgen::reference::sgd;
 
-// ---- variant sgd (use_momentum=false) ----
+// ---- variant sgd (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::sgd {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_bf16_f32_update"};
 }  // namespace variants::sgd
-// ---- variant sgd_use_momentum (use_momentum=true) ----
+// ---- variant sgd_use_momentum (clip_grad_norm=false, use_momentum=true) ----
 namespace variants::sgd_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false},
+      {"", false, false, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_bf16_f32_update"};
 }  // namespace variants::sgd_use_momentum
+// ---- variant sgd_clip_grad_norm (clip_grad_norm=true, use_momentum=false) ----
+namespace variants::sgd_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {-1};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"sgd_clip_grad_norm_f32_f32_reduce", "sgd_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_clip_grad_norm_bf16_f32_reduce", "sgd_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::sgd_clip_grad_norm
+// ---- variant sgd_use_momentum_clip_grad_norm (clip_grad_norm=true, use_momentum=true) ----
+namespace variants::sgd_use_momentum_clip_grad_norm {
+  [[maybe_unused]] const int kStates[] = {0};
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  [[maybe_unused]] const ReductionSlot kReductions[] = {
+      {"grad_norm_squared", false, true, 1},
+  };
+  [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_clip_grad_norm_f32_f32_reduce", "sgd_use_momentum_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_clip_grad_norm_bf16_f32_reduce", "sgd_use_momentum_clip_grad_norm_bf16_f32_update"};
+}  // namespace variants::sgd_use_momentum_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0},
-    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0},
+    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0, -1},
+    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0, -1},
+    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", 2, variants::sgd_clip_grad_norm::kReductions, 1, 0},
+    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0},
 };
 
 const KernelInfo kKernels[] = {
@@ -48,12 +70,16 @@ const KernelInfo kKernels[] = {
     {variants::sgd::kbf16_f32, 0, DType::BF16, DType::F32},
     {variants::sgd_use_momentum::kf32_f32, 1, DType::F32, DType::F32},
     {variants::sgd_use_momentum::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::sgd_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
+    {variants::sgd_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
+    {variants::sgd_use_momentum_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
+    {variants::sgd_use_momentum_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
 void derive_flags(const void*, double* h) { spec_reference::derive_flags(h); }
 
-std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum, o.dampening, o.weight_decay, static_cast<double>(o.nesterov), static_cast<double>(o.maximize), 0.0}; }
+std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum, o.dampening, o.weight_decay, static_cast<double>(o.nesterov), static_cast<double>(o.maximize), 0.0, o.max_grad_norm, 0.0}; }
 
 }  // namespace
 
@@ -64,7 +90,7 @@ const OptimizerInfo& SGD::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 2, kKernels, 4, &kernel_images::sgd(),
+      kVariants, 4, kKernels, 8, &kernel_images::sgd(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
@@ -90,6 +116,7 @@ SGD::Options SGD::options(std::size_t group) const {
   o.weight_decay = h[3];
   o.nesterov = h[4] != 0;
   o.maximize = h[5] != 0;
+  o.max_grad_norm = h[7];
   return o;
 }
 

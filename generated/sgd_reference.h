@@ -24,6 +24,8 @@ inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"nesterov", ValueType::Bool, 0.0, false, false},
     {"maximize", ValueType::Bool, 0.0, false, false},
     {"use_momentum", ValueType::Bool, 0.0, true, true},
+    {"max_grad_norm", ValueType::Float, 0.0, false, false},
+    {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
 inline constexpr StateInfo kStates[] = {
     {"momentum_buffer", {0.0, -1}},
@@ -32,16 +34,18 @@ inline constexpr StateInfo kScalarStates[] = {
     {"", {0, -1}},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
-inline constexpr int kFlags[] = {6};
-inline constexpr int kNumHyperparameters = 7;
+inline constexpr int kFlags[] = {6, 8};
+inline constexpr int kNumHyperparameters = 9;
 inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
-inline constexpr int kNumFlags = 1;
+inline constexpr int kNumFlags = 2;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {
   const double momentum = h_[1];
+  const double max_grad_norm = h_[7];
   h_[6] = (momentum != 0.0) ? 1.0 : 0.0;
+  h_[8] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
 /// Whether state `index` exists under these hyperparameters (flags already derived).
@@ -53,7 +57,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   }
 }
 
-// ---- variant sgd (use_momentum=false) ----
+// ---- variant sgd (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::sgd {
   inline constexpr ::std::size_t kNumGroupValues = 3;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -99,7 +103,7 @@ namespace variants::sgd {
   }
 }  // namespace variants::sgd
 
-// ---- variant sgd_use_momentum (use_momentum=true) ----
+// ---- variant sgd_use_momentum (clip_grad_norm=false, use_momentum=true) ----
 namespace variants::sgd_use_momentum {
   inline constexpr ::std::size_t kNumGroupValues = 7;
   inline constexpr ::std::size_t kNumReductions = 0;
@@ -163,16 +167,168 @@ namespace variants::sgd_use_momentum {
   }
 }  // namespace variants::sgd_use_momentum
 
+// ---- variant sgd_clip_grad_norm (clip_grad_norm=true, use_momentum=false) ----
+namespace variants::sgd_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 4;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double weight_decay = h_[3];
+    const bool maximize = h_[5] != 0;
+    const double max_grad_norm = h_[7];
+    return GroupValues{lr, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const bool maximize = k_[1] != 0;
+    const T_ max_grad_norm = T_(k_[2]);
+    const T_ weight_decay = T_(k_[3]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // param = param - lr * g
+      const T_ param_next = param - lr * g_1;
+      param_data_[i_] = param_next;
+    }
+  }
+}  // namespace variants::sgd_clip_grad_norm
+
+// ---- variant sgd_use_momentum_clip_grad_norm (clip_grad_norm=true, use_momentum=true) ----
+namespace variants::sgd_use_momentum_clip_grad_norm {
+  inline constexpr ::std::size_t kNumGroupValues = 8;
+  inline constexpr ::std::size_t kNumReductions = 1;
+  /// The values the tensor and element code read, computed once per step and param group:
+  ///   lr
+  ///   nesterov
+  ///   maximize
+  ///   max_grad_norm
+  ///   weight_decay
+  ///   momentum
+  ///   step_eq_one
+  ///   one_minus_dampening
+  using GroupValues = ::std::array<double, kNumGroupValues>;
+
+  /// The group code, once per step and param group: advances the scalar state and computes the group values.
+  inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, [[maybe_unused]] ::std::int64_t step) {
+    const double lr = h_[0];
+    const double momentum = h_[1];
+    const double dampening = h_[2];
+    const double weight_decay = h_[3];
+    const bool nesterov = h_[4] != 0;
+    const bool maximize = h_[5] != 0;
+    const double max_grad_norm = h_[7];
+    return GroupValues{lr, (nesterov) ? 1.0 : 0.0, (maximize) ? 1.0 : 0.0, max_grad_norm, weight_decay, momentum, (static_cast<double>(step) == 1.0) ? 1.0 : 0.0, 1.0 - dampening};
+  }
+
+  /// per_step for the generic descriptor: the group values into `out_`.
+  inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_) {
+    const GroupValues values_ = per_step(h_, scalar_state_, step);
+    for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
+  }
+
+  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
+  /// tensor_[r] (a group reduction's part from this tensor).
+  template <typename T_>
+  void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
+    double grad_norm_squared_ = 0.0;
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      grad_norm_squared_ = grad_norm_squared_ + static_cast<double>(grad * grad);
+    }
+    tensor_[0] = grad_norm_squared_;
+  }
+
+  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
+  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
+  /// `grad_scale_` as it is read.
+  template <typename T_>
+  void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
+    const T_ lr = T_(k_[0]);
+    const bool nesterov = k_[1] != 0;
+    const bool maximize = k_[2] != 0;
+    const T_ max_grad_norm = T_(k_[3]);
+    const T_ weight_decay = T_(k_[4]);
+    const T_ momentum = T_(k_[5]);
+    const bool step_eq_one = k_[6] != 0;
+    const T_ one_minus_dampening = T_(k_[7]);
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
+    T_* const momentum_buffer_data_ = state_data_[0];
+    for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
+      const T_ param = param_data_[i_];
+      const T_ grad = grad_data_[i_] / grad_scale_;
+      const T_ momentum_buffer = momentum_buffer_data_[i_];
+      const T_ clipped_grad = grad * clip_coef;
+      // "g = maximize ? -grad : grad"
+      const T_ g = maximize ? -clipped_grad : clipped_grad;
+      // g = g + weight_decay * param
+      const T_ g_1 = g + weight_decay * param;
+      // "momentum_buffer = step == 1 ? g : momentum * momentum_buffer + (1 - dampening) * g"
+      const T_ momentum_buffer_next = step_eq_one ? g_1 : momentum * momentum_buffer + one_minus_dampening * g_1;
+      // "g = nesterov ? g + momentum * momentum_buffer : momentum_buffer"
+      const T_ g_2 = nesterov ? g_1 + momentum * momentum_buffer_next : momentum_buffer_next;
+      // param = param - lr * g
+      const T_ param_next = param - lr * g_2;
+      param_data_[i_] = param_next;
+      momentum_buffer_data_[i_] = momentum_buffer_next;
+    }
+  }
+}  // namespace variants::sgd_use_momentum_clip_grad_norm
+
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
     {"sgd", 3, &variants::sgd::per_step_into},
     {"sgd_use_momentum", 7, &variants::sgd_use_momentum::per_step_into},
+    {"sgd_clip_grad_norm", 4, &variants::sgd_clip_grad_norm::per_step_into},
+    {"sgd_use_momentum_clip_grad_norm", 8, &variants::sgd_use_momentum_clip_grad_norm::per_step_into},
 };
-inline constexpr int kNumVariants = 2;
+inline constexpr int kNumVariants = 4;
 
 /// The variant the flags of `h` (derived ones filled in) select.
 inline int select_variant([[maybe_unused]] const double* h_) {
-  return (h_[6] != 0 ? 1 : 0);
+  return (h_[6] != 0 ? 1 : 0) | (h_[8] != 0 ? 2 : 0);
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
@@ -191,6 +347,26 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       // The results of the reductions: [tensor * 1 + r] and [r].
       ::std::vector<double> tensor_(count_ * 1), group_(1);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::sgd_use_momentum::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 2: {
+      const auto k_ = variants::sgd_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::sgd_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::sgd_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      return;
+    }
+    case 3: {
+      const auto k_ = variants::sgd_use_momentum_clip_grad_norm::per_step(h_, scalar_state_, step);
+      // The results of the reductions: [tensor * 1 + r] and [r].
+      ::std::vector<double> tensor_(count_ * 1), group_(1);
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::sgd_use_momentum_clip_grad_norm::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
+      group_[0] = 0.0;  // grad_norm_squared, over the group's tensors in order
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 1 + 0];
+      for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::sgd_use_momentum_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data());
       return;
     }
   }

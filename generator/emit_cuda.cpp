@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "clipping.h"
 #include "code_writer.h"
 #include "element_code.h"
 #include "emit_common.h"
@@ -81,13 +82,14 @@ class CudaPrinter : public ExprPrinter {
   }
 
  private:
-  /// A reduction's result: tensor_[r] or group_[r] (kernel_abi::ReductionTable).
+  /// A reduction's result: results_.of_tensor(r) or of_group(r) (kernel_support's Results).
   std::string reduced(const std::string& name) const {
     if (program_)
       for (size_t r = 0; r < program_->reductions.size(); ++r)
         if (program_->reductions[r].name == name)
-          return std::string(program_->reductions[r].scope == ReduceScope::Group ? "group_[" : "tensor_[") +
-                 std::to_string(r) + "]";
+          return std::string(program_->reductions[r].scope == ReduceScope::Group ? "results_.of_group("
+                                                                                 : "results_.of_tensor(") +
+                 std::to_string(r) + ")";
     throw InternalError("emit_cuda: reduction '" + name + "' read outside tensor code");
   }
 
@@ -233,6 +235,14 @@ class CudaEmitter {
       if (read.count(names[i])) w.line("const float " + names[i] + " = v_[" + std::to_string(i) + "];");
   }
 
+  /// `kGradNormSlot`: the result that holds the squared global gradient norm of a variant that clips
+  /// (clipping.h), which the stages publish; -1 for none.
+  static void grad_norm_slot(CodeWriter& w, const Program& p) {
+    const int slot = clipping::grad_norm_slot(p);
+    w.line("static constexpr int kGradNormSlot = " + std::to_string(slot) + ";" +
+           (slot >= 0 ? "  // grad_norm_squared: this variant clips" : ""));
+  }
+
   void update_struct(CodeWriter& w, const Program& p) {
     const auto names = operand_names(p);
     std::string operands;
@@ -242,6 +252,7 @@ class CudaEmitter {
     w.line("/// The Update stage's code: every element output from the operands, in place.");
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";  // " + operands);
+    grad_norm_slot(w, p);
     w.line();
     const std::set<std::string> taken = taken_names(p);
     tensor_values(w, p, tensor_values_read(p, roots), taken);
@@ -307,6 +318,7 @@ class CudaEmitter {
     w.line("static constexpr int kReductions = " + std::to_string(list.size()) + ";");
     w.line(std::string("static constexpr bool kGroupScope = ") + (is_group ? "true" : "false") +
            ";  // a reduction over the whole group");
+    grad_norm_slot(w, p);
     for (size_t i = 0; i < list.size(); ++i)
       w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
              " over each " + to_string(list[i].second->scope) + " (result " + std::to_string(list[i].first) + ")");
@@ -368,8 +380,7 @@ class CudaEmitter {
     }
     auto fn = w.block(
         "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, "
-        "[[maybe_unused]] long long numel_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* "
-        "group_)");
+        "[[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_)");
     std::vector<Expr> roots;
     for (const HoistedValue* t : list) roots.push_back(t->value);
     std::set<std::string> group_read;

@@ -50,12 +50,12 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
   for (int s : tables.variants[index].states) states += (states.empty() ? "" : ", ") + std::to_string(s);
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
   const auto& reductions = tables.variants[index].reductions;
-  w.line("/// Its reductions: name, a maximum (else a sum), over the group (else over each tensor).");
+  w.line("/// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.");
   w.line("[[maybe_unused]] const ReductionSlot kReductions[] = {");
   for (const auto& r : reductions)
     w.line(std::string("    {\"") + r.name + "\", " + (r.is_max ? "true" : "false") + ", " +
-           (r.over_group ? "true" : "false") + "},");
-  if (reductions.empty()) w.line("    {\"\", false, false},");
+           (r.over_group ? "true" : "false") + ", " + std::to_string(r.stage) + "},");
+  if (reductions.empty()) w.line("    {\"\", false, false, 0},");
   w.line("};");
   for (const KernelRow& kernel : tables.kernels) {
     if (kernel.variant != index) continue;
@@ -69,7 +69,8 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
 std::string variant_row(const VariantRow& v) {
   return "    {\"" + v.name + "\", variants::" + v.name + "::kStates, " + std::to_string(v.states.size()) + ", " +
          std::to_string(v.group_values_size) + ", \"" + v.group_kernel + "\", " + std::to_string(v.num_stages) +
-         ", variants::" + v.name + "::kReductions, " + std::to_string(v.reductions.size()) + "},";
+         ", variants::" + v.name + "::kReductions, " + std::to_string(v.reductions.size()) + ", " +
+         std::to_string(v.grad_norm_slot) + "},";
 }
 
 /// The kernel's row of the launcher's kernel table.

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "clipping.h"
 #include "names.h"
 
 namespace optgen {
@@ -109,7 +110,10 @@ class Lowering {
       if (b.kind == NameKind::Local) b.kind = NameKind::PerStepValue;
     env_["numel"] = {NameKind::Numel, Node::make_var(VarKind::Numel, "numel", ValueType::Int), {}};
     env_["param"] = {NameKind::Param, Node::make_var(VarKind::Param, "param", ValueType::Float), {}};
-    env_["grad"] = {NameKind::Grad, Node::make_var(VarKind::Grad, "grad", ValueType::Float), {}};
+    Expr grad = Node::make_var(VarKind::Grad, "grad", ValueType::Float);
+    if (spec_.grad_clipping)
+      grad = clipping::gradient(spec_, grad, env_.at(clipping::kMaxNorm).value, env_.at(clipping::kFlag).value);
+    env_["grad"] = {NameKind::Grad, grad, {}};
     for (const auto& s : spec_.states)
       env_[s.name] = {NameKind::State, Node::make_var(VarKind::State, s.name, ValueType::Float), s.loc};
   }

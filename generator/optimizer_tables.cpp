@@ -1,5 +1,6 @@
 #include "optimizer_tables.h"
 
+#include "clipping.h"
 #include "emit_cuda.h"
 
 namespace optgen {
@@ -47,10 +48,16 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
   KernelTables tables;
   for (size_t i = 0; i < variants.size(); ++i) {
     const Program& p = variants[i];
-    VariantRow row{p.variant, {}, group_values_size(p), group_kernel_name(p), static_cast<int>(p.stages.size()), {}};
+    VariantRow row{p.variant,
+                   {},
+                   group_values_size(p),
+                   group_kernel_name(p),
+                   static_cast<int>(p.stages.size()),
+                   {},
+                   clipping::grad_norm_slot(p)};
     for (const auto& s : p.states) row.states.push_back(p.spec->state_index(s));
     for (const auto& r : p.reductions)
-      row.reductions.push_back({r.name, r.op == ReduceOp::Max, r.scope == ReduceScope::Group});
+      row.reductions.push_back({r.name, r.op == ReduceOp::Max, r.scope == ReduceScope::Group, r.stage});
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     for (const Storage& s : storage) {

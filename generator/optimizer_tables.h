@@ -62,6 +62,7 @@ struct ReductionRow {
   std::string name;
   bool is_max;      ///< else a sum
   bool over_group;  ///< else over each tensor
+  int stage;        ///< the Reduce stage (1, 2, ...) that computes it
 };
 
 struct VariantRow {
@@ -71,6 +72,7 @@ struct VariantRow {
   std::string group_kernel;
   int num_stages;
   std::vector<ReductionRow> reductions;  ///< in the order of their index r
+  int grad_norm_slot;                    ///< the clipping's squared gradient norm, or -1 (clipping.h)
 };
 
 /// A variant's kernels in one storage type.

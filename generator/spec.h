@@ -82,6 +82,11 @@ struct Spec {
   /// Storage combinations to generate kernels for (`storage:`); empty: the build's choice, else
   /// default_storage().
   std::vector<Storage> storage;
+  /// Global-norm clipping (clipping.h): on unless `grad_clipping: false`; `max_grad_norm`'s
+  /// default (`grad_clipping: {max_grad_norm: X}`, else 0: off); the key, or `optimizer:`.
+  bool grad_clipping = true;
+  double max_grad_norm_default = 0;
+  SourceLoc grad_clipping_loc;
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
   int state_index(const std::string& name) const;    ///< -1 when absent

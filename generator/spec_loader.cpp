@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "builtins.h"
+#include "clipping.h"
 #include "names.h"
 #include "spec.h"
 
@@ -292,6 +293,24 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
   }
 }
 
+/// `grad_clipping:` false, true, or {max_grad_norm: DEFAULT} (clipping.h).
+void load_grad_clipping(const Loader& loader, const YAML::Node& root, Spec& spec) {
+  spec.grad_clipping_loc = loader.loc(root["optimizer"]);
+  const YAML::Node node = root["grad_clipping"];
+  if (!node) return;
+  spec.grad_clipping_loc = loader.loc(node);
+  if (node.IsMap()) {
+    loader.entries(node, "'grad_clipping'", {clipping::kMaxNorm});
+    const YAML::Node value = loader.field(node, node, clipping::kMaxNorm, "'grad_clipping'");
+    spec.max_grad_norm_default = loader.parse_default(value, ValueType::Float, clipping::kMaxNorm);
+    if (!(spec.max_grad_norm_default >= 0))
+      loader.fail(value, "max_grad_norm's default must be 0 (no clipping) or positive");
+    return;
+  }
+  if (!node.IsScalar()) loader.fail(node, "'grad_clipping' must be true, false or {max_grad_norm: DEFAULT}");
+  spec.grad_clipping = loader.parse_bool(node, "'grad_clipping'");
+}
+
 /// One entry of `hyperparameters:`, `key: {type, default | derived, specialize, doc}`.
 Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, const YAML::Node& value,
                                    const Spec& spec) {
@@ -367,7 +386,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   spec.file = file;
   auto top = loader.entries(root, "the spec",
                             {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
-                             "per_step", "update", "storage"});
+                             "per_step", "update", "storage", "grad_clipping"});
   for (const auto& [key, value] : top)
     if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
   for (const char* required : {"optimizer", "summary", "update"})
@@ -375,6 +394,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
   load_names(loader, root, spec);
   if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);
+  load_grad_clipping(loader, root, spec);
 
   // Hyperparameters, states and scalar states share one namespace.
   std::map<std::string, SourceLoc> names;
@@ -384,6 +404,9 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       spec.hyperparameters.push_back(load_hyperparameter(loader, key, value, spec));
     }
   }
+  clipping::add_hyperparameters(spec);
+  for (const char* name : {clipping::kMaxNorm, clipping::kFlag})
+    if (spec.grad_clipping) names.emplace(name, spec.grad_clipping_loc);
   if (YAML::Node state = root["state"]) {
     for (auto& [key, value] : loader.entries(state, "'state'")) {
       check_new_name(loader, key, names, "a state buffer", NameUse::State);

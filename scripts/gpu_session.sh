@@ -4,8 +4,11 @@
 # to fill it):
 #   scripts/gpu_session.sh [tests] [bench] [compare]     (default: tests bench)
 #
+#   record   records what needs torch into tests/data and $OUT/data: clip_grad_norm_ then a step
+#            (tests/record_clipping.py), LAMB as APEX computes it (tests/record_lamb.py)
 #   tests    records torch's fused optimizers under AMP (tests/record_amp_trajectories.py, into
 #            tests/data/amp and $OUT/amp), then runs the [gpu] tests and the [torch] tests
+#   nccl     the two-GPU test of the reduction hook (tests/distributed_test.cpp), with torch's NCCL
 #   bench    optgen_bench (eager, graph and AMP steps; host time) and, when build-run holds it, the
 #            benchmark built from an earlier commit (optgen_bench_base), on the same workloads
 #   compare  bench/torch_compare.py: optgen beside torch's fused AdamW, eager, in a CUDA graph and
@@ -33,6 +36,20 @@ status=0
 steps=${*:-tests bench}
 for what in $steps; do
   case $what in
+    record)
+      echo "== record_clipping.py, record_lamb.py"
+      (cd tests && python3 record_clipping.py --out data/clipping && python3 record_lamb.py --out data/published) \
+        2>&1 | tee "$out/record.log"
+      mkdir -p "$out/data" && tar -C tests -cf "$out/data/recorded.tar" data/clipping data/published
+      ;;
+    nccl)
+      echo "== optgen_tests [nccl]"
+      # NVLink multicast stays off (it can take a shared host's GPUs out of service).
+      export NCCL_NVLS_ENABLE=0
+      OPTGEN_NCCL="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))')" \
+        "$run/optgen_tests" "[nccl]" 2>&1 | tee "$out/nccl.log" | tail -25
+      status=$((status | PIPESTATUS[0]))
+      ;;
     tests)
       echo "== record_amp_trajectories.py"
       python3 tests/record_amp_trajectories.py --out tests/data/amp 2>&1 | tee "$out/record_amp.log"
@@ -46,8 +63,8 @@ for what in $steps; do
     bench)
       workloads=ghostnet_100,resnet50,gpt2,llama-1b
       echo "== optgen_bench"
-      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw,sgd \
-        --modes eager,graph,amp 2>&1 | tee "$out/bench.log" | tail -40
+      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw,sgd,adamw_clip,lamb,lamb_clip \
+        --modes eager,graph,amp 2>&1 | tee "$out/bench.log" | tail -60
       if [ -x "$run/optgen_bench_base" ]; then
         echo "== optgen_bench_base (the earlier commit)"
         "$run/optgen_bench_base" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw,sgd \
@@ -92,7 +109,7 @@ for what in $steps; do
           --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
       done
       ;;
-    *) echo "unknown step '$what' (tests, bench, compare, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
+    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
   esac
 done
 exit "$status"

@@ -131,14 +131,14 @@ void RuntimeSpec::Impl::describe_spec() {
 void RuntimeSpec::Impl::describe_kernels() {
   for (const VariantRow& v : kernel_tables.variants) {
     std::vector<ReductionSlot> slots;
-    for (const ReductionRow& r : v.reductions) slots.push_back({r.name.c_str(), r.is_max, r.over_group});
+    for (const ReductionRow& r : v.reductions) slots.push_back({r.name.c_str(), r.is_max, r.over_group, r.stage});
     reduction_slots.push_back(std::move(slots));
   }
   for (size_t i = 0; i < kernel_tables.variants.size(); ++i) {
     const VariantRow& v = kernel_tables.variants[i];
     variants.push_back({v.name.c_str(), v.states.data(), static_cast<int>(v.states.size()), v.group_values_size,
                         v.group_kernel.c_str(), v.num_stages, reduction_slots[i].data(),
-                        static_cast<int>(reduction_slots[i].size())});
+                        static_cast<int>(reduction_slots[i].size()), v.grad_norm_slot});
   }
   for (const KernelRow& k : kernel_tables.kernels) {
     std::vector<const char*> names;

@@ -78,7 +78,7 @@ TEST_CASE("found_inf skips the whole step on the device, and grad_scale unscales
       }
     }
   }
-  CHECK(variants == 18);
+  CHECK(variants >= 2 * 18);  // the 18 variants of the torch.optim specs, clipping or not, and more
 }
 
 TEST_CASE("AMP inputs cost one launch like any step, and a null found_inf or grad_scale is ignored", "[gpu]") {

@@ -43,7 +43,7 @@ TEST_CASE("every built-in spec compiles without errors", "[errors]") {
     CHECK(optgen::test::spec_error(entry.path().filename().string(), read(entry.path())) == "");
     ++count;
   }
-  CHECK(count == 12);
+  CHECK(count >= 13);  // LAMB and the twelve that match torch.optim, at least
 }
 
 TEST_CASE("internal errors are told apart from spec errors", "[errors]") {

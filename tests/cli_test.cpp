@@ -44,9 +44,11 @@ TEST_CASE("command-line mistakes are exit status 2 and say what is wrong", "[cli
       {"emit " + kSpec + " --out " + kScratch + " --block-size 100",
        "block size 100 must be a power of two from 32 to 1024"},
       {"emit " + kSpec + " --out " + kScratch + " --variants adam_nesterov",
-       "has no variant 'adam_nesterov' (its variants: adam, adam_amsgrad)"},
-      {"dump " + kSpec + " --variant nope",
-       "--variant: " + kSpec + " has no variant 'nope' (its variants: adam, adam_amsgrad)"},
+       "has no variant 'adam_nesterov' (its variants: adam, adam_amsgrad, adam_clip_grad_norm, "
+       "adam_amsgrad_clip_grad_norm)"},
+      {"dump " + kSpec + " --variant nope", "--variant: " + kSpec +
+                                                " has no variant 'nope' (its variants: adam, adam_amsgrad, "
+                                                "adam_clip_grad_norm, adam_amsgrad_clip_grad_norm)"},
       {"dump " + kSpec + " --after hoist",
        "--after: hoist not in {lower,specialize,constant_fold,cse,assign_levels,dce,verify_states,plan_stages}"},
       {"check " + kSpec + " --out " + kScratch, "The following argument was not expected: --out"},
@@ -77,7 +79,7 @@ TEST_CASE("emit says what it wrote, and --quiet silences it", "[cli]") {
   Run run = optgen("emit " + kSpec + " --out " + kScratch);
   CHECK(run.status == 0);
   CHECK_THAT(run.output, Catch::Contains("adam.yaml -> " + kScratch +
-                                         "/adam{_kernels.cu,.h,.cpp,_reference.h}: 2 variants, kernels for 2 "
+                                         "/adam{_kernels.cu,.h,.cpp,_reference.h}: 4 variants, kernels for 4 "
                                          "of them in 5 storage types, in "));
   run = optgen("emit " + kSpec + " --out " + kScratch + " --quiet");
   CHECK(run.status == 0);

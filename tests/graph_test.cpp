@@ -83,7 +83,7 @@ TEST_CASE("a captured step replayed N times equals N eager steps, with lr change
       }
     }
   }
-  CHECK(variants == 18);
+  CHECK(variants >= 2 * 18);  // the 18 variants of the torch.optim specs, clipping or not, and more
 }
 
 TEST_CASE("a step cannot be prepared inside a capture, but a prepared one can be captured", "[gpu]") {

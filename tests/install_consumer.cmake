@@ -84,7 +84,7 @@ run_step("building tests/install_consumer" "${CMAKE_COMMAND}" --build "${consume
 run_step("running the consumer" "${consumer_build}/consumer")
 message(STATUS "its output:\n${step_output}")
 foreach(line
-    "SignDescent \\(spec sign_descent, optgen [0-9.]+, kernel ABI [0-9]+\\): 2 hyperparameters, 1 states, 1 variants, 1 kernels"
+    "SignDescent \\(spec sign_descent, optgen [0-9.]+, kernel ABI [0-9]+\\): 4 hyperparameters, 1 states, 2 variants, 2 kernels"
     "AdamW \\(spec adamw, optgen [0-9.]+, kernel ABI [0-9]+\\): "
     "built-in launchers: ${num_specs}\n"
     "optgen_adamw_create: ok, 0 groups")

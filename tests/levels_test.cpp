@@ -15,7 +15,7 @@ using namespace optgen_test;
 
 TEST_CASE("per-tensor values follow each tensor's numel in the CPU reference", "[reference]") {
   const auto& ref = optgen::reference::numel_sgd::optimizer();
-  std::vector<double> h = {0.1, 0.0, 1000};  // lr, momentum, large
+  std::vector<double> h = {0.1, 0.0, 1000, 0.0, 0.0};  // lr, momentum, large; max_grad_norm, clip_grad_norm: off
   double scalar_state[1] = {0};
   for (std::size_t n : {std::size_t{10}, std::size_t{1000}, std::size_t{2000}}) {
     std::vector<double> param(n, 1.0), grad(n, 0.5), buf(n, 0.0);

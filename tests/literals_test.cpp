@@ -35,9 +35,9 @@ TEST_CASE("literals print as C++ and CUDA read them", "[emit]") {
 
 TEST_CASE("infinite defaults and inits, and literals beyond float, in the CPU reference", "[reference]") {
   const auto& ref = optgen::reference::literals_and_text::optimizer();
-  CHECK(std::isinf(ref.hyperparameters[1].default_value));  // clip
-  CHECK(std::isinf(ref.states[0].init.value));              // m
-  std::vector<double> h = {0.01, INFINITY, 9007199254740992.0};
+  CHECK(std::isinf(ref.hyperparameters[1].default_value));             // clip
+  CHECK(std::isinf(ref.states[0].init.value));                         // m
+  std::vector<double> h = {0.01, INFINITY, 9007199254740992.0, 0, 0};  // no clipping
   double scalar_state[1] = {0};
   float param = 1.0f, grad = 0.5f, m = std::numeric_limits<float>::infinity();
   float* states[] = {&m};

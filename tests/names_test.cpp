@@ -108,8 +108,9 @@ TEST_CASE("names the generated code uses for itself are mangled there: the refer
           "[reference]") {
   // tests/specs/generated_names.yaml by hand, in double, for one element over two steps.
   const auto& ref = optgen::reference::generated_names::optimizer();
-  std::vector<double> h = {0.05, 0.9, 0.001, 2.0, 3, 1, 0.5, 0.25};  // k v h T i tv result values
-  std::vector<double> scalar_state = {1.0, 0.5};                     // count tensors
+  // k v h T i tv result values, then max_grad_norm and clip_grad_norm: no clipping
+  std::vector<double> h = {0.05, 0.9, 0.001, 2.0, 3, 1, 0.5, 0.25, 0, 0};
+  std::vector<double> scalar_state = {1.0, 0.5};  // count tensors
   double param = 0.7, out = 0, index = 0.1, std_state = 0;
   double* states[] = {&out, &index, &std_state};
   double count = 1.0, tensors = 0.5, expected = param, out_e = 0, index_e = 0.1;

@@ -41,13 +41,15 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_80 and sm_90 
       auto compiled = optgen::nvrtc::compile(source, spec.name + "_kernels.cu", options, arch);
       auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
       INFO(spec.name << " for sm_" << arch << ":\n" << compiled.log);
-      // One Update-stage kernel per variant and storage type, and one group kernel per variant.
-      CHECK(report.kernels == static_cast<int>(variants.size() * (every_storage.size() + 1)));
+      // One kernel per stage of each variant and storage type, and one group kernel per variant.
+      int expected = 0;
+      for (const auto& v : variants) expected += static_cast<int>(v.stages.size() * every_storage.size() + 1);
+      CHECK(report.kernels == expected);
       CHECK(report.spill_store_bytes == 0);
       CHECK(report.spill_load_bytes == 0);
       CHECK(report.max_stack_frame_bytes == 0);
       kernels += report.kernels;
     }
   }
-  CHECK(kernels == 2 * (5 + 1) * 18);  // 18 variants over the 12 built-in specs
+  CHECK(kernels >= 2 * 18 * ((5 + 1) + (2 * 5 + 1)));  // the 18 variants of the 12 torch.optim specs, clipped or not
 }

@@ -2,8 +2,16 @@
 #include "optimizer_harness.h"
 
 #include <cmath>
+#include <filesystem>
 
 namespace optgen_test {
+
+std::size_t builtin_spec_count() {
+  std::size_t count = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(OPTGEN_SOURCE_DIR) / "specs"))
+    if (e.path().extension() == ".yaml") ++count;
+  return count;
+}
 
 const optgen::OptimizerInfo& launcher(const std::string& name) {
   for (const auto& [spec, info] : optgen::builtin_launchers())
@@ -24,15 +32,20 @@ std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int v
   std::vector<int> flags;
   for (int i = 0; i < info.num_hyperparameters; ++i)
     if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
-  for (bool boost : {true, false})
-    for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
-      std::vector<double> h = optgen::default_hyperparameters(info);
-      for (int i = 0; i < info.num_hyperparameters; ++i)
-        if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
-      for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
-      optgen::derive_flags(info, h.data());
-      if (optgen::select_variant(info, h.data()) == variant) return h;
-    }
+  // max_grad_norm (generator/clipping.h) on its own: 1, which clips gradients drawn in [-1, 1)
+  // over more than a few elements, or 0.
+  for (double clip : {1.0, 0.0})
+    for (bool boost : {true, false})
+      for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
+        std::vector<double> h = optgen::default_hyperparameters(info);
+        for (int i = 0; i < info.num_hyperparameters; ++i) {
+          if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
+          if (std::string(info.hyperparameters[i].name) == "max_grad_norm") h[i] = clip;
+        }
+        for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
+        optgen::derive_flags(info, h.data());
+        if (optgen::select_variant(info, h.data()) == variant) return h;
+      }
   throw std::runtime_error(std::string("no hyperparameters select variant ") + info.variants[variant].name);
 }
 

@@ -20,6 +20,8 @@ namespace optgen_test {
 using optgen::DType;
 
 const optgen::OptimizerInfo& launcher(const std::string& name);
+/// The specs in specs/: every one is a built-in launcher.
+std::size_t builtin_spec_count();
 const optgen::reference::Optimizer& reference_of(const std::string& name);
 
 /// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,

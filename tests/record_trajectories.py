@@ -314,8 +314,9 @@ def flat(t):
     return [float(x) for x in vals]
 
 
-def run_case(spec, cls, index, groups, steps):
-    """groups: list of (tensor indices, full optgen hyperparameters)."""
+def run_case(spec, cls, index, groups, steps, before_step=None):
+    """groups: list of (tensor indices, full optgen hyperparameters). before_step(params), when
+    given, runs once the gradients are set, before each step (tests/record_clipping.py clips)."""
     seed = zlib.crc32(f"{spec}:{index}".encode("ascii"))
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
@@ -354,6 +355,8 @@ def run_case(spec, cls, index, groups, steps):
             grads.append(g)
         for p, g in zip(params, grads):
             p.grad = g.clone()
+        if before_step is not None:
+            before_step(params)
         opt.step()
         grads_rec.append([flat(g) for g in grads])
         params_rec.append([flat(p) for p in params])

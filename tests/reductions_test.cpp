@@ -115,7 +115,7 @@ TEST_CASE("the reference's reductions compute what the spec's statements say", "
   const std::vector<size_t> sizes = {1, 7, 300, 1000};
   auto params = values(sizes, rng), grads = values(sizes, rng), ms = values(sizes, rng, true);
   auto expected_params = params, expected_ms = ms;
-  std::vector<double> h = {0.1, 0.5};  // lr, max_norm: the clip is active
+  std::vector<double> h = {0.1, 0.5, 0, 0};  // lr, max_norm: the clip is active; no global clipping
   double scalar_state[1] = {0};
   for (std::int64_t step = 1; step <= 3; ++step) {
     std::vector<std::vector<double*>> states(sizes.size());

@@ -61,7 +61,7 @@ std::vector<AmpCase> load_cases() {
       a.h = optgen::default_hyperparameters(info);
       for (int i = 0; i < info.num_hyperparameters; ++i) {
         const auto& hp = info.hyperparameters[i];
-        if (hp.derived) continue;
+        if (hp.derived || !c["groups"][0]["hyperparameters"].contains(hp.name)) continue;  // max_grad_norm: default
         const auto& given = c["groups"][0]["hyperparameters"][hp.name];
         a.h[i] = given.is_boolean() ? (given.get<bool>() ? 1 : 0) : given.get<double>();
       }

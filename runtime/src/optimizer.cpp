@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "optimizer_impl.h"
 
@@ -426,7 +427,21 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
                      device_pointer<const int>(d, group_tensors_at),
                      device_pointer<const int>(d, with_chunks_at),
                      reductions,
-                     0};
+                     static_cast<int>(n),
+                     static_cast<int>(G),
+                     0,
+                     reinterpret_cast<float*>(m.grad_norm_memory.get())};
+}
+
+/// One float per group for the norms clipping variants publish, NaN until their first step; none
+/// when no group clips.
+DeviceBuffer upload_grad_norms(const FusedOptimizer::Impl& m) {
+  const bool clips = std::any_of(m.groups.begin(), m.groups.end(),
+                                 [&](const Group& g) { return m.info->variants[g.variant].grad_norm_slot >= 0; });
+  if (!clips) return DeviceBuffer();
+  PackedUpload upload;
+  upload.add(std::vector<float>(m.groups.size(), std::numeric_limits<float>::quiet_NaN()));
+  return upload.upload();
 }
 
 /// Records, for each group among `tensors` (the tensor list of the plan at `plan`), the plan and
@@ -552,6 +567,7 @@ void FusedOptimizer::prepare(CUstream stream) {
     m.module_loaded = true;
   }
   m.plans = plans_by_kernel(m.groups);
+  m.grad_norm_memory = upload_grad_norms(m);
   std::vector<unsigned> blocks(m.groups.size(), 0);
   for (Plan& plan : m.plans) build_plan(m, plan, blocks);
   m.device_groups = build_group_table(m, blocks);
@@ -643,12 +659,18 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
-    for (CUfunction stage : plan.stages) {
-      driver::check(api.cuLaunchKernel(stage, static_cast<unsigned>(plan.table.num_chunks), 1, 1,
+    for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+      driver::check(api.cuLaunchKernel(plan.stages[s], static_cast<unsigned>(plan.table.num_chunks), 1, 1,
                                        static_cast<unsigned>(m.info->block_size), 1, 1, 0, stream, args, nullptr),
                     "cuLaunchKernel",
                     "check that the tensors are still allocated and that the stream belongs to the current context");
       ++m.launches_last_step;
+      if (m.reduction_hook && s + 1 < plan.stages.size()) {
+        const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
+        const kernel_abi::ReductionTable& r = plan.reductions;
+        m.reduction_hook({static_cast<int>(s) + 1, variant.reductions, variant.num_reductions, r.tensor_results,
+                          r.num_tensors, r.group_results, r.num_groups, stream});
+      }
     }
   }
 }
@@ -845,6 +867,22 @@ std::vector<bool> FusedOptimizer::states_used(std::vector<double> hyperparameter
 std::size_t FusedOptimizer::num_groups() const { return impl_->groups.size(); }
 std::size_t FusedOptimizer::num_tensors(std::size_t group) const {
   return impl_->group_at(group, "num_tensors").tensors.size();
+}
+
+const float* FusedOptimizer::grad_norm(std::size_t group) const {
+  const Impl& m = *impl_;
+  const Group& g = m.group_at(group, "grad_norm");
+  if (m.info->variants[g.variant].grad_norm_slot < 0)
+    throw Error(m.call("grad_norm"), "group " + std::to_string(group) + " does not clip its gradients",
+                "give it max_grad_norm > 0 when it is added");
+  if (!m.prepared)
+    throw Error(m.call("grad_norm"), "the optimizer is not prepared: the norms live in the tables prepare() builds",
+                "call prepare() or step() first");
+  return reinterpret_cast<const float*>(m.grad_norm_memory.get()) + group;
+}
+
+void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {
+  impl_->reduction_hook = std::move(hook);
 }
 
 int FusedOptimizer::launches_last_step() const { return impl_->launches_last_step; }

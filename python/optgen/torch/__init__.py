@@ -78,6 +78,19 @@ class ASGD(Optimizer):
                          **options)
 
 
+class LAMB(Optimizer):
+    """LAMB as NVIDIA APEX's FusedLAMB computes it (specs/lamb.yaml): FusedLAMB's arguments and defaults,
+    but for max_grad_norm, which is the clipping every optgen optimizer has (default 0: off; FusedLAMB
+    clips at 1.0 by default): pass max_grad_norm=1.0 for FusedLAMB's default behaviour."""
+
+    def __init__(self, params, lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                 adam_w_mode=True, grad_averaging=True, use_nvlamb=False, max_grad_norm=0.0, **options):
+        super().__init__(params, _builtin("lamb"),
+                         dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
+                              adam_w_mode=adam_w_mode, grad_averaging=grad_averaging, use_nvlamb=use_nvlamb,
+                              max_grad_norm=max_grad_norm), **options)
+
+
 class Lion(Optimizer):
     """Lion (Chen et al., 2023; specs/lion.yaml): the arguments of the paper's reference code."""
 
@@ -134,5 +147,5 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "Lion", "NAdam", "RAdam",
+__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "LAMB", "Lion", "NAdam", "RAdam",
            "RMSprop", "Rprop", "SGD"]

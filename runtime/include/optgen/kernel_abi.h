@@ -81,19 +81,30 @@ struct StepInputs {
 /// into `group_results`. Fixed orders and no floating-point atomics: the same inputs give the same
 /// bits. The finishing blocks reset the counters, so a captured step replays. All zero (null) for a
 /// variant without reductions.
+///
+/// The results are reduction-major: the `num_tensors` results of reduction r are contiguous, and so
+/// are its `num_groups`, so that a caller whose tensors are shards of a larger model can all-reduce
+/// each reduction's results across ranks (a sum or a maximum) between the stages
+/// (Optimizer::set_reduction_hook). Results are raw sums and maxima, in double: a norm's result is
+/// its sum of squares.
 struct ReductionTable {
-  double* partials;        ///< [(first_chunk[tensor] + chunk index) * stride + r]
-  double* tensor_results;  ///< [tensor * stride + r]: a tensor's sum or maximum (its part, for a group reduction)
-  double* group_results;   ///< [group * stride + r]: a group reduction, by GroupTable group index
-  unsigned int* tensor_arrivals;         ///< [tensor]: blocks of the stage that finished the tensor's chunks
-  unsigned int* group_arrivals;          ///< [group]: tensors of the group the stage finished
-  const int* first_chunk;                ///< [tensor]: where the tensor's partials start
-  const int* chunks;                     ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
-  const int* group_first_tensor;         ///< [group]: the group's first tensor in this table
-  const int* group_tensors;              ///< [group]: its tensors in this table (0: not in this table)
+  double* partials;               ///< [(first_chunk[tensor] + chunk index) * stride + r]
+  double* tensor_results;         ///< [r * num_tensors + tensor]: over the tensor (its part, for a group reduction)
+  double* group_results;          ///< [r * num_groups + group]: a group reduction, by GroupTable group index
+  unsigned int* tensor_arrivals;  ///< [tensor]: blocks of the stage that finished the tensor's chunks
+  unsigned int* group_arrivals;   ///< [group]: tensors of the group the stage finished
+  const int* first_chunk;         ///< [tensor]: where the tensor's partials start
+  const int* chunks;              ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
+  const int* group_first_tensor;  ///< [group]: the group's first tensor in this table
+  const int* group_tensors;       ///< [group]: its tensors in this table (0: not in this table)
   const int* group_tensors_with_chunks;  ///< [group]: those of them with at least one chunk
   int stride;                            ///< reductions per tensor (and per group): the variant's count
+  int num_tensors;                       ///< the plan's tensors (TableView::num_tensors)
+  int num_groups;                        ///< GroupTable::num_groups
   int unused;
+  /// [group]: the global gradient norm a clipping variant's Update stage publishes (clipping.h in
+  /// the generator), +inf when AMP skipped the step; null when no variant clips.
+  float* grad_norms;
 };
 
 /// What a group kernel writes before it recomputes the GroupValues of the current slot.
@@ -171,7 +182,11 @@ static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors) == 64, "Reducti
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 72,
               "ReductionTable::group_tensors_with_chunks moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
-static_assert(sizeof(ReductionTable) == 88 && alignof(ReductionTable) == 8, "ReductionTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 84, "ReductionTable::num_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 88, "ReductionTable::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 96, "ReductionTable::grad_norms moved");
+static_assert(sizeof(ReductionTable) == 104 && alignof(ReductionTable) == 8,
+              "ReductionTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");

@@ -22,6 +22,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -68,8 +69,9 @@ struct AmpInputs {
 /// kernel_abi::ReductionTable: a sum or a maximum, over each tensor or over the whole group.
 struct ReductionSlot {
   const char* name;  ///< the generator's name for it, e.g. sum_param_times_param
-  bool is_max;
-  bool over_group;
+  bool is_max;       ///< else a sum
+  bool over_group;   ///< else over each tensor
+  int stage;         ///< the Reduce stage that computes it: 1 for the first launch of a step, ...
 };
 
 /// One kernel variant of a spec (a combination of specialized flags).
@@ -82,6 +84,7 @@ struct VariantInfo {
   int num_stages;            ///< kernel launches per step: its Reduce stages, then the Update stage
   const ReductionSlot* reductions;
   int num_reductions;
+  int grad_norm_slot;  ///< the reduction whose root is the published gradient norm, or -1: no clipping
 };
 
 /// A variant's kernels for one storage type.
@@ -141,6 +144,23 @@ int select_variant(const OptimizerInfo& info, const double* h);
 /// optgen::Error naming the first difference. Needs no GPU; FusedOptimizer::restore checks this
 /// and then everything about the groups.
 void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& info);
+
+/// What a reduction hook (FusedOptimizer::set_reduction_hook) is handed after the launch of a
+/// Reduce stage: where that stage left its results, raw sums and maxima in double, reduction-major
+/// (kernel_abi::ReductionTable): reduction r's result for tensor t of the plan at
+/// tensor_results[r * num_tensors + t], for group g at group_results[r * num_groups + g]; a norm's
+/// result is its sum of squares. The stage's reductions are those of `slots` whose stage is
+/// `stage`. The launches are enqueued, not finished: work on the results goes on `stream`.
+struct ReductionResults {
+  int stage;                   ///< the Reduce stage just launched, from 1
+  const ReductionSlot* slots;  ///< every reduction of the variant, by index r
+  int num_slots;
+  double* tensor_results;  ///< device memory
+  int num_tensors;         ///< the plan's tensors, in the order of its groups, then their lists
+  double* group_results;   ///< device memory, by the optimizer's group index
+  int num_groups;          ///< every group of the optimizer (those of other plans are unused)
+  CUstream stream;
+};
 
 class FusedOptimizer {
  public:
@@ -223,6 +243,21 @@ class FusedOptimizer {
 
   std::size_t num_groups() const;
   std::size_t num_tensors(std::size_t group) const;
+  /// The global gradient norm of `group` at its last step (the norm torch's clip_grad_norm_ returns,
+  /// of the unscaled gradients; inf or NaN for a step AMP skipped), in device memory: one float,
+  /// written by each step on its stream, valid until the optimizer is prepared again. Only a group
+  /// whose variant clips (max_grad_norm > 0) has one: optgen::Error otherwise, and before prepare().
+  const float* grad_norm(std::size_t group) const;
+
+  /// Called after each launch of a Reduce stage, before the next stage is launched, eagerly and
+  /// while a step is captured: the place to combine the results of ranks whose tensors are shards
+  /// of the same model (ZeRO, FSDP) before the stages that read them, e.g. with one
+  /// ncclAllReduce per reduction of the stage (ncclSum or ncclMax, on `stream`) over its tensor
+  /// results and, for a group reduction, its group results. Every rank must then hold the same
+  /// groups with the same number of tensors, each its own part of every tensor. A mean or numel
+  /// in a spec counts the rank's own elements. An empty function removes the hook.
+  void set_reduction_hook(std::function<void(const ReductionResults&)> hook);
+
   /// Kernel launches the last step made (for tests).
   int launches_last_step() const;
   /// Elements per block; the optimizer must be prepared again (the tables are rebuilt).
