@@ -121,7 +121,7 @@ struct ReductionTable {
   unsigned int* tensor_arrivals;  ///< [tensor]: blocks of the stage that finished the tensor's chunks
   unsigned int* group_arrivals;   ///< [group]: tensors of the group the stage finished
   const int* first_chunk;         ///< [tensor]: where the tensor's partials start
-  const int* chunks;              ///< [tensor]: its chunks (0 for an empty tensor of a group with elements)
+  const int* chunks;              ///< [tensor]: its chunks (at least 1: an empty tensor has one of 0 elements)
   const int* group_first_tensor;  ///< [group]: the group's first tensor in this table
   const int* group_tensors;       ///< [group]: its tensors in this table (0: not in this table)
   const int* group_tensors_with_chunks;  ///< [group]: those of them with at least one chunk

@@ -89,6 +89,7 @@ std::pair<double, double> run_recorded(const std::string& spec, const json& c, M
       for (float& x : g) x *= scale;
       grads[t]->upload(g);
     }
+    synchronize();  // the copies from pageable memory may still be in flight, and the stream does not wait
     if (mode == Mode::Graph)
       capture.replay();
     else

@@ -362,14 +362,17 @@ std::vector<void*> operand_pointers(const std::vector<PlanTensor>& tensors, cons
 /// The chunk table, longest chunks first; adds each group's chunks to `blocks_per_group`, and
 /// writes each tensor's chunk count to `chunks_per_tensor`.
 std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensors, long long chunk_size,
-                                           std::vector<unsigned>& blocks_per_group,
-                                           std::vector<int>& chunks_per_tensor) {
+                                           std::vector<unsigned>& blocks_per_group, std::vector<int>& chunks_per_tensor,
+                                           bool reduces) {
   std::vector<kernel_abi::Chunk> chunks;
   chunks_per_tensor.assign(tensors.size(), 0);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const long long numel = tensors[t].tensor->numel;
     const int group = tensors[t].group;
-    if (numel == 0 && !tensors[t].placeholder) continue;  // an empty tensor of a group with elements: no work
+    // An empty tensor of a group with elements has no work, unless the plan reduces: then one empty
+    // chunk writes its results (the identity) every step, which a reduction hook may all-reduce
+    // with other ranks' in place.
+    if (numel == 0 && !tensors[t].placeholder && !reduces) continue;
     const long long count = std::max<long long>(1, (numel + chunk_size - 1) / chunk_size);
     chunks_per_tensor[t] = static_cast<int>(count);
     for (long long c = 0; c < count; ++c) {
@@ -466,7 +469,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   std::vector<long long> numel;
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   std::vector<int> chunks_per_tensor;
-  const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size, blocks_per_group, chunks_per_tensor);
+  const std::vector<kernel_abi::Chunk> chunks =
+      chunk_table(tensors, m.chunk_size, blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
