@@ -45,7 +45,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 3 };
+enum { kVersion = 4 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -146,6 +146,10 @@ struct GroupWrite {
 };
 
 enum { kGroupKernelBlock = 128 };
+
+/// A Reduce stage's block reduces this many consecutive chunks of the chunk table, so its grid is
+/// ceil(num_chunks / kReduceChunksPerBlock) blocks (an Update stage's is num_chunks).
+enum { kReduceChunksPerBlock = 8 };
 
 // ---- The layout, field by field. The host writes these structs (as kernel arguments, and Chunk
 // into device memory) and the kernels read them, compiled by two compilers: g++ or clang for the
@@ -411,15 +415,16 @@ __device__ __forceinline__ Results results(const ReductionTable& red, int t, int
   return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups};
 }
 
-/// Whether this block is the last of `expected` to arrive at `counter`, which it then resets (for
-/// the next step, or the next replay of a captured one). Block-uniform. The writes the block made
-/// before are visible to the last block, and the last block sees every other block's.
-__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int expected) {
+/// Whether this block is the last to arrive at `counter`, which counts to `expected` and which this
+/// block advances by `count`; the last block resets it (for the next step, or the next replay of a
+/// captured one). Block-uniform. The writes the block's thread 0 made before are visible to the
+/// last block, and the last block sees every other block's.
+__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int expected, unsigned int count = 1u) {
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1u) == expected - 1u;
+    __threadfence();  // thread 0 wrote the results the others' arrivals are about
+    last = atomicAdd(counter, count) == expected - count;
     if (last) *counter = 0u;
   }
   __syncthreads();
@@ -427,101 +432,14 @@ __device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned i
   return last;
 }
 
-/// A Reduce stage: one block reduces one chunk of one tensor (the operands of `Reduce`'s reductions,
-/// element by element, from the operands Reduce::loads), writes its partial results, and the last
-/// block of each tensor, then of each group, finishes them (kernel_abi::ReductionTable). Nothing
-/// else is written, and the step is not advanced: that is the Update stage's.
-template <typename Reduce, typename Group, typename P, typename S>
-__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
-                                             const ReductionTable& red) {
-  typedef typename Group::Values Values;
-  constexpr int kOps = Reduce::kOperands;
+/// The last block of tensor `t` to arrive: combines the tensor's chunk partials, in chunk order,
+/// into its results; then, when it is the group's last tensor to finish, the group's tensors, in
+/// tensor order, into the group's results.
+template <typename Reduce>
+__device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, int g) {
   constexpr int kR = Reduce::kReductions;
-  constexpr int V = 16 / sizeof(P);
-  constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
-  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
-
-  // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
-  // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
-  // its results.
-  const Chunk chunk = table.chunks[blockIdx.x];
-  const int t = chunk.tensor;
-  const int g = chunk.group;
-  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-  const long long end = start + chunk.count;
-
-  const void* ptr[kOps];
-  bool aligned = true;
-#pragma unroll
-  for (int op = 0; op < kOps; ++op) {
-    ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
-    aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
-  }
-  const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-  const typename Reduce::TensorValues tv =
-      Reduce::tensor(k, table.numel[t], results(red, t, g));
-  const bool scaled = inputs.grad_scale != 0;
-  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
-
-  float acc[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
-  auto add = [&](float (&x)[kOps]) {
-    if (scaled) x[1] = x[1] / grad_scale;
-    float value[kR];
-    Reduce::apply(k, tv, x, value);
-#pragma unroll
-    for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Reduce::is_max(r), acc[r], value[r]);
-  };
-
-  const long long vector_end = aligned ? start + (end - start) / V * V : start;
-  for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
-    float v[U][kOps][V];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long i = base + u * kStride;
-      if (i >= vector_end) continue;
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) {
-        if (!Reduce::loads(op)) continue;
-        if (op < 2) load_vector<P, V>(ptr[op], i, v[u][op]);
-        else load_vector<S, V>(ptr[op], i, v[u][op]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (base + u * kStride >= vector_end) continue;
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        float x[kOps];
-#pragma unroll
-        for (int op = 0; op < kOps; ++op) x[op] = Reduce::loads(op) ? v[u][op][e] : 0.0f;
-        add(x);
-      }
-    }
-  }
-  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
-    float x[kOps];
-#pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      x[op] = 0.0f;
-      if (!Reduce::loads(op)) continue;
-      if (op < 2) load_vector<P, 1>(ptr[op], i, &x[op]);
-      else load_vector<S, 1>(ptr[op], i, &x[op]);
-    }
-    add(x);
-  }
-
-  // The chunk's partial results, then the tensor's, then the group's, each in a fixed order.
   const long long stride = red.stride;
-  double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * stride;
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    const float total = block_combine(Reduce::is_max(r), acc[r]);
-    if (threadIdx.x == 0) partials[Reduce::slot(r)] = total;
-  }
   const int chunks = red.chunks[t];
-  if (!last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(chunks))) return;
   const double* first = red.partials + static_cast<long long>(red.first_chunk[t]) * stride;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -548,6 +466,135 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     x = block_combine(is_max, x);
     if (threadIdx.x == 0) red.group_results[static_cast<long long>(Reduce::slot(r)) * red.num_groups + g] = x;
     if (threadIdx.x == 0 && Reduce::slot(r) == Reduce::kGradNormSlot) red.grad_norms[g] = static_cast<float>(sqrt(x));
+  }
+}
+
+/// How many operands a Reduce stage reads.
+template <typename Reduce>
+__device__ __forceinline__ constexpr int loaded_operands() {
+  int n = 0;
+  for (int op = 0; op < Reduce::kOperands; ++op) n += Reduce::loads(op) ? 1 : 0;
+  return n > 0 ? n : 1;
+}
+
+/// A Reduce stage: block b reduces the chunks [b * kReduceChunksPerBlock, ...) of the chunk table,
+/// one after another (the operands of `Reduce`'s reductions, element by element, from the operands
+/// Reduce::loads), writing each chunk's partial results; at the end of each run of chunks of one
+/// tensor it counts them as arrived, and the last block of each tensor, then of each group,
+/// finishes them (kernel_abi::ReductionTable). A block takes several chunks so that the latency of
+/// its arrival (a fence, an atomic) is paid once per run, not per chunk. Nothing else is written,
+/// and the step is not advanced: that is the Update stage's.
+template <typename Reduce, typename Group, typename P, typename S>
+__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red) {
+  typedef typename Group::Values Values;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Reduce::kReductions;
+  constexpr int V = 16 / sizeof(P);
+  // Elements in flight per thread: as many as the Update stage's, spread over the operands read
+  // (LAMB reads four, a gradient norm one), so that registers stay within the launch bounds.
+  constexpr int kLoaded = loaded_operands<Reduce>();
+  constexpr int U = OPTGEN_ELEMENTS_PER_THREAD * 2 / (V * kLoaded) > 0 ? OPTGEN_ELEMENTS_PER_THREAD * 2 / (V * kLoaded) : 1;
+  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+
+  // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
+  // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
+  // its results.
+  const int first_chunk = blockIdx.x * kernel_abi::kReduceChunksPerBlock;
+  const int end_chunk = first_chunk + kernel_abi::kReduceChunksPerBlock < table.num_chunks
+                            ? first_chunk + kernel_abi::kReduceChunksPerBlock
+                            : table.num_chunks;
+  // A run: consecutive chunks of one tensor. The block accumulates a run in registers, writes its
+  // total as the partial of the run's first chunk (the identity for the others) and counts the
+  // run's chunks as arrived at once: one block-wide combine and one arrival per run.
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
+  unsigned int run = 0;
+  double* run_partials = nullptr;
+  for (int c = first_chunk; c < end_chunk; ++c) {
+    const Chunk chunk = table.chunks[c];
+    const int t = chunk.tensor;
+    const int g = chunk.group;
+    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+    const long long end = start + chunk.count;
+
+    const void* ptr[kOps];
+    bool aligned = true;
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) {
+      ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+      aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+    }
+    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
+    // Read per chunk rather than held across the loop: one register fewer where it counts.
+    const bool scaled = inputs.grad_scale != 0;
+    const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+    auto add = [&](float (&x)[kOps]) {
+      if (scaled) x[1] = x[1] / grad_scale;
+      float value[kR];
+      Reduce::apply(k, tv, x, value);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Reduce::is_max(r), acc[r], value[r]);
+    };
+
+    const long long vector_end = aligned ? start + (end - start) / V * V : start;
+    for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
+      float v[U][kOps][V];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const long long i = base + u * kStride;
+        if (i >= vector_end) continue;
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) {
+          if (!Reduce::loads(op)) continue;
+          if (op < 2) load_vector<P, V>(ptr[op], i, v[u][op]);
+          else load_vector<S, V>(ptr[op], i, v[u][op]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (base + u * kStride >= vector_end) continue;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          float x[kOps];
+#pragma unroll
+          for (int op = 0; op < kOps; ++op) x[op] = Reduce::loads(op) ? v[u][op][e] : 0.0f;
+          add(x);
+        }
+      }
+    }
+    for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+      float x[kOps];
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        x[op] = 0.0f;
+        if (!Reduce::loads(op)) continue;
+        if (op < 2) load_vector<P, 1>(ptr[op], i, &x[op]);
+        else load_vector<S, 1>(ptr[op], i, &x[op]);
+      }
+      add(x);
+    }
+
+    double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * red.stride;
+    if (run++ == 0) {
+      run_partials = partials;
+    } else if (threadIdx.x == 0) {
+#pragma unroll
+      for (int r = 0; r < kR; ++r) partials[Reduce::slot(r)] = reduce_identity<double>(Reduce::is_max(r));
+    }
+    if (c + 1 < end_chunk && table.chunks[c + 1].tensor == t) continue;
+    // The end of the run: its total, in a fixed order, then its chunks arrive together.
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float total = block_combine(Reduce::is_max(r), acc[r]);
+      if (threadIdx.x == 0) run_partials[Reduce::slot(r)] = total;
+      acc[r] = reduce_identity<float>(Reduce::is_max(r));
+    }
+    if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
+      finish_tensor<Reduce>(red, t, g);
+    run = 0;
   }
 }
 

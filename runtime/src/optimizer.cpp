@@ -664,8 +664,12 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-      driver::check(api.cuLaunchKernel(plan.stages[s], static_cast<unsigned>(plan.table.num_chunks), 1, 1,
-                                       static_cast<unsigned>(m.info->block_size), 1, 1, 0, stream, args, nullptr),
+      // Every stage but the last is a Reduce stage, whose blocks take kReduceChunksPerBlock chunks.
+      const bool reduce = s + 1 < plan.stages.size();
+      const int per_block = reduce ? kernel_abi::kReduceChunksPerBlock : 1;
+      const auto blocks = static_cast<unsigned>((plan.table.num_chunks + per_block - 1) / per_block);
+      driver::check(api.cuLaunchKernel(plan.stages[s], blocks, 1, 1, static_cast<unsigned>(m.info->block_size), 1, 1, 0,
+                                       stream, args, nullptr),
                     "cuLaunchKernel",
                     "check that the tensors are still allocated and that the stream belongs to the current context");
       ++m.launches_last_step;

@@ -18,7 +18,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 3 };
+enum { kVersion = 4 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -119,6 +119,10 @@ struct GroupWrite {
 };
 
 enum { kGroupKernelBlock = 128 };
+
+/// A Reduce stage's block reduces this many consecutive chunks of the chunk table, so its grid is
+/// ceil(num_chunks / kReduceChunksPerBlock) blocks (an Update stage's is num_chunks).
+enum { kReduceChunksPerBlock = 8 };
 
 // ---- The layout, field by field. The host writes these structs (as kernel arguments, and Chunk
 // into device memory) and the kernels read them, compiled by two compilers: g++ or clang for the
