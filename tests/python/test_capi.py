@@ -27,8 +27,9 @@ def test_an_engine_describes_its_spec():
     e = Engine.builtin("rmsprop", {"lr": 0.1}, state_dtype=BF16)
     assert (e.name, e.spec, e.state_dtype) == ("RMSprop", "rmsprop", BF16)
     names = [h.name for h in e.hyperparameters]
-    assert names == ["lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize", "use_momentum"]
-    use_momentum = e.hyperparameters[-1]
+    assert names == ["lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize", "use_momentum",
+                     "max_grad_norm", "clip_grad_norm"]  # the clipping every spec has comes last
+    use_momentum = e.hyperparameters[7]
     assert (use_momentum.type, use_momentum.derived, use_momentum.specialized) == (BOOL, True, True)
     assert e.hyperparameters[0].type == FLOAT and e.defaults()["lr"] == 0.01  # the spec's default
     assert [s.name for s in e.states] == ["square_avg", "momentum_buffer", "grad_avg"]
