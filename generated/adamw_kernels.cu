@@ -154,7 +154,7 @@ struct ReductionTable {
   int stride;                            ///< reductions per tensor (and per group): the variant's count
   int num_tensors;                       ///< the plan's tensors (TableView::num_tensors)
   int num_groups;                        ///< GroupTable::num_groups
-  int unused;
+  int chunks_per_block;                  ///< of a Reduce stage: 1 to kReduceChunksPerBlock, fewer for small plans
   /// [group]: the global gradient norm a clipping variant's Update stage publishes (clipping.h in
   /// the generator), +inf when AMP skipped the step; null when no variant clips.
   float* grad_norms;
@@ -173,8 +173,9 @@ struct GroupWrite {
 
 enum { kGroupKernelBlock = 128 };
 
-/// A Reduce stage's block reduces this many consecutive chunks of the chunk table, so its grid is
-/// ceil(num_chunks / kReduceChunksPerBlock) blocks (an Update stage's is num_chunks).
+/// A Reduce stage's block reduces ReductionTable::chunks_per_block consecutive chunks of the chunk
+/// table, at most this many, so its grid is ceil(num_chunks / chunks_per_block) blocks (an Update
+/// stage's is num_chunks).
 enum { kReduceChunksPerBlock = 8 };
 
 // ---- The layout, field by field. The host writes these structs (as kernel arguments, and Chunk
@@ -241,6 +242,7 @@ static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 84, "ReductionTable::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 88, "ReductionTable::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks_per_block) == 92, "ReductionTable::chunks_per_block moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 96, "ReductionTable::grad_norms moved");
 static_assert(sizeof(ReductionTable) == 104 && alignof(ReductionTable) == 8,
               "ReductionTable changed size or alignment");
@@ -503,7 +505,7 @@ __device__ __forceinline__ constexpr int loaded_operands() {
   return n > 0 ? n : 1;
 }
 
-/// A Reduce stage: block b reduces the chunks [b * kReduceChunksPerBlock, ...) of the chunk table,
+/// A Reduce stage: block b reduces the chunks [b * chunks_per_block, ...) of the chunk table,
 /// one after another (the operands of `Reduce`'s reductions, element by element, from the operands
 /// Reduce::loads), writing each chunk's partial results; at the end of each run of chunks of one
 /// tensor it counts them as arrived, and the last block of each tensor, then of each group,
@@ -526,10 +528,9 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
   // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
   // its results.
-  const int first_chunk = blockIdx.x * kernel_abi::kReduceChunksPerBlock;
-  const int end_chunk = first_chunk + kernel_abi::kReduceChunksPerBlock < table.num_chunks
-                            ? first_chunk + kernel_abi::kReduceChunksPerBlock
-                            : table.num_chunks;
+  const int first_chunk = blockIdx.x * red.chunks_per_block;
+  const int end_chunk =
+      first_chunk + red.chunks_per_block < table.num_chunks ? first_chunk + red.chunks_per_block : table.num_chunks;
   // A run: consecutive chunks of one tensor. The block accumulates a run in registers, writes its
   // total as the partial of the run's first chunk (the identity for the others) and counts the
   // run's chunks as arrived at once: one block-wide combine and one arrival per run.

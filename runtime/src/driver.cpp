@@ -323,6 +323,13 @@ int compute_capability(CUdevice device) {
   return major * 10 + minor;
 }
 
+int multiprocessor_count(CUdevice device) {
+  int count = 0;
+  check(api().cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  return count;
+}
+
 bool is_capturing(CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult result = api().cuStreamIsCapturing(stream, &status);

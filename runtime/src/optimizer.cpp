@@ -388,6 +388,15 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   return chunks;
 }
 
+/// How many chunks a Reduce stage's block takes: as many as keep eight blocks per multiprocessor
+/// busy, from 1 (small plans: every chunk its own block) to kReduceChunksPerBlock (large ones, where
+/// a block's run of chunks saves combines and arrivals).
+int reduce_chunks_per_block(std::size_t chunks) {
+  const auto blocks_wanted = static_cast<std::size_t>(driver::multiprocessor_count(driver::current_device())) * 8;
+  const std::size_t per_block = chunks / std::max<std::size_t>(blocks_wanted, 1);
+  return static_cast<int>(std::clamp<std::size_t>(per_block, 1, kernel_abi::kReduceChunksPerBlock));
+}
+
 /// The results and scratch of a plan's reductions (kernel_abi::ReductionTable), for `reductions`
 /// per tensor and group; counters at zero. Nothing for a variant without reductions.
 void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vector<PlanTensor>& tensors,
@@ -432,7 +441,7 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
                      reductions,
                      static_cast<int>(n),
                      static_cast<int>(G),
-                     0,
+                     reduce_chunks_per_block(total_chunks),
                      reinterpret_cast<float*>(m.grad_norm_memory.get())};
 }
 
@@ -664,9 +673,9 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-      // Every stage but the last is a Reduce stage, whose blocks take kReduceChunksPerBlock chunks.
+      // Every stage but the last is a Reduce stage, whose blocks take chunks_per_block chunks.
       const bool reduce = s + 1 < plan.stages.size();
-      const int per_block = reduce ? kernel_abi::kReduceChunksPerBlock : 1;
+      const int per_block = reduce ? plan.reductions.chunks_per_block : 1;
       const auto blocks = static_cast<unsigned>((plan.table.num_chunks + per_block - 1) / per_block);
       driver::check(api.cuLaunchKernel(plan.stages[s], blocks, 1, 1, static_cast<unsigned>(m.info->block_size), 1, 1, 0,
                                        stream, args, nullptr),

@@ -75,6 +75,9 @@ CUdevice current_device(int fallback_ordinal = 0);
 /// The device's compute capability as major * 10 + minor (90 for an H100 or H200).
 int compute_capability(CUdevice device);
 
+/// The device's streaming multiprocessors.
+int multiprocessor_count(CUdevice device);
+
 /// Whether work enqueued on `stream` is being captured into a CUDA graph (also when the legacy
 /// default stream would join a capture elsewhere).
 bool is_capturing(CUstream stream);

@@ -101,7 +101,7 @@ struct ReductionTable {
   int stride;                            ///< reductions per tensor (and per group): the variant's count
   int num_tensors;                       ///< the plan's tensors (TableView::num_tensors)
   int num_groups;                        ///< GroupTable::num_groups
-  int unused;
+  int chunks_per_block;                  ///< of a Reduce stage: 1 to kReduceChunksPerBlock, fewer for small plans
   /// [group]: the global gradient norm a clipping variant's Update stage publishes (clipping.h in
   /// the generator), +inf when AMP skipped the step; null when no variant clips.
   float* grad_norms;
@@ -120,8 +120,9 @@ struct GroupWrite {
 
 enum { kGroupKernelBlock = 128 };
 
-/// A Reduce stage's block reduces this many consecutive chunks of the chunk table, so its grid is
-/// ceil(num_chunks / kReduceChunksPerBlock) blocks (an Update stage's is num_chunks).
+/// A Reduce stage's block reduces ReductionTable::chunks_per_block consecutive chunks of the chunk
+/// table, at most this many, so its grid is ceil(num_chunks / chunks_per_block) blocks (an Update
+/// stage's is num_chunks).
 enum { kReduceChunksPerBlock = 8 };
 
 // ---- The layout, field by field. The host writes these structs (as kernel arguments, and Chunk
@@ -188,6 +189,7 @@ static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 84, "ReductionTable::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 88, "ReductionTable::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks_per_block) == 92, "ReductionTable::chunks_per_block moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 96, "ReductionTable::grad_norms moved");
 static_assert(sizeof(ReductionTable) == 104 && alignof(ReductionTable) == 8,
               "ReductionTable changed size or alignment");
