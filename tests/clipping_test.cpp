@@ -26,19 +26,6 @@ json load(const std::string& spec) {
   return json::parse(in);
 }
 
-/// The hyperparameters of a recorded group: the recording's, else the defaults; flags derived.
-std::vector<double> recorded_hyperparameters(const optgen::OptimizerInfo& info, const json& group) {
-  std::vector<double> h = optgen::default_hyperparameters(info);
-  for (int i = 0; i < info.num_hyperparameters; ++i) {
-    const auto& hp = group["hyperparameters"];
-    if (info.hyperparameters[i].derived || !hp.contains(info.hyperparameters[i].name)) continue;
-    const auto& v = hp[info.hyperparameters[i].name];
-    h[static_cast<size_t>(i)] = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<double>();
-  }
-  optgen::derive_flags(info, h.data());
-  return h;
-}
-
 /// How a recorded case is stepped on the GPU.
 enum class Mode { Eager, Graph, Amp };
 

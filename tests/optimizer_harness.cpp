@@ -6,6 +6,19 @@
 
 namespace optgen_test {
 
+std::vector<double> recorded_hyperparameters(const optgen::OptimizerInfo& info, const nlohmann::json& group) {
+  std::vector<double> h = optgen::default_hyperparameters(info);
+  const auto& recorded = group["hyperparameters"];
+  for (int i = 0; i < info.num_hyperparameters; ++i) {
+    const auto& hp = info.hyperparameters[i];
+    if (hp.derived || !recorded.contains(hp.name)) continue;
+    const auto& v = recorded[hp.name];
+    h[static_cast<size_t>(i)] = v.is_boolean() ? (v.get<bool>() ? 1 : 0) : v.get<double>();
+  }
+  optgen::derive_flags(info, h.data());
+  return h;
+}
+
 std::size_t builtin_spec_count() {
   std::size_t count = 0;
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(OPTGEN_SOURCE_DIR) / "specs"))

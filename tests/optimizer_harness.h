@@ -3,6 +3,7 @@
 /// tensors on the device with host copies, and one step compared with the CPU reference.
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,10 @@ namespace optgen_test {
 using optgen::DType;
 
 const optgen::OptimizerInfo& launcher(const std::string& name);
+/// The hyperparameters of a recorded param group (`{"hyperparameters": {name: value}}`, as the
+/// recorders in tests/ write them): the recorded ones, the defaults for the rest (the clipping's
+/// max_grad_norm in recordings made without it), derived flags filled in.
+std::vector<double> recorded_hyperparameters(const optgen::OptimizerInfo& info, const nlohmann::json& group);
 /// The specs in specs/: every one is a built-in launcher.
 std::size_t builtin_spec_count();
 const optgen::reference::Optimizer& reference_of(const std::string& name);

@@ -58,14 +58,7 @@ std::vector<AmpCase> load_cases() {
       AmpCase a;
       a.spec = spec;
       a.name = c["name"];
-      a.h = optgen::default_hyperparameters(info);
-      for (int i = 0; i < info.num_hyperparameters; ++i) {
-        const auto& hp = info.hyperparameters[i];
-        if (hp.derived || !c["groups"][0]["hyperparameters"].contains(hp.name)) continue;  // max_grad_norm: default
-        const auto& given = c["groups"][0]["hyperparameters"][hp.name];
-        a.h[i] = given.is_boolean() ? (given.get<bool>() ? 1 : 0) : given.get<double>();
-      }
-      optgen::derive_flags(info, a.h.data());
+      a.h = recorded_hyperparameters(info, c["groups"][0]);
       for (const auto& p : c["params0"]) a.params0.push_back(floats(p));
       for (const auto& step : c["grads"]) {
         a.grads.emplace_back();
