@@ -405,7 +405,8 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
   plan.reduction_memory = DeviceBuffer();
   if (reductions == 0) return;
   const std::size_t n = tensors.size(), G = m.groups.size(), R = static_cast<std::size_t>(reductions);
-  std::vector<int> first_chunk(n), group_first(G, 0), group_tensors(G, 0), with_chunks(G, 0);
+  // chunk_table gave every tensor of a reducing plan a chunk: a group finishes when all its tensors have.
+  std::vector<int> first_chunk(n), group_first(G, 0), group_tensors(G, 0);
   std::size_t total_chunks = 0;
   for (std::size_t t = n; t-- > 0;) group_first[static_cast<std::size_t>(tensors[t].group)] = static_cast<int>(t);
   for (std::size_t t = 0; t < n; ++t) {
@@ -413,7 +414,6 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
     total_chunks += static_cast<std::size_t>(chunks_per_tensor[t]);
     const auto g = static_cast<std::size_t>(tensors[t].group);
     group_tensors[g] += 1;
-    if (chunks_per_tensor[t] > 0) with_chunks[g] += 1;
   }
   PackedUpload upload;
   const std::size_t partials_at = upload.add(total_chunks * R * sizeof(double));
@@ -425,7 +425,6 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
   const std::size_t chunks_at = upload.add(chunks_per_tensor);
   const std::size_t group_first_at = upload.add(group_first);
   const std::size_t group_tensors_at = upload.add(group_tensors);
-  const std::size_t with_chunks_at = upload.add(with_chunks);
   plan.reduction_memory = upload.upload();
   const DeviceBuffer& d = plan.reduction_memory;
   plan.reductions = {device_pointer<double>(d, partials_at),
@@ -437,7 +436,6 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
                      device_pointer<const int>(d, chunks_at),
                      device_pointer<const int>(d, group_first_at),
                      device_pointer<const int>(d, group_tensors_at),
-                     device_pointer<const int>(d, with_chunks_at),
                      reductions,
                      static_cast<int>(n),
                      static_cast<int>(G),
