@@ -124,10 +124,10 @@ struct ReductionTable {
   const int* chunks;              ///< [tensor]: its chunks (at least 1: an empty tensor has one of 0 elements)
   const int* group_first_tensor;  ///< [group]: the group's first tensor in this table
   const int* group_tensors;       ///< [group]: its tensors in this table (0: not in this table)
-  int stride;                            ///< reductions per tensor (and per group): the variant's count
-  int num_tensors;                       ///< the plan's tensors (TableView::num_tensors)
-  int num_groups;                        ///< GroupTable::num_groups
-  int chunks_per_block;                  ///< of a Reduce stage: 1 to kReduceChunksPerBlock, fewer for small plans
+  int stride;                     ///< reductions per tensor (and per group): the variant's count
+  int num_tensors;                ///< the plan's tensors (TableView::num_tensors)
+  int num_groups;                 ///< GroupTable::num_groups
+  int chunks_per_block;           ///< of a Reduce stage: 1 to kReduceChunksPerBlock, fewer for small plans
   /// [group]: the global gradient norm a clipping variant's Update stage publishes (clipping.h in
   /// the generator), +inf when AMP skipped the step; null when no variant clips.
   float* grad_norms;
@@ -215,8 +215,7 @@ static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 76, "Reduction
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 80, "ReductionTable::num_groups moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks_per_block) == 84, "ReductionTable::chunks_per_block moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 88, "ReductionTable::grad_norms moved");
-static_assert(sizeof(ReductionTable) == 96 && alignof(ReductionTable) == 8,
-              "ReductionTable changed size or alignment");
+static_assert(sizeof(ReductionTable) == 96 && alignof(ReductionTable) == 8, "ReductionTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");
