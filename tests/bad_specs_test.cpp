@@ -43,7 +43,7 @@ TEST_CASE("every built-in spec compiles without errors", "[errors]") {
     CHECK(optgen::test::spec_error(entry.path().filename().string(), read(entry.path())) == "");
     ++count;
   }
-  CHECK(count >= 13);  // LAMB and the twelve that match torch.optim, at least
+  CHECK(count >= 15);  // the eleven that match torch.optim, Lion, LAMB, Adan and AdEMAMix, at least
 }
 
 TEST_CASE("internal errors are told apart from spec errors", "[errors]") {

@@ -40,25 +40,32 @@ const optgen::reference::Optimizer& reference_of(const std::string& name) {
 
 /// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
 /// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
-/// set to 0.1.
+/// set to 0.1 and ints whose default is 0 set to 3 (AdEMAMix's warmups, then within a run of a few
+/// steps); failing that, with one float at 0 (AdEMAMix's fast_ema is beta1 != 0).
 std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int variant) {
   std::vector<int> flags;
   for (int i = 0; i < info.num_hyperparameters; ++i)
     if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
-  // max_grad_norm (generator/clipping.h) on its own: 1, which clips gradients drawn in [-1, 1)
-  // over more than a few elements, or 0.
-  for (double clip : {1.0, 0.0})
-    for (bool boost : {true, false})
-      for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
-        std::vector<double> h = optgen::default_hyperparameters(info);
-        for (int i = 0; i < info.num_hyperparameters; ++i) {
-          if (boost && info.hyperparameters[i].type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
-          if (std::string(info.hyperparameters[i].name) == "max_grad_norm") h[i] = clip;
+  for (int zero = -1; zero < info.num_hyperparameters; ++zero) {
+    if (zero >= 0 && info.hyperparameters[zero].type != optgen::reference::ValueType::Float) continue;
+    // max_grad_norm (generator/clipping.h) on its own: 1, which clips gradients drawn in [-1, 1)
+    // over more than a few elements, or 0.
+    for (double clip : {1.0, 0.0})
+      for (bool boost : {true, false})
+        for (unsigned bits = 0; bits < (1u << flags.size()); ++bits) {
+          std::vector<double> h = optgen::default_hyperparameters(info);
+          for (int i = 0; i < info.num_hyperparameters; ++i) {
+            const auto type = info.hyperparameters[i].type;
+            if (boost && type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
+            if (boost && type == optgen::reference::ValueType::Int && h[i] == 0) h[i] = 3;
+            if (std::string(info.hyperparameters[i].name) == "max_grad_norm") h[i] = clip;
+          }
+          if (zero >= 0 && std::string(info.hyperparameters[zero].name) != "max_grad_norm") h[zero] = 0;
+          for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
+          optgen::derive_flags(info, h.data());
+          if (optgen::select_variant(info, h.data()) == variant) return h;
         }
-        for (size_t f = 0; f < flags.size(); ++f) h[flags[f]] = (bits >> f) & 1;
-        optgen::derive_flags(info, h.data());
-        if (optgen::select_variant(info, h.data()) == variant) return h;
-      }
+  }
   throw std::runtime_error(std::string("no hyperparameters select variant ") + info.variants[variant].name);
 }
 

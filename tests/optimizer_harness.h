@@ -31,7 +31,7 @@ const optgen::reference::Optimizer& reference_of(const std::string& name);
 
 /// Hyperparameters that select `variant`: the defaults with specialized flags set to its bits,
 /// and (to reach derived flags, and to exercise more of each update) floats whose default is 0
-/// set to 0.1.
+/// set to 0.1 and ints whose default is 0 set to 3; failing that, with one float at 0.
 std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int variant);
 
 /// `x` rounded to a storage type.

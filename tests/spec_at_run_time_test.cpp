@@ -170,7 +170,7 @@ TEST_CASE("a spec loaded at run time describes its optimizer as the generated la
     CHECK(spec.kernel_source() == read_file(kSourceDir / "generated" / (std::string(name) + "_kernels.cu")));
     ++specs;
   }
-  CHECK(specs >= 13);  // LAMB and the twelve that match torch.optim, at least
+  CHECK(specs >= 15);  // the eleven that match torch.optim, Lion, LAMB, Adan and AdEMAMix, at least
 }
 
 TEST_CASE("derived flags and variants at run time are the launcher's and the reference's", "[spec_at_run_time]") {

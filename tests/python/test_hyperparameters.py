@@ -11,6 +11,20 @@ def test_pairs_fold_into_torch_tuples_only_when_both_halves_exist():
     assert torch_names(["etaminus", "etaplus", "step_size_min", "step_size_max"]) == ["etas", "step_sizes"]
 
 
+def test_three_betas_fold_into_one_tuple():
+    # Adan and AdEMAMix: betas=(beta1, beta2, beta3)
+    names = ["lr", "beta1", "beta2", "beta3", "alpha"]
+    assert torch_names(names) == ["lr", "betas", "alpha"]
+    defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "beta3": 0.9999, "alpha": 2.0}
+    types = dict.fromkeys(defaults, "float")
+    assert torch_defaults(defaults, types) == {"lr": 1e-3, "betas": (0.9, 0.999, 0.9999), "alpha": 2.0}
+    assert spec_values({"betas": (0.8, 0.9, 0.99)}, names) == {"beta1": 0.8, "beta2": 0.9, "beta3": 0.99}
+    with pytest.raises(ValueError, match=r"betas must be three numbers, like \(beta1, beta2, beta3\)"):
+        spec_values({"betas": (0.8, 0.9)}, names)
+    with pytest.raises(ValueError, match="Invalid beta parameter at index 2: 1.0"):
+        check_ranges({"beta1": 0.9, "beta2": 0.9, "beta3": 1.0})
+
+
 def test_defaults_under_torch_names():
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "amsgrad": 0.0}
     types = {"lr": "float", "beta1": "float", "beta2": "float", "amsgrad": "bool"}

@@ -2,7 +2,8 @@
 
 Each class takes torch.optim's arguments with torch's defaults (the built-in specs match
 torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
-static_grads). Lion, which torch lacks, takes the arguments of its paper's reference code.
+static_grads). Those torch lacks take the arguments of their authors' code: Lion its paper's, LAMB
+APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -66,6 +67,32 @@ class Adamax(Optimizer):
                  **options):
         super().__init__(params, _builtin("adamax"),
                          dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize), **options)
+
+
+class Adan(Optimizer):
+    """Adan (Xie et al., 2022; specs/adan.yaml): the arguments and defaults of its authors' adan.py
+    (sail-sg/Adan), three betas. Its max_grad_norm is the clipping every optgen optimizer has, which
+    clips each param group by its own norm (+ 1e-6); adan.py clips by the norm of every group's
+    gradients together (+ eps): the same with one param group, but for the epsilon. foreach and
+    fused choose implementations there, and are ignored here."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.98, 0.92, 0.99), eps=1e-8, weight_decay=0.0, max_grad_norm=0.0,
+                 no_prox=False, **options):
+        super().__init__(params, _builtin("adan"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+                              no_prox=no_prox), **options)
+
+
+class AdEMAMix(Optimizer):
+    """AdEMAMix (Pagliardini et al., 2024; specs/ademamix.yaml): the arguments and defaults of its
+    authors' PyTorch class (apple/ml-ademamix), three betas. A warmup of None (the default) is 0."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999, 0.9999), alpha=2.0, beta3_warmup=None, alpha_warmup=None,
+                 eps=1e-8, weight_decay=0, **options):
+        super().__init__(params, _builtin("ademamix"),
+                         dict(lr=lr, betas=betas, alpha=alpha, beta3_warmup=0 if beta3_warmup is None else beta3_warmup,
+                              alpha_warmup=0 if alpha_warmup is None else alpha_warmup, eps=eps,
+                              weight_decay=weight_decay), **options)
 
 
 class ASGD(Optimizer):
@@ -147,5 +174,5 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "LAMB", "Lion", "NAdam", "RAdam",
-           "RMSprop", "Rprop", "SGD"]
+__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "LAMB", "Lion",
+           "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]

@@ -1,0 +1,644 @@
+#!/usr/bin/env python3
+"""Record trajectories of published optimizers that torch.optim lacks, from transcriptions of their
+authors' code, for optgen's C++ tests.
+
+What it records
+---------------
+For every optimizer in ``PUBLISHED`` below (adan, ademamix) this script runs a line-by-line
+transcription of the authors' published optimizer class for a fixed number of steps on three
+parameter tensors of shapes [1], [5] and [3, 4], and writes ``<out>/<spec>.json`` in the format of
+tests/record_trajectories.py (read by tests/reference_test.cpp), containing, per case (one
+combination of hyperparameters):
+
+* ``groups``: the parameter groups (indices of the tensors in the group and *all* of the optgen
+  spec's hyperparameters of the group, under optgen's names);
+* ``shapes``: the tensor shapes;
+* ``params0``: the initial parameter values (flattened, row-major);
+* ``grads``: the gradient handed to the optimizer at each step (``p.grad``);
+* ``params``: the parameter values after each step;
+* ``state``: every per-parameter state buffer the published class keeps, by its name there (the
+  spec's states have the same names), after each step; a buffer the published code does not
+  allocate in a case (AdEMAMix's ``exp_avg_fast`` when beta1 is 0) is not recorded.
+
+Every file also carries ``source`` (the repository, file and commit transcribed), the numpy
+version, the class name and ``published_defaults``: the defaults of the transcribed class's
+``__init__`` (read with ``inspect.signature``) for the spec's hyperparameters.
+
+The transcriptions
+------------------
+Each published optimizer is a class here with the published class's ``__init__`` signature and
+``step``, statement by statement, each torch operation written as the numpy operation it computes
+(``a.mul_(b).add_(g, alpha=c)`` is ``a *= b; a += c * g``; ``p.addcdiv_(m, d, value=v)`` is
+``p += v * (m / d)``), each followed by the published line in a comment where they differ in form.
+``Param`` and ``Optimizer`` stand in for ``torch.nn.Parameter`` and ``torch.optim.Optimizer`` (the
+param groups filled in from the constructor's defaults, a state dict per parameter). Everything
+is float64 on the CPU.
+
+torch is not used: the CPU wheel index was unreachable from the machine these were recorded on,
+so the transcriptions are written with numpy (the only dependency besides the standard library).
+The update rules are elementwise float64 arithmetic either way: the unmodified published classes
+(adan.py with foreach off and on, ademamix.py), run under torch 2.11 in float64 on the recorded
+params0 and grads, reproduce every recorded param and state within 3.1e-16 relative.
+
+Initial values and gradients are standard normal, from ``numpy.random.default_rng`` seeded per
+case with ``zlib.crc32("<spec>:<case index>")`` (record_trajectories.py's seeds, numpy's
+generator); the output is deterministic for a given numpy version.
+
+Adding an optimizer
+-------------------
+Transcribe the published class (cite the repository, file and commit above it), then add a
+``Published`` entry to ``PUBLISHED``: the spec's hyperparameters in order, how they map to the
+class's keywords (tuples split as in the specs: ``betas`` -> ``beta1``, ``beta2``, ``beta3``), the
+base hyperparameters, the single-group cases, the two-group case and the state buffers to record.
+LAMB (tests/record_lamb.py, APEX's FusedLAMB) predates this script and keeps its own.
+
+How to run
+----------
+    python3 tests/record_published.py --out tests/data/published [--steps 10] [--only adan]
+
+The current files were recorded with numpy 2.4.6 (``pip install numpy``).
+"""
+
+import argparse
+import inspect
+import json
+import math
+import os
+import sys
+import zlib
+from collections import defaultdict
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+SHAPES = [[1], [5], [3, 4]]  # as record_trajectories.py
+
+
+# ---- stand-ins for torch.nn.Parameter and torch.optim.Optimizer -------------------------------
+
+
+class Param:
+    """A parameter: its value (float64, updated in place) and its gradient."""
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+        self.grad: Optional[np.ndarray] = None
+
+
+class Optimizer:
+    """What the transcriptions use of torch.optim.Optimizer: param groups (a list of params, or of
+    dicts with 'params' and overrides) filled in from the defaults, and a state dict per param."""
+
+    def __init__(self, params, defaults: Dict):
+        self.defaults = defaults
+        self.state: Dict[Param, Dict] = defaultdict(dict)
+        self.param_groups: List[Dict] = []
+        groups = list(params)
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            group = dict(group)
+            group["params"] = list(group["params"])
+            for key, value in defaults.items():
+                group.setdefault(key, value)
+            self.param_groups.append(group)
+
+
+# ---- Adan ---------------------------------------------------------------------------------------
+# Transcribed from sail-sg/Adan, adan.py at commit 2c65beaf400775753b155da4082c3819fea689b9 (the
+# file as last changed by f0b1b818913a89888d59aeeddb9315bf90a23192, "Handle empty parameter list
+# (#38)", 2023-08-16; pip package adan 0.0.2): class Adan (__init__, step) and _single_tensor_adan.
+# foreach and fused pick other implementations of the same arithmetic (_multi_tensor_adan, the
+# CUDA kernels); the single-tensor one is transcribed.
+
+ADAN_SOURCE = ("sail-sg/Adan adan.py at 2c65beaf400775753b155da4082c3819fea689b9 (class Adan, Adan.step, "
+               "_single_tensor_adan), transcribed with numpy")
+
+
+class Adan(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.98, 0.92, 0.99), eps=1e-8, weight_decay=0.0, max_grad_norm=0.0,
+                 no_prox=False, foreach: bool = True, fused: bool = False):
+        if not 0.0 <= max_grad_norm:
+            raise ValueError('Invalid Max grad norm: {}'.format(max_grad_norm))
+        if not 0.0 <= lr:
+            raise ValueError('Invalid learning rate: {}'.format(lr))
+        if not 0.0 <= eps:
+            raise ValueError('Invalid epsilon value: {}'.format(eps))
+        for i in range(3):
+            if not 0.0 <= betas[i] < 1.0:
+                raise ValueError('Invalid beta parameter at index {}: {}'.format(i, betas[i]))
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
+                        no_prox=no_prox, foreach=foreach, fused=fused)
+        super().__init__(params, defaults)
+
+    def step(self):
+        if self.defaults['max_grad_norm'] > 0:
+            # Not transcribed: Adan's clipping (one global norm over every group, accumulated in
+            # torch's default dtype, divided by norm + the last group's eps) is not part of
+            # specs/adan.yaml, whose max_grad_norm is the clipping every optgen spec has.
+            raise NotImplementedError("Adan's max_grad_norm is not recorded")
+        clip_global_grad_norm = 1.0
+
+        for group in self.param_groups:
+            params_with_grad = []
+            grads = []
+            exp_avgs = []
+            exp_avg_sqs = []
+            exp_avg_diffs = []
+            neg_pre_grads = []
+
+            beta1, beta2, beta3 = group['betas']
+            if 'step' in group:
+                group['step'] += 1
+            else:
+                group['step'] = 1
+
+            bias_correction1 = 1.0 - beta1**group['step']
+            bias_correction2 = 1.0 - beta2**group['step']
+            bias_correction3 = 1.0 - beta3**group['step']
+
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                params_with_grad.append(p)
+                grads.append(p.grad)
+
+                state = self.state[p]
+                if len(state) == 0:
+                    state['exp_avg'] = np.zeros_like(p.data)
+                    state['exp_avg_sq'] = np.zeros_like(p.data)
+                    state['exp_avg_diff'] = np.zeros_like(p.data)
+
+                if 'neg_pre_grad' not in state or group['step'] == 1:
+                    state['neg_pre_grad'] = p.grad.copy() * -clip_global_grad_norm  # p.grad.clone().mul_(-clip)
+
+                exp_avgs.append(state['exp_avg'])
+                exp_avg_sqs.append(state['exp_avg_sq'])
+                exp_avg_diffs.append(state['exp_avg_diff'])
+                neg_pre_grads.append(state['neg_pre_grad'])
+
+            if not params_with_grad:
+                continue
+
+            _single_tensor_adan(
+                params=[p.data for p in params_with_grad],
+                grads=grads,
+                exp_avgs=exp_avgs,
+                exp_avg_sqs=exp_avg_sqs,
+                exp_avg_diffs=exp_avg_diffs,
+                neg_pre_grads=neg_pre_grads,
+                beta1=beta1,
+                beta2=beta2,
+                beta3=beta3,
+                bias_correction1=bias_correction1,
+                bias_correction2=bias_correction2,
+                bias_correction3_sqrt=math.sqrt(bias_correction3),
+                lr=group['lr'],
+                weight_decay=group['weight_decay'],
+                eps=group['eps'],
+                no_prox=group['no_prox'],
+                clip_global_grad_norm=clip_global_grad_norm,
+            )
+
+
+def _single_tensor_adan(params, grads, exp_avgs, exp_avg_sqs, exp_avg_diffs, neg_pre_grads, *, beta1, beta2, beta3,
+                        bias_correction1, bias_correction2, bias_correction3_sqrt, lr, weight_decay, eps, no_prox,
+                        clip_global_grad_norm):
+    for i, param in enumerate(params):
+        grad = grads[i]
+        exp_avg = exp_avgs[i]
+        exp_avg_sq = exp_avg_sqs[i]
+        exp_avg_diff = exp_avg_diffs[i]
+        neg_grad_or_diff = neg_pre_grads[i]
+
+        grad *= clip_global_grad_norm  # grad.mul_(clip_global_grad_norm)
+
+        # for memory saving, we use `neg_grad_or_diff`
+        # to get some temp variable in a inplace way
+        neg_grad_or_diff += grad  # neg_grad_or_diff.add_(grad)
+
+        exp_avg *= beta1  # exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)  # m_t
+        exp_avg += (1 - beta1) * grad
+        exp_avg_diff *= beta2  # exp_avg_diff.mul_(beta2).add_(neg_grad_or_diff, alpha=1 - beta2)  # diff_t
+        exp_avg_diff += (1 - beta2) * neg_grad_or_diff
+
+        neg_grad_or_diff *= beta2  # neg_grad_or_diff.mul_(beta2).add_(grad)
+        neg_grad_or_diff += grad
+        exp_avg_sq *= beta3  # exp_avg_sq.mul_(beta3).addcmul_(neg_grad_or_diff, neg_grad_or_diff, value=1 - beta3)
+        exp_avg_sq += (1 - beta3) * neg_grad_or_diff * neg_grad_or_diff  # n_t
+
+        denom = np.sqrt(exp_avg_sq) / bias_correction3_sqrt + eps  # ((exp_avg_sq).sqrt() / ...).add_(eps)
+        step_size_diff = lr * beta2 / bias_correction2
+        step_size = lr / bias_correction1
+
+        if no_prox:
+            param *= 1 - lr * weight_decay  # param.mul_(1 - lr * weight_decay)
+            param += -step_size * (exp_avg / denom)  # param.addcdiv_(exp_avg, denom, value=-step_size)
+            param += -step_size_diff * (exp_avg_diff / denom)  # param.addcdiv_(exp_avg_diff, denom, value=...)
+        else:
+            param += -step_size * (exp_avg / denom)  # param.addcdiv_(exp_avg, denom, value=-step_size)
+            param += -step_size_diff * (exp_avg_diff / denom)  # param.addcdiv_(exp_avg_diff, denom, value=...)
+            param /= 1 + lr * weight_decay  # param.div_(1 + lr * weight_decay)
+
+        neg_grad_or_diff[...] = -1.0 * grad  # neg_grad_or_diff.zero_().add_(grad, alpha=-1.0)
+
+
+# ---- AdEMAMix -----------------------------------------------------------------------------------
+# Transcribed from apple/ml-ademamix, pytorch/ademamix.py at commit
+# c3d73c09f1287e5c33b95189bb0aa7de0a5a7667 (the file unchanged since the first commit,
+# e7327151bbf2c812ae2c080de5491c685b6eb509, 2024-09-25): linear_warmup_scheduler,
+# linear_hl_warmup_scheduler and class AdEMAMix (__init__, step). (The repository's
+# optax/ademamix.py differs: alpha defaults to 5, its schedules take the step before the
+# increment and f(beta) has no + 1e-8; the spec follows the PyTorch class.)
+
+ADEMAMIX_SOURCE = ("apple/ml-ademamix pytorch/ademamix.py at c3d73c09f1287e5c33b95189bb0aa7de0a5a7667 "
+                   "(class AdEMAMix, linear_warmup_scheduler, linear_hl_warmup_scheduler), transcribed with numpy")
+
+
+def linear_warmup_scheduler(step, alpha_end, alpha_start=0, warmup=1):
+    if step < warmup:
+        a = step / float(warmup)
+        return (1.0 - a) * alpha_start + a * alpha_end
+    return alpha_end
+
+
+def linear_hl_warmup_scheduler(step, beta_end, beta_start=0, warmup=1):
+
+    def f(beta, eps=1e-8):
+        return math.log(0.5) / math.log(beta + eps) - 1
+
+    def f_inv(t):
+        return math.pow(0.5, 1 / (t + 1))
+
+    if step < warmup:
+        a = step / float(warmup)
+        return f_inv((1.0 - a) * f(beta_start) + a * f(beta_end))
+    return beta_end
+
+
+class AdEMAMix(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999, 0.9999), alpha=2.0, beta3_warmup=None, alpha_warmup=None,
+                 eps=1e-8, weight_decay=0):
+        if not 0.0 <= lr:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        if not 0.0 <= eps:
+            raise ValueError("Invalid epsilon value: {}".format(eps))
+        for i in range(3):
+            if not 0.0 <= betas[i] < 1.0:
+                raise ValueError("Invalid beta parameter at index {}: {}".format(i, betas[i]))
+        if not 0.0 <= weight_decay:
+            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+        if not 0.0 <= alpha:
+            raise ValueError("Invalid alpha value: {}".format(alpha))
+        defaults = dict(lr=lr, betas=betas, eps=eps, alpha=alpha, beta3_warmup=beta3_warmup,
+                        alpha_warmup=alpha_warmup, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+
+    def step(self):
+        for group in self.param_groups:
+
+            lr = group["lr"]
+            lmbda = group["weight_decay"]
+            eps = group["eps"]
+            beta1, beta2, beta3_final = group["betas"]
+            beta3_warmup = group["beta3_warmup"]
+            alpha_final = group["alpha"]
+            alpha_warmup = group["alpha_warmup"]
+
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+
+                state = self.state[p]
+
+                # State initialization
+                if len(state) == 0:
+                    state['step'] = 0
+                    # Exponential moving average of gradient values
+                    if beta1 != 0.0:  # save memory in case beta1 is 0.0
+                        state['exp_avg_fast'] = np.zeros_like(p.data)
+                    else:
+                        state['exp_avg_fast'] = None
+                    state['exp_avg_slow'] = np.zeros_like(p.data)
+                    # Exponential moving average of squared gradient values
+                    state['exp_avg_sq'] = np.zeros_like(p.data)
+
+                exp_avg_fast, exp_avg_slow, exp_avg_sq = state['exp_avg_fast'], state['exp_avg_slow'], state['exp_avg_sq']
+
+                state['step'] += 1
+                bias_correction1 = 1 - beta1 ** state['step']
+                bias_correction2 = 1 - beta2 ** state['step']
+
+                # Compute the effective alpha and beta3 in case warmup is used
+                if alpha_warmup is not None:
+                    alpha = linear_warmup_scheduler(state["step"], alpha_end=alpha_final, alpha_start=0,
+                                                    warmup=alpha_warmup)
+                else:
+                    alpha = alpha_final
+
+                if beta3_warmup is not None:
+                    beta3 = linear_hl_warmup_scheduler(state["step"], beta_end=beta3_final, beta_start=beta1,
+                                                       warmup=beta3_warmup)
+                else:
+                    beta3 = beta3_final
+
+                # Decay the first and second moment running average coefficient
+                if beta1 != 0.0:
+                    exp_avg_fast *= beta1  # exp_avg_fast.mul_(beta1).add_(grad, alpha=1 - beta1)
+                    exp_avg_fast += (1 - beta1) * grad
+                else:
+                    exp_avg_fast = grad
+                exp_avg_slow *= beta3  # exp_avg_slow.mul_(beta3).add_(grad, alpha=1 - beta3)
+                exp_avg_slow += (1 - beta3) * grad
+                exp_avg_sq *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                exp_avg_sq += (1 - beta2) * grad * grad
+
+                denom = np.sqrt(exp_avg_sq) / math.sqrt(bias_correction2) + eps  # (...).add_(eps)
+
+                update = (exp_avg_fast / bias_correction1 + alpha * exp_avg_slow) / denom
+
+                # decay
+                update += lmbda * p.data  # update.add_(p, alpha=lmbda)
+
+                p.data += -lr * update  # p.add_(-lr * update)
+
+
+# ---- the optimizers recorded --------------------------------------------------------------------
+
+
+class Published(NamedTuple):
+    cls: type  # the transcription
+    source: str
+    hyperparameters: List[str]  # the spec's, in order (without max_grad_norm, which every spec has)
+    tuples: Dict[str, Tuple[str, ...]]  # the class's tuple keywords split into the spec's names
+    none_is: Dict[str, object]  # keywords whose None is this spec value (and that value is None)
+    ints: List[str]  # int hyperparameters (the others are floats or bools)
+    bools: List[str]
+    base: Dict[str, object]
+    cases: List[Dict[str, object]]  # overrides of base, one group of every tensor
+    two_groups: Tuple[Dict[str, object], Dict[str, object]]  # overrides for tensors [0, 1] and [2]
+    states: Callable[[Dict, Dict], List[str]]  # (hyperparameters, a param's state) -> names to record
+
+
+PUBLISHED = {
+    "adan": Published(
+        cls=Adan,
+        source=ADAN_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "beta3", "eps", "weight_decay", "no_prox"],
+        tuples={"betas": ("beta1", "beta2", "beta3")},
+        none_is={},
+        ints=[],
+        bools=["no_prox"],
+        base=dict(lr=0.02, beta1=0.98, beta2=0.92, beta3=0.99, eps=1e-8, weight_decay=0.0, no_prox=False),
+        cases=[
+            {},
+            {"weight_decay": 0.1},  # proximal: param / (1 + lr * weight_decay) after the step
+            {"weight_decay": 0.1, "no_prox": True},  # decoupled: param * (1 - lr * weight_decay) before it
+            {"lr": 0.1, "weight_decay": 0.5, "no_prox": True},
+            {"beta1": 0.5, "beta2": 0.7, "beta3": 0.9, "eps": 1e-3},
+            {"lr": 0.05, "beta2": 0.5, "weight_decay": 0.05, "eps": 1e-4},
+        ],
+        two_groups=({}, {"lr": 0.05, "beta2": 0.8, "weight_decay": 0.1, "no_prox": True}),
+        states=lambda h, state: ["exp_avg", "exp_avg_sq", "exp_avg_diff", "neg_pre_grad"],
+    ),
+    "ademamix": Published(
+        cls=AdEMAMix,
+        source=ADEMAMIX_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "beta3", "alpha", "beta3_warmup", "alpha_warmup", "eps",
+                         "weight_decay"],
+        tuples={"betas": ("beta1", "beta2", "beta3")},
+        # `if step < warmup` never holds for warmup 0 (nor 1): the spec's 0 is the class's None.
+        none_is={"beta3_warmup": 0, "alpha_warmup": 0},
+        ints=["beta3_warmup", "alpha_warmup"],
+        bools=[],
+        base=dict(lr=0.01, beta1=0.9, beta2=0.999, beta3=0.9999, alpha=2.0, beta3_warmup=0, alpha_warmup=0, eps=1e-8,
+                  weight_decay=0.0),
+        cases=[
+            {},
+            {"weight_decay": 0.1},
+            # both warmups end within the 10 steps: the schedules' both branches
+            {"beta3_warmup": 6, "alpha_warmup": 6},
+            {"beta3_warmup": 8, "alpha_warmup": 4, "beta3": 0.99, "alpha": 5.0, "weight_decay": 0.1},
+            # warmups longer than the run: every step on the schedule
+            {"beta3_warmup": 1000, "alpha_warmup": 1000, "beta3": 0.999},
+            # a warmup of 1 is never in its warmup either (step counts from 1), as None
+            {"beta3_warmup": 1, "alpha_warmup": 1},
+            # beta1 = 0: no fast buffer, the gradient instead; beta3's warmup starts from beta1 = 0
+            {"beta1": 0.0, "beta3_warmup": 5, "alpha_warmup": 5},
+            {"beta1": 0.5, "beta2": 0.9, "beta3": 0.99, "alpha": 8.0, "eps": 1e-3},
+        ],
+        two_groups=({"beta3_warmup": 4}, {"lr": 0.03, "beta1": 0.0, "alpha": 8.0, "alpha_warmup": 7,
+                                          "weight_decay": 0.1}),
+        states=lambda h, state: [name for name in ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq")
+                                 if state.get(name) is not None],
+    ),
+}
+
+
+# ---- recording ----------------------------------------------------------------------------------
+
+
+def fail(msg):
+    sys.exit(f"record_published.py: error: {msg}")
+
+
+def normalize(spec, entry, hps):
+    """The full, ordered, typed hyperparameters of the spec."""
+    unknown = set(hps) - set(entry.hyperparameters)
+    if unknown:
+        fail(f"{spec}: unknown hyperparameters {sorted(unknown)}")
+    out = {}
+    for name in entry.hyperparameters:
+        if name not in hps:
+            fail(f"{spec}: hyperparameter {name} missing")
+        v = hps[name]
+        out[name] = bool(v) if name in entry.bools else int(v) if name in entry.ints else float(v)
+    return out
+
+
+def split_names(entry):
+    return {n: (key, i) for key, names in entry.tuples.items() for i, n in enumerate(names)}
+
+
+def to_kwargs(spec, entry, hps):
+    """The spec's hyperparameters -> the published class's keywords (tuples joined, None restored)."""
+    signature = inspect.signature(entry.cls.__init__).parameters
+    splits = split_names(entry)
+    kwargs = {}
+    for name, v in hps.items():
+        if name in entry.none_is and v == entry.none_is[name]:
+            v = None
+        if name in splits:
+            key, i = splits[name]
+            values = list(kwargs.get(key, [None] * len(entry.tuples[key])))
+            values[i] = v
+            kwargs[key] = tuple(values)
+        else:
+            kwargs[name] = v
+    for key in kwargs:
+        if key not in signature:
+            fail(f"{entry.cls.__name__}.__init__ has no keyword '{key}' (needed for optgen spec {spec})")
+    return kwargs
+
+
+def published_defaults(spec, entry):
+    """The class's defaults for the spec's hyperparameters, under the spec's names."""
+    signature = inspect.signature(entry.cls.__init__).parameters
+    splits = split_names(entry)
+    out = {}
+    for name in entry.hyperparameters:
+        key, i = splits.get(name, (name, None))
+        d = signature[key].default
+        if d is inspect.Parameter.empty:
+            fail(f"{entry.cls.__name__}.__init__ keyword '{key}' has no default")
+        if i is not None:
+            d = d[i]
+        if d is None:
+            if name not in entry.none_is:
+                fail(f"{spec}: {name} defaults to None, which the spec cannot say")
+            d = entry.none_is[name]
+        out[name] = bool(d) if name in entry.bools else int(d) if name in entry.ints else float(d)
+    return out
+
+
+def fmt_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v)
+
+
+def case_name(overrides):  # as record_trajectories.py
+    if not overrides:
+        return "base"
+    return ",".join(f"{k}={fmt_value(v)}" for k, v in overrides.items())
+
+
+def flat(a):
+    return [float(x) for x in np.asarray(a, dtype=np.float64).reshape(-1)]
+
+
+def run_case(spec, entry, index, groups, steps):
+    """groups: list of (tensor indices, the spec's full hyperparameters)."""
+    rng = np.random.default_rng(zlib.crc32(f"{spec}:{index}".encode("ascii")))
+    params = [Param(rng.standard_normal(s)) for s in SHAPES]
+    params0 = [flat(p.data) for p in params]
+
+    published_groups = []
+    for idxs, hps in groups:
+        g = {"params": [params[i] for i in idxs]}
+        g.update(to_kwargs(spec, entry, hps))
+        published_groups.append(g)
+    opt = entry.cls(published_groups, **to_kwargs(spec, entry, groups[0][1]))
+    for (idxs, hps), group in zip(groups, opt.param_groups):  # every hyperparameter kept as given
+        for k, v in to_kwargs(spec, entry, hps).items():
+            if group[k] != v:
+                fail(f"{spec} case {index}: the group has {k}={group[k]!r}, expected {v!r}")
+
+    group_of = {t: hps for idxs, hps in groups for t in idxs}
+    grads_rec, params_rec, states_rec = [], [], {}
+    for step in range(steps):
+        grads = [rng.standard_normal(s) for s in SHAPES]
+        for p, g in zip(params, grads):
+            p.grad = g.copy()
+        opt.step()
+        grads_rec.append([flat(g) for g in grads])
+        params_rec.append([flat(p.data) for p in params])
+        names = [entry.states(group_of[t], opt.state[p]) for t, p in enumerate(params)]
+        for name in sorted(set(sum(names, []))):
+            if not all(name in n for n in names):
+                # The C++ test compares a recorded state in every tensor: a buffer only some groups
+                # have cannot be recorded.
+                continue
+            states_rec.setdefault(name, [None] * steps)[step] = [flat(opt.state[p][name]) for p in params]
+
+    case = {
+        "groups": [{"tensors": list(idxs), "hyperparameters": hps} for idxs, hps in groups],
+        "shapes": SHAPES,
+        "params0": params0,
+        "grads": grads_rec,
+        "params": params_rec,
+    }
+    if states_rec:
+        case["state"] = states_rec
+    return case
+
+
+def build_cases(spec, entry):
+    """[(name, groups)]: the single-group cases, then the two-group case."""
+    out = []
+    for ov in entry.cases:
+        out.append((case_name(ov), [([0, 1, 2], normalize(spec, entry, {**entry.base, **ov}))]))
+    ov0, ov1 = entry.two_groups
+    h0 = normalize(spec, entry, {**entry.base, **ov0})
+    h1 = normalize(spec, entry, {**entry.base, **ov1})
+    out.append(("two_groups:[0,1]:" + case_name(ov0) + ";[2]:" + case_name(ov1), [([0, 1], h0), ([2], h1)]))
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        fail(f"{spec}: duplicate case names")
+    return out
+
+
+def dump(obj):
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def write_file(path, doc):
+    """As record_trajectories.py: deterministic, compact-but-readable JSON, one line per case array."""
+    lines = ["{"]
+    for k, v in doc.items():
+        if k != "cases":
+            lines.append(f"  {dump(k)}: {json.dumps(v, allow_nan=False)},")
+    lines.append('  "cases": [')
+    for ci, case in enumerate(doc["cases"]):
+        lines.append("    {")
+        items = list(case.items())
+        for ki, (k, v) in enumerate(items):
+            comma = "," if ki + 1 < len(items) else ""
+            lines.append(f"      {dump(k)}: {dump(v)}{comma}")
+        lines.append("    }" + ("," if ci + 1 < len(doc["cases"]) else ""))
+    lines.append("  ]")
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    json.loads(text)  # must be valid JSON
+    with open(path, "w", encoding="ascii", newline="\n") as f:
+        f.write(text)
+    return len(text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (e.g. tests/data/published)")
+    ap.add_argument("--steps", type=int, default=10, help="optimizer steps per case (default 10)")
+    ap.add_argument("--only", default="", help="comma-separated subset of specs")
+    args = ap.parse_args()
+    if args.steps < 1:
+        fail("--steps must be >= 1")
+    specs = [s.strip() for s in args.only.split(",") if s.strip()] or list(PUBLISHED)
+    for s in specs:
+        if s not in PUBLISHED:
+            fail(f"unknown spec {s}; known: {', '.join(PUBLISHED)}")
+
+    os.makedirs(args.out, exist_ok=True)
+    print(f"numpy {np.__version__}")
+    for spec in specs:
+        entry = PUBLISHED[spec]
+        cases = []
+        for index, (name, groups) in enumerate(build_cases(spec, entry)):
+            cases.append({"name": name, **run_case(spec, entry, index, groups, args.steps)})
+        doc = {
+            "source": entry.source,
+            "numpy_version": np.__version__,
+            "spec": spec,
+            "published_class": entry.cls.__name__,
+            "implementation": f"{entry.cls.__name__} in tests/record_published.py, float64, CPU",
+            "steps": args.steps,
+            "published_defaults": published_defaults(spec, entry),
+            "cases": cases,
+        }
+        path = os.path.join(args.out, f"{spec}.json")
+        print(f"{spec}: {len(cases)} cases ({entry.cls.__name__}) -> {path} ({write_file(path, doc)} bytes)")
+
+
+if __name__ == "__main__":
+    main()
