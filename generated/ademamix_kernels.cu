@@ -53,7 +53,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 4 };
+enum { kVersion = 5 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -132,11 +132,10 @@ struct ReductionTable {
   const int* chunks;              ///< [tensor]: its chunks (at least 1: an empty tensor has one of 0 elements)
   const int* group_first_tensor;  ///< [group]: the group's first tensor in this table
   const int* group_tensors;       ///< [group]: its tensors in this table (0: not in this table)
-  const int* group_tensors_with_chunks;  ///< [group]: those of them with at least one chunk
-  int stride;                            ///< reductions per tensor (and per group): the variant's count
-  int num_tensors;                       ///< the plan's tensors (TableView::num_tensors)
-  int num_groups;                        ///< GroupTable::num_groups
-  int unused;
+  int stride;                     ///< reductions per tensor (and per group): the variant's count
+  int num_tensors;                ///< the plan's tensors (TableView::num_tensors)
+  int num_groups;                 ///< GroupTable::num_groups
+  int chunks_per_block;           ///< of a Reduce stage: 1 to kReduceChunksPerBlock, fewer for small plans
   /// [group]: the global gradient norm a clipping variant's Update stage publishes (clipping.h in
   /// the generator), +inf when AMP skipped the step; null when no variant clips.
   float* grad_norms;
@@ -155,8 +154,9 @@ struct GroupWrite {
 
 enum { kGroupKernelBlock = 128 };
 
-/// A Reduce stage's block reduces this many consecutive chunks of the chunk table, so its grid is
-/// ceil(num_chunks / kReduceChunksPerBlock) blocks (an Update stage's is num_chunks).
+/// A Reduce stage's block reduces ReductionTable::chunks_per_block consecutive chunks of the chunk
+/// table, at most this many, so its grid is ceil(num_chunks / chunks_per_block) blocks (an Update
+/// stage's is num_chunks).
 enum { kReduceChunksPerBlock = 8 };
 
 // ---- The layout, field by field. The host writes these structs (as kernel arguments, and Chunk
@@ -218,14 +218,12 @@ static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks) == 48, "ReductionTable
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_first_tensor) == 56,
               "ReductionTable::group_first_tensor moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors) == 64, "ReductionTable::group_tensors moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, group_tensors_with_chunks) == 72,
-              "ReductionTable::group_tensors_with_chunks moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 80, "ReductionTable::stride moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 84, "ReductionTable::num_tensors moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 88, "ReductionTable::num_groups moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 96, "ReductionTable::grad_norms moved");
-static_assert(sizeof(ReductionTable) == 104 && alignof(ReductionTable) == 8,
-              "ReductionTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, stride) == 72, "ReductionTable::stride moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_tensors) == 76, "ReductionTable::num_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, num_groups) == 80, "ReductionTable::num_groups moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, chunks_per_block) == 84, "ReductionTable::chunks_per_block moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ReductionTable, grad_norms) == 88, "ReductionTable::grad_norms moved");
+static_assert(sizeof(ReductionTable) == 96 && alignof(ReductionTable) == 8, "ReductionTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, value) == 0, "GroupWrite::value moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, variant) == 8, "GroupWrite::variant moved");
@@ -459,7 +457,7 @@ __device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, 
     if (threadIdx.x == 0) red.tensor_results[static_cast<long long>(Reduce::slot(r)) * red.num_tensors + t] = x;
   }
   if (!Reduce::kGroupScope) return;
-  if (!last_to_arrive(&red.group_arrivals[g], static_cast<unsigned>(red.group_tensors_with_chunks[g]))) return;
+  if (!last_to_arrive(&red.group_arrivals[g], static_cast<unsigned>(red.group_tensors[g]))) return;
   const int first_tensor = red.group_first_tensor[g];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -467,10 +465,9 @@ __device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, 
     const bool is_max = Reduce::is_max(r);
     double x = reduce_identity<double>(is_max);
     for (int i = threadIdx.x; i < red.group_tensors[g]; i += OPTGEN_BLOCK_SIZE)
-      if (red.chunks[first_tensor + i] > 0)
-        x = reduce_combine(is_max, x,
-                           __ldcg(red.tensor_results + static_cast<long long>(Reduce::slot(r)) * red.num_tensors +
-                                  first_tensor + i));
+      x = reduce_combine(is_max, x,
+                         __ldcg(red.tensor_results + static_cast<long long>(Reduce::slot(r)) * red.num_tensors +
+                                first_tensor + i));
     x = block_combine(is_max, x);
     if (threadIdx.x == 0) red.group_results[static_cast<long long>(Reduce::slot(r)) * red.num_groups + g] = x;
     if (threadIdx.x == 0 && Reduce::slot(r) == Reduce::kGradNormSlot) red.grad_norms[g] = static_cast<float>(sqrt(x));
@@ -485,7 +482,7 @@ __device__ __forceinline__ constexpr int loaded_operands() {
   return n > 0 ? n : 1;
 }
 
-/// A Reduce stage: block b reduces the chunks [b * kReduceChunksPerBlock, ...) of the chunk table,
+/// A Reduce stage: block b reduces the chunks [b * chunks_per_block, ...) of the chunk table,
 /// one after another (the operands of `Reduce`'s reductions, element by element, from the operands
 /// Reduce::loads), writing each chunk's partial results; at the end of each run of chunks of one
 /// tensor it counts them as arrived, and the last block of each tensor, then of each group,
@@ -508,10 +505,9 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
   // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
   // its results.
-  const int first_chunk = blockIdx.x * kernel_abi::kReduceChunksPerBlock;
-  const int end_chunk = first_chunk + kernel_abi::kReduceChunksPerBlock < table.num_chunks
-                            ? first_chunk + kernel_abi::kReduceChunksPerBlock
-                            : table.num_chunks;
+  const int first_chunk = blockIdx.x * red.chunks_per_block;
+  const int end_chunk =
+      first_chunk + red.chunks_per_block < table.num_chunks ? first_chunk + red.chunks_per_block : table.num_chunks;
   // A run: consecutive chunks of one tensor. The block accumulates a run in registers, writes its
   // total as the partial of the run's first chunk (the identity for the others) and counts the
   // run's chunks as arrived at once: one block-wide combine and one arrival per run.
