@@ -70,6 +70,7 @@ _CHECKED = {
     "optgen_save": [_P, ctypes.c_char_p],
     "optgen_load": [_P, ctypes.c_char_p],
     "optgen_launches_last_step": [_P, ctypes.POINTER(ctypes.c_int)],
+    "optgen_grad_norm": [_P, _SIZE, ctypes.POINTER(ctypes.c_void_p)],
     "optgen_set_chunk_size": [_P, ctypes.c_int64],
     "optgen_rebind": [_P, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(ctypes.c_void_p),
                       ctypes.POINTER(ctypes.c_void_p), _SIZE],
@@ -80,6 +81,7 @@ _CHECKED = {
     "optgen_num_scalar_states": [_P, ctypes.POINTER(_SIZE)],
     "optgen_describe_scalar_state": [_P, _SIZE, ctypes.POINTER(_StateInfo)],
     "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
+    "optgen_reduces_over_group": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
 }
@@ -288,6 +290,14 @@ class Engine:
         self._lib.call("optgen_states_used", self._handle, _doubles(full), len(full), used)
         return [bool(used[i]) for i in range(len(self.states))]
 
+    def reduces_over_group(self, values: Mapping[str, float]) -> bool:
+        """Whether a group of these hyperparameters reduces over all its tensors (a global norm:
+        max_grad_norm > 0, or a spec's group_norm), so that it must hold every tensor it covers."""
+        full = self.full_values(values)
+        reduces = ctypes.c_int32()
+        self._lib.call("optgen_reduces_over_group", self._handle, _doubles(full), len(full), ctypes.byref(reduces))
+        return bool(reduces.value)
+
     # ---- binding and stepping ----
 
     def add_param_group(self, tensors: Sequence[TensorBinding], values: Mapping[str, float]) -> int:
@@ -350,6 +360,13 @@ class Engine:
         n = ctypes.c_int()
         self._lib.call("optgen_launches_last_step", self._handle, ctypes.byref(n))
         return n.value
+
+    def grad_norm(self, group: int) -> int:
+        """The device address of `group`'s gradient norm at its last step (one float32), for a group
+        that clips; valid until the engine is prepared again."""
+        address = ctypes.c_void_p()
+        self._lib.call("optgen_grad_norm", self._handle, group, ctypes.byref(address))
+        return address.value
 
     def save(self, path: str) -> None:
         self._lib.call("optgen_save", self._handle, os.fsencode(path))

@@ -92,7 +92,8 @@ def check_ranges(values: Mapping[str, float]) -> None:
 
     for name, what in (("lr", "learning rate"), ("eps", "epsilon value"), ("weight_decay", "weight_decay value"),
                        ("momentum", "momentum value"), ("lr_decay", "lr_decay value"), ("rho", "rho value"),
-                       ("alpha", "alpha value"), ("initial_accumulator_value", "initial_accumulator_value")):
+                       ("alpha", "alpha value"), ("initial_accumulator_value", "initial_accumulator_value"),
+                       ("max_grad_norm", "max_grad_norm value")):
         if name in values and not values[name] >= 0.0:
             invalid(what, values[name])
     for i, name in enumerate(("beta1", "beta2", "beta3")):

@@ -205,6 +205,13 @@ int optgen_launches_last_step(const optgen_optimizer* optimizer, int* launches) 
   });
 }
 
+int optgen_grad_norm(const optgen_optimizer* optimizer, size_t group, const float** norm) {
+  return guarded([&] {
+    require(optimizer && norm, "optgen_grad_norm", "optimizer or norm is NULL");
+    *norm = optimizer->engine.grad_norm(group);
+  });
+}
+
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements) {
   return guarded([&] {
     require(optimizer != nullptr, "optgen_set_chunk_size", "optimizer is NULL");
@@ -293,6 +300,16 @@ int optgen_states_used(const optgen_optimizer* optimizer, const double* hyperpar
     const std::vector<bool> flags =
         optimizer->engine.states_used(std::vector<double>(hyperparameters, hyperparameters + count));
     for (size_t i = 0; i < flags.size(); ++i) used[i] = flags[i] ? 1 : 0;
+  });
+}
+
+int optgen_reduces_over_group(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,
+                              int32_t* reduces) {
+  return guarded([&] {
+    require(optimizer && reduces, "optgen_reduces_over_group", "optimizer or reduces is NULL");
+    require(count == 0 || hyperparameters, "optgen_reduces_over_group", "hyperparameters is NULL");
+    *reduces =
+        optimizer->engine.reduces_over_group(std::vector<double>(hyperparameters, hyperparameters + count)) ? 1 : 0;
   });
 }
 

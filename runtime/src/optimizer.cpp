@@ -879,6 +879,14 @@ std::vector<bool> FusedOptimizer::states_used(std::vector<double> hyperparameter
   return used;
 }
 
+bool FusedOptimizer::reduces_over_group(std::vector<double> hyperparameters) const {
+  const Impl& m = *impl_;
+  const VariantInfo& variant = m.info->variants[m.variant_of(hyperparameters, "reduces_over_group")];
+  for (int r = 0; r < variant.num_reductions; ++r)
+    if (variant.reductions[r].over_group) return true;
+  return false;
+}
+
 std::size_t FusedOptimizer::num_groups() const { return impl_->groups.size(); }
 std::size_t FusedOptimizer::num_tensors(std::size_t group) const {
   return impl_->group_at(group, "num_tensors").tensors.size();

@@ -37,6 +37,16 @@ def test_an_engine_describes_its_spec():
     assert e.states_used({"momentum": 0.9, "centered": True}) == [True, True, True]
 
 
+def test_which_groups_reduce_over_all_their_tensors():
+    adamw, lamb = Engine.builtin("adamw"), Engine.builtin("lamb")
+    assert not adamw.reduces_over_group({})
+    assert adamw.reduces_over_group({"max_grad_norm": 1.0})  # the global gradient norm
+    assert not lamb.reduces_over_group({})  # its norms are per tensor
+    assert lamb.reduces_over_group({"max_grad_norm": 1.0})
+    with pytest.raises(OptgenError, match="no param group 0"):
+        adamw.grad_norm(0)
+
+
 def test_state_and_scalar_state_initial_values():
     adagrad = Engine.builtin("adagrad")
     assert adagrad.states[0].init_hyperparameter == "initial_accumulator_value"

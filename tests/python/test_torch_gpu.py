@@ -8,6 +8,7 @@ import weakref
 import pytest
 
 torch = pytest.importorskip("torch")
+import optgen  # noqa: E402
 import optgen.torch as ot  # noqa: E402
 from optgen._hyperparameters import spec_values  # noqa: E402
 
@@ -356,3 +357,56 @@ def test_gradients_are_freed_by_zero_grad_and_a_step_without_them_changes_nothin
     before = [p.detach().clone() for p in model.parameters()]
     opt.step()  # no gradients: every param is skipped, as torch skips them
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD", "LAMB"])
+def test_max_grad_norm_clips_each_group_as_clip_grad_norm_then_the_step(name):
+    """max_grad_norm, any optimizer: torch's clip_grad_norm_ over each param group, then the step;
+    grad_norm() is the norm clip_grad_norm_ returned, and the gradients are left unchanged."""
+    ours_p, theirs_p = make_params(5), make_params(5)
+    h0, h1 = dict(lr=1e-2, max_grad_norm=1.0), dict(lr=3e-3, max_grad_norm=50.0)  # group 1 stays unclipped
+    ours = getattr(ot, name)(groups(ours_p, h0, h1))
+    if name == "LAMB":  # torch has no LAMB: optgen's unclipped LAMB on gradients torch clipped
+        theirs = ot.LAMB(groups(theirs_p, dict(lr=1e-2), dict(lr=3e-3)))
+    else:
+        theirs = getattr(torch.optim, name)(groups(theirs_p, dict(lr=1e-2), dict(lr=3e-3)), foreach=False)
+    for step in range(5):
+        grads = gradients(ours_p, step)
+        for p, q, g in zip(ours_p, theirs_p, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        ours.step()
+        norms = [torch.nn.utils.clip_grad_norm_(g["params"], m) for g, m in zip(theirs.param_groups, (1.0, 50.0))]
+        theirs.step()
+        for p, g in zip(ours_p, grads):
+            assert torch.equal(p.grad, g)  # never written
+        for group, norm in enumerate(norms):
+            torch.testing.assert_close(ours.grad_norm(group), norm, rtol=1e-6, atol=0)
+        assert_params_close(ours_p, theirs_p)
+
+
+def test_max_grad_norm_is_an_option_of_every_optimizer_and_checked():
+    params = make_params(6)
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        ot.Adam(params, max_grad_norm=-1.0)
+    with pytest.raises(TypeError, match="twice"):
+        ot.Optimizer(params, lambda dtype: optgen.Engine.builtin("adam", state_dtype=dtype), dict(max_grad_norm=1.0),
+                     max_grad_norm=2.0)
+    unclipped = ot.Adam(params)
+    for p, g in zip(params, gradients(params, 0)):
+        p.grad = g
+    unclipped.step()
+    with pytest.raises(optgen.OptgenError, match="does not clip"):
+        unclipped.grad_norm(0)
+    with pytest.raises(IndexError):
+        unclipped.grad_norm(1)
+
+
+def test_a_clipping_group_of_mixed_dtypes_is_refused_with_the_reason():
+    params = make_params(7)
+    mixed = [params[0], torch.nn.Parameter(params[1].detach().to(torch.bfloat16))]
+    opt = ot.AdamW(mixed, max_grad_norm=1.0)
+    for p in mixed:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(ValueError, match="2 groups of one dtype"):
+        opt.step()
+    ot.AdamW(mixed).step()  # without clipping, one group may mix them

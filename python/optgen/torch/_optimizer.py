@@ -59,6 +59,13 @@ def _observed(optimizer: "Optimizer") -> bool:
                 torch.autograd._profiler_enabled())
 
 
+class _DeviceFloat:
+    """One float32 in device memory, as torch.as_tensor takes it (__cuda_array_interface__)."""
+
+    def __init__(self, address: int):
+        self.__cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (address, True), "version": 2}
+
+
 class _GroupDict(dict):
     """A param group that passes each hyperparameter assignment on to the optimizer."""
 
@@ -138,6 +145,11 @@ class Optimizer(torch.optim.Optimizer):
     static_grads: the gradients stay where they are between steps (the training loop zeroes them
         with this optimizer's zero_grad(), which then zeroes in place): each step checks one
         gradient per group instead of every one, for the lowest host time.
+    max_grad_norm: clip each param group's gradients by their global norm before the step, as
+        torch.nn.utils.clip_grad_norm_(group's params, max_grad_norm) followed by the step would
+        (computed on the device, gradients left unchanged; grad_norm() returns the norm); 0: off.
+        A hyperparameter of every spec, settable per group; a group that clips must hold params of
+        one dtype that all have gradients from its first step on.
     foreach, fused, capturable: accepted for torch's signature and ignored: optgen's step is always
         one fused launch and can always be captured in a CUDA graph.
     differentiable: must be False.
@@ -147,6 +159,7 @@ class Optimizer(torch.optim.Optimizer):
 
     def __init__(self, params, engine_factory: Callable[[int], Engine], defaults: Optional[Dict[str, Any]] = None,
                  *, state_dtype: Optional[torch.dtype] = None, static_grads: bool = False,
+                 max_grad_norm: Optional[float] = None,
                  foreach: Optional[bool] = None, fused: Optional[bool] = None, capturable: bool = False,
                  differentiable: bool = False):
         if differentiable:
@@ -162,6 +175,10 @@ class Optimizer(torch.optim.Optimizer):
         self._spec_names = [h.name for h in self._describe.hyperparameters if not h.derived]
         spec_defaults = torch_defaults(self._describe.defaults(), types)
         given = dict(defaults or {})
+        if max_grad_norm is not None:
+            if "max_grad_norm" in given:
+                raise TypeError("max_grad_norm given twice")
+            given["max_grad_norm"] = max_grad_norm
         unknown = set(given) - set(spec_defaults)
         if unknown:
             raise TypeError(f"{self._describe.name} has no hyperparameter {', '.join(map(repr, sorted(unknown)))} "
@@ -368,6 +385,14 @@ class Optimizer(torch.optim.Optimizer):
                 state = self._state_of(p, used, values)
                 scalars = tuple(float(state[s.name]) for s in engine.scalar_states)
                 buckets[(_local(p).dtype, int(state["step"]), scalars)].append(i)
+            if len(buckets) > 1 and engine.reduces_over_group(values):
+                kinds = ", ".join(f"{len(v)} of {k[0]} at step {k[1]}" for k, v in buckets.items())
+                raise ValueError(
+                    f"param group {len(bindings)} reduces over all its parameters (a global gradient norm: "
+                    f"max_grad_norm > 0), but optgen would step them as {len(buckets)} groups of one dtype and "
+                    f"step count each ({kinds}), each with a norm of its own; put parameters of different dtypes "
+                    "in param groups of their own, and give every parameter of the group a gradient from the first "
+                    "step on")
             for (dtype, step, scalars), indices in buckets.items():
                 tensors = [self._tensor_binding(binding.params[i], used) for i in indices]
                 g = engine.add_param_group(tensors, values)
@@ -424,6 +449,22 @@ class Optimizer(torch.optim.Optimizer):
                 state["step"] = torch.tensor(float(self._engine.step_count(g)))
                 for s in self._describe.scalar_states:
                     state[s.name] = torch.tensor(self._engine.scalar_state(s.name, g), dtype=torch.float64)
+
+    def grad_norm(self, group: int = 0) -> torch.Tensor:
+        """The global norm of param group `group`'s gradients at the last step, before clipping (what
+        torch.nn.utils.clip_grad_norm_ returns; of the unscaled gradients under AMP, inf or NaN for a
+        step GradScaler skips): a float32 scalar on the device, copied on the current stream (no
+        host synchronization; inside a CUDA graph capture, each replay refreshes the copy). Only for
+        a group with max_grad_norm > 0, after a step."""
+        if not 0 <= group < len(self.param_groups):
+            raise IndexError(f"param group {group} out of range: the optimizer has {len(self.param_groups)}")
+        if self._engine is None or self._structure_changed:
+            raise RuntimeError("grad_norm(): no step has been taken since the optimizer was built or changed")
+        engine_groups = self._bindings[group].engine_groups
+        if not engine_groups:
+            raise RuntimeError(f"grad_norm(): param group {group} had no gradients at the last step")
+        address = self._engine.grad_norm(engine_groups[0])  # one engine group when it clips (_rebuild)
+        return torch.as_tensor(_DeviceFloat(address), device=self._device).clone().reshape(())
 
     # ---- checkpoints ----
 

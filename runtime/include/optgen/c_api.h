@@ -89,6 +89,9 @@ int optgen_save(const optgen_optimizer* optimizer, const char* path);
 int optgen_load(optgen_optimizer* optimizer, const char* path);
 /* Kernel launches the last step made. */
 int optgen_launches_last_step(const optgen_optimizer* optimizer, int* launches);
+/* The device address of a group's global gradient norm at its last step (FusedOptimizer::grad_norm):
+ * one float, valid until the optimizer is prepared again; only for a group that clips. */
+int optgen_grad_norm(const optgen_optimizer* optimizer, size_t group, const float** norm);
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);
 
 /* Points tensors of a group at other param and grad memory of the same sizes and dtype
@@ -131,6 +134,10 @@ int optgen_describe_scalar_state(const optgen_optimizer* optimizer, size_t index
 /* Which states a group of these hyperparameters (all of them, declaration order; derived flags
  * ignored) has: used[i] is 1 or 0 for each state the spec declares. */
 int optgen_states_used(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count, int32_t* used);
+/* Whether a group of these hyperparameters (as optgen_states_used takes them) reduces over all of
+ * its tensors (FusedOptimizer::reduces_over_group): *reduces is 1 or 0. */
+int optgen_reduces_over_group(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,
+                              int32_t* reduces);
 /* The dtype states are stored in (OPTGEN_F32 or OPTGEN_BF16). */
 int optgen_state_dtype(const optgen_optimizer* optimizer, int32_t* dtype);
 

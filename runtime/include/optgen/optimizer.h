@@ -240,6 +240,10 @@ class FusedOptimizer {
   /// Which states a group of these hyperparameters (every one, declaration order; derived flags
   /// ignored) has: one flag per state the spec declares. Checks them as add_param_group does.
   std::vector<bool> states_used(std::vector<double> hyperparameters) const;
+  /// Whether a group of these hyperparameters (as states_used takes them) computes a reduction over
+  /// all of its tensors (a global norm: max_grad_norm > 0, or a spec's group_norm): such a group
+  /// must hold every tensor the reduction is meant to cover.
+  bool reduces_over_group(std::vector<double> hyperparameters) const;
 
   std::size_t num_groups() const;
   std::size_t num_tensors(std::size_t group) const;
