@@ -2,8 +2,10 @@
 """Side-by-side benchmark: optgen (through its C ABI, via ctypes) against PyTorch's optimizers.
 
 In one process, for each workload (parameter shapes of a real model, from a JSON file with the keys
-name, tensors, parameters, shapes) and each optimizer (Adam, AdamW, SGD with momentum 0.9; fp32,
-lr 1e-3), on the same CUDA parameter tensors and gradients, it times one optimizer step of:
+name, tensors, parameters, shapes) and each optimizer (Adam, AdamW, SGD with momentum 0.9, and
+adamw_clip: torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True) then AdamW, against optgen's
+AdamW with max_grad_norm 1.0 (not under AMP); fp32, lr 1e-3), on the same CUDA parameter tensors
+and gradients, it times one optimizer step of:
 
   optgen        optgen_<spec>_create + optgen_add_param_group + optgen_step (one ctypes call per step)
   optgen_graph  optgen_step captured once in a torch.cuda.CUDAGraph, replayed
@@ -26,8 +28,8 @@ inputs are a scale of 65536 (GradScaler's initial scale) and no overflow.
 Each step is launched from a Python loop, as a training loop would. Reported: the median over --reps
 repetitions of --steps steps, in microseconds per step, from CUDA events around the loop (GPU
 timeline, launch gaps included), plus the host time per step (perf_counter around the loop, no
-synchronisation: the cost of issuing a step); effective bandwidth (Adam/AdamW 28, SGD 20 bytes per
-parameter per step) in TB/s and as a fraction of the device's measured copy bandwidth; optgen's
+synchronisation: the cost of issuing a step); effective bandwidth (Adam/AdamW 28, SGD 20, clipped
+AdamW 32 bytes per parameter per step) in TB/s and as a fraction of the device's measured copy bandwidth; optgen's
 speedup against each torch method. Before timing, a correctness cross-check: 3 optgen steps against
 3 torch.optim (foreach) steps from identical params and grads.
 
@@ -110,6 +112,16 @@ OPTIMIZERS = {
         "torch": "SGD",
         "torch_kwargs": {"lr": LR, "momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0},
         "bytes_per_param": 20,  # param r+w, grad r, momentum_buffer r+w
+    },
+    # Global-norm clipping then AdamW. torch: clip_grad_norm_(params, 1.0, foreach=True) before each
+    # step (what a training loop calls); optgen: max_grad_norm, its norm a reduce stage of the step.
+    "adamw_clip": {
+        "spec": "adamw",
+        "optgen": {"lr": LR, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0},
+        "torch": "AdamW",
+        "torch_kwargs": {"lr": LR, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01},
+        "clip": 1.0,
+        "bytes_per_param": 32,  # AdamW's 28, and the gradient read once more for its norm
     },
 }
 
@@ -350,9 +362,18 @@ def torch_optimizer(opt_name, params, **extra):
     kwargs = dict(cfg["torch_kwargs"])
     kwargs.update(extra)
     try:
-        return cls(params, **kwargs)
+        opt = cls(params, **kwargs)
     except (TypeError, ValueError, RuntimeError) as e:
         raise NotSupported(f"torch.optim.{cfg['torch']}({', '.join(f'{k}={v}' for k, v in extra.items())}): {e}") from e
+    if "clip" in cfg:
+        step, params = opt.step, list(params)
+
+        def clipped_step(*args, **kwargs):
+            torch.nn.utils.clip_grad_norm_(params, cfg["clip"], foreach=True)
+            return step(*args, **kwargs)
+
+        opt.step = clipped_step
+    return opt
 
 
 def setup_optgen(ctx, opt_name, params):
@@ -420,6 +441,7 @@ def amp_inputs():
 
 def setup_optgen_amp(ctx, opt_name, params):
     import torch
+    no_amp_with_clipping(opt_name)
     og = ctx["optgen"]
     cfg = OPTIMIZERS[opt_name]
     torch.cuda.synchronize()
@@ -447,7 +469,13 @@ def setup_optgen_amp(ctx, opt_name, params):
     return step, cleanup, None
 
 
+def no_amp_with_clipping(opt_name):
+    if "clip" in OPTIMIZERS[opt_name]:
+        raise NotSupported("not measured: torch's clipping under AMP needs GradScaler.unscale_ before it")
+
+
 def setup_fused_amp(ctx, opt_name, params):
+    no_amp_with_clipping(opt_name)
     opt = torch_optimizer(opt_name, params, fused=True)
     grad_scale, found_inf = amp_inputs()
 
@@ -463,6 +491,7 @@ def setup_fused_amp(ctx, opt_name, params):
 
 def setup_fused_scaler(ctx, opt_name, params):
     import torch
+    no_amp_with_clipping(opt_name)
     opt = torch_optimizer(opt_name, params, fused=True)
     scaler = torch.amp.GradScaler("cuda", init_scale=AMP_SCALE, growth_interval=1 << 30)
     scaler.scale(torch.ones((), device="cuda"))  # as a training loop's scaler.scale(loss) would, once: creates the scale

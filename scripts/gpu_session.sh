@@ -13,6 +13,7 @@
 #            benchmark built from an earlier commit (optgen_bench_base), on the same workloads
 #   compare  bench/torch_compare.py: optgen beside torch's fused AdamW, eager, in a CUDA graph and
 #            under AMP
+#   compare_clip  the same for clip_grad_norm_(foreach) + AdamW against optgen's max_grad_norm
 #   python   the Python package's tests (pytest tests/python: the GPU ones against torch.optim), on
 #            build-run/liboptgen.so and the sources in python/
 #   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
@@ -77,6 +78,13 @@ for what in $steps; do
         --workloads ghostnet_100 gpt2 llama-1b --optimizers adamw --skip-compile \
         --methods optgen optgen_graph optgen_amp fused fused_graph fused_amp fused_scaler \
         --out "$out/compare.json" 2>&1 | tee "$out/compare.log" | tail -40
+      ;;
+    compare_clip)
+      echo "== torch_compare.py, clipped AdamW"
+      PYTHONUNBUFFERED=1 python3 bench/torch_compare.py --lib "$run/liboptgen_builtin.so" --workload-dir "$run/workloads" \
+        --workloads ghostnet_100 gpt2 llama-1b --optimizers adamw_clip --skip-compile --steps 20 --reps 3 \
+        --methods optgen optgen_graph foreach fused fused_graph \
+        --out "$out/compare_clip.json" 2>&1 | tee "$out/compare_clip.log" | tail -30
       ;;
     python)
       echo "== pytest tests/python"
