@@ -83,7 +83,8 @@ class ReferenceEmitter {
     return t == ValueType::Bool ? "ValueType::Bool" : t == ValueType::Int ? "ValueType::Int" : "ValueType::Float";
   }
   static std::string init(const InitRow& i) {
-    return "{" + cpp_double_literal(i.value) + ", " + std::to_string(i.hyperparameter) + "}";
+    return "{" + cpp_double_literal(i.value) + ", " + std::to_string(i.hyperparameter) + (i.param ? ", true" : "") +
+           "}";
   }
 
   static void write_tables(CodeWriter& w, const SpecTables& tables) {

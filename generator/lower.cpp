@@ -114,8 +114,15 @@ class Lowering {
     if (spec_.grad_clipping)
       grad = clipping::gradient(spec_, grad, env_.at(clipping::kMaxNorm).value, env_.at(clipping::kFlag).value);
     env_["grad"] = {NameKind::Grad, grad, {}};
-    for (const auto& s : spec_.states)
-      env_[s.name] = {NameKind::State, Node::make_var(VarKind::State, s.name, ValueType::Float), s.loc};
+    for (const auto& s : spec_.states) {
+      Expr value = Node::make_var(VarKind::State, s.name, ValueType::Float);
+      if (s.init.param)  // spec.h, Init: the parameter at the group's first step
+        value = with_provenance(Node::make_select(Node::make_binary(BinaryOp::Eq, env_.at("step").value,
+                                                                    Node::make_const(1, ValueType::Int)),
+                                                  env_.at("param").value, value),
+                                s.name, s.loc);
+      env_[s.name] = {NameKind::State, value, s.loc};
+    }
   }
 
   /// `update`, and the element outputs: param, then every state (each must be written there).

@@ -13,8 +13,9 @@ int hyperparameter_index(const Spec& spec, const std::string& name) {
 }
 
 InitRow init_row(const Spec& spec, const Init& init) {
-  if (init.hyperparameter.empty()) return {init.value, -1};
-  return {0, hyperparameter_index(spec, init.hyperparameter)};
+  if (init.param) return {0, -1, true};
+  if (init.hyperparameter.empty()) return {init.value, -1, false};
+  return {0, hyperparameter_index(spec, init.hyperparameter), false};
 }
 
 template <typename States>

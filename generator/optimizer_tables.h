@@ -29,6 +29,7 @@ struct HyperparameterRow {
 struct InitRow {
   double value;
   int hyperparameter;
+  bool param;  ///< starts as the parameter (spec.h, Init)
 };
 
 struct StateRow {

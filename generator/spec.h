@@ -28,11 +28,15 @@ struct Hyperparameter {
   std::string doc;
 };
 
-/// How a buffer or a scalar starts: a constant, or the value of a hyperparameter.
+/// How a buffer or a scalar starts: a constant, the value of a hyperparameter, or (a buffer only)
+/// the parameter: `init: param` makes the buffer read as the parameter at the group's first step
+/// (step 1), whatever its memory holds, as torch's optimizers clone the parameter into a state
+/// when they first step it.
 struct Init {
   SourceLoc loc;
   double value = 0;
-  std::string hyperparameter;  ///< empty: the constant `value`
+  std::string hyperparameter;  ///< empty: the constant `value`, unless `param`
+  bool param = false;          ///< starts as the parameter
 };
 
 struct ElementState {

@@ -169,11 +169,20 @@ void check_new_name(const Loader& loader, const YAML::Node& key, std::map<std::s
   names.emplace(name, loader.loc(key));
 }
 
-Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, const std::string& owner) {
+/// `init:` of a state buffer (`per_element`) or of a scalar state.
+Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, const std::string& owner,
+                bool per_element) {
   Init init;
   init.loc = loader.loc(node);
   std::string s = loader.scalar(node, "the init of '" + owner + "'");
   if (s == "zeros" || s == "zero") return init;
+  if (s == "param") {
+    if (!per_element)
+      loader.fail(node, "scalar state '" + owner + "' cannot start as the parameter: it is one number per group",
+                  "init: param is for state buffers, which have an element per element of the parameter");
+    init.param = true;
+    return init;
+  }
   if (std::optional<double> value = loader.parse_number(s)) {
     init.value = *value;
     return init;
@@ -182,8 +191,8 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
   if (!h) {
     std::vector<std::string> names;
     for (const auto& hp : spec.hyperparameters) names.push_back(hp.name);
-    loader.fail(node, "bad init '" + s + "' for '" + owner + "': expected zeros, a number or a hyperparameter" +
-                          did_you_mean(s, names));
+    loader.fail(node, "bad init '" + s + "' for '" + owner + "': expected zeros, a number, a hyperparameter" +
+                          std::string(per_element ? " or param" : "") + did_you_mean(s, names));
   }
   if (h->type == ValueType::Bool)
     loader.fail(node, "cannot initialise '" + owner + "' from bool hyperparameter '" + s + "'");
@@ -360,7 +369,7 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
   s.name = key.Scalar();
   s.loc = loader.loc(key);
   loader.entries(value, "state '" + s.name + "'", {"init", "when"});
-  s.init = parse_init(loader, loader.field(value, key, "init", "state '" + s.name + "'"), spec, s.name);
+  s.init = parse_init(loader, loader.field(value, key, "init", "state '" + s.name + "'"), spec, s.name, true);
   if (value["when"]) {
     s.when = loader.expression(value["when"], "'when'");
     s.when_text = value["when"].Scalar();
@@ -374,7 +383,7 @@ ScalarState load_scalar_state(const Loader& loader, const YAML::Node& key, const
   s.name = key.Scalar();
   s.loc = loader.loc(key);
   loader.entries(value, "scalar state '" + s.name + "'", {"init"});
-  s.init = parse_init(loader, loader.field(value, key, "init", "scalar state '" + s.name + "'"), spec, s.name);
+  s.init = parse_init(loader, loader.field(value, key, "init", "scalar state '" + s.name + "'"), spec, s.name, false);
   return s;
 }
 

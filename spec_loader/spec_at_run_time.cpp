@@ -70,7 +70,8 @@ DType runtime_dtype(StorageType type) {
 
 std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& rows) {
   std::vector<reference::StateInfo> states;
-  for (const StateRow& s : rows) states.push_back({s.name.c_str(), {s.init.value, s.init.hyperparameter}});
+  for (const StateRow& s : rows)
+    states.push_back({s.name.c_str(), {s.init.value, s.init.hyperparameter, s.init.param}});
   return states;
 }
 

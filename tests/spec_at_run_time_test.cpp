@@ -74,6 +74,7 @@ void check_same_tables(const optgen::OptimizerInfo& a, const optgen::OptimizerIn
       CHECK(text(x[i].name) == text(y[i].name));
       CHECK(x[i].init.value == y[i].init.value);
       CHECK(x[i].init.hyperparameter == y[i].init.hyperparameter);
+      CHECK(x[i].init.param == y[i].init.param);
     }
   };
   check_states(a.states, a.num_states, b.states, b.num_states);

@@ -46,7 +46,8 @@ class _HyperparameterInfo(ctypes.Structure):
 
 
 class _StateInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("init_value", ctypes.c_double), ("init_hyperparameter", ctypes.c_int32)]
+    _fields_ = [("name", ctypes.c_char_p), ("init_value", ctypes.c_double), ("init_hyperparameter", ctypes.c_int32),
+                ("init_param", ctypes.c_int32)]
 
 
 _P = ctypes.c_void_p  # an optgen_optimizer*
@@ -179,6 +180,7 @@ class State:
     name: str
     init_value: float
     init_hyperparameter: Optional[str]  # the hyperparameter it starts as, or None: init_value
+    init_param: bool = False  # starts as the parameter (read in its place at the group's first step)
 
     def initial_value(self, hyperparameters: Mapping[str, float]) -> float:
         return hyperparameters[self.init_hyperparameter] if self.init_hyperparameter else self.init_value
@@ -268,7 +270,7 @@ class Engine:
             d = _StateInfo()
             self._lib.call(describe, self._handle, i, ctypes.byref(d))
             init = self.hyperparameters[d.init_hyperparameter].name if d.init_hyperparameter >= 0 else None
-            states.append(State(d.name.decode(), d.init_value, init))
+            states.append(State(d.name.decode(), d.init_value, init, bool(d.init_param)))
         return states
 
     def defaults(self) -> dict:

@@ -259,7 +259,7 @@ void describe(const optgen::reference::StateInfo* states, int count, size_t inde
   require(info != nullptr, call, "info is NULL");
   require(index < static_cast<size_t>(count), call, "index out of range");
   const optgen::reference::StateInfo& s = states[index];
-  *info = {s.name, s.init.value, s.init.hyperparameter};
+  *info = {s.name, s.init.value, s.init.hyperparameter, s.init.param ? 1 : 0};
 }
 }  // namespace
 

@@ -48,6 +48,8 @@ def test_which_groups_reduce_over_all_their_tensors():
 
 
 def test_state_and_scalar_state_initial_values():
+    z = Engine.from_spec(REPO / "tests" / "specs" / "init_param.yaml").states[0]
+    assert (z.name, z.init_param) == ("z", True)  # starts as the parameter
     adagrad = Engine.builtin("adagrad")
     assert adagrad.states[0].init_hyperparameter == "initial_accumulator_value"
     assert adagrad.states[0].initial_value({"initial_accumulator_value": 0.5}) == 0.5

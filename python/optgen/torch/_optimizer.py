@@ -416,6 +416,8 @@ class Optimizer(torch.optim.Optimizer):
         for s, present in zip(self._describe.states, used):
             if present:
                 state[s.name] = self._as_state(p, state.get(s.name), s.initial_value(values))
+                if s.init_param and int(state["step"]) == 0:  # what the first step reads in its place
+                    state[s.name].copy_(p.detach())
         for s in self._describe.scalar_states:
             state.setdefault(s.name, torch.tensor(s.initial_value(values), dtype=torch.float64))
         return state

@@ -114,11 +114,13 @@ typedef struct {
   int32_t derived;      /* computed from the others: never set */
 } optgen_hyperparameter_info;
 
-/* A state buffer or scalar state: how it starts, a constant or a hyperparameter's value. */
+/* A state buffer or scalar state: how it starts, a constant or a hyperparameter's value, or (a
+ * buffer) the parameter. */
 typedef struct {
   const char* name;
-  double init_value;           /* when init_hyperparameter is -1 */
+  double init_value;           /* when init_hyperparameter is -1 and init_param is 0 */
   int32_t init_hyperparameter; /* the index of the hyperparameter it starts as, or -1 */
+  int32_t init_param;          /* 1: starts as the parameter (read in its place at the group's step 1) */
 } optgen_state_info;
 
 /* The optimizer's class name (e.g. "AdamW") and spec (its file stem, e.g. "adamw"); NULL for a

@@ -54,6 +54,9 @@ struct HyperparameterInfo {
 struct InitInfo {
   double value;
   int hyperparameter;  ///< index into the hyperparameters, or -1 for the constant
+  /// Starts as the parameter: the step reads the parameter in its place at the group's first step
+  /// (step 1), so its memory may hold anything before (the engine fills it with `value`, 0).
+  bool param = false;
 };
 
 struct StateInfo {
