@@ -308,6 +308,19 @@ __device__ __forceinline__ void store_vector(void* base, long long i, const floa
   *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(base) + i) = p;
 }
 
+/// Elements i .. i + V - 1 of a stage's operand `op`: the parameter (0) and the gradient (1) are
+/// of type P, the states of type S. The gradient is never stored.
+template <typename P, typename S, int V>
+__device__ __forceinline__ void load_operand(int op, const void* base, long long i, float* out) {
+  if (op < 2) load_vector<P, V>(base, i, out);
+  else load_vector<S, V>(base, i, out);
+}
+template <typename P, typename S, int V>
+__device__ __forceinline__ void store_operand(int op, void* base, long long i, const float* in) {
+  if (op == 0) store_vector<P, V>(base, i, in);
+  else if (op >= 2) store_vector<S, V>(base, i, in);
+}
+
 // ---- The group table (kernel_abi::GroupTable explains the two slots). ----
 
 __device__ __forceinline__ long long slot_entry(const GroupTable& groups, int slot, int group) {
@@ -512,6 +525,12 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
   unsigned int run = 0;
   double* run_partials = nullptr;
+  // What the chunks of a run share, found at its first chunk: the tensor's operands, its group's
+  // values and its own.
+  const void* ptr[kOps];
+  bool aligned = true;
+  Values k;
+  typename Reduce::TensorValues tv;
   for (int c = first_chunk; c < end_chunk; ++c) {
     const Chunk chunk = table.chunks[c];
     const int t = chunk.tensor;
@@ -519,15 +538,16 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
     const long long end = start + chunk.count;
 
-    const void* ptr[kOps];
-    bool aligned = true;
+    if (run == 0) {
+      aligned = true;
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
-      aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+      for (int op = 0; op < kOps; ++op) {
+        ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+        aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+      }
+      k = *group_values<Values>(groups, current_slot(groups, g), g);
+      tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
     }
-    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
     // Read per chunk rather than held across the loop: one register fewer where it counts.
     const bool scaled = inputs.grad_scale != 0;
     const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
@@ -548,9 +568,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
         if (i >= vector_end) continue;
 #pragma unroll
         for (int op = 0; op < kOps; ++op) {
-          if (!Reduce::loads(op)) continue;
-          if (op < 2) load_vector<P, V>(ptr[op], i, v[u][op]);
-          else load_vector<S, V>(ptr[op], i, v[u][op]);
+          if (Reduce::loads(op)) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
         }
       }
 #pragma unroll
@@ -570,9 +588,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
         x[op] = 0.0f;
-        if (!Reduce::loads(op)) continue;
-        if (op < 2) load_vector<P, 1>(ptr[op], i, &x[op]);
-        else load_vector<S, 1>(ptr[op], i, &x[op]);
+        if (Reduce::loads(op)) load_operand<P, S, 1>(op, ptr[op], i, &x[op]);
       }
       add(x);
     }
@@ -635,10 +651,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     const long long i = base + u * kStride;
     if (i >= vector_end) continue;
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      if (op < 2) load_vector<P, V>(ptr[op], i, v[u][op]);
-      else load_vector<S, V>(ptr[op], i, v[u][op]);
-    }
+    for (int op = 0; op < kOps; ++op) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
   }
   if (skip) return;
 
@@ -678,10 +691,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
         for (int op = 0; op < kOps; ++op) v[u][op][e] = x[op];
       }
 #pragma unroll
-      for (int op = 0; op < kOps; ++op) {
-        if (op == 0) store_vector<P, V>(ptr[op], i, v[u][op]);
-        else if (op >= 2) store_vector<S, V>(ptr[op], i, v[u][op]);
-      }
+      for (int op = 0; op < kOps; ++op) store_operand<P, S, V>(op, ptr[op], i, v[u][op]);
     }
     base += kStride * U;
 #pragma unroll
@@ -689,10 +699,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       const long long i = base + u * kStride;
       if (i >= vector_end) continue;
 #pragma unroll
-      for (int op = 0; op < kOps; ++op) {
-        if (op < 2) load_vector<P, V>(ptr[op], i, v[u][op]);
-        else load_vector<S, V>(ptr[op], i, v[u][op]);
-      }
+      for (int op = 0; op < kOps; ++op) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
     }
   }
 
@@ -700,17 +707,11 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
     float x[kOps];
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      if (op < 2) load_vector<P, 1>(ptr[op], i, &x[op]);
-      else load_vector<S, 1>(ptr[op], i, &x[op]);
-    }
+    for (int op = 0; op < kOps; ++op) load_operand<P, S, 1>(op, ptr[op], i, &x[op]);
     if (scaled) x[1] = x[1] / grad_scale;
     Update::apply(k, tv, x);
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      if (op == 0) store_vector<P, 1>(ptr[op], i, &x[op]);
-      else if (op >= 2) store_vector<S, 1>(ptr[op], i, &x[op]);
-    }
+    for (int op = 0; op < kOps; ++op) store_operand<P, S, 1>(op, ptr[op], i, &x[op]);
   }
 
   if (threadIdx.x == 0 && commit_shared) commit_step<Group>(groups, slot, g);
