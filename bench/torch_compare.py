@@ -513,7 +513,7 @@ def setup_eager(flags):
 def setup_fused_graph(ctx, opt_name, params):
     import torch
     extra = {"fused": True}
-    if opt_name in ("adam", "adamw"):
+    if OPTIMIZERS[opt_name]["torch"] in ("Adam", "AdamW"):
         extra["capturable"] = True  # torch requires it to capture Adam/AdamW in a graph
     opt = torch_optimizer(opt_name, params, **extra)
     side = torch.cuda.Stream()

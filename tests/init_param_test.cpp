@@ -55,8 +55,10 @@ TEST_CASE("a state with init: param: the kernels match the reference from NaN me
     group.new_gradients(rng);
     compare_step(opt, ref, group, scalar_state, step, DType::F32, result);
   }
+  std::size_t not_finite = 0;
   for (const auto& p : group.params)
-    for (float x : p) REQUIRE(std::isfinite(x));
+    for (float x : p) not_finite += std::isfinite(x) ? 0 : 1;
+  CHECK(not_finite == 0);
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= 1e-5);
 }

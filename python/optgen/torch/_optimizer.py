@@ -63,7 +63,7 @@ class _DeviceFloat:
     """One float32 in device memory, as torch.as_tensor takes it (__cuda_array_interface__)."""
 
     def __init__(self, address: int):
-        self.__cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (address, True), "version": 2}
+        self.__cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (address, False), "version": 2}
 
 
 class _GroupDict(dict):
