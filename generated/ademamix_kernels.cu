@@ -495,13 +495,15 @@ __device__ __forceinline__ constexpr int loaded_operands() {
   return n > 0 ? n : 1;
 }
 
-/// A Reduce stage: block b reduces the chunks [b * chunks_per_block, ...) of the chunk table,
-/// one after another (the operands of `Reduce`'s reductions, element by element, from the operands
-/// Reduce::loads), writing each chunk's partial results; at the end of each run of chunks of one
-/// tensor it counts them as arrived, and the last block of each tensor, then of each group,
-/// finishes them (kernel_abi::ReductionTable). A block takes several chunks so that the latency of
-/// its arrival (a fence, an atomic) is paid once per run, not per chunk. Nothing else is written,
-/// and the step is not advanced: that is the Update stage's.
+/// A Reduce stage: block b reduces the chunks [b * chunks_per_block, ...) of the chunk table, a run
+/// at a time: the consecutive chunks of one tensor among them, which are consecutive parts of it,
+/// read as one range (the operands of `Reduce`'s reductions, element by element, from the operands
+/// Reduce::loads). It writes the run's partial results as the first chunk's (the identity as the
+/// others') and counts the run's chunks as arrived at once; the last block of each tensor, then of
+/// each group, finishes them (kernel_abi::ReductionTable). A run is read as one range so that a
+/// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
+/// fence, an atomic) is paid once per run. Nothing else is written, and the step is not advanced:
+/// that is the Update stage's.
 template <typename Reduce, typename Group, typename P, typename S>
 __device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
@@ -509,10 +511,13 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Reduce::kReductions;
   constexpr int V = 16 / sizeof(P);
-  // Elements in flight per thread: as many as the Update stage's, spread over the operands read
-  // (LAMB reads four, a gradient norm one), so that registers stay within the launch bounds.
+  // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
+  // gradient norm) holds four times the Update stage's count, with little math per element; one
+  // of several (LAMB's norms read four, and recompute the update) twice, which keeps its registers
+  // within the launch bounds (NVRTC's no-spill test checks every built-in).
   constexpr int kLoaded = loaded_operands<Reduce>();
-  constexpr int U = OPTGEN_ELEMENTS_PER_THREAD * 2 / (V * kLoaded) > 0 ? OPTGEN_ELEMENTS_PER_THREAD * 2 / (V * kLoaded) : 1;
+  constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
+  constexpr int U = kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded) : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
 
   // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
@@ -521,40 +526,37 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   const int first_chunk = blockIdx.x * red.chunks_per_block;
   const int end_chunk =
       first_chunk + red.chunks_per_block < table.num_chunks ? first_chunk + red.chunks_per_block : table.num_chunks;
-  // A run: consecutive chunks of one tensor. The block accumulates a run in registers, writes its
-  // total as the partial of the run's first chunk (the identity for the others) and counts the
-  // run's chunks as arrived at once: one block-wide combine and one arrival per run.
-  float acc[kR];
-#pragma unroll
-  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
-  unsigned int run = 0;
-  double* run_partials = nullptr;
-  // What the chunks of a run share, found at its first chunk: the tensor's operands, its group's
-  // values and its own.
-  const void* ptr[kOps];
-  bool aligned = true;
-  Values k;
-  typename Reduce::TensorValues tv;
-  for (int c = first_chunk; c < end_chunk; ++c) {
+  for (int c = first_chunk; c < end_chunk;) {
     const Chunk chunk = table.chunks[c];
     const int t = chunk.tensor;
     const int g = chunk.group;
-    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-    const long long end = start + chunk.count;
-
-    if (run == 0) {
-      aligned = true;
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) {
-        ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
-        aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
-      }
-      k = *group_values<Values>(groups, current_slot(groups, g), g);
-      tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
+    int last = c;  // the run's last chunk
+    Chunk final_chunk = chunk;
+    while (last + 1 < end_chunk) {
+      const Chunk next = table.chunks[last + 1];
+      if (next.tensor != t || next.index != final_chunk.index + 1) break;
+      final_chunk = next;
+      ++last;
     }
-    // Read per chunk rather than held across the loop: one register fewer where it counts.
+    const unsigned int run = static_cast<unsigned int>(last - c + 1);
+    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+    const long long end = static_cast<long long>(final_chunk.index) * table.chunk_size + final_chunk.count;
+
+    const void* ptr[kOps];
+    bool aligned = true;
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) {
+      ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+      aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+    }
+    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
+    // Read per run rather than held across the loop: one register fewer where it counts.
     const bool scaled = inputs.grad_scale != 0;
     const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
     auto add = [&](float (&x)[kOps]) {
       if (scaled) x[1] = x[1] / grad_scale;
       float value[kR];
@@ -571,9 +573,8 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
         const long long i = base + u * kStride;
         if (i >= vector_end) continue;
 #pragma unroll
-        for (int op = 0; op < kOps; ++op) {
+        for (int op = 0; op < kOps; ++op)
           if (Reduce::loads(op)) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
-        }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -597,24 +598,20 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
       add(x);
     }
 
+    // The run's total, in a fixed order, as its first chunk's partial; the identity as the others'.
     double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * red.stride;
-    if (run++ == 0) {
-      run_partials = partials;
-    } else if (threadIdx.x == 0) {
-#pragma unroll
-      for (int r = 0; r < kR; ++r) partials[Reduce::slot(r)] = reduce_identity<double>(Reduce::is_max(r));
-    }
-    if (c + 1 < end_chunk && table.chunks[c + 1].tensor == t) continue;
-    // The end of the run: its total, in a fixed order, then its chunks arrive together.
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       const float total = block_combine(Reduce::is_max(r), acc[r]);
-      if (threadIdx.x == 0) run_partials[Reduce::slot(r)] = total;
-      acc[r] = reduce_identity<float>(Reduce::is_max(r));
+      if (threadIdx.x == 0) {
+        partials[Reduce::slot(r)] = total;
+        for (unsigned int j = 1; j < run; ++j)
+          partials[j * red.stride + Reduce::slot(r)] = reduce_identity<double>(Reduce::is_max(r));
+      }
     }
     if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
       finish_tensor<Reduce>(red, t, g);
-    run = 0;
+    c = last + 1;
   }
 }
 
