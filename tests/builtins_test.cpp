@@ -90,7 +90,7 @@ TEST_CASE("every built-in function on constants folds to the table's value, of t
     INFO(fn.name);
     std::string on_constants = std::string(fn.name) + "(";
     for (int i = 0; i < fn.arity; ++i) on_constants += (i ? ", " : "") + optgen::format_number(args[i]);
-    const std::string text = optgen::test::spec_text("update:\n  - param = param + " + on_constants + ")\n");
+    const std::string text = optgen::test::spec_text("update:\n  - param = param - grad + " + on_constants + ")\n");
     optgen::Spec spec = optgen::load_spec_text("test.yaml", text);
     bool checked = false;
     optgen::compile_spec(spec, [&](const std::string& pass, const optgen::Program& program) {

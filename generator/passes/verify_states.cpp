@@ -55,6 +55,19 @@ Program verify_states(const Program& program) {
       throw SpecError(declaration(program, state).loc, "state '" + state + "' is present in variant " +
                                                            program.variant + " (" + flags_text(program) +
                                                            ") but never written there");
+  // A step that does not depend on the gradient is a mistake (a value computed from it and never
+  // used), and leaves a clipping variant nothing to take the norm of.
+  bool reads_grad = false;
+  auto note_grad = [&](const Expr& e) {
+    reads_grad = reads_grad || (e->kind == NodeKind::Var && e->var == VarKind::Grad);
+  };
+  for (const auto& o : program.element_outputs) for_each_node(o.value, note_grad);
+  for (const auto& r : program.reductions) for_each_node(r.operand, note_grad);
+  if (!reads_grad)
+    throw SpecError(program.spec->update_loc,
+                    "variant " + program.variant + " (" + flags_text(program) +
+                        ") never uses 'grad': no parameter or state it writes depends on the gradient",
+                    "a value computed from grad and never used is the usual cause");
   for (const auto& v : program.group_values)
     if (v.value->level != Level::Group) throw InternalError("group value '" + v.name + "' is not computed per group");
   for (const auto& v : program.tensor_values)
