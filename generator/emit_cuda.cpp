@@ -22,6 +22,9 @@ std::string KernelTuning::check() const {
     return "elements per thread " + std::to_string(elements_per_thread) + " must be a power of two up to 64";
   if (min_blocks_per_sm < 0 || min_blocks_per_sm > 32)
     return "min blocks per SM " + std::to_string(min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
+  if (reduce_min_blocks_per_sm < 0 || reduce_min_blocks_per_sm > 32)
+    return "min blocks per SM of the Reduce stages " + std::to_string(reduce_min_blocks_per_sm) +
+           " must be from 0 (ptxas chooses) to 32";
   if (chunk_size < 64 || chunk_size % 64 != 0 || chunk_size > (1LL << 30))
     return "chunk size " + std::to_string(chunk_size) + " must be a multiple of 64 up to 2^30";
   return "";
@@ -114,15 +117,12 @@ class CudaEmitter {
   std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage) {
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
-    w.line("// --min-blocks-per-sm); the launcher launches with the same values.");
+    w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm); the launcher launches with the same values.");
     w.line("#define OPTGEN_BLOCK_SIZE " + std::to_string(tuning_.block_size) + "  // threads per block");
     w.line("#define OPTGEN_ELEMENTS_PER_THREAD " + std::to_string(tuning_.elements_per_thread) +
            "  // elements in flight per thread and iteration");
-    w.line("#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE" +
-           (tuning_.min_blocks_per_sm > 0 ? ", " + std::to_string(tuning_.min_blocks_per_sm) : std::string()) + ")" +
-           (tuning_.min_blocks_per_sm > 0
-                ? "  // at most 65536 / (block size * " + std::to_string(tuning_.min_blocks_per_sm) + ") registers"
-                : ""));
+    launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm);
+    launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm);
     w.line();
     w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
     write_lines(w, template_text("kernel_abi.h"));
@@ -138,6 +138,14 @@ class CudaEmitter {
   }
 
  private:
+  /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, min_blocks)`, which caps the registers.
+  static void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks) {
+    w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE" +
+           (min_blocks > 0 ? ", " + std::to_string(min_blocks) : std::string()) + ")" +
+           (min_blocks > 0 ? "  // at most 65536 / (block size * " + std::to_string(min_blocks) + ") registers"
+                           : std::string()));
+  }
+
   void variant(CodeWriter& w, const Program& p) {
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
@@ -253,9 +261,12 @@ class CudaEmitter {
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";  // " + operands);
     grad_norm_slot(w, p);
+    const auto read = tensor_values_read(p, roots);
+    w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
+           ";  // reads values computed per tensor");
     w.line();
     const std::set<std::string> taken = taken_names(p);
-    tensor_values(w, p, tensor_values_read(p, roots), taken);
+    tensor_values(w, p, read, taken);
     w.line();
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
@@ -406,7 +417,8 @@ class CudaEmitter {
     w.line();
     w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage: params and grads in " + to_string(s.param) +
            ", states in " + to_string(s.state) + ".");
-    w.line("extern \"C\" __global__ void OPTGEN_LAUNCH_BOUNDS");
+    w.line(std::string("extern \"C\" __global__ void ") +
+           (stage.kind == StageKind::Reduce ? "OPTGEN_REDUCE_LAUNCH_BOUNDS" : "OPTGEN_LAUNCH_BOUNDS"));
     auto fn =
         w.block(kernel_name(p, s, stage) +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "

@@ -178,6 +178,7 @@ Api load_api() {
   load_symbol(library, api.cuModuleUnload, "cuModuleUnload");
   load_symbol(library, api.cuModuleGetFunction, "cuModuleGetFunction");
   load_symbol(library, api.cuLaunchKernel, "cuLaunchKernel");
+  api.cuLaunchKernelEx = reinterpret_cast<decltype(api.cuLaunchKernelEx)>(dlsym(library, "cuLaunchKernelEx"));
   load_symbol(library, api.cuMemAlloc, "cuMemAlloc_v2");
   load_symbol(library, api.cuMemFree, "cuMemFree_v2");
   load_symbol(library, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
@@ -328,6 +329,31 @@ int multiprocessor_count(CUdevice device) {
   check(api().cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
         "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   return count;
+}
+
+bool early_start_supported(CUdevice device) {
+  return api().cuLaunchKernelEx != nullptr && compute_capability(device) >= 90;
+}
+
+void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream, void** args, bool early_start,
+            const std::string& fix) {
+  const Api& a = api();
+  if (!early_start || a.cuLaunchKernelEx == nullptr) {
+    check(a.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel", fix);
+    return;
+  }
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = block;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check(a.cuLaunchKernelEx(&config, function, args, nullptr), "cuLaunchKernelEx", fix);
 }
 
 bool is_capturing(CUstream stream) {

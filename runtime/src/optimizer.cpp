@@ -577,6 +577,7 @@ void FusedOptimizer::prepare(CUstream stream) {
     m.module = load_module(*m.info->images, driver::compute_capability(driver::current_device()));
     m.module_loaded = true;
   }
+  m.early_start = driver::early_start_supported(driver::current_device());
   m.plans = plans_by_kernel(m.groups);
   m.grad_norm_memory = upload_grad_norms(m);
   std::vector<unsigned> blocks(m.groups.size(), 0);
@@ -664,7 +665,6 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   // ordered with the stream the graph is replayed on.
   if (stream != m.stream && !capturing) m.stream = stream;
   m.inputs = {amp.grad_scale, amp.found_inf};
-  const auto& api = driver::api();
   m.launches_last_step = 0;
   for (Plan& plan : m.plans) {
     if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
@@ -675,10 +675,11 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
       const bool reduce = s + 1 < plan.stages.size();
       const int per_block = reduce ? plan.reductions.chunks_per_block : 1;
       const auto blocks = static_cast<unsigned>((plan.table.num_chunks + per_block - 1) / per_block);
-      driver::check(api.cuLaunchKernel(plan.stages[s], blocks, 1, 1, static_cast<unsigned>(m.info->block_size), 1, 1, 0,
-                                       stream, args, nullptr),
-                    "cuLaunchKernel",
-                    "check that the tensors are still allocated and that the stream belongs to the current context");
+      // A stage after the first starts while the one before ends (its first loads under that one's
+      // tail); it waits for the results before reading them (kernel_support's wait_for_previous_kernel).
+      driver::launch(plan.stages[s], blocks, static_cast<unsigned>(m.info->block_size), stream, args,
+                     s > 0 && m.early_start,
+                     "check that the tensors are still allocated and that the stream belongs to the current context");
       ++m.launches_last_step;
       if (m.reduction_hook && s + 1 < plan.stages.size()) {
         const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];

@@ -132,6 +132,9 @@ struct FusedOptimizer::Impl {
   CUstream stream = nullptr;        ///< the stream of the last prepare() or step()
   kernel_abi::StepInputs inputs{};  ///< what the next launch passes (AMP)
   int launches_last_step = 0;
+  /// Whether a plan's stages after the first may start as the one before ends (prepare() asks the
+  /// device: driver::early_start_supported).
+  bool early_start = false;
   /// One float per group: the gradient norm a clipping variant publishes (kernel_abi::ReductionTable).
   DeviceBuffer grad_norm_memory;
   std::function<void(const ReductionResults&)> reduction_hook;

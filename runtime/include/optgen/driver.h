@@ -28,6 +28,8 @@ struct Api {
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void**, void**);
+  /// Null where the driver predates it (CUDA 12.0): launches then go through cuLaunchKernel.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
@@ -77,6 +79,20 @@ int compute_capability(CUdevice device);
 
 /// The device's streaming multiprocessors.
 int multiprocessor_count(CUdevice device);
+
+/// Whether `launch(..., early_start = true)` lets a kernel start before the previous one ends on
+/// `device`: programmatic dependent launch, on compute capability 9.0 and later with a driver that
+/// has cuLaunchKernelEx.
+bool early_start_supported(CUdevice device);
+
+/// Launches `function` (`grid` blocks of `block` threads, no dynamic shared memory) on `stream`.
+/// With `early_start`, where supported, the kernel may start while the kernel before it on the
+/// stream is still running, once every block of that one has started or ended (programmatic
+/// dependent launch): it must execute griddepcontrol.wait (kernel_support's
+/// wait_for_previous_kernel) before it reads what the previous kernel wrote, or writes anything
+/// the previous kernel reads. Throws optgen::Error naming the call, with `fix`.
+void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream, void** args, bool early_start,
+            const std::string& fix);
 
 /// Whether work enqueued on `stream` is being captured into a CUDA graph (also when the legacy
 /// default stream would join a capture elsewhere).

@@ -259,7 +259,11 @@ class FusedOptimizer {
   /// ncclAllReduce per reduction of the stage (ncclSum or ncclMax, on `stream`) over its tensor
   /// results and, for a group reduction, its group results. Every rank must then hold the same
   /// groups with the same number of tensors, each its own part of every tensor. A mean or numel
-  /// in a spec counts the rank's own elements. An empty function removes the hook.
+  /// in a spec counts the rank's own elements. The hook may change the results only: the next
+  /// stage may start loading its operands (params, gradients, states) before the hook's work on
+  /// the stream has ended, and waits only before it reads the results (on GPUs of compute
+  /// capability 9.0 and later, stages overlap: programmatic dependent launch). An empty function
+  /// removes the hook.
   void set_reduction_hook(std::function<void(const ReductionResults&)> hook);
 
   /// Kernel launches the last step made (for tests).
