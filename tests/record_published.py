@@ -4,9 +4,9 @@ authors' code, for optgen's C++ tests.
 
 What it records
 ---------------
-For every optimizer in ``PUBLISHED`` below (adan, ademamix) this script runs a line-by-line
-transcription of the authors' published optimizer class for a fixed number of steps on three
-parameter tensors of shapes [1], [5] and [3, 4], and writes ``<out>/<spec>.json`` in the format of
+For every optimizer in ``PUBLISHED`` below, this script runs a line-by-line transcription of the
+authors' published optimizer class for a fixed number of steps on three parameter tensors of
+shapes [1], [5] and [3, 4], and writes ``<out>/<spec>.json`` in the format of
 tests/record_trajectories.py (read by tests/reference_test.cpp), containing, per case (one
 combination of hyperparameters):
 
@@ -42,14 +42,21 @@ params0 and grads, reproduce every recorded param and state within 3.1e-16 relat
 
 Initial values and gradients are standard normal, from ``numpy.random.default_rng`` seeded per
 case with ``zlib.crc32("<spec>:<case index>")`` (record_trajectories.py's seeds, numpy's
-generator); the output is deterministic for a given numpy version.
+generator); the output is deterministic for a given numpy version. A case may zero some of them
+after they are drawn (the draws, and so every other value, stay as they were), for the edges an
+implementation special-cases (a norm of zero, a mask with nothing in it):
+``"zero_params0": [tensor, ...]`` starts those tensors' parameters at zero, ``"zero_grads":
+[[step, tensor], ...]`` hands those tensors an all-zero gradient at those steps (counted from 1).
 
 Adding an optimizer
 -------------------
 Transcribe the published class (cite the repository, file and commit above it), then add a
 ``Published`` entry to ``PUBLISHED``: the spec's hyperparameters in order, how they map to the
 class's keywords (tuples split as in the specs: ``betas`` -> ``beta1``, ``beta2``, ``beta3``), the
-base hyperparameters, the single-group cases, the two-group case and the state buffers to record.
+base hyperparameters, the single-group cases, the two-group case, the state buffers to record and
+any keywords the class takes besides the hyperparameters (``fixed``: the implementation transcribed,
+where the class has several). A transcription whose class name differs from the published one
+gives the published one as ``published_name``.
 LAMB (tests/record_lamb.py, APEX's FusedLAMB) predates this script and keeps its own.
 
 How to run
@@ -379,6 +386,7 @@ class Published(NamedTuple):
     cases: List[Dict[str, object]]  # overrides of base, one group of every tensor
     two_groups: Tuple[Dict[str, object], Dict[str, object]]  # overrides for tensors [0, 1] and [2]
     states: Callable[[Dict, Dict], List[str]]  # (hyperparameters, a param's state) -> names to record
+    fixed: Dict[str, object] = {}  # keywords passed to the class besides the hyperparameters
 
 
 PUBLISHED = {
@@ -518,10 +526,13 @@ def flat(a):
     return [float(x) for x in np.asarray(a, dtype=np.float64).reshape(-1)]
 
 
-def run_case(spec, entry, index, groups, steps):
-    """groups: list of (tensor indices, the spec's full hyperparameters)."""
+def run_case(spec, entry, index, groups, steps, edges):
+    """groups: list of (tensor indices, the spec's full hyperparameters); edges: the case's
+    zero_params0 and zero_grads (EDGES)."""
     rng = np.random.default_rng(zlib.crc32(f"{spec}:{index}".encode("ascii")))
     params = [Param(rng.standard_normal(s)) for s in SHAPES]
+    for t in edges.get("zero_params0", []):
+        params[t].data[...] = 0.0
     params0 = [flat(p.data) for p in params]
 
     published_groups = []
@@ -529,7 +540,7 @@ def run_case(spec, entry, index, groups, steps):
         g = {"params": [params[i] for i in idxs]}
         g.update(to_kwargs(spec, entry, hps))
         published_groups.append(g)
-    opt = entry.cls(published_groups, **to_kwargs(spec, entry, groups[0][1]))
+    opt = entry.cls(published_groups, **to_kwargs(spec, entry, groups[0][1]), **entry.fixed)
     for (idxs, hps), group in zip(groups, opt.param_groups):  # every hyperparameter kept as given
         for k, v in to_kwargs(spec, entry, hps).items():
             if group[k] != v:
@@ -539,6 +550,9 @@ def run_case(spec, entry, index, groups, steps):
     grads_rec, params_rec, states_rec = [], [], {}
     for step in range(steps):
         grads = [rng.standard_normal(s) for s in SHAPES]
+        for zero_step, t in edges.get("zero_grads", []):
+            if zero_step == step + 1:
+                grads[t][...] = 0.0
         for p, g in zip(params, grads):
             p.grad = g.copy()
         opt.step()
@@ -564,16 +578,35 @@ def run_case(spec, entry, index, groups, steps):
     return case
 
 
+# Case keys that are not hyperparameters: zeroed initial parameters and gradients (module docstring).
+EDGES = ("zero_params0", "zero_grads")
+
+
+def split_edges(spec, overrides):
+    """A case's overrides -> (hyperparameters, edges)."""
+    edges = {k: v for k, v in overrides.items() if k in EDGES}
+    for t in edges.get("zero_params0", []):
+        if not 0 <= t < len(SHAPES):
+            fail(f"{spec}: zero_params0 names tensor {t}; there are {len(SHAPES)}")
+    for step, t in edges.get("zero_grads", []):
+        if not (0 <= t < len(SHAPES) and step >= 1):
+            fail(f"{spec}: zero_grads names step {step} (from 1) of tensor {t}; there are {len(SHAPES)} tensors")
+    return {k: v for k, v in overrides.items() if k not in EDGES}, edges
+
+
 def build_cases(spec, entry):
-    """[(name, groups)]: the single-group cases, then the two-group case."""
+    """[(name, groups, edges)]: the single-group cases, then the two-group case."""
     out = []
     for ov in entry.cases:
-        out.append((case_name(ov), [([0, 1, 2], normalize(spec, entry, {**entry.base, **ov}))]))
-    ov0, ov1 = entry.two_groups
+        hps, edges = split_edges(spec, ov)
+        out.append((case_name(ov), [([0, 1, 2], normalize(spec, entry, {**entry.base, **hps}))], edges))
+    (ov0, edges0), (ov1, edges1) = (split_edges(spec, ov) for ov in entry.two_groups)
     h0 = normalize(spec, entry, {**entry.base, **ov0})
     h1 = normalize(spec, entry, {**entry.base, **ov1})
-    out.append(("two_groups:[0,1]:" + case_name(ov0) + ";[2]:" + case_name(ov1), [([0, 1], h0), ([2], h1)]))
-    names = [n for n, _ in out]
+    name = "two_groups:[0,1]:" + case_name(entry.two_groups[0]) + ";[2]:" + case_name(entry.two_groups[1])
+    edges = {k: edges0.get(k, []) + edges1.get(k, []) for k in EDGES if k in edges0 or k in edges1}
+    out.append((name, [([0, 1], h0), ([2], h1)], edges))
+    names = [n for n, _, _ in out]
     if len(set(names)) != len(names):
         fail(f"{spec}: duplicate case names")
     return out
@@ -624,13 +657,13 @@ def main():
     for spec in specs:
         entry = PUBLISHED[spec]
         cases = []
-        for index, (name, groups) in enumerate(build_cases(spec, entry)):
-            cases.append({"name": name, **run_case(spec, entry, index, groups, args.steps)})
+        for index, (name, groups, edges) in enumerate(build_cases(spec, entry)):
+            cases.append({"name": name, **run_case(spec, entry, index, groups, args.steps, edges)})
         doc = {
             "source": entry.source,
             "numpy_version": np.__version__,
             "spec": spec,
-            "published_class": entry.cls.__name__,
+            "published_class": getattr(entry.cls, "published_name", entry.cls.__name__),
             "implementation": f"{entry.cls.__name__} in tests/record_published.py, float64, CPU",
             "steps": args.steps,
             "published_defaults": published_defaults(spec, entry),
