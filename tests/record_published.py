@@ -36,9 +36,11 @@ is float64 on the CPU.
 
 torch is not used: the CPU wheel index was unreachable from the machine these were recorded on,
 so the transcriptions are written with numpy (the only dependency besides the standard library).
-The update rules are elementwise float64 arithmetic either way: the unmodified published classes
-(adan.py with foreach off and on, ademamix.py), run under torch 2.11 in float64 on the recorded
-params0 and grads, reproduce every recorded param and state within 3.1e-16 relative.
+The update rules are elementwise float64 arithmetic (and per-tensor norms and means) either way:
+the unmodified published classes of Adan and AdEMAMix (adan.py with foreach off and on,
+ademamix.py), run under torch 2.11 in float64 on the recorded params0 and grads, reproduce every
+recorded param and state within 3.1e-16 relative. The other transcriptions have not been run under
+torch that way.
 
 Initial values and gradients are standard normal, from ``numpy.random.default_rng`` seeded per
 case with ``zlib.crc32("<spec>:<case index>")`` (record_trajectories.py's seeds, numpy's
@@ -371,6 +373,76 @@ class AdEMAMix(Optimizer):
                 p.data += -lr * update  # p.add_(-lr * update)
 
 
+# ---- Cautious AdamW -----------------------------------------------------------------------------
+# Transcribed from kyleliang919/C-Optim, c_adamw.py at commit 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3:
+# class AdamW (__init__, and step with foreach=False: its loop over the parameters, as of
+# ccadd1847bf1f35ccb3ab296d71a117167bc2e99, 2025-01-14, when it was the class's only step). The
+# DTensor branch of the mask is not transcribed (it computes the same mask on the full tensor), nor
+# the deprecation warning. foreach=True, the default since c5550a7d, runs another implementation
+# (c_adamw_update_foreach_async: bias correction whatever correct_bias says, eps added after it,
+# states named momentum and variance): the recording passes foreach=False.
+
+CAUTIOUS_ADAMW_SOURCE = ("kyleliang919/C-Optim c_adamw.py at 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3 (class AdamW, "
+                         "AdamW.step with foreach=False), transcribed with numpy")
+
+
+class CautiousAdamW(Optimizer):
+    published_name = "AdamW"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True,
+                 no_deprecation_warning=False, foreach=True, fused=False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr} - should be >= 0.0")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter: {betas[0]} - should be in [0.0, 1.0)")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter: {betas[1]} - should be in [0.0, 1.0)")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps} - should be >= 0.0")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "correct_bias": correct_bias}
+        super().__init__(params, defaults)
+        self.init_lr = lr
+        self._foreach = foreach
+
+    def step(self):
+        if self._foreach:
+            raise NotImplementedError("the foreach=True step (c_adamw_update_foreach_async) is not transcribed")
+
+        for group in self.param_groups:
+            for i, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                state = self.state[p]
+                if "step" not in state:
+                    state["step"] = 0
+                # State initialization
+                if "exp_avg" not in state:
+                    state["exp_avg"] = np.zeros_like(grad)
+                    state["exp_avg_sq"] = np.zeros_like(grad)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                beta1, beta2 = group["betas"]
+                state["step"] += 1
+                # apply weight decay
+                if group["weight_decay"] > 0.0:
+                    p.data += (-group["lr"] * group["weight_decay"]) * p.data  # p.add_(p, alpha=(-lr * wd))
+                exp_avg *= beta1  # exp_avg.mul_(beta1).add_(grad, alpha=(1.0 - beta1))
+                exp_avg += (1.0 - beta1) * grad
+                exp_avg_sq *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                exp_avg_sq += (1.0 - beta2) * (grad * grad)
+                denom = np.sqrt(exp_avg_sq) + group["eps"]  # exp_avg_sq.sqrt().add_(group["eps"])
+                step_size = group["lr"]
+                if group["correct_bias"]:  # No bias correction for Bert
+                    bias_correction1 = 1.0 - beta1 ** state["step"]
+                    bias_correction2 = 1.0 - beta2 ** state["step"]
+                    step_size = step_size * math.sqrt(bias_correction2) / bias_correction1
+                # compute norm gradient
+                mask = (exp_avg * grad > 0).astype(grad.dtype)  # (exp_avg * grad > 0).to(grad.dtype)
+                mask /= max(mask.mean(), 1e-3)  # mask.div_(mask.mean().clamp_(min=1e-3))
+                norm_grad = (exp_avg * mask) / denom
+                p.data += -step_size * norm_grad  # p.add_(norm_grad, alpha=-step_size)
+
+
 # ---- the optimizers recorded --------------------------------------------------------------------
 
 
@@ -440,6 +512,28 @@ PUBLISHED = {
                                           "weight_decay": 0.1}),
         states=lambda h, state: [name for name in ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq")
                                  if state.get(name) is not None],
+    ),
+    "cautious_adamw": Published(
+        cls=CautiousAdamW,
+        source=CAUTIOUS_ADAMW_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "eps", "weight_decay", "correct_bias"],
+        tuples={"betas": ("beta1", "beta2")},
+        none_is={},
+        ints=[],
+        bools=["correct_bias"],
+        base=dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, correct_bias=True),
+        cases=[
+            {},  # the one-element tensor's mask is all zero now and then: the mean's 1e-3 floor
+            {"weight_decay": 0.1},
+            {"correct_bias": False, "weight_decay": 0.5, "lr": 0.05},
+            {"beta1": 0.5, "beta2": 0.9, "eps": 1e-3},
+            {"beta1": 0.0},  # exp_avg is the gradient: the mask is all ones, the mean 1
+            # zero gradients: a mask with nothing in it on five and twelve elements
+            {"weight_decay": 0.1, "zero_grads": [[1, 1], [4, 2]]},
+        ],
+        two_groups=({"weight_decay": 0.05}, {"lr": 0.03, "beta1": 0.8, "correct_bias": False}),
+        states=lambda h, state: ["exp_avg", "exp_avg_sq"],
+        fixed={"foreach": False},  # the step transcribed
     ),
 }
 

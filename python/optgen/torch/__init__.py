@@ -3,7 +3,8 @@
 Each class takes torch.optim's arguments with torch's defaults (the built-in specs match
 torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
 static_grads). Those torch lacks take the arguments of their authors' code: Lion its paper's, LAMB
-APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's.
+APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW
+kyleliang919/C-Optim's.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -105,6 +106,20 @@ class ASGD(Optimizer):
                          **options)
 
 
+class CautiousAdamW(Optimizer):
+    """Cautious AdamW (Liang et al., 2024; specs/cautious_adamw.yaml): the arguments and defaults of its
+    authors' AdamW (kyleliang919/C-Optim c_adamw.py), which are transformers' AdamW's; the update
+    masked to where the first moment and the gradient agree in sign, over the mask's mean. The step
+    is that class's foreach=False step; its foreach=True (the default there) runs another
+    implementation, which ignores correct_bias and adds eps after the bias correction."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True,
+                 **options):
+        super().__init__(params, _builtin("cautious_adamw"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, correct_bias=correct_bias),
+                         **options)
+
+
 class LAMB(Optimizer):
     """LAMB as NVIDIA APEX's FusedLAMB computes it (specs/lamb.yaml): FusedLAMB's arguments and defaults,
     but for max_grad_norm, which is the clipping every optgen optimizer has (default 0: off; FusedLAMB
@@ -174,5 +189,5 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "LAMB", "Lion",
-           "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "CautiousAdamW",
+           "LAMB", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
