@@ -443,6 +443,62 @@ class CautiousAdamW(Optimizer):
                 p.data += -step_size * norm_grad  # p.add_(norm_grad, alpha=-step_size)
 
 
+# ---- Cautious Lion ------------------------------------------------------------------------------
+# Transcribed from kyleliang919/C-Optim, c_lion.py at commit 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3
+# (the file as last changed by 4828df503074580e0530b79a63c2f0b11b9c11af, 2025-03-30): update_fn and
+# class Lion (__init__, step).
+
+CAUTIOUS_LION_SOURCE = ("kyleliang919/C-Optim c_lion.py at 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3 (class Lion, "
+                        "update_fn), transcribed with numpy")
+
+
+def cautious_lion_update_fn(p, grad, exp_avg, lr, wd, beta1, beta2):
+    # stepweight decay
+
+    p.data *= 1 - lr * wd  # p.data.mul_(1 - lr * wd)
+
+    # weight update
+    update = np.sign(exp_avg * beta1 + (1 - beta1) * grad)  # exp_avg.clone().mul_(beta1).add(grad, alpha=...).sign_()
+    mask = (update * grad > 0).astype(grad.dtype)  # (update * grad > 0).to(grad.dtype)
+    mask = mask * (mask.size / (mask.sum() + 1))  # mask * (mask.numel() / (mask.sum() + 1))
+    p.data += -lr * (update * mask)  # p.add_(update * mask, alpha=-lr)
+
+    # decay the momentum running average coefficient
+
+    exp_avg *= beta2  # exp_avg.mul_(beta2).add_(grad, alpha=1 - beta2)
+    exp_avg += (1 - beta2) * grad
+
+
+class CautiousLion(Optimizer):
+    published_name = "Lion"
+
+    def __init__(self, params, lr: float = 1e-4, betas: Tuple[float, float] = (0.95, 0.98), weight_decay: float = 0.0):
+        assert lr > 0.
+        assert all([0. <= beta <= 1. for beta in betas])
+
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay)
+
+        super().__init__(params, defaults)
+
+        self.update_fn = cautious_lion_update_fn
+
+    def step(self):
+        for group in self.param_groups:
+            for p in filter(lambda p: p.grad is not None, group['params']):
+
+                grad, lr, wd, beta1, beta2, state = p.grad, group['lr'], group['weight_decay'], *group['betas'], \
+                    self.state[p]
+
+                # init state - exponential moving average of gradient values
+
+                if len(state) == 0:
+                    state['exp_avg'] = np.zeros_like(p.data)
+
+                exp_avg = state['exp_avg']
+
+                self.update_fn(p, grad, exp_avg, lr, wd, beta1, beta2)
+
+
 # ---- the optimizers recorded --------------------------------------------------------------------
 
 
@@ -534,6 +590,26 @@ PUBLISHED = {
         two_groups=({"weight_decay": 0.05}, {"lr": 0.03, "beta1": 0.8, "correct_bias": False}),
         states=lambda h, state: ["exp_avg", "exp_avg_sq"],
         fixed={"foreach": False},  # the step transcribed
+    ),
+    "cautious_lion": Published(
+        cls=CautiousLion,
+        source=CAUTIOUS_LION_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "weight_decay"],
+        tuples={"betas": ("beta1", "beta2")},
+        none_is={},
+        ints=[],
+        bools=[],
+        base=dict(lr=0.01, beta1=0.95, beta2=0.98, weight_decay=0.0),
+        cases=[
+            {},
+            {"weight_decay": 0.1},
+            {"beta1": 0.5, "beta2": 0.9, "lr": 0.03},
+            {"beta1": 0.0},  # the update is sign(grad): the mask is all ones, scaled by numel / (numel + 1)
+            # zero gradients: a sign of zero (step 1, exp_avg still zero), a mask with nothing in it
+            {"weight_decay": 0.5, "zero_grads": [[1, 1], [4, 2]]},
+        ],
+        two_groups=({"weight_decay": 0.1}, {"lr": 0.003, "beta1": 0.9, "beta2": 0.99}),
+        states=lambda h, state: ["exp_avg"],
     ),
 }
 

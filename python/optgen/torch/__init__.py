@@ -3,8 +3,8 @@
 Each class takes torch.optim's arguments with torch's defaults (the built-in specs match
 torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
 static_grads). Those torch lacks take the arguments of their authors' code: Lion its paper's, LAMB
-APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW
-kyleliang919/C-Optim's.
+APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and
+CautiousLion kyleliang919/C-Optim's.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -120,6 +120,16 @@ class CautiousAdamW(Optimizer):
                          **options)
 
 
+class CautiousLion(Optimizer):
+    """Cautious Lion (Liang et al., 2024; specs/cautious_lion.yaml): the arguments and defaults of its
+    authors' Lion (kyleliang919/C-Optim c_lion.py); the sign update masked to where it agrees with
+    the gradient, times numel / (the mask's count + 1). betas must be below 1 (c_lion.py allows 1)."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.95, 0.98), weight_decay=0.0, **options):
+        super().__init__(params, _builtin("cautious_lion"), dict(lr=lr, betas=betas, weight_decay=weight_decay),
+                         **options)
+
+
 class LAMB(Optimizer):
     """LAMB as NVIDIA APEX's FusedLAMB computes it (specs/lamb.yaml): FusedLAMB's arguments and defaults,
     but for max_grad_norm, which is the clipping every optgen optimizer has (default 0: off; FusedLAMB
@@ -190,4 +200,4 @@ class SGD(Optimizer):
 
 
 __all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "CautiousAdamW",
-           "LAMB", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+           "CautiousLion", "LAMB", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
