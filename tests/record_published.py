@@ -499,6 +499,81 @@ class CautiousLion(Optimizer):
                 self.update_fn(p, grad, exp_avg, lr, wd, beta1, beta2)
 
 
+# ---- LARS ---------------------------------------------------------------------------------------
+# Transcribed from huggingface/pytorch-image-models, timm/optim/lars.py at commit
+# aa4b5850c1543fa488abf260f18390eda46cf85d (the file as last changed by
+# 9d8ccd2ba73b82aaf1537ed2a21e839cb262e1fa, 2024-11-07): class Lars (__init__, step). Lars modifies
+# p.grad in place (grad.add_, grad.mul_), so its grad is a copy of the recorded gradient.
+
+LARS_SOURCE = ("huggingface/pytorch-image-models timm/optim/lars.py at aa4b5850c1543fa488abf260f18390eda46cf85d "
+               "(class Lars), transcribed with numpy")
+
+
+class Lars(Optimizer):
+    def __init__(self, params, lr=1.0, momentum=0, dampening=0, weight_decay=0, nesterov=False, trust_coeff=0.001,
+                 eps=1e-8, trust_clip=False, always_adapt=False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
+                        trust_coeff=trust_coeff, eps=eps, trust_clip=trust_clip, always_adapt=always_adapt)
+        super().__init__(params, defaults)
+
+    def step(self):
+        for group in self.param_groups:
+            weight_decay = group['weight_decay']
+            momentum = group['momentum']
+            dampening = group['dampening']
+            nesterov = group['nesterov']
+            trust_coeff = group['trust_coeff']
+            eps = group['eps']
+
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+
+                # apply LARS LR adaptation, LARC clipping, weight decay
+                # ref: https://github.com/NVIDIA/apex/blob/master/apex/parallel/LARC.py
+                if weight_decay != 0 or group['always_adapt']:
+                    w_norm = np.linalg.norm(p.data.reshape(-1))  # p.norm(2.0)
+                    g_norm = np.linalg.norm(grad.reshape(-1))  # grad.norm(2.0)
+                    trust_ratio = trust_coeff * w_norm / (g_norm + w_norm * weight_decay + eps)
+                    # FIXME nested where required since logical and/or not working in PT XLA
+                    # Set the ratio to 1.0 (no change) if either weight norm or grad norm is zero
+                    trust_ratio = np.where(  # torch.where(
+                        w_norm > 0,
+                        np.where(g_norm > 0, trust_ratio, 1.0),
+                        1.0,
+                    )
+                    if group['trust_clip']:
+                        trust_ratio = np.minimum(trust_ratio / group['lr'], 1.0)  # torch.clamp(..., max=1.0)
+                    grad += weight_decay * p.data  # grad.add_(p, alpha=weight_decay)
+                    grad *= trust_ratio  # grad.mul_(trust_ratio)
+
+                # apply SGD update https://github.com/pytorch/pytorch/blob/1.7/torch/optim/sgd.py#L100
+                if momentum != 0:
+                    param_state = self.state[p]
+                    if 'momentum_buffer' not in param_state:
+                        buf = param_state['momentum_buffer'] = grad.copy()  # torch.clone(grad).detach()
+                    else:
+                        buf = param_state['momentum_buffer']
+                        buf *= momentum  # buf.mul_(momentum).add_(grad, alpha=1. - dampening)
+                        buf += (1. - dampening) * grad
+                    if nesterov:
+                        grad = grad + momentum * buf  # grad.add(buf, alpha=momentum)
+                    else:
+                        grad = buf
+
+                p.data += -group['lr'] * grad  # p.add_(grad, alpha=-group['lr'])
+
+
 # ---- the optimizers recorded --------------------------------------------------------------------
 
 
@@ -610,6 +685,34 @@ PUBLISHED = {
         ],
         two_groups=({"weight_decay": 0.1}, {"lr": 0.003, "beta1": 0.9, "beta2": 0.99}),
         states=lambda h, state: ["exp_avg"],
+    ),
+    "lars": Published(
+        cls=Lars,
+        source=LARS_SOURCE,
+        hyperparameters=["lr", "momentum", "dampening", "weight_decay", "nesterov", "trust_coeff", "eps", "trust_clip",
+                         "always_adapt"],
+        tuples={},
+        none_is={},
+        ints=[],
+        bools=["nesterov", "trust_clip", "always_adapt"],
+        base=dict(lr=1.0, momentum=0.9, dampening=0.0, weight_decay=0.01, nesterov=False, trust_coeff=0.02, eps=1e-8,
+                  trust_clip=False, always_adapt=False),
+        cases=[
+            {},
+            {"weight_decay": 0.0, "lr": 0.1},  # no adaptation: SGD with momentum
+            {"weight_decay": 0.0, "always_adapt": True},  # the trust ratio without weight decay
+            {"nesterov": True},
+            {"momentum": 0.5, "dampening": 0.3, "weight_decay": 0.05},
+            {"momentum": 0.0},  # no momentum buffer
+            {"trust_clip": True, "lr": 0.02},  # LARC's clipping, binding for some tensors and steps
+            # zero norms: the trust ratio is 1 (w_norm of a zero parameter at step 1, g_norm of a zero gradient)
+            {"zero_params0": [1], "zero_grads": [[3, 2]]},
+            # ... and clipped: min(1 / lr, 1)
+            {"trust_clip": True, "lr": 2.0, "zero_params0": [0], "zero_grads": [[4, 1]]},
+        ],
+        two_groups=({"nesterov": True, "trust_clip": True, "lr": 0.05},
+                    {"lr": 0.5, "momentum": 0.5, "weight_decay": 0.0, "always_adapt": True, "trust_coeff": 0.001}),
+        states=lambda h, state: ["momentum_buffer"] if "momentum_buffer" in state else [],
     ),
 }
 

@@ -4,7 +4,7 @@ Each class takes torch.optim's arguments with torch's defaults (the built-in spe
 torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
 static_grads). Those torch lacks take the arguments of their authors' code: Lion its paper's, LAMB
 APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and
-CautiousLion kyleliang919/C-Optim's.
+CautiousLion kyleliang919/C-Optim's; LARS those of timm's Lars.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -143,6 +143,19 @@ class LAMB(Optimizer):
                               max_grad_norm=max_grad_norm), **options)
 
 
+class LARS(Optimizer):
+    """LARS (You et al., 2017) as timm's Lars computes it (specs/lars.yaml): its arguments and defaults
+    (timm/optim/lars.py); trust_clip is APEX LARC's clipping, always_adapt applies the trust ratio
+    also when weight_decay is 0."""
+
+    def __init__(self, params, lr=1.0, momentum=0, dampening=0, weight_decay=0, nesterov=False, trust_coeff=0.001,
+                 eps=1e-8, trust_clip=False, always_adapt=False, **options):
+        super().__init__(params, _builtin("lars"),
+                         dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                              nesterov=nesterov, trust_coeff=trust_coeff, eps=eps, trust_clip=trust_clip,
+                              always_adapt=always_adapt), **options)
+
+
 class Lion(Optimizer):
     """Lion (Chen et al., 2023; specs/lion.yaml): the arguments of the paper's reference code."""
 
@@ -200,4 +213,4 @@ class SGD(Optimizer):
 
 
 __all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "CautiousAdamW",
-           "CautiousLion", "LAMB", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+           "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
