@@ -4,9 +4,9 @@ authors' code, for optgen's C++ tests.
 
 What it records
 ---------------
-For every optimizer in ``PUBLISHED`` below (adan, ademamix) this script runs a line-by-line
-transcription of the authors' published optimizer class for a fixed number of steps on three
-parameter tensors of shapes [1], [5] and [3, 4], and writes ``<out>/<spec>.json`` in the format of
+For every optimizer in ``PUBLISHED`` below, this script runs a line-by-line transcription of the
+authors' published optimizer class for a fixed number of steps on three parameter tensors of
+shapes [1], [5] and [3, 4], and writes ``<out>/<spec>.json`` in the format of
 tests/record_trajectories.py (read by tests/reference_test.cpp), containing, per case (one
 combination of hyperparameters):
 
@@ -36,20 +36,29 @@ is float64 on the CPU.
 
 torch is not used: the CPU wheel index was unreachable from the machine these were recorded on,
 so the transcriptions are written with numpy (the only dependency besides the standard library).
-The update rules are elementwise float64 arithmetic either way: the unmodified published classes
-(adan.py with foreach off and on, ademamix.py), run under torch 2.11 in float64 on the recorded
-params0 and grads, reproduce every recorded param and state within 3.1e-16 relative.
+The update rules are elementwise float64 arithmetic (and per-tensor norms and means) either way:
+the unmodified published classes of Adan and AdEMAMix (adan.py with foreach off and on,
+ademamix.py), run under torch 2.11 in float64 on the recorded params0 and grads, reproduce every
+recorded param and state within 3.1e-16 relative. The other transcriptions have not been run under
+torch that way.
 
 Initial values and gradients are standard normal, from ``numpy.random.default_rng`` seeded per
 case with ``zlib.crc32("<spec>:<case index>")`` (record_trajectories.py's seeds, numpy's
-generator); the output is deterministic for a given numpy version.
+generator); the output is deterministic for a given numpy version. A case may zero some of them
+after they are drawn (the draws, and so every other value, stay as they were), for the edges an
+implementation special-cases (a norm of zero, a mask with nothing in it):
+``"zero_params0": [tensor, ...]`` starts those tensors' parameters at zero, ``"zero_grads":
+[[step, tensor], ...]`` hands those tensors an all-zero gradient at those steps (counted from 1).
 
 Adding an optimizer
 -------------------
 Transcribe the published class (cite the repository, file and commit above it), then add a
 ``Published`` entry to ``PUBLISHED``: the spec's hyperparameters in order, how they map to the
 class's keywords (tuples split as in the specs: ``betas`` -> ``beta1``, ``beta2``, ``beta3``), the
-base hyperparameters, the single-group cases, the two-group case and the state buffers to record.
+base hyperparameters, the single-group cases, the two-group case, the state buffers to record and
+any keywords the class takes besides the hyperparameters (``fixed``: the implementation transcribed,
+where the class has several). A transcription whose class name differs from the published one
+gives the published one as ``published_name``.
 LAMB (tests/record_lamb.py, APEX's FusedLAMB) predates this script and keeps its own.
 
 How to run
@@ -364,6 +373,207 @@ class AdEMAMix(Optimizer):
                 p.data += -lr * update  # p.add_(-lr * update)
 
 
+# ---- Cautious AdamW -----------------------------------------------------------------------------
+# Transcribed from kyleliang919/C-Optim, c_adamw.py at commit 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3:
+# class AdamW (__init__, and step with foreach=False: its loop over the parameters, as of
+# ccadd1847bf1f35ccb3ab296d71a117167bc2e99, 2025-01-14, when it was the class's only step). The
+# DTensor branch of the mask is not transcribed (it computes the same mask on the full tensor), nor
+# the deprecation warning. foreach=True, the default since c5550a7d, runs another implementation
+# (c_adamw_update_foreach_async: bias correction whatever correct_bias says, eps added after it,
+# states named momentum and variance): the recording passes foreach=False.
+
+CAUTIOUS_ADAMW_SOURCE = ("kyleliang919/C-Optim c_adamw.py at 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3 (class AdamW, "
+                         "AdamW.step with foreach=False), transcribed with numpy")
+
+
+class CautiousAdamW(Optimizer):
+    published_name = "AdamW"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True,
+                 no_deprecation_warning=False, foreach=True, fused=False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr} - should be >= 0.0")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter: {betas[0]} - should be in [0.0, 1.0)")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter: {betas[1]} - should be in [0.0, 1.0)")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps} - should be >= 0.0")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "correct_bias": correct_bias}
+        super().__init__(params, defaults)
+        self.init_lr = lr
+        self._foreach = foreach
+
+    def step(self):
+        if self._foreach:
+            raise NotImplementedError("the foreach=True step (c_adamw_update_foreach_async) is not transcribed")
+
+        for group in self.param_groups:
+            for i, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                state = self.state[p]
+                if "step" not in state:
+                    state["step"] = 0
+                # State initialization
+                if "exp_avg" not in state:
+                    state["exp_avg"] = np.zeros_like(grad)
+                    state["exp_avg_sq"] = np.zeros_like(grad)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                beta1, beta2 = group["betas"]
+                state["step"] += 1
+                # apply weight decay
+                if group["weight_decay"] > 0.0:
+                    p.data += (-group["lr"] * group["weight_decay"]) * p.data  # p.add_(p, alpha=(-lr * wd))
+                exp_avg *= beta1  # exp_avg.mul_(beta1).add_(grad, alpha=(1.0 - beta1))
+                exp_avg += (1.0 - beta1) * grad
+                exp_avg_sq *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                exp_avg_sq += (1.0 - beta2) * (grad * grad)
+                denom = np.sqrt(exp_avg_sq) + group["eps"]  # exp_avg_sq.sqrt().add_(group["eps"])
+                step_size = group["lr"]
+                if group["correct_bias"]:  # No bias correction for Bert
+                    bias_correction1 = 1.0 - beta1 ** state["step"]
+                    bias_correction2 = 1.0 - beta2 ** state["step"]
+                    step_size = step_size * math.sqrt(bias_correction2) / bias_correction1
+                # compute norm gradient
+                mask = (exp_avg * grad > 0).astype(grad.dtype)  # (exp_avg * grad > 0).to(grad.dtype)
+                mask /= max(mask.mean(), 1e-3)  # mask.div_(mask.mean().clamp_(min=1e-3))
+                norm_grad = (exp_avg * mask) / denom
+                p.data += -step_size * norm_grad  # p.add_(norm_grad, alpha=-step_size)
+
+
+# ---- Cautious Lion ------------------------------------------------------------------------------
+# Transcribed from kyleliang919/C-Optim, c_lion.py at commit 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3
+# (the file as last changed by 4828df503074580e0530b79a63c2f0b11b9c11af, 2025-03-30): update_fn and
+# class Lion (__init__, step).
+
+CAUTIOUS_LION_SOURCE = ("kyleliang919/C-Optim c_lion.py at 2c0517c4db2e50b56d389ba4803eab1f4b3b8ae3 (class Lion, "
+                        "update_fn), transcribed with numpy")
+
+
+def cautious_lion_update_fn(p, grad, exp_avg, lr, wd, beta1, beta2):
+    # stepweight decay
+
+    p.data *= 1 - lr * wd  # p.data.mul_(1 - lr * wd)
+
+    # weight update
+    update = np.sign(exp_avg * beta1 + (1 - beta1) * grad)  # exp_avg.clone().mul_(beta1).add(grad, alpha=...).sign_()
+    mask = (update * grad > 0).astype(grad.dtype)  # (update * grad > 0).to(grad.dtype)
+    mask = mask * (mask.size / (mask.sum() + 1))  # mask * (mask.numel() / (mask.sum() + 1))
+    p.data += -lr * (update * mask)  # p.add_(update * mask, alpha=-lr)
+
+    # decay the momentum running average coefficient
+
+    exp_avg *= beta2  # exp_avg.mul_(beta2).add_(grad, alpha=1 - beta2)
+    exp_avg += (1 - beta2) * grad
+
+
+class CautiousLion(Optimizer):
+    published_name = "Lion"
+
+    def __init__(self, params, lr: float = 1e-4, betas: Tuple[float, float] = (0.95, 0.98), weight_decay: float = 0.0):
+        assert lr > 0.
+        assert all([0. <= beta <= 1. for beta in betas])
+
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay)
+
+        super().__init__(params, defaults)
+
+        self.update_fn = cautious_lion_update_fn
+
+    def step(self):
+        for group in self.param_groups:
+            for p in filter(lambda p: p.grad is not None, group['params']):
+
+                grad, lr, wd, beta1, beta2, state = p.grad, group['lr'], group['weight_decay'], *group['betas'], \
+                    self.state[p]
+
+                # init state - exponential moving average of gradient values
+
+                if len(state) == 0:
+                    state['exp_avg'] = np.zeros_like(p.data)
+
+                exp_avg = state['exp_avg']
+
+                self.update_fn(p, grad, exp_avg, lr, wd, beta1, beta2)
+
+
+# ---- LARS ---------------------------------------------------------------------------------------
+# Transcribed from huggingface/pytorch-image-models, timm/optim/lars.py at commit
+# aa4b5850c1543fa488abf260f18390eda46cf85d (the file as last changed by
+# 9d8ccd2ba73b82aaf1537ed2a21e839cb262e1fa, 2024-11-07): class Lars (__init__, step). Lars modifies
+# p.grad in place (grad.add_, grad.mul_), so its grad is a copy of the recorded gradient.
+
+LARS_SOURCE = ("huggingface/pytorch-image-models timm/optim/lars.py at aa4b5850c1543fa488abf260f18390eda46cf85d "
+               "(class Lars), transcribed with numpy")
+
+
+class Lars(Optimizer):
+    def __init__(self, params, lr=1.0, momentum=0, dampening=0, weight_decay=0, nesterov=False, trust_coeff=0.001,
+                 eps=1e-8, trust_clip=False, always_adapt=False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
+                        trust_coeff=trust_coeff, eps=eps, trust_clip=trust_clip, always_adapt=always_adapt)
+        super().__init__(params, defaults)
+
+    def step(self):
+        for group in self.param_groups:
+            weight_decay = group['weight_decay']
+            momentum = group['momentum']
+            dampening = group['dampening']
+            nesterov = group['nesterov']
+            trust_coeff = group['trust_coeff']
+            eps = group['eps']
+
+            for p in group['params']:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+
+                # apply LARS LR adaptation, LARC clipping, weight decay
+                # ref: https://github.com/NVIDIA/apex/blob/master/apex/parallel/LARC.py
+                if weight_decay != 0 or group['always_adapt']:
+                    w_norm = np.linalg.norm(p.data.reshape(-1))  # p.norm(2.0)
+                    g_norm = np.linalg.norm(grad.reshape(-1))  # grad.norm(2.0)
+                    trust_ratio = trust_coeff * w_norm / (g_norm + w_norm * weight_decay + eps)
+                    # FIXME nested where required since logical and/or not working in PT XLA
+                    # Set the ratio to 1.0 (no change) if either weight norm or grad norm is zero
+                    trust_ratio = np.where(  # torch.where(
+                        w_norm > 0,
+                        np.where(g_norm > 0, trust_ratio, 1.0),
+                        1.0,
+                    )
+                    if group['trust_clip']:
+                        trust_ratio = np.minimum(trust_ratio / group['lr'], 1.0)  # torch.clamp(..., max=1.0)
+                    grad += weight_decay * p.data  # grad.add_(p, alpha=weight_decay)
+                    grad *= trust_ratio  # grad.mul_(trust_ratio)
+
+                # apply SGD update https://github.com/pytorch/pytorch/blob/1.7/torch/optim/sgd.py#L100
+                if momentum != 0:
+                    param_state = self.state[p]
+                    if 'momentum_buffer' not in param_state:
+                        buf = param_state['momentum_buffer'] = grad.copy()  # torch.clone(grad).detach()
+                    else:
+                        buf = param_state['momentum_buffer']
+                        buf *= momentum  # buf.mul_(momentum).add_(grad, alpha=1. - dampening)
+                        buf += (1. - dampening) * grad
+                    if nesterov:
+                        grad = grad + momentum * buf  # grad.add(buf, alpha=momentum)
+                    else:
+                        grad = buf
+
+                p.data += -group['lr'] * grad  # p.add_(grad, alpha=-group['lr'])
+
+
 # ---- the optimizers recorded --------------------------------------------------------------------
 
 
@@ -379,6 +589,7 @@ class Published(NamedTuple):
     cases: List[Dict[str, object]]  # overrides of base, one group of every tensor
     two_groups: Tuple[Dict[str, object], Dict[str, object]]  # overrides for tensors [0, 1] and [2]
     states: Callable[[Dict, Dict], List[str]]  # (hyperparameters, a param's state) -> names to record
+    fixed: Dict[str, object] = {}  # keywords passed to the class besides the hyperparameters
 
 
 PUBLISHED = {
@@ -432,6 +643,76 @@ PUBLISHED = {
                                           "weight_decay": 0.1}),
         states=lambda h, state: [name for name in ("exp_avg_fast", "exp_avg_slow", "exp_avg_sq")
                                  if state.get(name) is not None],
+    ),
+    "cautious_adamw": Published(
+        cls=CautiousAdamW,
+        source=CAUTIOUS_ADAMW_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "eps", "weight_decay", "correct_bias"],
+        tuples={"betas": ("beta1", "beta2")},
+        none_is={},
+        ints=[],
+        bools=["correct_bias"],
+        base=dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, correct_bias=True),
+        cases=[
+            {},  # the one-element tensor's mask is all zero now and then: the mean's 1e-3 floor
+            {"weight_decay": 0.1},
+            {"correct_bias": False, "weight_decay": 0.5, "lr": 0.05},
+            {"beta1": 0.5, "beta2": 0.9, "eps": 1e-3},
+            {"beta1": 0.0},  # exp_avg is the gradient: the mask is all ones, the mean 1
+            # zero gradients: a mask with nothing in it on five and twelve elements
+            {"weight_decay": 0.1, "zero_grads": [[1, 1], [4, 2]]},
+        ],
+        two_groups=({"weight_decay": 0.05}, {"lr": 0.03, "beta1": 0.8, "correct_bias": False}),
+        states=lambda h, state: ["exp_avg", "exp_avg_sq"],
+        fixed={"foreach": False},  # the step transcribed
+    ),
+    "cautious_lion": Published(
+        cls=CautiousLion,
+        source=CAUTIOUS_LION_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "weight_decay"],
+        tuples={"betas": ("beta1", "beta2")},
+        none_is={},
+        ints=[],
+        bools=[],
+        base=dict(lr=0.01, beta1=0.95, beta2=0.98, weight_decay=0.0),
+        cases=[
+            {},
+            {"weight_decay": 0.1},
+            {"beta1": 0.5, "beta2": 0.9, "lr": 0.03},
+            {"beta1": 0.0},  # the update is sign(grad): the mask is all ones, scaled by numel / (numel + 1)
+            # zero gradients: a sign of zero (step 1, exp_avg still zero), a mask with nothing in it
+            {"weight_decay": 0.5, "zero_grads": [[1, 1], [4, 2]]},
+        ],
+        two_groups=({"weight_decay": 0.1}, {"lr": 0.003, "beta1": 0.9, "beta2": 0.99}),
+        states=lambda h, state: ["exp_avg"],
+    ),
+    "lars": Published(
+        cls=Lars,
+        source=LARS_SOURCE,
+        hyperparameters=["lr", "momentum", "dampening", "weight_decay", "nesterov", "trust_coeff", "eps", "trust_clip",
+                         "always_adapt"],
+        tuples={},
+        none_is={},
+        ints=[],
+        bools=["nesterov", "trust_clip", "always_adapt"],
+        base=dict(lr=1.0, momentum=0.9, dampening=0.0, weight_decay=0.01, nesterov=False, trust_coeff=0.02, eps=1e-8,
+                  trust_clip=False, always_adapt=False),
+        cases=[
+            {},
+            {"weight_decay": 0.0, "lr": 0.1},  # no adaptation: SGD with momentum
+            {"weight_decay": 0.0, "always_adapt": True},  # the trust ratio without weight decay
+            {"nesterov": True},
+            {"momentum": 0.5, "dampening": 0.3, "weight_decay": 0.05},
+            {"momentum": 0.0},  # no momentum buffer
+            {"trust_clip": True, "lr": 0.02},  # LARC's clipping, binding for some tensors and steps
+            # zero norms: the trust ratio is 1 (w_norm of a zero parameter at step 1, g_norm of a zero gradient)
+            {"zero_params0": [1], "zero_grads": [[3, 2]]},
+            # ... and clipped: min(1 / lr, 1)
+            {"trust_clip": True, "lr": 2.0, "zero_params0": [0], "zero_grads": [[4, 1]]},
+        ],
+        two_groups=({"nesterov": True, "trust_clip": True, "lr": 0.05},
+                    {"lr": 0.5, "momentum": 0.5, "weight_decay": 0.0, "always_adapt": True, "trust_coeff": 0.001}),
+        states=lambda h, state: ["momentum_buffer"] if "momentum_buffer" in state else [],
     ),
 }
 
@@ -518,10 +799,13 @@ def flat(a):
     return [float(x) for x in np.asarray(a, dtype=np.float64).reshape(-1)]
 
 
-def run_case(spec, entry, index, groups, steps):
-    """groups: list of (tensor indices, the spec's full hyperparameters)."""
+def run_case(spec, entry, index, groups, steps, edges):
+    """groups: list of (tensor indices, the spec's full hyperparameters); edges: the case's
+    zero_params0 and zero_grads (EDGES)."""
     rng = np.random.default_rng(zlib.crc32(f"{spec}:{index}".encode("ascii")))
     params = [Param(rng.standard_normal(s)) for s in SHAPES]
+    for t in edges.get("zero_params0", []):
+        params[t].data[...] = 0.0
     params0 = [flat(p.data) for p in params]
 
     published_groups = []
@@ -529,7 +813,7 @@ def run_case(spec, entry, index, groups, steps):
         g = {"params": [params[i] for i in idxs]}
         g.update(to_kwargs(spec, entry, hps))
         published_groups.append(g)
-    opt = entry.cls(published_groups, **to_kwargs(spec, entry, groups[0][1]))
+    opt = entry.cls(published_groups, **to_kwargs(spec, entry, groups[0][1]), **entry.fixed)
     for (idxs, hps), group in zip(groups, opt.param_groups):  # every hyperparameter kept as given
         for k, v in to_kwargs(spec, entry, hps).items():
             if group[k] != v:
@@ -539,6 +823,9 @@ def run_case(spec, entry, index, groups, steps):
     grads_rec, params_rec, states_rec = [], [], {}
     for step in range(steps):
         grads = [rng.standard_normal(s) for s in SHAPES]
+        for zero_step, t in edges.get("zero_grads", []):
+            if zero_step == step + 1:
+                grads[t][...] = 0.0
         for p, g in zip(params, grads):
             p.grad = g.copy()
         opt.step()
@@ -564,16 +851,35 @@ def run_case(spec, entry, index, groups, steps):
     return case
 
 
+# Case keys that are not hyperparameters: zeroed initial parameters and gradients (module docstring).
+EDGES = ("zero_params0", "zero_grads")
+
+
+def split_edges(spec, overrides):
+    """A case's overrides -> (hyperparameters, edges)."""
+    edges = {k: v for k, v in overrides.items() if k in EDGES}
+    for t in edges.get("zero_params0", []):
+        if not 0 <= t < len(SHAPES):
+            fail(f"{spec}: zero_params0 names tensor {t}; there are {len(SHAPES)}")
+    for step, t in edges.get("zero_grads", []):
+        if not (0 <= t < len(SHAPES) and step >= 1):
+            fail(f"{spec}: zero_grads names step {step} (from 1) of tensor {t}; there are {len(SHAPES)} tensors")
+    return {k: v for k, v in overrides.items() if k not in EDGES}, edges
+
+
 def build_cases(spec, entry):
-    """[(name, groups)]: the single-group cases, then the two-group case."""
+    """[(name, groups, edges)]: the single-group cases, then the two-group case."""
     out = []
     for ov in entry.cases:
-        out.append((case_name(ov), [([0, 1, 2], normalize(spec, entry, {**entry.base, **ov}))]))
-    ov0, ov1 = entry.two_groups
+        hps, edges = split_edges(spec, ov)
+        out.append((case_name(ov), [([0, 1, 2], normalize(spec, entry, {**entry.base, **hps}))], edges))
+    (ov0, edges0), (ov1, edges1) = (split_edges(spec, ov) for ov in entry.two_groups)
     h0 = normalize(spec, entry, {**entry.base, **ov0})
     h1 = normalize(spec, entry, {**entry.base, **ov1})
-    out.append(("two_groups:[0,1]:" + case_name(ov0) + ";[2]:" + case_name(ov1), [([0, 1], h0), ([2], h1)]))
-    names = [n for n, _ in out]
+    name = "two_groups:[0,1]:" + case_name(entry.two_groups[0]) + ";[2]:" + case_name(entry.two_groups[1])
+    edges = {k: edges0.get(k, []) + edges1.get(k, []) for k in EDGES if k in edges0 or k in edges1}
+    out.append((name, [([0, 1], h0), ([2], h1)], edges))
+    names = [n for n, _, _ in out]
     if len(set(names)) != len(names):
         fail(f"{spec}: duplicate case names")
     return out
@@ -624,13 +930,13 @@ def main():
     for spec in specs:
         entry = PUBLISHED[spec]
         cases = []
-        for index, (name, groups) in enumerate(build_cases(spec, entry)):
-            cases.append({"name": name, **run_case(spec, entry, index, groups, args.steps)})
+        for index, (name, groups, edges) in enumerate(build_cases(spec, entry)):
+            cases.append({"name": name, **run_case(spec, entry, index, groups, args.steps, edges)})
         doc = {
             "source": entry.source,
             "numpy_version": np.__version__,
             "spec": spec,
-            "published_class": entry.cls.__name__,
+            "published_class": getattr(entry.cls, "published_name", entry.cls.__name__),
             "implementation": f"{entry.cls.__name__} in tests/record_published.py, float64, CPU",
             "steps": args.steps,
             "published_defaults": published_defaults(spec, entry),

@@ -238,14 +238,15 @@ TEST_CASE("CPU reference matches torch's clip_grad_norm_ followed by the step", 
 
 TEST_CASE("CPU reference matches published implementations", "[reference]") {
   // tests/data/published: optimizers torch lacks, against transcriptions of their authors' code:
-  // adan and ademamix (tests/record_published.py), lamb (tests/record_lamb.py).
+  // adan, ademamix, cautious_adamw, cautious_lion and lars (tests/record_published.py), lamb
+  // (tests/record_lamb.py).
   const auto files = trajectory_files("published");
-  REQUIRE(files.size() == 3);
+  REQUIRE(files.size() == 6);
   const auto results = run_files(files);
   for (const auto& r : results)
     WARN(r.spec << ": " << r.cases << " published trajectories, worst relative error " << r.worst_double
                 << " in double, " << r.worst_float << " in float");
-  CHECK(total(results).cases >= 23);
+  CHECK(total(results).cases >= 46);
   for (const auto& file : files) {
     const YAML::Node data = YAML::LoadFile(file.string());
     if (!data["published_defaults"]) continue;  // lamb.json records none

@@ -151,8 +151,8 @@ def library() -> _Library:
 
 
 # The built-in specs (specs/*.yaml), each with its optgen_<spec>_create in the library.
-_BUILTIN_SPECS = ("adadelta", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd", "lamb", "lion", "nadam",
-                  "radam", "rmsprop", "rprop", "sgd")
+_BUILTIN_SPECS = ("adadelta", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd", "cautious_adamw",
+                  "cautious_lion", "lamb", "lars", "lion", "nadam", "radam", "rmsprop", "rprop", "sgd")
 
 
 def builtin_specs() -> list:

@@ -3,7 +3,8 @@
 Each class takes torch.optim's arguments with torch's defaults (the built-in specs match
 torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
 static_grads). Those torch lacks take the arguments of their authors' code: Lion its paper's, LAMB
-APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's.
+APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and
+CautiousLion kyleliang919/C-Optim's; LARS those of timm's Lars.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -105,6 +106,30 @@ class ASGD(Optimizer):
                          **options)
 
 
+class CautiousAdamW(Optimizer):
+    """Cautious AdamW (Liang et al., 2024; specs/cautious_adamw.yaml): the arguments and defaults of its
+    authors' AdamW (kyleliang919/C-Optim c_adamw.py), which are transformers' AdamW's; the update
+    masked to where the first moment and the gradient agree in sign, over the mask's mean. The step
+    is that class's foreach=False step; its foreach=True (the default there) runs another
+    implementation, which ignores correct_bias and adds eps after the bias correction."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, correct_bias=True,
+                 **options):
+        super().__init__(params, _builtin("cautious_adamw"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, correct_bias=correct_bias),
+                         **options)
+
+
+class CautiousLion(Optimizer):
+    """Cautious Lion (Liang et al., 2024; specs/cautious_lion.yaml): the arguments and defaults of its
+    authors' Lion (kyleliang919/C-Optim c_lion.py); the sign update masked to where it agrees with
+    the gradient, times numel / (the mask's count + 1). betas must be below 1 (c_lion.py allows 1)."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.95, 0.98), weight_decay=0.0, **options):
+        super().__init__(params, _builtin("cautious_lion"), dict(lr=lr, betas=betas, weight_decay=weight_decay),
+                         **options)
+
+
 class LAMB(Optimizer):
     """LAMB as NVIDIA APEX's FusedLAMB computes it (specs/lamb.yaml): FusedLAMB's arguments and defaults,
     but for max_grad_norm, which is the clipping every optgen optimizer has (default 0: off; FusedLAMB
@@ -116,6 +141,19 @@ class LAMB(Optimizer):
                          dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
                               adam_w_mode=adam_w_mode, grad_averaging=grad_averaging, use_nvlamb=use_nvlamb,
                               max_grad_norm=max_grad_norm), **options)
+
+
+class LARS(Optimizer):
+    """LARS (You et al., 2017) as timm's Lars computes it (specs/lars.yaml): its arguments and defaults
+    (timm/optim/lars.py); trust_clip is APEX LARC's clipping, always_adapt applies the trust ratio
+    also when weight_decay is 0."""
+
+    def __init__(self, params, lr=1.0, momentum=0, dampening=0, weight_decay=0, nesterov=False, trust_coeff=0.001,
+                 eps=1e-8, trust_clip=False, always_adapt=False, **options):
+        super().__init__(params, _builtin("lars"),
+                         dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                              nesterov=nesterov, trust_coeff=trust_coeff, eps=eps, trust_clip=trust_clip,
+                              always_adapt=always_adapt), **options)
 
 
 class Lion(Optimizer):
@@ -174,5 +212,5 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "LAMB", "Lion",
-           "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "CautiousAdamW",
+           "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
