@@ -35,10 +35,11 @@
 // Self-contained: NVRTC compiles it with no include path, at build time or at load time.
 
 // Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,
-// --min-blocks-per-sm); the launcher launches with the same values.
+// --min-blocks-per-sm, --reduce-min-blocks-per-sm); the launcher launches with the same values.
 #define OPTGEN_BLOCK_SIZE 256  // threads per block
 #define OPTGEN_ELEMENTS_PER_THREAD 8  // elements in flight per thread and iteration
 #define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 3)  // at most 65536 / (block size * 3) registers
+#define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 4)  // at most 65536 / (block size * 4) registers
 
 // ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----
 #ifndef OPTGEN_KERNEL_ABI_H_
@@ -397,6 +398,26 @@ __device__ __forceinline__ void group_kernel(const GroupTable& groups, const Gro
   write_values<Group>(groups, slot, group);
 }
 
+// ---- Stage after stage: a plan's stages after the first may start while the one before ends
+// (programmatic dependent launch, compute capability 9.0 on: driver::launch's early_start). ----
+
+/// Lets the next kernel on the stream start its blocks once every block of this one has called
+/// this (or ended). Elsewhere (before 9.0, or launched plainly) it does nothing.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Waits until the kernel before this one on the stream has ended and its writes are visible. A
+/// stage calls it before it reads an earlier stage's results or the group table's tickets, which
+/// the stage before may still be using; loads of operands that no stage writes may go first.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- Reductions: each is a sum or a maximum (NaN wins, as torch.max); combined in a fixed order. ----
 
 template <typename T> __device__ __forceinline__ T reduce_identity(bool is_max);
@@ -459,6 +480,26 @@ __device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned i
   return last;
 }
 
+/// `x` combined with values[i * step] for i = threadIdx.x, threadIdx.x + the block size, ... below
+/// `count`, in that order (the order of a plain strided loop, so the same bits), with eight loads in
+/// flight at a time rather than one: a large tensor's finish reads thousands of partials.
+__device__ __forceinline__ double combine_strided(bool is_max, double x, const double* values, int count,
+                                                  long long step) {
+  constexpr int kBatch = 8;
+  for (int c = threadIdx.x; c < count; c += kBatch * OPTGEN_BLOCK_SIZE) {
+    double y[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = c + j * OPTGEN_BLOCK_SIZE;
+      y[j] = i < count ? __ldcg(values + i * step) : 0.0;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (c + j * OPTGEN_BLOCK_SIZE < count) x = reduce_combine(is_max, x, y[j]);
+  }
+  return x;
+}
+
 /// The last block of tensor `t` to arrive: combines the tensor's chunk partials, in chunk order,
 /// into its results; then, when it is the group's last tensor to finish, the group's tensors, in
 /// tensor order, into the group's results.
@@ -471,9 +512,7 @@ __device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, 
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const bool is_max = Reduce::is_max(r);
-    double x = reduce_identity<double>(is_max);
-    for (int c = threadIdx.x; c < chunks; c += OPTGEN_BLOCK_SIZE)
-      x = reduce_combine(is_max, x, __ldcg(first + c * stride + Reduce::slot(r)));
+    double x = combine_strided(is_max, reduce_identity<double>(is_max), first + Reduce::slot(r), chunks, stride);
     x = block_combine(is_max, x);
     if (threadIdx.x == 0) red.tensor_results[static_cast<long long>(Reduce::slot(r)) * red.num_tensors + t] = x;
   }
@@ -484,11 +523,10 @@ __device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, 
   for (int r = 0; r < kR; ++r) {
     if (!Reduce::is_group(r)) continue;
     const bool is_max = Reduce::is_max(r);
-    double x = reduce_identity<double>(is_max);
-    for (int i = threadIdx.x; i < red.group_tensors[g]; i += OPTGEN_BLOCK_SIZE)
-      x = reduce_combine(is_max, x,
-                         __ldcg(red.tensor_results + static_cast<long long>(Reduce::slot(r)) * red.num_tensors +
-                                first_tensor + i));
+    double x = combine_strided(is_max, reduce_identity<double>(is_max),
+                               red.tensor_results + static_cast<long long>(Reduce::slot(r)) * red.num_tensors +
+                                   first_tensor,
+                               red.group_tensors[g], 1);
     x = block_combine(is_max, x);
     if (threadIdx.x == 0) red.group_results[static_cast<long long>(Reduce::slot(r)) * red.num_groups + g] = x;
     if (threadIdx.x == 0 && Reduce::slot(r) == Reduce::kGradNormSlot) red.grad_norms[g] = static_cast<float>(sqrt(x));
@@ -527,28 +565,31 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
   constexpr int U = kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded) : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+  allow_next_kernel();
+  wait_for_previous_kernel();  // the results of the Reduce stage before, which this one may read
 
   // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
   // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
   // its results.
+  // The block's entries of the chunk table are read at once: finding its runs then costs no round
+  // trip to memory per chunk.
+  __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
   const int first_chunk = blockIdx.x * red.chunks_per_block;
-  const int end_chunk =
-      first_chunk + red.chunks_per_block < table.num_chunks ? first_chunk + red.chunks_per_block : table.num_chunks;
-  for (int c = first_chunk; c < end_chunk;) {
-    const Chunk chunk = table.chunks[c];
+  const int count =
+      first_chunk + red.chunks_per_block < table.num_chunks ? red.chunks_per_block : table.num_chunks - first_chunk;
+  if (static_cast<int>(threadIdx.x) < count) block_chunks[threadIdx.x] = table.chunks[first_chunk + threadIdx.x];
+  __syncthreads();
+  for (int c = 0; c < count;) {
+    const Chunk chunk = block_chunks[c];
     const int t = chunk.tensor;
     const int g = chunk.group;
     int last = c;  // the run's last chunk
-    Chunk final_chunk = chunk;
-    while (last + 1 < end_chunk) {
-      const Chunk next = table.chunks[last + 1];
-      if (next.tensor != t || next.index != final_chunk.index + 1) break;
-      final_chunk = next;
+    while (last + 1 < count && block_chunks[last + 1].tensor == t &&
+           block_chunks[last + 1].index == block_chunks[last].index + 1)
       ++last;
-    }
     const unsigned int run = static_cast<unsigned int>(last - c + 1);
     const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-    const long long end = static_cast<long long>(final_chunk.index) * table.chunk_size + final_chunk.count;
+    const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
 
     const void* ptr[kOps];
     bool aligned = true;
@@ -651,18 +692,29 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
   }
 
-  // The first tile's loads are issued before the block waits for its ticket.
+  // The first tile's loads are issued before the block waits for its ticket, and each next tile's
+  // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
+  // clipping factor): then each iteration loads its own tile. The tile and that double math live
+  // at once, or a tile live across the loop's back edge, would cost the registers of a fourth block
+  // per SM (LAMB's 68 against 64), which the overlap does not win back.
+  constexpr bool kTileFirst = !Update::kTensorValues;
   const long long vector_end = aligned ? start + (end - start) / V * V : start;
   long long base = start + static_cast<long long>(threadIdx.x) * V;
   float v[U][kOps][V];
+  auto load_tile = [&]() {
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const long long i = base + u * kStride;
-    if (i >= vector_end) continue;
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
-  }
+      for (int op = 0; op < kOps; ++op) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+    }
+  };
+  if (kTileFirst) load_tile();
   if (skip) return;
+  // The Reduce stage before (if any) still reads the group table's tickets, and its results are
+  // not all written yet.
+  wait_for_previous_kernel();
 
   // The ticket: which slot this step reads, and whether this block writes the step's results.
   __shared__ int slot_shared, commit_shared;
@@ -685,6 +737,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
 
   while (base < vector_end) {
+    if (!kTileFirst) load_tile();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = base + u * kStride;
@@ -703,13 +756,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       for (int op = 0; op < kOps; ++op) store_operand<P, S, V>(op, ptr[op], i, v[u][op]);
     }
     base += kStride * U;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long i = base + u * kStride;
-      if (i >= vector_end) continue;
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
-    }
+    if (kTileFirst) load_tile();
   }
 
   // Misaligned tensors entirely, and the last few elements of aligned ones.
@@ -802,6 +849,7 @@ namespace variants::lars {
   struct Update {
     static constexpr int kOperands = 2;  // param, grad
     static constexpr int kGradNormSlot = -1;
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
 
     struct TensorValues {
       float trust_ratio;
@@ -928,6 +976,7 @@ namespace variants::lars_use_momentum {
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, momentum_buffer
     static constexpr int kGradNormSlot = -1;
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
 
     struct TensorValues {
       float trust_ratio;
@@ -1090,6 +1139,7 @@ namespace variants::lars_clip_grad_norm {
   struct Update {
     static constexpr int kOperands = 2;  // param, grad
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
 
     struct TensorValues {
       float clip_coef;
@@ -1260,6 +1310,7 @@ namespace variants::lars_use_momentum_clip_grad_norm {
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, momentum_buffer
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
 
     struct TensorValues {
       float clip_coef;
@@ -1319,7 +1370,7 @@ namespace variants::lars_use_momentum_clip_grad_norm {
 }  // namespace variants::lars_use_momentum_clip_grad_norm
 
 /// lars, reduce stage: params and grads in f32, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars::Reduce, variants::lars::Group, float, float>(table, groups, inputs, reductions);
 }
@@ -1331,7 +1382,7 @@ lars_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 }
 
 /// lars, reduce stage: params and grads in bf16, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars::Reduce, variants::lars::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
@@ -1349,7 +1400,7 @@ lars_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
 }
 
 /// lars_use_momentum, reduce stage: params and grads in f32, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_use_momentum::Reduce, variants::lars_use_momentum::Group, float, float>(table, groups, inputs, reductions);
 }
@@ -1361,7 +1412,7 @@ lars_use_momentum_f32_f32_update(const optgen::TableView table, const optgen::Gr
 }
 
 /// lars_use_momentum, reduce stage: params and grads in bf16, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_use_momentum::Reduce, variants::lars_use_momentum::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
@@ -1379,13 +1430,13 @@ lars_use_momentum_group(const optgen::GroupTable groups, const optgen::GroupWrit
 }
 
 /// lars_clip_grad_norm, reduce stage: params and grads in f32, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_clip_grad_norm::Reduce1, variants::lars_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
 }
 
 /// lars_clip_grad_norm, reduce stage: params and grads in f32, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_clip_grad_norm::Reduce2, variants::lars_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
 }
@@ -1397,13 +1448,13 @@ lars_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 }
 
 /// lars_clip_grad_norm, reduce stage: params and grads in bf16, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_clip_grad_norm::Reduce1, variants::lars_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
 
 /// lars_clip_grad_norm, reduce stage: params and grads in bf16, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_clip_grad_norm::Reduce2, variants::lars_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
@@ -1421,13 +1472,13 @@ lars_clip_grad_norm_group(const optgen::GroupTable groups, const optgen::GroupWr
 }
 
 /// lars_use_momentum_clip_grad_norm, reduce stage: params and grads in f32, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_use_momentum_clip_grad_norm::Reduce1, variants::lars_use_momentum_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
 }
 
 /// lars_use_momentum_clip_grad_norm, reduce stage: params and grads in f32, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_use_momentum_clip_grad_norm::Reduce2, variants::lars_use_momentum_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
 }
@@ -1439,13 +1490,13 @@ lars_use_momentum_clip_grad_norm_f32_f32_update(const optgen::TableView table, c
 }
 
 /// lars_use_momentum_clip_grad_norm, reduce stage: params and grads in bf16, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_use_momentum_clip_grad_norm::Reduce1, variants::lars_use_momentum_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
 
 /// lars_use_momentum_clip_grad_norm, reduce stage: params and grads in bf16, states in f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::lars_use_momentum_clip_grad_norm::Reduce2, variants::lars_use_momentum_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
 }
