@@ -9,10 +9,11 @@ are numpy's, not torch's, so its file differs from the recording; it is for
 testing optgen's CPU reference on a machine without torch, never to be
 committed: the real file comes from
 
-    python3 tests/record_trajectories.py --out tests/data --only adafactor
+    python3 tests/record_trajectories.py --out tests/data/factored --only adafactor
 
 Usage: python3 tests/record_adafactor_numpy.py --out DIR [--steps 10]
-(writes DIR/adafactor.json). Requires numpy.
+(writes DIR/adafactor.json; OPTGEN_FACTORED_DATA=DIR build/tests/optgen_tests
+"CPU reference with rows and columns*" replays it). Requires numpy.
 """
 
 import argparse

@@ -30,8 +30,10 @@ machine epsilon of the parameter's dtype, which for the float64 recording would
 be float64's, so every case passes ``eps1`` explicitly (float32's epsilon, what
 None means for the float32 parameters optgen's default stands for, unless the
 case says otherwise), and ``torch_defaults`` records float32's epsilon for it.
-Adafactor is recorded only when asked for (``--only adafactor``) until
-optgen builds it in: tests/reference_test.cpp counts the files of tests/data.
+Adafactor is recorded only when asked for (``--only adafactor``), into
+tests/data/factored until optgen builds it in (its CPU reference comes from
+tests/specs/adafactor.yaml; tests/reference_test.cpp counts the built-ins'
+files in tests/data).
 
 Every file also carries the torch version, the class name and ``torch_defaults``:
 the defaults of the class ``__init__`` (read with ``inspect.signature``) for
@@ -58,7 +60,7 @@ deterministic for a given torch version.
 How to run
 ----------
     python3 tests/record_trajectories.py --out tests/data [--steps 10] [--only adam,sgd]
-    python3 tests/record_trajectories.py --out tests/data --only adafactor
+    python3 tests/record_trajectories.py --out tests/data/factored --only adafactor
 
 Requires only torch and the Python standard library.
 """
