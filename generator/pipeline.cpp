@@ -79,8 +79,12 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   if (after_each) after_each("lower", lowered);
   std::vector<Program> variants;
   for (const auto& flags : enumerate_variants(spec)) variants.push_back(compile_variant(lowered, flags, after_each));
-  if (emitters == Emitters::All) refuse_shapes(spec, variants);
+  check_emitters(spec, variants, emitters);
   return variants;
+}
+
+void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters) {
+  if (emitters == Emitters::All) refuse_shapes(spec, variants);
 }
 
 }  // namespace optgen

@@ -36,4 +36,8 @@ enum class Emitters { All, ReferenceOnly };
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each = {},
                                   Emitters emitters = Emitters::All);
 
+/// compile_spec's refusal alone: throws a located SpecError when the compiled `variants` use what
+/// the `emitters` cannot print yet (the kernels: rows, columns and `factored`).
+void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters);
+
 }  // namespace optgen
