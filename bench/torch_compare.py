@@ -231,11 +231,13 @@ class OptgenTensor(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("grad_dtype", ctypes.c_int32),
         ("states", ctypes.POINTER(ctypes.c_void_p)),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
     ]
 
 
 OPTGEN_F32 = 0
-OPTGEN_ABI_VERSION = 2  # OPTGEN_ABI_VERSION of optgen/c_api.h
+OPTGEN_ABI_VERSION = 3  # OPTGEN_ABI_VERSION of optgen/c_api.h
 
 
 class OptgenError(RuntimeError):

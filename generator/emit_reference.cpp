@@ -34,11 +34,26 @@ class CppPrinter : public ExprPrinter {
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
     if (var.var == VarKind::Numel) return element_ ? "T_(numel_)" : "static_cast<double>(numel_)";
+    if (var.var == VarKind::Factored) return "factored_";
+    if (var.var == VarKind::Rows) return element_ ? "T_(R_)" : "static_cast<double>(R_)";
+    if (var.var == VarKind::Cols) return element_ ? "T_(C_)" : "static_cast<double>(C_)";
+    // A row or column state, read by the code of its level (element code reads it hoisted): loaded
+    // where it is used, 0 for a tensor that has none.
+    if (var.var == VarKind::State && var.level != Level::Element)
+      return "static_cast<double>(" + var.name + "_data_ ? " + var.name + "_data_[" +
+             (var.level == Level::Row ? "row_i_" : "col_i_") + "] : T_(0))";
     if (var.var == VarKind::Reduced && program_)
       for (size_t r = 0; r < program_->reductions.size(); ++r)
-        if (program_->reductions[r].name == var.name)
-          return std::string(program_->reductions[r].scope == ReduceScope::Group ? "group_[" : "tensor_[") +
-                 std::to_string(r) + "]";
+        if (program_->reductions[r].name == var.name) {
+          const std::string index = std::to_string(r);
+          switch (program_->reductions[r].scope) {
+            case ReduceScope::Group: return "group_[" + index + "]";
+            case ReduceScope::Tensor: return "tensor_[" + index + "]";
+            case ReduceScope::Row: return "shaped_[" + index + "][row_i_]";
+            case ReduceScope::Col: return "shaped_[" + index + "][col_i_]";
+            case ReduceScope::Matrix: return "shaped_[" + index + "][b_]";
+          }
+        }
     if (var.var == VarKind::Reduced) throw InternalError("emit_reference: reduction '" + var.name + "' read here");
     return var.name;
   }
@@ -70,11 +85,12 @@ class ReferenceEmitter {
     CodeWriter w;
     write_tables(w, tables);
     derive_flags(w, tables);
+    if (per_tensor_states(variants.front())) state_present_in(w, variants.front());
     state_present(w, variants.front());
     for (const auto& v : variants) variant(w, v);
     select_variant(w, variants, tables);
     dispatch(w, variants);
-    descriptor(w);
+    descriptor(w, per_tensor_states(variants.front()));
     return w.str();
   }
 
@@ -82,6 +98,7 @@ class ReferenceEmitter {
   static const char* value_type(ValueType t) {
     return t == ValueType::Bool ? "ValueType::Bool" : t == ValueType::Int ? "ValueType::Int" : "ValueType::Float";
   }
+  static const char* shape_name(StateShape shape) { return shape == StateShape::Rows ? "Rows" : "Cols"; }
   static std::string init(const InitRow& i) {
     return "{" + cpp_double_literal(i.value) + ", " + std::to_string(i.hyperparameter) + (i.param ? ", true" : "") +
            "}";
@@ -96,7 +113,9 @@ class ReferenceEmitter {
     w.line("};");
     auto state_table = [&](const char* name, const std::vector<StateRow>& list) {
       w.line(std::string("inline constexpr StateInfo ") + name + "[] = {");
-      for (const auto& s : list) w.line("    {\"" + s.name + "\", " + init(s.init) + "},");
+      for (const auto& s : list)
+        w.line("    {\"" + s.name + "\", " + init(s.init) +
+               (s.shape == StateShape::Elements ? "" : std::string(", StateShape::") + shape_name(s.shape)) + "},");
       if (list.empty()) w.line("    {\"\", {0, -1}},");
       w.line("};");
     };
@@ -129,10 +148,35 @@ class ReferenceEmitter {
       w.line("h_[" + std::to_string(flag.hyperparameter) + "] = (" + printer.print(flag.value) + ") ? 1.0 : 0.0;");
   }
 
+  /// For a spec with states that exist for some tensors only: whether state `index` exists for a
+  /// tensor that is `factored` (or not).
+  void state_present_in(CodeWriter& w, const Program& p) {
+    w.line();
+    w.line("/// Whether state `index` exists for a tensor that is factored (two or more dimensions) or not.");
+    auto fn = w.block(
+        "inline bool state_present_in([[maybe_unused]] const double* h_, int index_, [[maybe_unused]] bool "
+        "factored_)");
+    std::vector<Expr> roots;
+    for (const auto& [name, value] : p.state_conditions) roots.push_back(value);
+    write_hyperparameter_loads(w, spec_, roots);
+    CppPrinter printer(false);
+    auto sw = w.block("switch (index_)");
+    for (const auto& s : spec_.states) {
+      auto it = p.state_conditions.find(s.name);
+      w.line("case " + index_of(states_, s.name) + ": return " +
+             (it == p.state_conditions.end() ? "true" : printer.print(it->second)) + ";  // " + s.name);
+    }
+    w.line("default: return false;");
+  }
+
   void state_present(CodeWriter& w, const Program& p) {
     w.line();
     w.line("/// Whether state `index` exists under these hyperparameters (flags already derived).");
     auto fn = w.block("inline bool state_present([[maybe_unused]] const double* h_, int index_)");
+    if (per_tensor_states(p)) {
+      w.line("return state_present_in(h_, index_, true) || state_present_in(h_, index_, false);");
+      return;
+    }
     std::vector<Expr> roots;
     for (const auto& [name, value] : p.state_conditions) roots.push_back(value);
     write_hyperparameter_loads(w, spec_, roots);
@@ -161,9 +205,233 @@ class ReferenceEmitter {
     per_step(w, p);
     int stages = 0;
     for (const auto& r : p.reductions) stages = std::max(stages, r.stage);
+    if (uses_shapes(p)) {
+      for (int stage = 1; stage <= stages; ++stage) shaped_stage(w, p, stage);
+      shaped_stage(w, p, 0);
+      return;
+    }
     for (int stage = 1; stage <= stages; ++stage) reduce(w, p, stage);
     w.line();
     update(w, p);
+  }
+
+  /// Whether the variant has row, column or matrix code, or reads `factored`: its stages then
+  /// loop over the matrices, rows and columns of each tensor.
+  static bool uses_shapes(const Program& p) {
+    bool uses = !p.matrix_values.empty() || !p.row_values.empty() || !p.col_values.empty();
+    for (const auto& o : p.element_outputs) uses = uses || o.level != Level::Element;
+    for (const auto& r : p.reductions) uses = uses || result_level(r.scope) != Level::Tensor;
+    for_each_node(p, [&](const Expr& e) {
+      uses = uses || (e->kind == NodeKind::Var &&
+                      (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
+    });
+    return uses;
+  }
+
+  /// Whether some variant's state exists for some tensors only (its condition reads `factored`).
+  bool per_tensor_states(const Program& p) const {
+    bool found = false;
+    for (const auto& [name, value] : p.state_conditions)
+      for_each_node(value, [&](const Expr& e) { found = found || e->var == VarKind::Factored; });
+    return found;
+  }
+
+  /// The matrix, row and column values `roots` read, directly or through each other, by level.
+  static std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Program& p,
+                                                                              std::vector<Expr> roots) {
+    std::map<std::string, const HoistedValue*> definitions;
+    for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
+      for (const auto& v : *list) definitions.emplace(v.name, &v);
+    std::set<std::string> read;
+    while (!roots.empty()) {
+      Expr root = roots.back();
+      roots.pop_back();
+      for_each_node(root, [&](const Expr& e) {
+        if (e->kind != NodeKind::Var || e->var != VarKind::Hoisted) return;
+        auto it = definitions.find(e->name);
+        if (it != definitions.end() && read.insert(e->name).second) roots.push_back(it->second->value);
+      });
+    }
+    std::map<Level, std::vector<const HoistedValue*>> by_level;
+    for (const auto& [list, level] : {std::pair{&p.matrix_values, Level::Matrix}, std::pair{&p.row_values, Level::Row},
+                                      std::pair{&p.col_values, Level::Col}})
+      for (const auto& v : *list)
+        if (read.count(v.name)) by_level[level].push_back(&v);
+    return by_level;
+  }
+
+  /// A stage of a variant with rows and columns: Reduce stage `stage`, or the Update stage (0). It
+  /// loops over each matrix of the tensor (a tensor that is not factored is one matrix of one row),
+  /// computing per matrix its matrix values, then every column's column values (kept for the
+  /// matrix), then per row its row values and the row's elements, all in double but the element
+  /// code (T_), as the tensor values are. A row or column state is written by the code of its level
+  /// once per row or column, after every value that reads it was computed, and is read as 0 (written
+  /// nowhere) for a tensor that has none, as an element state that exists for some tensors only.
+  void shaped_stage(CodeWriter& w, const Program& p, int stage) {
+    const bool update = stage == 0;
+    // What the stage computes, by the level of its code.
+    std::map<Level, std::vector<Expr>> roots;
+    std::map<Level, std::vector<std::string>> sinks;  // what each root becomes (a statement's text)
+    std::vector<size_t> indices;
+    if (update) {
+      for (const auto& o : p.element_outputs) roots[o.level].push_back(o.value);
+    } else {
+      for (size_t r = 0; r < p.reductions.size(); ++r) {
+        const auto& reduction = p.reductions[r];
+        if (reduction.stage != stage) continue;
+        indices.push_back(r);
+        roots[reduction.scope == ReduceScope::Matrix ? reduction.operand->level : Level::Element].push_back(
+            reduction.operand);
+      }
+    }
+    std::vector<Expr> all;
+    for (const auto& [level, list] : roots) all.insert(all.end(), list.begin(), list.end());
+    auto values = shaped_values_read(p, all);
+    std::vector<Expr> prologue_roots = all;
+    for (const auto& [level, list] : values)
+      for (const HoistedValue* v : list) prologue_roots.push_back(v->value);
+
+    w.line();
+    if (update) {
+      w.line("/// The Update stage: per matrix, row, column and element, writes the tensor's buffers in place.");
+    } else {
+      w.line("/// Reduce stage " + std::to_string(stage) + ": its reductions, in double, into tensor_[r] (a group");
+      w.line("/// reduction's part from this tensor) or shaped_[r] (one per row, column or matrix).");
+    }
+    w.line("template <typename T_>");
+    auto fn = w.block(std::string("void ") + (update ? "update" : "reduce" + std::to_string(stage)) +
+                      shaped_stage_parameters(!update));
+    w.line("// A factored tensor is B_ matrices of R_ rows and C_ columns; any other one matrix of one row.");
+    w.line("const bool factored_ = rows_ != 0;");
+    w.line("const ::std::size_t R_ = factored_ ? rows_ : 1, C_ = factored_ ? cols_ : numel_;");
+    w.line("const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);");
+    std::set<std::string> taken;
+    stage_prologue(w, p, prologue_roots, update, taken);
+    for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
+      for (const auto& v : *list) taken.insert(v.name);
+    for (const char* name : {"factored_", "R_", "C_", "B_", "b_", "r_", "c_", "row_i_", "col_i_"}) taken.insert(name);
+
+    // Accumulators: per tensor in a local, per row, column or matrix in shaped_[r].
+    for (size_t r : indices) {
+      const auto& reduction = p.reductions[r];
+      if (result_level(reduction.scope) == Level::Tensor) {
+        w.line("double " + reduction.name + "_ = " + identity(reduction) + ";");
+        continue;
+      }
+      const std::string count = reduction.scope == ReduceScope::Row   ? "B_ * R_"
+                                : reduction.scope == ReduceScope::Col ? "B_ * C_"
+                                                                      : "B_";
+      w.line("shaped_[" + std::to_string(r) + "].assign(" + count + ", " + identity(reduction) + ");");
+    }
+    // What becomes of the values of each level's roots.
+    auto finish = [&](Level level, const std::vector<std::string>& texts) {
+      size_t j = 0;
+      if (update) {
+        for (const auto& o : p.element_outputs) {
+          if (o.level != level) continue;
+          const std::string index = level == Level::Row ? "row_i_" : level == Level::Col ? "col_i_" : "i_";
+          const bool maybe_absent = o.name != "param";
+          w.line((maybe_absent ? "if (" + o.name + "_data_) " : std::string()) + o.name + "_data_[" + index +
+                 "] = T_(" + texts[j++] + ");");
+        }
+        return;
+      }
+      for (size_t r : indices) {
+        const auto& reduction = p.reductions[r];
+        const Level at = reduction.scope == ReduceScope::Matrix ? reduction.operand->level : Level::Element;
+        if (at != level) continue;
+        const std::string value = "static_cast<double>(T_(" + texts[j++] + "))";
+        std::string target;
+        switch (reduction.scope) {
+          case ReduceScope::Tensor:
+          case ReduceScope::Group: target = reduction.name + "_"; break;
+          case ReduceScope::Row: target = "shaped_[" + std::to_string(r) + "][row_i_]"; break;
+          case ReduceScope::Col: target = "shaped_[" + std::to_string(r) + "][col_i_]"; break;
+          case ReduceScope::Matrix: target = "shaped_[" + std::to_string(r) + "][b_]"; break;
+        }
+        w.line(target + " = " + combine(reduction, target, value) + ";");
+      }
+    };
+    // The values of one level: hoisted ones declared (as T_, or kept for the matrix), roots finished.
+    auto level_code = [&](Level level, const std::string& store_suffix) {
+      std::vector<Expr> code = roots[level];
+      const size_t own = code.size();
+      for (const HoistedValue* v : values[level]) code.push_back(v->value);
+      if (code.empty()) return;
+      CppPrinter printer(false, &p);
+      auto texts = write_level_code(w, code, level, printer, "double", taken);
+      for (const auto& [node, name] : printer.names) taken.insert(name);
+      for (size_t j = 0; j < values[level].size(); ++j) {
+        const HoistedValue* v = values[level][j];
+        const bool is_bool = v->value->type == ValueType::Bool;
+        const std::string value = is_bool ? texts[own + j] : "T_(" + texts[own + j] + ")";
+        if (store_suffix.empty())
+          w.line(std::string("const ") + (is_bool ? "bool " : "T_ ") + v->name + " = " + value + ";");
+        else
+          w.line(v->name + store_suffix + " = " + value + ";");
+      }
+      finish(level, std::vector<std::string>(texts.begin(), texts.begin() + own));
+    };
+
+    CppPrinter element_printer(true, &p);
+    {
+      auto matrices = w.block("for (::std::size_t b_ = 0; b_ < B_; ++b_)");
+      level_code(Level::Matrix, "");
+      // Every column's values first, kept for the rows of the matrix.
+      if (!values[Level::Col].empty() || !roots[Level::Col].empty()) {
+        for (const HoistedValue* v : values[Level::Col])
+          w.line(std::string("::std::vector<") + (v->value->type == ValueType::Bool ? "char" : "T_") + "> " + v->name +
+                 "_col_(C_);");
+        auto columns = w.block("for (::std::size_t c_ = 0; c_ < C_; ++c_)");
+        w.line("[[maybe_unused]] const ::std::size_t col_i_ = b_ * C_ + c_;");
+        level_code(Level::Col, "_col_[c_]");
+      }
+      auto rows = w.block("for (::std::size_t r_ = 0; r_ < R_; ++r_)");
+      w.line("[[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;");
+      level_code(Level::Row, "");
+      if (!roots[Level::Element].empty()) {
+        auto columns = w.block("for (::std::size_t c_ = 0; c_ < C_; ++c_)");
+        w.line("[[maybe_unused]] const ::std::size_t col_i_ = b_ * C_ + c_;");
+        w.line("const ::std::size_t i_ = row_i_ * C_ + c_;");
+        std::set<std::string> read;
+        for (const auto& r : roots[Level::Element])
+          for_each_node(r, [&](const Expr& e) {
+            if (e->kind == NodeKind::Var) read.insert(e->name);
+          });
+        for (const HoistedValue* v : values[Level::Col])
+          if (read.count(v->name))
+            w.line(std::string("const ") + (v->value->type == ValueType::Bool ? "bool " : "T_ ") + v->name + " = " +
+                   v->name + "_col_[c_];");
+        shaped_element_loads(w, roots[Level::Element], p);
+        auto texts = write_level_code(w, roots[Level::Element], Level::Element, element_printer, "T_", taken);
+        finish(Level::Element, texts);
+      }
+    }
+    for (size_t r : indices)
+      if (result_level(p.reductions[r].scope) == Level::Tensor)
+        w.line("tensor_[" + std::to_string(r) + "] = " + p.reductions[r].name + "_;");
+  }
+
+  /// Element loads of a variant with rows and columns: a state absent for this tensor reads as 0.
+  static void shaped_element_loads(CodeWriter& w, const std::vector<Expr>& roots, const Program& p) {
+    std::set<std::string> read;
+    for (const auto& r : roots)
+      for_each_node(r, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+      });
+    if (read.count("param")) w.line("const T_ param = param_data_[i_];");
+    if (read.count("grad")) w.line("const T_ grad = grad_data_[i_] / grad_scale_;");
+    for (const auto& s : p.states)
+      if (read.count(s)) w.line("const T_ " + s + " = " + s + "_data_ ? " + s + "_data_[i_] : T_(0);");
+  }
+
+  static std::string shaped_stage_parameters(bool writes_results) {
+    return std::string(
+               "(::std::size_t numel_, ::std::size_t rows_, [[maybe_unused]] ::std::size_t cols_, [[maybe_unused]] "
+               "T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, "
+               "[[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] ") +
+           (writes_results ? "" : "const ") +
+           "double* tensor_, [[maybe_unused]] const double* group_, [[maybe_unused]] ::std::vector<double>* shaped_)";
   }
 
   void per_step(CodeWriter& w, const Program& p) {
@@ -366,13 +634,21 @@ class ReferenceEmitter {
       auto branch = w.block("case " + std::to_string(i) + ":");
       const std::string ns = "variants::" + v.variant + "::";
       const std::string stride = std::to_string(std::max<size_t>(v.reductions.size(), 1));
+      const bool shaped = uses_shapes(v);
       const std::string arguments =
-          "<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, "
-          "tensor_.data() + t_ * " +
-          stride + ", group_.data());";
+          shaped ? "<T_>(tensors_[t_].numel, tensors_[t_].rows, tensors_[t_].cols, tensors_[t_].param, "
+                   "tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * " +
+                       stride + ", group_.data(), shaped_.data() + t_ * " + stride + ");"
+                 : "<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, "
+                   "k_, tensor_.data() + t_ * " +
+                       stride + ", group_.data());";
       w.line("const auto k_ = " + ns + "per_step(h_, scalar_state_, step);");
       w.line("// The results of the reductions: [tensor * " + stride + " + r] and [r].");
       w.line("::std::vector<double> tensor_(count_ * " + stride + "), group_(" + stride + ");");
+      if (shaped) {
+        w.line("// Per tensor and reduction, one result per row, column or matrix: [tensor * " + stride + " + r].");
+        w.line("::std::vector<::std::vector<double>> shaped_(count_ * " + stride + ");");
+      }
       int stages = 0;
       for (const auto& r : v.reductions) stages = std::max(stages, r.stage);
       for (int stage = 1; stage <= stages; ++stage) {
@@ -391,7 +667,7 @@ class ReferenceEmitter {
     }
   }
 
-  void descriptor(CodeWriter& w) {
+  void descriptor(CodeWriter& w, bool per_tensor) {
     w.line();
     w.line("/// The descriptor generic code drives this reference through.");
     auto fn = w.block("inline const Optimizer& optimizer()");
@@ -399,7 +675,8 @@ class ReferenceEmitter {
            "\", kHyperparameters, kNumHyperparameters, kStates, kNumStates, kScalarStates, kNumScalarStates,");
     w.line(
         "                                   &derive_flags, &state_present, &select_variant, kVariants, kNumVariants,");
-    w.line("                                   &step<float>, &step<double>};");
+    w.line(std::string("                                   &step<float>, &step<double>") +
+           (per_tensor ? ", &state_present_in};" : "};"));
     w.line("return instance;");
   }
 

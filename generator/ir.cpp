@@ -15,9 +15,44 @@ const char* to_string(Level level) {
   switch (level) {
     case Level::Group: return "group";
     case Level::Tensor: return "tensor";
+    case Level::Matrix: return "matrix";
+    case Level::Row: return "row";
+    case Level::Col: return "column";
     case Level::Element: return "element";
   }
   return "?";
+}
+
+bool at_or_below(Level a, Level b) {
+  if (a == b || b == Level::Element) return true;
+  if (a == Level::Row || a == Level::Col || a == Level::Element) return false;
+  return a < b;  // Group < Tensor < Matrix < Row, Col
+}
+
+Level join(Level a, Level b) {
+  if (at_or_below(a, b)) return b;
+  if (at_or_below(b, a)) return a;
+  return Level::Element;  // a row value and a column value
+}
+
+Level level_of(StateShape shape) {
+  switch (shape) {
+    case StateShape::Rows: return Level::Row;
+    case StateShape::Cols: return Level::Col;
+    case StateShape::Elements: return Level::Element;
+  }
+  return Level::Element;
+}
+
+Level result_level(ReduceScope scope) {
+  switch (scope) {
+    case ReduceScope::Tensor:
+    case ReduceScope::Group: return Level::Tensor;
+    case ReduceScope::Row: return Level::Row;
+    case ReduceScope::Col: return Level::Col;
+    case ReduceScope::Matrix: return Level::Matrix;
+  }
+  return Level::Tensor;
 }
 
 const char* to_string(StageKind kind) {
@@ -41,7 +76,7 @@ std::shared_ptr<Node> blank(NodeKind kind, ValueType type, const std::vector<Exp
   n->level = Level::Group;
   for (const auto& a : args) {
     if (!a) throw InternalError("null operand");
-    n->level = std::max(n->level, a->level);
+    n->level = join(n->level, a->level);
     n->height = std::max(n->height, a->height + 1);
   }
   n->args = args;
@@ -68,7 +103,10 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
     case VarKind::Hyperparameter:
     case VarKind::Step:
     case VarKind::ScalarState: n->level = Level::Group; break;
-    case VarKind::Numel: n->level = Level::Tensor; break;
+    case VarKind::Numel:
+    case VarKind::Factored:
+    case VarKind::Rows:
+    case VarKind::Cols: n->level = Level::Tensor; break;
     case VarKind::Param:
     case VarKind::Grad:
     case VarKind::State: n->level = Level::Element; break;
@@ -77,6 +115,17 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
   }
   if (n->level == Level::Element && type != ValueType::Float)
     throw InternalError("element input '" + name + "' must be float");
+  if ((var == VarKind::Factored && type != ValueType::Bool) ||
+      ((var == VarKind::Rows || var == VarKind::Cols) && type != ValueType::Int))
+    throw InternalError("input '" + name + "' has the wrong type");
+  return n;
+}
+
+Expr Node::make_state(const std::string& name, Level level) {
+  if (level != Level::Row && level != Level::Col && level != Level::Element)
+    throw InternalError("state '" + name + "' read at the " + std::string(to_string(level)) + " level");
+  auto n = std::const_pointer_cast<Node>(make_var(VarKind::State, name, ValueType::Float));
+  n->level = level;
   return n;
 }
 
@@ -149,15 +198,17 @@ Expr Node::make_reduce(ReduceOp op, ReduceScope scope, Expr operand) {
   auto n = blank(NodeKind::Reduce, ValueType::Float, {operand});
   n->op = static_cast<int>(op);
   n->scope = scope;
-  n->level = Level::Tensor;
+  n->level = result_level(scope);
   return n;
 }
 
-Expr Node::make_reduced(const std::string& name) {
+Expr Node::make_reduced(const std::string& name, Level level) {
+  if (level == Level::Group || level == Level::Element)
+    throw InternalError("reduction result '" + name + "' at the " + std::string(to_string(level)) + " level");
   auto n = blank(NodeKind::Var, ValueType::Float, {});
   n->var = VarKind::Reduced;
   n->name = name;
-  n->level = Level::Tensor;
+  n->level = level;
   return n;
 }
 
@@ -231,6 +282,9 @@ void for_each_node(const Program& program, const std::function<void(const Expr&)
   for (const auto& s : program.scalar_state_updates) walk(s.value);
   for (const auto& v : program.group_values) walk(v.value);
   for (const auto& v : program.tensor_values) walk(v.value);
+  for (const auto& v : program.matrix_values) walk(v.value);
+  for (const auto& v : program.row_values) walk(v.value);
+  for (const auto& v : program.col_values) walk(v.value);
   for (const auto& r : program.reductions) walk(r.operand);
   for (const auto& o : program.element_outputs) walk(o.value);
 }
@@ -241,6 +295,9 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   for (auto& o : result.scalar_state_updates) o.value = f(o.value);
   for (auto& v : result.group_values) v.value = f(v.value);
   for (auto& v : result.tensor_values) v.value = f(v.value);
+  for (auto& v : result.matrix_values) v.value = f(v.value);
+  for (auto& v : result.row_values) v.value = f(v.value);
+  for (auto& v : result.col_values) v.value = f(v.value);
   for (auto& r : result.reductions) r.operand = f(r.operand);
   for (auto& o : result.element_outputs) o.value = f(o.value);
   return result;

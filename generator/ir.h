@@ -48,14 +48,36 @@ enum class NodeKind {
 #undef OPTGEN_ENUM
 };
 
-/// How often a value is computed, from the least to the most often. Per row and per column of a
-/// 2-D tensor (factored states) will sit between Tensor and Element; reductions move a value to a
-/// lower level, and the stage plan (Program::stages) splits a step where they do.
-enum class Level { Group, Tensor, Element };
+/// How often a value is computed, from the least to the most often. A factored tensor (two or
+/// more dimensions) is a batch of matrices over its last two dimensions: per matrix, per row and
+/// per column sit between Tensor and Element. Row and Col are not ordered (`join` of the two is
+/// Element: a value reading both is one per element). Reductions move a value to a lower level,
+/// and the stage plan (Program::stages) splits a step where they do.
+enum class Level { Group, Tensor, Matrix, Row, Col, Element };
 const char* to_string(Level level);
+/// The level of a value computed from values of levels `a` and `b`: the lowest both are at or below.
+Level join(Level a, Level b);
+/// Whether every value of level `a` is known where a value of level `b` is computed (a <= b).
+bool at_or_below(Level a, Level b);
+/// The level a state of this shape is read at: Row, Col or Element.
+Level level_of(StateShape shape);
 
-/// What a Var leaf reads.
-enum class VarKind { Hyperparameter, Step, ScalarState, Numel, Param, Grad, State, Hoisted, Reduced };
+/// What a Var leaf reads. Factored, Rows and Cols are per tensor: whether it has two or more
+/// dimensions, and the rows and columns of each of its matrices (1 and numel when not factored).
+enum class VarKind {
+  Hyperparameter,
+  Step,
+  ScalarState,
+  Numel,
+  Factored,
+  Rows,
+  Cols,
+  Param,
+  Grad,
+  State,
+  Hoisted,
+  Reduced
+};
 
 const char* spelling(UnaryOp op);
 const char* spelling(BinaryOp op);
@@ -93,17 +115,20 @@ struct Node {
   /// Factories check their invariants and throw InternalError when broken.
   static Expr make_const(double value, ValueType type);
   static Expr make_var(VarKind var, const std::string& name, ValueType type);
-  /// A value computed at `level` (Group or Tensor) by the code of that level, read by name.
+  /// A state buffer's old value, at the level of the state's shape (Row, Col or Element).
+  static Expr make_state(const std::string& name, Level level);
+  /// A value computed at `level` (below Element) by the code of that level, read by name.
   static Expr make_hoisted(const std::string& name, ValueType type, Level level);
   static Expr make_unary(UnaryOp op, Expr a);
   static Expr make_binary(BinaryOp op, Expr a, Expr b);
   static Expr make_select(Expr condition, Expr if_true, Expr if_false);
   static Expr make_call(Builtin fn, std::vector<Expr> args);
-  /// `op` of the number `operand` over `scope`: a float, computed per tensor (see the top).
+  /// `op` of the number `operand` over `scope`: a float, one per tensor (scope Tensor or Group),
+  /// row, column or matrix (see result_level).
   static Expr make_reduce(ReduceOp op, ReduceScope scope, Expr operand);
   /// The result of the reduction of the program called `name` (Program::reductions), read by the
-  /// per-tensor code of the stages after it: the raw sum or maximum, as a double.
-  static Expr make_reduced(const std::string& name);
+  /// code of the stages after it: the raw sum or maximum, as a double, one per `level`.
+  static Expr make_reduced(const std::string& name, Level level = Level::Tensor);
 };
 
 /// How high a program's DAG may grow (each statement builds on the ones before it): the passes
@@ -119,11 +144,16 @@ Expr with_provenance(const Expr& e, const std::string& hint, const SourceLoc& lo
 bool same_node(const Node& a, const Node& b);  ///< compares operands by pointer
 size_t shallow_hash(const Node& n);            ///< hashes operands by pointer
 
+/// The level of a reduction's result over `scope`: Tensor for a tensor or a group, else Row, Col
+/// or Matrix.
+Level result_level(ReduceScope scope);
+
 /// A value the step writes: the parameter, a state buffer, or a scalar state.
 struct Output {
   std::string name;
   Expr value;
-  SourceLoc loc;  ///< the statement that last assigned it
+  SourceLoc loc;                 ///< the statement that last assigned it
+  Level level = Level::Element;  ///< a state's shape: one value per row, per column or per element
 };
 
 /// A value computed once at a lower level and read, through a Hoisted leaf of the same name, by the
@@ -134,8 +164,9 @@ struct HoistedValue {
 };
 
 /// A reduction the step computes before its Update stage: `op` of `operand` (element code, reading
-/// lower levels through Hoisted and Reduced leaves) over each tensor, or over each group. Its
-/// stage is one more than the latest stage of the reductions its operand reads (1 when none).
+/// lower levels through Hoisted and Reduced leaves) over each tensor, each group, each row or each
+/// column; or of row (column) code over each matrix's rows (columns), scope Matrix. Its stage is
+/// one more than the latest stage of the reductions its operand reads (1 when none).
 struct ReductionValue {
   std::string name;
   ReduceOp op;
@@ -167,15 +198,19 @@ struct Program {
   std::map<std::string, bool> flags;
   std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
 
-  std::vector<Output> scalar_state_updates;      ///< new value of each scalar state, in declaration order
-  std::vector<HoistedValue> group_values;        ///< filled by `assign_levels`: read by tensor and element code
-  std::vector<HoistedValue> tensor_values;       ///< filled by `assign_levels`: read by element code
-  std::vector<ReductionValue> reductions;        ///< filled by `assign_levels`: read by tensor code
-  std::vector<Output> element_outputs;           ///< param first, then states in declaration order
-  std::vector<Stage> stages;                     ///< filled by `plan_stages`
-  std::vector<std::string> states;               ///< state buffers the variant uses, declaration order
-  std::map<std::string, Expr> derived_flags;     ///< derived flag -> its value from hyperparameters
-  std::map<std::string, Expr> state_conditions;  ///< state -> when it is present (flags only)
+  std::vector<Output> scalar_state_updates;   ///< new value of each scalar state, in declaration order
+  std::vector<HoistedValue> group_values;     ///< filled by `assign_levels`: read by tensor and element code
+  std::vector<HoistedValue> tensor_values;    ///< filled by `assign_levels`: read by element code
+  std::vector<HoistedValue> matrix_values;    ///< filled by `assign_levels`: per matrix of a factored tensor
+  std::vector<HoistedValue> row_values;       ///< filled by `assign_levels`: per row of a factored tensor
+  std::vector<HoistedValue> col_values;       ///< filled by `assign_levels`: per column of a factored tensor
+  std::vector<ReductionValue> reductions;     ///< filled by `assign_levels`: read by tensor code
+  std::vector<Output> element_outputs;        ///< param first, then states in declaration order (any level)
+  std::vector<Stage> stages;                  ///< filled by `plan_stages`
+  std::vector<std::string> states;            ///< state buffers the variant uses, declaration order
+  std::map<std::string, Expr> derived_flags;  ///< derived flag -> its value from hyperparameters
+  /// state -> when it is present: flags, and `factored` (a Factored leaf: present per tensor).
+  std::map<std::string, Expr> state_conditions;
 };
 
 /// Rebuilds every root of the program through `f` (see Mutator).

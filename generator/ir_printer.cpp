@@ -7,15 +7,31 @@
 namespace optgen {
 namespace {
 
+/// The sigil of a hoisted value of `level`.
+std::string sigil(Level level) {
+  switch (level) {
+    case Level::Group: return "$";
+    case Level::Tensor: return "@";
+    case Level::Matrix: return "@matrix.";
+    case Level::Row: return "@row.";
+    case Level::Col: return "@col.";
+    case Level::Element: break;
+  }
+  return "?";
+}
+
 /// Leaves print as their names; hoisted values get a sigil for their level so a reader can tell
-/// the levels apart: `$bias_correction1` is a group value, `@rms` a tensor value, `%sum_g` the result
-/// of a reduction.
+/// the levels apart: `$bias_correction1` is a group value, `@rms` a tensor value, `@row.v` a row
+/// value (`@matrix.`, `@col.` likewise), `%sum_g` the result of a reduction. A row or column state
+/// prints as `row_var[row]`, `col_var[col]`.
 class DumpPrinter : public ExprPrinter {
  protected:
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Reduced) return "%" + var.name;
+    if (var.var == VarKind::State && var.level == Level::Row) return var.name + "[row]";
+    if (var.var == VarKind::State && var.level == Level::Col) return var.name + "[col]";
     if (var.var != VarKind::Hoisted) return var.name;
-    return (var.level == Level::Group ? "$" : "@") + var.name;
+    return sigil(var.level) + var.name;
   }
 };
 
@@ -43,6 +59,9 @@ std::string dump(const Program& program) {
   for (const auto& o : program.scalar_state_updates) roots.push_back(o.value);
   for (const auto& v : program.group_values) roots.push_back(v.value);
   for (const auto& v : program.tensor_values) roots.push_back(v.value);
+  for (const auto& v : program.matrix_values) roots.push_back(v.value);
+  for (const auto& v : program.row_values) roots.push_back(v.value);
+  for (const auto& v : program.col_values) roots.push_back(v.value);
   for (const auto& r : program.reductions) roots.push_back(r.operand);
   for (const auto& o : program.element_outputs) roots.push_back(o.value);
   auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
@@ -86,12 +105,21 @@ std::string dump(const Program& program) {
       assignment("%" + r.name, r.operand, arrow.c_str());
     }
   }
-  if (!program.tensor_values.empty()) {
-    out << "tensor:\n";
-    for (const auto& v : program.tensor_values) assignment("@" + v.name, v.value, "=");
-  }
+  auto values = [&](const char* section, const std::vector<HoistedValue>& list, Level level) {
+    if (list.empty()) return;
+    out << section << ":\n";
+    for (const auto& v : list) assignment(sigil(level) + v.name, v.value, "=");
+  };
+  values("tensor", program.tensor_values, Level::Tensor);
+  values("matrix", program.matrix_values, Level::Matrix);
+  values("row", program.row_values, Level::Row);
+  values("col", program.col_values, Level::Col);
   out << "update:\n";
-  for (const auto& o : program.element_outputs) assignment(o.name, o.value, "<-");
+  for (const auto& o : program.element_outputs)
+    assignment(o.level == Level::Row   ? o.name + "[row]"
+               : o.level == Level::Col ? o.name + "[col]"
+                                       : o.name,
+               o.value, "<-");
   if (!program.stages.empty()) {
     out << "stages:";
     for (const auto& stage : program.stages) out << " " << stage.name << " (" << to_string(stage.kind) << ")";

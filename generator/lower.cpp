@@ -34,6 +34,46 @@ const char* describe(NameKind kind) {
 
 const char* type_name(ValueType t) { return t == ValueType::Bool ? "a bool" : "a number"; }
 
+bool is_factored(const Expr& e) { return e->kind == NodeKind::Var && e->var == VarKind::Factored; }
+bool is_not_factored(const Expr& e) {
+  return e->kind == NodeKind::Unary && e->unary_op() == UnaryOp::Not && is_factored(e->args[0]);
+}
+/// Whether the bool `e` can hold only for a factored tensor (`factored`, `factored && x`), or only
+/// for one that is not (`!factored`, `!factored && x`).
+bool requires_factored(const Expr& e, bool factored) {
+  if (factored ? is_factored(e) : is_not_factored(e)) return true;
+  return e->kind == NodeKind::Binary && e->binary_op() == BinaryOp::And &&
+         (requires_factored(e->args[0], factored) || requires_factored(e->args[1], factored));
+}
+
+/// What the code being lowered knows about its tensor: nothing, that it is factored (inside
+/// `when: factored` or the true branch of `factored ? a : b`), or that it is not.
+enum class Guard { None, Factored, NotFactored };
+
+/// The guard inside code run only when `condition` holds (`holds`) or only when it does not.
+Guard guard_under(const Expr& condition, bool holds, Guard outer) {
+  if (holds) {
+    if (requires_factored(condition, true)) return Guard::Factored;
+    if (requires_factored(condition, false)) return Guard::NotFactored;
+    return outer;
+  }
+  if (is_factored(condition)) return Guard::NotFactored;
+  if (is_not_factored(condition)) return Guard::Factored;
+  return outer;
+}
+
+const char* per(Level level) {
+  switch (level) {
+    case Level::Group: return "one value per param group";
+    case Level::Tensor: return "one value per tensor";
+    case Level::Matrix: return "one value per matrix";
+    case Level::Row: return "one value per row";
+    case Level::Col: return "one value per column";
+    case Level::Element: return "one value per element";
+  }
+  return "?";
+}
+
 class Lowering {
  public:
   explicit Lowering(const Spec& spec) : spec_(spec) {}
@@ -81,12 +121,25 @@ class Lowering {
       Expr value = expression(*s.when);
       require_bool(value, *s.when, "a state's 'when'");
       program.state_conditions[s.name] = value;
+      state_conditions_[s.name] = value;
       for_each_node(value, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && !spec_.find_hyperparameter(e->name)->specialize)
-          throw SpecError(s.when->loc,
-                          "a state's 'when' may use only specialized flags, and '" + e->name + "' is not one",
-                          "declare it with 'specialize: true', or add a derived flag");
+        if (e->kind == NodeKind::Var && !is_factored(e) && !spec_.find_hyperparameter(e->name)->specialize)
+          throw SpecError(
+              s.when->loc,
+              "a state's 'when' may use only specialized flags and 'factored', and '" + e->name + "' is not one",
+              "declare it with 'specialize: true', or add a derived flag");
       });
+    }
+    // A row or column state exists only where there are rows and columns.
+    for (const auto& s : spec_.states) {
+      if (s.shape == StateShape::Elements) continue;
+      auto it = program.state_conditions.find(s.name);
+      if (it == program.state_conditions.end() || !requires_factored(it->second, true))
+        throw SpecError(s.shape_loc,
+                        "state '" + s.name + "' has " + per(level_of(s.shape)) +
+                            " of a factored tensor (two or more dimensions), so it must say 'when: factored'",
+                        "tensors of fewer dimensions have no rows and columns; give them a state of their own "
+                        "('when: \"!factored\"')");
     }
   }
 
@@ -115,7 +168,7 @@ class Lowering {
       grad = clipping::gradient(spec_, grad, env_.at(clipping::kMaxNorm).value, env_.at(clipping::kFlag).value);
     env_["grad"] = {NameKind::Grad, grad, {}};
     for (const auto& s : spec_.states) {
-      Expr value = Node::make_var(VarKind::State, s.name, ValueType::Float);
+      Expr value = Node::make_state(s.name, level_of(s.shape));
       if (s.init.param)  // spec.h, Init: the parameter at the group's first step
         value = with_provenance(Node::make_select(Node::make_binary(BinaryOp::Eq, env_.at("step").value,
                                                                     Node::make_const(1, ValueType::Int)),
@@ -137,7 +190,7 @@ class Lowering {
     for (const auto& s : spec_.states) {
       const Binding& b = env_.at(s.name);
       if (!assigned_.count(s.name)) throw SpecError(s.loc, "state '" + s.name + "' is never written by 'update'");
-      program.element_outputs.push_back({s.name, b.value, b.loc});
+      program.element_outputs.push_back({s.name, b.value, b.loc, level_of(s.shape)});
       program.states.push_back(s.name);
     }
   }
@@ -167,7 +220,10 @@ class Lowering {
       Expr condition = expression(*item.when);
       require_bool(condition, *item.when, "'when'");
       auto outer = env_;
+      const Guard outer_guard = guard_;
+      guard_ = guard_under(condition, true, guard_);
       block(*item.body);
+      guard_ = outer_guard;
       std::map<std::string, Binding> merged = outer;
       for (auto& [name, inner] : env_) {
         auto it = merged.find(name);
@@ -209,6 +265,7 @@ class Lowering {
     } else if (std::string why = name_problem(s.target, NameUse::Value); !why.empty()) {
       throw SpecError(s.target_loc, "'" + s.target + "' cannot be used as a name", why);
     }
+    if (kind == NameKind::State) check_state_write(s, value);
     bool numeric_target = kind == NameKind::Param || kind == NameKind::State || kind == NameKind::ScalarState;
     if (numeric_target && value->type == ValueType::Bool)
       throw SpecError(s.value->loc, "cannot assign a bool to " + std::string(describe(kind)) + " '" + s.target + "'");
@@ -223,6 +280,38 @@ class Lowering {
     // Whether an output was assigned is recorded, not read off its value: `param = grad` assigns
     // param a leaf, and swapping two states through a local leaves each the other's old value.
     if (kind == NameKind::Param || kind == NameKind::State || kind == NameKind::ScalarState) assigned_.insert(s.target);
+  }
+
+  /// A state that exists for some tensors only is written under the guard it is read under; a row
+  /// (column) state is assigned a value of at most one per row (column).
+  void check_state_write(const Statement& s, const Expr& value) {
+    const ElementState& state = spec_.states.at(spec_.state_index(s.target));
+    check_guard(state, s.target_loc, "assigned");
+    const Level level = level_of(state.shape);
+    if (!at_or_below(value->level, level))
+      throw SpecError(s.value->loc, "state '" + s.target + "' has " + per(level) + ", but this is " + per(value->level),
+                      level == Level::Row ? "reduce it over each row first (row_sum, row_mean)"
+                                          : "reduce it over each column first (col_sum, col_mean)");
+  }
+
+  /// The guard a read or write of `state` needs: `factored` for a state only factored tensors have,
+  /// `!factored` for one only the others have.
+  void check_guard(const ElementState& state, const SourceLoc& at, const char* what) {
+    auto it = state_conditions_.find(state.name);
+    if (it == state_conditions_.end()) return;
+    if (requires_factored(it->second, true) && guard_ != Guard::Factored)
+      throw SpecError(at,
+                      "state '" + state.name + "' exists only for factored tensors (two or more dimensions), and is " +
+                          what + " here outside a 'factored' guard",
+                      "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for tensors of "
+                      "fewer dimensions");
+    if (requires_factored(it->second, false) && guard_ != Guard::NotFactored)
+      throw SpecError(at,
+                      "state '" + state.name +
+                          "' exists only for tensors that are not factored (fewer than two "
+                          "dimensions), and is " +
+                          what + " here outside a '!factored' guard",
+                      "use it inside 'when: \"!factored\"' or in the false branch of 'factored ? ... : ...'");
   }
 
   [[noreturn]] void cannot_assign(const Statement& s, NameKind kind, const std::string& why) {
@@ -270,10 +359,14 @@ class Lowering {
       case Syntax::Kind::Binary: return binary(s);
       case Syntax::Kind::Ternary: {
         Expr c = expression(*s.operands[0]);
-        Expr t = expression(*s.operands[1]);
-        Expr f = expression(*s.operands[2]);
         if (c->type != ValueType::Bool)
           throw SpecError(s.operands[0]->loc, "the condition of '?' must be a bool, but this is a number");
+        const Guard outer = guard_;
+        guard_ = guard_under(c, true, outer);
+        Expr t = expression(*s.operands[1]);
+        guard_ = guard_under(c, false, outer);
+        Expr f = expression(*s.operands[2]);
+        guard_ = outer;
         if ((t->type == ValueType::Bool) != (f->type == ValueType::Bool))
           throw SpecError(s.loc, std::string("the branches of '?' differ in type: ") + type_name(t->type) + " and " +
                                      type_name(f->type));
@@ -337,41 +430,89 @@ class Lowering {
     return Node::make_call(fn->id, std::move(args));
   }
 
-  /// A reduction: its operand must be an element value of 'update'; its result is per tensor.
+  /// A reduction. Over a tensor or a group, or over each row or column: its operand must be an
+  /// element value of 'update'. `sum`, `mean`, `norm` and `max` of a row (column) value reduce over
+  /// each matrix's rows (columns).
   Expr reduction(const Syntax& s, const ReductionInfo& r) {
     const std::string called = "'" + s.text + "'";
+    const bool factored_scope = r.scope == ReduceScope::Row || r.scope == ReduceScope::Col;
     if (section_ != Section::Update)
       throw SpecError(s.loc, called + " reduces over the elements of " +
-                                 (r.scope == ReduceScope::Tensor ? "a tensor" : "a param group") +
+                                 (r.scope == ReduceScope::Tensor  ? "a tensor"
+                                  : r.scope == ReduceScope::Group ? "a param group"
+                                                                  : "a factored tensor's rows or columns") +
                                  " and can be used only in 'update'");
+    if (factored_scope && guard_ != Guard::Factored)
+      throw SpecError(s.loc,
+                      called + " reduces over the " + (r.scope == ReduceScope::Row ? "rows" : "columns") +
+                          " of a factored tensor (two or more dimensions), and is used here outside a 'factored' guard",
+                      "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for tensors of fewer "
+                      "dimensions");
     Expr x = expression(*s.operands[0]);
     if (x->type == ValueType::Bool)
       throw SpecError(s.operands[0]->loc, called + " needs a number, but its argument is a bool",
                       "write 'condition ? 1 : 0' to count elements");
-    if (x->level != Level::Element) {
+    ReduceScope scope = r.scope;
+    const bool over_matrix = r.scope == ReduceScope::Tensor && (x->level == Level::Row || x->level == Level::Col);
+    if (over_matrix) scope = ReduceScope::Matrix;
+    if (r.scope == ReduceScope::Group && (x->level == Level::Row || x->level == Level::Col))
+      throw SpecError(s.operands[0]->loc,
+                      "the argument of " + called + " is " + per(x->level) +
+                          ", but it reduces the elements of every tensor of a param group",
+                      "reduce the element values themselves; sum, mean, norm and max reduce a row or column value "
+                      "over each matrix");
+    if (x->level != Level::Element && !over_matrix) {
       bool reads_reduction = false;
       for_each_node(x, [&](const Expr& e) { reads_reduction = reads_reduction || e->kind == NodeKind::Reduce; });
       if (reads_reduction)
         throw SpecError(s.operands[0]->loc,
-                        "a reduction of a reduction: the argument of " + called +
-                            " is one value per tensor, with no elements to reduce over",
-                        "reduce the element values themselves, or combine the reductions' results");
+                        "a reduction of a reduction: the argument of " + called + " is " + per(x->level) +
+                            ", with no elements to reduce over",
+                        x->level == Level::Matrix
+                            ? "reduce the element values themselves (a row or column value reduces over its matrix), "
+                              "or combine the reductions' results"
+                            : "reduce the element values themselves, or combine the reductions' results");
+      if (x->level == Level::Row || x->level == Level::Col)
+        throw SpecError(s.operands[0]->loc,
+                        "the argument of " + called + " is " + per(x->level) +
+                            ", but it reduces the elements of each " + (r.scope == ReduceScope::Row ? "row" : "column"),
+                        "sum, mean, norm and max reduce a row or column value over each matrix");
       throw SpecError(s.operands[0]->loc,
                       "the argument of " + called + " is the same for every element: it reads no param, grad or state",
                       "a reduction runs over the elements of a tensor; use the value itself");
     }
     using Form = ReductionInfo::Form;
     auto reduce = std::const_pointer_cast<Node>(
-        Node::make_reduce(r.op, r.scope, r.form == Form::Norm ? Node::make_binary(BinaryOp::Mul, x, x) : x));
+        Node::make_reduce(r.op, scope, r.form == Form::Norm ? Node::make_binary(BinaryOp::Mul, x, x) : x));
     reduce->loc = s.loc;  // for messages about the reduction
     Expr value = reduce;
     if (r.form == Form::Norm) return Node::make_call(Builtin::Sqrt, {value});
-    if (r.form == Form::Mean) return Node::make_binary(BinaryOp::Div, value, env_.at("numel").value);
+    if (r.form == Form::Mean) return Node::make_binary(BinaryOp::Div, value, count(scope, x->level));
     return value;
+  }
+
+  /// How many values a reduction over `scope` of values at `level` adds up: a mean divides by it.
+  Expr count(ReduceScope scope, Level level) const {
+    auto rows = [] { return Node::make_var(VarKind::Rows, "rows", ValueType::Int); };
+    auto cols = [] { return Node::make_var(VarKind::Cols, "cols", ValueType::Int); };
+    switch (scope) {
+      case ReduceScope::Row: return cols();  // a row's elements, one per column
+      case ReduceScope::Col: return rows();
+      case ReduceScope::Matrix: return level == Level::Row ? rows() : cols();
+      case ReduceScope::Tensor:
+      case ReduceScope::Group: break;
+    }
+    return env_.at("numel").value;
   }
 
   Expr name(const Syntax& s) {
     if (s.text == "true" || s.text == "false") return Node::make_const(s.text == "true", ValueType::Bool);
+    if (s.text == "factored") {
+      if (section_ == Section::Update || section_ == Section::StateCondition)
+        return Node::make_var(VarKind::Factored, "factored", ValueType::Bool);
+      throw SpecError(s.loc, "'factored' is a per-tensor value and can be used only in 'update' and a state's 'when'",
+                      "whether a tensor has two or more dimensions differs between the tensors of a group");
+    }
     if (find_builtin(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a function; call it as " + s.text + "(...)");
     auto it = env_.find(s.text);
     if (it == env_.end()) {
@@ -394,6 +535,8 @@ class Lowering {
       throw SpecError(s.loc, "unknown name '" + s.text + "'" + did_you_mean(s.text, candidates));
     }
     const Binding& b = it->second;
+    if (b.kind == NameKind::State && section_ == Section::Update)
+      check_guard(spec_.states.at(spec_.state_index(s.text)), s.loc, "read");
     if (section_ == Section::Flag || section_ == Section::StateCondition) {
       const Hyperparameter* h = b.kind == NameKind::Hyperparameter ? spec_.find_hyperparameter(s.text) : nullptr;
       if (!h)
@@ -406,6 +549,8 @@ class Lowering {
 
   const Spec& spec_;
   Section section_ = Section::Flag;
+  Guard guard_ = Guard::None;
+  std::map<std::string, Expr> state_conditions_;  ///< as Program::state_conditions
   std::map<std::string, Binding> env_;
   std::map<std::string, SourceLoc> targets_;     ///< every name assigned in the current section
   std::map<std::string, SourceLoc> scoped_out_;  ///< locals that ended with their 'when' block

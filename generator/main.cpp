@@ -45,6 +45,7 @@ struct Arguments {
   std::string variant;
   std::vector<int> archs = {80, 86, 89, 90};
   std::set<std::string> kernel_variants;  ///< --variants; empty: all
+  bool reference_only = false;            ///< emit --reference-only
   std::vector<optgen::Storage> storage;   ///< --storage; empty: the spec's, else the default
   optgen::KernelTuning tuning;
   bool quiet = false;
@@ -103,6 +104,8 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
       "content is unchanged is not rewritten)");
   emit->add_option("specs", args.specs, "spec files")->required();
   add_generation_options(*emit, args, storage, variants);
+  emit->add_flag("--reference-only", args.reference_only,
+                 "write <name>_reference.h only: the CPU reference, built for rows and columns before the kernels are");
 
   CLI::App* compile = app.add_subcommand("compile",
                                          "compile each spec's kernels with NVRTC for each architecture (and PTX for "
@@ -250,6 +253,13 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
   const auto start = std::chrono::steady_clock::now();
   std::filesystem::path out(args.out_dir);
   std::filesystem::create_directories(out);
+  if (args.reference_only) {
+    write_if_changed(out / (spec.name + "_reference.h"), optgen::emit_reference(spec, variants));
+    if (!args.quiet)
+      std::cout << "optgen: " << spec.file->path << " -> " << (out / spec.name).string() << "_reference.h, in "
+                << time_since(start) << std::endl;
+    return;
+  }
   const auto storage = optgen::storage_to_generate(args.storage, spec.storage);
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
@@ -279,7 +289,8 @@ int run(const Arguments& args) {
         dump(spec, args);
         continue;
       }
-      auto variants = optgen::compile_spec(spec);
+      auto variants =
+          optgen::compile_spec(spec, {}, args.reference_only ? optgen::Emitters::ReferenceOnly : optgen::Emitters::All);
       if (args.command == "check")
         std::cout << path << ": ok (" << spec.optimizer << ", " << variants.size() << " variant"
                   << (variants.size() == 1 ? "" : "s") << ")\n";

@@ -18,10 +18,13 @@ InitRow init_row(const Spec& spec, const Init& init) {
   return {0, hyperparameter_index(spec, init.hyperparameter), false};
 }
 
+StateShape shape_of(const ElementState& s) { return s.shape; }
+StateShape shape_of(const ScalarState&) { return StateShape::Elements; }
+
 template <typename States>
 std::vector<StateRow> state_rows(const Spec& spec, const States& states) {
   std::vector<StateRow> rows;
-  for (const auto& s : states) rows.push_back({s.name, init_row(spec, s.init)});
+  for (const auto& s : states) rows.push_back({s.name, init_row(spec, s.init), shape_of(s)});
   return rows;
 }
 

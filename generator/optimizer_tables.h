@@ -35,6 +35,7 @@ struct InitRow {
 struct StateRow {
   std::string name;
   InitRow init;
+  StateShape shape = StateShape::Elements;  ///< scalar states: always elements (unused)
 };
 
 /// A derived flag: hyperparameter number `hyperparameter` is `value`, a Bool expression over the

@@ -36,12 +36,55 @@ Program compile_variant(const Program& lowered, const FlagValues& flags, const P
   return observe("plan_stages", plan_stages(p));
 }
 
-std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each) {
+namespace {
+
+/// Whether `program` uses what optgen checks but does not emit yet: rows, columns, matrices, or
+/// `factored` (and so the tensors' shapes).
+bool uses_shapes(const Program& program) {
+  bool uses = !program.matrix_values.empty() || !program.row_values.empty() || !program.col_values.empty();
+  for (const auto& o : program.element_outputs) uses = uses || o.level != Level::Element;
+  for_each_node(program, [&](const Expr& e) {
+    uses = uses || (e->kind == NodeKind::Var &&
+                    (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
+  });
+  for (const auto& r : program.reductions) uses = uses || result_level(r.scope) != Level::Tensor;
+  return uses;
+}
+
+/// Rows, columns and `factored` have a language, an IR and a CPU reference so far: the kernels and
+/// the runtime's row and column tables are the next step (docs/DESIGN.md, "Not built yet"), so a
+/// spec that uses them is refused where it says so, before the kernel emitter could see it.
+void refuse_shapes(const Spec& spec, const std::vector<Program>& variants) {
+  bool uses = false;
+  for (const auto& v : variants) uses = uses || uses_shapes(v);
+  for (const auto& s : spec.states) uses = uses || s.shape != StateShape::Elements;
+  if (!uses) return;
+  SourceLoc at = spec.update_loc;
+  for (const auto& s : spec.states)
+    if (s.shape != StateShape::Elements) {
+      at = s.shape_loc;
+      break;
+    }
+  throw SpecError(
+      at,
+      "rows, columns and 'factored' are not built into the kernels yet: optgen emits only the CPU reference "
+      "for them (optgen emit --reference-only)",
+      "docs/DESIGN.md, \"Not built yet: rows, columns and shapes (Adafactor)\", is the plan");
+}
+
+}  // namespace
+
+std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each, Emitters emitters) {
   Program lowered = lower(spec);
   if (after_each) after_each("lower", lowered);
   std::vector<Program> variants;
   for (const auto& flags : enumerate_variants(spec)) variants.push_back(compile_variant(lowered, flags, after_each));
+  check_emitters(spec, variants, emitters);
   return variants;
+}
+
+void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters) {
+  if (emitters == Emitters::All) refuse_shapes(spec, variants);
 }
 
 }  // namespace optgen

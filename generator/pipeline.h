@@ -26,7 +26,18 @@ using PassObserver = std::function<void(const std::string& pass, const Program&)
 /// Runs the passes after lowering for one variant.
 Program compile_variant(const Program& lowered, const FlagValues& flags, const PassObserver& after_each = {});
 
-/// Lowers the spec and compiles every variant.
-std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each = {});
+/// What the compiled variants are for: every emitter, or the CPU reference alone (`optgen emit
+/// --reference-only`), which is built for more of the language than the kernels are (rows and
+/// columns).
+enum class Emitters { All, ReferenceOnly };
+
+/// Lowers the spec and compiles every variant; refuses, with a located error, a spec that uses what
+/// the `emitters` cannot print yet.
+std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each = {},
+                                  Emitters emitters = Emitters::All);
+
+/// compile_spec's refusal alone: throws a located SpecError when the compiled `variants` use what
+/// the `emitters` cannot print yet (the kernels: rows, columns and `factored`).
+void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters);
 
 }  // namespace optgen

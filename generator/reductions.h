@@ -5,6 +5,11 @@
 /// is a Reduce node of the IR (a sum or a maximum, over a tensor or a group) with ordinary IR
 /// around it: `mean(x)` is `sum(x) / numel`, `norm(x)` is `sqrt(sum(x * x))`.
 ///
+/// A factored tensor (two or more dimensions) is a batch of matrices over its last two: `row_sum(x)`,
+/// `row_mean(x)` reduce an element value over each row's columns (one value per row), `col_sum(x)`,
+/// `col_mean(x)` over each column's rows; `sum`, `mean`, `norm` and `max` of a row (column) value
+/// reduce it over each matrix's rows (columns): one value per matrix.
+///
 /// Unlike the built-in functions, reduction names are not reserved: a spec may name a value
 /// `sum` (torch's Adagrad calls its state that), and then cannot call sum() itself.
 
@@ -15,8 +20,10 @@ namespace optgen {
 
 /// How a reduction combines its elements (and, later, the partial results of blocks and ranks).
 enum class ReduceOp { Sum, Max };
-/// What a reduction runs over: the elements of one tensor, or of every tensor of the param group.
-enum class ReduceScope { Tensor, Group };
+/// What a reduction runs over: the elements of one tensor, or of every tensor of the param group;
+/// of each row or each column of a factored tensor's matrices; or the row (column) values of each
+/// matrix (`sum` of a row value).
+enum class ReduceScope { Tensor, Group, Row, Col, Matrix };
 
 const char* to_string(ReduceOp op);
 const char* to_string(ReduceScope scope);
@@ -25,8 +32,9 @@ struct ReductionInfo {
   const char* name;  ///< as a spec writes it
   ReduceOp op;
   ReduceScope scope;
-  enum class Form { Plain, Mean, Norm } form;  ///< the value: the reduction, / numel, sqrt of the sum of squares
-  const char* meaning;                         ///< for the documentation and messages
+  /// The value: the reduction; / the count it ran over (numel, a row's columns, ...); sqrt of the sum of squares.
+  enum class Form { Plain, Mean, Norm } form;
+  const char* meaning;  ///< for the documentation and messages
 };
 
 /// Every reduction, in the order the documentation lists them.

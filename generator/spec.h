@@ -39,11 +39,19 @@ struct Init {
   bool param = false;          ///< starts as the parameter
 };
 
+/// What a state buffer holds a value for: every element (the default), or every row or every
+/// column of a factored tensor's matrices (`shape: rows`, `shape: cols`).
+enum class StateShape { Elements, Rows, Cols };
+const char* to_string(StateShape shape);
+
 struct ElementState {
   std::string name;
   SourceLoc loc;
   Init init;
-  std::shared_ptr<Syntax> when;  ///< present only when this flag expression holds; null: always
+  StateShape shape = StateShape::Elements;
+  SourceLoc shape_loc;  ///< the `shape:` value, when given
+  /// Present only when this expression of flags and `factored` holds; null: always.
+  std::shared_ptr<Syntax> when;
   std::string when_text;
 };
 
@@ -102,8 +110,8 @@ Spec load_spec(const std::string& path);
 /// Same, from text already in memory (`path` is used in messages only).
 Spec load_spec_text(const std::string& path, const std::string& text);
 
-/// Names with a fixed meaning in expressions: param, grad, step, numel, true, false and the
-/// built-in functions (builtins.h).
+/// Names with a fixed meaning in expressions: param, grad, step, numel, factored, true, false and
+/// the built-in functions (builtins.h).
 bool is_reserved_name(const std::string& name);
 
 }  // namespace optgen

@@ -18,6 +18,15 @@
 
 namespace optgen {
 
+const char* to_string(StateShape shape) {
+  switch (shape) {
+    case StateShape::Elements: return "elements";
+    case StateShape::Rows: return "rows";
+    case StateShape::Cols: return "cols";
+  }
+  return "?";
+}
+
 const char* to_string(ValueType type) {
   switch (type) {
     case ValueType::Bool: return "bool";
@@ -368,8 +377,21 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
   ElementState s;
   s.name = key.Scalar();
   s.loc = loader.loc(key);
-  loader.entries(value, "state '" + s.name + "'", {"init", "when"});
+  loader.entries(value, "state '" + s.name + "'", {"init", "when", "shape"});
   s.init = parse_init(loader, loader.field(value, key, "init", "state '" + s.name + "'"), spec, s.name, true);
+  if (YAML::Node shape = value["shape"]) {
+    s.shape_loc = loader.loc(shape);
+    const std::string text = loader.scalar(shape, "the shape of '" + s.name + "'");
+    if (text == "rows")
+      s.shape = StateShape::Rows;
+    else if (text == "cols")
+      s.shape = StateShape::Cols;
+    else if (text != "elements")
+      loader.fail(shape, "bad shape '" + text + "' for state '" + s.name + "': expected elements, rows or cols");
+    if (s.shape != StateShape::Elements && s.init.param)
+      loader.fail(shape, "state '" + s.name + "' has a value per " + (s.shape == StateShape::Rows ? "row" : "column") +
+                             " and cannot start as the parameter, which has one per element");
+  }
   if (value["when"]) {
     s.when = loader.expression(value["when"], "'when'");
     s.when_text = value["when"].Scalar();
@@ -438,7 +460,8 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 }  // namespace
 
 bool is_reserved_name(const std::string& name) {
-  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "true" || name == "false")
+  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "factored" || name == "true" ||
+      name == "false")
     return true;
   return find_builtin(name) != nullptr;
 }

@@ -71,7 +71,9 @@ DType runtime_dtype(StorageType type) {
 std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& rows) {
   std::vector<reference::StateInfo> states;
   for (const StateRow& s : rows)
-    states.push_back({s.name.c_str(), {s.init.value, s.init.hyperparameter, s.init.param}});
+    states.push_back({s.name.c_str(),
+                      {s.init.value, s.init.hyperparameter, s.init.param},
+                      static_cast<reference::StateShape>(static_cast<int>(s.shape))});
   return states;
 }
 

@@ -49,6 +49,25 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }),
              Catch::Contains("negative numel"));
 
+  optgen::Tensor wrong_shape = t;
+  wrong_shape.shape = {3, 2};
+  CHECK_THAT(error_of([&] {
+               opt.add_param_group({t, wrong_shape}, optgen::FusedOptimizer::Overrides{});
+             }),
+             Catch::Contains("tensor 1 of the group has shape [3, 2], 6 elements, but numel 8") &&
+                 Catch::Contains("pass the parameter's own shape, or none"));
+  optgen::Tensor negative_dim = t;
+  negative_dim.shape = {-2, -4};
+  CHECK_THAT(error_of([&] { opt.add_param_group({negative_dim}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("tensor 0 of the group has a negative dimension in its shape [-2, -4]"));
+  optgen::Tensor huge = t;
+  huge.shape = {1LL << 40, 1LL << 40, 0};
+  CHECK_THAT(error_of([&] { opt.add_param_group({huge}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("has shape [1099511627776, 1099511627776, 0], 0 elements, but numel 8"));
+  huge.shape = {1LL << 40, 1LL << 40};
+  CHECK_THAT(error_of([&] { opt.add_param_group({huge}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("too many elements to count"));
+
   const auto& sgd_info = launcher("sgd");
   optgen::FusedOptimizer sgd(sgd_info, optgen::default_hyperparameters(sgd_info));
   optgen::Tensor half = t;
@@ -106,8 +125,20 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
                   8,
                   -1,
                   OPTGEN_F32,
-                  OPTGEN_BF16,
+                  OPTGEN_F32,
+                  nullptr,
+                  2,
                   nullptr};
+  CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("tensor 0 has ndim 2 but a NULL shape"));
+  const int64_t shape[] = {4, 3};
+  t.shape = shape;
+  CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("tensor 0 of the group has shape [4, 3], 12 elements, "
+                                                               "but numel 8"));
+  t.ndim = 0;
+  t.shape = nullptr;
+  t.grad_dtype = OPTGEN_BF16;
   CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("has a f32 param but a bf16 grad"));
   t.grad_dtype = 7;
@@ -409,7 +440,8 @@ TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
   const char* names[] = {"lr"};
   const double values[] = {0.5};
   REQUIRE(optgen_sgd_create(names, values, 1, OPTGEN_F32, &opt) == 0);
-  optgen_tensor t{group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr};
+  optgen_tensor t{
+      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr};
   size_t index = 99;
   REQUIRE(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, &index) == 0);
   CHECK(index == 0);

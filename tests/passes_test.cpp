@@ -295,3 +295,71 @@ update:
 stages: reduce (reduce) update (update)
 )ir");
 }
+
+TEST_CASE("rows and columns: levels, per-tensor states and the stages of Adafactor", "[passes]") {
+  // torch.optim.Adafactor's factored second moment: the row and column means of g * g (stage 1),
+  // the new row_var and col_var and each matrix's mean of row_var (stage 2), the update's norm
+  // (stage 3), the update. Row and column values are their own levels; a row state is written per
+  // row; `factored` is per tensor, and the states that exist for some tensors only stay in the
+  // variant.
+  CHECK_PASS("plan_stages", R"ir(
+hyperparameters:
+  beta: {type: float, default: 0.5}
+state:
+  row_var:  {init: zeros, shape: rows, when: factored}
+  col_var:  {init: zeros, shape: cols, when: factored}
+  variance: {init: zeros, when: "!factored"}
+update:
+  - v = 0
+  - when: factored
+    do:
+      - row_var = lerp(row_var, row_mean(grad * grad), beta)
+      - col_var = lerp(col_var, col_mean(grad * grad), beta)
+      - v = row_var * col_var / max(mean(row_var), 1e-30)
+  - when: "!factored"
+    do:
+      - variance = lerp(variance, grad * grad, beta)
+      - v = variance
+  - u = grad / sqrt(v + 1e-8)
+  - param = param - u / max(1, norm(u))
+)ir",
+             R"ir(program test
+group:
+  $beta = beta
+reduce:
+  let grad_times_grad = grad * grad
+  %sum_grad_times_grad = (stage 1) sum over each row of grad_times_grad
+  %sum_grad_times_grad_1 = (stage 1) sum over each column of grad_times_grad
+  let row_var_next = lerp(row_var[row], %sum_grad_times_grad / @cols, $beta)
+  %sum_row_var_next = (stage 2) sum over each matrix of row_var_next
+  let variance_next = lerp(variance, grad_times_grad, $beta)
+  let v = @row.row_var_next * @col.col_var_next / @matrix.max_sum_row_var_next_over_rows_c1em30
+  let v_1 = @factored ? v : 0
+  let variance_next_1 = @not_factored ? variance_next : v_1
+  let u = grad / sqrt(variance_next_1 + 1e-08)
+  %sum_u_times_u = (stage 3) sum over each tensor of u * u
+tensor:
+  @not_factored = !factored
+  @factored = factored
+  @cols = cols
+  @rows = rows
+  @max_one_sqrt_sum_u_times_u = max(1, sqrt(%sum_u_times_u))
+matrix:
+  @matrix.max_sum_row_var_next_over_rows_c1em30 = max(%sum_row_var_next / @rows, 1e-30)
+row:
+  @row.row_var_next = row_var_next
+col:
+  let col_var_next = lerp(col_var[col], %sum_grad_times_grad_1 / @rows, $beta)
+  @col.col_var_next = col_var_next
+update:
+  let param_next = param - u / @max_one_sqrt_sum_u_times_u
+  param <- param_next
+  let row_var_next_1 = @factored ? row_var_next : row_var[row]
+  row_var[row] <- row_var_next_1
+  let col_var_next_1 = @factored ? col_var_next : col_var[col]
+  col_var[col] <- col_var_next_1
+  let variance_next_2 = @not_factored ? variance_next : variance
+  variance <- variance_next_2
+stages: reduce1 (reduce) reduce2 (reduce) reduce3 (reduce) update (update)
+)ir");
+}

@@ -20,6 +20,21 @@ case (one combination of hyperparameters):
   (it never feeds back into ``params``, so it is the only way to observe
   ASGD's averaging coefficient ``mu``).
 
+Adafactor (spec adafactor) is recorded on tensors of one to four dimensions
+(``SPEC_SHAPES``: vectors, matrices, a batch of matrices and conv-like weights,
+whose last two dimensions are factored into rows and columns) and also records
+``state``: ``row_var`` and ``col_var`` of the factored tensors (flattened; []
+for a vector) and ``variance`` of the others ([] for a factored tensor).  Its
+``eps`` tuple is split into ``eps1``, ``eps2``; torch's ``eps1=None`` means the
+machine epsilon of the parameter's dtype, which for the float64 recording would
+be float64's, so every case passes ``eps1`` explicitly (float32's epsilon, what
+None means for the float32 parameters optgen's default stands for, unless the
+case says otherwise), and ``torch_defaults`` records float32's epsilon for it.
+Adafactor is recorded only when asked for (``--only adafactor``), into
+tests/data/factored until optgen builds it in (its CPU reference comes from
+tests/specs/adafactor.yaml; tests/reference_test.cpp counts the built-ins'
+files in tests/data).
+
 Every file also carries the torch version, the class name and ``torch_defaults``:
 the defaults of the class ``__init__`` (read with ``inspect.signature``) for
 optgen's hyperparameters.
@@ -45,6 +60,7 @@ deterministic for a given torch version.
 How to run
 ----------
     python3 tests/record_trajectories.py --out tests/data [--steps 10] [--only adam,sgd]
+    python3 tests/record_trajectories.py --out tests/data/factored --only adafactor
 
 Requires only torch and the Python standard library.
 """
@@ -56,9 +72,23 @@ import os
 import sys
 import zlib
 
-import torch
+try:
+    import torch
+except ImportError:  # tests/record_adafactor_numpy.py reads the case tables without torch
+    torch = None
 
 SHAPES = [[1], [5], [3, 4]]
+# Specs recorded on other shapes; the two-group case puts the first half of the tensors in group 0.
+SPEC_SHAPES = {
+    # A vector and a one-element one; matrices tall, wide, of one row, of one column; a batch of
+    # matrices; conv weights, one of 3 x 3 kernels and one of 1 x 1 (matrices of one element).
+    "adafactor": [[5], [1], [4, 3], [2, 7], [1, 6], [6, 1], [2, 3, 4], [4, 3, 3, 3], [6, 5, 1, 1]],
+}
+
+
+def shapes_of(spec):
+    return SPEC_SHAPES.get(spec, SHAPES)
+
 
 # optgen tuple-split names: torch keyword -> (optgen name 0, optgen name 1)
 TUPLE_SPLITS = {
@@ -66,9 +96,25 @@ TUPLE_SPLITS = {
     "etas": ("etaminus", "etaplus"),
     "step_sizes": ("step_size_min", "step_size_max"),
 }
-SPLIT_TO_TUPLE = {n: (t, i) for t, names in TUPLE_SPLITS.items() for i, n in enumerate(names)}
+# Specs whose torch keywords split differently (Adafactor's eps is a pair; other specs' a float).
+SPEC_TUPLE_SPLITS = {"adafactor": {"eps": ("eps1", "eps2")}}
+
+
+def split_to_tuple(spec):
+    splits = SPEC_TUPLE_SPLITS.get(spec, TUPLE_SPLITS)
+    return {n: (t, i) for t, names in splits.items() for i, n in enumerate(names)}
+
 
 BOOL_HPS = {"nesterov", "maximize", "amsgrad", "decoupled_weight_decay", "centered"}
+
+# torch.finfo(torch.float32).eps: what Adafactor's eps1=None means for float32 parameters.
+FLOAT32_EPS = 1.1920928955078125e-07
+
+# States recorded after every step (flattened per tensor; [] where a tensor has none).
+RECORDED_STATES = {"asgd": ["ax"], "adafactor": ["row_var", "col_var", "variance"]}
+
+# Specs recorded only when --only names them: optgen does not build them in yet.
+NOT_BUILT_IN_YET = {"adafactor"}
 
 # spec -> (torch class name, optgen hyperparameters in order)
 SPECS = {
@@ -88,6 +134,8 @@ SPECS = {
     "asgd": ("ASGD", ["lr", "lambd", "alpha", "t0", "weight_decay", "maximize"]),
     "rprop": ("Rprop", ["lr", "etaminus", "etaplus", "step_size_min", "step_size_max",
                         "maximize"]),
+    "adafactor": ("Adafactor", ["lr", "beta2_decay", "eps1", "eps2", "d", "weight_decay",
+                                "maximize"]),
 }
 
 # Per spec: the base hyperparameters every case starts from, the single-group
@@ -114,6 +162,8 @@ BASES = {
     "asgd": dict(lr=0.05, lambd=0.01, alpha=0.75, t0=3.0, weight_decay=0.0, maximize=False),
     "rprop": dict(lr=0.05, etaminus=0.5, etaplus=1.2, step_size_min=1e-6, step_size_max=50.0,
                   maximize=False),
+    "adafactor": dict(lr=1e-2, beta2_decay=-0.8, eps1=FLOAT32_EPS, eps2=1e-3, d=1.0,
+                      weight_decay=0.0, maximize=False),
 }
 
 _ADAM_CASES = [
@@ -210,6 +260,18 @@ CASES = {
         {"maximize": True, "etaminus": 0.4, "etaplus": 1.3, "step_size_min": 0.02,
          "step_size_max": 0.1},
     ],
+    "adafactor": [
+        {},
+        {"maximize": True},
+        {"weight_decay": 0.1},
+        # lr above 1/sqrt(step) for the first steps, so rho_t = 1/sqrt(step) there
+        {"lr": 0.5, "weight_decay": 0.05},
+        {"eps1": 1e-3, "eps2": 1e-2},
+        # d bounds the update's RMS: 1 (the default) clips most steps, 1.5 fewer
+        {"d": 1.5, "lr": 0.1},
+        {"beta2_decay": -0.5},
+        {"maximize": True, "weight_decay": 0.1, "eps1": 1e-4, "beta2_decay": -0.6, "lr": 0.05},
+    ],
 }
 
 TWO_GROUPS = {
@@ -230,6 +292,8 @@ TWO_GROUPS = {
                 {"lr": 0.02, "centered": True, "weight_decay": 0.1}),
     "asgd": ({}, {"lr": 0.1, "lambd": 0.05, "t0": 5.0, "weight_decay": 0.1}),
     "rprop": ({}, {"lr": 0.02, "etaminus": 0.3, "etaplus": 1.5, "step_size_max": 0.1}),
+    "adafactor": ({"weight_decay": 0.1},
+                  {"lr": 0.05, "beta2_decay": -0.6, "eps1": 1e-5, "d": 2.0, "maximize": True}),
 }
 
 
@@ -259,10 +323,11 @@ def torch_signature(cls):
 def to_torch_kwargs(spec, cls, hps):
     """optgen hyperparameters -> torch keyword arguments (tuples re-joined)."""
     sig = torch_signature(cls)
+    splits = split_to_tuple(spec)
     kwargs = {}
     for n, v in hps.items():
-        if n in SPLIT_TO_TUPLE:
-            tname, idx = SPLIT_TO_TUPLE[n]
+        if n in splits:
+            tname, idx = splits[n]
             pair = list(kwargs.get(tname, (None, None)))
             pair[idx] = v
             kwargs[tname] = tuple(pair)
@@ -277,10 +342,11 @@ def to_torch_kwargs(spec, cls, hps):
 
 def torch_defaults(spec, cls):
     sig = torch_signature(cls)
+    splits = split_to_tuple(spec)
     out = {}
     for n in SPECS[spec][1]:
-        if n in SPLIT_TO_TUPLE:
-            tname, idx = SPLIT_TO_TUPLE[n]
+        if n in splits:
+            tname, idx = splits[n]
         else:
             tname, idx = n, None
         if tname not in sig:
@@ -293,6 +359,8 @@ def torch_defaults(spec, cls):
             d = d[idx]
         if isinstance(d, torch.Tensor):
             d = d.item()
+        if spec == "adafactor" and n == "eps1" and d is None:
+            d = FLOAT32_EPS  # None: the parameter dtype's epsilon, float32's for optgen's default
         out[n] = bool(d) if n in BOOL_HPS else float(d)
     return out
 
@@ -321,7 +389,8 @@ def run_case(spec, cls, index, groups, steps, before_step=None):
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
 
-    params = [torch.randn(s, generator=gen, dtype=torch.float64) for s in SHAPES]
+    shapes = shapes_of(spec)
+    params = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
     params0 = [flat(p) for p in params]
 
     torch_groups = []
@@ -344,10 +413,12 @@ def run_case(spec, cls, index, groups, steps, before_step=None):
         if tg["foreach"] is not False:
             fail(f"{spec}: foreach was not kept False")
 
-    grads_rec, params_rec, ax_rec = [], [], []
+    recorded = RECORDED_STATES.get(spec, [])
+    grads_rec, params_rec = [], []
+    states_rec = {name: [] for name in recorded}
     for _ in range(steps):
         grads = []
-        for s in SHAPES:
+        for s in shapes:
             g = torch.randn(s, generator=gen, dtype=torch.float64)
             if spec == "rprop":
                 keep = torch.rand(s, generator=gen, dtype=torch.float64) >= 0.25
@@ -360,18 +431,19 @@ def run_case(spec, cls, index, groups, steps, before_step=None):
         opt.step()
         grads_rec.append([flat(g) for g in grads])
         params_rec.append([flat(p) for p in params])
-        if spec == "asgd":
-            ax_rec.append([flat(opt.state[p]["ax"]) for p in params])
+        for name in recorded:  # a state a tensor lacks (Adafactor's) is recorded as []
+            states_rec[name].append([flat(opt.state[p][name]) if name in opt.state[p] else []
+                                     for p in params])
 
     case = {
         "groups": [{"tensors": list(idxs), "hyperparameters": hps} for idxs, hps in groups],
-        "shapes": SHAPES,
+        "shapes": shapes,
         "params0": params0,
         "grads": grads_rec,
         "params": params_rec,
     }
-    if spec == "asgd":
-        case["state"] = {"ax": ax_rec}
+    if recorded:
+        case["state"] = states_rec
     return case
 
 
@@ -379,16 +451,23 @@ def build_cases(spec):
     """Return list of (name, groups)."""
     base = BASES[spec]
     out = []
+    every = list(range(len(shapes_of(spec))))
     for ov in CASES[spec]:
         hps = normalize(spec, {**base, **ov})
-        out.append((case_name(ov), [([0, 1, 2], hps)]))
+        out.append((case_name(ov), [(every, hps)]))
     ov0, ov1 = TWO_GROUPS[spec]
     h0 = normalize(spec, {**base, **ov0})
     h1 = normalize(spec, {**base, **ov1})
     if spec == "adagrad" and h0["initial_accumulator_value"] != h1["initial_accumulator_value"]:
         fail("adagrad two-group case: groups must share initial_accumulator_value")
-    name = "two_groups:[0,1]:" + (case_name(ov0) if ov0 else "base") + ";[2]:" + case_name(ov1)
-    out.append((name, [([0, 1], h0), ([2], h1)]))
+    first = every[:-1] if spec not in SPEC_SHAPES else every[:len(every) // 2]
+    second = [i for i in every if i not in first]
+
+    def listed(indices):
+        return "[" + ",".join(str(i) for i in indices) + "]"
+    name = ("two_groups:" + listed(first) + ":" + (case_name(ov0) if ov0 else "base") + ";" +
+            listed(second) + ":" + case_name(ov1))
+    out.append((name, [(first, h0), (second, h1)]))
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
         fail(f"{spec}: duplicate case names")
@@ -431,10 +510,12 @@ def main():
     if args.steps < 1:
         fail("--steps must be >= 1")
 
+    if torch is None:
+        fail("needs torch (pip install torch)")
     torch.set_default_dtype(torch.float64)
     torch.manual_seed(0)  # nothing should use the global generator; just in case
 
-    specs = list(SPECS)
+    specs = [s for s in SPECS if s not in NOT_BUILT_IN_YET]
     if args.only:
         specs = [s.strip() for s in args.only.split(",") if s.strip()]
         for s in specs:

@@ -7,10 +7,12 @@
 namespace optgen {
 namespace {
 
-/// Splits the element outputs by level. Walking each expression from the top, the first node on
-/// every path whose level is below the code being written becomes a HoistedValue of its own
-/// level, computed there once and read by name; its own lower-level parts are hoisted in turn. A
-/// reduction becomes a ReductionValue whose operand is split the same way as element code.
+/// Splits the outputs by level (an output is code of its own level: element, or a row or column
+/// state's row or column). Walking each expression from the top, the first node on every path
+/// whose level is below the code being written becomes a HoistedValue of its own level, computed
+/// there once and read by name; its own lower-level parts are hoisted in turn. A reduction becomes
+/// a ReductionValue whose operand is split the same way as element code (row or column code, for
+/// a reduction over each matrix).
 class LevelSplitter {
  public:
   explicit LevelSplitter(Program& program) : program_(program) {
@@ -23,7 +25,10 @@ class LevelSplitter {
   /// `e` as code of level `at` writes it.
   Expr at_level(const Expr& e, Level at) {
     if (e->is_const()) return e;
-    if (e->level < at) return hoist(e);
+    if (e->level != at && at_or_below(e->level, at)) return hoist(e);
+    if (!at_or_below(e->level, at))
+      throw InternalError(std::string("assign_levels: a ") + to_string(e->level) + " value in " + to_string(at) +
+                          " code");
     if (e->kind == NodeKind::Reduce) return reduced(e);
     if (e->args.empty()) return e;
     auto key = std::make_pair(e.get(), at);
@@ -45,10 +50,11 @@ class LevelSplitter {
   /// and is read through a Reduced leaf by the tensor code.
   Expr reduced(const Expr& e) {
     if (auto it = reduced_.find(e.get()); it != reduced_.end()) return it->second;
-    Expr operand = at_level(e->args[0], Level::Element);
+    const Expr& argument = e->args[0];
+    Expr operand = at_level(argument, e->scope == ReduceScope::Matrix ? argument->level : Level::Element);
     std::string name = name_for(e);
     program_.reductions.push_back({name, e->reduce_op(), e->scope, operand, e->loc});
-    Expr leaf = Node::make_reduced(name);
+    Expr leaf = Node::make_reduced(name, result_level(e->scope));
     reduced_.emplace(e.get(), leaf);
     keep_.push_back(e);
     return leaf;
@@ -59,11 +65,23 @@ class LevelSplitter {
     if (auto it = hoisted_.find(e.get()); it != hoisted_.end()) return it->second;
     Expr value = at_level(e, e->level);
     std::string name = name_for(e);
-    (e->level == Level::Group ? program_.group_values : program_.tensor_values).push_back({name, value});
+    values_at(e->level).push_back({name, value});
     Expr leaf = Node::make_hoisted(name, e->type, e->level);
     hoisted_.emplace(e.get(), leaf);
     keep_.push_back(e);
     return leaf;
+  }
+
+  std::vector<HoistedValue>& values_at(Level level) {
+    switch (level) {
+      case Level::Group: return program_.group_values;
+      case Level::Tensor: return program_.tensor_values;
+      case Level::Matrix: return program_.matrix_values;
+      case Level::Row: return program_.row_values;
+      case Level::Col: return program_.col_values;
+      case Level::Element: break;
+    }
+    throw InternalError("assign_levels: an element value hoisted");
   }
 
   /// An input hoisted as it is keeps its own name (each is hoisted once); anything else is named
@@ -96,9 +114,12 @@ Program assign_levels(const Program& program) {
   Program result = program;
   result.group_values.clear();
   result.tensor_values.clear();
+  result.matrix_values.clear();
+  result.row_values.clear();
+  result.col_values.clear();
   result.reductions.clear();
   LevelSplitter splitter(result);
-  for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, Level::Element);
+  for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, o.level);
   return result;
 }
 

@@ -15,6 +15,9 @@ std::set<std::string> values_read(const Program& program, std::vector<Expr> root
   std::map<std::string, Expr> definitions;
   for (const auto& v : program.group_values) definitions.emplace(v.name, v.value);
   for (const auto& v : program.tensor_values) definitions.emplace(v.name, v.value);
+  for (const auto& v : program.matrix_values) definitions.emplace(v.name, v.value);
+  for (const auto& v : program.row_values) definitions.emplace(v.name, v.value);
+  for (const auto& v : program.col_values) definitions.emplace(v.name, v.value);
   for (const auto& r : program.reductions) definitions.emplace(r.name, r.operand);
   std::set<std::string> used;
   while (!roots.empty()) {
@@ -52,6 +55,9 @@ Program dead_code_elimination(const Program& program) {
   const std::set<std::string> used = values_read(program, roots);
   result.group_values = kept(program.group_values, used);
   result.tensor_values = kept(program.tensor_values, used);
+  result.matrix_values = kept(program.matrix_values, used);
+  result.row_values = kept(program.row_values, used);
+  result.col_values = kept(program.col_values, used);
   result.reductions = kept(program.reductions, used);
   return result;
 }

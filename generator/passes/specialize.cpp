@@ -19,13 +19,17 @@ class Specializer : public Mutator {
   const std::map<std::string, bool>& flags_;
 };
 
-/// The value of a flag-only bool expression once its flags are constants.
-bool evaluate_condition(const Expr& e) {
+/// The value of a state's condition once its flags are constants, for a tensor that is `factored`
+/// or not.
+bool evaluate_condition(const Expr& e, bool factored) {
   switch (e->kind) {
     case NodeKind::Const: return e->value != 0;
-    case NodeKind::Unary: return !evaluate_condition(e->args[0]);
+    case NodeKind::Var:
+      if (e->var == VarKind::Factored) return factored;
+      break;
+    case NodeKind::Unary: return !evaluate_condition(e->args[0], factored);
     case NodeKind::Binary: {
-      bool a = evaluate_condition(e->args[0]), b = evaluate_condition(e->args[1]);
+      bool a = evaluate_condition(e->args[0], factored), b = evaluate_condition(e->args[1], factored);
       switch (e->binary_op()) {
         case BinaryOp::And: return a && b;
         case BinaryOp::Or: return a || b;
@@ -36,10 +40,11 @@ bool evaluate_condition(const Expr& e) {
       break;
     }
     case NodeKind::Select:
-      return evaluate_condition(e->args[0]) ? evaluate_condition(e->args[1]) : evaluate_condition(e->args[2]);
+      return evaluate_condition(e->args[0], factored) ? evaluate_condition(e->args[1], factored)
+                                                      : evaluate_condition(e->args[2], factored);
     default: break;
   }
-  throw InternalError("a state condition is not a function of flags alone");
+  throw InternalError("a state condition is not a function of flags and 'factored' alone");
 }
 
 }  // namespace
@@ -57,8 +62,13 @@ Program specialize(const Program& program, const std::map<std::string, bool>& fl
   result.states.clear();
   for (const auto& state : program.states) {
     auto condition = program.state_conditions.find(state);
-    if (condition == program.state_conditions.end() || evaluate_condition(specializer(condition->second)))
+    if (condition == program.state_conditions.end()) {
       result.states.push_back(state);
+      continue;
+    }
+    // A state present for factored tensors only, or for the others only, is one of the variant's.
+    const Expr specialized = specializer(condition->second);
+    if (evaluate_condition(specialized, true) || evaluate_condition(specialized, false)) result.states.push_back(state);
   }
   return result;
 }

@@ -44,6 +44,14 @@ Program verify_states(const Program& program) {
         throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant +
                                    " (" + flags_text(program) + ")");
     });
+  for (const auto* values : {&program.row_values, &program.col_values})
+    for (const auto& v : *values)
+      for_each_node(v.value, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))
+          throw SpecError(program.spec->states.at(program.spec->state_index(e->name)).loc,
+                          "state '" + e->name + "' is read, but it is absent in variant " + program.variant + " (" +
+                              flags_text(program) + ")");
+      });
   for (const auto& r : program.reductions)
     for_each_node(r.operand, [&](const Expr& e) {
       if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))
@@ -70,9 +78,16 @@ Program verify_states(const Program& program) {
                     "a value computed from grad and never used is the usual cause");
   for (const auto& v : program.group_values)
     if (v.value->level != Level::Group) throw InternalError("group value '" + v.name + "' is not computed per group");
-  for (const auto& v : program.tensor_values)
-    if (v.value->level != Level::Tensor)
-      throw InternalError("tensor value '" + v.name + "' is not computed per tensor");
+  auto check_level = [](const std::vector<HoistedValue>& values, Level level) {
+    for (const auto& v : values)
+      if (v.value->level != level)
+        throw InternalError(std::string(to_string(level)) + " value '" + v.name + "' is not computed per " +
+                            to_string(level));
+  };
+  check_level(program.tensor_values, Level::Tensor);
+  check_level(program.matrix_values, Level::Matrix);
+  check_level(program.row_values, Level::Row);
+  check_level(program.col_values, Level::Col);
   return program;
 }
 

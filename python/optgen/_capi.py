@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
 BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT
@@ -32,6 +32,8 @@ class _Tensor(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("grad_dtype", ctypes.c_int32),
         ("states", ctypes.POINTER(ctypes.c_void_p)),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
     ]
 
 
@@ -188,12 +190,14 @@ class State:
 
 @dataclass
 class TensorBinding:
-    """One tensor as an Engine binds it: device addresses, its element count and dtype."""
+    """One tensor as an Engine binds it: device addresses, its element count and dtype, and its
+    shape when known (a spec that factors tensors into rows and columns needs it)."""
     param: int
     grad: int
     numel: int
     dtype: int
     states: Optional[Sequence[int]] = None  # one address per spec state (0 for absent ones), or None
+    shape: Optional[Sequence[int]] = None  # dimensions, outermost first; None: not given
 
 
 def _strings(values: Iterable[str]):
@@ -311,8 +315,14 @@ class Engine:
             if t.states is not None:
                 states = (ctypes.c_void_p * max(1, len(t.states)))(*t.states)
                 keep.append(states)
+            shape = None
+            if t.shape is not None and len(t.shape) > 0:
+                shape = (ctypes.c_int64 * len(t.shape))(*t.shape)
+                keep.append(shape)
             array[i] = _Tensor(t.param, t.grad, t.numel, -1, t.dtype, t.dtype,
-                               ctypes.cast(states, ctypes.POINTER(ctypes.c_void_p)) if states else None)
+                               ctypes.cast(states, ctypes.POINTER(ctypes.c_void_p)) if states else None,
+                               len(shape) if shape else 0,
+                               ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if shape else None)
         overrides = {h.name: v for h, v in zip(self.hyperparameters, self.full_values(values)) if not h.derived}
         group = _SIZE()
         self._lib.call("optgen_add_param_group", self._handle, array, len(tensors), _strings(overrides),

@@ -87,6 +87,12 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
     for (size_t i = 0; i < count; ++i) {
       const optgen_tensor& t = tensors[i];
       list[i] = {t.param, t.grad, t.numel, dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
+      if (t.ndim < 0 || (t.ndim > 0 && !t.shape))
+        throw optgen::Error("optgen_add_param_group",
+                            "tensor " + std::to_string(i) + " has ndim " + std::to_string(t.ndim) +
+                                (t.ndim < 0 ? "" : " but a NULL shape"),
+                            "pass ndim 0 and a NULL shape when the shape is not known");
+      if (t.ndim > 0) list[i].shape.assign(t.shape, t.shape + t.ndim);
       if (t.grad_dtype != t.dtype)
         throw optgen::Error("optgen_add_param_group",
                             "tensor " + std::to_string(i) + " has a " +

@@ -170,6 +170,7 @@ struct Binder {
                   which + " has " + std::to_string(t.numel) + " parameter elements but " +
                       std::to_string(t.grad_numel) + " gradient elements",
                   "pass the gradient that belongs to this parameter");
+    check_shape(t, which);
     if (t.dtype != dtype)
       throw Error(m.call(method), which + " is " + to_string(t.dtype) + " but tensor 0 is " + to_string(dtype),
                   "a param group holds tensors of one dtype; put tensors of another dtype in a group of their own");
@@ -186,6 +187,32 @@ struct Binder {
     check_pointer(t.param, "param");
     check_pointer(t.grad, "grad");
     if (t.param == t.grad) throw Error(m.call(method), which + " has the same pointer for param and grad");
+  }
+
+  /// A shape, when given, has no negative dimension and holds exactly numel elements.
+  void check_shape(const Tensor& t, const std::string& which) const {
+    if (t.shape.empty()) return;
+    std::string text;
+    for (std::size_t d = 0; d < t.shape.size(); ++d) text += (d ? ", " : "") + std::to_string(t.shape[d]);
+    text = "[" + text + "]";
+    for (std::int64_t d : t.shape)
+      if (d < 0) throw Error(m.call(method), which + " has a negative dimension in its shape " + text);
+    const bool empty = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
+    std::int64_t elements = empty ? 0 : 1;
+    bool overflows = false;
+    for (std::int64_t d : t.shape) {
+      if (empty || overflows) break;
+      if (elements > std::numeric_limits<std::int64_t>::max() / d)
+        overflows = true;
+      else
+        elements *= d;
+    }
+    if (overflows || elements != t.numel)
+      throw Error(m.call(method),
+                  which + " has shape " + text +
+                      (overflows ? ", too many elements to count," : ", " + std::to_string(elements) + " elements,") +
+                      " but numel " + std::to_string(t.numel),
+                  "pass the parameter's own shape, or none");
   }
 
   /// The checks that need the driver: every pointer is device memory.
@@ -225,7 +252,7 @@ struct Binder {
     std::size_t offset = 0;  // of the next slice of g.state_memory
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
-      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(m.info->num_states, nullptr)};
+      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(m.info->num_states, nullptr), t.shape};
       for (int j = 0; j < variant.num_states; ++j) {
         const int s = variant.states[j];
         b.states[s] = t.states ? callers_state(t, i, s) : owned_state(g, t.numel, s, offset);
@@ -470,7 +497,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const OptimizerInfo& info = *m.info;
   const KernelInfo& kernel = info.kernels[plan.kernel];
   const VariantInfo& variant = info.variants[kernel.variant];
-  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr)};
+  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}};
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel;

@@ -68,7 +68,8 @@ struct BoundTensor {
   void* param;
   const void* grad;
   std::int64_t numel;
-  std::vector<void*> states;  ///< per spec state; null when the variant has none
+  std::vector<void*> states;        ///< per spec state; null when the variant has none
+  std::vector<std::int64_t> shape;  ///< as the caller gave it (empty: not given)
 };
 
 struct Group {

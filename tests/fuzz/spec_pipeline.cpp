@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "diagnostic.h"
@@ -38,7 +39,7 @@ const char* to_string(Outcome::Kind kind) {
     case Outcome::Emitted: return "emitted";
     case Outcome::Rejected: return "rejected";
     case Outcome::Unlocated: return "a SpecError without a location in the spec";
-    case Outcome::EmitRejected: return "accepted by check, then a SpecError from an emitter";
+    case Outcome::EmitRejected: return "accepted by check (or emit --reference-only), then a SpecError from an emitter";
     case Outcome::Internal: return "optgen::InternalError";
     case Outcome::OtherException: return "an exception other than optgen::SpecError";
   }
@@ -68,7 +69,13 @@ Outcome run_pipeline(const std::string& path, const std::string& text) {
   bool accepted = false;  // by `optgen check`: loaded, lowered, every variant compiled
   try {
     Spec spec = load_spec_text(path, text);
-    std::vector<Program> variants = compile_spec(spec);
+    // The CPU reference is built for more of the language than the kernels (rows and columns):
+    // what `optgen emit --reference-only` accepts, it must emit.
+    std::vector<Program> variants = compile_spec(spec, {}, Emitters::ReferenceOnly);
+    accepted = true;
+    std::string reference = emit_reference(spec, variants);
+    accepted = false;
+    check_emitters(spec, variants, Emitters::All);
     accepted = true;
     const std::vector<Storage> storage = spec.storage.empty() ? default_storage() : spec.storage;
     const KernelTuning tuning;
@@ -76,7 +83,7 @@ Outcome run_pipeline(const std::string& path, const std::string& text) {
     s.name = spec.name;
     s.file_name = spec_file_name(spec);
     s.variants = static_cast<int>(variants.size());
-    s.reference = emit_reference(spec, variants);
+    s.reference = std::move(reference);
     s.kernels = emit_cuda(spec, variants, storage, tuning);
     s.header = emit_launcher_header(spec, variants);
     s.source = emit_launcher_source(spec, variants, storage, tuning);

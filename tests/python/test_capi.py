@@ -82,6 +82,12 @@ def test_binding_without_a_gpu_says_what_is_missing():
         e.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32)], {})
 
 
+def test_a_shape_that_does_not_hold_numel_is_refused_before_any_gpu_work():
+    e = Engine.builtin("adamw")
+    with pytest.raises(OptgenError, match=r"tensor 0 of the group has shape \[4, 3\], 12 elements, but numel 8"):
+        e.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32, shape=(4, 3))], {})
+
+
 def test_a_spec_loaded_at_run_time_describes_itself_as_the_builtin_does():
     at_run_time = Engine.from_spec(REPO / "specs" / "adamw.yaml", {"lr": 0.25})
     builtin = Engine.builtin("adamw")

@@ -439,7 +439,8 @@ class Optimizer(torch.optim.Optimizer):
         state = self.state[p]
         return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
                              [_local(state[s.name]).data_ptr() if present else 0
-                              for s, present in zip(self._describe.states, used)])
+                              for s, present in zip(self._describe.states, used)],
+                             shape=tuple(local.shape))
 
     def _pull_progress(self) -> None:
         """Step counts and scalar state from the engine into self.state (synchronizes)."""

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 2
+#define OPTGEN_ABI_VERSION 3
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -37,7 +37,10 @@ typedef struct optgen_optimizer optgen_optimizer;
 enum { OPTGEN_F32 = 0, OPTGEN_BF16 = 1, OPTGEN_F16 = 2 };
 
 /* One parameter tensor; device pointers. `states`: NULL, or one caller-owned buffer per state the
- * spec declares (declaration order), used as it is. */
+ * spec declares (declaration order), used as it is. `ndim` and `shape`: the tensor's dimensions,
+ * outermost first, whose product must equal `numel`; ndim 0 (shape NULL): not given, which only a
+ * spec that factors tensors by their shape (Adafactor's rows and columns) refuses. Read during the
+ * call only. (ABI 3 added them.) */
 typedef struct {
   void* param;
   const void* grad;
@@ -46,6 +49,8 @@ typedef struct {
   int32_t dtype;      /* of param */
   int32_t grad_dtype; /* must equal dtype */
   void* const* states;
+  int32_t ndim;
+  const int64_t* shape;
 } optgen_tensor;
 
 /* The message of the calling thread's last failure ("" if none). */

@@ -46,6 +46,10 @@ struct Tensor {
   /// optgen allocates and initialises them.
   void* const* states = nullptr;
   std::int64_t grad_numel = -1;  ///< when the caller knows it: must equal numel (-1: not given)
+  /// The tensor's dimensions, outermost first, when the caller knows them (empty: not given). Their
+  /// product must equal numel. Only a spec that factors tensors by their shape (rows and columns,
+  /// as Adafactor's second moment) needs it; it refuses a tensor bound without one.
+  std::vector<std::int64_t> shape = {};
 };
 
 /// A state buffer of one tensor.

@@ -59,19 +59,29 @@ struct InitInfo {
   bool param = false;
 };
 
+/// What a state buffer holds a value for: every element, or every row or column of each matrix of
+/// a factored tensor (B matrices of R rows and C columns: B·R and B·C values).
+enum class StateShape { Elements, Rows, Cols };
+
 struct StateInfo {
   const char* name;
   InitInfo init;
+  StateShape shape = StateShape::Elements;
 };
 
 /// One tensor of a param group: `states` has one pointer per declared state, in declaration
-/// order, null for states absent in the active variant.
+/// order, null for states absent in the active variant (or, for a state that exists for some
+/// tensors only, absent for this one). A tensor of two or more dimensions is factored over its
+/// last two: `rows` and `cols` are those two dimensions (0: not factored); only a spec with rows
+/// and columns reads them.
 template <typename T>
 struct Tensor {
   std::size_t numel;
   T* param;
   const T* grad;
   T* const* states;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
 };
 
 /// One variant of a generated reference (a combination of specialized flags).
@@ -107,6 +117,9 @@ struct Optimizer {
                      std::size_t count, float grad_scale);
   void (*step_double)(const double* h, double* scalar_state, std::int64_t step, const Tensor<double>* tensors,
                       std::size_t count, double grad_scale);
+  /// For a spec whose states exist for some tensors only (a `when` that reads `factored`): whether
+  /// state `index` exists for a tensor that is factored, or not. Null: state_present says it.
+  bool (*state_present_in)(const double* h, int index, bool factored) = nullptr;
 };
 
 }  // namespace optgen::reference
