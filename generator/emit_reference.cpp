@@ -215,19 +215,6 @@ class ReferenceEmitter {
     update(w, p);
   }
 
-  /// Whether the variant has row, column or matrix code, or reads `factored`: its stages then
-  /// loop over the matrices, rows and columns of each tensor.
-  static bool uses_shapes(const Program& p) {
-    bool uses = !p.matrix_values.empty() || !p.row_values.empty() || !p.col_values.empty();
-    for (const auto& o : p.element_outputs) uses = uses || o.level != Level::Element;
-    for (const auto& r : p.reductions) uses = uses || result_level(r.scope) != Level::Tensor;
-    for_each_node(p, [&](const Expr& e) {
-      uses = uses || (e->kind == NodeKind::Var &&
-                      (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
-    });
-    return uses;
-  }
-
   /// Whether some variant's state exists for some tensors only (its condition reads `factored`).
   bool per_tensor_states(const Program& p) const {
     bool found = false;

@@ -303,4 +303,15 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   return result;
 }
 
+bool uses_shapes(const Program& program) {
+  bool uses = !program.matrix_values.empty() || !program.row_values.empty() || !program.col_values.empty();
+  for (const auto& o : program.element_outputs) uses = uses || o.level != Level::Element;
+  for (const auto& r : program.reductions) uses = uses || result_level(r.scope) != Level::Tensor;
+  for_each_node(program, [&](const Expr& e) {
+    uses = uses || (e->kind == NodeKind::Var &&
+                    (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
+  });
+  return uses;
+}
+
 }  // namespace optgen

@@ -216,6 +216,10 @@ struct Program {
 /// Rebuilds every root of the program through `f` (see Mutator).
 Program map_roots(const Program& program, const std::function<Expr(const Expr&)>& f);
 
+/// Whether the program has matrix, row or column code, or reads `factored`, `rows` or `cols`: its
+/// stages then work per matrix, row and column of each tensor, which needs the tensors' shapes.
+bool uses_shapes(const Program& program);
+
 /// Applies `f` to every node reachable from the program's roots, operands before users, each once.
 void for_each_node(const Program& program, const std::function<void(const Expr&)>& f);
 void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f);

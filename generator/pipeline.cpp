@@ -38,19 +38,6 @@ Program compile_variant(const Program& lowered, const FlagValues& flags, const P
 
 namespace {
 
-/// Whether `program` uses what optgen checks but does not emit yet: rows, columns, matrices, or
-/// `factored` (and so the tensors' shapes).
-bool uses_shapes(const Program& program) {
-  bool uses = !program.matrix_values.empty() || !program.row_values.empty() || !program.col_values.empty();
-  for (const auto& o : program.element_outputs) uses = uses || o.level != Level::Element;
-  for_each_node(program, [&](const Expr& e) {
-    uses = uses || (e->kind == NodeKind::Var &&
-                    (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
-  });
-  for (const auto& r : program.reductions) uses = uses || result_level(r.scope) != Level::Tensor;
-  return uses;
-}
-
 /// Rows, columns and `factored` have a language, an IR and a CPU reference so far: the kernels and
 /// the runtime's row and column tables are the next step (docs/DESIGN.md, "Not built yet"), so a
 /// spec that uses them is refused where it says so, before the kernel emitter could see it.

@@ -632,9 +632,8 @@ void FusedOptimizer::Impl::write_groups(std::size_t first, std::size_t count, in
     if (!present) continue;
     kernel_abi::GroupWrite write{value, v, static_cast<int>(first), static_cast<int>(count), field, index};
     void* args[] = {&device_groups.view, &write};
-    driver::check(driver::api().cuLaunchKernel(module.function(info->variants[v].group_kernel), grid, 1, 1,
-                                               kernel_abi::kGroupKernelBlock, 1, 1, 0, stream, args, nullptr),
-                  "cuLaunchKernel", "check that the stream belongs to the current context");
+    driver::launch(module.function(info->variants[v].group_kernel), grid, kernel_abi::kGroupKernelBlock, stream, args,
+                   false, "check that the stream belongs to the current context");
   }
 }
 
