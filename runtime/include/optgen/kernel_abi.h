@@ -18,7 +18,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 5 };
+enum { kVersion = 6 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -27,6 +27,8 @@ struct Chunk {
   int group;  ///< the tensor's param group, an index into the GroupTable
   int count;  ///< elements: chunk_size, or fewer in a tensor's last chunk (0 for a group with none)
 };
+
+struct ShapeTable;
 
 /// A bound tensor list: built once by prepare(), resident on the device, never changed by a step.
 /// Chunks are ordered by decreasing `count`, so that the short ones fill the last wave.
@@ -37,6 +39,119 @@ struct TableView {
   long long chunk_size;    ///< elements per block, a multiple of 64
   int num_tensors;
   int num_chunks;  ///< the grid size; every group has at least one chunk
+  /// Device memory: the rows and columns of every tensor, for a variant with matrix, row or column
+  /// code (VariantInfo::stage_blocks nonzero beyond kChunkRuns); null for every other.
+  const ShapeTable* shapes;
+};
+
+// ---- Rows, columns and matrices (Adafactor's factored second moment). A tensor of two or more
+// dimensions is B matrices of R rows and C columns (its last two dimensions); any other is one
+// matrix of one row (B = 1, R = 1, C = numel) and not factored. Its element i is at row
+// p = i / C, column q = (i / (R * C)) * C + i % C, matrix b = i / (R * C), counting over the
+// tensor's B * R rows, B * C columns and B matrices; a plan numbers the rows (columns, matrices)
+// of all its tensors in tensor order (ShapeTable::row_offset, ...).
+//
+// A variant with such code launches, in each Reduce stage, the kinds of block its reductions need
+// (VariantInfo::stage_blocks, a mask of BlockKind bits), one after the other in the order of the
+// enum: block b of the stage is a block of the first kind in the mask while b is below that kind's
+// total (ShapeTable::block_offset), and so on. Within a kind, a tensor's blocks are consecutive
+// (block_offset[kind * (num_tensors + 1) + tensor] is its first, [... + num_tensors] the total).
+// The Update stage launches one block per chunk, as for every variant.
+//
+// - kChunkRuns: reductions over each tensor or group: runs of chunks, as in every plan
+//   (ceil(num_chunks / chunks_per_block) blocks; not counted in block_offset).
+// - kRowLines: reductions over each row (row_sum, row_mean): a line of C elements per row.
+// - kColumnSegments: reductions over each column: a thread per column, summing down a segment
+//   of up to kColumnSegmentRows rows; a column of more rows is split into segments, whose
+//   partials the last segment to arrive combines in segment order.
+// - kMatrixRowLines: reductions of row code over each matrix (a line of R rows per matrix).
+// - kMatrixColumnLines: reductions of column code over each matrix (a line of C columns).
+// - kSnapshot: copies the row and column states into ShapeTable::row_snapshot and
+//   col_snapshot (stage 1 only; see there).
+// A line is reduced by line_lanes(length) consecutive threads of a block (a power of two up to
+// the block size), block_size / lanes lines per block: line_blocks() blocks per tensor.
+enum BlockKind {
+  kChunkRuns = 0,
+  kRowLines = 1,
+  kColumnSegments = 2,
+  kMatrixRowLines = 3,
+  kMatrixColumnLines = 4,
+  kSnapshot = 5,
+  kNumBlockKinds = 6
+};
+
+enum { kColumnSegmentRows = 256 };
+
+#ifdef __CUDACC_RTC__
+#define OPTGEN_ABI_FUNCTION __host__ __device__ __forceinline__ constexpr
+#else
+#define OPTGEN_ABI_FUNCTION inline constexpr
+#endif
+
+/// Threads that reduce one line of `length` values: the least power of two that leaves each at
+/// most 8 values, from 1 to `block_size`.
+OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size) {
+  int lanes = 1;
+  while (lanes < block_size && static_cast<long long>(lanes) * 8 < length) lanes *= 2;
+  return lanes;
+}
+/// Blocks that reduce `lines` lines of `length` values each.
+OPTGEN_ABI_FUNCTION long long line_blocks(long long lines, long long length, int block_size) {
+  const long long per_block = block_size / line_lanes(length, block_size);
+  return (lines + per_block - 1) / per_block;
+}
+/// Row segments of a column of `rows` rows.
+OPTGEN_ABI_FUNCTION long long column_segments(long long rows) {
+  return rows <= kColumnSegmentRows ? 1 : (rows + kColumnSegmentRows - 1) / kColumnSegmentRows;
+}
+/// Blocks of a tensor's columns: tiles of block_size consecutive columns (of any of its matrices),
+/// times the segments of each.
+OPTGEN_ABI_FUNCTION long long column_blocks(long long columns, long long rows, int block_size) {
+  return (columns + block_size - 1) / block_size * column_segments(rows);
+}
+/// Blocks that copy a tensor's row and column states (kSnapshot): one entry per thread.
+OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns, int block_size) {
+  const long long entries = rows > columns ? rows : columns;
+  return (entries + block_size - 1) / block_size;
+}
+#undef OPTGEN_ABI_FUNCTION
+
+/// What the stages of a variant with matrix, row or column code read besides TableView: built by
+/// prepare(), device memory. Results are floats (a row's sum of squares, ...), one per row,
+/// column or matrix of each reduction of that scope, numbered by the scope's own index s
+/// (ReductionSlot::scope_index): [s * num_rows + row_offset[tensor] + p], and likewise.
+///
+/// Row and column states are read by element code in every stage, but written by the Update stage
+/// (by the element at column 0 of a row, at row 0 of a column), whose other blocks may still read
+/// them: so the Update stage reads them from a snapshot, which the first Reduce stage's kSnapshot
+/// blocks copy (as floats): the j-th row state of the variant (in operand order) at
+/// row_snapshot[j * num_rows + row], the j-th column state at col_snapshot[j * num_cols + column].
+/// A state absent for a tensor (a null pointer) reads as 0 and is never written.
+struct ShapeTable {
+  const long long* rows;           ///< [tensor]: R
+  const long long* cols;           ///< [tensor]: C
+  const unsigned char* factored;   ///< [tensor]: 1 for two or more dimensions
+  const long long* row_offset;     ///< [tensor]: its first row in the plan's numbering
+  const long long* col_offset;     ///< [tensor]: its first column
+  const long long* matrix_offset;  ///< [tensor]: its first matrix
+  const long long* block_offset;   ///< [kind * (num_tensors + 1) + tensor], kind a BlockKind (0 for kChunkRuns)
+  float* row_results;              ///< [s * num_rows + row]
+  float* col_results;              ///< [s * num_cols + column]
+  float* matrix_results;           ///< [s * num_matrices + matrix]
+  /// [(col_partial_offset[tensor] + segment * B * C + column) * num_col_reductions + s]: the
+  /// partial sums of the column segments of tensors with more than one (column_segments > 1).
+  float* col_partials;
+  const long long* col_partial_offset;  ///< [tensor]: in units of num_col_reductions floats
+  /// [col_tile_offset[tensor] + tile]: the segments of a tile of columns that arrived.
+  unsigned int* col_arrivals;
+  const long long* col_tile_offset;  ///< [tensor]
+  float* row_snapshot;               ///< [j * num_rows + row]
+  float* col_snapshot;               ///< [j * num_cols + column]
+  long long num_rows;
+  long long num_cols;
+  long long num_matrices;
+  int num_col_reductions;
+  int num_tensors;
 };
 
 /// The device-resident state of every param group: hyperparameters, step counts, scalar state and
@@ -154,7 +269,31 @@ static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunks) == 16, "TableView::chunks m
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunk_size) == 24, "TableView::chunk_size moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_tensors) == 32, "TableView::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_chunks) == 36, "TableView::num_chunks moved");
-static_assert(sizeof(TableView) == 40 && alignof(TableView) == 8, "TableView changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, shapes) == 40, "TableView::shapes moved");
+static_assert(sizeof(TableView) == 48 && alignof(TableView) == 8, "TableView changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, rows) == 0, "ShapeTable::rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, cols) == 8, "ShapeTable::cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, factored) == 16, "ShapeTable::factored moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_offset) == 24, "ShapeTable::row_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_offset) == 32, "ShapeTable::col_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, matrix_offset) == 40, "ShapeTable::matrix_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, block_offset) == 48, "ShapeTable::block_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_results) == 56, "ShapeTable::row_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_results) == 64, "ShapeTable::col_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, matrix_results) == 72, "ShapeTable::matrix_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partials) == 80, "ShapeTable::col_partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partial_offset) == 88, "ShapeTable::col_partial_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_arrivals) == 96, "ShapeTable::col_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_tile_offset) == 104, "ShapeTable::col_tile_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_snapshot) == 112, "ShapeTable::row_snapshot moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_snapshot) == 120, "ShapeTable::col_snapshot moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_rows) == 128, "ShapeTable::num_rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 136, "ShapeTable::num_cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 144, "ShapeTable::num_matrices moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 152, "ShapeTable::num_col_reductions moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 156, "ShapeTable::num_tensors moved");
+static_assert(sizeof(ShapeTable) == 160 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");

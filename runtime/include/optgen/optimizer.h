@@ -71,12 +71,21 @@ struct AmpInputs {
 
 /// One reduction a variant computes before its Update stage, at its index r of
 /// kernel_abi::ReductionTable: a sum or a maximum, over each tensor or over the whole group.
+enum class ReductionScope { Tensor, Group, Row, Column, Matrix };
 struct ReductionSlot {
   const char* name;  ///< the generator's name for it, e.g. sum_param_times_param
   bool is_max;       ///< else a sum
-  bool over_group;   ///< else over each tensor
+  bool over_group;   ///< else over each tensor (or row, column or matrix: see scope)
   int stage;         ///< the Reduce stage that computes it: 1 for the first launch of a step, ...
+  ReductionScope scope = ReductionScope::Tensor;
+  /// Row, Column, Matrix: its index among the variant's reductions of that scope, which numbers its
+  /// results in kernel_abi::ShapeTable (Tensor and Group reductions use their index r).
+  int scope_index = 0;
 };
+
+/// Whether a variant's state exists for a tensor: always, or only for tensors that are factored
+/// (two or more dimensions) or only for those that are not (a `when:` that reads `factored`).
+enum class StatePresence { Always, Factored, NotFactored };
 
 /// One kernel variant of a spec (a combination of specialized flags).
 struct VariantInfo {
@@ -89,6 +98,11 @@ struct VariantInfo {
   const ReductionSlot* reductions;
   int num_reductions;
   int grad_norm_slot;  ///< the reduction whose root is the published gradient norm, or -1: no clipping
+  /// Null, unless the variant has matrix, row or column code (it then needs every tensor's shape):
+  /// per stage in launch order, the kinds of block it launches, a mask of kernel_abi::BlockKind bits.
+  const unsigned* stage_blocks = nullptr;
+  /// Null when every state exists for every tensor; else per entry of `states`, when it does.
+  const StatePresence* state_presence = nullptr;
 };
 
 /// A variant's kernels for one storage type.
