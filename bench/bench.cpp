@@ -3,7 +3,7 @@
 // here; and the host time spent inside step() for a model of many tensors.
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
-//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip]
+//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //
 // (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
@@ -30,6 +30,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "adafactor.h"
 #include "adam.h"
 #include "adamw.h"
 #include "lamb.h"
@@ -45,6 +46,7 @@ using optgen::driver::check;
 struct Workload {
   std::string name;
   std::vector<std::int64_t> numels;
+  std::vector<std::vector<std::int64_t>> shapes;
   std::int64_t parameters = 0;
 };
 
@@ -57,7 +59,11 @@ Workload load_workload(const std::string& path) {
   w.name = doc.value("name", path);
   for (const auto& shape : doc.at("shapes")) {
     std::int64_t numel = 1;
-    for (const auto& d : shape) numel *= d.get<std::int64_t>();
+    w.shapes.emplace_back();
+    for (const auto& d : shape) {
+      numel *= d.get<std::int64_t>();
+      w.shapes.back().push_back(d.get<std::int64_t>());
+    }
     w.numels.push_back(numel);
     w.parameters += numel;
   }
@@ -70,7 +76,8 @@ struct Model {
   CUdeviceptr params = 0, grads = 0;
   std::vector<optgen::Tensor> tensors;
 
-  explicit Model(const std::vector<std::int64_t>& sizes) : numels(sizes) {
+  explicit Model(const std::vector<std::int64_t>& sizes, const std::vector<std::vector<std::int64_t>>& shapes)
+      : numels(sizes) {
     std::vector<std::size_t> offsets;
     std::size_t bytes = 0;
     for (auto n : numels) {
@@ -83,7 +90,7 @@ struct Model {
     fill_random(grads, bytes, 2);
     for (size_t i = 0; i < numels.size(); ++i)
       tensors.push_back({reinterpret_cast<void*>(params + offsets[i]), reinterpret_cast<void*>(grads + offsets[i]),
-                         numels[i], optgen::DType::F32});
+                         numels[i], optgen::DType::F32, nullptr, -1, shapes[i]});
   }
   ~Model() {
     api().cuMemFree(params);
@@ -173,6 +180,11 @@ std::vector<OptimizerCase> optimizer_cases() {
       {"lamb", 44, with_defaults(optgen::LAMB::info(), {})},
       // Three: the global norm, LAMB's norms, the update.
       {"lamb_clip", 48, with_defaults(optgen::LAMB::info(), {{"max_grad_norm", 1.0}})},
+      // Four launches: norm(param) and the row and column sums of grad^2 (reads p, g, g), the new
+      // row_var's mean per matrix (rows only), the update's norm (reads g), the update (reads p,
+      // g; writes p). Row and column states are negligible; 1-D tensors also read and write
+      // `variance` (not counted).
+      {"adafactor", 28, with_defaults(optgen::Adafactor::info(), {})},
   };
 }
 
@@ -272,7 +284,7 @@ void add_options(CLI::App& app, Arguments& args) {
       ->capture_default_str();
   app.add_option("--optimizers", args.optimizers, "optimizers, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"adam", "adamw", "sgd", "adamw_clip", "lamb", "lamb_clip"}))
+      ->check(CLI::IsMember({"adam", "adamw", "sgd", "adamw_clip", "lamb", "lamb_clip", "adafactor"}))
       ->capture_default_str();
   app.add_option("--modes", args.modes,
                  "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "
@@ -321,7 +333,7 @@ int main(int argc, char** argv) {
     AmpInputs amp;
     for (const auto& name : args.workloads) {
       Workload w = load_workload(args.dir + "/" + name + ".json");
-      Model model(w.numels);
+      Model model(w.numels, w.shapes);
       for (const auto& c : optimizer_cases()) {
         if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
         for (long long chunk : args.chunk_sizes) {

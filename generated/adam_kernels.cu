@@ -45,11 +45,13 @@
 // Self-contained: NVRTC compiles it with no include path, at build time or at load time.
 
 // Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,
-// --min-blocks-per-sm, --reduce-min-blocks-per-sm); the launcher launches with the same values.
+// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm); the launcher
+// launches with the same values.
 #define OPTGEN_BLOCK_SIZE 256  // threads per block
 #define OPTGEN_ELEMENTS_PER_THREAD 8  // elements in flight per thread and iteration
 #define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 3)  // at most 65536 / (block size * 3) registers
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 4)  // at most 65536 / (block size * 4) registers
+#define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 2)  // at most 65536 / (block size * 2) registers
 
 // ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----
 #ifndef OPTGEN_KERNEL_ABI_H_
@@ -72,7 +74,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 5 };
+enum { kVersion = 6 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -81,6 +83,8 @@ struct Chunk {
   int group;  ///< the tensor's param group, an index into the GroupTable
   int count;  ///< elements: chunk_size, or fewer in a tensor's last chunk (0 for a group with none)
 };
+
+struct ShapeTable;
 
 /// A bound tensor list: built once by prepare(), resident on the device, never changed by a step.
 /// Chunks are ordered by decreasing `count`, so that the short ones fill the last wave.
@@ -91,6 +95,119 @@ struct TableView {
   long long chunk_size;    ///< elements per block, a multiple of 64
   int num_tensors;
   int num_chunks;  ///< the grid size; every group has at least one chunk
+  /// Device memory: the rows and columns of every tensor, for a variant with matrix, row or column
+  /// code (VariantInfo::stage_blocks nonzero beyond kChunkRuns); null for every other.
+  const ShapeTable* shapes;
+};
+
+// ---- Rows, columns and matrices (Adafactor's factored second moment). A tensor of two or more
+// dimensions is B matrices of R rows and C columns (its last two dimensions); any other is one
+// matrix of one row (B = 1, R = 1, C = numel) and not factored. Its element i is at row
+// p = i / C, column q = (i / (R * C)) * C + i % C, matrix b = i / (R * C), counting over the
+// tensor's B * R rows, B * C columns and B matrices; a plan numbers the rows (columns, matrices)
+// of all its tensors in tensor order (ShapeTable::row_offset, ...).
+//
+// A variant with such code launches, in each Reduce stage, the kinds of block its reductions need
+// (VariantInfo::stage_blocks, a mask of BlockKind bits), one after the other in the order of the
+// enum: block b of the stage is a block of the first kind in the mask while b is below that kind's
+// total (ShapeTable::block_offset), and so on. Within a kind, a tensor's blocks are consecutive
+// (block_offset[kind * (num_tensors + 1) + tensor] is its first, [... + num_tensors] the total).
+// The Update stage launches one block per chunk, as for every variant.
+//
+// - kChunkRuns: reductions over each tensor or group: runs of chunks, as in every plan
+//   (ceil(num_chunks / chunks_per_block) blocks; not counted in block_offset).
+// - kRowLines: reductions over each row (row_sum, row_mean): a line of C elements per row.
+// - kColumnSegments: reductions over each column: a thread per column, summing down a segment
+//   of up to kColumnSegmentRows rows; a column of more rows is split into segments, whose
+//   partials the last segment to arrive combines in segment order.
+// - kMatrixRowLines: reductions of row code over each matrix (a line of R rows per matrix).
+// - kMatrixColumnLines: reductions of column code over each matrix (a line of C columns).
+// - kSnapshot: copies the row and column states into ShapeTable::row_snapshot and
+//   col_snapshot (stage 1 only; see there).
+// A line is reduced by line_lanes(length) consecutive threads of a block (a power of two up to
+// the block size), block_size / lanes lines per block: line_blocks() blocks per tensor.
+enum BlockKind {
+  kChunkRuns = 0,
+  kRowLines = 1,
+  kColumnSegments = 2,
+  kMatrixRowLines = 3,
+  kMatrixColumnLines = 4,
+  kSnapshot = 5,
+  kNumBlockKinds = 6
+};
+
+enum { kColumnSegmentRows = 256 };
+
+#ifdef __CUDACC__
+#define OPTGEN_ABI_FUNCTION __host__ __device__ __forceinline__ constexpr
+#else
+#define OPTGEN_ABI_FUNCTION inline constexpr
+#endif
+
+/// Threads that reduce one line of `length` values: the least power of two that leaves each at
+/// most 8 values, from 1 to `block_size`.
+OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size) {
+  int lanes = 1;
+  while (lanes < block_size && static_cast<long long>(lanes) * 8 < length) lanes *= 2;
+  return lanes;
+}
+/// Blocks that reduce `lines` lines of `length` values each.
+OPTGEN_ABI_FUNCTION long long line_blocks(long long lines, long long length, int block_size) {
+  const long long per_block = block_size / line_lanes(length, block_size);
+  return (lines + per_block - 1) / per_block;
+}
+/// Row segments of a column of `rows` rows.
+OPTGEN_ABI_FUNCTION long long column_segments(long long rows) {
+  return rows <= kColumnSegmentRows ? 1 : (rows + kColumnSegmentRows - 1) / kColumnSegmentRows;
+}
+/// Blocks of a tensor's columns: tiles of block_size consecutive columns (of any of its matrices),
+/// times the segments of each.
+OPTGEN_ABI_FUNCTION long long column_blocks(long long columns, long long rows, int block_size) {
+  return (columns + block_size - 1) / block_size * column_segments(rows);
+}
+/// Blocks that copy a tensor's row and column states (kSnapshot): one entry per thread.
+OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns, int block_size) {
+  const long long entries = rows > columns ? rows : columns;
+  return (entries + block_size - 1) / block_size;
+}
+#undef OPTGEN_ABI_FUNCTION
+
+/// What the stages of a variant with matrix, row or column code read besides TableView: built by
+/// prepare(), device memory. Results are floats (a row's sum of squares, ...), one per row,
+/// column or matrix of each reduction of that scope, numbered by the scope's own index s
+/// (ReductionSlot::scope_index): [s * num_rows + row_offset[tensor] + p], and likewise.
+///
+/// Row and column states are read by element code in every stage, but written by the Update stage
+/// (by the element at column 0 of a row, at row 0 of a column), whose other blocks may still read
+/// them: so the Update stage reads them from a snapshot, which the first Reduce stage's kSnapshot
+/// blocks copy (as floats): the j-th row state of the variant (in operand order) at
+/// row_snapshot[j * num_rows + row], the j-th column state at col_snapshot[j * num_cols + column].
+/// A state absent for a tensor (a null pointer) reads as 0 and is never written.
+struct ShapeTable {
+  const long long* rows;           ///< [tensor]: R
+  const long long* cols;           ///< [tensor]: C
+  const unsigned char* factored;   ///< [tensor]: 1 for two or more dimensions
+  const long long* row_offset;     ///< [tensor]: its first row in the plan's numbering
+  const long long* col_offset;     ///< [tensor]: its first column
+  const long long* matrix_offset;  ///< [tensor]: its first matrix
+  const long long* block_offset;   ///< [kind * (num_tensors + 1) + tensor], kind a BlockKind (0 for kChunkRuns)
+  float* row_results;              ///< [s * num_rows + row]
+  float* col_results;              ///< [s * num_cols + column]
+  float* matrix_results;           ///< [s * num_matrices + matrix]
+  /// [(col_partial_offset[tensor] + segment * B * C + column) * num_col_reductions + s]: the
+  /// partial sums of the column segments of tensors with more than one (column_segments > 1).
+  float* col_partials;
+  const long long* col_partial_offset;  ///< [tensor]: in units of num_col_reductions floats
+  /// [col_tile_offset[tensor] + tile]: the segments of a tile of columns that arrived.
+  unsigned int* col_arrivals;
+  const long long* col_tile_offset;  ///< [tensor]
+  float* row_snapshot;               ///< [j * num_rows + row]
+  float* col_snapshot;               ///< [j * num_cols + column]
+  long long num_rows;
+  long long num_cols;
+  long long num_matrices;
+  int num_col_reductions;
+  int num_tensors;
 };
 
 /// The device-resident state of every param group: hyperparameters, step counts, scalar state and
@@ -208,7 +325,31 @@ static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunks) == 16, "TableView::chunks m
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunk_size) == 24, "TableView::chunk_size moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_tensors) == 32, "TableView::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_chunks) == 36, "TableView::num_chunks moved");
-static_assert(sizeof(TableView) == 40 && alignof(TableView) == 8, "TableView changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, shapes) == 40, "TableView::shapes moved");
+static_assert(sizeof(TableView) == 48 && alignof(TableView) == 8, "TableView changed size or alignment");
+
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, rows) == 0, "ShapeTable::rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, cols) == 8, "ShapeTable::cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, factored) == 16, "ShapeTable::factored moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_offset) == 24, "ShapeTable::row_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_offset) == 32, "ShapeTable::col_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, matrix_offset) == 40, "ShapeTable::matrix_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, block_offset) == 48, "ShapeTable::block_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_results) == 56, "ShapeTable::row_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_results) == 64, "ShapeTable::col_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, matrix_results) == 72, "ShapeTable::matrix_results moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partials) == 80, "ShapeTable::col_partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partial_offset) == 88, "ShapeTable::col_partial_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_arrivals) == 96, "ShapeTable::col_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_tile_offset) == 104, "ShapeTable::col_tile_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_snapshot) == 112, "ShapeTable::row_snapshot moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_snapshot) == 120, "ShapeTable::col_snapshot moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_rows) == 128, "ShapeTable::num_rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 136, "ShapeTable::num_cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 144, "ShapeTable::num_matrices moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 152, "ShapeTable::num_col_reductions moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 156, "ShapeTable::num_tensors moved");
+static_assert(sizeof(ShapeTable) == 160 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");
@@ -780,6 +921,527 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     for (int op = 0; op < kOps; ++op) store_operand<P, S, 1>(op, ptr[op], i, &x[op]);
   }
 
+  if (threadIdx.x == 0 && commit_shared) commit_step<Group>(groups, slot, g);
+}
+
+}  // namespace optgen
+
+// ---- Rows, columns and matrices: the stages of a variant with matrix, row or column code
+// (kernel_abi::ShapeTable; generator/shapes.h). ----
+
+namespace optgen {
+
+using kernel_abi::ShapeTable;
+
+/// Where element i of a tensor of B matrices of R rows and C columns is: its row p = b * R + r,
+/// its column q = b * C + c and its matrix b, counted over the tensor's rows, columns, matrices.
+struct ElementIndex {
+  long long i, p, q, b, r, c;
+};
+
+__device__ __forceinline__ ElementIndex element_index(long long i, long long R, long long C) {
+  ElementIndex x;
+  x.i = i;
+  const long long matrix = R * C;
+  if (i < 0xffffffffLL && matrix < 0xffffffffLL) {  // 32-bit division where it suffices
+    const unsigned ui = static_cast<unsigned>(i), um = static_cast<unsigned>(matrix), uc = static_cast<unsigned>(C);
+    const unsigned b = ui / um, rest = ui - b * um, r = rest / uc;
+    x.b = b;
+    x.r = r;
+    x.c = rest - r * uc;
+  } else {
+    x.b = i / matrix;
+    const long long rest = i - x.b * matrix;
+    x.r = rest / C;
+    x.c = rest - x.r * C;
+  }
+  x.p = x.b * R + x.r;
+  x.q = x.b * C + x.c;
+  return x;
+}
+
+/// The index of the element after x.
+__device__ __forceinline__ void advance(ElementIndex& x, long long R, long long C) {
+  ++x.i;
+  ++x.c;
+  ++x.q;
+  if (x.c == C) {
+    x.c = 0;
+    x.q -= C;
+    ++x.r;
+    ++x.p;
+    if (x.r == R) {
+      x.r = 0;
+      ++x.b;
+      x.q += C;
+    }
+  }
+}
+
+/// What the shaped code of one tensor reads besides its elements: its shape, the row, column and
+/// matrix results of earlier stages, and its row and column states (S), which the Update stage
+/// reads from the snapshot the first Reduce stage took. An absent state reads as 0.
+template <typename S, bool kFromSnapshot>
+struct Shaped {
+  static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
+  const ShapeTable* table;
+  void* const* pointers;
+  long long num_tensors;
+  int t;
+  bool factored;
+  long long R, C, row0, col0, matrix0;
+
+  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors + t]; }
+  __device__ __forceinline__ float row_result(int s, long long p) const {
+    return __ldcg(table->row_results + s * table->num_rows + row0 + p);
+  }
+  __device__ __forceinline__ float col_result(int s, long long q) const {
+    return __ldcg(table->col_results + s * table->num_cols + col0 + q);
+  }
+  __device__ __forceinline__ float matrix_result(int s, long long b) const {
+    return __ldcg(table->matrix_results + s * table->num_matrices + matrix0 + b);
+  }
+  /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
+  __device__ __forceinline__ float row_state(int op, int j, long long p) const {
+    const S* data = static_cast<const S*>(pointer(op));
+    if (!data) return 0.0f;
+    return from_snapshot ? __ldcg(table->row_snapshot + j * table->num_rows + row0 + p) : to_float(data[p]);
+  }
+  __device__ __forceinline__ float col_state(int op, int j, long long q) const {
+    const S* data = static_cast<const S*>(pointer(op));
+    if (!data) return 0.0f;
+    return from_snapshot ? __ldcg(table->col_snapshot + j * table->num_cols + col0 + q) : to_float(data[q]);
+  }
+  /// Stores a row or column state's new value (Update stage): nothing for an absent state.
+  __device__ __forceinline__ void store_state(int op, long long index, float x) const {
+    S* data = static_cast<S*>(pointer(op));
+    if (data) data[index] = from_float<S>(x);
+  }
+};
+
+template <typename S, bool kFromSnapshot = false>
+__device__ __forceinline__ Shaped<S, kFromSnapshot> shaped(const TableView& table, int t) {
+  const ShapeTable* st = table.shapes;
+  Shaped<S, kFromSnapshot> s;
+  s.table = st;
+  s.pointers = table.pointers;
+  s.num_tensors = table.num_tensors;
+  s.t = t;
+  s.factored = st->factored[t] != 0;
+  s.R = st->rows[t];
+  s.C = st->cols[t];
+  s.row0 = st->row_offset[t];
+  s.col0 = st->col_offset[t];
+  s.matrix0 = st->matrix_offset[t];
+  return s;
+}
+
+/// The tensor whose blocks of `kind` hold block b (the last t with block_offset[t] <= b).
+__device__ __forceinline__ int tensor_of_block(const ShapeTable& st, int kind, long long b) {
+  const long long* offset = st.block_offset + static_cast<long long>(kind) * (st.num_tensors + 1);
+  int lo = 0, hi = st.num_tensors;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (__ldg(offset + mid) <= b) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/// Combines `x` over the `lanes` consecutive threads that share a line (a power of two up to the
+/// block size), in a fixed order; the result is valid in the line's first thread. Every thread of
+/// the block must call it.
+template <typename T>
+__device__ T line_combine(bool is_max, T x, int lanes) {
+  __shared__ T warps[32];
+  const int width = lanes < 32 ? lanes : 32;
+  for (int offset = width / 2; offset > 0; offset /= 2)
+    x = reduce_combine(is_max, x, __shfl_down_sync(0xffffffffu, x, offset, width));
+  if (lanes <= 32) return x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) warps[warp] = x;
+  __syncthreads();
+  if (threadIdx.x % lanes == 0) {
+    for (int w = 1; w < lanes / 32; ++w) x = reduce_combine(is_max, x, warps[warp + w]);
+  }
+  __syncthreads();
+  return x;
+}
+
+/// The group of tensor t (a linear search: plans have few groups).
+__device__ __forceinline__ int group_of_tensor(const ReductionTable& red, int t) {
+  for (int g = 0; g < red.num_groups; ++g) {
+    const int first = red.group_first_tensor[g], n = red.group_tensors[g];
+    if (n > 0 && t >= first && t < first + n) return g;
+  }
+  return 0;
+}
+
+/// Element i of the operands Code::loads selects (0 from an absent state), the gradient divided by
+/// AMP's scale.
+template <typename Code, typename P, typename S, int kOps>
+__device__ __forceinline__ void load_element(void* const (&ptr)[kOps], long long i, float (&x)[kOps], bool scaled,
+                                             float grad_scale) {
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) {
+    x[op] = 0.0f;
+    if (Code::loads(op) && ptr[op]) load_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+  }
+  if (scaled) x[1] = x[1] / grad_scale;
+}
+
+/// What every block of a shaped Reduce stage reads first: its tensor's group values, tensor values
+/// and shape.
+template <typename Reduce, typename Group, typename S>
+struct ShapedBlock {
+  typename Group::Values k;
+  typename Reduce::TensorValues tv;
+  Shaped<S, false> sh;
+  long long numel, B;
+  bool scaled;
+  float grad_scale;
+};
+
+template <typename Reduce, typename Group, typename S>
+__device__ __forceinline__ ShapedBlock<Reduce, Group, S> shaped_block(const TableView& table, const GroupTable& groups,
+                                                                       const StepInputs& inputs,
+                                                                       const ReductionTable& red, int t) {
+  typedef typename Group::Values Values;
+  ShapedBlock<Reduce, Group, S> s;
+  const int g = group_of_tensor(red, t);
+  s.k = *group_values<Values>(groups, current_slot(groups, g), g);
+  s.sh = shaped<S>(table, t);
+  s.numel = table.numel[t];
+  s.B = s.sh.R * s.sh.C == 0 ? 0 : s.numel / (s.sh.R * s.sh.C);
+  s.tv = Reduce::tensor(s.k, s.numel, results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
+  s.scaled = inputs.grad_scale != 0;
+  s.grad_scale = s.scaled ? *inputs.grad_scale : 1.0f;
+  return s;
+}
+
+/// The chunk runs of a shaped Reduce stage: its reductions over each tensor or group (Reduce::
+/// Elements), as reduce_stage's, each element with its row, column and matrix at hand.
+template <typename Reduce, typename Group, typename P, typename S>
+__device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const GroupTable& groups,
+                                                  const StepInputs& inputs, const ReductionTable& red,
+                                                  long long block) {
+  typedef typename Group::Values Values;
+  typedef typename Reduce::Elements Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
+  const int first_chunk = static_cast<int>(block) * red.chunks_per_block;
+  const int count =
+      first_chunk + red.chunks_per_block < table.num_chunks ? red.chunks_per_block : table.num_chunks - first_chunk;
+  if (static_cast<int>(threadIdx.x) < count) block_chunks[threadIdx.x] = table.chunks[first_chunk + threadIdx.x];
+  __syncthreads();
+  const bool scaled = inputs.grad_scale != 0;
+  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+  for (int c = 0; c < count;) {
+    const Chunk chunk = block_chunks[c];
+    const int t = chunk.tensor;
+    const int g = chunk.group;
+    int last = c;
+    while (last + 1 < count && block_chunks[last + 1].tensor == t &&
+           block_chunks[last + 1].index == block_chunks[last].index + 1)
+      ++last;
+    const unsigned int run = static_cast<unsigned int>(last - c + 1);
+    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+    const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
+    void* ptr[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op)
+      ptr[op] = Code::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+    const Shaped<S, false> sh = shaped<S>(table, t);
+    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+    const typename Reduce::TensorValues tv =
+        Reduce::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+    constexpr int kUnroll = 2;  // elements in flight per thread: the per-element index and double math take the rest
+    for (long long base = start + threadIdx.x; base < end; base += kUnroll * OPTGEN_BLOCK_SIZE) {
+      float x[kUnroll][kOps];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * OPTGEN_BLOCK_SIZE < end)
+          load_element<Code, P, S, kOps>(ptr, base + u * OPTGEN_BLOCK_SIZE, x[u], scaled, grad_scale);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const long long i = base + u * OPTGEN_BLOCK_SIZE;
+        if (i >= end) continue;
+        float value[kR];
+        Code::apply(k, tv, sh, element_index(i, sh.R, sh.C), x[u], value);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+      }
+    }
+    double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * red.stride;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float total = block_combine(Code::is_max(r), acc[r]);
+      if (threadIdx.x == 0) {
+        partials[Code::slot(r)] = total;
+        for (unsigned int j = 1; j < run; ++j)
+          partials[j * red.stride + Code::slot(r)] = reduce_identity<double>(Code::is_max(r));
+      }
+    }
+    if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
+      finish_tensor<Code>(red, t, g);
+    c = last + 1;
+  }
+}
+
+/// The line kinds of a shaped Reduce stage (kRowLines, kMatrixRowLines, kMatrixColumnLines):
+/// `lanes` consecutive threads reduce each line (a row's C elements, a matrix's R row values or C
+/// column values), block_size / lanes lines per block, into one result per line.
+template <int kKind, typename Reduce, typename Group, typename P, typename S>
+__device__ __forceinline__ void shaped_lines(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red, long long block) {
+  typedef typename Reduce::template Lines<kKind> Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  const ShapeTable& st = *table.shapes;
+  const int t = tensor_of_block(st, kKind, block);
+  const long long local = block - st.block_offset[static_cast<long long>(kKind) * (st.num_tensors + 1) + t];
+  const ShapedBlock<Reduce, Group, S> s = shaped_block<Reduce, Group, S>(table, groups, inputs, red, t);
+  const long long lines = kKind == kernel_abi::kRowLines ? s.B * s.sh.R : s.B;
+  const long long length = kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C;
+  const int lanes = kernel_abi::line_lanes(length, OPTGEN_BLOCK_SIZE);
+  const long long line = local * (OPTGEN_BLOCK_SIZE / lanes) + threadIdx.x / lanes;
+  const int lane = threadIdx.x % lanes;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Code::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+  if (line < lines) {
+    for (long long j = lane; j < length; j += lanes) {
+      float value[kR];
+      if constexpr (kKind == kernel_abi::kRowLines) {
+        // Element j of row `line`.
+        ElementIndex x;
+        x.p = line;
+        x.b = line / s.sh.R;
+        x.r = line - x.b * s.sh.R;
+        x.c = j;
+        x.q = x.b * s.sh.C + j;
+        x.i = line * s.sh.C + j;
+        float v[kOps];
+        load_element<Code, P, S, kOps>(ptr, x.i, v, s.scaled, s.grad_scale);
+        Code::apply(s.k, s.tv, s.sh, x, v, value);
+      } else {
+        // Row (column) j of matrix `line`.
+        const long long b = line;
+        const long long index = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C) + j;
+        Code::apply(s.k, s.tv, s.sh, index, b, value);
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+    }
+  }
+  float* out = kKind == kernel_abi::kRowLines ? st.row_results + s.sh.row0 : st.matrix_results + s.sh.matrix0;
+  const long long stride = kKind == kernel_abi::kRowLines ? st.num_rows : st.num_matrices;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const float total = line_combine(Code::is_max(r), acc[r], lanes);
+    if (lane == 0 && line < lines) out[Code::slot(r) * stride + line] = total;
+  }
+}
+
+/// The column segments of a shaped Reduce stage: a thread per column (of any matrix of the
+/// tensor) sums down up to kColumnSegmentRows rows; a tensor of more rows has several segments per
+/// column, whose partials the last segment of a tile of columns to arrive combines in order.
+template <typename Reduce, typename Group, typename P, typename S>
+__device__ __forceinline__ void shaped_columns(const TableView& table, const GroupTable& groups,
+                                               const StepInputs& inputs, const ReductionTable& red, long long block) {
+  typedef typename Reduce::Cols Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  const ShapeTable& st = *table.shapes;
+  const int t = tensor_of_block(st, kernel_abi::kColumnSegments, block);
+  const long long local =
+      block - st.block_offset[static_cast<long long>(kernel_abi::kColumnSegments) * (st.num_tensors + 1) + t];
+  const ShapedBlock<Reduce, Group, S> s = shaped_block<Reduce, Group, S>(table, groups, inputs, red, t);
+  const long long R = s.sh.R, C = s.sh.C, columns = s.B * C;
+  const long long segments = kernel_abi::column_segments(R);
+  const long long tile = local / segments, segment = local - tile * segments;
+  const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Code::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+  if (q < columns) {
+    ElementIndex x;
+    x.b = q / C;
+    x.c = q - x.b * C;
+    x.q = q;
+    const long long first = segment * kernel_abi::kColumnSegmentRows;
+    const long long last = first + kernel_abi::kColumnSegmentRows < R ? first + kernel_abi::kColumnSegmentRows : R;
+    constexpr int kUnroll = 4;
+    for (long long r0 = first; r0 < last; r0 += kUnroll) {
+      float v[kUnroll][kOps];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (r0 + u < last) load_element<Code, P, S, kOps>(ptr, (x.b * R + r0 + u) * C + x.c, v[u], s.scaled, s.grad_scale);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (r0 + u >= last) continue;
+        x.r = r0 + u;
+        x.p = x.b * R + x.r;
+        x.i = x.p * C + x.c;
+        float value[kR];
+        Code::apply(s.k, s.tv, s.sh, x, v[u], value);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+      }
+    }
+  }
+  float* out = st.col_results + s.sh.col0;
+  if (segments == 1) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      if (q < columns) out[Code::slot(r) * st.num_cols + q] = acc[r];
+    return;
+  }
+  const long long n = st.num_col_reductions;
+  float* partials = st.col_partials + st.col_partial_offset[t] * n;
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    if (q < columns) partials[(segment * columns + q) * n + Code::slot(r)] = acc[r];
+  // Every thread's partials, not only thread 0's, must be visible to the last block.
+  __threadfence();
+  if (!last_to_arrive(&st.col_arrivals[st.col_tile_offset[t] + tile], static_cast<unsigned>(segments))) return;
+  if (q >= columns) return;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    float x = reduce_identity<float>(Code::is_max(r));
+    for (long long j = 0; j < segments; ++j) x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
+    out[Code::slot(r) * st.num_cols + q] = x;
+  }
+}
+
+/// kSnapshot: copies the tensor's row and column states (as floats) for the Update stage.
+template <typename Reduce, typename S>
+__device__ __forceinline__ void shaped_snapshot(const TableView& table, long long block) {
+  typedef typename Reduce::Snapshot Code;
+  const ShapeTable& st = *table.shapes;
+  const int t = tensor_of_block(st, kernel_abi::kSnapshot, block);
+  const long long local = block - st.block_offset[static_cast<long long>(kernel_abi::kSnapshot) * (st.num_tensors + 1) + t];
+  const Shaped<S, false> sh = shaped<S>(table, t);
+  const long long numel = table.numel[t];
+  const long long B = sh.R * sh.C == 0 ? 0 : numel / (sh.R * sh.C);
+  const long long e = local * OPTGEN_BLOCK_SIZE + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < Code::kRowStates; ++j)
+    if (e < B * sh.R && sh.pointer(Code::row_op(j)))
+      st.row_snapshot[j * st.num_rows + sh.row0 + e] = sh.row_state(Code::row_op(j), j, e);
+#pragma unroll
+  for (int j = 0; j < Code::kColStates; ++j)
+    if (e < B * sh.C && sh.pointer(Code::col_op(j)))
+      st.col_snapshot[j * st.num_cols + sh.col0 + e] = sh.col_state(Code::col_op(j), j, e);
+}
+
+/// A Reduce stage of a variant with rows and columns: block b is a block of the first kind in
+/// Reduce::kBlocks while b is below that kind's count, and so on (kernel_abi::BlockKind).
+template <typename Reduce, typename Group, typename P, typename S>
+__device__ __forceinline__ void shaped_reduce_stage(const TableView& table, const GroupTable& groups,
+                                                    const StepInputs& inputs, const ReductionTable& red) {
+  allow_next_kernel();
+  wait_for_previous_kernel();  // earlier stages' results; and the last step's states
+  const ShapeTable& st = *table.shapes;
+  long long b = blockIdx.x;
+  auto total = [&](int kind) {
+    return st.block_offset[static_cast<long long>(kind) * (st.num_tensors + 1) + st.num_tensors];
+  };
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kChunkRuns) & 1u) {
+    const long long n = (table.num_chunks + red.chunks_per_block - 1) / red.chunks_per_block;
+    if (b < n) return shaped_chunk_runs<Reduce, Group, P, S>(table, groups, inputs, red, b);
+    b -= n;
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kRowLines) & 1u) {
+    if (b < total(kernel_abi::kRowLines))
+      return shaped_lines<kernel_abi::kRowLines, Reduce, Group, P, S>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kRowLines);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kColumnSegments) & 1u) {
+    if (b < total(kernel_abi::kColumnSegments)) return shaped_columns<Reduce, Group, P, S>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kColumnSegments);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixRowLines) & 1u) {
+    if (b < total(kernel_abi::kMatrixRowLines))
+      return shaped_lines<kernel_abi::kMatrixRowLines, Reduce, Group, P, S>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kMatrixRowLines);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixColumnLines) & 1u) {
+    if (b < total(kernel_abi::kMatrixColumnLines))
+      return shaped_lines<kernel_abi::kMatrixColumnLines, Reduce, Group, P, S>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kMatrixColumnLines);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kSnapshot) & 1u) {
+    if (b < total(kernel_abi::kSnapshot)) return shaped_snapshot<Reduce, S>(table, b);
+  }
+}
+
+/// The Update stage of a variant with rows and columns: update_stage's, element by element with
+/// each element's row, column and matrix; Update::apply also stores a row's (column's) new state
+/// at its column (row) 0, reading the old one from the snapshot.
+template <typename Update, typename Group, typename P, typename S>
+__device__ __forceinline__ void shaped_update_stage(const TableView& table, const GroupTable& groups,
+                                                    const StepInputs& inputs, const ReductionTable& red) {
+  typedef typename Group::Values Values;
+  constexpr int kOps = Update::kOperands;
+  const Chunk chunk = table.chunks[blockIdx.x];
+  const int t = chunk.tensor;
+  const int g = chunk.group;
+  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+  const long long end = start + chunk.count;
+  const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
+  if (skip) return;
+  wait_for_previous_kernel();
+  __shared__ int slot_shared, commit_shared;
+  if (threadIdx.x == 0) {
+    const unsigned int blocks = groups.blocks[g];
+    const unsigned int ticket = atomicInc(&groups.arrivals[g], 2u * blocks - 1u);
+    slot_shared = ticket >= blocks ? 1 : 0;
+    commit_shared = ticket == 0 || ticket == blocks;
+  }
+  __syncthreads();
+  const int slot = slot_shared;
+  if (Update::kGradNormSlot >= 0 && threadIdx.x == 0 && commit_shared)
+    red.grad_norms[g] = static_cast<float>(sqrt(results(red, t, g).of_group(Update::kGradNormSlot)));
+  const Values k = *group_values<Values>(groups, slot, g);
+  const Shaped<S, true> sh = shaped<S, true>(table, t);
+  const typename Update::TensorValues tv = Update::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
+  const bool scaled = inputs.grad_scale != 0;
+  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Update::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+  constexpr int kUnroll = 2;  // elements in flight per thread: the per-element index and double math take the rest
+  for (long long base = start + threadIdx.x; base < end; base += kUnroll * OPTGEN_BLOCK_SIZE) {
+    float x[kUnroll][kOps];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * OPTGEN_BLOCK_SIZE < end)
+        load_element<Update, P, S, kOps>(ptr, base + u * OPTGEN_BLOCK_SIZE, x[u], scaled, grad_scale);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const long long i = base + u * OPTGEN_BLOCK_SIZE;
+      if (i >= end) continue;
+      Update::apply(k, tv, sh, element_index(i, sh.R, sh.C), x[u]);
+#pragma unroll
+      for (int op = 0; op < kOps; ++op)
+        if (Update::loads(op) && ptr[op]) store_operand<P, S, 1>(op, ptr[op], i, &x[u][op]);
+    }
+  }
   if (threadIdx.x == 0 && commit_shared) commit_step<Group>(groups, slot, g);
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "clipping.h"
 #include "code_writer.h"
@@ -11,6 +13,8 @@
 #include "emit_common.h"
 #include "expr_printer.h"
 #include "group_code.h"
+#include "optgen/kernel_abi.h"
+#include "shapes.h"
 
 namespace optgen {
 
@@ -24,6 +28,9 @@ std::string KernelTuning::check() const {
     return "min blocks per SM " + std::to_string(min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
   if (reduce_min_blocks_per_sm < 0 || reduce_min_blocks_per_sm > 32)
     return "min blocks per SM of the Reduce stages " + std::to_string(reduce_min_blocks_per_sm) +
+           " must be from 0 (ptxas chooses) to 32";
+  if (shaped_min_blocks_per_sm < 0 || shaped_min_blocks_per_sm > 32)
+    return "min blocks per SM of the stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
   if (chunk_size < 64 || chunk_size % 64 != 0 || chunk_size > (1LL << 30))
     return "chunk size " + std::to_string(chunk_size) + " must be a multiple of 64 up to 2^30";
@@ -63,6 +70,16 @@ class CudaPrinter : public ExprPrinter {
   explicit CudaPrinter(bool double_precision, const Program* program = nullptr)
       : double_(double_precision), program_(program) {}
 
+  /// Where the shaped code of a variant with rows and columns finds an element's row, column and
+  /// matrix (`ix_.p`, or `p_` in row code); empty where that code has none.
+  struct ShapedIndices {
+    std::string row, col, matrix;
+  };
+  void set_shaped(const ShapedIndices& indices) {
+    shaped_ = indices;
+    shaped_code_ = true;
+  }
+
  protected:
   std::string constant(const Node& c) const override {
     if (c.type == ValueType::Bool) return c.value != 0 ? "true" : "false";
@@ -71,7 +88,15 @@ class CudaPrinter : public ExprPrinter {
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Step) return "static_cast<double>(step)";
     if (var.var == VarKind::Numel) return double_ ? "static_cast<double>(numel_)" : "static_cast<float>(numel_)";
-    if (var.var == VarKind::Reduced) return reduced(var.name);
+    if (var.var == VarKind::Factored) return "factored_";
+    if (var.var == VarKind::Rows) return double_ ? "static_cast<double>(rows_)" : "static_cast<float>(rows_)";
+    if (var.var == VarKind::Cols) return double_ ? "static_cast<double>(cols_)" : "static_cast<float>(cols_)";
+    if (var.var == VarKind::Reduced) return reduced(var);
+    if (var.var == VarKind::State && var.level != Level::Element) return shaped_state(var);
+    // Shaped code in double reads the group, tensor and matrix values its prologue declared as
+    // floats: in double, so that no call mixes the two (lerp(double, double, float) is ambiguous).
+    if (double_ && shaped_code_ && var.var == VarKind::Hoisted && var.type != ValueType::Bool)
+      return "static_cast<double>(" + var.name + ")";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -85,16 +110,48 @@ class CudaPrinter : public ExprPrinter {
   }
 
  private:
-  /// A reduction's result: results_.of_tensor(r) or of_group(r) (kernel_support's Results).
-  std::string reduced(const std::string& name) const {
+  /// A reduction's result: results_.of_tensor(r) or of_group(r) (kernel_support's Results) in
+  /// tensor code; sh_.row_result(s, row), ... for one per row, column or matrix (Shaped).
+  std::string reduced(const Node& var) const {
     if (program_)
-      for (size_t r = 0; r < program_->reductions.size(); ++r)
-        if (program_->reductions[r].name == name)
-          return std::string(program_->reductions[r].scope == ReduceScope::Group ? "results_.of_group("
-                                                                                 : "results_.of_tensor(") +
-                 std::to_string(r) + ")";
-    throw InternalError("emit_cuda: reduction '" + name + "' read outside tensor code");
+      for (size_t r = 0; r < program_->reductions.size(); ++r) {
+        const auto& reduction = program_->reductions[r];
+        if (reduction.name != var.name) continue;
+        const std::string s = std::to_string(scope_index(*program_, r));
+        std::string value;
+        switch (reduction.scope) {
+          case ReduceScope::Group: return "results_.of_group(" + std::to_string(r) + ")";
+          case ReduceScope::Tensor: return "results_.of_tensor(" + std::to_string(r) + ")";
+          case ReduceScope::Row: value = "sh_.row_result(" + s + ", " + index(shaped_.row, var) + ")"; break;
+          case ReduceScope::Col: value = "sh_.col_result(" + s + ", " + index(shaped_.col, var) + ")"; break;
+          case ReduceScope::Matrix: value = "sh_.matrix_result(" + s + ", " + index(shaped_.matrix, var) + ")"; break;
+        }
+        return double_ ? "static_cast<double>(" + value + ")" : value;
+      }
+    throw InternalError("emit_cuda: reduction '" + var.name + "' read outside tensor or shaped code");
   }
+
+  /// A row or column state, read by the code of its level: sh_.row_state(operand, j, row).
+  std::string shaped_state(const Node& var) const {
+    if (!program_) throw InternalError("emit_cuda: state '" + var.name + "' read outside shaped code");
+    const bool row = var.level == Level::Row;
+    const auto list = states_of_shape(*program_, row ? StateShape::Rows : StateShape::Cols);
+    const size_t j = std::find(list.begin(), list.end(), var.name) - list.begin();
+    const size_t op = std::find(program_->states.begin(), program_->states.end(), var.name) - program_->states.begin();
+    if (j == list.size() || op == program_->states.size())
+      throw InternalError("emit_cuda: '" + var.name + "' is not a row or column state of the variant");
+    const std::string value = std::string(row ? "sh_.row_state(" : "sh_.col_state(") + std::to_string(op + 2) + ", " +
+                              std::to_string(j) + ", " + index(row ? shaped_.row : shaped_.col, var) + ")";
+    return double_ ? "static_cast<double>(" + value + ")" : value;
+  }
+
+  static const std::string& index(const std::string& text, const Node& var) {
+    if (text.empty()) throw InternalError("emit_cuda: '" + var.name + "' read where its row or column is unknown");
+    return text;
+  }
+
+  ShapedIndices shaped_;
+  bool shaped_code_ = false;
 
   bool double_;
   const Program* program_;
@@ -117,12 +174,14 @@ class CudaEmitter {
   std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage) {
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
-    w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm); the launcher launches with the same values.");
+    w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm); the launcher");
+    w.line("// launches with the same values.");
     w.line("#define OPTGEN_BLOCK_SIZE " + std::to_string(tuning_.block_size) + "  // threads per block");
     w.line("#define OPTGEN_ELEMENTS_PER_THREAD " + std::to_string(tuning_.elements_per_thread) +
            "  // elements in flight per thread and iteration");
     launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm);
+    launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm);
     w.line();
     w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
     write_lines(w, template_text("kernel_abi.h"));
@@ -153,13 +212,20 @@ class CudaEmitter {
     group_values_struct(w, p);
     w.line();
     group_struct(w, p);
+    const bool shaped = uses_shapes(p);
     for (const auto& stage : p.stages) {
       if (stage.kind != StageKind::Reduce) continue;
       w.line();
-      reduce_struct(w, p, stage);
+      if (shaped)
+        shaped_reduce_struct(w, p, stage);
+      else
+        reduce_struct(w, p, stage);
     }
     w.line();
-    update_struct(w, p);
+    if (shaped)
+      shaped_update_struct(w, p);
+    else
+      update_struct(w, p);
   }
 
   void group_values_struct(CodeWriter& w, const Program& p) {
@@ -382,7 +448,7 @@ class CudaEmitter {
   /// tensor's numel and the results of earlier reductions, in double, and handed to the element
   /// code as floats.
   void tensor_values(CodeWriter& w, const Program& p, const std::vector<const HoistedValue*>& list,
-                     const std::set<std::string>& taken) {
+                     const std::set<std::string>& taken, bool shaped = false) {
     {
       auto s = w.block("struct TensorValues", "};");
       for (const HoistedValue* t : list)
@@ -391,7 +457,11 @@ class CudaEmitter {
     }
     auto fn = w.block(
         "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, "
-        "[[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_)");
+        "[[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_" +
+        std::string(shaped ? ", [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] "
+                             "long long cols_"
+                           : "") +
+        ")");
     std::vector<Expr> roots;
     for (const HoistedValue* t : list) roots.push_back(t->value);
     std::set<std::string> group_read;
@@ -413,24 +483,333 @@ class CudaEmitter {
     w.line("return tv_;");
   }
 
+  // ---- Variants with rows and columns (uses_shapes): kernel_support's shaped_reduce_stage and
+  // shaped_update_stage drive the structs below. Element code sees its row, column and matrix
+  // (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are computed where they are
+  // read, in double, from the results of earlier stages and the row and column states. ----
+
+  /// The names a shaped stage's code must not declare.
+  static std::set<std::string> shaped_taken_names(const Program& p) {
+    std::set<std::string> taken = taken_names(p);
+    for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
+      for (const auto& v : *list) taken.insert(v.name);
+    for (const char* name :
+         {"k_", "tv_", "sh_", "ix_", "v_", "r_", "p_", "q_", "b_", "factored_", "rows_", "cols_", "numel_", "results_"})
+      taken.insert(name);
+    return taken;
+  }
+
+  /// Every root `roots` computes with, through the matrix, row and column values they read.
+  static std::vector<Expr> with_shaped_values(const Program& p, const std::vector<Expr>& roots) {
+    std::vector<Expr> all = roots;
+    for (const auto& [level, list] : shaped_values_read(p, roots))
+      for (const HoistedValue* v : list) all.push_back(v->value);
+    return all;
+  }
+
+  /// The code of `roots` (of `level`: Element, Row or Col) in a shaped stage: reads of group values,
+  /// tensor values and operands, the matrix, column and row values read (in double, then as floats),
+  /// then the roots' temporaries; returns the roots' values.
+  std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Level level,
+                                       const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
+    element_prologue(w, p, with_shaped_values(p, roots));
+    auto values = shaped_values_read(p, roots);
+    for (Level at : {Level::Matrix, Level::Col, Level::Row}) {
+      if (values[at].empty()) continue;
+      std::vector<Expr> code;
+      for (const HoistedValue* v : values[at]) code.push_back(v->value);
+      CudaPrinter printer(true, &p);
+      printer.set_shaped(indices);
+      auto texts = write_level_code(w, code, at, printer, "double", taken);
+      for (const auto& [node, name] : printer.names) taken.insert(name);
+      for (size_t j = 0; j < code.size(); ++j) {
+        const bool is_bool = code[j]->type == ValueType::Bool;
+        w.line(std::string(is_bool ? "const bool " : "const float ") + values[at][j]->name + " = " +
+               (is_bool ? texts[j] : "static_cast<float>(" + texts[j] + ")") + ";");
+      }
+    }
+    const bool element = level == Level::Element;
+    CudaPrinter printer(!element, &p);
+    printer.set_shaped(indices);
+    auto texts = write_level_code(w, roots, level, printer, element ? "float" : "double", taken);
+    for (const auto& [node, name] : printer.names) taken.insert(name);
+    return texts;
+  }
+
+  static CudaPrinter::ShapedIndices element_indices() { return {"ix_.p", "ix_.q", "ix_.b"}; }
+
+  /// A mask of the operands that element code of `roots` loads (row and column states are not
+  /// element operands: code reads them through sh_).
+  static unsigned element_loads(const Program& p, const std::vector<Expr>& roots) {
+    std::set<std::string> loaded;
+    for (const auto& root : roots)
+      for_each_node(root, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->level == Level::Element) loaded.insert(e->name);
+      });
+    const auto names = operand_names(p);
+    unsigned loads = 0;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (loaded.count(names[i])) loads |= 1u << i;
+    return loads;
+  }
+
+  static std::string hex(unsigned mask) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%xu", mask);
+    return text;
+  }
+
+  /// The code of one kind of block of a shaped Reduce stage: its reductions' operands and where
+  /// their results go (`Elements`: chunk runs, results by index r, finished by finish_tensor;
+  /// the others by their index among the reductions of their scope).
+  void shaped_reduction_kind(CodeWriter& w, const Program& p, const std::string& header,
+                             const std::vector<std::pair<int, const ReductionValue*>>& list, Level level,
+                             bool elements) {
+    std::vector<Expr> roots;
+    for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
+    unsigned is_max = 0, is_group = 0;
+    std::string slots;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
+      if (list[i].second->scope == ReduceScope::Group) is_group |= 1u << i;
+      slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(scope_index(p, list[i].first)) + " : ";
+    }
+    std::string opening = header;
+    for (size_t newline; (newline = opening.find('\n')) != std::string::npos; opening = opening.substr(newline + 1))
+      w.line(opening.substr(0, newline));
+    auto st = w.block(opening, "};");
+    w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
+    w.line("static constexpr int kReductions = " + std::to_string(list.size()) + ";");
+    if (elements) {
+      w.line(std::string("static constexpr bool kGroupScope = ") + (is_group ? "true" : "false") +
+             ";  // a reduction over the whole group");
+      grad_norm_slot(w, p);
+    }
+    for (size_t i = 0; i < list.size(); ++i)
+      w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
+             " over each " + to_string(list[i].second->scope) + " (result " +
+             std::to_string(scope_index(p, list[i].first)) + ")");
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
+           " >> op_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr bool is_max(int i_) { return (" + hex(is_max) +
+           " >> i_) & 1u; }");
+    if (elements)
+      w.line("static __device__ __forceinline__ constexpr bool is_group(int i_) { return (" + hex(is_group) +
+             " >> i_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr int slot(int i_) { return " + slots + "-1; }");
+    w.line();
+    w.line("template <typename Sh_>");
+    std::string index_parameters;
+    CudaPrinter::ShapedIndices indices;
+    switch (level) {
+      case Level::Row:
+        index_parameters = "long long p_, long long b_";
+        indices = {"p_", "", "b_"};
+        break;
+      case Level::Col:
+        index_parameters = "long long q_, long long b_";
+        indices = {"", "q_", "b_"};
+        break;
+      default:
+        index_parameters = "const optgen::ElementIndex& ix_, const float (&v_)[kOperands]";
+        indices = element_indices();
+        break;
+    }
+    auto fn = w.block(
+        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
+        "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] " +
+        index_parameters + ", float (&r_)[kReductions])");
+    std::set<std::string> taken = shaped_taken_names(p);
+    auto values = shaped_code(w, p, roots, level, indices, taken);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const std::string value = level == Level::Element ? values[i] : "static_cast<float>(" + values[i] + ")";
+      w.line("r_[" + std::to_string(i) + "] = " + value + ";  // " + list[i].second->name);
+    }
+  }
+
+  /// A Reduce stage of a variant with rows and columns: a struct per kind of block it launches
+  /// (kBlocks, kernel_abi::BlockKind), and the snapshot of the row and column states (stage 1).
+  void shaped_reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
+    const unsigned blocks = stage_blocks(p, stage);
+    const auto list = stage_reductions(p, stage);
+    using Kind = kernel_abi::BlockKind;
+    std::map<int, std::vector<std::pair<int, const ReductionValue*>>> by_kind;
+    std::vector<Expr> roots;
+    for (const auto& item : list) {
+      const ReductionValue& r = *item.second;
+      roots.push_back(r.operand);
+      Kind kind = Kind::kChunkRuns;
+      if (r.scope == ReduceScope::Row) kind = Kind::kRowLines;
+      if (r.scope == ReduceScope::Col) kind = Kind::kColumnSegments;
+      if (r.scope == ReduceScope::Matrix)
+        kind = r.operand->level == Level::Col ? Kind::kMatrixColumnLines : Kind::kMatrixRowLines;
+      by_kind[kind].push_back(item);
+    }
+    const std::string name = reduce_struct_name(stage);
+    w.line("/// Reduce stage " + std::to_string(stage.number) +
+           " (rows and columns): per kind of block, the operands of its reductions.");
+    {
+      auto st = w.block("struct " + name, "};");
+      w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
+      w.line("static constexpr unsigned kBlocks = " + hex(blocks) + ";  // kernel_abi::BlockKind bits");
+      w.line();
+      tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, roots)), shaped_taken_names(p), true);
+      if (by_kind.count(Kind::kChunkRuns)) {
+        w.line();
+        w.line("/// Over each tensor or group: chunk runs.");
+        shaped_reduction_kind(w, p, "struct Elements", by_kind[Kind::kChunkRuns], Level::Element, true);
+      }
+      if (by_kind.count(Kind::kColumnSegments)) {
+        w.line();
+        w.line("/// Over each column: column segments.");
+        shaped_reduction_kind(w, p, "struct Cols", by_kind[Kind::kColumnSegments], Level::Element, false);
+      }
+      w.line();
+      w.line("/// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).");
+      w.line("template <int kKind>");
+      w.line("struct Lines;");
+      if (blocks & (1u << Kind::kSnapshot)) {
+        w.line();
+        snapshot_struct(w, p);
+      }
+    }
+    const std::pair<Kind, Level> lines[] = {
+        {Kind::kRowLines, Level::Element}, {Kind::kMatrixRowLines, Level::Row}, {Kind::kMatrixColumnLines, Level::Col}};
+    for (const auto& [kind, level] : lines) {
+      if (!by_kind.count(kind)) continue;
+      w.line();
+      shaped_reduction_kind(w, p, "template <>\nstruct " + name + "::Lines<" + std::to_string(kind) + ">",
+                            by_kind[kind], level, false);
+    }
+  }
+
+  /// The row and column states the first Reduce stage copies for the Update stage.
+  static void snapshot_struct(CodeWriter& w, const Program& p) {
+    w.line("/// The row and column states the Update stage reads from the snapshot: operands.");
+    auto st = w.block("struct Snapshot", "};");
+    for (const auto& [shape, prefix] :
+         {std::pair{StateShape::Rows, std::string("row")}, std::pair{StateShape::Cols, std::string("col")}}) {
+      const auto list = states_of_shape(p, shape);
+      std::string ops;
+      for (size_t j = 0; j < list.size(); ++j) {
+        const size_t op = std::find(p.states.begin(), p.states.end(), list[j]) - p.states.begin() + 2;
+        ops += "j_ == " + std::to_string(j) + " ? " + std::to_string(op) + " : ";
+      }
+      const std::string kind = prefix == "row" ? "Row" : "Col";
+      w.line("static constexpr int k" + kind + "States = " + std::to_string(list.size()) + ";");
+      w.line("static __device__ __forceinline__ constexpr int " + prefix + "_op(int j_) { return " + ops + "-1; }");
+    }
+  }
+
+  /// The Update stage of a variant with rows and columns: the element outputs into v_, and each row
+  /// (column) state's new value, stored by the element at column (row) 0.
+  void shaped_update_struct(CodeWriter& w, const Program& p) {
+    const auto names = operand_names(p);
+    std::map<Level, std::vector<const Output*>> outputs;
+    std::vector<Expr> all;
+    for (const auto& o : p.element_outputs) {
+      outputs[o.level].push_back(&o);
+      all.push_back(o.value);
+    }
+    const auto element_states = states_of_shape(p, StateShape::Elements);
+    unsigned loads = 0;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (i < 2 || std::find(element_states.begin(), element_states.end(), names[i]) != element_states.end())
+        loads |= 1u << i;
+    w.line("/// The Update stage's code (rows and columns): every output from the operands.");
+    auto st = w.block("struct Update", "};");
+    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
+    grad_norm_slot(w, p);
+    w.line("/// The element operands, loaded and stored per element (row and column states go through sh_).");
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(loads) +
+           " >> op_) & 1u; }");
+    w.line();
+    std::set<std::string> taken = shaped_taken_names(p);
+    tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, all)), taken, true);
+    w.line();
+    w.line("template <typename Sh_>");
+    auto fn = w.block(
+        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
+        "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands])");
+    // The element outputs, with every matrix, column and row value any output reads.
+    std::vector<Expr> element_roots;
+    for (const Output* o : outputs[Level::Element]) element_roots.push_back(o->value);
+    {
+      // Prologue over all outputs: values the row and column outputs read are computed here too.
+      std::vector<Expr> roots = element_roots;
+      for (Level at : {Level::Row, Level::Col})
+        for (const Output* o : outputs[at]) roots.push_back(o->value);
+      element_prologue(w, p, with_shaped_values(p, roots));
+    }
+    auto values = shaped_values_read(p, all);
+    for (Level at : {Level::Matrix, Level::Col, Level::Row}) {
+      if (values[at].empty()) continue;
+      std::vector<Expr> code;
+      for (const HoistedValue* v : values[at]) code.push_back(v->value);
+      CudaPrinter printer(true, &p);
+      printer.set_shaped(element_indices());
+      auto texts = write_level_code(w, code, at, printer, "double", taken);
+      for (const auto& [node, name] : printer.names) taken.insert(name);
+      for (size_t j = 0; j < code.size(); ++j) {
+        const bool is_bool = code[j]->type == ValueType::Bool;
+        w.line(std::string(is_bool ? "const bool " : "const float ") + values[at][j]->name + " = " +
+               (is_bool ? texts[j] : "static_cast<float>(" + texts[j] + ")") + ";");
+      }
+    }
+    {
+      CudaPrinter printer(false, &p);
+      printer.set_shaped(element_indices());
+      auto texts = write_level_code(w, element_roots, Level::Element, printer, "float", taken);
+      for (const auto& [node, name] : printer.names) taken.insert(name);
+      for (size_t j = 0; j < texts.size(); ++j) {
+        const std::string& out = outputs[Level::Element][j]->name;
+        const size_t index = std::find(names.begin(), names.end(), out) - names.begin();
+        if (index == names.size()) throw InternalError("emit_cuda: output '" + out + "' is not an operand");
+        w.line("v_[" + std::to_string(index) + "] = " + texts[j] + ";  // " + out);
+      }
+    }
+    for (const auto& [at, condition, index] :
+         {std::tuple{Level::Row, "ix_.c == 0", "ix_.p"}, std::tuple{Level::Col, "ix_.r == 0", "ix_.q"}}) {
+      if (outputs[at].empty()) continue;
+      w.line("// Each " + std::string(at == Level::Row ? "row's" : "column's") + " new state, stored once: at its " +
+             (at == Level::Row ? "column 0." : "row 0."));
+      auto block = w.block(std::string("if (") + condition + ")");
+      std::vector<Expr> roots;
+      for (const Output* o : outputs[at]) roots.push_back(o->value);
+      CudaPrinter printer(true, &p);
+      printer.set_shaped(element_indices());
+      auto texts = write_level_code(w, roots, at, printer, "double", taken);
+      for (const auto& [node, name] : printer.names) taken.insert(name);
+      for (size_t j = 0; j < texts.size(); ++j) {
+        const std::string& out = outputs[at][j]->name;
+        const size_t op = std::find(names.begin(), names.end(), out) - names.begin();
+        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", static_cast<float>(" + texts[j] +
+               "));  // " + out);
+      }
+    }
+  }
+
   void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
     w.line();
     w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage: params and grads in " + to_string(s.param) +
            ", states in " + to_string(s.state) + ".");
-    w.line(std::string("extern \"C\" __global__ void ") +
-           (stage.kind == StageKind::Reduce ? "OPTGEN_REDUCE_LAUNCH_BOUNDS" : "OPTGEN_LAUNCH_BOUNDS"));
+    const char* bounds = uses_shapes(p)                    ? "OPTGEN_SHAPED_LAUNCH_BOUNDS"
+                         : stage.kind == StageKind::Reduce ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
+                                                           : "OPTGEN_LAUNCH_BOUNDS";
+    w.line(std::string("extern \"C\" __global__ void ") + bounds);
     auto fn =
         w.block(kernel_name(p, s, stage) +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
                 "const optgen::ReductionTable reductions)");
     const std::string types = "variants::" + p.variant + "::Group, " + cuda_type(s.param) + ", " + cuda_type(s.state);
+    const std::string driver = uses_shapes(p) ? "optgen::shaped_" : "optgen::";
     switch (stage.kind) {
       case StageKind::Reduce:
-        w.line("optgen::reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
+        w.line(driver + "reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
                ">(table, groups, inputs, reductions);");
         break;
       case StageKind::Update:
-        w.line("optgen::update_stage<variants::" + p.variant + "::Update, " + types +
+        w.line(driver + "update_stage<variants::" + p.variant + "::Update, " + types +
                ">(table, groups, inputs, reductions);");
         break;
     }

@@ -26,6 +26,9 @@ struct KernelTuning {
   /// The same for the Reduce stages' kernels: their loop holds only the operands of their
   /// reductions, and four blocks per SM keep more of them in flight (bench/RESULTS.md, 2026-11-24).
   int reduce_min_blocks_per_sm = 4;
+  /// The same for every stage of a variant with rows and columns, whose code indexes each element's
+  /// row, column and matrix and computes their values in double: three blocks per SM spill.
+  int shaped_min_blocks_per_sm = 2;
   long long chunk_size = 2048;  ///< elements per block (the launcher's default; a multiple of 64)
   // The defaults are the best of a sweep on an H200 (bench/RESULTS.md): 256 x 8 elements and
   // chunks of 2048, one loop iteration per thread.

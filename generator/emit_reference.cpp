@@ -8,6 +8,7 @@
 #include "emit_common.h"
 #include "expr_printer.h"
 #include "group_code.h"
+#include "shapes.h"
 #include "optimizer_tables.h"
 
 namespace optgen {
@@ -221,30 +222,6 @@ class ReferenceEmitter {
     for (const auto& [name, value] : p.state_conditions)
       for_each_node(value, [&](const Expr& e) { found = found || e->var == VarKind::Factored; });
     return found;
-  }
-
-  /// The matrix, row and column values `roots` read, directly or through each other, by level.
-  static std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Program& p,
-                                                                              std::vector<Expr> roots) {
-    std::map<std::string, const HoistedValue*> definitions;
-    for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
-      for (const auto& v : *list) definitions.emplace(v.name, &v);
-    std::set<std::string> read;
-    while (!roots.empty()) {
-      Expr root = roots.back();
-      roots.pop_back();
-      for_each_node(root, [&](const Expr& e) {
-        if (e->kind != NodeKind::Var || e->var != VarKind::Hoisted) return;
-        auto it = definitions.find(e->name);
-        if (it != definitions.end() && read.insert(e->name).second) roots.push_back(it->second->value);
-      });
-    }
-    std::map<Level, std::vector<const HoistedValue*>> by_level;
-    for (const auto& [list, level] : {std::pair{&p.matrix_values, Level::Matrix}, std::pair{&p.row_values, Level::Row},
-                                      std::pair{&p.col_values, Level::Col}})
-      for (const auto& v : *list)
-        if (read.count(v.name)) by_level[level].push_back(&v);
-    return by_level;
   }
 
   /// A stage of a variant with rows and columns: Reduce stage `stage`, or the Update stage (0). It

@@ -78,6 +78,10 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
                   "the same for the Reduce stages' kernels (0: ptxas chooses; default 4)")
       ->check(CLI::Range(0, 32));
   command
+      .add_option("--shaped-min-blocks-per-sm", args.tuning.shaped_min_blocks_per_sm,
+                  "the same for every stage of a spec with rows and columns (0: ptxas chooses; default 2)")
+      ->check(CLI::Range(0, 32));
+  command
       .add_option("--chunk-size", args.tuning.chunk_size, "default elements per block, a multiple of 64 (default 2048)")
       ->check(CLI::Range(64LL, 1LL << 30));
   command.add_flag("-q,--quiet", args.quiet, "no progress lines");

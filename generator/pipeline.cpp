@@ -1,5 +1,7 @@
 #include "pipeline.h"
 
+#include <algorithm>
+
 #include "lower.h"
 #include "passes/passes.h"
 
@@ -38,25 +40,21 @@ Program compile_variant(const Program& lowered, const FlagValues& flags, const P
 
 namespace {
 
-/// Rows, columns and `factored` have a language, an IR and a CPU reference so far: the kernels and
-/// the runtime's row and column tables are the next step (docs/DESIGN.md, "Not built yet"), so a
-/// spec that uses them is refused where it says so, before the kernel emitter could see it.
-void refuse_shapes(const Spec& spec, const std::vector<Program>& variants) {
-  bool uses = false;
-  for (const auto& v : variants) uses = uses || uses_shapes(v);
-  for (const auto& s : spec.states) uses = uses || s.shape != StateShape::Elements;
-  if (!uses) return;
-  SourceLoc at = spec.update_loc;
-  for (const auto& s : spec.states)
-    if (s.shape != StateShape::Elements) {
-      at = s.shape_loc;
-      break;
-    }
-  throw SpecError(
-      at,
-      "rows, columns and 'factored' are not built into the kernels yet: optgen emits only the CPU reference "
-      "for them (optgen emit --reference-only)",
-      "docs/DESIGN.md, \"Not built yet: rows, columns and shapes (Adafactor)\", is the plan");
+/// The kernels read a row or column state in the Update stage, which writes it, from the snapshot
+/// the first Reduce stage takes (kernel_abi::ShapeTable): a variant with such a state and no
+/// reduction has no stage to take it in, and is refused where the state is declared.
+void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& variants) {
+  for (const auto& v : variants) {
+    if (!v.reductions.empty()) continue;
+    for (const auto& s : spec.states)
+      if (s.shape != StateShape::Elements && std::find(v.states.begin(), v.states.end(), s.name) != v.states.end())
+        throw SpecError(s.shape_loc,
+                        "state '" + s.name + "' of shape " + to_string(s.shape) + " needs a reduction in the step (" +
+                            v.variant +
+                            " has none): the kernels update a row or column state only in a step with "
+                            "a Reduce stage",
+                        "compute it from a row or column reduction, as row_mean(g * g)");
+  }
 }
 
 }  // namespace
@@ -71,7 +69,7 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
 }
 
 void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters) {
-  if (emitters == Emitters::All) refuse_shapes(spec, variants);
+  if (emitters == Emitters::All) refuse_unsnapshotted_states(spec, variants);
 }
 
 }  // namespace optgen

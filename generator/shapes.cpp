@@ -1,5 +1,7 @@
 #include "shapes.h"
 
+#include <set>
+
 #include "evaluate.h"
 #include "optgen/kernel_abi.h"
 
@@ -48,6 +50,28 @@ std::vector<std::string> states_of_shape(const Program& variant, StateShape shap
     for (const auto& s : variant.spec->states)
       if (s.name == name && s.shape == shape) list.push_back(name);
   return list;
+}
+
+std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Program& p, std::vector<Expr> roots) {
+  std::map<std::string, const HoistedValue*> definitions;
+  for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
+    for (const auto& v : *list) definitions.emplace(v.name, &v);
+  std::set<std::string> read;
+  while (!roots.empty()) {
+    Expr root = roots.back();
+    roots.pop_back();
+    for_each_node(root, [&](const Expr& e) {
+      if (e->kind != NodeKind::Var || e->var != VarKind::Hoisted) return;
+      auto it = definitions.find(e->name);
+      if (it != definitions.end() && read.insert(e->name).second) roots.push_back(it->second->value);
+    });
+  }
+  std::map<Level, std::vector<const HoistedValue*>> by_level;
+  for (const auto& [list, level] : {std::pair{&p.matrix_values, Level::Matrix}, std::pair{&p.row_values, Level::Row},
+                                    std::pair{&p.col_values, Level::Col}})
+    for (const auto& v : *list)
+      if (read.count(v.name)) by_level[level].push_back(&v);
+  return by_level;
 }
 
 Presence state_presence(const Program& variant, const std::string& state) {

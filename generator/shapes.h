@@ -5,6 +5,7 @@
 /// states, and for which tensors each state exists. The CUDA emitter and the launcher tables
 /// (optimizer_tables.h) both read them from here.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ int scope_count(const Program& variant, ReduceScope scope);
 
 /// The variant's states of `shape`, in operand order (the snapshot's numbering).
 std::vector<std::string> states_of_shape(const Program& variant, StateShape shape);
+
+/// The matrix, row and column values `roots` read, directly or through each other, by level, each
+/// list in the program's order (which computes a value after the values it reads).
+std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Program& variant, std::vector<Expr> roots);
 
 /// When a state of the variant exists: for every tensor, or for factored ones only, or for the
 /// others only (its `when:` reads `factored`).

@@ -244,8 +244,12 @@ TEST_CASE("without a CUDA driver, binding tensors says so and what to do", "[lau
 TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(20261121);
-  const std::vector<std::int64_t> sizes = {0, 1, 3, 17, 4097, 65536 + 3, 100003};
-  const std::vector<bool> misaligned = {false, false, true, false, true, false, true};
+  // Shapes, which only a spec with rows and columns (adafactor) reads: empty, a scalar, vectors;
+  // matrices with one column, with rows longer than a block's lanes, with more rows than a column
+  // segment and two chunks; batches of small matrices (conv weights).
+  const TensorShapes shapes{
+      {{0}, {}, {3}, {17, 1}, {4097}, {8, 4, 3, 3}, {2, 1, 5003}, {601, 173}, {100003}, {16, 8, 1, 1}, {3, 5, 7, 11}}};
+  const std::vector<bool> misaligned = {false, false, true, false, true, false, true, false, true, true, false};
   int combinations = 0;
   for (const auto& entry : optgen::builtin_launchers()) combinations += entry.second->num_kernels;
   // Every variant x {f32, bf16 params with f32 states}; adam's and adamw's also x {f16 params, bf16
@@ -262,7 +266,7 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
         std::vector<double> h = hyperparameters_for(*info, kernel.variant);
         optgen::FusedOptimizer opt(*info, h, kernel.state);
         opt.set_chunk_size(65536);
-        DeviceGroup group(kernel.param, sizes, misaligned, rng);
+        DeviceGroup group(kernel.param, shapes, misaligned, rng);
         opt.add_param_group(group.tensors, h);
         auto scalar_state = initial_scalar_state(*info, opt.hyperparameters(0));
         Comparison result;

@@ -141,6 +141,25 @@ DeviceGroup::DeviceGroup(DType type, const std::vector<std::int64_t>& numels, co
   }
 }
 
+namespace {
+std::vector<std::int64_t> numels_of(const std::vector<std::vector<std::int64_t>>& shapes) {
+  std::vector<std::int64_t> numels;
+  for (const auto& shape : shapes) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    numels.push_back(n);
+  }
+  return numels;
+}
+}  // namespace
+
+DeviceGroup::DeviceGroup(DType type, const TensorShapes& tensor_shapes, const std::vector<bool>& misaligned,
+                         std::mt19937& rng)
+    : DeviceGroup(type, numels_of(tensor_shapes.list), misaligned, rng) {
+  shapes = tensor_shapes.list;
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].shape = shapes[i];
+}
+
 void DeviceGroup::new_gradients(std::mt19937& rng, float scale) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -181,8 +200,11 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
   StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
   for (size_t t = 0; t < g.sizes.size(); ++t)
     for (int s = 0; s < info.num_states; ++s)
-      if (ref.state_present(h.data(), s))
-        states[t][s] = download(state_dtype, opt.state(info.states[s].name, group, t).data, g.sizes[t]);
+      if (ref.state_present(h.data(), s)) {
+        // Its own size (a row or column state's), nothing when absent for this tensor.
+        const optgen::StateBuffer b = opt.state(info.states[s].name, group, t);
+        if (b.data) states[t][s] = download(state_dtype, b.data, static_cast<size_t>(b.numel));
+      }
   return states;
 }
 
@@ -199,8 +221,12 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
   for (size_t t = 0; t < g.sizes.size(); ++t) {
     for (int s = 0; s < info.num_states; ++s)
       state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
+    // A tensor of two or more dimensions is factored over its last two (reference::Tensor).
+    const bool factored = t < g.shapes.size() && g.shapes[t].size() >= 2;
+    const size_t rows = factored ? static_cast<size_t>(g.shapes[t][g.shapes[t].size() - 2]) : 0;
+    const size_t cols = factored ? static_cast<size_t>(g.shapes[t].back()) : 0;
     tensors.push_back(
-        {static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data()});
+        {static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data(), rows, cols});
   }
   ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
 

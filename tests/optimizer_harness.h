@@ -45,6 +45,11 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b);
 /// The largest relative error a GPU step may have against the CPU reference in float.
 double tolerance(DType param, DType state);
 
+/// Tensors' shapes, outermost dimension first (a type of its own: a braced list of sizes is numels).
+struct TensorShapes {
+  std::vector<std::vector<std::int64_t>> list;
+};
+
 /// Tensors of one param group on the device, `misaligned` ones starting 4 bytes past a 16-byte
 /// boundary, with host copies of what the device holds.
 struct DeviceGroup {
@@ -54,8 +59,13 @@ struct DeviceGroup {
   std::vector<optgen::Tensor> tensors;
   std::vector<std::vector<float>> params, grads;
 
+  /// Each tensor's shape, given to the optimizer (empty when built from numels alone).
+  std::vector<std::vector<std::int64_t>> shapes;
+
   DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned,
               std::mt19937& rng);
+  /// Tensors of these shapes (their numel the product; {} is one element).
+  DeviceGroup(DType type, const TensorShapes& shapes, const std::vector<bool>& misaligned, std::mt19937& rng);
   /// Draws new gradients in [-1, 1), times `scale` (AMP's scaled gradients), and uploads them.
   void new_gradients(std::mt19937& rng, float scale = 1.0f);
   /// Every param and grad as the device holds them now, bytes and all; and back.

@@ -31,8 +31,7 @@ be float64's, so every case passes ``eps1`` explicitly (float32's epsilon, what
 None means for the float32 parameters optgen's default stands for, unless the
 case says otherwise), and ``torch_defaults`` records float32's epsilon for it.
 Adafactor is recorded only when asked for (``--only adafactor``), into
-tests/data/factored until optgen builds it in (its CPU reference comes from
-tests/specs/adafactor.yaml; tests/reference_test.cpp counts the built-ins'
+tests/data/factored (tests/reference_test.cpp counts the other built-ins'
 files in tests/data).
 
 Every file also carries the torch version, the class name and ``torch_defaults``:

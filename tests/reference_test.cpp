@@ -2,9 +2,8 @@
 // (tests/record_trajectories.py, data in tests/data), from torch's clip_grad_norm_ and a step
 // (tests/record_clipping.py, tests/data/clipping) and from transcriptions of published optimizers
 // torch lacks (tests/record_published.py and tests/record_lamb.py, tests/data/published): within
-// 1e-10 relative in double, 1e-5 in float, for every case. Adafactor, whose rows and columns have a
-// CPU reference but no kernels yet (tests/specs/adafactor.yaml), against the trajectories in
-// tests/data/factored when they are recorded.
+// 1e-10 relative in double, 1e-5 in float, for every case. Adafactor (rows and columns) against the
+// trajectories in tests/data/factored.
 
 #include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
@@ -17,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "adafactor_reference.h"
 #include "builtin_references.h"
 
 namespace fs = std::filesystem;
@@ -165,7 +163,6 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
 const Optimizer* find_optimizer(const std::string& spec) {
   for (const auto& [name, opt] : optgen::reference::builtin_optimizers())
     if (spec == name) return opt;
-  if (spec == "adafactor") return &optgen::reference::adafactor::optimizer();  // tests/specs, reference only
   return nullptr;
 }
 

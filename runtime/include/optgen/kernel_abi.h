@@ -82,7 +82,7 @@ enum BlockKind {
 
 enum { kColumnSegmentRows = 256 };
 
-#ifdef __CUDACC_RTC__
+#ifdef __CUDACC__
 #define OPTGEN_ABI_FUNCTION __host__ __device__ __forceinline__ constexpr
 #else
 #define OPTGEN_ABI_FUNCTION inline constexpr
