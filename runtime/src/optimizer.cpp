@@ -518,7 +518,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at),
                 m.chunk_size,
                 static_cast<int>(tensors.size()),
-                static_cast<int>(chunks.size())};
+                static_cast<int>(chunks.size()),
+                nullptr};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions);
   plan.stages.clear();
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(m.module.function(kernel.stages[s]));

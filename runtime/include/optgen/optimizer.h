@@ -30,6 +30,7 @@
 
 #include "optgen/checkpoint.h"
 #include "optgen/dtype.h"
+#include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
 #include "optgen/kernel_images.h"
 #include "optgen/reference.h"
 
