@@ -156,8 +156,7 @@ void RuntimeSpec::Impl::describe_kernels() {
   for (const VariantRow& v : kernel_tables.variants) {
     std::vector<ReductionSlot> slots;
     for (const ReductionRow& r : v.reductions)
-      slots.push_back(
-          {r.name.c_str(), r.is_max, r.over_group, r.stage, runtime_scope(r.scope), r.scope_index});
+      slots.push_back({r.name.c_str(), r.is_max, r.over_group, r.stage, runtime_scope(r.scope), r.scope_index});
     reduction_slots.push_back(std::move(slots));
     std::vector<StatePresence> presence;
     for (Presence p : v.state_presence) presence.push_back(runtime_presence(p));
