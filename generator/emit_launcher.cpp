@@ -41,6 +41,38 @@ std::map<std::string, std::string> common(const Spec& spec) {
 
 std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
 
+std::string reduction_scope(ReduceScope scope) {
+  switch (scope) {
+    case ReduceScope::Tensor: return "ReductionScope::Tensor";
+    case ReduceScope::Group: return "ReductionScope::Group";
+    case ReduceScope::Row: return "ReductionScope::Row";
+    case ReduceScope::Col: return "ReductionScope::Column";
+    case ReduceScope::Matrix: return "ReductionScope::Matrix";
+  }
+  throw InternalError("reduction_scope: unknown scope");
+}
+
+std::string state_presence(Presence presence) {
+  switch (presence) {
+    case Presence::Always: return "StatePresence::Always";
+    case Presence::Factored: return "StatePresence::Factored";
+    case Presence::NotFactored: return "StatePresence::NotFactored";
+  }
+  throw InternalError("state_presence: unknown presence");
+}
+
+/// A stage's mask of kernel_abi::BlockKind bits as the sum of its kinds, e.g.
+/// `1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines`; 0 for none (the Update stage).
+std::string block_mask(unsigned mask) {
+  static const char* const kinds[kernel_abi::kNumBlockKinds] = {
+      "kChunkRuns", "kRowLines", "kColumnSegments", "kMatrixRowLines", "kMatrixColumnLines", "kSnapshot"};
+  std::string text;
+  for (int kind = 0; kind < kernel_abi::kNumBlockKinds; ++kind)
+    if (mask & (1u << kind)) text += (text.empty() ? "" : " | ") + std::string("1u << kernel_abi::") + kinds[kind];
+  if (mask >> kernel_abi::kNumBlockKinds) throw InternalError("block_mask: a bit beyond the block kinds");
+  return text.empty() ? "0u" : text;
+}
+
 /// `namespace variants::<variant>`: the variant's states (indices into the spec's) and its
 /// kernels' names, one array per storage type, in launch order.
 void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tables, int index) {
@@ -49,14 +81,28 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
   std::string states;
   for (int s : tables.variants[index].states) states += (states.empty() ? "" : ", ") + std::to_string(s);
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
-  const auto& reductions = tables.variants[index].reductions;
-  w.line("/// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.");
+  const VariantRow& row = tables.variants[index];
+  w.line("/// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,");
+  w.line("/// scope, index among the reductions of its scope.");
   w.line("[[maybe_unused]] const ReductionSlot kReductions[] = {");
-  for (const auto& r : reductions)
+  for (const auto& r : row.reductions)
     w.line(std::string("    {\"") + r.name + "\", " + (r.is_max ? "true" : "false") + ", " +
-           (r.over_group ? "true" : "false") + ", " + std::to_string(r.stage) + "},");
-  if (reductions.empty()) w.line("    {\"\", false, false, 0},");
+           (r.over_group ? "true" : "false") + ", " + std::to_string(r.stage) + ", " + reduction_scope(r.scope) + ", " +
+           std::to_string(r.scope_index) + "},");
+  if (row.reductions.empty()) w.line("    {\"\", false, false, 0, ReductionScope::Tensor, 0},");
   w.line("};");
+  if (!row.stage_blocks.empty()) {
+    w.line("/// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.");
+    std::string masks;
+    for (unsigned mask : row.stage_blocks) masks += (masks.empty() ? "" : ", ") + block_mask(mask);
+    w.line("[[maybe_unused]] const unsigned kStageBlocks[] = {" + masks + "};");
+  }
+  if (!row.state_presence.empty()) {
+    w.line("/// Per state (kStates), the tensors it exists for.");
+    std::string presence;
+    for (Presence when : row.state_presence) presence += (presence.empty() ? "" : ", ") + state_presence(when);
+    w.line("[[maybe_unused]] const StatePresence kStatePresence[] = {" + presence + "};");
+  }
   for (const KernelRow& kernel : tables.kernels) {
     if (kernel.variant != index) continue;
     std::string names;
@@ -70,7 +116,9 @@ std::string variant_row(const VariantRow& v) {
   return "    {\"" + v.name + "\", variants::" + v.name + "::kStates, " + std::to_string(v.states.size()) + ", " +
          std::to_string(v.group_values_size) + ", \"" + v.group_kernel + "\", " + std::to_string(v.num_stages) +
          ", variants::" + v.name + "::kReductions, " + std::to_string(v.reductions.size()) + ", " +
-         std::to_string(v.grad_norm_slot) + "},";
+         std::to_string(v.grad_norm_slot) + ", " +
+         (v.stage_blocks.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStageBlocks") + ", " +
+         (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + "},";
 }
 
 /// The kernel's row of the launcher's kernel table.

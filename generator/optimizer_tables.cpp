@@ -1,5 +1,7 @@
 #include "optimizer_tables.h"
 
+#include <algorithm>
+
 #include "clipping.h"
 #include "emit_cuda.h"
 
@@ -58,10 +60,21 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
                    group_kernel_name(p),
                    static_cast<int>(p.stages.size()),
                    {},
-                   clipping::grad_norm_slot(p)};
+                   clipping::grad_norm_slot(p),
+                   {},
+                   {}};
     for (const auto& s : p.states) row.states.push_back(p.spec->state_index(s));
-    for (const auto& r : p.reductions)
-      row.reductions.push_back({r.name, r.op == ReduceOp::Max, r.scope == ReduceScope::Group, r.stage});
+    for (size_t r = 0; r < p.reductions.size(); ++r) {
+      const ReductionValue& reduction = p.reductions[r];
+      row.reductions.push_back({reduction.name, reduction.op == ReduceOp::Max, reduction.scope == ReduceScope::Group,
+                                reduction.stage, reduction.scope, scope_index(p, r)});
+    }
+    if (uses_shapes(p))
+      for (const Stage& stage : p.stages) row.stage_blocks.push_back(stage_blocks(p, stage));
+    for (const auto& s : p.states) row.state_presence.push_back(state_presence(p, s));
+    const bool always = std::all_of(row.state_presence.begin(), row.state_presence.end(),
+                                    [](Presence presence) { return presence == Presence::Always; });
+    if (always) row.state_presence.clear();
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     for (const Storage& s : storage) {

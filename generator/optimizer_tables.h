@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir.h"
+#include "shapes.h"
 #include "spec.h"
 #include "storage.h"
 
@@ -63,8 +64,10 @@ SpecTables spec_tables(const Spec& spec, const Program& variant);
 struct ReductionRow {
   std::string name;
   bool is_max;      ///< else a sum
-  bool over_group;  ///< else over each tensor
+  bool over_group;  ///< else over each tensor (or row, column or matrix: see scope)
   int stage;        ///< the Reduce stage (1, 2, ...) that computes it
+  ReduceScope scope;
+  int scope_index;  ///< its index among the variant's reductions of its scope (shapes.h's scope_index)
 };
 
 struct VariantRow {
@@ -75,6 +78,12 @@ struct VariantRow {
   int num_stages;
   std::vector<ReductionRow> reductions;  ///< in the order of their index r
   int grad_norm_slot;                    ///< the clipping's squared gradient norm, or -1 (clipping.h)
+  /// Per stage in launch order, the kinds of block it launches (a mask of kernel_abi::BlockKind
+  /// bits, shapes.h's stage_blocks); empty when the variant has no matrix, row or column code.
+  std::vector<unsigned> stage_blocks;
+  /// Per entry of `states`, when the state exists (shapes.h's state_presence); empty when every
+  /// state exists for every tensor.
+  std::vector<Presence> state_presence;
 };
 
 /// A variant's kernels in one storage type.

@@ -33,6 +33,7 @@ struct RuntimeSpec::Impl {
   std::vector<reference::HyperparameterInfo> hyperparameters;
   std::vector<reference::StateInfo> states, scalar_states;
   std::vector<std::vector<ReductionSlot>> reduction_slots;  ///< per variant
+  std::vector<std::vector<StatePresence>> state_presence;   ///< per variant (empty: every state always)
   std::vector<VariantInfo> variants;
   std::vector<std::vector<const char*>> stage_names;  ///< per kernel
   std::vector<KernelInfo> kernels;
@@ -75,6 +76,26 @@ std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& ro
                       {s.init.value, s.init.hyperparameter, s.init.param},
                       static_cast<reference::StateShape>(static_cast<int>(s.shape))});
   return states;
+}
+
+ReductionScope runtime_scope(ReduceScope scope) {
+  switch (scope) {
+    case ReduceScope::Tensor: return ReductionScope::Tensor;
+    case ReduceScope::Group: return ReductionScope::Group;
+    case ReduceScope::Row: return ReductionScope::Row;
+    case ReduceScope::Col: return ReductionScope::Column;
+    case ReduceScope::Matrix: return ReductionScope::Matrix;
+  }
+  throw InternalError("runtime_scope: unknown reduction scope");
+}
+
+StatePresence runtime_presence(Presence presence) {
+  switch (presence) {
+    case Presence::Always: return StatePresence::Always;
+    case Presence::Factored: return StatePresence::Factored;
+    case Presence::NotFactored: return StatePresence::NotFactored;
+  }
+  throw InternalError("runtime_presence: unknown state presence");
 }
 
 /// `h` with each derived flag set to its IR's value, as the reference's derive_flags computes it
@@ -134,14 +155,20 @@ void RuntimeSpec::Impl::describe_spec() {
 void RuntimeSpec::Impl::describe_kernels() {
   for (const VariantRow& v : kernel_tables.variants) {
     std::vector<ReductionSlot> slots;
-    for (const ReductionRow& r : v.reductions) slots.push_back({r.name.c_str(), r.is_max, r.over_group, r.stage});
+    for (const ReductionRow& r : v.reductions)
+      slots.push_back({r.name.c_str(), r.is_max, r.over_group, r.stage, runtime_scope(r.scope), r.scope_index});
     reduction_slots.push_back(std::move(slots));
+    std::vector<StatePresence> presence;
+    for (Presence p : v.state_presence) presence.push_back(runtime_presence(p));
+    state_presence.push_back(std::move(presence));
   }
   for (size_t i = 0; i < kernel_tables.variants.size(); ++i) {
     const VariantRow& v = kernel_tables.variants[i];
     variants.push_back({v.name.c_str(), v.states.data(), static_cast<int>(v.states.size()), v.group_values_size,
                         v.group_kernel.c_str(), v.num_stages, reduction_slots[i].data(),
-                        static_cast<int>(reduction_slots[i].size()), v.grad_norm_slot});
+                        static_cast<int>(reduction_slots[i].size()), v.grad_norm_slot,
+                        v.stage_blocks.empty() ? nullptr : v.stage_blocks.data(),
+                        state_presence[i].empty() ? nullptr : state_presence[i].data()});
   }
   for (const KernelRow& k : kernel_tables.kernels) {
     std::vector<const char*> names;

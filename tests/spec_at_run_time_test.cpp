@@ -75,6 +75,7 @@ void check_same_tables(const optgen::OptimizerInfo& a, const optgen::OptimizerIn
       CHECK(x[i].init.value == y[i].init.value);
       CHECK(x[i].init.hyperparameter == y[i].init.hyperparameter);
       CHECK(x[i].init.param == y[i].init.param);
+      CHECK(x[i].shape == y[i].shape);
     }
   };
   check_states(a.states, a.num_states, b.states, b.num_states);
@@ -100,7 +101,13 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
       CHECK(x.reductions[r].is_max == y.reductions[r].is_max);
       CHECK(x.reductions[r].over_group == y.reductions[r].over_group);
       CHECK(x.reductions[r].stage == y.reductions[r].stage);
+      CHECK(x.reductions[r].scope == y.reductions[r].scope);
+      CHECK(x.reductions[r].scope_index == y.reductions[r].scope_index);
     }
+    REQUIRE((x.stage_blocks == nullptr) == (y.stage_blocks == nullptr));
+    for (int s = 0; x.stage_blocks && s < x.num_stages; ++s) CHECK(x.stage_blocks[s] == y.stage_blocks[s]);
+    REQUIRE((x.state_presence == nullptr) == (y.state_presence == nullptr));
+    for (int s = 0; x.state_presence && s < x.num_states; ++s) CHECK(x.state_presence[s] == y.state_presence[s]);
   }
   REQUIRE(a.num_kernels == b.num_kernels);
   for (int k = 0; k < a.num_kernels; ++k) {

@@ -1,5 +1,6 @@
 #include "optgen/c_api.h"
 
+#include <optional>
 #include <string>
 
 #include "optgen/error.h"
@@ -260,12 +261,17 @@ int optgen_describe_hyperparameter(const optgen_optimizer* optimizer, size_t ind
 }
 
 namespace {
+static_assert(OPTGEN_STATE_ELEMENTS == static_cast<int>(optgen::reference::StateShape::Elements) &&
+                  OPTGEN_STATE_ROWS == static_cast<int>(optgen::reference::StateShape::Rows) &&
+                  OPTGEN_STATE_COLS == static_cast<int>(optgen::reference::StateShape::Cols),
+              "optgen_state_info::shape is a reference::StateShape");
+
 void describe(const optgen::reference::StateInfo* states, int count, size_t index, optgen_state_info* info,
               const char* call) {
   require(info != nullptr, call, "info is NULL");
   require(index < static_cast<size_t>(count), call, "index out of range");
   const optgen::reference::StateInfo& s = states[index];
-  *info = {s.name, s.init.value, s.init.hyperparameter, s.init.param ? 1 : 0};
+  *info = {s.name, s.init.value, s.init.hyperparameter, s.init.param ? 1 : 0, static_cast<int32_t>(s.shape)};
 }
 }  // namespace
 
@@ -306,6 +312,27 @@ int optgen_states_used(const optgen_optimizer* optimizer, const double* hyperpar
     const std::vector<bool> flags =
         optimizer->engine.states_used(std::vector<double>(hyperparameters, hyperparameters + count));
     for (size_t i = 0; i < flags.size(); ++i) used[i] = flags[i] ? 1 : 0;
+  });
+}
+
+int optgen_state_presence(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,
+                          int32_t* presence) {
+  return guarded([&] {
+    require(optimizer && presence, "optgen_state_presence", "optimizer or presence is NULL");
+    require(count == 0 || hyperparameters, "optgen_state_presence", "hyperparameters is NULL");
+    const std::vector<std::optional<optgen::StatePresence>> states =
+        optimizer->engine.state_presence(std::vector<double>(hyperparameters, hyperparameters + count));
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (!states[i]) {
+        presence[i] = OPTGEN_STATE_ABSENT;
+        continue;
+      }
+      switch (*states[i]) {
+        case optgen::StatePresence::Always: presence[i] = OPTGEN_STATE_ALWAYS; break;
+        case optgen::StatePresence::Factored: presence[i] = OPTGEN_STATE_FACTORED; break;
+        case optgen::StatePresence::NotFactored: presence[i] = OPTGEN_STATE_NOT_FACTORED; break;
+      }
+    }
   });
 }
 

@@ -35,11 +35,16 @@ class PackedUpload {
     return at;
   }
   unsigned char* at(std::size_t offset) { return host_.data() + offset; }
+  std::size_t size() const { return host_.size(); }
+  /// Copies the images into `memory`, of at least size() bytes (synchronously).
+  void copy_to(const DeviceBuffer& memory) const {
+    if (!host_.empty())
+      driver::check(driver::api().cuMemcpyHtoD(memory.get(), host_.data(), host_.size()), "cuMemcpyHtoD");
+  }
   /// Allocates the device copy and uploads (synchronously).
   DeviceBuffer upload() const {
     DeviceBuffer memory(host_.size());
-    if (!host_.empty())
-      driver::check(driver::api().cuMemcpyHtoD(memory.get(), host_.data(), host_.size()), "cuMemcpyHtoD");
+    copy_to(memory);
     return memory;
   }
 
@@ -135,10 +140,11 @@ struct Binder {
     return g;
   }
 
-  /// Every check of the group's tensors, those that need no driver first.
-  void check_tensors(const std::vector<Tensor>& tensors) const {
+  /// Every check of the group's tensors for a group of `variant`, those that need no driver first.
+  void check_tensors(const std::vector<Tensor>& tensors, int variant) const {
     const DType dtype = group_dtype(tensors);
     for (std::size_t i = 0; i < tensors.size(); ++i) check_tensor(tensors[i], i, dtype);
+    for (std::size_t i = 0; i < tensors.size(); ++i) check_shape_given(tensors[i], i, variant);
     driver::current_device();  // a context to allocate in
     for (std::size_t i = 0; i < tensors.size(); ++i) check_device_memory(tensors[i], i);
   }
@@ -215,6 +221,19 @@ struct Binder {
                   "pass the parameter's own shape, or none");
   }
 
+  /// A variant with matrix, row or column code splits every tensor into its rows and columns: it
+  /// needs the shape of each that has more than one element (one of 0 or 1 elements is a vector).
+  void check_shape_given(const Tensor& t, std::size_t i, int variant) const {
+    const VariantInfo& v = m.info->variants[variant];
+    if (!v.stage_blocks || !t.shape.empty() || t.numel <= 1) return;
+    throw Error(m.call(method),
+                "tensor " + std::to_string(i) + " of the group (" + std::to_string(t.numel) +
+                    " elements) has no shape, and variant " + v.name + " of " + m.info->name +
+                    " factors tensors of two or more dimensions into rows and columns",
+                "pass its shape (optgen::Tensor::shape, optgen_tensor's ndim and shape: the parameter's dimensions, "
+                "outermost first)");
+  }
+
   /// The checks that need the driver: every pointer is device memory.
   void check_device_memory(const Tensor& t, std::size_t i) const {
     if (t.numel == 0) return;
@@ -242,20 +261,30 @@ struct Binder {
     }
   }
 
-  /// The group's states: the caller's buffers, or slices of one allocation initialised here.
+  /// The group's states: the caller's buffers, or slices of one allocation initialised here. Each
+  /// state holds a value per element, row or column of the tensor (its StateInfo::shape); a state
+  /// that does not exist for a tensor (VariantInfo::state_presence) is a null pointer.
   void bind_states(Group& g, const std::vector<Tensor>& tensors) const {
     const VariantInfo& variant = m.info->variants[g.variant];
+    std::vector<TensorDims> dims;
     std::size_t total = 0;
-    for (const Tensor& t : tensors)
-      if (!t.states) total += state_slice_bytes(t.numel) * variant.num_states;
+    for (const Tensor& t : tensors) {
+      dims.push_back(tensor_dims(t.shape, t.numel));
+      if (t.states) continue;
+      for (int j = 0; j < variant.num_states; ++j)
+        if (state_present(variant, j, dims.back().factored))
+          total += state_slice_bytes(state_numel(m.info->states[variant.states[j]].shape, dims.back(), t.numel));
+    }
     g.state_memory = DeviceBuffer(total);
     std::size_t offset = 0;  // of the next slice of g.state_memory
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
-      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(m.info->num_states, nullptr), t.shape};
+      BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(m.info->num_states, nullptr), t.shape, dims[i]};
       for (int j = 0; j < variant.num_states; ++j) {
+        if (!state_present(variant, j, dims[i].factored)) continue;
         const int s = variant.states[j];
-        b.states[s] = t.states ? callers_state(t, i, s) : owned_state(g, t.numel, s, offset);
+        const std::int64_t numel = state_numel(m.info->states[s].shape, dims[i], t.numel);
+        b.states[s] = t.states ? callers_state(t, i, s, numel) : owned_state(g, numel, s, offset);
       }
       g.tensors.push_back(std::move(b));
     }
@@ -266,18 +295,18 @@ struct Binder {
     return round_up(static_cast<std::size_t>(numel) * size_of(m.state_dtype), kStateAlignment);
   }
 
-  /// State `s` of tensor `i` from the caller's buffers, checked.
-  void* callers_state(const Tensor& t, std::size_t i, int s) const {
+  /// State `s` of tensor `i` from the caller's buffers, checked: `numel` values of it.
+  void* callers_state(const Tensor& t, std::size_t i, int s, std::int64_t numel) const {
     void* p = t.states[s];
-    if (t.numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % size_of(m.state_dtype) != 0))
+    if (numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % size_of(m.state_dtype) != 0))
       throw Error(m.call("add_param_group"),
                   "tensor " + std::to_string(i) + ": the caller's '" + m.info->states[s].name +
                       "' buffer is null or misaligned",
-                  "pass a device buffer of " + std::to_string(t.numel) + " " + to_string(m.state_dtype) + " elements");
+                  "pass a device buffer of " + std::to_string(numel) + " " + to_string(m.state_dtype) + " elements");
     return p;
   }
 
-  /// State `s` of a tensor of `numel` elements: the slice of g's allocation at `offset` (advanced
+  /// State `s` of `numel` values: the slice of g's allocation at `offset` (advanced
   /// past it), filled with the state's initial value.
   void* owned_state(const Group& g, std::int64_t numel, int s, std::size_t& offset) const {
     void* p = reinterpret_cast<void*>(g.state_memory.get() + offset);
@@ -340,7 +369,7 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
   Impl& m = *impl_;
   const Binder binder{m};
   Group g = binder.new_group(std::move(h), group_dtype(tensors));
-  binder.check_tensors(tensors);
+  binder.check_tensors(tensors, g.variant);
   binder.bind_states(g, tensors);
   m.unprepare();
   m.groups.push_back(std::move(g));
@@ -481,6 +510,92 @@ DeviceBuffer upload_grad_norms(const FusedOptimizer::Impl& m) {
   return upload.upload();
 }
 
+/// A plan's kernel_abi::ShapeTable, for a variant with matrix, row or column code: the layout of
+/// its tensors (shape_layout.h) and the results and scratch its stages share, in one allocation
+/// with the table itself; results and snapshots start at 0, and so must the column arrivals. A
+/// buffer of no bytes is a null pointer. Returns the layout (its block counts size the grids).
+ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const VariantInfo& variant,
+                         const std::vector<PlanTensor>& tensors) {
+  std::vector<TensorDims> dims;
+  for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
+  ShapeLayout l = shape_layout(*m.info, variant, dims);
+  const auto floats = [](long long count, long long per) {
+    return static_cast<std::size_t>(count) * static_cast<std::size_t>(per) * sizeof(float);
+  };
+  PackedUpload upload;
+  struct Part {
+    std::size_t at, bytes;
+  };
+  auto part = [&](std::size_t bytes) { return Part{upload.add(bytes), bytes}; };  // zeros
+  auto array = [&](const auto& values) { return Part{upload.add(values), values.size() * sizeof(values[0])}; };
+  const Part table = part(sizeof(kernel_abi::ShapeTable));
+  const Part rows = array(l.rows), cols = array(l.cols), factored = array(l.factored);
+  const Part row_offset = array(l.row_offset), col_offset = array(l.col_offset);
+  const Part matrix_offset = array(l.matrix_offset), block_offset = array(l.block_offset);
+  const Part row_results = part(floats(l.num_row_reductions, l.num_rows));
+  const Part col_results = part(floats(l.num_col_reductions, l.num_cols));
+  const Part matrix_results = part(floats(l.num_matrix_reductions, l.num_matrices));
+  const Part col_partials = part(floats(l.num_col_reductions, l.col_partial_units));
+  const Part col_partial_offset = array(l.col_partial_offset);
+  // Arrivals count the segments of a tile of columns, which only column reductions have.
+  const bool columns = l.num_col_reductions > 0;
+  const Part col_arrivals = part(columns ? static_cast<std::size_t>(l.col_tiles) * sizeof(unsigned) : 0);
+  const Part col_tile_offset = array(l.col_tile_offset);
+  const Part row_snapshot = part(floats(l.num_row_states, l.num_rows));
+  const Part col_snapshot = part(floats(l.num_col_states, l.num_cols));
+  plan.shape_memory = DeviceBuffer(upload.size());
+  const DeviceBuffer& d = plan.shape_memory;
+  auto at = [&](const Part& p) { return p.bytes ? d.get() + p.at : CUdeviceptr{0}; };
+  const kernel_abi::ShapeTable view = {reinterpret_cast<const long long*>(at(rows)),
+                                       reinterpret_cast<const long long*>(at(cols)),
+                                       reinterpret_cast<const unsigned char*>(at(factored)),
+                                       reinterpret_cast<const long long*>(at(row_offset)),
+                                       reinterpret_cast<const long long*>(at(col_offset)),
+                                       reinterpret_cast<const long long*>(at(matrix_offset)),
+                                       reinterpret_cast<const long long*>(at(block_offset)),
+                                       reinterpret_cast<float*>(at(row_results)),
+                                       reinterpret_cast<float*>(at(col_results)),
+                                       reinterpret_cast<float*>(at(matrix_results)),
+                                       reinterpret_cast<float*>(at(col_partials)),
+                                       reinterpret_cast<const long long*>(at(col_partial_offset)),
+                                       reinterpret_cast<unsigned*>(at(col_arrivals)),
+                                       reinterpret_cast<const long long*>(at(col_tile_offset)),
+                                       reinterpret_cast<float*>(at(row_snapshot)),
+                                       reinterpret_cast<float*>(at(col_snapshot)),
+                                       l.num_rows,
+                                       l.num_cols,
+                                       l.num_matrices,
+                                       l.num_col_reductions,
+                                       l.num_tensors};
+  std::memcpy(upload.at(table.at), &view, sizeof(view));
+  upload.copy_to(d);
+  plan.table.shapes = reinterpret_cast<const kernel_abi::ShapeTable*>(at(table));
+  return l;
+}
+
+/// The blocks each stage of a plan launches: a Reduce stage's runs of chunks (chunks_per_block
+/// each) and, for a variant with matrix, row or column code, the blocks of the other kinds its
+/// stage_blocks name (a Reduce stage of only those may have none); the Update stage one per chunk.
+std::vector<unsigned> stage_grids(const FusedOptimizer::Impl& m, const Plan& plan, const VariantInfo& variant,
+                                  const ShapeLayout* shapes) {
+  std::vector<unsigned> grids;
+  const long long chunks = plan.table.num_chunks;
+  for (int s = 0; s < variant.num_stages; ++s) {
+    const bool reduce = s + 1 < variant.num_stages;  // every stage but the last
+    const long long per_block = reduce ? std::max(1, plan.reductions.chunks_per_block) : 1;
+    const long long chunk_runs = (chunks + per_block - 1) / per_block;
+    const long long blocks =
+        reduce && variant.stage_blocks ? stage_grid(variant.stage_blocks[s], chunk_runs, *shapes) : chunk_runs;
+    if (blocks > std::numeric_limits<int>::max())
+      throw Error(m.call("prepare"),
+                  std::string("stage ") + std::to_string(s + 1) + " of variant " + variant.name + " would launch " +
+                      std::to_string(blocks) + " blocks, more than a grid holds (2^31 - 1)",
+                  "raise the chunk size (set_chunk_size), or step the tensors with more than one optimizer");
+    grids.push_back(static_cast<unsigned>(blocks));
+  }
+  return grids;
+}
+
 /// Records, for each group among `tensors` (the tensor list of the plan at `plan`), the plan and
 /// where the group's first tensor is in it.
 void place_groups(FusedOptimizer::Impl& m, int plan, const std::vector<PlanTensor>& tensors) {
@@ -497,7 +612,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const OptimizerInfo& info = *m.info;
   const KernelInfo& kernel = info.kernels[plan.kernel];
   const VariantInfo& variant = info.variants[kernel.variant];
-  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}};
+  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}};
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel;
@@ -521,6 +636,10 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 static_cast<int>(chunks.size()),
                 nullptr};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions);
+  plan.shape_memory = DeviceBuffer();
+  ShapeLayout shapes;
+  if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
+  plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
   plan.stages.clear();
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(m.module.function(kernel.stages[s]));
 }
@@ -697,17 +816,21 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
+    bool launched = false;  // a stage of this plan, this step
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-      // Every stage but the last is a Reduce stage, whose blocks take chunks_per_block chunks.
-      const bool reduce = s + 1 < plan.stages.size();
-      const int per_block = reduce ? plan.reductions.chunks_per_block : 1;
-      const auto blocks = static_cast<unsigned>((plan.table.num_chunks + per_block - 1) / per_block);
-      // A stage after the first starts while the one before ends (its first loads under that one's
-      // tail); it waits for the results before reading them (kernel_support's wait_for_previous_kernel).
-      driver::launch(plan.stages[s], blocks, static_cast<unsigned>(m.info->block_size), stream, args,
-                     s > 0 && m.early_start,
-                     "check that the tensors are still allocated and that the stream belongs to the current context");
-      ++m.launches_last_step;
+      // A Reduce stage of only matrix, row or column blocks has none when the plan's tensors have
+      // no rows or columns (all empty): nothing to launch. The hook is still called, so that every
+      // rank of a sharded model makes the same collective calls.
+      if (plan.grids[s] > 0) {
+        // A stage after the first starts while the one before ends (its first loads under that
+        // one's tail); it waits for the results before reading them (kernel_support's
+        // wait_for_previous_kernel).
+        driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(m.info->block_size), stream, args,
+                       launched && m.early_start,
+                       "check that the tensors are still allocated and that the stream belongs to the current context");
+        ++m.launches_last_step;
+        launched = true;
+      }
       if (m.reduction_hook && s + 1 < plan.stages.size()) {
         const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
         const kernel_abi::ReductionTable& r = plan.reductions;
@@ -870,10 +993,18 @@ StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, st
   if (tensor >= g.tensors.size())
     throw Error(m.call("state"), "param group " + std::to_string(group) + " has no tensor " + std::to_string(tensor));
   const BoundTensor& t = g.tensors[tensor];
-  if (!t.states[s] && t.numel > 0)
-    throw Error(m.call("state"), "param group " + std::to_string(group) + " (variant " +
-                                     m.info->variants[g.variant].name + ") has no '" + name + "' buffer");
-  return {t.states[s], t.numel, m.state_dtype};
+  const VariantInfo& variant = m.info->variants[g.variant];
+  const int* j = std::find(variant.states, variant.states + variant.num_states, s);
+  if (j == variant.states + variant.num_states) {
+    if (t.numel > 0)
+      throw Error(m.call("state"), "param group " + std::to_string(group) + " (variant " + variant.name + ") has no '" +
+                                       name + "' buffer");
+    return {nullptr, t.numel, m.state_dtype};
+  }
+  // A state that exists for factored tensors only, or for the others only, is absent from the rest.
+  if (!state_present(variant, static_cast<int>(j - variant.states), t.dims.factored))
+    return {nullptr, 0, m.state_dtype};
+  return {t.states[s], state_numel(m.info->states[s].shape, t.dims, t.numel), m.state_dtype};
 }
 
 void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, const void* grad) {
@@ -897,6 +1028,16 @@ void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, 
   plan.pointers[0 * n + position] = param;
   plan.pointers[1 * n + position] = const_cast<void*>(grad);
   plan.pointers_changed = true;
+}
+
+std::vector<std::optional<StatePresence>> FusedOptimizer::state_presence(std::vector<double> hyperparameters) const {
+  const Impl& m = *impl_;
+  const VariantInfo& variant = m.info->variants[m.variant_of(hyperparameters, "state_presence")];
+  std::vector<std::optional<StatePresence>> presence(static_cast<std::size_t>(m.info->num_states));
+  for (int j = 0; j < variant.num_states; ++j)
+    presence[static_cast<std::size_t>(variant.states[j])] =
+        variant.state_presence ? variant.state_presence[j] : StatePresence::Always;
+  return presence;
 }
 
 std::vector<bool> FusedOptimizer::states_used(std::vector<double> hyperparameters) const {

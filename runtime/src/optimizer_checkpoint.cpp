@@ -160,12 +160,13 @@ Checkpoint FusedOptimizer::checkpoint() const {
     for (std::size_t t = 0; t < group.tensors.size(); ++t) {
       const BoundTensor& tensor = group.tensors[t];
       for (int j = 0; j < variant.num_states; ++j) {
+        if (!state_present(variant, j, tensor.dims.factored)) continue;  // absent for this tensor: not saved
         const int s = variant.states[j];
-        CheckpointTensor state{
-            state_name(g, t, info.states[s].name),
-            safetensors_dtype(m.state_dtype),
-            {tensor.numel},
-            std::vector<unsigned char>(static_cast<std::size_t>(tensor.numel) * size_of(m.state_dtype))};
+        const std::int64_t numel = state_numel(info.states[s].shape, tensor.dims, tensor.numel);
+        CheckpointTensor state{state_name(g, t, info.states[s].name),
+                               safetensors_dtype(m.state_dtype),
+                               {numel},
+                               std::vector<unsigned char>(static_cast<std::size_t>(numel) * size_of(m.state_dtype))};
         if (!state.data.empty())
           driver::check(driver::api().cuMemcpyDtoH(state.data.data(), reinterpret_cast<CUdeviceptr>(tensor.states[s]),
                                                    state.data.size()),
@@ -214,9 +215,25 @@ void FusedOptimizer::restore(const Checkpoint& c) {
         read.fail("param group " + std::to_string(g) + "'s scalar state " + info.scalar_states[s].name + " is NaN");
     for (std::size_t t = 0; t < group.tensors.size(); ++t) {
       const VariantInfo& v = info.variants[group.variant];
-      for (int j = 0; j < v.num_states; ++j)
-        read.tensor(state_name(g, t, info.states[v.states[j]].name), safetensors_dtype(m.state_dtype),
-                    {group.tensors[t].numel});
+      const BoundTensor& tensor = group.tensors[t];
+      for (int j = 0; j < v.num_states; ++j) {
+        const reference::StateInfo& state = info.states[v.states[j]];
+        const std::string name = state_name(g, t, state.name);
+        const std::string which = "tensor " + std::to_string(t) + " of param group " + std::to_string(g) + " (" +
+                                  (tensor.dims.factored ? "factored" : "not factored") + ")";
+        if (!state_present(v, j, tensor.dims.factored)) {
+          if (c.find(name))
+            read.fail("it has a '" + std::string(state.name) + "' state for " + which + ", which has none here (" +
+                      state.name + " exists for " +
+                      (tensor.dims.factored ? "tensors that are not factored" : "factored tensors") +
+                      " only: was the tensor saved with another shape?)");
+          continue;
+        }
+        if (v.state_presence && !c.find(name))  // a state that depends on the shape: say so
+          read.fail("it has no '" + std::string(state.name) + "' state (tensor '" + name + "') for " + which +
+                    ", which has one here (was the tensor saved with another shape?)");
+        read.tensor(name, safetensors_dtype(m.state_dtype), {state_numel(state.shape, tensor.dims, tensor.numel)});
+      }
     }
     loaded.push_back(std::move(l));
   }
@@ -228,6 +245,7 @@ void FusedOptimizer::restore(const Checkpoint& c) {
     const VariantInfo& v = info.variants[group.variant];
     for (std::size_t t = 0; t < group.tensors.size(); ++t)
       for (int j = 0; j < v.num_states; ++j) {
+        if (!state_present(v, j, group.tensors[t].dims.factored)) continue;
         const int s = v.states[j];
         const CheckpointTensor& state = *c.find(state_name(g, t, info.states[s].name));
         if (!state.data.empty())

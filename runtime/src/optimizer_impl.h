@@ -15,6 +15,7 @@
 #include "optgen/error.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/optimizer.h"
+#include "shape_layout.h"
 
 namespace optgen {
 
@@ -68,8 +69,11 @@ struct BoundTensor {
   void* param;
   const void* grad;
   std::int64_t numel;
-  std::vector<void*> states;        ///< per spec state; null when the variant has none
+  /// Per spec state; null when the variant has none, or when it does not exist for this tensor
+  /// (VariantInfo::state_presence). Each holds state_numel(its shape, dims, numel) values.
+  std::vector<void*> states;
   std::vector<std::int64_t> shape;  ///< as the caller gave it (empty: not given)
+  TensorDims dims;                  ///< its matrices, rows and columns (from shape)
 };
 
 struct Group {
@@ -106,7 +110,12 @@ struct Plan {
   /// The results and scratch of the variant's reductions (all null without any).
   DeviceBuffer reduction_memory;
   kernel_abi::ReductionTable reductions{};
+  /// For a variant with matrix, row or column code: the kernel_abi::ShapeTable (TableView::shapes
+  /// points into it), its arrays and its results and scratch, one allocation; empty for others.
+  DeviceBuffer shape_memory;
   std::vector<CUfunction> stages;
+  /// Blocks each stage launches, in launch order (a Reduce stage of 0 blocks is not launched).
+  std::vector<unsigned> grids;
 };
 
 /// The group table's device memory, laid out as kernel_abi::GroupTable describes.

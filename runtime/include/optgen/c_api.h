@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 3
+#define OPTGEN_ABI_VERSION 4
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -37,10 +37,11 @@ typedef struct optgen_optimizer optgen_optimizer;
 enum { OPTGEN_F32 = 0, OPTGEN_BF16 = 1, OPTGEN_F16 = 2 };
 
 /* One parameter tensor; device pointers. `states`: NULL, or one caller-owned buffer per state the
- * spec declares (declaration order), used as it is. `ndim` and `shape`: the tensor's dimensions,
- * outermost first, whose product must equal `numel`; ndim 0 (shape NULL): not given, which only a
- * spec that factors tensors by their shape (Adafactor's rows and columns) refuses. Read during the
- * call only. (ABI 3 added them.) */
+ * spec declares (declaration order), used as it is: each of the state's own size (optgen_state);
+ * entries for states the tensor does not have are ignored. `ndim` and `shape`: the tensor's
+ * dimensions, outermost first, whose product must equal `numel`; ndim 0 (shape NULL): not given,
+ * which only a spec that factors tensors by their shape (Adafactor's rows and columns) refuses for
+ * a tensor of more than one element. Read during the call only. (ABI 3 added them.) */
 typedef struct {
   void* param;
   const void* grad;
@@ -78,7 +79,9 @@ int optgen_step_amp(optgen_optimizer* optimizer, void* stream, const float* grad
 int optgen_set(optgen_optimizer* optimizer, const char* name, double value, int64_t group);
 int optgen_get(const optgen_optimizer* optimizer, const char* name, size_t group, double* value);
 
-/* The device address of one tensor's state buffer (its numel is the tensor's). */
+/* The device address of one tensor's state buffer: numel values for a state of elements, one per
+ * row (B * R) or column (B * C) of the tensor's matrices for a state of rows or columns (see
+ * optgen_state_info); NULL for a state that does not exist for this tensor (optgen_state_presence). */
 int optgen_state(const optgen_optimizer* optimizer, const char* name, size_t group, size_t tensor, void** data);
 int optgen_num_groups(const optgen_optimizer* optimizer, size_t* groups);
 /* Step counts and scalar state of a group (reading synchronizes), and setters for both. */
@@ -119,13 +122,20 @@ typedef struct {
   int32_t derived;      /* computed from the others: never set */
 } optgen_hyperparameter_info;
 
+/* What a state buffer holds values for (optgen::reference::StateShape). A tensor of two or more
+ * dimensions is B matrices of R rows and C columns, its last two dimensions (B = numel / (R * C), 0
+ * for an empty tensor); any other is one matrix of one row of numel columns. A state of elements
+ * holds numel values, of rows B * R, of columns B * C. */
+enum { OPTGEN_STATE_ELEMENTS = 0, OPTGEN_STATE_ROWS = 1, OPTGEN_STATE_COLS = 2 };
+
 /* A state buffer or scalar state: how it starts, a constant or a hyperparameter's value, or (a
- * buffer) the parameter. */
+ * buffer) the parameter; and (a buffer) what it holds values for. (ABI 4 added `shape`.) */
 typedef struct {
   const char* name;
   double init_value;           /* when init_hyperparameter is -1 and init_param is 0 */
   int32_t init_hyperparameter; /* the index of the hyperparameter it starts as, or -1 */
   int32_t init_param;          /* 1: starts as the parameter (read in its place at the group's step 1) */
+  int32_t shape;               /* OPTGEN_STATE_ELEMENTS, _ROWS or _COLS; scalar states: OPTGEN_STATE_ELEMENTS */
 } optgen_state_info;
 
 /* The optimizer's class name (e.g. "AdamW") and spec (its file stem, e.g. "adamw"); NULL for a
@@ -141,6 +151,15 @@ int optgen_describe_scalar_state(const optgen_optimizer* optimizer, size_t index
 /* Which states a group of these hyperparameters (all of them, declaration order; derived flags
  * ignored) has: used[i] is 1 or 0 for each state the spec declares. */
 int optgen_states_used(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count, int32_t* used);
+/* For which tensors of a group of these hyperparameters (as optgen_states_used takes them) each state
+ * the spec declares exists: presence[i] is OPTGEN_STATE_ABSENT (the group's variant has no such
+ * state), OPTGEN_STATE_ALWAYS (every tensor), OPTGEN_STATE_FACTORED (tensors of two or more
+ * dimensions only) or OPTGEN_STATE_NOT_FACTORED (the others only). A state that does not exist for
+ * a tensor has no buffer: optgen_state gives NULL, a caller-owned entry for it is ignored, and a
+ * checkpoint holds none. (ABI 4.) */
+enum { OPTGEN_STATE_ABSENT = 0, OPTGEN_STATE_ALWAYS = 1, OPTGEN_STATE_FACTORED = 2, OPTGEN_STATE_NOT_FACTORED = 3 };
+int optgen_state_presence(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,
+                          int32_t* presence);
 /* Whether a group of these hyperparameters (as optgen_states_used takes them) reduces over all of
  * its tensors (FusedOptimizer::reduces_over_group): *reduces is 1 or 0. */
 int optgen_reduces_over_group(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,

@@ -13,6 +13,9 @@
 ///   group.<g>.step                   I64 []: steps taken
 ///   group.<g>.scalar_state           F64 [scalar states] (only when the spec has scalar state)
 ///   group.<g>.tensor.<t>.<state>     F32 or BF16 [numel]: each state buffer the group's variant has
+///                                    for the tensor, of its own size (FusedOptimizer::state: [B * R]
+///                                    for a state of rows, [B * C] of columns); none for a state that
+///                                    does not exist for the tensor (VariantInfo::state_presence)
 
 #include <cstdint>
 #include <map>

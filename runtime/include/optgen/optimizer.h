@@ -24,12 +24,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "optgen/checkpoint.h"
 #include "optgen/dtype.h"
+#include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
 #include "optgen/kernel_images.h"
 #include "optgen/reference.h"
 
@@ -42,8 +44,10 @@ struct Tensor {
   std::int64_t numel = 0;
   DType dtype = DType::F32;  ///< of param and grad
   /// The caller's own state buffers, one per state the spec declares (declaration order; entries
-  /// for states the variant does not use are ignored), taken as they are: not initialised. Null:
-  /// optgen allocates and initialises them.
+  /// for states the variant does not use, or that do not exist for this tensor, are ignored),
+  /// taken as they are: not initialised. Each holds the state's values for this tensor: numel, or
+  /// for a state of rows (columns) one per row (column) of each of its matrices (StateInfo::shape;
+  /// FusedOptimizer::state says how many). Null: optgen allocates and initialises them.
   void* const* states = nullptr;
   std::int64_t grad_numel = -1;  ///< when the caller knows it: must equal numel (-1: not given)
   /// The tensor's dimensions, outermost first, when the caller knows them (empty: not given). Their
@@ -54,8 +58,8 @@ struct Tensor {
 
 /// A state buffer of one tensor.
 struct StateBuffer {
-  void* data;
-  std::int64_t numel;
+  void* data;          ///< null when the state does not exist for the tensor
+  std::int64_t numel;  ///< its values: the tensor's numel, B * R for a state of rows, B * C of columns
   DType dtype;
 };
 
@@ -169,6 +173,11 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
 /// tensor_results[r * num_tensors + t], for group g at group_results[r * num_groups + g]; a norm's
 /// result is its sum of squares. The stage's reductions are those of `slots` whose stage is
 /// `stage`. The launches are enqueued, not finished: work on the results goes on `stream`.
+///
+/// Only tensor and group results are here (ReductionScope Tensor and Group). A variant with
+/// matrix, row or column code (VariantInfo::stage_blocks) keeps its row, column and matrix results
+/// in the plan's kernel_abi::ShapeTable, which the hook does not see: for such a variant it can
+/// combine the tensor and group results of shards, not their rows or columns.
 struct ReductionResults {
   int stage;                   ///< the Reduce stage just launched, from 1
   const ReductionSlot* slots;  ///< every reduction of the variant, by index r
@@ -232,6 +241,11 @@ class FusedOptimizer {
   double scalar_state(const std::string& name, std::size_t group) const;
   void set_scalar_state(const std::string& name, double value, std::size_t group);
 
+  /// State `name` of a tensor. A tensor of two or more dimensions is B matrices of R rows and C
+  /// columns (its last two dimensions; any other tensor one matrix of one row of numel columns): a
+  /// state of rows holds B * R values, of columns B * C, of elements numel. A state that exists
+  /// for factored tensors only (a spec's `when: factored`), or for the others only, is {null, 0}
+  /// for the rest; one the group's variant does not have is an optgen::Error.
   StateBuffer state(const std::string& name, std::size_t group, std::size_t tensor) const;
 
   /// Points tensor `tensor` of group `group` at other param and grad memory of the same size and
@@ -258,6 +272,9 @@ class FusedOptimizer {
   /// Which states a group of these hyperparameters (every one, declaration order; derived flags
   /// ignored) has: one flag per state the spec declares. Checks them as add_param_group does.
   std::vector<bool> states_used(std::vector<double> hyperparameters) const;
+  /// For each state the spec declares, for which tensors of a group of these hyperparameters (as
+  /// states_used takes them) it exists; nullopt where the group's variant does not have it.
+  std::vector<std::optional<StatePresence>> state_presence(std::vector<double> hyperparameters) const;
   /// Whether a group of these hyperparameters (as states_used takes them) computes a reduction over
   /// all of its tensors (a global norm: max_grad_norm > 0, or a spec's group_norm): such a group
   /// must hold every tensor the reduction is meant to cover.

@@ -1,0 +1,105 @@
+#include "shape_layout.h"
+
+namespace optgen {
+
+TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel) {
+  TensorDims d;
+  if (shape.size() < 2) {
+    d.cols = numel;
+    return d;
+  }
+  d.factored = true;
+  d.cols = shape[shape.size() - 1];
+  d.rows = shape[shape.size() - 2];
+  d.batch = d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
+  return d;
+}
+
+std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel) {
+  switch (shape) {
+    case reference::StateShape::Elements: return numel;
+    case reference::StateShape::Rows: return dims.total_rows();
+    case reference::StateShape::Cols: return dims.total_cols();
+  }
+  return numel;
+}
+
+bool state_present(const VariantInfo& variant, int j, bool factored) {
+  if (!variant.state_presence) return true;
+  switch (variant.state_presence[j]) {
+    case StatePresence::Always: return true;
+    case StatePresence::Factored: return factored;
+    case StatePresence::NotFactored: return !factored;
+  }
+  return true;
+}
+
+ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims) {
+  using namespace kernel_abi;
+  ShapeLayout l;
+  const std::size_t T = dims.size();
+  const int block_size = info.block_size;
+  l.num_tensors = static_cast<int>(T);
+  for (int r = 0; r < variant.num_reductions; ++r) {
+    const ReductionScope scope = variant.reductions[r].scope;
+    l.num_row_reductions += scope == ReductionScope::Row ? 1 : 0;
+    l.num_col_reductions += scope == ReductionScope::Column ? 1 : 0;
+    l.num_matrix_reductions += scope == ReductionScope::Matrix ? 1 : 0;
+  }
+  std::vector<int> shaped_states;  // entries j of variant.states of shape Rows or Cols
+  for (int j = 0; j < variant.num_states; ++j) {
+    const reference::StateShape shape = info.states[variant.states[j]].shape;
+    l.num_row_states += shape == reference::StateShape::Rows ? 1 : 0;
+    l.num_col_states += shape == reference::StateShape::Cols ? 1 : 0;
+    if (shape != reference::StateShape::Elements) shaped_states.push_back(j);
+  }
+
+  l.block_offset.assign(static_cast<std::size_t>(kNumBlockKinds) * (T + 1), 0);
+  auto offsets_of = [&](int kind) { return l.block_offset.begin() + static_cast<std::ptrdiff_t>(kind * (T + 1)); };
+  for (std::size_t t = 0; t < T; ++t) {
+    const TensorDims& d = dims[t];
+    const long long R = d.rows, C = d.cols, rows = d.total_rows(), cols = d.total_cols();
+    l.rows.push_back(R);
+    l.cols.push_back(C);
+    l.factored.push_back(d.factored ? 1 : 0);
+    l.row_offset.push_back(l.num_rows);
+    l.col_offset.push_back(l.num_cols);
+    l.matrix_offset.push_back(l.num_matrices);
+    l.num_rows += rows;
+    l.num_cols += cols;
+    l.num_matrices += d.batch;
+
+    bool has_shaped_state = false;
+    for (int j : shaped_states) has_shaped_state = has_shaped_state || state_present(variant, j, d.factored);
+    long long blocks[kNumBlockKinds] = {};
+    blocks[kRowLines] = line_blocks(rows, C, block_size);
+    blocks[kColumnSegments] = column_blocks(cols, R, block_size);
+    blocks[kMatrixRowLines] = line_blocks(d.batch, R, block_size);
+    blocks[kMatrixColumnLines] = line_blocks(d.batch, C, block_size);
+    blocks[kSnapshot] = has_shaped_state ? snapshot_blocks(rows, cols, block_size) : 0;
+    for (int kind = 1; kind < kNumBlockKinds; ++kind)
+      offsets_of(kind)[static_cast<std::ptrdiff_t>(t + 1)] =
+          offsets_of(kind)[static_cast<std::ptrdiff_t>(t)] + blocks[kind];
+
+    // Column partials and arrivals: only for tensors whose columns take several segments.
+    l.col_partial_offset.push_back(l.col_partial_units);
+    l.col_tile_offset.push_back(l.col_tiles);
+    const long long segments = column_segments(R);
+    if (segments > 1) {
+      l.col_partial_units += segments * cols;
+      l.col_tiles += (cols + block_size - 1) / block_size;
+    }
+  }
+  return l;
+}
+
+long long stage_grid(unsigned stage_mask, long long chunk_run_blocks, const ShapeLayout& layout) {
+  long long blocks = 0;
+  for (int kind = 0; kind < kernel_abi::kNumBlockKinds; ++kind) {
+    if (!(stage_mask & (1u << kind))) continue;
+    blocks += kind == kernel_abi::kChunkRuns ? chunk_run_blocks : layout.blocks(kind);
+  }
+  return blocks;
+}
+
+}  // namespace optgen

@@ -1,0 +1,72 @@
+#pragma once
+/// What the engine derives from tensors' shapes for a variant with matrix, row or column code
+/// (VariantInfo::stage_blocks): each tensor as matrices of rows and columns, the size and presence
+/// of each state, and the host image of a plan's kernel_abi::ShapeTable with the blocks each kind
+/// launches. Host computations only, no driver: optimizer.cpp uploads what they return, and
+/// tests/shapes_runtime_test.cpp checks them without a GPU. The formulas are kernel_abi.h's.
+
+#include <cstdint>
+#include <vector>
+
+#include "optgen/kernel_abi.h"
+#include "optgen/optimizer.h"
+
+namespace optgen {
+
+/// A tensor as B matrices of R rows and C columns (kernel_abi.h, "Rows, columns and matrices"):
+/// with two or more dimensions, C and R are its last two and B = numel / (R * C) (0 when it has
+/// no elements); else it is one matrix of one row, B = 1, R = 1, C = numel, and not factored.
+struct TensorDims {
+  std::int64_t batch = 1;
+  std::int64_t rows = 1;
+  std::int64_t cols = 0;
+  bool factored = false;
+
+  std::int64_t total_rows() const { return batch * rows; }  ///< B * R
+  std::int64_t total_cols() const { return batch * cols; }  ///< B * C
+};
+
+/// `shape` as the caller gave it (empty: not given, then the tensor is not factored).
+TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel);
+
+/// Values of a state of `shape` for a tensor of `numel` elements: numel, B * R or B * C.
+std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel);
+
+/// Whether entry `j` of variant.states exists for a tensor that is (or is not) factored.
+bool state_present(const VariantInfo& variant, int j, bool factored);
+
+/// The host image of a plan's kernel_abi::ShapeTable: every array in the plan's tensor order,
+/// and the sizes of the buffers the engine allocates for it (floats, counters).
+struct ShapeLayout {
+  int num_tensors = 0;
+  std::vector<long long> rows, cols;
+  std::vector<unsigned char> factored;
+  std::vector<long long> row_offset, col_offset, matrix_offset;
+  /// [kind * (num_tensors + 1) + tensor]: each kind's blocks before the tensor's (kChunkRuns: 0).
+  std::vector<long long> block_offset;
+  std::vector<long long> col_partial_offset;  ///< in units of num_col_reductions floats
+  std::vector<long long> col_tile_offset;
+  long long num_rows = 0, num_cols = 0, num_matrices = 0;
+  int num_row_reductions = 0, num_col_reductions = 0, num_matrix_reductions = 0;
+  long long col_partial_units = 0;             ///< col_partials' size in units of num_col_reductions floats
+  long long col_tiles = 0;                     ///< col_arrivals' size: tiles of tensors of several segments
+  int num_row_states = 0, num_col_states = 0;  ///< the snapshots' states (the variant's Rows, Cols states)
+
+  /// The blocks of `kind` over all tensors (block_offset's last entry of the kind).
+  long long blocks(int kind) const {
+    return block_offset[static_cast<std::size_t>(kind) * static_cast<std::size_t>(num_tensors + 1) +
+                        static_cast<std::size_t>(num_tensors)];
+  }
+};
+
+/// The layout for `tensors` (the plan's, in order; `dims` of each) of a variant of `info`.
+/// kSnapshot blocks go to tensors for which at least one row or column state exists; the other
+/// kinds' to every tensor, by kernel_abi.h's formulas with info.block_size.
+ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims);
+
+/// The blocks Reduce stage `stage_mask` (a mask of kernel_abi::BlockKind bits) launches: for
+/// kChunkRuns `chunk_run_blocks`, for every other kind the layout's total of that kind, one kind
+/// after the other in the order of the enum.
+long long stage_grid(unsigned stage_mask, long long chunk_run_blocks, const ShapeLayout& layout);
+
+}  // namespace optgen

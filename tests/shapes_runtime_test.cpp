@@ -1,0 +1,340 @@
+// Rows, columns and matrices on the runtime's side (the kernels are the CUDA emitter's): the tables
+// the generator prints for a variant with shapes (specs/adafactor.yaml), the engine's refusal
+// of a tensor without a shape, the sizes and presence of states, a plan's ShapeTable layout and
+// grids (runtime/src/shape_layout.h), and the C ABI's view of them. No GPU needed.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "emit_cuda.h"
+#include "emit_launcher.h"
+#include "optgen/c_api.h"
+#include "optgen/kernel_abi.h"
+#include "optimizer_harness.h"
+#include "optimizer_tables.h"
+#include "pipeline.h"
+#include "shape_layout.h"
+
+using namespace optgen_test;
+using optgen::StatePresence;
+namespace abi = optgen::kernel_abi;
+
+namespace {
+
+constexpr unsigned bit(abi::BlockKind kind) { return 1u << kind; }
+
+/// specs/adafactor.yaml's variants, compiled.
+std::vector<optgen::Program> adafactor_variants(optgen::Spec& spec) {
+  spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/adafactor.yaml");
+  return optgen::compile_spec(spec, {});
+}
+
+const optgen::VariantRow& row_named(const optgen::KernelTables& tables, const std::string& name) {
+  for (const auto& v : tables.variants)
+    if (v.name == name) return v;
+  FAIL("no variant " << name);
+  throw;
+}
+
+/// Adam's launcher as if its variants had matrix, row or column code (stage_blocks), and its
+/// second and third states existed for factored tensors only and for the others only: enough for
+/// everything the engine decides before it touches the driver.
+struct ShapedAdam {
+  optgen::OptimizerInfo info = launcher("adam");
+  std::vector<optgen::VariantInfo> variants{info.variants, info.variants + info.num_variants};
+  std::vector<std::vector<unsigned>> masks;
+  std::vector<std::vector<StatePresence>> presence;
+
+  ShapedAdam() {
+    for (auto& v : variants) {
+      masks.emplace_back(static_cast<std::size_t>(v.num_stages), 0u);
+      masks.back().front() |= v.num_stages > 1 ? bit(abi::kRowLines) : 0u;
+      std::vector<StatePresence> p(static_cast<std::size_t>(v.num_states), StatePresence::Always);
+      if (v.num_states > 1) p[1] = StatePresence::Factored;
+      if (v.num_states > 2) p[2] = StatePresence::NotFactored;
+      presence.push_back(p);
+    }
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      variants[i].stage_blocks = masks[i].data();
+      variants[i].state_presence = presence[i].data();
+    }
+    info.variants = variants.data();
+  }
+};
+
+}  // namespace
+
+// ---- The tables: generator/optimizer_tables.h, and what the launcher prints of them ----
+
+TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes and state presence", "[shapes]") {
+  optgen::Spec spec;
+  const std::vector<optgen::Program> variants = adafactor_variants(spec);
+  const optgen::KernelTables tables = optgen::kernel_tables(variants, {optgen::Storage{}});
+  const optgen::VariantRow& v = row_named(tables, "adafactor");
+  INFO("variant " << v.name);
+
+  // Stage 1: norm(param) over chunks, row and column means of g * g, and the snapshot of row_var
+  // and col_var; stage 2 the new row_var and col_var per row and column and mean(row_var) per
+  // matrix; stage 3 norm(u) over chunks; then the update, which launches one block per chunk.
+  REQUIRE(v.num_stages == 4);
+  REQUIRE(v.stage_blocks.size() == 4);
+  CHECK(v.stage_blocks[0] ==
+        (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot)));
+  CHECK((v.stage_blocks[1] & bit(abi::kMatrixRowLines)) != 0);
+  CHECK((v.stage_blocks[1] & bit(abi::kSnapshot)) == 0);  // the first stage's only
+  CHECK(v.stage_blocks[2] == bit(abi::kChunkRuns));
+  CHECK(v.stage_blocks[3] == 0u);
+
+  // Each scope numbers its own reductions from 0, in the order of r; tensor and group
+  // reductions keep r.
+  std::map<optgen::ReduceScope, int> next;
+  for (std::size_t r = 0; r < v.reductions.size(); ++r) {
+    const optgen::ReductionRow& reduction = v.reductions[r];
+    INFO("reduction " << reduction.name);
+    const bool by_r = reduction.scope == optgen::ReduceScope::Tensor || reduction.scope == optgen::ReduceScope::Group;
+    CHECK(reduction.scope_index == (by_r ? static_cast<int>(r) : next[reduction.scope]++));
+    CHECK(reduction.over_group == (reduction.scope == optgen::ReduceScope::Group));
+  }
+  CHECK(next[optgen::ReduceScope::Row] >= 1);
+  CHECK(next[optgen::ReduceScope::Col] >= 1);
+  CHECK(next[optgen::ReduceScope::Matrix] >= 1);
+
+  // row_var and col_var exist for factored tensors, variance for the others (in operand order).
+  REQUIRE(v.state_presence.size() == v.states.size());
+  for (std::size_t j = 0; j < v.states.size(); ++j) {
+    const std::string name = spec.states[static_cast<std::size_t>(v.states[j])].name;
+    INFO("state " << name);
+    CHECK(v.state_presence[j] == (name == "variance" ? optgen::Presence::NotFactored : optgen::Presence::Factored));
+  }
+}
+
+TEST_CASE("a variant without rows or columns has no stage blocks and no state presence", "[shapes]") {
+  const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/lamb.yaml");
+  const optgen::KernelTables tables = optgen::kernel_tables(optgen::compile_spec(spec), {optgen::Storage{}});
+  for (const auto& v : tables.variants) {
+    INFO("variant " << v.name);
+    CHECK(v.stage_blocks.empty());
+    CHECK(v.state_presence.empty());
+    for (std::size_t r = 0; r < v.reductions.size(); ++r) CHECK(v.reductions[r].scope_index == static_cast<int>(r));
+  }
+}
+
+TEST_CASE("the launcher prints stage blocks and state presence only for variants that have them", "[shapes]") {
+  optgen::Spec spec;
+  const std::vector<optgen::Program> variants = adafactor_variants(spec);
+  const std::string source = optgen::emit_launcher_source(spec, variants, {optgen::Storage{}}, optgen::KernelTuning{});
+  CHECK_THAT(source, Catch::Contains("const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << "
+                                     "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << "
+                                     "kernel_abi::kSnapshot, "));
+  CHECK_THAT(source, Catch::Contains("const StatePresence kStatePresence[] = {StatePresence::Factored, "
+                                     "StatePresence::Factored, StatePresence::NotFactored};"));
+  CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence},"));
+  CHECK_THAT(source, Catch::Contains(", ReductionScope::Row, 0},"));
+  CHECK_THAT(source, Catch::Contains(", ReductionScope::Column, 0},"));
+  CHECK_THAT(source, Catch::Contains(", ReductionScope::Matrix, 0},"));
+  // Deterministic: the same text twice.
+  CHECK(source == optgen::emit_launcher_source(spec, variants, {optgen::Storage{}}, optgen::KernelTuning{}));
+
+  const optgen::Spec adam = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/adam.yaml");
+  const std::string plain =
+      optgen::emit_launcher_source(adam, optgen::compile_spec(adam), {optgen::Storage{}}, optgen::KernelTuning{});
+  CHECK_THAT(plain, Catch::Contains("variants::adam::kReductions, 0, -1, nullptr, nullptr},"));
+  CHECK_THAT(plain, !Catch::Contains("kStageBlocks") && !Catch::Contains("kStatePresence"));
+}
+
+TEST_CASE("built-in launchers describe reductions by scope and have no shapes", "[shapes]") {
+  const optgen::OptimizerInfo& lamb = launcher("lamb");
+  for (int v = 0; v < lamb.num_variants; ++v) {
+    const optgen::VariantInfo& variant = lamb.variants[v];
+    CHECK(variant.stage_blocks == nullptr);
+    CHECK(variant.state_presence == nullptr);
+    for (int r = 0; r < variant.num_reductions; ++r) {
+      const optgen::ReductionSlot& slot = variant.reductions[r];
+      CHECK(slot.scope == (slot.over_group ? optgen::ReductionScope::Group : optgen::ReductionScope::Tensor));
+      CHECK(slot.scope_index == r);
+    }
+  }
+}
+
+// ---- The engine: shapes, state sizes and presence ----
+
+TEST_CASE("a variant with rows and columns refuses a tensor bound without a shape", "[shapes]") {
+  ShapedAdam shaped;
+  optgen::FusedOptimizer opt(shaped.info, optgen::default_hyperparameters(shaped.info));
+  optgen::Tensor plain = fake_tensor(8);
+  CHECK(
+      error_of([&] {
+        opt.add_param_group({fake_tensor(8), plain}, optgen::FusedOptimizer::Overrides{});
+      }) ==
+      "Adam::add_param_group failed: tensor 0 of the group (8 elements) has no shape, and variant adam of Adam "
+      "factors tensors of two or more dimensions into rows and columns\n  fix: pass its shape (optgen::Tensor::shape, "
+      "optgen_tensor's ndim and shape: the parameter's dimensions, outermost first)");
+  // With shapes (and for a tensor of one element, which is a vector either way) the check passes,
+  // and binding goes on to the driver: no GPU here, or no device memory behind these pointers.
+  optgen::Tensor shaped_tensor = fake_tensor(8);
+  shaped_tensor.shape = {2, 4};
+  optgen::Tensor scalar = fake_tensor(1);
+  const std::string later = error_of([&] {
+    opt.add_param_group({shaped_tensor, scalar}, optgen::FusedOptimizer::Overrides{});
+  });
+  CHECK_THAT(later, !Catch::Contains("has no shape"));
+  CHECK(later != "(no error)");
+
+  // A variant without shapes binds a tensor without one as before.
+  const auto& adam = launcher("adam");
+  optgen::FusedOptimizer unshaped(adam, optgen::default_hyperparameters(adam));
+  CHECK_THAT(error_of([&] { unshaped.add_param_group({fake_tensor(8)}, optgen::FusedOptimizer::Overrides{}); }),
+             !Catch::Contains("has no shape"));
+}
+
+TEST_CASE("a tensor is B matrices of R rows and C columns, its states sized by their shape", "[shapes]") {
+  using optgen::reference::StateShape;
+  const optgen::TensorDims conv = optgen::tensor_dims({6, 4, 3, 5}, 360);  // (O, I, kh, kw)
+  CHECK((conv.factored && conv.batch == 24 && conv.rows == 3 && conv.cols == 5));
+  CHECK(optgen::state_numel(StateShape::Elements, conv, 360) == 360);
+  CHECK(optgen::state_numel(StateShape::Rows, conv, 360) == 72);
+  CHECK(optgen::state_numel(StateShape::Cols, conv, 360) == 120);
+
+  const optgen::TensorDims matrix = optgen::tensor_dims({7, 9}, 63);
+  CHECK((matrix.factored && matrix.batch == 1 && matrix.rows == 7 && matrix.cols == 9));
+
+  for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{}, std::vector<std::int64_t>{11}}) {
+    const optgen::TensorDims vector = optgen::tensor_dims(shape, 11);
+    CHECK((!vector.factored && vector.batch == 1 && vector.rows == 1 && vector.cols == 11));
+    CHECK(optgen::state_numel(StateShape::Rows, vector, 11) == 1);
+    CHECK(optgen::state_numel(StateShape::Cols, vector, 11) == 11);
+  }
+  const optgen::TensorDims empty = optgen::tensor_dims({0, 5}, 0);  // factored, no matrices
+  CHECK((empty.factored && empty.batch == 0 && empty.rows == 0 && empty.cols == 5));
+  CHECK(optgen::state_numel(StateShape::Rows, empty, 0) == 0);
+  CHECK(optgen::state_numel(StateShape::Cols, empty, 0) == 0);
+  const optgen::TensorDims no_columns = optgen::tensor_dims({4, 0}, 0);
+  CHECK((no_columns.batch == 0 && no_columns.total_rows() == 0 && no_columns.total_cols() == 0));
+
+  ShapedAdam shaped;
+  const optgen::VariantInfo& amsgrad = shaped.variants[1];  // exp_avg, exp_avg_sq, max_exp_avg_sq
+  REQUIRE(amsgrad.num_states == 3);
+  CHECK((optgen::state_present(amsgrad, 0, true) && optgen::state_present(amsgrad, 0, false)));
+  CHECK((optgen::state_present(amsgrad, 1, true) && !optgen::state_present(amsgrad, 1, false)));
+  CHECK((!optgen::state_present(amsgrad, 2, true) && optgen::state_present(amsgrad, 2, false)));
+  const optgen::VariantInfo& plain = launcher("adam").variants[1];
+  CHECK((optgen::state_present(plain, 2, true) && optgen::state_present(plain, 2, false)));
+}
+
+TEST_CASE("state_presence says for which tensors each state exists, in C++ and through the C ABI", "[shapes]") {
+  ShapedAdam shaped;
+  optgen::FusedOptimizer opt(shaped.info, optgen::default_hyperparameters(shaped.info));
+  std::vector<double> h = optgen::default_hyperparameters(shaped.info);
+  using P = std::optional<StatePresence>;
+  CHECK(opt.state_presence(h) == std::vector<P>{StatePresence::Always, StatePresence::Factored, std::nullopt});
+  std::size_t amsgrad = 0;
+  while (std::string(shaped.info.hyperparameters[amsgrad].name) != "amsgrad") ++amsgrad;
+  h[amsgrad] = 1;
+  CHECK(opt.state_presence(h) ==
+        std::vector<P>{StatePresence::Always, StatePresence::Factored, StatePresence::NotFactored});
+
+  optgen_optimizer* c = nullptr;
+  REQUIRE(optgen::create_for_c(shaped.info, optgen::default_hyperparameters(shaped.info), nullptr, nullptr, 0,
+                               OPTGEN_F32, &c) == 0);
+  std::vector<int32_t> presence(3, -1);
+  REQUIRE(optgen_state_presence(c, h.data(), h.size(), presence.data()) == 0);
+  CHECK(presence == std::vector<int32_t>{OPTGEN_STATE_ALWAYS, OPTGEN_STATE_FACTORED, OPTGEN_STATE_NOT_FACTORED});
+  h[amsgrad] = 0;
+  REQUIRE(optgen_state_presence(c, h.data(), h.size(), presence.data()) == 0);
+  CHECK(presence == std::vector<int32_t>{OPTGEN_STATE_ALWAYS, OPTGEN_STATE_FACTORED, OPTGEN_STATE_ABSENT});
+  CHECK(optgen_state_presence(c, h.data(), 2, presence.data()) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("expected"));
+  CHECK(optgen_state_presence(c, h.data(), h.size(), nullptr) == -1);
+  optgen_destroy(c);
+
+  // Without presence, every state a variant has exists for every tensor.
+  REQUIRE(optgen_adam_create(nullptr, nullptr, 0, OPTGEN_F32, &c) == 0);
+  REQUIRE(optgen_state_presence(c, h.data(), h.size(), presence.data()) == 0);
+  CHECK(presence == std::vector<int32_t>{OPTGEN_STATE_ALWAYS, OPTGEN_STATE_ALWAYS, OPTGEN_STATE_ABSENT});
+  optgen_state_info s{};
+  REQUIRE(optgen_describe_state(c, 0, &s) == 0);
+  CHECK(s.shape == OPTGEN_STATE_ELEMENTS);
+  optgen_destroy(c);
+}
+
+// ---- A plan's ShapeTable and grids ----
+
+TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts each kind's blocks", "[shapes]") {
+  using optgen::reference::StateShape;
+  // Adafactor's states and reductions as a launcher of it will describe them: a row, a column and
+  // a matrix reduction besides two over tensors.
+  const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
+                                                 {"col_var", {0, -1, false}, StateShape::Cols},
+                                                 {"variance", {0, -1, false}, StateShape::Elements}};
+  const int variant_states[] = {0, 1, 2};
+  const StatePresence presence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
+  using optgen::ReductionScope;
+  const optgen::ReductionSlot reductions[] = {{"norm_param", false, false, 1, ReductionScope::Tensor, 0},
+                                              {"row_mean", false, false, 1, ReductionScope::Row, 0},
+                                              {"col_mean", false, false, 1, ReductionScope::Column, 0},
+                                              {"row_var_new", false, false, 2, ReductionScope::Row, 1},
+                                              {"mean_row_var", false, false, 2, ReductionScope::Matrix, 0},
+                                              {"norm_u", false, false, 3, ReductionScope::Tensor, 5}};
+  const unsigned masks[] = {
+      bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot),
+      bit(abi::kRowLines) | bit(abi::kMatrixRowLines), bit(abi::kChunkRuns), 0};
+  optgen::VariantInfo variant{"adafactor", variant_states, 3,       8, "adafactor_group", 4, reductions, 6,
+                              -1,          masks,          presence};
+  optgen::OptimizerInfo info{};
+  info.states = states;
+  info.num_states = 3;
+  info.block_size = 256;
+
+  // A tall matrix (300 rows: two column segments), a conv weight, a vector, an empty matrix.
+  const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({300, 1000}, 300000),
+                                                optgen::tensor_dims({6, 4, 3, 5}, 360), optgen::tensor_dims({}, 5000),
+                                                optgen::tensor_dims({0, 7}, 0)};
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims);
+  REQUIRE(l.num_tensors == 4);
+  CHECK(l.rows == std::vector<long long>{300, 3, 1, 0});
+  CHECK(l.cols == std::vector<long long>{1000, 5, 5000, 7});
+  CHECK(l.factored == std::vector<unsigned char>{1, 1, 0, 1});
+  CHECK(l.row_offset == std::vector<long long>{0, 300, 372, 373});
+  CHECK(l.col_offset == std::vector<long long>{0, 1000, 1120, 6120});
+  CHECK(l.matrix_offset == std::vector<long long>{0, 1, 25, 26});
+  CHECK((l.num_rows == 373 && l.num_cols == 6120 && l.num_matrices == 26));
+  CHECK((l.num_row_reductions == 2 && l.num_col_reductions == 1 && l.num_matrix_reductions == 1));
+  CHECK((l.num_row_states == 1 && l.num_col_states == 1));
+
+  // Each kind's blocks by kernel_abi.h's formulas, in tensor order, kChunkRuns' all 0.
+  REQUIRE(l.block_offset.size() == static_cast<std::size_t>(abi::kNumBlockKinds) * 5);
+  auto offsets = [&](abi::BlockKind kind) {
+    return std::vector<long long>(l.block_offset.begin() + kind * 5, l.block_offset.begin() + kind * 5 + 5);
+  };
+  CHECK(offsets(abi::kChunkRuns) == std::vector<long long>(5, 0));
+  const long long rows[] = {abi::line_blocks(300, 1000, 256), abi::line_blocks(72, 5, 256),
+                            abi::line_blocks(1, 5000, 256), 0};
+  CHECK(rows[0] == 150);  // 1000 columns: 128 lanes a row, 2 rows a block
+  CHECK(rows[1] == 1);    // 5 columns: 1 lane a row, 256 rows a block
+  CHECK(offsets(abi::kRowLines) == std::vector<long long>{0, rows[0], rows[0] + rows[1], rows[0] + rows[1] + rows[2],
+                                                          rows[0] + rows[1] + rows[2]});
+  CHECK(abi::column_blocks(1000, 300, 256) == 8);  // 4 tiles of 256 columns, 2 segments each
+  CHECK(offsets(abi::kColumnSegments) == std::vector<long long>{0, 8, 9, 9 + 20, 9 + 20});
+  CHECK(offsets(abi::kMatrixRowLines) ==
+        std::vector<long long>{0, 1, 1 + abi::line_blocks(24, 3, 256), 2 + abi::line_blocks(1, 1, 256), 3});
+  CHECK(offsets(abi::kMatrixColumnLines) == std::vector<long long>{0, 1, 2, 3, 3});
+  // Snapshots only where a row or column state exists: not the vector (variance is its state).
+  CHECK(offsets(abi::kSnapshot) == std::vector<long long>{0, 4, 4 + abi::snapshot_blocks(72, 120, 256), 5, 5});
+  CHECK(l.blocks(abi::kRowLines) == rows[0] + rows[1] + rows[2]);
+
+  // Column partials and arrivals for the tall matrix only (in units of num_col_reductions floats).
+  CHECK(l.col_partial_offset == std::vector<long long>{0, 2000, 2000, 2000});
+  CHECK(l.col_partial_units == 2 * 1000);
+  CHECK(l.col_tile_offset == std::vector<long long>{0, 4, 4, 4});
+  CHECK(l.col_tiles == 4);
+
+  // Grids: the kinds of each Reduce stage, chunk runs counted as the caller says.
+  CHECK(optgen::stage_grid(masks[0], 100, l) ==
+        100 + l.blocks(abi::kRowLines) + l.blocks(abi::kColumnSegments) + l.blocks(abi::kSnapshot));
+  CHECK(optgen::stage_grid(masks[1], 100, l) == l.blocks(abi::kRowLines) + l.blocks(abi::kMatrixRowLines));
+  CHECK(optgen::stage_grid(masks[2], 100, l) == 100);
+  CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]})) == 0);
+}
