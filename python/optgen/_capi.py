@@ -179,8 +179,8 @@ def library() -> _Library:
 
 
 # The built-in specs (specs/*.yaml), each with its optgen_<spec>_create in the library.
-_BUILTIN_SPECS = ("adadelta", "adafactor", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd", "cautious_adamw",
-                  "cautious_lion", "lamb", "lars", "lion", "nadam", "radam", "rmsprop", "rprop", "sgd")
+_BUILTIN_SPECS = ("adadelta", "adafactor", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd",
+                  "cautious_adamw", "cautious_lion", "lamb", "lars", "lion", "nadam", "radam", "rmsprop", "rprop", "sgd")
 
 
 def builtin_specs() -> list:
@@ -349,8 +349,8 @@ class Engine:
         if shape not in SHAPE_NAMES:
             raise OptgenError(f"the optgen library {library_path()} tells no valid shape for state {index} of "
                               f"{self.name} (got {shape}): it has no {STATE_SHAPE}() and its optgen_state_info "
-                              f"ends without an int32 '{STATE_INFO_SHAPE_FIELD}' after init_param; python/optgen/_capi.py "
-                              "and c_api.h must agree (C ABI 4)")
+                              f"ends without an int32 '{STATE_INFO_SHAPE_FIELD}' after init_param; "
+                              "python/optgen/_capi.py and c_api.h must agree (C ABI 4)")
         return shape
 
     def defaults(self) -> dict:

@@ -250,5 +250,5 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "CautiousAdamW",
-           "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD",
+           "CautiousAdamW", "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
