@@ -13,7 +13,9 @@ optimizer step of:
   compile       torch.compile(opt.step) of torch.optim.Adafactor(foreach=True): fullgraph=True with
                 torch._dynamo.config.capture_scalar_outputs (torch's step reads its step counts and
                 norms with .item()) when that compiles, else fullgraph=False; the table says which
-                (only --compile-workloads; default: all)
+                (only --compile-workloads; default: all). Its eps is (float32's epsilon, 1e-3), what
+                eps=(None, 1e-3) means for these fp32 parameters: torch 2.11 cannot trace None (its
+                foreach step asserts that it knows the dtype, which it does not under dynamo)
 
 and optgen's speedup against each torch method (against eager optgen; optgen_graph's time is
 reported beside them). The timing is bench/torch_compare.py's, through its time_steps(): the median
@@ -143,7 +145,7 @@ def setup_compile(params):
         # fullgraph: torch's step reads step counts and norms with .item(), which must then be
         # traced as symbolic scalars instead of breaking the graph
         config.capture_scalar_outputs = fullgraph or scalar_outputs
-        opt = torch.optim.Adafactor(params, foreach=True)
+        opt = torch.optim.Adafactor(params, foreach=True, eps=(torch.finfo(torch.float32).eps, 1e-3))
 
         @torch.compile(fullgraph=fullgraph)
         def fn(opt=opt):
