@@ -14,6 +14,9 @@
 #   compare  bench/torch_compare.py: optgen beside torch's fused AdamW, eager, in a CUDA graph and
 #            under AMP
 #   compare_clip  the same for clip_grad_norm_(foreach) + AdamW against optgen's max_grad_norm
+#   adafactor bench/torch_adafactor.py: optgen.torch.Adafactor (eager and in a CUDA graph) beside
+#            torch.optim.Adafactor (for-loop and foreach) on every workload of bench/workloads
+#   adafactor_compile  the same beside torch.compile'd torch.optim.Adafactor (fullgraph if it compiles)
 #   python   the Python package's tests (pytest tests/python: the GPU ones against torch.optim), on
 #            build-run/liboptgen.so and the sources in python/
 #   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
@@ -86,6 +89,20 @@ for what in $steps; do
         --methods optgen optgen_graph foreach fused fused_graph \
         --out "$out/compare_clip.json" 2>&1 | tee "$out/compare_clip.log" | tail -30
       ;;
+    adafactor)
+      echo "== torch_adafactor.py"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python PYTHONUNBUFFERED=1 python3 bench/torch_adafactor.py \
+        --methods optgen optgen_graph forloop foreach --out "$out/adafactor.json" 2>&1 | tee "$out/adafactor.log" |
+        tail -30
+      status=$((status | PIPESTATUS[0]))
+      ;;
+    adafactor_compile)
+      echo "== torch_adafactor.py, torch.compile"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python PYTHONUNBUFFERED=1 python3 bench/torch_adafactor.py \
+        --methods optgen compile --steps 20 --reps 3 --out "$out/adafactor_compile.json" 2>&1 |
+        tee "$out/adafactor_compile.log" | tail -30
+      status=$((status | PIPESTATUS[0]))
+      ;;
     python)
       echo "== pytest tests/python"
       OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python python3 -m pytest -q -rs tests/python 2>&1 |
@@ -117,7 +134,7 @@ for what in $steps; do
           --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
       done
       ;;
-    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
+    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, compare_clip, adafactor, adafactor_compile, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
   esac
 done
 exit "$status"

@@ -12,11 +12,29 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
 BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT
 DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16"}
+# A state's shape (C ABI 4): one value per element of its tensor, per row (B*R values for a tensor
+# of B matrices of R rows and C columns, its last two dimensions), or per column (B*C values).
+ELEMENTS, ROWS, COLS = 0, 1, 2
+SHAPE_NAMES = {ELEMENTS: "elements", ROWS: "rows", COLS: "cols"}
+# Whether a state exists for a tensor, in the variant some hyperparameters select (C ABI 4): not at
+# all, for every tensor, only for factored tensors (two dimensions or more), only for the others.
+ABSENT, ALWAYS, FACTORED, NOT_FACTORED = 0, 1, 2, 3
+PRESENCE_NAMES = {ABSENT: "absent", ALWAYS: "always", FACTORED: "factored", NOT_FACTORED: "not factored"}
+
+# The C ABI 4 functions for states' shapes and presence. The names and the one struct field are
+# assumed from the ABI's description while runtime/ is being changed: each is named here once.
+# - int STATE_PRESENCE(const optgen_optimizer*, const double* hyperparameters, size_t count,
+#                      int32_t* presence): per declared state, ABSENT ... NOT_FACTORED.
+# - int STATE_SHAPE(const optgen_optimizer*, size_t index, int32_t* shape): a state's shape, when the
+#   library has it; else optgen_state_info's int32 field STATE_INFO_SHAPE_FIELD, after init_param.
+STATE_PRESENCE = "optgen_state_presence"
+STATE_SHAPE = "optgen_state_shape"
+STATE_INFO_SHAPE_FIELD = "shape"
 
 
 class OptgenError(RuntimeError):
@@ -48,8 +66,11 @@ class _HyperparameterInfo(ctypes.Structure):
 
 
 class _StateInfo(ctypes.Structure):
+    # The last field is ABI 4's state shape, if optgen_state_info has it (STATE_SHAPE otherwise).
+    # Python fills it with -1 before a call: a library whose struct lacks it leaves it so, and a
+    # library whose struct is shorter writes less than this one holds.
     _fields_ = [("name", ctypes.c_char_p), ("init_value", ctypes.c_double), ("init_hyperparameter", ctypes.c_int32),
-                ("init_param", ctypes.c_int32)]
+                ("init_param", ctypes.c_int32), (STATE_INFO_SHAPE_FIELD, ctypes.c_int32)]
 
 
 _P = ctypes.c_void_p  # an optgen_optimizer*
@@ -85,6 +106,8 @@ _CHECKED = {
     "optgen_describe_scalar_state": [_P, _SIZE, ctypes.POINTER(_StateInfo)],
     "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_reduces_over_group": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
+    STATE_PRESENCE: [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
+    STATE_SHAPE: [_P, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
 }
@@ -123,6 +146,9 @@ class _Library:
                 function.argtypes = argtypes
                 function.restype = ctypes.c_int
 
+    def has(self, name: str) -> bool:
+        return getattr(self.dll, name, None) is not None
+
     def call(self, name: str, *args) -> None:
         function = getattr(self.dll, name, None)
         if function is None:
@@ -153,8 +179,8 @@ def library() -> _Library:
 
 
 # The built-in specs (specs/*.yaml), each with its optgen_<spec>_create in the library.
-_BUILTIN_SPECS = ("adadelta", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd", "cautious_adamw",
-                  "cautious_lion", "lamb", "lars", "lion", "nadam", "radam", "rmsprop", "rprop", "sgd")
+_BUILTIN_SPECS = ("adadelta", "adafactor", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd",
+                  "cautious_adamw", "cautious_lion", "lamb", "lars", "lion", "nadam", "radam", "rmsprop", "rprop", "sgd")
 
 
 def builtin_specs() -> list:
@@ -183,9 +209,39 @@ class State:
     init_value: float
     init_hyperparameter: Optional[str]  # the hyperparameter it starts as, or None: init_value
     init_param: bool = False  # starts as the parameter (read in its place at the group's first step)
+    shape: int = ELEMENTS  # ELEMENTS, ROWS or COLS (a scalar state: ELEMENTS)
 
     def initial_value(self, hyperparameters: Mapping[str, float]) -> float:
         return hyperparameters[self.init_hyperparameter] if self.init_hyperparameter else self.init_value
+
+    def numel(self, shape: Sequence[int]) -> int:
+        """How many values this state holds for a tensor of `shape`: its numel, or for ROWS and COLS
+        B*R and B*C, the tensor being B matrices of R rows and C columns (its last two dimensions)."""
+        numel = 1
+        for n in shape:
+            numel *= n
+        if self.shape == ELEMENTS:
+            return numel
+        if len(shape) < 2:
+            raise OptgenError(f"state {self.name} has one value per {SHAPE_NAMES[self.shape][:-1]}, but a tensor of "
+                              f"shape {list(shape)} has no rows and columns (it needs two dimensions or more)")
+        rows, cols = shape[-2], shape[-1]
+        if rows == 0 or cols == 0:
+            return 0
+        matrices = numel // (rows * cols)
+        return matrices * (rows if self.shape == ROWS else cols)
+
+
+def present(presence: int, ndim: int) -> bool:
+    """Whether a state of this presence (ABSENT ... NOT_FACTORED) exists for a tensor of `ndim`
+    dimensions: a tensor of two or more is factored (B matrices of its last two dimensions)."""
+    if presence == ALWAYS:
+        return True
+    if presence == FACTORED:
+        return ndim >= 2
+    if presence == NOT_FACTORED:
+        return ndim < 2
+    return False
 
 
 @dataclass
@@ -196,7 +252,10 @@ class TensorBinding:
     grad: int
     numel: int
     dtype: int
-    states: Optional[Sequence[int]] = None  # one address per spec state (0 for absent ones), or None
+    # One address per spec state, or None (the engine allocates them). 0: the state is absent for this
+    # tensor (not in the group's variant, or its presence excludes the tensor), passed as NULL. A ROWS
+    # or COLS state holds State.numel(shape) values.
+    states: Optional[Sequence[int]] = None
     shape: Optional[Sequence[int]] = None  # dimensions, outermost first; None: not given
 
 
@@ -220,7 +279,7 @@ class Engine:
         self.spec = self._lib.dll.optgen_spec(self._handle).decode()
         self.hyperparameters = [self._describe_hyperparameter(i)
                                 for i in range(self._count("optgen_num_hyperparameters"))]
-        self.states = self._describe_states("optgen_num_states", "optgen_describe_state")
+        self.states = self._describe_states("optgen_num_states", "optgen_describe_state", shaped=True)
         self.scalar_states = self._describe_states("optgen_num_scalar_states", "optgen_describe_scalar_state")
         dtype = ctypes.c_int32()
         self._lib.call("optgen_state_dtype", self._handle, ctypes.byref(dtype))
@@ -268,14 +327,31 @@ class Engine:
         self._lib.call("optgen_describe_hyperparameter", self._handle, i, ctypes.byref(d))
         return Hyperparameter(d.name.decode(), d.type, d.default_value, bool(d.specialized), bool(d.derived))
 
-    def _describe_states(self, count: str, describe: str) -> list:
+    def _describe_states(self, count: str, describe: str, shaped: bool = False) -> list:
         states = []
         for i in range(self._count(count)):
             d = _StateInfo()
+            setattr(d, STATE_INFO_SHAPE_FIELD, -1)
             self._lib.call(describe, self._handle, i, ctypes.byref(d))
             init = self.hyperparameters[d.init_hyperparameter].name if d.init_hyperparameter >= 0 else None
-            states.append(State(d.name.decode(), d.init_value, init, bool(d.init_param)))
+            shape = self._state_shape(i, d) if shaped else ELEMENTS
+            states.append(State(d.name.decode(), d.init_value, init, bool(d.init_param), shape))
         return states
+
+    def _state_shape(self, index: int, described: _StateInfo) -> int:
+        """State `index`'s shape: from STATE_SHAPE where the library has it, else optgen_state_info's field."""
+        if self._lib.has(STATE_SHAPE):
+            shape = ctypes.c_int32(-1)
+            self._lib.call(STATE_SHAPE, self._handle, index, ctypes.byref(shape))
+            shape = shape.value
+        else:
+            shape = getattr(described, STATE_INFO_SHAPE_FIELD)
+        if shape not in SHAPE_NAMES:
+            raise OptgenError(f"the optgen library {library_path()} tells no valid shape for state {index} of "
+                              f"{self.name} (got {shape}): it has no {STATE_SHAPE}() and its optgen_state_info "
+                              f"ends without an int32 '{STATE_INFO_SHAPE_FIELD}' after init_param; "
+                              "python/optgen/_capi.py and c_api.h must agree (C ABI 4)")
+        return shape
 
     def defaults(self) -> dict:
         """Every settable hyperparameter's spec default, by name (bools as 0/1)."""
@@ -295,6 +371,20 @@ class Engine:
         used = (ctypes.c_int32 * max(1, len(self.states)))()
         self._lib.call("optgen_states_used", self._handle, _doubles(full), len(full), used)
         return [bool(used[i]) for i in range(len(self.states))]
+
+    def state_presence(self, values: Mapping[str, float]) -> list:
+        """Per state, whether a group of these hyperparameters has it, and for which tensors:
+        ABSENT, ALWAYS, FACTORED (tensors of two dimensions or more only) or NOT_FACTORED (the
+        others only); states_used() is whether it is not ABSENT."""
+        full = self.full_values(values)
+        presence = (ctypes.c_int32 * max(1, len(self.states)))(*([-1] * max(1, len(self.states))))
+        self._lib.call(STATE_PRESENCE, self._handle, _doubles(full), len(full), presence)
+        result = [presence[i] for i in range(len(self.states))]
+        for s, p in zip(self.states, result):
+            if p not in PRESENCE_NAMES:
+                raise OptgenError(f"{STATE_PRESENCE}() says state {s.name} of {self.name} has presence {p}, none of "
+                                  f"{sorted(PRESENCE_NAMES)}; python/optgen/_capi.py and c_api.h must agree (C ABI 4)")
+        return result
 
     def reduces_over_group(self, values: Mapping[str, float]) -> bool:
         """Whether a group of these hyperparameters reduces over all its tensors (a global norm:

@@ -1,7 +1,8 @@
 """How torch names hyperparameters, and how specs do: pure functions, no torch needed.
 
 torch.optim passes pairs as tuples (betas=(0.9, 0.999)); specs name each value (beta1, beta2).
-Adan and AdEMAMix take three betas (betas=(0.98, 0.92, 0.99): beta1, beta2, beta3).
+Adan and AdEMAMix take three betas (betas=(0.98, 0.92, 0.99): beta1, beta2, beta3); Adafactor two
+epsilons (eps=(None, 1e-3): eps1, eps2, where None is a default that depends on the parameters).
 Every other name is the same on both sides: the built-in specs take torch's names.
 """
 
@@ -17,6 +18,7 @@ TUPLES = {
     "betas": (("beta1", "beta2", "beta3"), ("beta1", "beta2")),
     "etas": (("etaminus", "etaplus"),),
     "step_sizes": (("step_size_min", "step_size_max"),),
+    "eps": (("eps1", "eps2"),),
 }
 _COUNTS = {2: "a pair of numbers", 3: "three numbers"}
 
@@ -52,13 +54,21 @@ def torch_defaults(spec_defaults: Mapping[str, float], types: Mapping[str, str])
     return result
 
 
-def spec_values(group: Mapping[str, object], spec_names: Iterable[str]) -> dict:
+def spec_values(group: Mapping[str, object], spec_names: Iterable[str], optional: Iterable[str] = ()) -> dict:
     """A param group's hyperparameters (torch's names) as the spec's, every value a float.
 
-    Raises ValueError naming a tuple that is not as many numbers as it unpacks into, or a value
-    that is not a number."""
+    A spec name in `optional` may be None (Adafactor's eps=(None, 1e-3)): it is then left out,
+    for the caller to fill in. Raises ValueError naming a tuple that is not as many numbers as it
+    unpacks into, or a value that is not a number."""
     names = list(spec_names)
+    optional = set(optional)
     values = {}
+
+    def put(name, v, what):
+        if v is None and name in optional:
+            return
+        values[name] = number(v, what)
+
     for key in torch_names(names):
         if key not in group:
             continue
@@ -68,9 +78,9 @@ def spec_values(group: Mapping[str, object], spec_names: Iterable[str]) -> dict:
             if not (isinstance(given, (tuple, list)) and len(given) == len(members)):
                 raise ValueError(f"{key} must be {_COUNTS[len(members)]}, like ({', '.join(members)}); got {given!r}")
             for name, v in zip(members, given):
-                values[name] = number(v, f"{key} ({name})")
+                put(name, v, f"{key} ({name})")
         else:
-            values[key] = number(group[key], key)
+            put(key, group[key], key)
     return values
 
 
@@ -105,3 +115,28 @@ def check_ranges(values: Mapping[str, float]) -> None:
         raise ValueError(f"Invalid eta values: {values['etaminus']}, {values.get('etaplus')}")
     if values.get("nesterov") and (values.get("momentum", 0) <= 0 or values.get("dampening", 0) != 0):
         raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+
+def check_adafactor(lr: object, beta2_decay: object, eps: object, d: object, weight_decay: object) -> None:
+    """torch.optim.Adafactor's argument checks (torch 2.11, _adafactor.py), with its messages:
+    Adafactor's conditions and wording are its own, not those of check_ranges. The values are
+    printed as given, as torch prints them."""
+    if hasattr(lr, "numel") and lr.numel() != 1:
+        raise ValueError("Tensor lr must be 1-element")
+    if not (isinstance(eps, (tuple, list)) and len(eps) == 2):
+        raise ValueError(f"eps must be a pair of numbers, like (eps1, eps2), eps1 None or a number; got {eps!r}")
+    for value, what in ((lr, "lr"), (beta2_decay, "beta2_decay"), (eps[1], "eps (eps2)"), (d, "d"),
+                        (weight_decay, "weight_decay")) + (() if eps[0] is None else ((eps[0], "eps (eps1)"),)):
+        number(value, what)
+    if not 0.0 <= lr:
+        raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
+    if not 0.0 >= beta2_decay:
+        raise ValueError(f"beta2_decay should be <= 0 but is: {beta2_decay}")
+    if eps[0] is not None and not 0.0 <= eps[0]:
+        raise ValueError(f"epsilon1 should be >= 0 but is: {eps[0]}")
+    if not 0.0 <= eps[1]:
+        raise ValueError(f"epsilon2 should be >= 0 but is: {eps[1]}")
+    if not 1.0 <= d:
+        raise ValueError(f"Clipping threshold d should be >= 1 but is: {d}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"weight_decay should be >= 0 but is: {weight_decay}")

@@ -8,7 +8,8 @@ import pytest
 
 import optgen
 from optgen import Engine, OptgenError
-from optgen._capi import ABI_VERSION, BF16, BOOL, F16, FLOAT, F32, TensorBinding
+from optgen._capi import (ABI_VERSION, ABSENT, ALWAYS, BF16, BOOL, COLS, ELEMENTS, F16, FACTORED, FLOAT, F32,
+                          NOT_FACTORED, ROWS, State, TensorBinding, present)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -126,3 +127,45 @@ def test_a_missing_spec_file_is_an_error_that_names_it():
 def test_a_bad_override_of_a_spec_at_run_time_is_an_error():
     with pytest.raises(OptgenError, match="AdamW has no hyperparameter 'beta3'"):
         Engine.from_spec(REPO / "specs" / "adamw.yaml", {"beta3": 0.5})
+
+
+def test_a_states_values_by_its_shape_and_presence_by_the_tensors_dimensions():
+    # pure: a tensor of two or more dimensions is B matrices of R rows and C columns (its last two)
+    row_var = State("row_var", 0.0, None, shape=ROWS)
+    col_var = State("col_var", 0.0, None, shape=COLS)
+    variance = State("variance", 0.0, None)
+    assert [s.numel((8, 4, 3, 3)) for s in (row_var, col_var, variance)] == [8 * 4 * 3, 8 * 4 * 3, 288]
+    assert [s.numel((16, 8, 1, 1)) for s in (row_var, col_var)] == [128, 128]
+    assert [s.numel((50257, 768)) for s in (row_var, col_var)] == [50257, 768]
+    assert [s.numel((2, 5, 7)) for s in (row_var, col_var)] == [10, 14]
+    with pytest.raises(OptgenError, match="state row_var has one value per row, but a tensor of shape \\[5\\]"):
+        row_var.numel((5,))
+    assert [present(p, 1) for p in (ABSENT, ALWAYS, FACTORED, NOT_FACTORED)] == [False, True, False, True]
+    assert [present(p, 0) for p in (ABSENT, ALWAYS, FACTORED, NOT_FACTORED)] == [False, True, False, True]
+    assert [present(p, 2) for p in (ABSENT, ALWAYS, FACTORED, NOT_FACTORED)] == [False, True, True, False]
+    assert [present(p, 4) for p in (ABSENT, ALWAYS, FACTORED, NOT_FACTORED)] == [False, True, True, False]
+
+
+def test_state_presence_of_a_spec_that_does_not_factor_is_states_used():
+    e = Engine.builtin("rmsprop")
+    assert [s.shape for s in e.states] == [ELEMENTS] * 3
+    assert e.state_presence({}) == [ALWAYS, ABSENT, ABSENT]
+    assert e.state_presence({"momentum": 0.9, "centered": True}) == [ALWAYS, ALWAYS, ALWAYS]
+    adamw = Engine.builtin("adamw")
+    assert adamw.state_presence({"amsgrad": False}) == [ALWAYS, ALWAYS, ABSENT]
+    with pytest.raises(OptgenError, match="RMSprop has no hyperparameter 'betas'"):
+        e.state_presence({"betas": 1})
+
+
+@pytest.mark.skipif(not (REPO / "specs" / "adafactor.yaml").exists(),
+                    reason="Adafactor is not a built-in spec yet (tests/specs/adafactor.yaml until its kernels are)")
+def test_adafactors_states_are_rows_and_columns_of_factored_tensors_and_elements_of_the_others():
+    e = Engine.builtin("adafactor")
+    assert (e.name, e.spec) == ("Adafactor", "adafactor")
+    assert [h.name for h in e.hyperparameters if not h.derived][:7] == [
+        "lr", "beta2_decay", "eps1", "eps2", "d", "weight_decay", "maximize"]
+    assert e.defaults()["eps1"] == 2.0 ** -23  # float32's machine epsilon: torch's eps=(None, ...) for f32
+    assert [(s.name, s.shape) for s in e.states] == [("row_var", ROWS), ("col_var", COLS), ("variance", ELEMENTS)]
+    assert e.state_presence({}) == [FACTORED, FACTORED, NOT_FACTORED]
+    assert e.state_presence({"maximize": True, "weight_decay": 0.1}) == [FACTORED, FACTORED, NOT_FACTORED]
+    assert e.states_used({}) == [True, True, True]

@@ -2,6 +2,7 @@
 
 import inspect
 import pathlib
+import types
 
 import pytest
 
@@ -67,3 +68,38 @@ def test_from_spec_checks_hyperparameters_by_the_specs_names():
         ot.Optimizer.from_spec(spec, [torch.zeros(1)], momentum=0.9)
     with pytest.raises(ValueError, match="step CUDA tensors"):
         ot.Optimizer.from_spec(spec, [torch.zeros(1)], betas=(0.8, 0.9), state_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("arguments", [
+    dict(lr=-1.0), dict(beta2_decay=0.5), dict(eps=(-1.0, 1e-3)), dict(eps=(None, -1.0)), dict(d=0.5),
+    dict(weight_decay=-0.1), dict(lr=torch.tensor([0.1, 0.2])), dict(lr=-1)])
+def test_adafactor_refuses_what_torch_refuses_with_its_message(arguments):
+    p = torch.zeros(1, requires_grad=True)  # never reached: the checks come first
+    with pytest.raises(ValueError) as theirs:
+        torch.optim.Adafactor([p], **arguments)
+    with pytest.raises(ValueError) as ours:
+        ot.Adafactor([p], **arguments)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_adafactor_accepts_torchs_edges_before_any_tensor_is_bound():
+    p = torch.zeros(1, requires_grad=True)
+    torch.optim.Adafactor([p], lr=0.0, beta2_decay=0.0, eps=(0.0, 0.0), d=1.0)
+    with pytest.raises(ValueError, match="step CUDA tensors"):  # past every argument check
+        ot.Adafactor([p], lr=0.0, beta2_decay=0.0, eps=(0.0, 0.0), d=1.0, foreach=True)
+
+
+ADAFACTOR_NAMES = ["lr", "beta2_decay", "eps1", "eps2", "d", "weight_decay", "maximize", "max_grad_norm"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_adafactor_resolves_eps_none_to_the_dtypes_machine_epsilon_as_torch_does(dtype):
+    """torch: `if eps1 is None: eps1 = torch.finfo(param.dtype).eps`, from the first parameter it steps."""
+    fake = types.SimpleNamespace(_spec_names=ADAFACTOR_NAMES)  # _group_values reads nothing else
+    values = ot.Adafactor._group_values(fake, {"lr": 0.1, "eps": (None, 1e-2)}, dtype)
+    assert values == {"lr": 0.1, "eps1": torch.finfo(dtype).eps, "eps2": 1e-2}
+    assert ot.Adafactor._group_values(fake, {"eps": (1e-30, 1e-2)}, dtype) == {"eps1": 1e-30, "eps2": 1e-2}
+    # before any gradient, the dtype is unknown: eps1 is left to the spec's default (float32's)
+    assert ot.Adafactor._group_values(fake, {"eps": (None, 1e-2)}, None) == {"eps2": 1e-2}
+    # one hyperparameter that changed (a scheduler's lr): eps1 is not touched
+    assert ot.Adafactor._group_values(fake, {"lr": 0.5}, dtype) == {"lr": 0.5}

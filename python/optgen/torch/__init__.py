@@ -12,7 +12,12 @@ CautiousLion kyleliang919/C-Optim's; LARS those of timm's Lars.
 
 from __future__ import annotations
 
+from typing import Any, Dict, Optional
+
+import torch
+
 from .._capi import Engine
+from .._hyperparameters import check_adafactor, spec_values
 from ._optimizer import Optimizer
 
 
@@ -26,6 +31,39 @@ class Adadelta(Optimizer):
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False, **options):
         super().__init__(params, _builtin("adadelta"),
                          dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize), **options)
+
+
+class Adafactor(Optimizer):
+    """torch.optim.Adafactor (torch 2.11, torch/optim/_adafactor.py; specs/adafactor.yaml): its
+    arguments, defaults and checks, and its state_dict: per parameter 'step' (a float tensor),
+    and for a tensor of two or more dimensions row_var (shape p.shape[:-1] + (1,)) and col_var
+    (p.shape[:-2] + (1, p.shape[-1])), the second moment factored over its last two dimensions,
+    for the others variance (p's shape). A checkpoint of either loads into the other.
+
+    eps=(eps1, eps2): eps1 None means torch.finfo(dtype).eps for the dtype of the group's first
+    parameter with a gradient, as torch's step resolves it (float32: 1.1920928955078125e-07,
+    bfloat16: 0.0078125); a group that mixes dtypes takes that first one's for all, as torch's
+    for-loop step does. foreach chooses torch's implementation and is ignored here (optgen's step
+    is fused: its launches do not grow with the number of tensors). States are kept in state_dtype (float32 by
+    default; torch keeps them in the parameter's dtype), and the step computes in float32.
+    Parameters of two or more dimensions must be contiguous (not channels_last) and not DTensors:
+    the step reads them as matrices of their last two dimensions."""
+
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *,
+                 maximize=False, **options):
+        check_adafactor(lr, beta2_decay, eps, d, weight_decay)
+        super().__init__(params, _builtin("adafactor"),
+                         dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
+                              maximize=maximize), **options)
+
+    def _group_values(self, group: Dict[str, Any], dtype: Optional[torch.dtype]) -> Dict[str, float]:
+        """The group's values, eps's None (eps1) resolved to torch.finfo(dtype).eps (left to the
+        spec's default, float32's, while dtype is unknown)."""
+        values = spec_values(group, self._spec_names, optional=("eps1",))
+        eps = group.get("eps")
+        if isinstance(eps, (tuple, list)) and len(eps) == 2 and eps[0] is None and dtype is not None:
+            values["eps1"] = torch.finfo(dtype).eps
+        return values
 
 
 class Adagrad(Optimizer):
@@ -212,5 +250,5 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD", "CautiousAdamW",
-           "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD",
+           "CautiousAdamW", "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]

@@ -2,7 +2,11 @@
 
 How torch's objects map onto optgen's engine (optgen.Engine, the C++ FusedOptimizer):
 - States are torch tensors in `self.state[p]`, under the spec's names (torch's, for the built-in
-  specs), handed to the engine as caller-owned buffers: the engine updates them in place.
+  specs), handed to the engine as caller-owned buffers: the engine updates them in place. A state
+  may exist only for some tensors (Adafactor's row_var and col_var for tensors of two dimensions
+  or more, variance for the others: engine.state_presence) and hold one value per row or column
+  (torch's shapes p.shape[:-1] + (1,) and p.shape[:-2] + (1, p.shape[-1])); an absent one is
+  passed as a null pointer.
 - torch counts steps per parameter; the engine counts them per group. A torch param group becomes
   one engine group per (dtype, step count, scalar state) among its params that have gradients, so
   a parameter torch would skip (no gradient) is skipped and keeps its own count.
@@ -18,6 +22,7 @@ How torch's objects map onto optgen's engine (optgen.Engine, the C++ FusedOptimi
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import weakref
@@ -29,7 +34,7 @@ import torch
 import torch.optim.optimizer as _torch_optimizer
 
 from .. import _capi
-from .._capi import Engine, OptgenError, TensorBinding
+from .._capi import COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, TensorBinding
 from .._hyperparameters import check_ranges, number, spec_values, torch_defaults
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
@@ -96,6 +101,9 @@ class _Binding:
         self.distributed = any(_local(p) is not p for p in params)  # DTensors: step their local shards
         self.engine_groups: List[int] = []
         self.where: Dict[int, tuple] = {}  # param index -> (engine group, tensor index)
+        # The dtype of the group's first parameter with a gradient (None: none has one), which a
+        # hyperparameter's default may depend on (Optimizer._group_values: Adafactor's eps1).
+        self.dtype: Optional[torch.dtype] = None
 
     def bind(self, grads: List[Optional[torch.Tensor]], addresses: Optional[List[int]] = None,
              strides: Optional[list] = None) -> None:
@@ -184,7 +192,7 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError(f"{self._describe.name} has no hyperparameter {', '.join(map(repr, sorted(unknown)))} "
                             f"(it has: {', '.join(spec_defaults)})")
         full = {**spec_defaults, **given}
-        check_ranges(spec_values(full, self._spec_names))
+        check_ranges(self._group_values(full, None))
         full.update(foreach=foreach, fused=fused, capturable=capturable, differentiable=differentiable)
         self._engine: Optional[Engine] = None
         self._bindings: List[_Binding] = []
@@ -218,7 +226,7 @@ class Optimizer(torch.optim.Optimizer):
             self._check_param(p)
         if group.get("differentiable"):
             raise ValueError("optgen.torch optimizers are not differentiable")
-        spec_values(group, self._spec_names)  # every hyperparameter a number
+        self._group_values(group, None)  # every hyperparameter a number
         self.param_groups[-1] = _GroupDict(group, self._hyperparameter_set)
         self._structure_changed = True
 
@@ -248,13 +256,19 @@ class Optimizer(torch.optim.Optimizer):
         binding = self._bindings[self._index_of(group)]
         self._engine.prepare(_stream_of(self._device))  # ordered with what runs next on the current stream
         try:
-            for name, value in spec_values({key: group[key]}, self._spec_names).items():
+            for name, value in self._group_values({key: group[key]}, binding.dtype).items():
                 for g in binding.engine_groups:
                     self._engine.set(name, value, g)
         except OptgenError:
             # A flag that selects kernels and states (amsgrad, or momentum turning SGD's buffer on):
             # the next step builds a new engine with the variant it selects.
             self._structure_changed = True
+
+    def _group_values(self, group: Dict[str, Any], dtype: Optional[torch.dtype]) -> Dict[str, float]:
+        """A param group's hyperparameters (all of them, or those of a partial dict: one that
+        changed) under the spec's names, every value a float. `dtype`: that of the group's first
+        parameter with a gradient, None where unknown, for a subclass whose defaults depend on it."""
+        return spec_values(group, self._spec_names)
 
     def _index_of(self, group: dict) -> int:
         return next(i for i, g in enumerate(self.param_groups) if g is group)
@@ -375,14 +389,19 @@ class Optimizer(torch.optim.Optimizer):
         bindings = []
         for group in self.param_groups:
             binding = _Binding(list(group["params"]))
-            values = spec_values(group, self._spec_names)
-            used = engine.states_used(values)
+            binding.dtype = next((_local(p).dtype for p in binding.params if p.grad is not None), None)
+            values = self._group_values(group, binding.dtype)
+            presence = engine.state_presence(values)
+            factors = any(x in (FACTORED, NOT_FACTORED) or (x and s.shape != ELEMENTS)
+                          for s, x in zip(engine.states, presence))
             buckets = defaultdict(list)  # (dtype, step, scalar state) -> param indices
             for i, p in enumerate(binding.params):
                 if p.grad is None:
                     continue
                 self._check_grad(p, p.grad)
-                state = self._state_of(p, used, values)
+                if factors:
+                    self._check_factorable(p)
+                state = self._state_of(p, presence, values)
                 scalars = tuple(float(state[s.name]) for s in engine.scalar_states)
                 buckets[(_local(p).dtype, int(state["step"]), scalars)].append(i)
             if len(buckets) > 1 and engine.reduces_over_group(values):
@@ -394,7 +413,7 @@ class Optimizer(torch.optim.Optimizer):
                     "in param groups of their own, and give every parameter of the group a gradient from the first "
                     "step on")
             for (dtype, step, scalars), indices in buckets.items():
-                tensors = [self._tensor_binding(binding.params[i], used) for i in indices]
+                tensors = [self._tensor_binding(binding.params[i], presence) for i in indices]
                 g = engine.add_param_group(tensors, values)
                 engine.set_step_count(g, step)
                 for s, value in zip(engine.scalar_states, scalars):
@@ -409,37 +428,80 @@ class Optimizer(torch.optim.Optimizer):
         self._engine, self._bindings = engine, bindings
         self._structure_changed = False
 
-    def _state_of(self, p: torch.Tensor, used: List[bool], values: Dict[str, float]) -> dict:
-        """p's state, made where missing: the states its group uses, 'step', the scalar states."""
+    @staticmethod
+    def _check_factorable(p: torch.Tensor) -> None:
+        """A parameter of a group whose variant factors tensors (states per row or column, or
+        states only for some tensors): the engine reads a tensor of two or more dimensions as B
+        matrices of its last two, in row-major order, so such a parameter must be a whole,
+        contiguous tensor."""
+        if p.dim() < 2:
+            return
+        if _local(p) is not p:
+            raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, but this optimizer factors tensors "
+                             "of two or more dimensions into rows and columns, which a shard does not hold whole; "
+                             "step DTensor parameters of two or more dimensions with another optimizer")
+        if not p.is_contiguous():
+            raise ValueError(f"a parameter of shape {tuple(p.shape)} has strides {p.stride()} (channels_last?), but "
+                             "this optimizer factors tensors of two or more dimensions into rows and columns of their "
+                             "last two dimensions, which needs them contiguous: call .contiguous() on the module's "
+                             "parameters (e.g. model.to(memory_format=torch.contiguous_format)) before making it")
+
+    def _state_of(self, p: torch.Tensor, presence: List[int], values: Dict[str, float]) -> dict:
+        """p's state, made where missing: the states its group has for a tensor of p's dimensions
+        (`presence`: engine.state_presence), 'step', the scalar states."""
         state = self.state[p]
         state.setdefault("step", torch.tensor(0.0))
-        for s, present in zip(self._describe.states, used):
-            if present:
-                state[s.name] = self._as_state(p, state.get(s.name), s.initial_value(values))
-                if s.init_param and int(state["step"]) == 0:  # what the first step reads in its place
-                    state[s.name].copy_(p.detach())
+        ndim = _local(p).dim()
+        for s, x in zip(self._describe.states, presence):
+            if _capi.present(x, ndim):
+                state[s.name] = self._as_state(p, s, state.get(s.name), s.initial_value(values))
+                if s.init_param and s.shape == ELEMENTS and int(state["step"]) == 0:
+                    state[s.name].copy_(p.detach())  # what the first step reads in its place
         for s in self._describe.scalar_states:
             state.setdefault(s.name, torch.tensor(s.initial_value(values), dtype=torch.float64))
         return state
 
-    def _as_state(self, p: torch.Tensor, value: Optional[torch.Tensor], initial: float) -> torch.Tensor:
-        """A state buffer for p: `value` if it already fits (the state dtype, p's layout, p's device),
-        else a copy of it that does, or a new one filled with `initial`."""
+    def _as_state(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float) -> torch.Tensor:
+        """State `s`'s buffer for p: `value` if it already fits (the state dtype, its shape and
+        layout, p's device), else a copy of it that does, or a new one filled with `initial`. Its
+        shape is p's, or for a state per row p.shape[:-1] + (1,), per column p.shape[:-2] + (1,
+        p.shape[-1]): torch.optim.Adafactor's row_var and col_var. A value of another number of
+        elements is a ValueError."""
+        if s.shape == ELEMENTS:
+            if value is None:
+                return torch.full_like(p, initial, dtype=self._state_dtype)
+            if value.dtype == self._state_dtype and value.shape == p.shape and \
+                    _local(value).stride() == _local(p).stride() and _local(value).device == _local(p).device:
+                return value
+            self._check_state_size(p, s, value, tuple(p.shape))
+            fitted = torch.empty_like(p, dtype=self._state_dtype)
+            fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
+            return fitted
+        shape = _state_shape(p, s)
         if value is None:
-            return torch.full_like(p, initial, dtype=self._state_dtype)
-        if value.dtype == self._state_dtype and value.shape == p.shape and \
-                _local(value).stride() == _local(p).stride() and _local(value).device == _local(p).device:
+            return torch.full(shape, initial, dtype=self._state_dtype, device=p.device)
+        if value.dtype == self._state_dtype and tuple(value.shape) == shape and value.is_contiguous() and \
+                value.device == p.device:
             return value
-        fitted = torch.empty_like(p, dtype=self._state_dtype)
-        fitted.copy_(value)
+        self._check_state_size(p, s, value, shape)
+        fitted = torch.empty(shape, dtype=self._state_dtype, device=p.device)
+        fitted.copy_(value.reshape(shape))
         return fitted
 
-    def _tensor_binding(self, p: torch.Tensor, used: List[bool]) -> TensorBinding:
+    @staticmethod
+    def _check_state_size(p: torch.Tensor, s: State, value: torch.Tensor, shape: tuple) -> None:
+        if value.numel() != math.prod(shape):
+            per = {ELEMENTS: "", ROWS: " (one value per row of its last two dimensions)",
+                   COLS: " (one value per column of its last two dimensions)"}[s.shape]
+            raise ValueError(f"state {s.name!r} of a parameter of shape {tuple(p.shape)} must have shape {shape}{per}; "
+                             f"got one of shape {tuple(value.shape)}")
+
+    def _tensor_binding(self, p: torch.Tensor, presence: List[int]) -> TensorBinding:
         local = _local(p)
         state = self.state[p]
         return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
-                             [_local(state[s.name]).data_ptr() if present else 0
-                              for s, present in zip(self._describe.states, used)],
+                             [_local(state[s.name]).data_ptr() if _capi.present(x, local.dim()) else 0
+                              for s, x in zip(self._describe.states, presence)],
                              shape=tuple(local.shape))
 
     def _pull_progress(self) -> None:
@@ -490,35 +552,52 @@ class Optimizer(torch.optim.Optimizer):
         params = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
                           chain.from_iterable(g["params"] for g in self.param_groups)))
         state = defaultdict(dict)
-        state_names = {s.name for s in self._describe.states}
+        states = {s.name: s for s in self._describe.states}
         with torch.no_grad():
             for key, values in state_dict["state"].items():
                 if key not in params:
                     continue
                 p = params[key]
-                state[p] = {name: self._loaded(p, name, v, state_names) for name, v in values.items()}
-                if "step" not in state[p] and state_names & state[p].keys():
+                state[p] = {name: self._loaded(p, name, v, states) for name, v in values.items()}
+                if "step" not in state[p] and states.keys() & state[p].keys():
                     # torch's SGD counts no steps: a momentum buffer means it has taken one at least
                     state[p]["step"] = torch.tensor(1.0)
         groups = []
         for group, saved in zip(self.param_groups, saved_groups):
             new = {k: v for k, v in saved.items() if k != "params"}
             new["params"] = group["params"]
-            spec_values(new, self._spec_names)
+            self._group_values(new, None)
             groups.append(_GroupDict(new, self._hyperparameter_set))
         self.state, self.param_groups = state, groups
         self._structure_changed = True
 
-    def _loaded(self, p: torch.Tensor, name: str, value: Any, state_names) -> Any:
+    def _loaded(self, p: torch.Tensor, name: str, value: Any, states: Dict[str, State]) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
         if name == "step":
             return torch.tensor(float(value))
-        if name in state_names:
-            return self._as_state(p, value, 0.0)
+        if name in states:
+            if states[name].shape != ELEMENTS and p.dim() < 2:
+                raise ValueError(f"state {name!r} has one value per {_capi.SHAPE_NAMES[states[name].shape][:-1]} of a "
+                                 f"tensor's last two dimensions, but the state_dict gives it for a parameter of shape "
+                                 f"{tuple(p.shape)}")
+            return self._as_state(p, states[name], value, 0.0)
         if any(name == s.name for s in self._describe.scalar_states):
             return torch.tensor(number(value, name), dtype=torch.float64)
         return value
+
+
+def _state_shape(p: torch.Tensor, s: State) -> tuple:
+    """The torch shape of state `s` for parameter p (of two or more dimensions, for ROWS and COLS):
+    torch.optim.Adafactor's, p's last dimension (rows: one value per row) or second to last
+    (columns) made 1."""
+    shape = tuple(p.shape)
+    if s.shape == ELEMENTS:
+        return shape
+    if len(shape) < 2:
+        raise ValueError(f"state {s.name!r} has one value per {_capi.SHAPE_NAMES[s.shape][:-1]}, but a parameter of "
+                         f"shape {shape} has fewer than two dimensions")
+    return shape[:-1] + (1,) if s.shape == ROWS else shape[:-2] + (1, shape[-1])
 
 
 # torch's own wrapper (profiler range, step hooks), for steps that are observed.
