@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::adadelta;
 // ---- variant adadelta (clip_grad_norm=false) ----
 namespace variants::adadelta {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::adadelta {
 // ---- variant adadelta_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adadelta_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_clip_grad_norm_f32_f32_reduce", "adadelta_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_clip_grad_norm_bf16_f32_reduce", "adadelta_clip_grad_norm_bf16_f32_update"};
@@ -39,8 +41,8 @@ namespace variants::adadelta_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0, -1},
-    {"adadelta_clip_grad_norm", variants::adadelta_clip_grad_norm::kStates, 2, 28, "adadelta_clip_grad_norm_group", 2, variants::adadelta_clip_grad_norm::kReductions, 1, 0},
+    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0, -1, nullptr, nullptr},
+    {"adadelta_clip_grad_norm", variants::adadelta_clip_grad_norm::kStates, 2, 28, "adadelta_clip_grad_norm_group", 2, variants::adadelta_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

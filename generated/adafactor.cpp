@@ -19,37 +19,47 @@ namespace spec_reference = ::optgen::reference::adafactor;
 // ---- variant adafactor (clip_grad_norm=false) ----
 namespace variants::adafactor {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1},
-      {"sum_g_times_g", false, false, 1},
-      {"sum_g_times_g_1", false, false, 1},
-      {"sum_row_var_next", false, false, 2},
-      {"sum_u_times_u", false, false, 3},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
+      {"sum_g_times_g", false, false, 1, ReductionScope::Row, 0},
+      {"sum_g_times_g_1", false, false, 1, ReductionScope::Column, 0},
+      {"sum_row_var_next", false, false, 2, ReductionScope::Matrix, 0},
+      {"sum_u_times_u", false, false, 3, ReductionScope::Tensor, 4},
   };
+  /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
+  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
+  /// Per state (kStates), the tensors it exists for.
+  [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2", "adafactor_f32_f32_reduce3", "adafactor_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adafactor_bf16_f32_reduce1", "adafactor_bf16_f32_reduce2", "adafactor_bf16_f32_reduce3", "adafactor_bf16_f32_update"};
 }  // namespace variants::adafactor
 // ---- variant adafactor_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adafactor_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1},
-      {"grad_norm_squared", false, true, 1},
-      {"sum_g_times_g", false, false, 2},
-      {"sum_g_times_g_1", false, false, 2},
-      {"sum_row_var_next", false, false, 3},
-      {"sum_u_times_u", false, false, 4},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 1},
+      {"sum_g_times_g", false, false, 2, ReductionScope::Row, 0},
+      {"sum_g_times_g_1", false, false, 2, ReductionScope::Column, 0},
+      {"sum_row_var_next", false, false, 3, ReductionScope::Matrix, 0},
+      {"sum_u_times_u", false, false, 4, ReductionScope::Tensor, 5},
   };
+  /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
+  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
+  /// Per state (kStates), the tensors it exists for.
+  [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_clip_grad_norm_f32_f32_reduce1", "adafactor_clip_grad_norm_f32_f32_reduce2", "adafactor_clip_grad_norm_f32_f32_reduce3", "adafactor_clip_grad_norm_f32_f32_reduce4", "adafactor_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adafactor_clip_grad_norm_bf16_f32_reduce1", "adafactor_clip_grad_norm_bf16_f32_reduce2", "adafactor_clip_grad_norm_bf16_f32_reduce3", "adafactor_clip_grad_norm_bf16_f32_reduce4", "adafactor_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::adafactor_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", 4, variants::adafactor::kReductions, 5, -1},
-    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1},
+    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence},
+    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::adagrad;
 // ---- variant adagrad (clip_grad_norm=false) ----
 namespace variants::adagrad {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::adagrad {
 // ---- variant adagrad_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adagrad_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_clip_grad_norm_f32_f32_reduce", "adagrad_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_clip_grad_norm_bf16_f32_reduce", "adagrad_clip_grad_norm_bf16_f32_update"};
@@ -39,8 +41,8 @@ namespace variants::adagrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0, -1},
-    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0},
+    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0, -1, nullptr, nullptr},
+    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::adam;
 // ---- variant adam (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adam {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_bf16_f32_update"};
@@ -32,9 +33,10 @@ namespace variants::adam {
 // ---- variant adam_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adam_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_bf16_f32_update"};
@@ -45,9 +47,10 @@ namespace variants::adam_amsgrad {
 // ---- variant adam_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
 namespace variants::adam_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_clip_grad_norm_f32_f32_reduce", "adam_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_clip_grad_norm_bf16_f32_reduce", "adam_clip_grad_norm_bf16_f32_update"};
@@ -58,9 +61,10 @@ namespace variants::adam_clip_grad_norm {
 // ---- variant adam_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
 namespace variants::adam_amsgrad_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_clip_grad_norm_f32_f32_reduce", "adam_amsgrad_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_clip_grad_norm_bf16_f32_reduce", "adam_amsgrad_clip_grad_norm_bf16_f32_update"};
@@ -71,10 +75,10 @@ namespace variants::adam_amsgrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0, -1},
-    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0, -1},
-    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", 2, variants::adam_clip_grad_norm::kReductions, 1, 0},
-    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0},
+    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0, -1, nullptr, nullptr},
+    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0, -1, nullptr, nullptr},
+    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", 2, variants::adam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

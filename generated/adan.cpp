@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::adan;
 // ---- variant adan (clip_grad_norm=false) ----
 namespace variants::adan {
   [[maybe_unused]] const int kStates[] = {0, 1, 2, 3};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adan_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adan_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::adan {
 // ---- variant adan_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adan_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2, 3};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adan_clip_grad_norm_f32_f32_reduce", "adan_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adan_clip_grad_norm_bf16_f32_reduce", "adan_clip_grad_norm_bf16_f32_update"};
@@ -39,8 +41,8 @@ namespace variants::adan_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adan", variants::adan::kStates, 4, 52, "adan_group", 1, variants::adan::kReductions, 0, -1},
-    {"adan_clip_grad_norm", variants::adan_clip_grad_norm::kStates, 4, 56, "adan_clip_grad_norm_group", 2, variants::adan_clip_grad_norm::kReductions, 1, 0},
+    {"adan", variants::adan::kStates, 4, 52, "adan_group", 1, variants::adan::kReductions, 0, -1, nullptr, nullptr},
+    {"adan_clip_grad_norm", variants::adan_clip_grad_norm::kStates, 4, 56, "adan_clip_grad_norm_group", 2, variants::adan_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

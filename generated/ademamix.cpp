@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::ademamix;
 // ---- variant ademamix (clip_grad_norm=false, fast_ema=false) ----
 namespace variants::ademamix {
   [[maybe_unused]] const int kStates[] = {1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::ademamix {
 // ---- variant ademamix_fast_ema (clip_grad_norm=false, fast_ema=true) ----
 namespace variants::ademamix_fast_ema {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_fast_ema_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_fast_ema_bf16_f32_update"};
@@ -39,9 +41,10 @@ namespace variants::ademamix_fast_ema {
 // ---- variant ademamix_clip_grad_norm (clip_grad_norm=true, fast_ema=false) ----
 namespace variants::ademamix_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_clip_grad_norm_f32_f32_reduce", "ademamix_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_clip_grad_norm_bf16_f32_reduce", "ademamix_clip_grad_norm_bf16_f32_update"};
@@ -49,9 +52,10 @@ namespace variants::ademamix_clip_grad_norm {
 // ---- variant ademamix_fast_ema_clip_grad_norm (clip_grad_norm=true, fast_ema=true) ----
 namespace variants::ademamix_fast_ema_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_fast_ema_clip_grad_norm_f32_f32_reduce", "ademamix_fast_ema_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_fast_ema_clip_grad_norm_bf16_f32_reduce", "ademamix_fast_ema_clip_grad_norm_bf16_f32_update"};
@@ -59,10 +63,10 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"ademamix", variants::ademamix::kStates, 2, 40, "ademamix_group", 1, variants::ademamix::kReductions, 0, -1},
-    {"ademamix_fast_ema", variants::ademamix_fast_ema::kStates, 3, 48, "ademamix_fast_ema_group", 1, variants::ademamix_fast_ema::kReductions, 0, -1},
-    {"ademamix_clip_grad_norm", variants::ademamix_clip_grad_norm::kStates, 2, 44, "ademamix_clip_grad_norm_group", 2, variants::ademamix_clip_grad_norm::kReductions, 1, 0},
-    {"ademamix_fast_ema_clip_grad_norm", variants::ademamix_fast_ema_clip_grad_norm::kStates, 3, 52, "ademamix_fast_ema_clip_grad_norm_group", 2, variants::ademamix_fast_ema_clip_grad_norm::kReductions, 1, 0},
+    {"ademamix", variants::ademamix::kStates, 2, 40, "ademamix_group", 1, variants::ademamix::kReductions, 0, -1, nullptr, nullptr},
+    {"ademamix_fast_ema", variants::ademamix_fast_ema::kStates, 3, 48, "ademamix_fast_ema_group", 1, variants::ademamix_fast_ema::kReductions, 0, -1, nullptr, nullptr},
+    {"ademamix_clip_grad_norm", variants::ademamix_clip_grad_norm::kStates, 2, 44, "ademamix_clip_grad_norm_group", 2, variants::ademamix_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"ademamix_fast_ema_clip_grad_norm", variants::ademamix_fast_ema_clip_grad_norm::kStates, 3, 52, "ademamix_fast_ema_clip_grad_norm_group", 2, variants::ademamix_fast_ema_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::asgd;
 // ---- variant asgd (clip_grad_norm=false) ----
 namespace variants::asgd {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"asgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"asgd_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::asgd {
 // ---- variant asgd_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::asgd_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"asgd_clip_grad_norm_f32_f32_reduce", "asgd_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"asgd_clip_grad_norm_bf16_f32_reduce", "asgd_clip_grad_norm_bf16_f32_update"};
@@ -39,8 +41,8 @@ namespace variants::asgd_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", 1, variants::asgd::kReductions, 0, -1},
-    {"asgd_clip_grad_norm", variants::asgd_clip_grad_norm::kStates, 1, 24, "asgd_clip_grad_norm_group", 2, variants::asgd_clip_grad_norm::kReductions, 1, 0},
+    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", 1, variants::asgd::kReductions, 0, -1, nullptr, nullptr},
+    {"asgd_clip_grad_norm", variants::asgd_clip_grad_norm::kStates, 1, 24, "asgd_clip_grad_norm_group", 2, variants::asgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::cautious_lion;
 // ---- variant cautious_lion (clip_grad_norm=false) ----
 namespace variants::cautious_lion {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_mask", false, false, 1},
+      {"sum_mask", false, false, 1, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_lion_f32_f32_reduce", "cautious_lion_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_lion_bf16_f32_reduce", "cautious_lion_bf16_f32_update"};
@@ -29,10 +30,11 @@ namespace variants::cautious_lion {
 // ---- variant cautious_lion_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::cautious_lion_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
-      {"sum_mask", false, false, 2},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"sum_mask", false, false, 2, ReductionScope::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_lion_clip_grad_norm_f32_f32_reduce1", "cautious_lion_clip_grad_norm_f32_f32_reduce2", "cautious_lion_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_lion_clip_grad_norm_bf16_f32_reduce1", "cautious_lion_clip_grad_norm_bf16_f32_reduce2", "cautious_lion_clip_grad_norm_bf16_f32_update"};
@@ -40,8 +42,8 @@ namespace variants::cautious_lion_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"cautious_lion", variants::cautious_lion::kStates, 1, 24, "cautious_lion_group", 2, variants::cautious_lion::kReductions, 1, -1},
-    {"cautious_lion_clip_grad_norm", variants::cautious_lion_clip_grad_norm::kStates, 1, 28, "cautious_lion_clip_grad_norm_group", 3, variants::cautious_lion_clip_grad_norm::kReductions, 2, 0},
+    {"cautious_lion", variants::cautious_lion::kStates, 1, 24, "cautious_lion_group", 2, variants::cautious_lion::kReductions, 1, -1, nullptr, nullptr},
+    {"cautious_lion_clip_grad_norm", variants::cautious_lion_clip_grad_norm::kStates, 1, 28, "cautious_lion_clip_grad_norm_group", 3, variants::cautious_lion_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,10 +19,11 @@ namespace spec_reference = ::optgen::reference::lamb;
 // ---- variant lamb (clip_grad_norm=false) ----
 namespace variants::lamb {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1},
-      {"sum_u_times_u", false, false, 1},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
+      {"sum_u_times_u", false, false, 1, ReductionScope::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_f32_f32_reduce", "lamb_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_bf16_f32_reduce", "lamb_bf16_f32_update"};
@@ -30,11 +31,12 @@ namespace variants::lamb {
 // ---- variant lamb_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::lamb_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1},
-      {"grad_norm_squared", false, true, 1},
-      {"sum_u_times_u", false, false, 2},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 1},
+      {"sum_u_times_u", false, false, 2, ReductionScope::Tensor, 2},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_clip_grad_norm_f32_f32_reduce1", "lamb_clip_grad_norm_f32_f32_reduce2", "lamb_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_clip_grad_norm_bf16_f32_reduce1", "lamb_clip_grad_norm_bf16_f32_reduce2", "lamb_clip_grad_norm_bf16_f32_update"};
@@ -42,8 +44,8 @@ namespace variants::lamb_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lamb", variants::lamb::kStates, 2, 40, "lamb_group", 2, variants::lamb::kReductions, 2, -1},
-    {"lamb_clip_grad_norm", variants::lamb_clip_grad_norm::kStates, 2, 44, "lamb_clip_grad_norm_group", 3, variants::lamb_clip_grad_norm::kReductions, 3, 1},
+    {"lamb", variants::lamb::kStates, 2, 40, "lamb_group", 2, variants::lamb::kReductions, 2, -1, nullptr, nullptr},
+    {"lamb_clip_grad_norm", variants::lamb_clip_grad_norm::kStates, 2, 44, "lamb_clip_grad_norm_group", 3, variants::lamb_clip_grad_norm::kReductions, 3, 1, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,10 +19,11 @@ namespace spec_reference = ::optgen::reference::lars;
 // ---- variant lars (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::lars {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1},
-      {"sum_grad_times_grad", false, false, 1},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
+      {"sum_grad_times_grad", false, false, 1, ReductionScope::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_f32_f32_reduce", "lars_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_bf16_f32_reduce", "lars_bf16_f32_update"};
@@ -30,10 +31,11 @@ namespace variants::lars {
 // ---- variant lars_use_momentum (clip_grad_norm=false, use_momentum=true) ----
 namespace variants::lars_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1},
-      {"sum_grad_times_grad", false, false, 1},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
+      {"sum_grad_times_grad", false, false, 1, ReductionScope::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_use_momentum_f32_f32_reduce", "lars_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_use_momentum_bf16_f32_reduce", "lars_use_momentum_bf16_f32_update"};
@@ -41,11 +43,12 @@ namespace variants::lars_use_momentum {
 // ---- variant lars_clip_grad_norm (clip_grad_norm=true, use_momentum=false) ----
 namespace variants::lars_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
-      {"sum_param_times_param", false, false, 1},
-      {"sum_clipped_grad_times_clipped_grad", false, false, 2},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 1},
+      {"sum_clipped_grad_times_clipped_grad", false, false, 2, ReductionScope::Tensor, 2},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_clip_grad_norm_f32_f32_reduce1", "lars_clip_grad_norm_f32_f32_reduce2", "lars_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_clip_grad_norm_bf16_f32_reduce1", "lars_clip_grad_norm_bf16_f32_reduce2", "lars_clip_grad_norm_bf16_f32_update"};
@@ -53,11 +56,12 @@ namespace variants::lars_clip_grad_norm {
 // ---- variant lars_use_momentum_clip_grad_norm (clip_grad_norm=true, use_momentum=true) ----
 namespace variants::lars_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
-      {"sum_param_times_param", false, false, 1},
-      {"sum_clipped_grad_times_clipped_grad", false, false, 2},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 1},
+      {"sum_clipped_grad_times_clipped_grad", false, false, 2, ReductionScope::Tensor, 2},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_use_momentum_clip_grad_norm_f32_f32_reduce1", "lars_use_momentum_clip_grad_norm_f32_f32_reduce2", "lars_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_use_momentum_clip_grad_norm_bf16_f32_reduce1", "lars_use_momentum_clip_grad_norm_bf16_f32_reduce2", "lars_use_momentum_clip_grad_norm_bf16_f32_update"};
@@ -65,10 +69,10 @@ namespace variants::lars_use_momentum_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lars", variants::lars::kStates, 0, 20, "lars_group", 2, variants::lars::kReductions, 2, -1},
-    {"lars_use_momentum", variants::lars_use_momentum::kStates, 1, 28, "lars_use_momentum_group", 2, variants::lars_use_momentum::kReductions, 2, -1},
-    {"lars_clip_grad_norm", variants::lars_clip_grad_norm::kStates, 0, 24, "lars_clip_grad_norm_group", 3, variants::lars_clip_grad_norm::kReductions, 3, 0},
-    {"lars_use_momentum_clip_grad_norm", variants::lars_use_momentum_clip_grad_norm::kStates, 1, 32, "lars_use_momentum_clip_grad_norm_group", 3, variants::lars_use_momentum_clip_grad_norm::kReductions, 3, 0},
+    {"lars", variants::lars::kStates, 0, 20, "lars_group", 2, variants::lars::kReductions, 2, -1, nullptr, nullptr},
+    {"lars_use_momentum", variants::lars_use_momentum::kStates, 1, 28, "lars_use_momentum_group", 2, variants::lars_use_momentum::kReductions, 2, -1, nullptr, nullptr},
+    {"lars_clip_grad_norm", variants::lars_clip_grad_norm::kStates, 0, 24, "lars_clip_grad_norm_group", 3, variants::lars_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
+    {"lars_use_momentum_clip_grad_norm", variants::lars_use_momentum_clip_grad_norm::kStates, 1, 32, "lars_use_momentum_clip_grad_norm_group", 3, variants::lars_use_momentum_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::radam;
 // ---- variant radam (clip_grad_norm=false) ----
 namespace variants::radam {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"radam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"radam_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::radam {
 // ---- variant radam_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::radam_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"radam_clip_grad_norm_f32_f32_reduce", "radam_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"radam_clip_grad_norm_bf16_f32_reduce", "radam_clip_grad_norm_bf16_f32_update"};
@@ -39,8 +41,8 @@ namespace variants::radam_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1, variants::radam::kReductions, 0, -1},
-    {"radam_clip_grad_norm", variants::radam_clip_grad_norm::kStates, 2, 48, "radam_clip_grad_norm_group", 2, variants::radam_clip_grad_norm::kReductions, 1, 0},
+    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1, variants::radam::kReductions, 0, -1, nullptr, nullptr},
+    {"radam_clip_grad_norm", variants::radam_clip_grad_norm::kStates, 2, 48, "radam_clip_grad_norm_group", 2, variants::radam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::rmsprop;
 // ---- variant rmsprop (centered=false, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::rmsprop {
 // ---- variant rmsprop_centered (centered=true, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop_centered {
   [[maybe_unused]] const int kStates[] = {0, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_bf16_f32_update"};
@@ -39,9 +41,10 @@ namespace variants::rmsprop_centered {
 // ---- variant rmsprop_use_momentum (centered=false, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_bf16_f32_update"};
@@ -49,9 +52,10 @@ namespace variants::rmsprop_use_momentum {
 // ---- variant rmsprop_centered_use_momentum (centered=true, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
@@ -59,9 +63,10 @@ namespace variants::rmsprop_centered_use_momentum {
 // ---- variant rmsprop_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=false) ----
 namespace variants::rmsprop_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_clip_grad_norm_f32_f32_reduce", "rmsprop_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_clip_grad_norm_bf16_f32_reduce", "rmsprop_clip_grad_norm_bf16_f32_update"};
@@ -69,9 +74,10 @@ namespace variants::rmsprop_clip_grad_norm {
 // ---- variant rmsprop_centered_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=false) ----
 namespace variants::rmsprop_centered_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_clip_grad_norm_bf16_f32_update"};
@@ -79,9 +85,10 @@ namespace variants::rmsprop_centered_clip_grad_norm {
 // ---- variant rmsprop_use_momentum_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_bf16_f32_update"};
@@ -89,9 +96,10 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
 // ---- variant rmsprop_centered_use_momentum_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_update"};
@@ -99,14 +107,14 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0, -1},
-    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0, -1},
-    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0, -1},
-    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1},
-    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0},
-    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0},
-    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0},
-    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0},
+    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0, -1, nullptr, nullptr},
+    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0, -1, nullptr, nullptr},
+    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0, -1, nullptr, nullptr},
+    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1, nullptr, nullptr},
+    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -19,9 +19,10 @@ namespace spec_reference = ::optgen::reference::sgd;
 // ---- variant sgd (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::sgd {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_bf16_f32_update"};
@@ -29,9 +30,10 @@ namespace variants::sgd {
 // ---- variant sgd_use_momentum (clip_grad_norm=false, use_momentum=true) ----
 namespace variants::sgd_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0},
+      {"", false, false, 0, ReductionScope::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_bf16_f32_update"};
@@ -39,9 +41,10 @@ namespace variants::sgd_use_momentum {
 // ---- variant sgd_clip_grad_norm (clip_grad_norm=true, use_momentum=false) ----
 namespace variants::sgd_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_clip_grad_norm_f32_f32_reduce", "sgd_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_clip_grad_norm_bf16_f32_reduce", "sgd_clip_grad_norm_bf16_f32_update"};
@@ -49,9 +52,10 @@ namespace variants::sgd_clip_grad_norm {
 // ---- variant sgd_use_momentum_clip_grad_norm (clip_grad_norm=true, use_momentum=true) ----
 namespace variants::sgd_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage.
+  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
+  /// scope, index among the reductions of its scope.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1},
+      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_clip_grad_norm_f32_f32_reduce", "sgd_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_clip_grad_norm_bf16_f32_reduce", "sgd_use_momentum_clip_grad_norm_bf16_f32_update"};
@@ -59,10 +63,10 @@ namespace variants::sgd_use_momentum_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0, -1},
-    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0, -1},
-    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", 2, variants::sgd_clip_grad_norm::kReductions, 1, 0},
-    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0},
+    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0, -1, nullptr, nullptr},
+    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0, -1, nullptr, nullptr},
+    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", 2, variants::sgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
 };
 
 const KernelInfo kKernels[] = {

@@ -26,15 +26,10 @@ SHAPE_NAMES = {ELEMENTS: "elements", ROWS: "rows", COLS: "cols"}
 ABSENT, ALWAYS, FACTORED, NOT_FACTORED = 0, 1, 2, 3
 PRESENCE_NAMES = {ABSENT: "absent", ALWAYS: "always", FACTORED: "factored", NOT_FACTORED: "not factored"}
 
-# The C ABI 4 functions for states' shapes and presence. The names and the one struct field are
-# assumed from the ABI's description while runtime/ is being changed: each is named here once.
-# - int STATE_PRESENCE(const optgen_optimizer*, const double* hyperparameters, size_t count,
-#                      int32_t* presence): per declared state, ABSENT ... NOT_FACTORED.
-# - int STATE_SHAPE(const optgen_optimizer*, size_t index, int32_t* shape): a state's shape, when the
-#   library has it; else optgen_state_info's int32 field STATE_INFO_SHAPE_FIELD, after init_param.
+# C ABI 4: int optgen_state_presence(const optgen_optimizer*, const double* hyperparameters,
+# size_t count, int32_t* presence): per declared state, ABSENT ... NOT_FACTORED; and
+# optgen_state_info's int32 `shape` after init_param.
 STATE_PRESENCE = "optgen_state_presence"
-STATE_SHAPE = "optgen_state_shape"
-STATE_INFO_SHAPE_FIELD = "shape"
 
 
 class OptgenError(RuntimeError):
@@ -66,11 +61,9 @@ class _HyperparameterInfo(ctypes.Structure):
 
 
 class _StateInfo(ctypes.Structure):
-    # The last field is ABI 4's state shape, if optgen_state_info has it (STATE_SHAPE otherwise).
-    # Python fills it with -1 before a call: a library whose struct lacks it leaves it so, and a
-    # library whose struct is shorter writes less than this one holds.
+    # `shape` (ABI 4): ELEMENTS, ROWS or COLS.
     _fields_ = [("name", ctypes.c_char_p), ("init_value", ctypes.c_double), ("init_hyperparameter", ctypes.c_int32),
-                ("init_param", ctypes.c_int32), (STATE_INFO_SHAPE_FIELD, ctypes.c_int32)]
+                ("init_param", ctypes.c_int32), ("shape", ctypes.c_int32)]
 
 
 _P = ctypes.c_void_p  # an optgen_optimizer*
@@ -107,7 +100,6 @@ _CHECKED = {
     "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_reduces_over_group": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     STATE_PRESENCE: [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
-    STATE_SHAPE: [_P, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
 }
@@ -331,7 +323,7 @@ class Engine:
         states = []
         for i in range(self._count(count)):
             d = _StateInfo()
-            setattr(d, STATE_INFO_SHAPE_FIELD, -1)
+            d.shape = -1
             self._lib.call(describe, self._handle, i, ctypes.byref(d))
             init = self.hyperparameters[d.init_hyperparameter].name if d.init_hyperparameter >= 0 else None
             shape = self._state_shape(i, d) if shaped else ELEMENTS
@@ -339,19 +331,12 @@ class Engine:
         return states
 
     def _state_shape(self, index: int, described: _StateInfo) -> int:
-        """State `index`'s shape: from STATE_SHAPE where the library has it, else optgen_state_info's field."""
-        if self._lib.has(STATE_SHAPE):
-            shape = ctypes.c_int32(-1)
-            self._lib.call(STATE_SHAPE, self._handle, index, ctypes.byref(shape))
-            shape = shape.value
-        else:
-            shape = getattr(described, STATE_INFO_SHAPE_FIELD)
-        if shape not in SHAPE_NAMES:
+        """State `index`'s shape, from optgen_state_info (C ABI 4)."""
+        if described.shape not in SHAPE_NAMES:
             raise OptgenError(f"the optgen library {library_path()} tells no valid shape for state {index} of "
-                              f"{self.name} (got {shape}): it has no {STATE_SHAPE}() and its optgen_state_info "
-                              f"ends without an int32 '{STATE_INFO_SHAPE_FIELD}' after init_param; "
-                              "python/optgen/_capi.py and c_api.h must agree (C ABI 4)")
-        return shape
+                              f"{self.name} (got {described.shape}): python/optgen/_capi.py and c_api.h must "
+                              "agree (C ABI 4)")
+        return described.shape
 
     def defaults(self) -> dict:
         """Every settable hyperparameter's spec default, by name (bools as 0/1)."""
