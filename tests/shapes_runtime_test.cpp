@@ -1,11 +1,14 @@
 // Rows, columns and matrices on the runtime's side (the kernels are the CUDA emitter's): the tables
 // the generator prints for a variant with shapes (specs/adafactor.yaml), the engine's refusal
 // of a tensor without a shape, the sizes and presence of states, a plan's ShapeTable layout and
-// grids (runtime/src/shape_layout.h), and the C ABI's view of them. No GPU needed.
+// grids (runtime/src/shape_layout.h), and the C ABI's view of them, with no GPU; on a GPU, the
+// allocation, presence and checkpoints of states of rows and columns.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -337,4 +340,97 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   CHECK(optgen::stage_grid(masks[1], 100, l) == l.blocks(abi::kRowLines) + l.blocks(abi::kMatrixRowLines));
   CHECK(optgen::stage_grid(masks[2], 100, l) == 100);
   CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]})) == 0);
+}
+
+// ---- On a GPU: states of rows and columns allocated, absent ones not, and checkpoints of them ----
+
+namespace {
+
+/// Adam's launcher with its second state a state of rows for factored tensors only and its third
+/// a state of columns for the others only: the engine allocates, hands out and saves them so,
+/// whatever the kernels (which these tests do not launch).
+struct RowsAndColumnsAdam : ShapedAdam {
+  std::vector<optgen::reference::StateInfo> states{info.states, info.states + info.num_states};
+
+  RowsAndColumnsAdam() {
+    states[1].shape = optgen::reference::StateShape::Rows;
+    states[2].shape = optgen::reference::StateShape::Cols;
+    info.states = states.data();
+  }
+  std::vector<double> amsgrad() const {
+    std::vector<double> h = optgen::default_hyperparameters(info);
+    for (int i = 0; i < info.num_hyperparameters; ++i)
+      if (std::string(info.hyperparameters[i].name) == "amsgrad") h[static_cast<std::size_t>(i)] = 1;
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("states of rows and columns are sized by the tensor's matrices, absent ones null", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  RowsAndColumnsAdam shaped;
+  std::mt19937 rng(7);
+  DeviceGroup g(DType::F32, {60, 7}, {false, false}, rng);
+  g.tensors[0].shape = {3, 4, 5};  // 3 matrices of 4 rows and 5 columns
+  g.tensors[1].shape = {7};
+  optgen::FusedOptimizer opt(shaped.info, optgen::default_hyperparameters(shaped.info));
+  opt.add_param_group(g.tensors, shaped.amsgrad());
+
+  auto numel = [&](const char* state, std::size_t t) { return opt.state(state, 0, t).numel; };
+  auto present = [&](const char* state, std::size_t t) { return opt.state(state, 0, t).data != nullptr; };
+  CHECK((numel("exp_avg", 0) == 60 && numel("exp_avg_sq", 0) == 12 && numel("max_exp_avg_sq", 0) == 0));
+  CHECK((present("exp_avg", 0) && present("exp_avg_sq", 0) && !present("max_exp_avg_sq", 0)));
+  CHECK((numel("exp_avg", 1) == 7 && numel("exp_avg_sq", 1) == 0 && numel("max_exp_avg_sq", 1) == 7));
+  CHECK((present("exp_avg", 1) && !present("exp_avg_sq", 1) && present("max_exp_avg_sq", 1)));
+  CHECK(download(DType::F32, opt.state("exp_avg_sq", 0, 0).data, 12) == std::vector<float>(12, 0.0f));
+
+  // Saved at their own sizes, absent ones not at all; restored in place.
+  upload(DType::F32, opt.state("exp_avg_sq", 0, 0).data, std::vector<float>(12, 0.25f));
+  const optgen::Checkpoint saved = opt.checkpoint();
+  REQUIRE(saved.find("group.0.tensor.0.exp_avg_sq") != nullptr);
+  CHECK(saved.find("group.0.tensor.0.exp_avg_sq")->shape == std::vector<std::int64_t>{12});
+  CHECK(saved.find("group.0.tensor.0.max_exp_avg_sq") == nullptr);
+  CHECK(saved.find("group.0.tensor.1.exp_avg_sq") == nullptr);
+  REQUIRE(saved.find("group.0.tensor.1.max_exp_avg_sq") != nullptr);
+  CHECK(saved.find("group.0.tensor.1.max_exp_avg_sq")->shape == std::vector<std::int64_t>{7});
+  upload(DType::F32, opt.state("exp_avg_sq", 0, 0).data, std::vector<float>(12, 0.0f));
+  opt.restore(saved);
+  CHECK(download(DType::F32, opt.state("exp_avg_sq", 0, 0).data, 12) == std::vector<float>(12, 0.25f));
+
+  // A checkpoint that disagrees about which states exist is refused, saying which.
+  optgen::Checkpoint extra = saved;
+  optgen::CheckpointTensor absent = *saved.find("group.0.tensor.1.max_exp_avg_sq");
+  absent.name = "group.0.tensor.0.max_exp_avg_sq";
+  extra.tensors.push_back(absent);
+  CHECK_THAT(error_of([&] { opt.restore(extra); }),
+             Catch::Contains("it has a 'max_exp_avg_sq' state for tensor 0 of param group 0 (factored), which has "
+                             "none here"));
+  optgen::Checkpoint missing = saved;
+  missing.tensors.erase(
+      std::remove_if(missing.tensors.begin(), missing.tensors.end(),
+                     [](const optgen::CheckpointTensor& t) { return t.name == "group.0.tensor.0.exp_avg_sq"; }),
+      missing.tensors.end());
+  CHECK_THAT(error_of([&] { opt.restore(missing); }),
+             Catch::Contains("it has no 'exp_avg_sq' state (tensor 'group.0.tensor.0.exp_avg_sq') for tensor 0 of "
+                             "param group 0 (factored)"));
+
+  // prepare() builds the plan's ShapeTable (the kernels are not launched here).
+  opt.prepare();
+  CHECK(opt.prepared());
+
+  // Caller-owned states: an absent one may be null; a present one of rows must hold B * R values.
+  DeviceMemory memory(4096);
+  void* const owned[] = {memory.at(0), memory.at(1024), nullptr};
+  optgen::Tensor factored = g.tensors[0];
+  factored.states = owned;
+  optgen::FusedOptimizer callers(shaped.info, optgen::default_hyperparameters(shaped.info));
+  callers.add_param_group({factored}, shaped.amsgrad());
+  CHECK(callers.state("exp_avg_sq", 0, 0).data == memory.at(1024));
+  CHECK(callers.state("max_exp_avg_sq", 0, 0).data == nullptr);
+  void* const missing_rows[] = {memory.at(0), nullptr, memory.at(2048)};
+  factored.states = missing_rows;
+  CHECK_THAT(error_of([&] { callers.add_param_group({factored}, shaped.amsgrad()); }),
+             Catch::Contains("the caller's 'exp_avg_sq' buffer is null or misaligned") &&
+                 Catch::Contains("pass a device buffer of 12 f32 elements"));
 }
