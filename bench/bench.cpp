@@ -76,7 +76,8 @@ struct Model {
   CUdeviceptr params = 0, grads = 0;
   std::vector<optgen::Tensor> tensors;
 
-  explicit Model(const std::vector<std::int64_t>& sizes, const std::vector<std::vector<std::int64_t>>& shapes)
+  /// `shapes`: each tensor's, when known (a spec with rows and columns needs them).
+  explicit Model(const std::vector<std::int64_t>& sizes, const std::vector<std::vector<std::int64_t>>& shapes = {})
       : numels(sizes) {
     std::vector<std::size_t> offsets;
     std::size_t bytes = 0;
@@ -90,7 +91,8 @@ struct Model {
     fill_random(grads, bytes, 2);
     for (size_t i = 0; i < numels.size(); ++i)
       tensors.push_back({reinterpret_cast<void*>(params + offsets[i]), reinterpret_cast<void*>(grads + offsets[i]),
-                         numels[i], optgen::DType::F32, nullptr, -1, shapes[i]});
+                         numels[i], optgen::DType::F32, nullptr, -1,
+                         i < shapes.size() ? shapes[i] : std::vector<std::int64_t>{}});
   }
   ~Model() {
     api().cuMemFree(params);

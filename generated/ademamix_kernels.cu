@@ -1102,6 +1102,73 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, S> shaped_block(const Tabl
   return s;
 }
 
+/// Elements [start, end) of a tensor in a shaped stage, each thread V consecutive ones (16 bytes of
+/// the parameter) in U tiles of the block's width, as update_stage reads them: `visit(ix, x)` sees
+/// each element's index and operands (Code::loads, 0 from an absent state, the gradient divided
+/// by AMP's scale) and may change them; `kStore` stores the loaded operands back (Update stage).
+/// An element's row, column and matrix take one division per V elements.
+template <typename Code, typename P, typename S, int kOps, bool kStore, typename Visit>
+__device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long long start, long long end, long long R,
+                                                long long C, bool scaled, float grad_scale, const Visit& visit) {
+  constexpr int V = 16 / sizeof(P);
+  constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
+  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+  bool aligned = true;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  const long long vector_end = aligned ? start + (end - start) / V * V : start;
+  for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
+    float v[U][kOps][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if (Code::loads(op) && ptr[op]) {
+          load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+      ElementIndex ix = element_index(i, R, C);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float x[kOps];
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
+        if (scaled) x[1] = x[1] / grad_scale;
+        visit(ix, x);
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) v[u][op][e] = x[op];
+        advance(ix, R, C);
+      }
+      if (kStore) {
+#pragma unroll
+        for (int op = 0; op < kOps; ++op)
+          if (Code::loads(op) && ptr[op]) store_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+      }
+    }
+  }
+  // Misaligned tensors entirely, and the last few elements of aligned ones.
+  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+    float x[kOps];
+    load_element<Code, P, S, kOps>(ptr, i, x, scaled, grad_scale);
+    visit(element_index(i, R, C), x);
+    if (kStore) {
+#pragma unroll
+      for (int op = 0; op < kOps; ++op)
+        if (Code::loads(op) && ptr[op]) store_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+    }
+  }
+}
+
 /// The chunk runs of a shaped Reduce stage: its reductions over each tensor or group (Reduce::
 /// Elements), as reduce_stage's, each element with its row, column and matrix at hand.
 template <typename Reduce, typename Group, typename P, typename S>
@@ -1142,23 +1209,14 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
     float acc[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    constexpr int kUnroll = 2;  // elements in flight per thread: the per-element index and double math take the rest
-    for (long long base = start + threadIdx.x; base < end; base += kUnroll * OPTGEN_BLOCK_SIZE) {
-      float x[kUnroll][kOps];
+    shaped_elements<Code, P, S, kOps, false>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
+                                             [&](const ElementIndex& ix, float (&x)[kOps]) {
+                                               float value[kR];
+                                               Code::apply(k, tv, sh, ix, x, value);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * OPTGEN_BLOCK_SIZE < end)
-          load_element<Code, P, S, kOps>(ptr, base + u * OPTGEN_BLOCK_SIZE, x[u], scaled, grad_scale);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const long long i = base + u * OPTGEN_BLOCK_SIZE;
-        if (i >= end) continue;
-        float value[kR];
-        Code::apply(k, tv, sh, element_index(i, sh.R, sh.C), x[u], value);
-#pragma unroll
-        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
-      }
-    }
+                                               for (int r = 0; r < kR; ++r)
+                                                 acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+                                             });
     double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * red.stride;
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
@@ -1201,28 +1259,42 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
 #pragma unroll
   for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
   if (line < lines) {
-    for (long long j = lane; j < length; j += lanes) {
-      float value[kR];
-      if constexpr (kKind == kernel_abi::kRowLines) {
-        // Element j of row `line`.
-        ElementIndex x;
-        x.p = line;
-        x.b = line / s.sh.R;
-        x.r = line - x.b * s.sh.R;
-        x.c = j;
-        x.q = x.b * s.sh.C + j;
-        x.i = line * s.sh.C + j;
-        float v[kOps];
-        load_element<Code, P, S, kOps>(ptr, x.i, v, s.scaled, s.grad_scale);
-        Code::apply(s.k, s.tv, s.sh, x, v, value);
-      } else {
-        // Row (column) j of matrix `line`.
-        const long long b = line;
-        const long long index = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C) + j;
-        Code::apply(s.k, s.tv, s.sh, index, b, value);
-      }
+    if constexpr (kKind == kernel_abi::kRowLines) {
+      // Elements of row `line`, kBatch loads in flight per thread.
+      constexpr int kBatch = 4;
+      ElementIndex x;
+      x.p = line;
+      x.b = line / s.sh.R;
+      x.r = line - x.b * s.sh.R;
+      for (long long j0 = lane; j0 < length; j0 += kBatch * lanes) {
+        float v[kBatch][kOps];
 #pragma unroll
-      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+        for (int u = 0; u < kBatch; ++u)
+          if (j0 + u * lanes < length)
+            load_element<Code, P, S, kOps>(ptr, line * s.sh.C + j0 + u * lanes, v[u], s.scaled, s.grad_scale);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const long long j = j0 + u * lanes;
+          if (j >= length) continue;
+          x.c = j;
+          x.q = x.b * s.sh.C + j;
+          x.i = line * s.sh.C + j;
+          float value[kR];
+          Code::apply(s.k, s.tv, s.sh, x, v[u], value);
+#pragma unroll
+          for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+        }
+      }
+    } else {
+      // Row (column) j of matrix `line`.
+      const long long b = line;
+      const long long first = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C);
+      for (long long j = lane; j < length; j += lanes) {
+        float value[kR];
+        Code::apply(s.k, s.tv, s.sh, first + j, b, value);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+      }
     }
   }
   float* out = kKind == kernel_abi::kRowLines ? st.row_results + s.sh.row0 : st.matrix_results + s.sh.matrix0;
@@ -1407,23 +1479,8 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
 #pragma unroll
   for (int op = 0; op < kOps; ++op)
     ptr[op] = Update::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
-  constexpr int kUnroll = 2;  // elements in flight per thread: the per-element index and double math take the rest
-  for (long long base = start + threadIdx.x; base < end; base += kUnroll * OPTGEN_BLOCK_SIZE) {
-    float x[kUnroll][kOps];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * OPTGEN_BLOCK_SIZE < end)
-        load_element<Update, P, S, kOps>(ptr, base + u * OPTGEN_BLOCK_SIZE, x[u], scaled, grad_scale);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const long long i = base + u * OPTGEN_BLOCK_SIZE;
-      if (i >= end) continue;
-      Update::apply(k, tv, sh, element_index(i, sh.R, sh.C), x[u]);
-#pragma unroll
-      for (int op = 0; op < kOps; ++op)
-        if (Update::loads(op) && ptr[op]) store_operand<P, S, 1>(op, ptr[op], i, &x[u][op]);
-    }
-  }
+  shaped_elements<Update, P, S, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
+                                            [&](const ElementIndex& ix, float (&x)[kOps]) { Update::apply(k, tv, sh, ix, x); });
   if (threadIdx.x == 0 && commit_shared) commit_step<Group>(groups, slot, g);
 }
 

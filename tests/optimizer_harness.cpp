@@ -133,7 +133,9 @@ DeviceGroup::DeviceGroup(DType type, const std::vector<std::int64_t>& numels, co
     std::vector<float> p(sizes[i]);
     for (auto& x : p) x = round_to(type, uniform(rng));
     upload(type, param->at(offset), p);
-    tensors.push_back({param->at(offset), grad->at(offset), sizes[i], type});
+    // A vector of its numel: the shape a spec with rows and columns needs (not factored).
+    tensors.push_back({param->at(offset), grad->at(offset), sizes[i], type, nullptr, -1, {sizes[i]}});
+    shapes.push_back({sizes[i]});
     params.push_back(p);
     grads.emplace_back(sizes[i]);
     memory.push_back(std::move(param));

@@ -59,7 +59,7 @@ struct DeviceGroup {
   std::vector<optgen::Tensor> tensors;
   std::vector<std::vector<float>> params, grads;
 
-  /// Each tensor's shape, given to the optimizer (empty when built from numels alone).
+  /// Each tensor's shape, given to the optimizer (a vector of its numel when built from numels).
   std::vector<std::vector<std::int64_t>> shapes;
 
   DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned,

@@ -156,6 +156,7 @@ TEST_CASE("Adafactor refuses a tensor bound without its shape", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(1);
   DeviceGroup g(DType::F32, std::vector<std::int64_t>{12}, std::vector<bool>{false}, rng);
+  g.tensors[0].shape.clear();  // not given
   const auto& info = optgen::Adafactor::info();
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   const std::string message = error_of([&] { opt.add_param_group(g.tensors, optgen::default_hyperparameters(info)); });
