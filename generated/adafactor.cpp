@@ -34,6 +34,7 @@ namespace variants::adafactor {
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2", "adafactor_f32_f32_reduce3", "adafactor_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adafactor_bf16_f32_reduce1", "adafactor_bf16_f32_reduce2", "adafactor_bf16_f32_reduce3", "adafactor_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf16_f32[] = {"adafactor_f16_f32_reduce1", "adafactor_f16_f32_reduce2", "adafactor_f16_f32_reduce3", "adafactor_f16_f32_update"};
 }  // namespace variants::adafactor
 // ---- variant adafactor_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adafactor_clip_grad_norm {
@@ -54,6 +55,7 @@ namespace variants::adafactor_clip_grad_norm {
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_clip_grad_norm_f32_f32_reduce1", "adafactor_clip_grad_norm_f32_f32_reduce2", "adafactor_clip_grad_norm_f32_f32_reduce3", "adafactor_clip_grad_norm_f32_f32_reduce4", "adafactor_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adafactor_clip_grad_norm_bf16_f32_reduce1", "adafactor_clip_grad_norm_bf16_f32_reduce2", "adafactor_clip_grad_norm_bf16_f32_reduce3", "adafactor_clip_grad_norm_bf16_f32_reduce4", "adafactor_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf16_f32[] = {"adafactor_clip_grad_norm_f16_f32_reduce1", "adafactor_clip_grad_norm_f16_f32_reduce2", "adafactor_clip_grad_norm_f16_f32_reduce3", "adafactor_clip_grad_norm_f16_f32_reduce4", "adafactor_clip_grad_norm_f16_f32_update"};
 }  // namespace variants::adafactor_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -65,8 +67,10 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {variants::adafactor::kf32_f32, 0, DType::F32, DType::F32},
     {variants::adafactor::kbf16_f32, 0, DType::BF16, DType::F32},
+    {variants::adafactor::kf16_f32, 0, DType::F16, DType::F32},
     {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
     {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, DType::F32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -83,7 +87,7 @@ const OptimizerInfo& Adafactor::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 2, kKernels, 4, &kernel_images::adafactor(),
+      kVariants, 2, kKernels, 6, &kernel_images::adafactor(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

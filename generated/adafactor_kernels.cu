@@ -15,6 +15,10 @@
 //   adafactor_bf16_f32_reduce2
 //   adafactor_bf16_f32_reduce3
 //   adafactor_bf16_f32_update
+//   adafactor_f16_f32_reduce1
+//   adafactor_f16_f32_reduce2
+//   adafactor_f16_f32_reduce3
+//   adafactor_f16_f32_update
 //   adafactor_group
 //   adafactor_clip_grad_norm_f32_f32_reduce1
 //   adafactor_clip_grad_norm_f32_f32_reduce2
@@ -26,6 +30,11 @@
 //   adafactor_clip_grad_norm_bf16_f32_reduce3
 //   adafactor_clip_grad_norm_bf16_f32_reduce4
 //   adafactor_clip_grad_norm_bf16_f32_update
+//   adafactor_clip_grad_norm_f16_f32_reduce1
+//   adafactor_clip_grad_norm_f16_f32_reduce2
+//   adafactor_clip_grad_norm_f16_f32_reduce3
+//   adafactor_clip_grad_norm_f16_f32_reduce4
+//   adafactor_clip_grad_norm_f16_f32_update
 //   adafactor_clip_grad_norm_group
 //
 // Self-contained: NVRTC compiles it with no include path, at build time or at load time.
@@ -970,33 +979,37 @@ __device__ __forceinline__ void advance(ElementIndex& x, long long R, long long 
 template <typename S, bool kFromSnapshot>
 struct Shaped {
   static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
-  const ShapeTable* table;
-  void* const* pointers;
+  void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
   long long num_tensors;
-  int t;
   bool factored;
   long long R, C, row0, col0, matrix0;
+  // The tensor's part of the results and snapshots, resolved once per block: per-element code
+  // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
+  // read the same values, which earlier stages wrote, visible once wait_for_previous_kernel
+  // returned).
+  const float* row_results;
+  const float* col_results;
+  const float* matrix_results;
+  const float* row_snapshot;
+  const float* col_snapshot;
+  long long num_rows, num_cols, num_matrices;
 
-  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors + t]; }
-  __device__ __forceinline__ float row_result(int s, long long p) const {
-    return __ldcg(table->row_results + s * table->num_rows + row0 + p);
-  }
-  __device__ __forceinline__ float col_result(int s, long long q) const {
-    return __ldcg(table->col_results + s * table->num_cols + col0 + q);
-  }
+  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors]; }
+  __device__ __forceinline__ float row_result(int s, long long p) const { return row_results[s * num_rows + p]; }
+  __device__ __forceinline__ float col_result(int s, long long q) const { return col_results[s * num_cols + q]; }
   __device__ __forceinline__ float matrix_result(int s, long long b) const {
-    return __ldcg(table->matrix_results + s * table->num_matrices + matrix0 + b);
+    return matrix_results[s * num_matrices + b];
   }
   /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
   __device__ __forceinline__ float row_state(int op, int j, long long p) const {
     const S* data = static_cast<const S*>(pointer(op));
     if (!data) return 0.0f;
-    return from_snapshot ? __ldcg(table->row_snapshot + j * table->num_rows + row0 + p) : to_float(data[p]);
+    return from_snapshot ? row_snapshot[j * num_rows + p] : to_float(data[p]);
   }
   __device__ __forceinline__ float col_state(int op, int j, long long q) const {
     const S* data = static_cast<const S*>(pointer(op));
     if (!data) return 0.0f;
-    return from_snapshot ? __ldcg(table->col_snapshot + j * table->num_cols + col0 + q) : to_float(data[q]);
+    return from_snapshot ? col_snapshot[j * num_cols + q] : to_float(data[q]);
   }
   /// Stores a row or column state's new value (Update stage): nothing for an absent state.
   __device__ __forceinline__ void store_state(int op, long long index, float x) const {
@@ -1009,16 +1022,22 @@ template <typename S, bool kFromSnapshot = false>
 __device__ __forceinline__ Shaped<S, kFromSnapshot> shaped(const TableView& table, int t) {
   const ShapeTable* st = table.shapes;
   Shaped<S, kFromSnapshot> s;
-  s.table = st;
-  s.pointers = table.pointers;
+  s.pointers = table.pointers + t;
   s.num_tensors = table.num_tensors;
-  s.t = t;
   s.factored = st->factored[t] != 0;
   s.R = st->rows[t];
   s.C = st->cols[t];
   s.row0 = st->row_offset[t];
   s.col0 = st->col_offset[t];
   s.matrix0 = st->matrix_offset[t];
+  s.num_rows = st->num_rows;
+  s.num_cols = st->num_cols;
+  s.num_matrices = st->num_matrices;
+  s.row_results = st->row_results + s.row0;
+  s.col_results = st->col_results + s.col0;
+  s.matrix_results = st->matrix_results + s.matrix0;
+  s.row_snapshot = st->row_snapshot + s.row0;
+  s.col_snapshot = st->col_snapshot + s.col0;
   return s;
 }
 
@@ -1293,6 +1312,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
       // Row (column) j of matrix `line`.
       const long long b = line;
       const long long first = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C);
+#pragma unroll 4
       for (long long j = lane; j < length; j += lanes) {
         float value[kR];
         Code::apply(s.k, s.tv, s.sh, first + j, b, value);
@@ -1654,7 +1674,7 @@ namespace variants::adafactor {
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
       const float cols = tv_.cols;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const double row_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, p_)), static_cast<double>(sh_.row_result(0, p_)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
+      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
       r_[0] = static_cast<float>(row_var_next_1);  // sum_row_var_next
     }
   };
@@ -1703,12 +1723,12 @@ namespace variants::adafactor {
         const float rows = tv_.rows;
         const float grad = v_[1];
         const float variance = v_[4];
-        const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(static_cast<double>(sh_.matrix_result(0, ix_.b)) / static_cast<double>(rows), static_cast<double>(eps1)));
+        const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const double col_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.col_state(3, 0, ix_.q)), static_cast<double>(sh_.col_result(0, ix_.q)) / static_cast<double>(rows), static_cast<double>(one_minus_beta2_t));
+        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
         const float col_var_next = static_cast<float>(col_var_next_1);
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const double row_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, ix_.p)), static_cast<double>(sh_.row_result(0, ix_.p)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
+        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
         const float row_var_next = static_cast<float>(row_var_next_1);
         // "g = maximize ? -grad : grad"
         const float g = maximize ? -grad : grad;
@@ -1777,12 +1797,12 @@ namespace variants::adafactor {
       const float param = v_[0];
       const float grad = v_[1];
       const float variance = v_[4];
-      const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(static_cast<double>(sh_.matrix_result(0, ix_.b)) / static_cast<double>(rows), static_cast<double>(eps1)));
+      const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
       // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-      const double col_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.col_state(3, 0, ix_.q)), static_cast<double>(sh_.col_result(0, ix_.q)) / static_cast<double>(rows), static_cast<double>(one_minus_beta2_t));
+      const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
       const float col_var_next = static_cast<float>(col_var_next_1);
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const double row_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, ix_.p)), static_cast<double>(sh_.row_result(0, ix_.p)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
+      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
       const float row_var_next = static_cast<float>(row_var_next_1);
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
@@ -1806,15 +1826,15 @@ namespace variants::adafactor {
       // Each row's new state, stored once: at its column 0.
       if (ix_.c == 0) {
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const double row_var_next_2 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, ix_.p)), static_cast<double>(sh_.row_result(0, ix_.p)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
-        const double row_var_next_3 = factored ? row_var_next_2 : static_cast<double>(sh_.row_state(2, 0, ix_.p));
+        const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+        const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, ix_.p);
         sh_.store_state(2, ix_.p, static_cast<float>(row_var_next_3));  // row_var
       }
       // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const double col_var_next_2 = ::optgen::lerp(static_cast<double>(sh_.col_state(3, 0, ix_.q)), static_cast<double>(sh_.col_result(0, ix_.q)) / static_cast<double>(rows), static_cast<double>(one_minus_beta2_t));
-        const double col_var_next_3 = factored ? col_var_next_2 : static_cast<double>(sh_.col_state(3, 0, ix_.q));
+        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, ix_.q);
         sh_.store_state(3, ix_.q, static_cast<float>(col_var_next_3));  // col_var
       }
     }
@@ -2017,7 +2037,7 @@ namespace variants::adafactor_clip_grad_norm {
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
       const float cols = tv_.cols;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const double row_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, p_)), static_cast<double>(sh_.row_result(0, p_)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
+      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
       r_[0] = static_cast<float>(row_var_next_1);  // sum_row_var_next
     }
   };
@@ -2072,12 +2092,12 @@ namespace variants::adafactor_clip_grad_norm {
         const float rows = tv_.rows;
         const float grad = v_[1];
         const float variance = v_[4];
-        const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(static_cast<double>(sh_.matrix_result(0, ix_.b)) / static_cast<double>(rows), static_cast<double>(eps1)));
+        const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const double col_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.col_state(3, 0, ix_.q)), static_cast<double>(sh_.col_result(0, ix_.q)) / static_cast<double>(rows), static_cast<double>(one_minus_beta2_t));
+        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
         const float col_var_next = static_cast<float>(col_var_next_1);
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const double row_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, ix_.p)), static_cast<double>(sh_.row_result(0, ix_.p)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
+        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
         const float row_var_next = static_cast<float>(row_var_next_1);
         const float clipped_grad = grad * clip_coef;
         // "g = maximize ? -grad : grad"
@@ -2153,12 +2173,12 @@ namespace variants::adafactor_clip_grad_norm {
       const float param = v_[0];
       const float grad = v_[1];
       const float variance = v_[4];
-      const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(static_cast<double>(sh_.matrix_result(0, ix_.b)) / static_cast<double>(rows), static_cast<double>(eps1)));
+      const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
       // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-      const double col_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.col_state(3, 0, ix_.q)), static_cast<double>(sh_.col_result(0, ix_.q)) / static_cast<double>(rows), static_cast<double>(one_minus_beta2_t));
+      const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
       const float col_var_next = static_cast<float>(col_var_next_1);
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const double row_var_next_1 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, ix_.p)), static_cast<double>(sh_.row_result(0, ix_.p)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
+      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
       const float row_var_next = static_cast<float>(row_var_next_1);
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
@@ -2183,15 +2203,15 @@ namespace variants::adafactor_clip_grad_norm {
       // Each row's new state, stored once: at its column 0.
       if (ix_.c == 0) {
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const double row_var_next_2 = ::optgen::lerp(static_cast<double>(sh_.row_state(2, 0, ix_.p)), static_cast<double>(sh_.row_result(0, ix_.p)) / static_cast<double>(cols), static_cast<double>(one_minus_beta2_t));
-        const double row_var_next_3 = factored ? row_var_next_2 : static_cast<double>(sh_.row_state(2, 0, ix_.p));
+        const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+        const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, ix_.p);
         sh_.store_state(2, ix_.p, static_cast<float>(row_var_next_3));  // row_var
       }
       // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const double col_var_next_2 = ::optgen::lerp(static_cast<double>(sh_.col_state(3, 0, ix_.q)), static_cast<double>(sh_.col_result(0, ix_.q)) / static_cast<double>(rows), static_cast<double>(one_minus_beta2_t));
-        const double col_var_next_3 = factored ? col_var_next_2 : static_cast<double>(sh_.col_state(3, 0, ix_.q));
+        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, ix_.q);
         sh_.store_state(3, ix_.q, static_cast<float>(col_var_next_3));  // col_var
       }
     }
@@ -2244,6 +2264,30 @@ adafactor_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTab
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::shaped_update_stage<variants::adafactor::Update, variants::adafactor::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor, update stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_update_stage<variants::adafactor::Update, variants::adafactor::Group, optgen::f16, float>(table, groups, inputs, reductions);
 }
 
 /// adafactor: writes a value into the group table and recomputes the values the next step reads.
@@ -2310,6 +2354,36 @@ adafactor_clip_grad_norm_bf16_f32_reduce4(const optgen::TableView table, const o
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::shaped_update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, optgen::f16, float>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, update stage: params and grads in f16, states in f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::shaped_update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, optgen::f16, float>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

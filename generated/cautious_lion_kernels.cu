@@ -962,33 +962,37 @@ __device__ __forceinline__ void advance(ElementIndex& x, long long R, long long 
 template <typename S, bool kFromSnapshot>
 struct Shaped {
   static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
-  const ShapeTable* table;
-  void* const* pointers;
+  void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
   long long num_tensors;
-  int t;
   bool factored;
   long long R, C, row0, col0, matrix0;
+  // The tensor's part of the results and snapshots, resolved once per block: per-element code
+  // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
+  // read the same values, which earlier stages wrote, visible once wait_for_previous_kernel
+  // returned).
+  const float* row_results;
+  const float* col_results;
+  const float* matrix_results;
+  const float* row_snapshot;
+  const float* col_snapshot;
+  long long num_rows, num_cols, num_matrices;
 
-  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors + t]; }
-  __device__ __forceinline__ float row_result(int s, long long p) const {
-    return __ldcg(table->row_results + s * table->num_rows + row0 + p);
-  }
-  __device__ __forceinline__ float col_result(int s, long long q) const {
-    return __ldcg(table->col_results + s * table->num_cols + col0 + q);
-  }
+  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors]; }
+  __device__ __forceinline__ float row_result(int s, long long p) const { return row_results[s * num_rows + p]; }
+  __device__ __forceinline__ float col_result(int s, long long q) const { return col_results[s * num_cols + q]; }
   __device__ __forceinline__ float matrix_result(int s, long long b) const {
-    return __ldcg(table->matrix_results + s * table->num_matrices + matrix0 + b);
+    return matrix_results[s * num_matrices + b];
   }
   /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
   __device__ __forceinline__ float row_state(int op, int j, long long p) const {
     const S* data = static_cast<const S*>(pointer(op));
     if (!data) return 0.0f;
-    return from_snapshot ? __ldcg(table->row_snapshot + j * table->num_rows + row0 + p) : to_float(data[p]);
+    return from_snapshot ? row_snapshot[j * num_rows + p] : to_float(data[p]);
   }
   __device__ __forceinline__ float col_state(int op, int j, long long q) const {
     const S* data = static_cast<const S*>(pointer(op));
     if (!data) return 0.0f;
-    return from_snapshot ? __ldcg(table->col_snapshot + j * table->num_cols + col0 + q) : to_float(data[q]);
+    return from_snapshot ? col_snapshot[j * num_cols + q] : to_float(data[q]);
   }
   /// Stores a row or column state's new value (Update stage): nothing for an absent state.
   __device__ __forceinline__ void store_state(int op, long long index, float x) const {
@@ -1001,16 +1005,22 @@ template <typename S, bool kFromSnapshot = false>
 __device__ __forceinline__ Shaped<S, kFromSnapshot> shaped(const TableView& table, int t) {
   const ShapeTable* st = table.shapes;
   Shaped<S, kFromSnapshot> s;
-  s.table = st;
-  s.pointers = table.pointers;
+  s.pointers = table.pointers + t;
   s.num_tensors = table.num_tensors;
-  s.t = t;
   s.factored = st->factored[t] != 0;
   s.R = st->rows[t];
   s.C = st->cols[t];
   s.row0 = st->row_offset[t];
   s.col0 = st->col_offset[t];
   s.matrix0 = st->matrix_offset[t];
+  s.num_rows = st->num_rows;
+  s.num_cols = st->num_cols;
+  s.num_matrices = st->num_matrices;
+  s.row_results = st->row_results + s.row0;
+  s.col_results = st->col_results + s.col0;
+  s.matrix_results = st->matrix_results + s.matrix0;
+  s.row_snapshot = st->row_snapshot + s.row0;
+  s.col_snapshot = st->col_snapshot + s.col0;
   return s;
 }
 
@@ -1285,6 +1295,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
       // Row (column) j of matrix `line`.
       const long long b = line;
       const long long first = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C);
+#pragma unroll 4
       for (long long j = lane; j < length; j += lanes) {
         float value[kR];
         Code::apply(s.k, s.tv, s.sh, first + j, b, value);

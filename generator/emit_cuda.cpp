@@ -486,7 +486,9 @@ class CudaEmitter {
   // ---- Variants with rows and columns (uses_shapes): kernel_support's shaped_reduce_stage and
   // shaped_update_stage drive the structs below. Element code sees its row, column and matrix
   // (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are computed where they are
-  // read, in double, from the results of earlier stages and the row and column states. ----
+  // read, in float (the reference computes them once per row in double and rounds: in double here,
+  // per element, their divisions took most of a stage's time), from the results of earlier stages
+  // and the row and column states. ----
 
   /// The names a shaped stage's code must not declare.
   static std::set<std::string> shaped_taken_names(const Program& p) {
@@ -508,8 +510,8 @@ class CudaEmitter {
   }
 
   /// The code of `roots` (of `level`: Element, Row or Col) in a shaped stage: reads of group values,
-  /// tensor values and operands, the matrix, column and row values read (in double, then as floats),
-  /// then the roots' temporaries; returns the roots' values.
+  /// tensor values and operands, the matrix, column and row values read, then the roots'
+  /// temporaries, all in float; returns the roots' values.
   std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Level level,
                                        const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
     element_prologue(w, p, with_shaped_values(p, roots));
@@ -518,9 +520,9 @@ class CudaEmitter {
       if (values[at].empty()) continue;
       std::vector<Expr> code;
       for (const HoistedValue* v : values[at]) code.push_back(v->value);
-      CudaPrinter printer(true, &p);
+      CudaPrinter printer(false, &p);
       printer.set_shaped(indices);
-      auto texts = write_level_code(w, code, at, printer, "double", taken);
+      auto texts = write_level_code(w, code, at, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
       for (size_t j = 0; j < code.size(); ++j) {
         const bool is_bool = code[j]->type == ValueType::Bool;
@@ -528,10 +530,9 @@ class CudaEmitter {
                (is_bool ? texts[j] : "static_cast<float>(" + texts[j] + ")") + ";");
       }
     }
-    const bool element = level == Level::Element;
-    CudaPrinter printer(!element, &p);
+    CudaPrinter printer(false, &p);
     printer.set_shaped(indices);
-    auto texts = write_level_code(w, roots, level, printer, element ? "float" : "double", taken);
+    auto texts = write_level_code(w, roots, level, printer, "float", taken);
     for (const auto& [node, name] : printer.names) taken.insert(name);
     return texts;
   }
@@ -746,9 +747,9 @@ class CudaEmitter {
       if (values[at].empty()) continue;
       std::vector<Expr> code;
       for (const HoistedValue* v : values[at]) code.push_back(v->value);
-      CudaPrinter printer(true, &p);
+      CudaPrinter printer(false, &p);
       printer.set_shaped(element_indices());
-      auto texts = write_level_code(w, code, at, printer, "double", taken);
+      auto texts = write_level_code(w, code, at, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
       for (size_t j = 0; j < code.size(); ++j) {
         const bool is_bool = code[j]->type == ValueType::Bool;
@@ -776,9 +777,9 @@ class CudaEmitter {
       auto block = w.block(std::string("if (") + condition + ")");
       std::vector<Expr> roots;
       for (const Output* o : outputs[at]) roots.push_back(o->value);
-      CudaPrinter printer(true, &p);
+      CudaPrinter printer(false, &p);
       printer.set_shaped(element_indices());
-      auto texts = write_level_code(w, roots, at, printer, "double", taken);
+      auto texts = write_level_code(w, roots, at, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
       for (size_t j = 0; j < texts.size(); ++j) {
         const std::string& out = outputs[at][j]->name;

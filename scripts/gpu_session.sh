@@ -27,7 +27,8 @@
 set -uo pipefail
 out=${OUT:-/tmp/optgen_out}
 mkdir -p "$out"
-run=build-run
+# What was built here: build-run, or another folder (OPTGEN_RUN) when the carry limit splits it.
+run=${OPTGEN_RUN:-build-run}
 # liboptgen.so needs libyaml-cpp.so.0.7, which the GPU machine lacks: build-run carries it.
 export LD_LIBRARY_PATH="$PWD/$run${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test binary reads tests/data through the source path it was built in (OPTGEN_SOURCE_DIR).

@@ -253,10 +253,10 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   int combinations = 0;
   for (const auto& entry : optgen::builtin_launchers()) combinations += entry.second->num_kernels;
   // Every variant x {f32, bf16 params with f32 states}; adam's and adamw's also x {f16 params, bf16
-  // states with bf16 or f32 params}.
+  // states with bf16 or f32 params}; adafactor's also x f16 params.
   int variants = 0;
   for (const auto& entry : optgen::builtin_launchers()) variants += entry.second->num_variants;
-  CHECK(combinations == 2 * variants + 3 * (4 + 4));  // adam and adamw: 4 variants each
+  CHECK(combinations == 2 * variants + 3 * (4 + 4) + 2);  // adam and adamw: 4 variants each; adafactor 2
   CHECK(optgen::builtin_launchers().size() == builtin_spec_count());
   for (const auto& [name, info] : optgen::builtin_launchers()) {
     const auto& ref = reference_of(name);
