@@ -1675,7 +1675,7 @@ namespace variants::adafactor {
       const float cols = tv_.cols;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
       const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
-      r_[0] = static_cast<float>(row_var_next_1);  // sum_row_var_next
+      r_[0] = row_var_next_1;  // sum_row_var_next
     }
   };
 
@@ -1723,13 +1723,13 @@ namespace variants::adafactor {
         const float rows = tv_.rows;
         const float grad = v_[1];
         const float variance = v_[4];
-        const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
+        const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
         const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-        const float col_var_next = static_cast<float>(col_var_next_1);
+        const float col_var_next = col_var_next_1;
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
         const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-        const float row_var_next = static_cast<float>(row_var_next_1);
+        const float row_var_next = row_var_next_1;
         // "g = maximize ? -grad : grad"
         const float g = maximize ? -grad : grad;
         // variance = lerp(variance, g * g, one_minus_beta2_t)
@@ -1797,13 +1797,13 @@ namespace variants::adafactor {
       const float param = v_[0];
       const float grad = v_[1];
       const float variance = v_[4];
-      const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
+      const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
       // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
       const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-      const float col_var_next = static_cast<float>(col_var_next_1);
+      const float col_var_next = col_var_next_1;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
       const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-      const float row_var_next = static_cast<float>(row_var_next_1);
+      const float row_var_next = row_var_next_1;
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
       // "g = maximize ? -grad : grad"
@@ -1828,14 +1828,14 @@ namespace variants::adafactor {
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
         const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
         const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, ix_.p);
-        sh_.store_state(2, ix_.p, static_cast<float>(row_var_next_3));  // row_var
+        sh_.store_state(2, ix_.p, row_var_next_3);  // row_var
       }
       // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
         const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
         const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, ix_.q);
-        sh_.store_state(3, ix_.q, static_cast<float>(col_var_next_3));  // col_var
+        sh_.store_state(3, ix_.q, col_var_next_3);  // col_var
       }
     }
   };
@@ -2038,7 +2038,7 @@ namespace variants::adafactor_clip_grad_norm {
       const float cols = tv_.cols;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
       const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
-      r_[0] = static_cast<float>(row_var_next_1);  // sum_row_var_next
+      r_[0] = row_var_next_1;  // sum_row_var_next
     }
   };
 
@@ -2092,13 +2092,13 @@ namespace variants::adafactor_clip_grad_norm {
         const float rows = tv_.rows;
         const float grad = v_[1];
         const float variance = v_[4];
-        const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
+        const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
         const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-        const float col_var_next = static_cast<float>(col_var_next_1);
+        const float col_var_next = col_var_next_1;
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
         const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-        const float row_var_next = static_cast<float>(row_var_next_1);
+        const float row_var_next = row_var_next_1;
         const float clipped_grad = grad * clip_coef;
         // "g = maximize ? -grad : grad"
         const float g = maximize ? -clipped_grad : clipped_grad;
@@ -2173,13 +2173,13 @@ namespace variants::adafactor_clip_grad_norm {
       const float param = v_[0];
       const float grad = v_[1];
       const float variance = v_[4];
-      const float max_sum_row_var_next_over_rows_eps1 = static_cast<float>(::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1));
+      const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
       // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
       const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-      const float col_var_next = static_cast<float>(col_var_next_1);
+      const float col_var_next = col_var_next_1;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
       const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-      const float row_var_next = static_cast<float>(row_var_next_1);
+      const float row_var_next = row_var_next_1;
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
       const float clipped_grad = grad * clip_coef;
@@ -2205,14 +2205,14 @@ namespace variants::adafactor_clip_grad_norm {
         // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
         const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
         const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, ix_.p);
-        sh_.store_state(2, ix_.p, static_cast<float>(row_var_next_3));  // row_var
+        sh_.store_state(2, ix_.p, row_var_next_3);  // row_var
       }
       // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
         const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
         const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, ix_.q);
-        sh_.store_state(3, ix_.q, static_cast<float>(col_var_next_3));  // col_var
+        sh_.store_state(3, ix_.q, col_var_next_3);  // col_var
       }
     }
   };

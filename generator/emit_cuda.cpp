@@ -75,10 +75,7 @@ class CudaPrinter : public ExprPrinter {
   struct ShapedIndices {
     std::string row, col, matrix;
   };
-  void set_shaped(const ShapedIndices& indices) {
-    shaped_ = indices;
-    shaped_code_ = true;
-  }
+  void set_shaped(const ShapedIndices& indices) { shaped_ = indices; }
 
  protected:
   std::string constant(const Node& c) const override {
@@ -93,10 +90,6 @@ class CudaPrinter : public ExprPrinter {
     if (var.var == VarKind::Cols) return double_ ? "static_cast<double>(cols_)" : "static_cast<float>(cols_)";
     if (var.var == VarKind::Reduced) return reduced(var);
     if (var.var == VarKind::State && var.level != Level::Element) return shaped_state(var);
-    // Shaped code in double reads the group, tensor and matrix values its prologue declared as
-    // floats: in double, so that no call mixes the two (lerp(double, double, float) is ambiguous).
-    if (double_ && shaped_code_ && var.var == VarKind::Hoisted && var.type != ValueType::Bool)
-      return "static_cast<double>(" + var.name + ")";
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -151,7 +144,6 @@ class CudaPrinter : public ExprPrinter {
   }
 
   ShapedIndices shaped_;
-  bool shaped_code_ = false;
 
   bool double_;
   const Program* program_;
@@ -515,6 +507,18 @@ class CudaEmitter {
   std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Level level,
                                        const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
     element_prologue(w, p, with_shaped_values(p, roots));
+    shaped_values(w, p, roots, indices, taken);
+    CudaPrinter printer(false, &p);
+    printer.set_shaped(indices);
+    auto texts = write_level_code(w, roots, level, printer, "float", taken);
+    for (const auto& [node, name] : printer.names) taken.insert(name);
+    return texts;
+  }
+
+  /// `const float name = ...;` for each matrix, column and row value `roots` read, in that order
+  /// (a row value may read a matrix value), each after the values it reads.
+  void shaped_values(CodeWriter& w, const Program& p, const std::vector<Expr>& roots,
+                     const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
     auto values = shaped_values_read(p, roots);
     for (Level at : {Level::Matrix, Level::Col, Level::Row}) {
       if (values[at].empty()) continue;
@@ -524,17 +528,10 @@ class CudaEmitter {
       printer.set_shaped(indices);
       auto texts = write_level_code(w, code, at, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
-      for (size_t j = 0; j < code.size(); ++j) {
-        const bool is_bool = code[j]->type == ValueType::Bool;
-        w.line(std::string(is_bool ? "const bool " : "const float ") + values[at][j]->name + " = " +
-               (is_bool ? texts[j] : "static_cast<float>(" + texts[j] + ")") + ";");
-      }
+      for (size_t j = 0; j < code.size(); ++j)
+        w.line(std::string(code[j]->type == ValueType::Bool ? "const bool " : "const float ") + values[at][j]->name +
+               " = " + texts[j] + ";");
     }
-    CudaPrinter printer(false, &p);
-    printer.set_shaped(indices);
-    auto texts = write_level_code(w, roots, level, printer, "float", taken);
-    for (const auto& [node, name] : printer.names) taken.insert(name);
-    return texts;
   }
 
   static CudaPrinter::ShapedIndices element_indices() { return {"ix_.p", "ix_.q", "ix_.b"}; }
@@ -623,8 +620,7 @@ class CudaEmitter {
     std::set<std::string> taken = shaped_taken_names(p);
     auto values = shaped_code(w, p, roots, level, indices, taken);
     for (size_t i = 0; i < values.size(); ++i) {
-      const std::string value = level == Level::Element ? values[i] : "static_cast<float>(" + values[i] + ")";
-      w.line("r_[" + std::to_string(i) + "] = " + value + ";  // " + list[i].second->name);
+      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
     }
   }
 
@@ -742,21 +738,7 @@ class CudaEmitter {
         for (const Output* o : outputs[at]) roots.push_back(o->value);
       element_prologue(w, p, with_shaped_values(p, roots));
     }
-    auto values = shaped_values_read(p, all);
-    for (Level at : {Level::Matrix, Level::Col, Level::Row}) {
-      if (values[at].empty()) continue;
-      std::vector<Expr> code;
-      for (const HoistedValue* v : values[at]) code.push_back(v->value);
-      CudaPrinter printer(false, &p);
-      printer.set_shaped(element_indices());
-      auto texts = write_level_code(w, code, at, printer, "float", taken);
-      for (const auto& [node, name] : printer.names) taken.insert(name);
-      for (size_t j = 0; j < code.size(); ++j) {
-        const bool is_bool = code[j]->type == ValueType::Bool;
-        w.line(std::string(is_bool ? "const bool " : "const float ") + values[at][j]->name + " = " +
-               (is_bool ? texts[j] : "static_cast<float>(" + texts[j] + ")") + ";");
-      }
-    }
+    shaped_values(w, p, all, element_indices(), taken);
     {
       CudaPrinter printer(false, &p);
       printer.set_shaped(element_indices());
@@ -784,8 +766,7 @@ class CudaEmitter {
       for (size_t j = 0; j < texts.size(); ++j) {
         const std::string& out = outputs[at][j]->name;
         const size_t op = std::find(names.begin(), names.end(), out) - names.begin();
-        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", static_cast<float>(" + texts[j] +
-               "));  // " + out);
+        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", " + texts[j] + ");  // " + out);
       }
     }
   }
