@@ -1,8 +1,8 @@
 // Rows, columns and matrices on the GPU: torch's Adafactor (specs/adafactor.yaml) against its CPU
-// reference with several groups, conv-shaped and tall tensors, 10,000 tensors, zero gradients,
-// AMP and gradient clipping; and its Reduce stages' determinism, eager and replayed from a graph.
-// (Every built-in x storage, Adafactor included, is also in launcher_test.cpp; its reference
-// against torch's recorded trajectories is in reference_test.cpp.)
+// reference with several groups, conv-shaped and tall tensors, 10,000 tensors, zero gradients and
+// gradient clipping; and its Reduce stages' determinism, eager and replayed from a graph. (Every
+// built-in x storage, Adafactor included, is also in launcher_test.cpp, and under AMP in
+// amp_test.cpp; its reference against torch's recorded trajectories is in reference_test.cpp.)
 
 #include <catch2/catch.hpp>
 
@@ -98,7 +98,7 @@ TEST_CASE("Adafactor over 10,000 tensors of one to four dimensions matches its r
   CHECK(run.opt.launches_last_step() == 4);  // three Reduce stages and the Update, for any number of tensors
 }
 
-TEST_CASE("Adafactor with zero gradients and parameters, and under AMP, matches its reference", "[gpu]") {
+TEST_CASE("Adafactor with zero gradients and parameters matches its reference", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(5);
   Run run;
