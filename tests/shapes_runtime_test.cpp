@@ -148,7 +148,7 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
   CHECK_THAT(plain, !Catch::Contains("kStageBlocks") && !Catch::Contains("kStatePresence"));
 }
 
-TEST_CASE("built-in launchers describe reductions by scope and have no shapes", "[shapes]") {
+TEST_CASE("LAMB's launcher describes its reductions by scope and has no shapes", "[shapes]") {
   const optgen::OptimizerInfo& lamb = launcher("lamb");
   for (int v = 0; v < lamb.num_variants; ++v) {
     const optgen::VariantInfo& variant = lamb.variants[v];
@@ -160,6 +160,20 @@ TEST_CASE("built-in launchers describe reductions by scope and have no shapes", 
       CHECK(slot.scope_index == r);
     }
   }
+}
+
+TEST_CASE("a reduction hook is refused for a spec that reduces over rows, columns or matrices", "[shapes]") {
+  const optgen::OptimizerInfo& adafactor = launcher("adafactor");
+  optgen::FusedOptimizer opt(adafactor, optgen::default_hyperparameters(adafactor));
+  auto hook = [](const optgen::ReductionResults&) {};
+  const std::string message = error_of([&] { opt.set_reduction_hook(hook); });
+  CHECK_THAT(message, Catch::Contains("Adafactor::set_reduction_hook failed") &&
+                          Catch::Contains("reduces over rows, columns or matrices") &&
+                          Catch::Contains("fix: step whole tensors"));
+  CHECK(error_of([&] { opt.set_reduction_hook({}); }) == "(no error)");  // no hook: nothing to refuse
+  const optgen::OptimizerInfo& lamb = launcher("lamb");
+  optgen::FusedOptimizer sharded(lamb, optgen::default_hyperparameters(lamb));
+  CHECK(error_of([&] { sharded.set_reduction_hook(hook); }) == "(no error)");
 }
 
 // ---- The engine: shapes, state sizes and presence ----

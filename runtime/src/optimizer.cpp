@@ -1074,6 +1074,20 @@ const float* FusedOptimizer::grad_norm(std::size_t group) const {
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {
+  // The hook sees tensor and group results only: a variant that reduces over rows, columns or
+  // matrices would combine its shards' norms but leave every rank its own row and column sums.
+  const OptimizerInfo& info = *impl_->info;
+  for (int v = 0; hook && v < info.num_variants; ++v)
+    for (int r = 0; r < info.variants[v].num_reductions; ++r) {
+      const ReductionScope scope = info.variants[v].reductions[r].scope;
+      if (scope == ReductionScope::Row || scope == ReductionScope::Column || scope == ReductionScope::Matrix)
+        throw Error(impl_->call("set_reduction_hook"),
+                    std::string("variant ") + info.variants[v].name + " reduces over rows, columns or matrices ('" +
+                        info.variants[v].reductions[r].name +
+                        "'), whose results a reduction hook does not see: sharded tensors would keep each rank's "
+                        "own row and column sums",
+                    "step whole tensors with this optimizer (no hook)");
+    }
   impl_->reduction_hook = std::move(hook);
 }
 

@@ -174,10 +174,9 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
 /// result is its sum of squares. The stage's reductions are those of `slots` whose stage is
 /// `stage`. The launches are enqueued, not finished: work on the results goes on `stream`.
 ///
-/// Only tensor and group results are here (ReductionScope Tensor and Group). A variant with
-/// matrix, row or column code (VariantInfo::stage_blocks) keeps its row, column and matrix results
-/// in the plan's kernel_abi::ShapeTable, which the hook does not see: for such a variant it can
-/// combine the tensor and group results of shards, not their rows or columns.
+/// Only tensor and group results are here (ReductionScope Tensor and Group). A variant that
+/// reduces over rows, columns or matrices keeps those results in the plan's kernel_abi::ShapeTable,
+/// which the hook does not see, so set_reduction_hook refuses an optimizer with such a variant.
 struct ReductionResults {
   int stage;                   ///< the Reduce stage just launched, from 1
   const ReductionSlot* slots;  ///< every reduction of the variant, by index r
@@ -298,7 +297,8 @@ class FusedOptimizer {
   /// stage may start loading its operands (params, gradients, states) before the hook's work on
   /// the stream has ended, and waits only before it reads the results (on GPUs of compute
   /// capability 9.0 and later, stages overlap: programmatic dependent launch). An empty function
-  /// removes the hook.
+  /// removes the hook. Throws optgen::Error for a spec with a variant that reduces over rows,
+  /// columns or matrices (Adafactor): the hook does not see those results.
   void set_reduction_hook(std::function<void(const ReductionResults&)> hook);
 
   /// Kernel launches the last step made (for tests).
