@@ -658,6 +658,49 @@ __device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, 
   }
 }
 
+/// Block `block` of a Reduce stage takes ReductionTable::chunks_per_block consecutive entries of the
+/// chunk table: read into `chunks` at once, so that finding its runs costs no round trip to memory
+/// per chunk. Returns how many it has. Every thread must call it.
+__device__ __forceinline__ int read_block_chunks(const TableView& table, const ReductionTable& red, long long block,
+                                                 Chunk* chunks) {
+  const int first_chunk = static_cast<int>(block) * red.chunks_per_block;
+  const int count =
+      first_chunk + red.chunks_per_block < table.num_chunks ? red.chunks_per_block : table.num_chunks - first_chunk;
+  if (static_cast<int>(threadIdx.x) < count) chunks[threadIdx.x] = table.chunks[first_chunk + threadIdx.x];
+  __syncthreads();
+  return count;
+}
+
+/// The last chunk of the run that starts at chunks[c]: the consecutive chunks of one tensor.
+__device__ __forceinline__ int run_end(const Chunk* chunks, int count, int c) {
+  int last = c;
+  while (last + 1 < count && chunks[last + 1].tensor == chunks[c].tensor &&
+         chunks[last + 1].index == chunks[last].index + 1)
+    ++last;
+  return last;
+}
+
+/// A run's totals, combined over the block in a fixed order, as the partials of its first chunk
+/// (the identity as the others'); its `run` chunks counted as arrived at once, and the tensor (then
+/// its group) finished by the last block to arrive.
+template <typename Code>
+__device__ __forceinline__ void finish_run(const ReductionTable& red, const float (&acc)[Code::kReductions],
+                                           const Chunk& first, unsigned int run) {
+  const int t = first.tensor;
+  double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + first.index) * red.stride;
+#pragma unroll
+  for (int r = 0; r < Code::kReductions; ++r) {
+    const float total = block_combine(Code::is_max(r), acc[r]);
+    if (threadIdx.x == 0) {
+      partials[Code::slot(r)] = total;
+      for (unsigned int j = 1; j < run; ++j)
+        partials[j * red.stride + Code::slot(r)] = reduce_identity<double>(Code::is_max(r));
+    }
+  }
+  if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
+    finish_tensor<Code>(red, t, first.group);
+}
+
 /// How many operands a Reduce stage reads.
 template <typename Reduce>
 __device__ __forceinline__ constexpr int loaded_operands() {
@@ -699,19 +742,12 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   // The block's entries of the chunk table are read at once: finding its runs then costs no round
   // trip to memory per chunk.
   __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
-  const int first_chunk = blockIdx.x * red.chunks_per_block;
-  const int count =
-      first_chunk + red.chunks_per_block < table.num_chunks ? red.chunks_per_block : table.num_chunks - first_chunk;
-  if (static_cast<int>(threadIdx.x) < count) block_chunks[threadIdx.x] = table.chunks[first_chunk + threadIdx.x];
-  __syncthreads();
+  const int count = read_block_chunks(table, red, blockIdx.x, block_chunks);
   for (int c = 0; c < count;) {
     const Chunk chunk = block_chunks[c];
     const int t = chunk.tensor;
     const int g = chunk.group;
-    int last = c;  // the run's last chunk
-    while (last + 1 < count && block_chunks[last + 1].tensor == t &&
-           block_chunks[last + 1].index == block_chunks[last].index + 1)
-      ++last;
+    const int last = run_end(block_chunks, count, c);
     const unsigned int run = static_cast<unsigned int>(last - c + 1);
     const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
     const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
@@ -772,21 +808,38 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
       add(x);
     }
 
-    // The run's total, in a fixed order, as its first chunk's partial; the identity as the others'.
-    double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * red.stride;
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float total = block_combine(Reduce::is_max(r), acc[r]);
-      if (threadIdx.x == 0) {
-        partials[Reduce::slot(r)] = total;
-        for (unsigned int j = 1; j < run; ++j)
-          partials[j * red.stride + Reduce::slot(r)] = reduce_identity<double>(Reduce::is_max(r));
-      }
-    }
-    if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
-      finish_tensor<Reduce>(red, t, g);
+    finish_run<Reduce>(red, acc, chunk, run);
     c = last + 1;
   }
+}
+
+/// An Update-stage block's ticket (kernel_abi::GroupTable): the slot its step reads, and whether
+/// it writes the step's results (read from shared memory where asked: not a register held through
+/// the stage's loop).
+struct Ticket {
+  int slot;
+  const int* commit_flag;
+  __device__ __forceinline__ bool commits() const { return *commit_flag != 0; }
+};
+
+/// Takes the block's ticket; the block that commits the step publishes again the gradient norm of a
+/// clipping variant (a reduction hook may have all-reduced the results since the Reduce stage
+/// published them; here, not at the end of the stage: fewer live registers). Every thread must
+/// call it.
+template <typename Update>
+__device__ __forceinline__ Ticket take_ticket(const GroupTable& groups, const ReductionTable& red, int t, int g) {
+  __shared__ int slot_shared, commit_shared;
+  if (threadIdx.x == 0) {
+    const unsigned int blocks = groups.blocks[g];
+    const unsigned int ticket = atomicInc(&groups.arrivals[g], 2u * blocks - 1u);  // wraps to 0 after 2 * blocks - 1
+    slot_shared = ticket >= blocks ? 1 : 0;
+    commit_shared = ticket == 0 || ticket == blocks;
+  }
+  __syncthreads();
+  const Ticket ticket{slot_shared, &commit_shared};
+  if (Update::kGradNormSlot >= 0 && threadIdx.x == 0 && ticket.commits())
+    red.grad_norms[g] = static_cast<float>(sqrt(results(red, t, g).of_group(Update::kGradNormSlot)));
+  return ticket;
 }
 
 /// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter and 1
@@ -841,20 +894,8 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   // not all written yet.
   wait_for_previous_kernel();
 
-  // The ticket: which slot this step reads, and whether this block writes the step's results.
-  __shared__ int slot_shared, commit_shared;
-  if (threadIdx.x == 0) {
-    const unsigned int blocks = groups.blocks[g];
-    const unsigned int ticket = atomicInc(&groups.arrivals[g], 2u * blocks - 1u);  // wraps to 0 after 2 * blocks - 1
-    slot_shared = ticket >= blocks ? 1 : 0;
-    commit_shared = ticket == 0 || ticket == blocks;
-  }
-  __syncthreads();
-  const int slot = slot_shared;
-  // The gradient norm a clipping variant publishes, again: a reduction hook may have all-reduced
-  // the results since the Reduce stage published them. (Here, not at the end: fewer live registers.)
-  if (Update::kGradNormSlot >= 0 && threadIdx.x == 0 && commit_shared)
-    red.grad_norms[g] = static_cast<float>(sqrt(results(red, t, g).of_group(Update::kGradNormSlot)));
+  const Ticket ticket = take_ticket<Update>(groups, red, t, g);
+  const int slot = ticket.slot;
   const Values k = *group_values<Values>(groups, slot, g);
   const typename Update::TensorValues tv =
       Update::tensor(k, table.numel[t], results(red, t, g));
@@ -895,7 +936,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     for (int op = 0; op < kOps; ++op) store_operand<P, S, 1>(op, ptr[op], i, &x[op]);
   }
 
-  if (threadIdx.x == 0 && commit_shared) commit_step<Group>(groups, slot, g);
+  if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g);
 }
 
 }  // namespace optgen
@@ -961,7 +1002,8 @@ struct Shaped {
   void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
   long long num_tensors;
   bool factored;
-  long long R, C, row0, col0, matrix0;
+  long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor)
+  long long row0, col0, matrix0;
   // The tensor's part of the results and snapshots, resolved once per block: per-element code
   // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
   // read the same values, which earlier stages wrote, visible once wait_for_previous_kernel
@@ -1006,6 +1048,7 @@ __device__ __forceinline__ Shaped<S, kFromSnapshot> shaped(const TableView& tabl
   s.factored = st->factored[t] != 0;
   s.R = st->rows[t];
   s.C = st->cols[t];
+  s.B = s.R * s.C == 0 ? 0 : table.numel[t] / (s.R * s.C);
   s.row0 = st->row_offset[t];
   s.col0 = st->col_offset[t];
   s.matrix0 = st->matrix_offset[t];
@@ -1020,8 +1063,13 @@ __device__ __forceinline__ Shaped<S, kFromSnapshot> shaped(const TableView& tabl
   return s;
 }
 
-/// The tensor whose blocks of `kind` hold block b (the last t with block_offset[t] <= b).
-__device__ __forceinline__ int tensor_of_block(const ShapeTable& st, int kind, long long b) {
+/// Which tensor's blocks of `kind` hold block b of that kind (the last t with block_offset[t] <= b),
+/// and which of them it is.
+struct KindBlock {
+  int tensor;
+  long long local;
+};
+__device__ __forceinline__ KindBlock block_of_kind(const ShapeTable& st, int kind, long long b) {
   const long long* offset = st.block_offset + static_cast<long long>(kind) * (st.num_tensors + 1);
   int lo = 0, hi = st.num_tensors;
   while (hi - lo > 1) {
@@ -1029,7 +1077,7 @@ __device__ __forceinline__ int tensor_of_block(const ShapeTable& st, int kind, l
     if (__ldg(offset + mid) <= b) lo = mid;
     else hi = mid;
   }
-  return lo;
+  return {lo, b - offset[lo]};
 }
 
 /// Combines `x` over the `lanes` consecutive threads that share a line (a power of two up to the
@@ -1082,7 +1130,7 @@ struct ShapedBlock {
   typename Group::Values k;
   typename Reduce::TensorValues tv;
   Shaped<S, false> sh;
-  long long numel, B;
+  long long numel;
   bool scaled;
   float grad_scale;
 };
@@ -1097,7 +1145,6 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, S> shaped_block(const Tabl
   s.k = *group_values<Values>(groups, current_slot(groups, g), g);
   s.sh = shaped<S>(table, t);
   s.numel = table.numel[t];
-  s.B = s.sh.R * s.sh.C == 0 ? 0 : s.numel / (s.sh.R * s.sh.C);
   s.tv = Reduce::tensor(s.k, s.numel, results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
   s.scaled = inputs.grad_scale != 0;
   s.grad_scale = s.scaled ? *inputs.grad_scale : 1.0f;
@@ -1182,21 +1229,14 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
-  const int first_chunk = static_cast<int>(block) * red.chunks_per_block;
-  const int count =
-      first_chunk + red.chunks_per_block < table.num_chunks ? red.chunks_per_block : table.num_chunks - first_chunk;
-  if (static_cast<int>(threadIdx.x) < count) block_chunks[threadIdx.x] = table.chunks[first_chunk + threadIdx.x];
-  __syncthreads();
+  const int count = read_block_chunks(table, red, block, block_chunks);
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
   for (int c = 0; c < count;) {
     const Chunk chunk = block_chunks[c];
     const int t = chunk.tensor;
     const int g = chunk.group;
-    int last = c;
-    while (last + 1 < count && block_chunks[last + 1].tensor == t &&
-           block_chunks[last + 1].index == block_chunks[last].index + 1)
-      ++last;
+    const int last = run_end(block_chunks, count, c);
     const unsigned int run = static_cast<unsigned int>(last - c + 1);
     const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
     const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
@@ -1219,18 +1259,7 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
                                                for (int r = 0; r < kR; ++r)
                                                  acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
                                              });
-    double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + chunk.index) * red.stride;
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float total = block_combine(Code::is_max(r), acc[r]);
-      if (threadIdx.x == 0) {
-        partials[Code::slot(r)] = total;
-        for (unsigned int j = 1; j < run; ++j)
-          partials[j * red.stride + Code::slot(r)] = reduce_identity<double>(Code::is_max(r));
-      }
-    }
-    if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
-      finish_tensor<Code>(red, t, g);
+    finish_run<Code>(red, acc, chunk, run);
     c = last + 1;
   }
 }
@@ -1245,10 +1274,11 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   const ShapeTable& st = *table.shapes;
-  const int t = tensor_of_block(st, kKind, block);
-  const long long local = block - st.block_offset[static_cast<long long>(kKind) * (st.num_tensors + 1) + t];
+  const KindBlock at = block_of_kind(st, kKind, block);
+  const int t = at.tensor;
+  const long long local = at.local;
   const ShapedBlock<Reduce, Group, S> s = shaped_block<Reduce, Group, S>(table, groups, inputs, red, t);
-  const long long lines = kKind == kernel_abi::kRowLines ? s.B * s.sh.R : s.B;
+  const long long lines = kKind == kernel_abi::kRowLines ? s.sh.B * s.sh.R : s.sh.B;
   const long long length = kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C;
   const int lanes = kernel_abi::line_lanes(length, OPTGEN_BLOCK_SIZE);
   const long long line = local * (OPTGEN_BLOCK_SIZE / lanes) + threadIdx.x / lanes;
@@ -1319,11 +1349,11 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   const ShapeTable& st = *table.shapes;
-  const int t = tensor_of_block(st, kernel_abi::kColumnSegments, block);
-  const long long local =
-      block - st.block_offset[static_cast<long long>(kernel_abi::kColumnSegments) * (st.num_tensors + 1) + t];
+  const KindBlock at = block_of_kind(st, kernel_abi::kColumnSegments, block);
+  const int t = at.tensor;
+  const long long local = at.local;
   const ShapedBlock<Reduce, Group, S> s = shaped_block<Reduce, Group, S>(table, groups, inputs, red, t);
-  const long long R = s.sh.R, C = s.sh.C, columns = s.B * C;
+  const long long R = s.sh.R, C = s.sh.C, columns = s.sh.B * C;
   const long long segments = kernel_abi::column_segments(R);
   const long long tile = local / segments, segment = local - tile * segments;
   const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
@@ -1389,11 +1419,11 @@ template <typename Reduce, typename S>
 __device__ __forceinline__ void shaped_snapshot(const TableView& table, long long block) {
   typedef typename Reduce::Snapshot Code;
   const ShapeTable& st = *table.shapes;
-  const int t = tensor_of_block(st, kernel_abi::kSnapshot, block);
-  const long long local = block - st.block_offset[static_cast<long long>(kernel_abi::kSnapshot) * (st.num_tensors + 1) + t];
+  const KindBlock at = block_of_kind(st, kernel_abi::kSnapshot, block);
+  const int t = at.tensor;
+  const long long local = at.local;
   const Shaped<S, false> sh = shaped<S>(table, t);
-  const long long numel = table.numel[t];
-  const long long B = sh.R * sh.C == 0 ? 0 : numel / (sh.R * sh.C);
+  const long long B = sh.B;
   const long long e = local * OPTGEN_BLOCK_SIZE + threadIdx.x;
 #pragma unroll
   for (int j = 0; j < Code::kRowStates; ++j)
@@ -1462,17 +1492,8 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
   const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
   if (skip) return;
   wait_for_previous_kernel();
-  __shared__ int slot_shared, commit_shared;
-  if (threadIdx.x == 0) {
-    const unsigned int blocks = groups.blocks[g];
-    const unsigned int ticket = atomicInc(&groups.arrivals[g], 2u * blocks - 1u);
-    slot_shared = ticket >= blocks ? 1 : 0;
-    commit_shared = ticket == 0 || ticket == blocks;
-  }
-  __syncthreads();
-  const int slot = slot_shared;
-  if (Update::kGradNormSlot >= 0 && threadIdx.x == 0 && commit_shared)
-    red.grad_norms[g] = static_cast<float>(sqrt(results(red, t, g).of_group(Update::kGradNormSlot)));
+  const Ticket ticket = take_ticket<Update>(groups, red, t, g);
+  const int slot = ticket.slot;
   const Values k = *group_values<Values>(groups, slot, g);
   const Shaped<S, true> sh = shaped<S, true>(table, t);
   const typename Update::TensorValues tv = Update::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
@@ -1484,7 +1505,7 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
     ptr[op] = Update::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
   shaped_elements<Update, P, S, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
                                             [&](const ElementIndex& ix, float (&x)[kOps]) { Update::apply(k, tv, sh, ix, x); });
-  if (threadIdx.x == 0 && commit_shared) commit_step<Group>(groups, slot, g);
+  if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g);
 }
 
 }  // namespace optgen

@@ -349,6 +349,46 @@ class CudaEmitter {
     return list;
   }
 
+  /// The constants the stage drivers read of a list of reductions whose operands are `roots`: their
+  /// count, the operands they load, which are maxima (else sums), where each result goes
+  /// (kernel_abi::ReductionTable's r for reductions over tensors and groups, the scope's own index
+  /// for rows, columns and matrices); `over_tensors` (runs of chunks, finished by finish_tensor):
+  /// also which are over the group, and the clipping's slot.
+  void reduction_constants(CodeWriter& w, const Program& p,
+                           const std::vector<std::pair<int, const ReductionValue*>>& list,
+                           const std::vector<Expr>& roots, bool over_tensors) {
+    unsigned is_max = 0, is_group = 0;
+    std::string slots;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
+      if (list[i].second->scope == ReduceScope::Group) is_group |= 1u << i;
+      slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(scope_index(p, list[i].first)) + " : ";
+    }
+    w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
+    w.line("static constexpr int kReductions = " + std::to_string(list.size()) + ";");
+    if (over_tensors) {
+      w.line(std::string("static constexpr bool kGroupScope = ") + (is_group ? "true" : "false") +
+             ";  // a reduction over the whole group");
+      grad_norm_slot(w, p);
+    }
+    for (size_t i = 0; i < list.size(); ++i)
+      w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
+             " over each " + to_string(list[i].second->scope) + " (result " +
+             std::to_string(scope_index(p, list[i].first)) + ")");
+    w.line("/// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum)" +
+           std::string(over_tensors ? ", over the group" : "") + ";");
+    w.line("/// where its result goes (kernel_abi::ReductionTable's r" +
+           std::string(over_tensors ? "" : "; for rows, columns and matrices, ShapeTable's s") + ").");
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
+           " >> op_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr bool is_max(int i_) { return (" + hex(is_max) +
+           " >> i_) & 1u; }");
+    if (over_tensors)
+      w.line("static __device__ __forceinline__ constexpr bool is_group(int i_) { return (" + hex(is_group) +
+             " >> i_) & 1u; }");
+    w.line("static __device__ __forceinline__ constexpr int slot(int i_) { return " + slots + "-1; }");
+  }
+
   /// The name of a Reduce stage's struct: Reduce, or Reduce1, Reduce2, ... when there are several.
   static std::string reduce_struct_name(const Stage& stage) {
     return stage.name == "reduce" ? "Reduce" : "Reduce" + std::to_string(stage.number);
@@ -357,49 +397,13 @@ class CudaEmitter {
   /// A Reduce stage's code: the operand of each of its reductions, element by element, and how
   /// the driver (reduce_stage) combines and stores them.
   void reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
-    const auto names = operand_names(p);
     const auto list = stage_reductions(p, stage);
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
-    std::set<std::string> loaded;
-    for (const auto& root : roots)
-      for_each_node(root, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->level == Level::Element) loaded.insert(e->name);
-      });
-    unsigned loads = 0, is_max = 0, is_group = 0;
-    std::string slots;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (loaded.count(names[i])) loads |= 1u << i;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
-      if (list[i].second->scope == ReduceScope::Group) is_group |= 1u << i;
-      slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(list[i].first) + " : ";
-    }
-    auto hex = [](unsigned mask) {
-      char text[16];
-      std::snprintf(text, sizeof text, "0x%xu", mask);
-      return std::string(text);
-    };
     w.line("/// Reduce stage " + std::to_string(stage.number) +
            ": the operands of its reductions, element by element.");
     auto st = w.block("struct " + reduce_struct_name(stage), "};");
-    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
-    w.line("static constexpr int kReductions = " + std::to_string(list.size()) + ";");
-    w.line(std::string("static constexpr bool kGroupScope = ") + (is_group ? "true" : "false") +
-           ";  // a reduction over the whole group");
-    grad_norm_slot(w, p);
-    for (size_t i = 0; i < list.size(); ++i)
-      w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
-             " over each " + to_string(list[i].second->scope) + " (result " + std::to_string(list[i].first) + ")");
-    w.line("/// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;");
-    w.line("/// where its result goes (kernel_abi::ReductionTable's r).");
-    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(loads) +
-           " >> op_) & 1u; }");
-    w.line("static __device__ __forceinline__ constexpr bool is_max(int i_) { return (" + hex(is_max) +
-           " >> i_) & 1u; }");
-    w.line("static __device__ __forceinline__ constexpr bool is_group(int i_) { return (" + hex(is_group) +
-           " >> i_) & 1u; }");
-    w.line("static __device__ __forceinline__ constexpr int slot(int i_) { return " + slots + "-1; }");
+    reduction_constants(w, p, list, roots, true);
     w.line();
     const std::set<std::string> taken = taken_names(p);
     tensor_values(w, p, tensor_values_read(p, roots), taken);
@@ -560,41 +564,14 @@ class CudaEmitter {
   /// The code of one kind of block of a shaped Reduce stage: its reductions' operands and where
   /// their results go (`Elements`: chunk runs, results by index r, finished by finish_tensor;
   /// the others by their index among the reductions of their scope).
-  void shaped_reduction_kind(CodeWriter& w, const Program& p, const std::string& header,
+  void shaped_reduction_kind(CodeWriter& w, const Program& p, const std::string& name, bool specialization,
                              const std::vector<std::pair<int, const ReductionValue*>>& list, Level level,
                              bool elements) {
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
-    unsigned is_max = 0, is_group = 0;
-    std::string slots;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
-      if (list[i].second->scope == ReduceScope::Group) is_group |= 1u << i;
-      slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(scope_index(p, list[i].first)) + " : ";
-    }
-    std::string opening = header;
-    for (size_t newline; (newline = opening.find('\n')) != std::string::npos; opening = opening.substr(newline + 1))
-      w.line(opening.substr(0, newline));
-    auto st = w.block(opening, "};");
-    w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
-    w.line("static constexpr int kReductions = " + std::to_string(list.size()) + ";");
-    if (elements) {
-      w.line(std::string("static constexpr bool kGroupScope = ") + (is_group ? "true" : "false") +
-             ";  // a reduction over the whole group");
-      grad_norm_slot(w, p);
-    }
-    for (size_t i = 0; i < list.size(); ++i)
-      w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
-             " over each " + to_string(list[i].second->scope) + " (result " +
-             std::to_string(scope_index(p, list[i].first)) + ")");
-    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
-           " >> op_) & 1u; }");
-    w.line("static __device__ __forceinline__ constexpr bool is_max(int i_) { return (" + hex(is_max) +
-           " >> i_) & 1u; }");
-    if (elements)
-      w.line("static __device__ __forceinline__ constexpr bool is_group(int i_) { return (" + hex(is_group) +
-             " >> i_) & 1u; }");
-    w.line("static __device__ __forceinline__ constexpr int slot(int i_) { return " + slots + "-1; }");
+    if (specialization) w.line("template <>");
+    auto st = w.block("struct " + name, "};");
+    reduction_constants(w, p, list, roots, elements);
     w.line();
     w.line("template <typename Sh_>");
     std::string index_parameters;
@@ -654,12 +631,12 @@ class CudaEmitter {
       if (by_kind.count(Kind::kChunkRuns)) {
         w.line();
         w.line("/// Over each tensor or group: chunk runs.");
-        shaped_reduction_kind(w, p, "struct Elements", by_kind[Kind::kChunkRuns], Level::Element, true);
+        shaped_reduction_kind(w, p, "Elements", false, by_kind[Kind::kChunkRuns], Level::Element, true);
       }
       if (by_kind.count(Kind::kColumnSegments)) {
         w.line();
         w.line("/// Over each column: column segments.");
-        shaped_reduction_kind(w, p, "struct Cols", by_kind[Kind::kColumnSegments], Level::Element, false);
+        shaped_reduction_kind(w, p, "Cols", false, by_kind[Kind::kColumnSegments], Level::Element, false);
       }
       w.line();
       w.line("/// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).");
@@ -675,8 +652,7 @@ class CudaEmitter {
     for (const auto& [kind, level] : lines) {
       if (!by_kind.count(kind)) continue;
       w.line();
-      shaped_reduction_kind(w, p, "template <>\nstruct " + name + "::Lines<" + std::to_string(kind) + ">",
-                            by_kind[kind], level, false);
+      shaped_reduction_kind(w, p, name + "::Lines<" + std::to_string(kind) + ">", true, by_kind[kind], level, false);
     }
   }
 
