@@ -16,6 +16,12 @@ const KernelImages& adafactor();  // the kernels compiled at build time: adafact
 namespace {
 namespace spec_reference = ::optgen::reference::adafactor;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf16_f32[] = {DType::F32, DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant adafactor (clip_grad_norm=false) ----
 namespace variants::adafactor {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
@@ -65,12 +71,12 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adafactor::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::adafactor::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::adafactor::kf16_f32, 0, DType::F16, DType::F32},
-    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, DType::F32},
+    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -82,7 +88,7 @@ std::vector<double> values_of(const Adafactor::Options& o) { return {o.lr, o.bet
 
 const OptimizerInfo& Adafactor::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "Adafactor", "adafactor",
+      /*abi_version=*/7, "optgen 0.2.0", "Adafactor", "adafactor",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -94,7 +100,8 @@ const OptimizerInfo& Adafactor::info() {
 
 Adafactor::Adafactor() : Adafactor(Options()) {}
 
-Adafactor::Adafactor(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+Adafactor::Adafactor(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t Adafactor::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -120,8 +127,8 @@ Adafactor::Options Adafactor::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_adafactor_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_adafactor_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::Adafactor::info(), optgen::values_of(optgen::Adafactor::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -16,6 +16,18 @@ const KernelImages& adam();  // the kernels compiled at build time: adam_images.
 namespace {
 namespace spec_reference = ::optgen::reference::adam;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf16_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
+  [[maybe_unused]] const DType kf32_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
+  [[maybe_unused]] const DType kbf16_master_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf16_master_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_sr_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
+  [[maybe_unused]] const DType kbf16_bf16_exp_avg_sq_f32[] = {DType::BF16, DType::F32, DType::BF16};
+}  // namespace storage
 // ---- variant adam (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adam {
   [[maybe_unused]] const int kStates[] = {0, 1};
@@ -29,6 +41,10 @@ namespace variants::adam {
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adam_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adam_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adam_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adam_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adam
 // ---- variant adam_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adam_amsgrad {
@@ -43,6 +59,10 @@ namespace variants::adam_amsgrad {
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_amsgrad_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_amsgrad_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adam_amsgrad_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adam_amsgrad_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adam_amsgrad_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adam_amsgrad_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adam_amsgrad
 // ---- variant adam_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
 namespace variants::adam_clip_grad_norm {
@@ -57,6 +77,10 @@ namespace variants::adam_clip_grad_norm {
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_clip_grad_norm_f16_f32_reduce", "adam_clip_grad_norm_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_clip_grad_norm_bf16_bf16_reduce", "adam_clip_grad_norm_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_clip_grad_norm_f32_bf16_reduce", "adam_clip_grad_norm_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adam_clip_grad_norm_bf16_master_f32_reduce", "adam_clip_grad_norm_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adam_clip_grad_norm_f16_master_f32_reduce", "adam_clip_grad_norm_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adam_clip_grad_norm_bf16_sr_bf16_reduce", "adam_clip_grad_norm_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adam_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce", "adam_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adam_clip_grad_norm
 // ---- variant adam_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
 namespace variants::adam_amsgrad_clip_grad_norm {
@@ -71,6 +95,10 @@ namespace variants::adam_amsgrad_clip_grad_norm {
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_clip_grad_norm_f16_f32_reduce", "adam_amsgrad_clip_grad_norm_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adam_amsgrad_clip_grad_norm_bf16_bf16_reduce", "adam_amsgrad_clip_grad_norm_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adam_amsgrad_clip_grad_norm_f32_bf16_reduce", "adam_amsgrad_clip_grad_norm_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adam_amsgrad_clip_grad_norm_bf16_master_f32_reduce", "adam_amsgrad_clip_grad_norm_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adam_amsgrad_clip_grad_norm_f16_master_f32_reduce", "adam_amsgrad_clip_grad_norm_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adam_amsgrad_clip_grad_norm_bf16_sr_bf16_reduce", "adam_amsgrad_clip_grad_norm_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adam_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce", "adam_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adam_amsgrad_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -82,26 +110,42 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adam::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::adam::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::adam::kf16_f32, 0, DType::F16, DType::F32},
-    {variants::adam::kbf16_bf16, 0, DType::BF16, DType::BF16},
-    {variants::adam::kf32_bf16, 0, DType::F32, DType::BF16},
-    {variants::adam_amsgrad::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::adam_amsgrad::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::adam_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
-    {variants::adam_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
-    {variants::adam_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
-    {variants::adam_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
-    {variants::adam_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
-    {variants::adam_clip_grad_norm::kf16_f32, 2, DType::F16, DType::F32},
-    {variants::adam_clip_grad_norm::kbf16_bf16, 2, DType::BF16, DType::BF16},
-    {variants::adam_clip_grad_norm::kf32_bf16, 2, DType::F32, DType::BF16},
-    {variants::adam_amsgrad_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
-    {variants::adam_amsgrad_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
-    {variants::adam_amsgrad_clip_grad_norm::kf16_f32, 3, DType::F16, DType::F32},
-    {variants::adam_amsgrad_clip_grad_norm::kbf16_bf16, 3, DType::BF16, DType::BF16},
-    {variants::adam_amsgrad_clip_grad_norm::kf32_bf16, 3, DType::F32, DType::BF16},
+    {variants::adam::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adam::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adam::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adam::kbf16_bf16, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adam::kf32_bf16, 0, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adam::kbf16_master_f32, 0, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adam::kf16_master_f32, 0, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adam::kbf16_sr_bf16, 0, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adam::kbf16_bf16_exp_avg_sq_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
+    {variants::adam_amsgrad::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adam_amsgrad::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adam_amsgrad::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adam_amsgrad::kbf16_bf16, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adam_amsgrad::kf32_bf16, 1, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adam_amsgrad::kbf16_master_f32, 1, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adam_amsgrad::kf16_master_f32, 1, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adam_amsgrad::kbf16_sr_bf16, 1, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adam_amsgrad::kbf16_bf16_exp_avg_sq_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
+    {variants::adam_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adam_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adam_clip_grad_norm::kf16_f32, 2, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adam_clip_grad_norm::kbf16_bf16, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adam_clip_grad_norm::kf32_bf16, 2, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adam_clip_grad_norm::kbf16_master_f32, 2, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adam_clip_grad_norm::kf16_master_f32, 2, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adam_clip_grad_norm::kbf16_sr_bf16, 2, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adam_clip_grad_norm::kbf16_bf16_exp_avg_sq_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
+    {variants::adam_amsgrad_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adam_amsgrad_clip_grad_norm::kf16_f32, 3, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_bf16, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adam_amsgrad_clip_grad_norm::kf32_bf16, 3, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_master_f32, 3, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adam_amsgrad_clip_grad_norm::kf16_master_f32, 3, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_sr_bf16, 3, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adam_amsgrad_clip_grad_norm::kbf16_bf16_exp_avg_sq_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -113,19 +157,20 @@ std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "Adam", "adam",
+      /*abi_version=*/7, "optgen 0.2.0", "Adam", "adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 4, kKernels, 20, &kernel_images::adam(),
+      kVariants, 4, kKernels, 36, &kernel_images::adam(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
 
 Adam::Adam() : Adam(Options()) {}
 
-Adam::Adam(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+Adam::Adam(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t Adam::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -151,8 +196,8 @@ Adam::Options Adam::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_adam_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_adam_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::Adam::info(), optgen::values_of(optgen::Adam::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

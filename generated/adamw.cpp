@@ -16,6 +16,18 @@ const KernelImages& adamw();  // the kernels compiled at build time: adamw_image
 namespace {
 namespace spec_reference = ::optgen::reference::adamw;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf16_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
+  [[maybe_unused]] const DType kf32_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
+  [[maybe_unused]] const DType kbf16_master_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf16_master_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_sr_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
+  [[maybe_unused]] const DType kbf16_bf16_exp_avg_sq_f32[] = {DType::BF16, DType::F32, DType::BF16};
+}  // namespace storage
 // ---- variant adamw (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adamw {
   [[maybe_unused]] const int kStates[] = {0, 1};
@@ -29,6 +41,10 @@ namespace variants::adamw {
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adamw_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adamw_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adamw
 // ---- variant adamw_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adamw_amsgrad {
@@ -43,6 +59,10 @@ namespace variants::adamw_amsgrad {
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_amsgrad_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adamw_amsgrad_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_amsgrad_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adamw_amsgrad_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_amsgrad_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_amsgrad_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_amsgrad_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adamw_amsgrad
 // ---- variant adamw_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
 namespace variants::adamw_clip_grad_norm {
@@ -57,6 +77,10 @@ namespace variants::adamw_clip_grad_norm {
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_clip_grad_norm_f16_f32_reduce", "adamw_clip_grad_norm_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adamw_clip_grad_norm_bf16_bf16_reduce", "adamw_clip_grad_norm_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_clip_grad_norm_f32_bf16_reduce", "adamw_clip_grad_norm_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adamw_clip_grad_norm_bf16_master_f32_reduce", "adamw_clip_grad_norm_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_clip_grad_norm_f16_master_f32_reduce", "adamw_clip_grad_norm_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_clip_grad_norm_bf16_sr_bf16_reduce", "adamw_clip_grad_norm_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce", "adamw_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adamw_clip_grad_norm
 // ---- variant adamw_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
 namespace variants::adamw_amsgrad_clip_grad_norm {
@@ -71,6 +95,10 @@ namespace variants::adamw_amsgrad_clip_grad_norm {
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_amsgrad_clip_grad_norm_f16_f32_reduce", "adamw_amsgrad_clip_grad_norm_f16_f32_update"};
   [[maybe_unused]] const char* const kbf16_bf16[] = {"adamw_amsgrad_clip_grad_norm_bf16_bf16_reduce", "adamw_amsgrad_clip_grad_norm_bf16_bf16_update"};
   [[maybe_unused]] const char* const kf32_bf16[] = {"adamw_amsgrad_clip_grad_norm_f32_bf16_reduce", "adamw_amsgrad_clip_grad_norm_f32_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_master_f32[] = {"adamw_amsgrad_clip_grad_norm_bf16_master_f32_reduce", "adamw_amsgrad_clip_grad_norm_bf16_master_f32_update"};
+  [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_amsgrad_clip_grad_norm_f16_master_f32_reduce", "adamw_amsgrad_clip_grad_norm_f16_master_f32_update"};
+  [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_amsgrad_clip_grad_norm_bf16_sr_bf16_reduce", "adamw_amsgrad_clip_grad_norm_bf16_sr_bf16_update"};
+  [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce", "adamw_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update"};
 }  // namespace variants::adamw_amsgrad_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -82,26 +110,42 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adamw::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::adamw::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::adamw::kf16_f32, 0, DType::F16, DType::F32},
-    {variants::adamw::kbf16_bf16, 0, DType::BF16, DType::BF16},
-    {variants::adamw::kf32_bf16, 0, DType::F32, DType::BF16},
-    {variants::adamw_amsgrad::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::adamw_amsgrad::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::adamw_amsgrad::kf16_f32, 1, DType::F16, DType::F32},
-    {variants::adamw_amsgrad::kbf16_bf16, 1, DType::BF16, DType::BF16},
-    {variants::adamw_amsgrad::kf32_bf16, 1, DType::F32, DType::BF16},
-    {variants::adamw_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
-    {variants::adamw_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
-    {variants::adamw_clip_grad_norm::kf16_f32, 2, DType::F16, DType::F32},
-    {variants::adamw_clip_grad_norm::kbf16_bf16, 2, DType::BF16, DType::BF16},
-    {variants::adamw_clip_grad_norm::kf32_bf16, 2, DType::F32, DType::BF16},
-    {variants::adamw_amsgrad_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
-    {variants::adamw_amsgrad_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
-    {variants::adamw_amsgrad_clip_grad_norm::kf16_f32, 3, DType::F16, DType::F32},
-    {variants::adamw_amsgrad_clip_grad_norm::kbf16_bf16, 3, DType::BF16, DType::BF16},
-    {variants::adamw_amsgrad_clip_grad_norm::kf32_bf16, 3, DType::F32, DType::BF16},
+    {variants::adamw::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adamw::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adamw::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adamw::kbf16_bf16, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adamw::kf32_bf16, 0, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adamw::kbf16_master_f32, 0, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adamw::kf16_master_f32, 0, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adamw::kbf16_sr_bf16, 0, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adamw::kbf16_bf16_exp_avg_sq_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
+    {variants::adamw_amsgrad::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adamw_amsgrad::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adamw_amsgrad::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adamw_amsgrad::kbf16_bf16, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adamw_amsgrad::kf32_bf16, 1, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adamw_amsgrad::kbf16_master_f32, 1, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adamw_amsgrad::kf16_master_f32, 1, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adamw_amsgrad::kbf16_sr_bf16, 1, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adamw_amsgrad::kbf16_bf16_exp_avg_sq_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
+    {variants::adamw_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adamw_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adamw_clip_grad_norm::kf16_f32, 2, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adamw_clip_grad_norm::kbf16_bf16, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adamw_clip_grad_norm::kf32_bf16, 2, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adamw_clip_grad_norm::kbf16_master_f32, 2, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adamw_clip_grad_norm::kf16_master_f32, 2, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adamw_clip_grad_norm::kbf16_sr_bf16, 2, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adamw_clip_grad_norm::kbf16_bf16_exp_avg_sq_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
+    {variants::adamw_amsgrad_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adamw_amsgrad_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adamw_amsgrad_clip_grad_norm::kf16_f32, 3, DType::F16, ParamWrite::Nearest, storage::kf16_f32},
+    {variants::adamw_amsgrad_clip_grad_norm::kbf16_bf16, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16},
+    {variants::adamw_amsgrad_clip_grad_norm::kf32_bf16, 3, DType::F32, ParamWrite::Nearest, storage::kf32_bf16},
+    {variants::adamw_amsgrad_clip_grad_norm::kbf16_master_f32, 3, DType::BF16, ParamWrite::Master, storage::kbf16_master_f32},
+    {variants::adamw_amsgrad_clip_grad_norm::kf16_master_f32, 3, DType::F16, ParamWrite::Master, storage::kf16_master_f32},
+    {variants::adamw_amsgrad_clip_grad_norm::kbf16_sr_bf16, 3, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16},
+    {variants::adamw_amsgrad_clip_grad_norm::kbf16_bf16_exp_avg_sq_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -113,19 +157,20 @@ std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& AdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "AdamW", "adamw",
+      /*abi_version=*/7, "optgen 0.2.0", "AdamW", "adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 4, kKernels, 20, &kernel_images::adamw(),
+      kVariants, 4, kKernels, 36, &kernel_images::adamw(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }
 
 AdamW::AdamW() : AdamW(Options()) {}
 
-AdamW::AdamW(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+AdamW::AdamW(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t AdamW::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -151,8 +196,8 @@ AdamW::Options AdamW::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_adamw_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_adamw_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::AdamW::info(), optgen::values_of(optgen::AdamW::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

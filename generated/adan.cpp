@@ -16,6 +16,11 @@ const KernelImages& adan();  // the kernels compiled at build time: adan_images.
 namespace {
 namespace spec_reference = ::optgen::reference::adan;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant adan (clip_grad_norm=false) ----
 namespace variants::adan {
   [[maybe_unused]] const int kStates[] = {0, 1, 2, 3};
@@ -46,10 +51,10 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adan::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::adan::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::adan_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::adan_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::adan::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adan::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::adan_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::adan_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -61,7 +66,7 @@ std::vector<double> values_of(const Adan::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adan::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "Adan", "adan",
+      /*abi_version=*/7, "optgen 0.2.0", "Adan", "adan",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -73,7 +78,8 @@ const OptimizerInfo& Adan::info() {
 
 Adan::Adan() : Adan(Options()) {}
 
-Adan::Adan(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+Adan::Adan(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t Adan::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -99,8 +105,8 @@ Adan::Options Adan::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_adan_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_adan_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::Adan::info(), optgen::values_of(optgen::Adan::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -16,6 +16,11 @@ const KernelImages& ademamix();  // the kernels compiled at build time: ademamix
 namespace {
 namespace spec_reference = ::optgen::reference::ademamix;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant ademamix (clip_grad_norm=false, fast_ema=false) ----
 namespace variants::ademamix {
   [[maybe_unused]] const int kStates[] = {1, 2};
@@ -70,14 +75,14 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::ademamix::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::ademamix::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::ademamix_fast_ema::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::ademamix_fast_ema::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::ademamix_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
-    {variants::ademamix_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
-    {variants::ademamix_fast_ema_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
-    {variants::ademamix_fast_ema_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
+    {variants::ademamix::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::ademamix::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::ademamix_fast_ema::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::ademamix_fast_ema::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::ademamix_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::ademamix_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::ademamix_fast_ema_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::ademamix_fast_ema_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -89,7 +94,7 @@ std::vector<double> values_of(const AdEMAMix::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdEMAMix::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "AdEMAMix", "ademamix",
+      /*abi_version=*/7, "optgen 0.2.0", "AdEMAMix", "ademamix",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -101,7 +106,8 @@ const OptimizerInfo& AdEMAMix::info() {
 
 AdEMAMix::AdEMAMix() : AdEMAMix(Options()) {}
 
-AdEMAMix::AdEMAMix(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+AdEMAMix::AdEMAMix(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t AdEMAMix::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -129,8 +135,8 @@ AdEMAMix::Options AdEMAMix::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_ademamix_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_ademamix_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::AdEMAMix::info(), optgen::values_of(optgen::AdEMAMix::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

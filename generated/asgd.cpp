@@ -16,6 +16,11 @@ const KernelImages& asgd();  // the kernels compiled at build time: asgd_images.
 namespace {
 namespace spec_reference = ::optgen::reference::asgd;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32};
+}  // namespace storage
 // ---- variant asgd (clip_grad_norm=false) ----
 namespace variants::asgd {
   [[maybe_unused]] const int kStates[] = {0};
@@ -46,10 +51,10 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::asgd::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::asgd::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::asgd_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::asgd_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::asgd::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::asgd::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::asgd_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::asgd_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -61,7 +66,7 @@ std::vector<double> values_of(const ASGD::Options& o) { return {o.lr, o.lambd, o
 
 const OptimizerInfo& ASGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "ASGD", "asgd",
+      /*abi_version=*/7, "optgen 0.2.0", "ASGD", "asgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -73,7 +78,8 @@ const OptimizerInfo& ASGD::info() {
 
 ASGD::ASGD() : ASGD(Options()) {}
 
-ASGD::ASGD(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+ASGD::ASGD(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t ASGD::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -98,8 +104,8 @@ ASGD::Options ASGD::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_asgd_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_asgd_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::ASGD::info(), optgen::values_of(optgen::ASGD::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -16,6 +16,11 @@ const KernelImages& cautious_adamw();  // the kernels compiled at build time: ca
 namespace {
 namespace spec_reference = ::optgen::reference::cautious_adamw;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant cautious_adamw (clip_grad_norm=false) ----
 namespace variants::cautious_adamw {
   [[maybe_unused]] const int kStates[] = {0, 1};
@@ -47,10 +52,10 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::cautious_adamw::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::cautious_adamw::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::cautious_adamw_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::cautious_adamw_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::cautious_adamw::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::cautious_adamw::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::cautious_adamw_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::cautious_adamw_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -62,7 +67,7 @@ std::vector<double> values_of(const CautiousAdamW::Options& o) { return {o.lr, o
 
 const OptimizerInfo& CautiousAdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
+      /*abi_version=*/7, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -74,7 +79,8 @@ const OptimizerInfo& CautiousAdamW::info() {
 
 CautiousAdamW::CautiousAdamW() : CautiousAdamW(Options()) {}
 
-CautiousAdamW::CautiousAdamW(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+CautiousAdamW::CautiousAdamW(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t CautiousAdamW::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -99,8 +105,8 @@ CautiousAdamW::Options CautiousAdamW::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_cautious_adamw_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_cautious_adamw_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::CautiousAdamW::info(), optgen::values_of(optgen::CautiousAdamW::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -16,6 +16,11 @@ const KernelImages& lamb();  // the kernels compiled at build time: lamb_images.
 namespace {
 namespace spec_reference = ::optgen::reference::lamb;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant lamb (clip_grad_norm=false) ----
 namespace variants::lamb {
   [[maybe_unused]] const int kStates[] = {0, 1};
@@ -49,10 +54,10 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::lamb::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::lamb::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::lamb_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::lamb_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::lamb::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::lamb::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::lamb_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::lamb_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -64,7 +69,7 @@ std::vector<double> values_of(const LAMB::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& LAMB::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "LAMB", "lamb",
+      /*abi_version=*/7, "optgen 0.2.0", "LAMB", "lamb",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -76,7 +81,8 @@ const OptimizerInfo& LAMB::info() {
 
 LAMB::LAMB() : LAMB(Options()) {}
 
-LAMB::LAMB(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+LAMB::LAMB(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t LAMB::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -104,8 +110,8 @@ LAMB::Options LAMB::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_lamb_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_lamb_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::LAMB::info(), optgen::values_of(optgen::LAMB::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

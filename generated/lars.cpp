@@ -16,6 +16,11 @@ const KernelImages& lars();  // the kernels compiled at build time: lars_images.
 namespace {
 namespace spec_reference = ::optgen::reference::lars;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32};
+}  // namespace storage
 // ---- variant lars (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::lars {
   [[maybe_unused]] const int kStates[] = {-1};
@@ -76,14 +81,14 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::lars::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::lars::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::lars_use_momentum::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::lars_use_momentum::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::lars_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
-    {variants::lars_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
-    {variants::lars_use_momentum_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
-    {variants::lars_use_momentum_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
+    {variants::lars::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::lars::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::lars_use_momentum::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::lars_use_momentum::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::lars_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::lars_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::lars_use_momentum_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::lars_use_momentum_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -95,7 +100,7 @@ std::vector<double> values_of(const LARS::Options& o) { return {o.lr, o.momentum
 
 const OptimizerInfo& LARS::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "LARS", "lars",
+      /*abi_version=*/7, "optgen 0.2.0", "LARS", "lars",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -107,7 +112,8 @@ const OptimizerInfo& LARS::info() {
 
 LARS::LARS() : LARS(Options()) {}
 
-LARS::LARS(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+LARS::LARS(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t LARS::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -135,8 +141,8 @@ LARS::Options LARS::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_lars_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_lars_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::LARS::info(), optgen::values_of(optgen::LARS::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -34,9 +34,10 @@ class NAdam {
     double max_grad_norm = 0.0;  ///< clip each group's gradients to this global norm before the step (0: no clipping)
   };
 
-  /// `state_dtype`: how state buffers are stored (F32, or BF16 where the build generated it).
+  /// `storage`: how states are stored, and a master copy or stochastic rounding of bf16 or f16
+  /// params (optgen/storage.h); each must be among the storage the build generated kernels for.
   NAdam();
-  explicit NAdam(const Options& options, DType state_dtype = DType::F32);
+  explicit NAdam(const Options& options, StorageOptions storage = {});
 
   /// Adds a param group with the constructor's options, or with `options`. Allocates and
   /// initialises the group's state buffers unless a tensor brings its own. Returns its index.
@@ -103,7 +104,8 @@ class NAdam {
 
 extern "C" {
 /// A new NAdam with the spec's defaults except `count` hyperparameters given by name;
-/// `state_dtype` is OPTGEN_F32 or OPTGEN_BF16. Returns 0, or -1 with optgen_last_error() set.
-int optgen_nadam_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                         optgen_optimizer** out);
+/// `storage`: NULL (f32 states), or the states' dtypes and how params are written (optgen_storage).
+/// Returns 0, or -1 with optgen_last_error() set.
+int optgen_nadam_create(const char* const* names, const double* values, size_t count,
+                         const optgen_storage* storage, optgen_optimizer** out);
 }

@@ -48,7 +48,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 6 };
+enum { kVersion = 7 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -63,7 +63,9 @@ struct ShapeTable;
 /// A bound tensor list: built once by prepare(), resident on the device, never changed by a step.
 /// Chunks are ordered by decreasing `count`, so that the short ones fill the last wave.
 struct TableView {
-  void* const* pointers;   ///< [operand * num_tensors + tensor]: param, grad, then each state
+  /// [operand * num_tensors + tensor]: param, grad, then each state of the variant; then, for a
+  /// kernel set whose params have an fp32 master copy (Storage::param_write Master), the masters.
+  void* const* pointers;
   const long long* numel;  ///< [tensor]
   const Chunk* chunks;     ///< [blockIdx.x]
   long long chunk_size;    ///< elements per block, a multiple of 64
@@ -72,6 +74,8 @@ struct TableView {
   /// Device memory: the rows and columns of every tensor, for a variant with matrix, row or column
   /// code (VariantInfo::stage_blocks nonzero beyond kChunkRuns); null for every other.
   const ShapeTable* shapes;
+  /// The seed of stochastic rounding's random stream (optgen/random.h); unused by other kernels.
+  unsigned long long seed;
 };
 
 // ---- Rows, columns and matrices (Adafactor's factored second moment). A tensor of two or more
@@ -300,7 +304,8 @@ static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunk_size) == 24, "TableView::chun
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_tensors) == 32, "TableView::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_chunks) == 36, "TableView::num_chunks moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, shapes) == 40, "TableView::shapes moved");
-static_assert(sizeof(TableView) == 48 && alignof(TableView) == 8, "TableView changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, seed) == 48, "TableView::seed moved");
+static_assert(sizeof(TableView) == 56 && alignof(TableView) == 8, "TableView changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, rows) == 0, "ShapeTable::rows moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, cols) == 8, "ShapeTable::cols moved");
@@ -372,6 +377,178 @@ static_assert(sizeof(GroupWrite) == 32 && alignof(GroupWrite) == 8, "GroupWrite 
 }  // namespace optgen
 
 #endif  // OPTGEN_KERNEL_ABI_H_
+
+// ---- stochastic rounding's random stream (runtime/include/optgen/random.h, verbatim) ----
+#ifndef OPTGEN_RANDOM_H_
+#define OPTGEN_RANDOM_H_
+// Random bits for the kernels, and bf16 stochastic rounding, defined once for both sides: the host
+// (tests, CPU references) and the device compute the same bits from the same arguments. Like
+// kernel_abi.h it is plain C++ that host compilers and NVRTC (with no include path) both accept: no
+// includes, built-in types only, so the generator can copy its text verbatim into a kernel source.
+//
+// The generator is Philox4x32-10, a counter-based generator: a pure function of a 128-bit counter
+// and a 64-bit key, with no state to keep, so any thread can draw the bits of any element in any
+// step directly. See J. K. Salmon, M. A. Moraes, R. O. Dror, D. E. Shaw, "Parallel random
+// numbers: as easy as 1, 2, 3", SC 2011; the constants and round structure are those of the
+// Random123 library (github.com/DEShawResearch/random123, include/Random123/philox.h), and
+// tests/random_test.cpp checks it against that library's known-answer vectors.
+//
+// ---- The stream of stochastic rounding. Element i of plan tensor t (its index in the plan's
+// TableView), at step `step`, under the 64-bit seed `seed`, rounds with 16 random bits taken from
+//   philox4x32_10(counter = {lo32(i / 8), hi32(i / 8), t, lo32(step)},
+//                 key     = {lo32(seed), hi32(seed)})
+// The four 32-bit output words hold the bits of the 8 elements i / 8 * 8 ... i / 8 * 8 + 7: element
+// i takes word (i % 8) / 2, its low 16 bits when i % 8 is even, its high 16 bits when odd. One
+// Philox call serves 8 consecutive elements (random_bits16x8); random_bits16 is the same stream
+// for one element. Consequences of the contract:
+// - every (seed, t, step) names its own stream, and elements of it never share bits;
+// - steps 2^32 apart draw the same bits (the counter keeps the step's low 32 bits only);
+// - the stream follows the plan's tensor numbering: binding the same tensors in another order
+//   gives them other bits.
+
+namespace optgen {
+namespace random {
+
+#ifdef __CUDACC__
+#define OPTGEN_RANDOM_FUNCTION __host__ __device__ __forceinline__
+#else
+#define OPTGEN_RANDOM_FUNCTION inline
+#endif
+
+/// Four 32-bit words: a Philox counter, or its output.
+struct Philox4x32 {
+  unsigned int x[4];
+};
+
+/// The Philox4x32 round's multipliers and the key schedule's Weyl increments (Random123's).
+enum : unsigned int {
+  kPhiloxM0 = 0xD2511F53u,
+  kPhiloxM1 = 0xCD9E8D57u,
+  kPhiloxW0 = 0x9E3779B9u,
+  kPhiloxW1 = 0xBB67AE85u
+};
+
+/// The high 32 bits of the 64-bit product a * b.
+OPTGEN_RANDOM_FUNCTION unsigned int mulhi32(unsigned int a, unsigned int b) {
+#ifdef __CUDA_ARCH__
+  return __umulhi(a, b);
+#else
+  return static_cast<unsigned int>((static_cast<unsigned long long>(a) * b) >> 32);
+#endif
+}
+
+/// One Philox4x32 round with round key (k0, k1).
+OPTGEN_RANDOM_FUNCTION Philox4x32 philox4x32_round(Philox4x32 c, unsigned int k0, unsigned int k1) {
+  Philox4x32 out;
+  out.x[0] = mulhi32(kPhiloxM1, c.x[2]) ^ c.x[1] ^ k0;
+  out.x[1] = kPhiloxM1 * c.x[2];
+  out.x[2] = mulhi32(kPhiloxM0, c.x[0]) ^ c.x[3] ^ k1;
+  out.x[3] = kPhiloxM0 * c.x[0];
+  return out;
+}
+
+/// Philox4x32-10: ten rounds of `counter` under the key (key0, key1), the key advanced by the Weyl
+/// increments before each round after the first (as Random123's philox4x32(ctr, key)).
+OPTGEN_RANDOM_FUNCTION Philox4x32 philox4x32_10(Philox4x32 counter, unsigned int key0, unsigned int key1) {
+  Philox4x32 c = philox4x32_round(counter, key0, key1);
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int round = 1; round < 10; ++round) {
+    key0 += kPhiloxW0;
+    key1 += kPhiloxW1;
+    c = philox4x32_round(c, key0, key1);
+  }
+  return c;
+}
+
+/// The four words that hold the random bits of elements i / 8 * 8 ... i / 8 * 8 + 7 (see the
+/// stream's contract above). `i` is an element index, not negative.
+OPTGEN_RANDOM_FUNCTION Philox4x32 random_words(unsigned long long seed, int tensor, long long step, long long i) {
+  const unsigned long long group = static_cast<unsigned long long>(i) >> 3;
+  Philox4x32 counter;
+  counter.x[0] = static_cast<unsigned int>(group);
+  counter.x[1] = static_cast<unsigned int>(group >> 32);
+  counter.x[2] = static_cast<unsigned int>(tensor);
+  counter.x[3] = static_cast<unsigned int>(static_cast<unsigned long long>(step));
+  return philox4x32_10(counter, static_cast<unsigned int>(seed), static_cast<unsigned int>(seed >> 32));
+}
+
+/// The 16 random bits (0 to 65535) of element `i` of plan tensor `tensor` at step `step`.
+OPTGEN_RANDOM_FUNCTION unsigned int random_bits16(unsigned long long seed, int tensor, long long step, long long i) {
+  const Philox4x32 words = random_words(seed, tensor, step, i);
+  const unsigned int lane = static_cast<unsigned int>(i) & 7u;
+  // Selects rather than words.x[lane >> 1]: a dynamic index could put the words in local memory.
+  const unsigned int word =
+      (lane & 4u) ? ((lane & 2u) ? words.x[3] : words.x[2]) : ((lane & 2u) ? words.x[1] : words.x[0]);
+  return (lane & 1u) ? word >> 16 : word & 0xFFFFu;
+}
+
+/// The 16 random bits of elements i ... i + 7 (out[k] for element i + k), from one Philox call:
+/// the same bits as random_bits16 for each. `i` is a multiple of 8.
+OPTGEN_RANDOM_FUNCTION void random_bits16x8(unsigned long long seed, int tensor, long long step, long long i,
+                                            unsigned int out[8]) {
+  const Philox4x32 words = random_words(seed, tensor, step, i);
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int k = 0; k < 4; ++k) {
+    out[2 * k] = words.x[k] & 0xFFFFu;
+    out[2 * k + 1] = words.x[k] >> 16;
+  }
+}
+
+/// The bit pattern of a float.
+OPTGEN_RANDOM_FUNCTION unsigned int float_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  unsigned int bits;
+  __builtin_memcpy(&bits, &x, sizeof bits);
+  return bits;
+#endif
+}
+
+/// `x` rounded to bf16 (its bit pattern) stochastically with the random bits `random16` (only its
+/// low 16 bits are used): x lies between two adjacent bf16 values, lo (x with its low 16 bits
+/// cleared: x truncated towards zero) and hi (the next bf16 away from zero), at lo + f * (hi - lo)
+/// with f = (x's low 16 bits) / 2^16, and rounds to hi for f * 2^16 of the 2^16 values of
+/// `random16`, to lo for the others: with uniform random bits, E[result] = x exactly. The method
+/// adds the random bits to x's bit pattern and truncates the low 16: a carry out of the low 16
+/// bits, which happens exactly when random16 >= 2^16 - f * 2^16, steps the bf16 pattern to hi (the
+/// float encoding makes "next pattern" "next value away from zero", across binades and from
+/// subnormals to normals alike). It is the method of pytorch/ao's _fp32_to_bf16_sr
+/// (torchao/optim/quant_utils.py, its "alternative, slightly faster" form of the same
+/// distribution); stochastic rounding itself as in Gupta et al., "Deep learning with limited
+/// numerical precision", ICML 2015, for bf16 training as in Zamirai et al., "Revisiting BFloat16
+/// training", arXiv:2010.06192.
+///
+/// Special values:
+/// - a NaN stays NaN, quiet (bit 6 of the bf16 mantissa set), with its sign and the high bits of
+///   its payload, as float_to_bf16 (dtype.h) converts it;
+/// - ±inf and every value that is already a bf16 (low 16 bits zero, ±0 included) come back
+///   unchanged for every random16: no carry can happen;
+/// - the top of the range: a finite x above the largest bf16, 0x7F7F0000 (3.3895e38), up to
+///   FLT_MAX, lies between that largest bf16 and 2^128, which bf16 (like float) encodes as inf. It
+///   rounds to inf with probability f, as the bits carry into the exponent field, which is what the
+///   rest of the range does too: the expectation stays x when inf is read as 2^128, the rule IEEE
+///   754 rounding uses at overflow, and round-to-nearest (float_to_bf16) already gives inf for every
+///   x from 0x7F7F8000 up. Saturating to the largest bf16 instead would be biased, and needs a
+///   branch. Likewise for negative x and -inf. A finite x never becomes NaN: the largest carry
+///   reaches 0x7F80 (inf), never a NaN pattern.
+OPTGEN_RANDOM_FUNCTION unsigned short stochastic_round_bf16(float x, unsigned int random16) {
+  const unsigned int bits = float_bits(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<unsigned short>((bits >> 16) | 0x0040u);
+  // No overflow: bits <= 0xFF800000 (-inf) here, plus at most 0xFFFF.
+  return static_cast<unsigned short>((bits + (random16 & 0xFFFFu)) >> 16);
+}
+
+#undef OPTGEN_RANDOM_FUNCTION
+
+}  // namespace random
+}  // namespace optgen
+
+#endif  // OPTGEN_RANDOM_H_
 
 // ---- optgen kernel support (templates/kernel_support.cuh.in): storage types, the spec language's
 // functions, the Reduce- and Update-stage drivers the stage kernels of this file run, and the group
@@ -446,17 +623,97 @@ __device__ __forceinline__ void store_vector(void* base, long long i, const floa
   *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(base) + i) = p;
 }
 
-/// Elements i .. i + V - 1 of a stage's operand `op`: the parameter (0) and the gradient (1) are
-/// of type P, the states of type S. The gradient is never stored.
-template <typename P, typename S, int V>
-__device__ __forceinline__ void load_operand(int op, const void* base, long long i, float* out) {
-  if (op < 2) load_vector<P, V>(base, i, out);
-  else load_vector<S, V>(base, i, out);
+/// How an operand is stored (optgen/storage.h's dtypes): loads decode to float, stores round to
+/// nearest even. A kernel's operand table (the generated Operands_<storage> structs) gives each
+/// operand's codec; a codec is a compile-time constant wherever the operand loops are unrolled.
+enum class Codec { kF32, kBF16, kF16 };
+
+/// How the parameter is written (optgen::ParamWrite): rounded to nearest; from an fp32 master
+/// copy, which is then operand 0 (the update reads and writes the master); or rounded
+/// stochastically (bf16).
+enum class ParamWrite { kNearest, kMaster, kStochastic };
+
+template <int V>
+__device__ __forceinline__ void load_codec(Codec codec, const void* base, long long i, float* out) {
+  switch (codec) {
+    case Codec::kF32: load_vector<float, V>(base, i, out); return;
+    case Codec::kBF16: load_vector<bf16, V>(base, i, out); return;
+    case Codec::kF16: load_vector<f16, V>(base, i, out); return;
+  }
 }
-template <typename P, typename S, int V>
-__device__ __forceinline__ void store_operand(int op, void* base, long long i, const float* in) {
-  if (op == 0) store_vector<P, V>(base, i, in);
-  else if (op >= 2) store_vector<S, V>(base, i, in);
+template <int V>
+__device__ __forceinline__ void store_codec(Codec codec, void* base, long long i, const float* in) {
+  switch (codec) {
+    case Codec::kF32: store_vector<float, V>(base, i, in); return;
+    case Codec::kBF16: store_vector<bf16, V>(base, i, in); return;
+    case Codec::kF16: store_vector<f16, V>(base, i, in); return;
+  }
+}
+
+/// What an Update stage needs to write a parameter beyond its operand: the parameter itself when
+/// operand 0 is its master copy, and stochastic rounding's stream (optgen/random.h).
+struct ParamStore {
+  void* param;
+  unsigned long long seed;
+  int tensor;
+  long long step;
+};
+
+/// Elements i .. i + V - 1 rounded stochastically to bf16 (random.h's stream for element i).
+template <int V>
+__device__ __forceinline__ void store_stochastic(void* base, long long i, const float* in, const ParamStore& ps) {
+  Pack<bf16, V> p;
+  if (V == 8) {
+    unsigned int bits[8];
+    random::random_bits16x8(ps.seed, ps.tensor, ps.step, i, bits);
+#pragma unroll
+    for (int e = 0; e < V; ++e) p.x[e].bits = random::stochastic_round_bf16(in[e], bits[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+      p.x[e].bits = random::stochastic_round_bf16(in[e], random::random_bits16(ps.seed, ps.tensor, ps.step, i + e));
+  }
+  *reinterpret_cast<Pack<bf16, V>*>(static_cast<bf16*>(base) + i) = p;
+}
+
+/// Elements i .. i + V - 1 of a stage's operand `op` (0 the parameter or its master copy, 1 the
+/// gradient, then the states), as the kernel's operand table `Ops` stores them. The gradient is
+/// never stored; a parameter with a master copy is stored twice, the master and the parameter.
+template <typename Ops, int V>
+__device__ __forceinline__ void load_operand(int op, const void* base, long long i, float* out) {
+  load_codec<V>(Ops::codec(op), base, i, out);
+}
+template <typename Ops, int V>
+__device__ __forceinline__ void store_operand(int op, void* base, long long i, const float* in, const ParamStore& ps) {
+  if (op == 1) return;
+  if constexpr (Ops::kParamWrite == ParamWrite::kStochastic) {
+    if (op == 0) return store_stochastic<V>(base, i, in, ps);
+  }
+  store_codec<V>(Ops::codec(op), base, i, in);
+  if constexpr (Ops::kParamWrite == ParamWrite::kMaster) {
+    if (op == 0) store_vector<typename Ops::Param, V>(ps.param, i, in);
+  }
+}
+
+/// Elements per thread and access. A Reduce stage reads 16 bytes of the gradient (the operand most
+/// of its reductions read); an Update stage 16 bytes of operand 0 (Ops::kVector: with a master
+/// copy, 4 elements, which keeps the master, the param and the states of a tile within the
+/// registers of three blocks per SM).
+template <typename Ops>
+__device__ __forceinline__ constexpr int reduce_vector() {
+  return static_cast<int>(16 / sizeof(typename Ops::Param));
+}
+template <typename Ops>
+__device__ __forceinline__ constexpr int update_vector() {
+  return Ops::kVector;
+}
+
+/// Tensor t's operand `op` as a stage reads it: with a master copy, operand 0 is the master
+/// (TableView::pointers' row after the states).
+template <typename Ops, int kOps>
+__device__ __forceinline__ void* operand_pointer(const TableView& table, int op, int t) {
+  const int row = op == 0 && Ops::kParamWrite == ParamWrite::kMaster ? kOps : op;
+  return table.pointers[static_cast<long long>(row) * table.num_tensors + t];
 }
 
 // ---- The group table (kernel_abi::GroupTable explains the two slots). ----
@@ -718,13 +975,13 @@ __device__ __forceinline__ constexpr int loaded_operands() {
 /// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
 /// fence, an atomic) is paid once per run. Nothing else is written, and the step is not advanced:
 /// that is the Update stage's.
-template <typename Reduce, typename Group, typename P, typename S>
+template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
   typedef typename Group::Values Values;
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Reduce::kReductions;
-  constexpr int V = 16 / sizeof(P);
+  constexpr int V = reduce_vector<Ops>();
   // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
   // gradient norm) holds four times the Update stage's count, with little math per element; one
   // of several (LAMB's norms read four, and recompute the update) twice, which keeps its registers
@@ -756,7 +1013,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     bool aligned = true;
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
-      ptr[op] = Reduce::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+      ptr[op] = Reduce::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
       aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
     }
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
@@ -784,7 +1041,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
         if (i >= vector_end) continue;
 #pragma unroll
         for (int op = 0; op < kOps; ++op)
-          if (Reduce::loads(op)) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+          if (Reduce::loads(op)) load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -803,7 +1060,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
         x[op] = 0.0f;
-        if (Reduce::loads(op)) load_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+        if (Reduce::loads(op)) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
       }
       add(x);
     }
@@ -811,6 +1068,19 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     finish_run<Reduce>(red, acc, chunk, run);
     c = last + 1;
   }
+}
+
+/// How tensor t's parameter is written in this step (ParamStore).
+template <typename Ops>
+__device__ __forceinline__ ParamStore param_store(const TableView& table, const GroupTable& groups, int slot, int t,
+                                                  int g) {
+  ParamStore ps{nullptr, 0, t, 0};
+  if constexpr (Ops::kParamWrite == ParamWrite::kMaster) ps.param = table.pointers[t];
+  if constexpr (Ops::kParamWrite == ParamWrite::kStochastic) {
+    ps.seed = table.seed;
+    ps.step = groups.steps[slot_entry(groups, slot, g)] + 1;
+  }
+  return ps;
 }
 
 /// An Update-stage block's ticket (kernel_abi::GroupTable): the slot its step reads, and whether
@@ -842,15 +1112,16 @@ __device__ __forceinline__ Ticket take_ticket(const GroupTable& groups, const Re
   return ticket;
 }
 
-/// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter and 1
-/// the gradient, both of type P; the rest are states of type S. The gradient is only read (and,
-/// under AMP, divided by the grad scale in registers); every other operand is written back.
-template <typename Update, typename Group, typename P, typename S>
+/// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
+/// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
+/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
+/// other operand is written back.
+template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ void update_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
   typedef typename Group::Values Values;
   constexpr int kOps = Update::kOperands;
-  constexpr int V = 16 / sizeof(P);  // elements per 16-byte access of the parameter
+  constexpr int V = update_vector<Ops>();
   constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
 
@@ -866,9 +1137,10 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   bool aligned = true;
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
-    ptr[op] = table.pointers[static_cast<long long>(op) * table.num_tensors + t];
+    ptr[op] = operand_pointer<Ops, kOps>(table, op, t);
     aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
   }
+  if (Ops::kParamWrite == ParamWrite::kMaster) aligned = aligned && reinterpret_cast<uintptr>(table.pointers[t]) % 16 == 0;
 
   // The first tile's loads are issued before the block waits for its ticket, and each next tile's
   // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
@@ -885,7 +1157,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       const long long i = base + u * kStride;
       if (i >= vector_end) continue;
 #pragma unroll
-      for (int op = 0; op < kOps; ++op) load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+      for (int op = 0; op < kOps; ++op) load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
     }
   };
   if (kTileFirst) load_tile();
@@ -899,6 +1171,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const Values k = *group_values<Values>(groups, slot, g);
   const typename Update::TensorValues tv =
       Update::tensor(k, table.numel[t], results(red, t, g));
+  const ParamStore ps = param_store<Ops>(table, groups, slot, t, g);
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
 
@@ -919,7 +1192,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
         for (int op = 0; op < kOps; ++op) v[u][op][e] = x[op];
       }
 #pragma unroll
-      for (int op = 0; op < kOps; ++op) store_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+      for (int op = 0; op < kOps; ++op) store_operand<Ops, V>(op, ptr[op], i, v[u][op], ps);
     }
     base += kStride * U;
     if (kTileFirst) load_tile();
@@ -929,11 +1202,11 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
     float x[kOps];
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) load_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+    for (int op = 0; op < kOps; ++op) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
     if (scaled) x[1] = x[1] / grad_scale;
     Update::apply(k, tv, x);
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) store_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+    for (int op = 0; op < kOps; ++op) store_operand<Ops, 1>(op, ptr[op], i, &x[op], ps);
   }
 
   if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g);
@@ -996,7 +1269,7 @@ __device__ __forceinline__ void advance(ElementIndex& x, long long R, long long 
 /// What the shaped code of one tensor reads besides its elements: its shape, the row, column and
 /// matrix results of earlier stages, and its row and column states (S), which the Update stage
 /// reads from the snapshot the first Reduce stage took. An absent state reads as 0.
-template <typename S, bool kFromSnapshot>
+template <typename Ops, bool kFromSnapshot>
 struct Shaped {
   static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
   void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
@@ -1023,26 +1296,32 @@ struct Shaped {
   }
   /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
   __device__ __forceinline__ float row_state(int op, int j, long long p) const {
-    const S* data = static_cast<const S*>(pointer(op));
+    const void* data = pointer(op);
     if (!data) return 0.0f;
-    return from_snapshot ? row_snapshot[j * num_rows + p] : to_float(data[p]);
+    if (from_snapshot) return row_snapshot[j * num_rows + p];
+    float x;
+    load_codec<1>(Ops::codec(op), data, p, &x);
+    return x;
   }
   __device__ __forceinline__ float col_state(int op, int j, long long q) const {
-    const S* data = static_cast<const S*>(pointer(op));
+    const void* data = pointer(op);
     if (!data) return 0.0f;
-    return from_snapshot ? col_snapshot[j * num_cols + q] : to_float(data[q]);
+    if (from_snapshot) return col_snapshot[j * num_cols + q];
+    float x;
+    load_codec<1>(Ops::codec(op), data, q, &x);
+    return x;
   }
   /// Stores a row or column state's new value (Update stage): nothing for an absent state.
   __device__ __forceinline__ void store_state(int op, long long index, float x) const {
-    S* data = static_cast<S*>(pointer(op));
-    if (data) data[index] = from_float<S>(x);
+    void* data = pointer(op);
+    if (data) store_codec<1>(Ops::codec(op), data, index, &x);
   }
 };
 
-template <typename S, bool kFromSnapshot = false>
-__device__ __forceinline__ Shaped<S, kFromSnapshot> shaped(const TableView& table, int t) {
+template <typename Ops, bool kFromSnapshot = false>
+__device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& table, int t) {
   const ShapeTable* st = table.shapes;
-  Shaped<S, kFromSnapshot> s;
+  Shaped<Ops, kFromSnapshot> s;
   s.pointers = table.pointers + t;
   s.num_tensors = table.num_tensors;
   s.factored = st->factored[t] != 0;
@@ -1112,38 +1391,38 @@ __device__ __forceinline__ int group_of_tensor(const ReductionTable& red, int t)
 
 /// Element i of the operands Code::loads selects (0 from an absent state), the gradient divided by
 /// AMP's scale.
-template <typename Code, typename P, typename S, int kOps>
+template <typename Code, typename Ops, int kOps>
 __device__ __forceinline__ void load_element(void* const (&ptr)[kOps], long long i, float (&x)[kOps], bool scaled,
                                              float grad_scale) {
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
     x[op] = 0.0f;
-    if (Code::loads(op) && ptr[op]) load_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+    if (Code::loads(op) && ptr[op]) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
   }
   if (scaled) x[1] = x[1] / grad_scale;
 }
 
 /// What every block of a shaped Reduce stage reads first: its tensor's group values, tensor values
 /// and shape.
-template <typename Reduce, typename Group, typename S>
+template <typename Reduce, typename Group, typename Ops>
 struct ShapedBlock {
   typename Group::Values k;
   typename Reduce::TensorValues tv;
-  Shaped<S, false> sh;
+  Shaped<Ops, false> sh;
   long long numel;
   bool scaled;
   float grad_scale;
 };
 
-template <typename Reduce, typename Group, typename S>
-__device__ __forceinline__ ShapedBlock<Reduce, Group, S> shaped_block(const TableView& table, const GroupTable& groups,
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const TableView& table, const GroupTable& groups,
                                                                        const StepInputs& inputs,
                                                                        const ReductionTable& red, int t) {
   typedef typename Group::Values Values;
-  ShapedBlock<Reduce, Group, S> s;
+  ShapedBlock<Reduce, Group, Ops> s;
   const int g = group_of_tensor(red, t);
   s.k = *group_values<Values>(groups, current_slot(groups, g), g);
-  s.sh = shaped<S>(table, t);
+  s.sh = shaped<Ops>(table, t);
   s.numel = table.numel[t];
   s.tv = Reduce::tensor(s.k, s.numel, results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
   s.scaled = inputs.grad_scale != 0;
@@ -1155,16 +1434,19 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, S> shaped_block(const Tabl
 /// the parameter) in U tiles of the block's width, as update_stage reads them: `visit(ix, x)` sees
 /// each element's index and operands (Code::loads, 0 from an absent state, the gradient divided
 /// by AMP's scale) and may change them; `kStore` stores the loaded operands back (Update stage).
-/// An element's row, column and matrix take one division per V elements.
-template <typename Code, typename P, typename S, int kOps, bool kStore, typename Visit>
+/// An element's row, column and matrix take one division per V elements. `ps`: how the Update
+/// stage writes the parameter (unused by a Reduce stage).
+template <typename Code, typename Ops, int kOps, bool kStore, typename Visit>
 __device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long long start, long long end, long long R,
-                                                long long C, bool scaled, float grad_scale, const Visit& visit) {
-  constexpr int V = 16 / sizeof(P);
+                                                long long C, bool scaled, float grad_scale, const ParamStore& ps,
+                                                const Visit& visit) {
+  constexpr int V = kStore ? update_vector<Ops>() : reduce_vector<Ops>();
   constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
   bool aligned = true;
 #pragma unroll
   for (int op = 0; op < kOps; ++op) aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  if (kStore && Ops::kParamWrite == ParamWrite::kMaster) aligned = aligned && reinterpret_cast<uintptr>(ps.param) % 16 == 0;
   const long long vector_end = aligned ? start + (end - start) / V * V : start;
   for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
     float v[U][kOps][V];
@@ -1175,7 +1457,7 @@ __device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long l
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
         if (Code::loads(op) && ptr[op]) {
-          load_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+          load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
         } else {
 #pragma unroll
           for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
@@ -1201,26 +1483,26 @@ __device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long l
       if (kStore) {
 #pragma unroll
         for (int op = 0; op < kOps; ++op)
-          if (Code::loads(op) && ptr[op]) store_operand<P, S, V>(op, ptr[op], i, v[u][op]);
+          if (Code::loads(op) && ptr[op]) store_operand<Ops, V>(op, ptr[op], i, v[u][op], ps);
       }
     }
   }
   // Misaligned tensors entirely, and the last few elements of aligned ones.
   for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
     float x[kOps];
-    load_element<Code, P, S, kOps>(ptr, i, x, scaled, grad_scale);
+    load_element<Code, Ops, kOps>(ptr, i, x, scaled, grad_scale);
     visit(element_index(i, R, C), x);
     if (kStore) {
 #pragma unroll
       for (int op = 0; op < kOps; ++op)
-        if (Code::loads(op) && ptr[op]) store_operand<P, S, 1>(op, ptr[op], i, &x[op]);
+        if (Code::loads(op) && ptr[op]) store_operand<Ops, 1>(op, ptr[op], i, &x[op], ps);
     }
   }
 }
 
 /// The chunk runs of a shaped Reduce stage: its reductions over each tensor or group (Reduce::
 /// Elements), as reduce_stage's, each element with its row, column and matrix at hand.
-template <typename Reduce, typename Group, typename P, typename S>
+template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const GroupTable& groups,
                                                   const StepInputs& inputs, const ReductionTable& red,
                                                   long long block) {
@@ -1243,15 +1525,15 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
     void* ptr[kOps];
 #pragma unroll
     for (int op = 0; op < kOps; ++op)
-      ptr[op] = Code::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
-    const Shaped<S, false> sh = shaped<S>(table, t);
+      ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+    const Shaped<Ops, false> sh = shaped<Ops>(table, t);
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
     const typename Reduce::TensorValues tv =
         Reduce::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
     float acc[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    shaped_elements<Code, P, S, kOps, false>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
+    shaped_elements<Code, Ops, kOps, false>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ParamStore{},
                                              [&](const ElementIndex& ix, float (&x)[kOps]) {
                                                float value[kR];
                                                Code::apply(k, tv, sh, ix, x, value);
@@ -1267,7 +1549,7 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
 /// The line kinds of a shaped Reduce stage (kRowLines, kMatrixRowLines, kMatrixColumnLines):
 /// `lanes` consecutive threads reduce each line (a row's C elements, a matrix's R row values or C
 /// column values), block_size / lanes lines per block, into one result per line.
-template <int kKind, typename Reduce, typename Group, typename P, typename S>
+template <int kKind, typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_lines(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red, long long block) {
   typedef typename Reduce::template Lines<kKind> Code;
@@ -1277,7 +1559,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
   const KindBlock at = block_of_kind(st, kKind, block);
   const int t = at.tensor;
   const long long local = at.local;
-  const ShapedBlock<Reduce, Group, S> s = shaped_block<Reduce, Group, S>(table, groups, inputs, red, t);
+  const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
   const long long lines = kKind == kernel_abi::kRowLines ? s.sh.B * s.sh.R : s.sh.B;
   const long long length = kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C;
   const int lanes = kernel_abi::line_lanes(length, OPTGEN_BLOCK_SIZE);
@@ -1286,7 +1568,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
   void* ptr[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op)
-    ptr[op] = Code::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
   float acc[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
@@ -1303,7 +1585,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
           if (j0 + u * lanes < length)
-            load_element<Code, P, S, kOps>(ptr, line * s.sh.C + j0 + u * lanes, v[u], s.scaled, s.grad_scale);
+            load_element<Code, Ops, kOps>(ptr, line * s.sh.C + j0 + u * lanes, v[u], s.scaled, s.grad_scale);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const long long j = j0 + u * lanes;
@@ -1342,7 +1624,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
 /// The column segments of a shaped Reduce stage: a thread per column (of any matrix of the
 /// tensor) sums down up to kColumnSegmentRows rows; a tensor of more rows has several segments per
 /// column, whose partials the last segment of a tile of columns to arrive combines in order.
-template <typename Reduce, typename Group, typename P, typename S>
+template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_columns(const TableView& table, const GroupTable& groups,
                                                const StepInputs& inputs, const ReductionTable& red, long long block) {
   typedef typename Reduce::Cols Code;
@@ -1352,7 +1634,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
   const KindBlock at = block_of_kind(st, kernel_abi::kColumnSegments, block);
   const int t = at.tensor;
   const long long local = at.local;
-  const ShapedBlock<Reduce, Group, S> s = shaped_block<Reduce, Group, S>(table, groups, inputs, red, t);
+  const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
   const long long R = s.sh.R, C = s.sh.C, columns = s.sh.B * C;
   const long long segments = kernel_abi::column_segments(R);
   const long long tile = local / segments, segment = local - tile * segments;
@@ -1360,7 +1642,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
   void* ptr[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op)
-    ptr[op] = Code::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
+    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
   float acc[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
@@ -1376,7 +1658,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
       float v[kUnroll][kOps];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (r0 + u < last) load_element<Code, P, S, kOps>(ptr, (x.b * R + r0 + u) * C + x.c, v[u], s.scaled, s.grad_scale);
+        if (r0 + u < last) load_element<Code, Ops, kOps>(ptr, (x.b * R + r0 + u) * C + x.c, v[u], s.scaled, s.grad_scale);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (r0 + u >= last) continue;
@@ -1415,14 +1697,14 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
 }
 
 /// kSnapshot: copies the tensor's row and column states (as floats) for the Update stage.
-template <typename Reduce, typename S>
+template <typename Reduce, typename Ops>
 __device__ __forceinline__ void shaped_snapshot(const TableView& table, long long block) {
   typedef typename Reduce::Snapshot Code;
   const ShapeTable& st = *table.shapes;
   const KindBlock at = block_of_kind(st, kernel_abi::kSnapshot, block);
   const int t = at.tensor;
   const long long local = at.local;
-  const Shaped<S, false> sh = shaped<S>(table, t);
+  const Shaped<Ops, false> sh = shaped<Ops>(table, t);
   const long long B = sh.B;
   const long long e = local * OPTGEN_BLOCK_SIZE + threadIdx.x;
 #pragma unroll
@@ -1437,7 +1719,7 @@ __device__ __forceinline__ void shaped_snapshot(const TableView& table, long lon
 
 /// A Reduce stage of a variant with rows and columns: block b is a block of the first kind in
 /// Reduce::kBlocks while b is below that kind's count, and so on (kernel_abi::BlockKind).
-template <typename Reduce, typename Group, typename P, typename S>
+template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, const GroupTable& groups,
                                                     const StepInputs& inputs, const ReductionTable& red) {
   allow_next_kernel();
@@ -1449,37 +1731,37 @@ __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, cons
   };
   if constexpr ((Reduce::kBlocks >> kernel_abi::kChunkRuns) & 1u) {
     const long long n = (table.num_chunks + red.chunks_per_block - 1) / red.chunks_per_block;
-    if (b < n) return shaped_chunk_runs<Reduce, Group, P, S>(table, groups, inputs, red, b);
+    if (b < n) return shaped_chunk_runs<Reduce, Group, Ops>(table, groups, inputs, red, b);
     b -= n;
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kRowLines) & 1u) {
     if (b < total(kernel_abi::kRowLines))
-      return shaped_lines<kernel_abi::kRowLines, Reduce, Group, P, S>(table, groups, inputs, red, b);
+      return shaped_lines<kernel_abi::kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
     b -= total(kernel_abi::kRowLines);
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kColumnSegments) & 1u) {
-    if (b < total(kernel_abi::kColumnSegments)) return shaped_columns<Reduce, Group, P, S>(table, groups, inputs, red, b);
+    if (b < total(kernel_abi::kColumnSegments)) return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, b);
     b -= total(kernel_abi::kColumnSegments);
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixRowLines) & 1u) {
     if (b < total(kernel_abi::kMatrixRowLines))
-      return shaped_lines<kernel_abi::kMatrixRowLines, Reduce, Group, P, S>(table, groups, inputs, red, b);
+      return shaped_lines<kernel_abi::kMatrixRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
     b -= total(kernel_abi::kMatrixRowLines);
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixColumnLines) & 1u) {
     if (b < total(kernel_abi::kMatrixColumnLines))
-      return shaped_lines<kernel_abi::kMatrixColumnLines, Reduce, Group, P, S>(table, groups, inputs, red, b);
+      return shaped_lines<kernel_abi::kMatrixColumnLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
     b -= total(kernel_abi::kMatrixColumnLines);
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kSnapshot) & 1u) {
-    if (b < total(kernel_abi::kSnapshot)) return shaped_snapshot<Reduce, S>(table, b);
+    if (b < total(kernel_abi::kSnapshot)) return shaped_snapshot<Reduce, Ops>(table, b);
   }
 }
 
 /// The Update stage of a variant with rows and columns: update_stage's, element by element with
 /// each element's row, column and matrix; Update::apply also stores a row's (column's) new state
 /// at its column (row) 0, reading the old one from the snapshot.
-template <typename Update, typename Group, typename P, typename S>
+template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_update_stage(const TableView& table, const GroupTable& groups,
                                                     const StepInputs& inputs, const ReductionTable& red) {
   typedef typename Group::Values Values;
@@ -1495,15 +1777,16 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
   const Ticket ticket = take_ticket<Update>(groups, red, t, g);
   const int slot = ticket.slot;
   const Values k = *group_values<Values>(groups, slot, g);
-  const Shaped<S, true> sh = shaped<S, true>(table, t);
+  const Shaped<Ops, true> sh = shaped<Ops, true>(table, t);
   const typename Update::TensorValues tv = Update::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
   void* ptr[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op)
-    ptr[op] = Update::loads(op) ? table.pointers[static_cast<long long>(op) * table.num_tensors + t] : nullptr;
-  shaped_elements<Update, P, S, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
+    ptr[op] = Update::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  const ParamStore ps = param_store<Ops>(table, groups, slot, t, g);
+  shaped_elements<Update, Ops, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ps,
                                             [&](const ElementIndex& ix, float (&x)[kOps]) { Update::apply(k, tv, sh, ix, x); });
   if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g);
 }
@@ -1622,6 +1905,26 @@ namespace variants::nadam {
       v_[0] = param_next_2;  // param
       v_[2] = exp_avg_next;  // exp_avg
       v_[3] = exp_avg_sq_next;  // exp_avg_sq
+    }
+  };
+
+  /// Storage f32: param f32, grad f32, exp_avg f32, exp_avg_sq f32.
+  struct Operands_f32_f32 {
+    typedef float Param;
+    static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
+
+  /// Storage bf16: param bf16, grad bf16, exp_avg f32, exp_avg_sq f32.
+  struct Operands_bf16_f32 {
+    typedef optgen::bf16 Param;
+    static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
 }  // namespace variants::nadam
@@ -1777,18 +2080,38 @@ namespace variants::nadam_clip_grad_norm {
       v_[3] = exp_avg_sq_next;  // exp_avg_sq
     }
   };
+
+  /// Storage f32: param f32, grad f32, exp_avg f32, exp_avg_sq f32.
+  struct Operands_f32_f32 {
+    typedef float Param;
+    static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
+
+  /// Storage bf16: param bf16, grad bf16, exp_avg f32, exp_avg_sq f32.
+  struct Operands_bf16_f32 {
+    typedef optgen::bf16 Param;
+    static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
 }  // namespace variants::nadam_clip_grad_norm
 
-/// nadam, update stage: params and grads in f32, states in f32.
+/// nadam, update stage, storage f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::update_stage<variants::nadam::Update, variants::nadam::Group, float, float>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::nadam::Update, variants::nadam::Group, variants::nadam::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
-/// nadam, update stage: params and grads in bf16, states in f32.
+/// nadam, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::update_stage<variants::nadam::Update, variants::nadam::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::nadam::Update, variants::nadam::Group, variants::nadam::Operands_bf16_f32>(table, groups, inputs, reductions);
 }
 
 /// nadam: writes a value into the group table and recomputes the values the next step reads.
@@ -1797,28 +2120,28 @@ nadam_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
   optgen::group_kernel<variants::nadam::Group>(groups, write);
 }
 
-/// nadam_clip_grad_norm, reduce stage: params and grads in f32, states in f32.
+/// nadam_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 nadam_clip_grad_norm_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::reduce_stage<variants::nadam_clip_grad_norm::Reduce, variants::nadam_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::nadam_clip_grad_norm::Reduce, variants::nadam_clip_grad_norm::Group, variants::nadam_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
-/// nadam_clip_grad_norm, update stage: params and grads in f32, states in f32.
+/// nadam_clip_grad_norm, update stage, storage f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::update_stage<variants::nadam_clip_grad_norm::Update, variants::nadam_clip_grad_norm::Group, float, float>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::nadam_clip_grad_norm::Update, variants::nadam_clip_grad_norm::Group, variants::nadam_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
-/// nadam_clip_grad_norm, reduce stage: params and grads in bf16, states in f32.
+/// nadam_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 nadam_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::reduce_stage<variants::nadam_clip_grad_norm::Reduce, variants::nadam_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::nadam_clip_grad_norm::Reduce, variants::nadam_clip_grad_norm::Group, variants::nadam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
 }
 
-/// nadam_clip_grad_norm, update stage: params and grads in bf16, states in f32.
+/// nadam_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::update_stage<variants::nadam_clip_grad_norm::Update, variants::nadam_clip_grad_norm::Group, optgen::bf16, float>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::nadam_clip_grad_norm::Update, variants::nadam_clip_grad_norm::Group, variants::nadam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
 }
 
 /// nadam_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

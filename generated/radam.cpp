@@ -16,6 +16,11 @@ const KernelImages& radam();  // the kernels compiled at build time: radam_image
 namespace {
 namespace spec_reference = ::optgen::reference::radam;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant radam (clip_grad_norm=false) ----
 namespace variants::radam {
   [[maybe_unused]] const int kStates[] = {0, 1};
@@ -46,10 +51,10 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::radam::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::radam::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::radam_clip_grad_norm::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::radam_clip_grad_norm::kbf16_f32, 1, DType::BF16, DType::F32},
+    {variants::radam::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::radam::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::radam_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::radam_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -61,7 +66,7 @@ std::vector<double> values_of(const RAdam::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& RAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "RAdam", "radam",
+      /*abi_version=*/7, "optgen 0.2.0", "RAdam", "radam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -73,7 +78,8 @@ const OptimizerInfo& RAdam::info() {
 
 RAdam::RAdam() : RAdam(Options()) {}
 
-RAdam::RAdam(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+RAdam::RAdam(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t RAdam::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -99,8 +105,8 @@ RAdam::Options RAdam::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_radam_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_radam_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::RAdam::info(), optgen::values_of(optgen::RAdam::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -16,6 +16,11 @@ const KernelImages& rmsprop();  // the kernels compiled at build time: rmsprop_i
 namespace {
 namespace spec_reference = ::optgen::reference::rmsprop;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32};
+}  // namespace storage
 // ---- variant rmsprop (centered=false, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
@@ -118,22 +123,22 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::rmsprop::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::rmsprop::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::rmsprop_centered::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::rmsprop_centered::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::rmsprop_use_momentum::kf32_f32, 2, DType::F32, DType::F32},
-    {variants::rmsprop_use_momentum::kbf16_f32, 2, DType::BF16, DType::F32},
-    {variants::rmsprop_centered_use_momentum::kf32_f32, 3, DType::F32, DType::F32},
-    {variants::rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, DType::F32},
-    {variants::rmsprop_clip_grad_norm::kf32_f32, 4, DType::F32, DType::F32},
-    {variants::rmsprop_clip_grad_norm::kbf16_f32, 4, DType::BF16, DType::F32},
-    {variants::rmsprop_centered_clip_grad_norm::kf32_f32, 5, DType::F32, DType::F32},
-    {variants::rmsprop_centered_clip_grad_norm::kbf16_f32, 5, DType::BF16, DType::F32},
-    {variants::rmsprop_use_momentum_clip_grad_norm::kf32_f32, 6, DType::F32, DType::F32},
-    {variants::rmsprop_use_momentum_clip_grad_norm::kbf16_f32, 6, DType::BF16, DType::F32},
-    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kf32_f32, 7, DType::F32, DType::F32},
-    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kbf16_f32, 7, DType::BF16, DType::F32},
+    {variants::rmsprop::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_centered::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_centered::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_use_momentum::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_use_momentum::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_centered_use_momentum::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_clip_grad_norm::kf32_f32, 4, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_clip_grad_norm::kbf16_f32, 4, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_centered_clip_grad_norm::kf32_f32, 5, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_centered_clip_grad_norm::kbf16_f32, 5, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_use_momentum_clip_grad_norm::kf32_f32, 6, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_use_momentum_clip_grad_norm::kbf16_f32, 6, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kf32_f32, 7, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kbf16_f32, 7, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -145,7 +150,7 @@ std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha
 
 const OptimizerInfo& RMSprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "RMSprop", "rmsprop",
+      /*abi_version=*/7, "optgen 0.2.0", "RMSprop", "rmsprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -157,7 +162,8 @@ const OptimizerInfo& RMSprop::info() {
 
 RMSprop::RMSprop() : RMSprop(Options()) {}
 
-RMSprop::RMSprop(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+RMSprop::RMSprop(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t RMSprop::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -183,8 +189,8 @@ RMSprop::Options RMSprop::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_rmsprop_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_rmsprop_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::RMSprop::info(), optgen::values_of(optgen::RMSprop::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

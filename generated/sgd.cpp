@@ -16,6 +16,11 @@ const KernelImages& sgd();  // the kernels compiled at build time: sgd_images.cp
 namespace {
 namespace spec_reference = ::optgen::reference::sgd;
 
+/// Per storage the kernels are generated for, the dtype of each state, in declaration order.
+namespace storage {
+  [[maybe_unused]] const DType kf32_f32[] = {DType::F32};
+  [[maybe_unused]] const DType kbf16_f32[] = {DType::F32};
+}  // namespace storage
 // ---- variant sgd (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::sgd {
   [[maybe_unused]] const int kStates[] = {-1};
@@ -70,14 +75,14 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::sgd::kf32_f32, 0, DType::F32, DType::F32},
-    {variants::sgd::kbf16_f32, 0, DType::BF16, DType::F32},
-    {variants::sgd_use_momentum::kf32_f32, 1, DType::F32, DType::F32},
-    {variants::sgd_use_momentum::kbf16_f32, 1, DType::BF16, DType::F32},
-    {variants::sgd_clip_grad_norm::kf32_f32, 2, DType::F32, DType::F32},
-    {variants::sgd_clip_grad_norm::kbf16_f32, 2, DType::BF16, DType::F32},
-    {variants::sgd_use_momentum_clip_grad_norm::kf32_f32, 3, DType::F32, DType::F32},
-    {variants::sgd_use_momentum_clip_grad_norm::kbf16_f32, 3, DType::BF16, DType::F32},
+    {variants::sgd::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::sgd::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::sgd_use_momentum::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::sgd_use_momentum::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::sgd_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::sgd_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
+    {variants::sgd_use_momentum_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32},
+    {variants::sgd_use_momentum_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -89,7 +94,7 @@ std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum,
 
 const OptimizerInfo& SGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/6, "optgen 0.2.0", "SGD", "sgd",
+      /*abi_version=*/7, "optgen 0.2.0", "SGD", "sgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
@@ -101,7 +106,8 @@ const OptimizerInfo& SGD::info() {
 
 SGD::SGD() : SGD(Options()) {}
 
-SGD::SGD(const Options& options, DType state_dtype) : engine_(info(), values_of(options), state_dtype) {}
+SGD::SGD(const Options& options, StorageOptions storage)
+    : engine_(info(), values_of(options), std::move(storage)) {}
 
 std::size_t SGD::add_param_group(const std::vector<Tensor>& tensors) {
   return engine_.add_param_group(tensors, FusedOptimizer::Overrides{});
@@ -126,8 +132,8 @@ SGD::Options SGD::options(std::size_t group) const {
 
 }  // namespace optgen
 
-extern "C" int optgen_sgd_create(const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                    optgen_optimizer** out) {
+extern "C" int optgen_sgd_create(const char* const* names, const double* values, size_t count,
+                                    const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::create_for_c(optgen::SGD::info(), optgen::values_of(optgen::SGD::Options()), names, values,
-                              count, state_dtype, out);
+                              count, storage, out);
 }

@@ -178,8 +178,11 @@ class CudaEmitter {
     w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
     write_lines(w, template_text("kernel_abi.h"));
     w.line();
+    w.line("// ---- stochastic rounding's random stream (runtime/include/optgen/random.h, verbatim) ----");
+    write_lines(w, template_text("random.h"));
+    w.line();
     write_lines(w, render_template("kernel_support.cuh.in", {}));
-    for (const auto& v : variants) variant(w, v);
+    for (const auto& v : variants) variant(w, v, storage);
     for (const auto& v : variants) {
       for (const auto& s : storage)
         for (const auto& stage : v.stages) stage_kernel(w, v, s, stage);
@@ -197,7 +200,7 @@ class CudaEmitter {
                            : std::string()));
   }
 
-  void variant(CodeWriter& w, const Program& p) {
+  void variant(CodeWriter& w, const Program& p, const std::vector<Storage>& storage) {
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
     w.line();
@@ -218,7 +221,63 @@ class CudaEmitter {
       shaped_update_struct(w, p);
     else
       update_struct(w, p);
+    for (const auto& s : storage) {
+      w.line();
+      operands_struct(w, p, s);
+    }
   }
+
+  static const char* element_type(DType dtype) {
+    switch (dtype) {
+      case DType::F32: return "float";
+      case DType::BF16: return "optgen::bf16";
+      case DType::F16: return "optgen::f16";
+    }
+    throw InternalError("element_type: unknown dtype");
+  }
+
+  static const char* param_write(ParamWrite write) {
+    switch (write) {
+      case ParamWrite::Nearest: return "optgen::ParamWrite::kNearest";
+      case ParamWrite::Master: return "optgen::ParamWrite::kMaster";
+      case ParamWrite::Stochastic: return "optgen::ParamWrite::kStochastic";
+    }
+    throw InternalError("param_write: unknown param write");
+  }
+
+  /// The operand table of the variant's kernels in storage `s` (optgen/storage.h): each operand's
+  /// codec, the parameter's element type and how it is written.
+  static void operands_struct(CodeWriter& w, const Program& p, const Storage& s) {
+    const auto names = operand_names(p);
+    std::vector<DType> dtypes = {s.param_write == ParamWrite::Master ? DType::F32 : s.param, s.param};
+    for (const auto& state : p.states) dtypes.push_back(s.state_dtype(state));
+    std::string list;
+    for (size_t op = 0; op < names.size(); ++op) {
+      list += (op ? ", " : "") + names[op] + " " + to_string(dtypes[op]);
+      if (op == 0 && s.param_write == ParamWrite::Master)
+        list += std::string(" (its master copy; the param ") + to_string(s.param) + ")";
+      if (op == 0 && s.param_write == ParamWrite::Stochastic) list += " (rounded stochastically)";
+    }
+    w.line("/// Storage " + s.text() + ": " + list + ".");
+    auto st = w.block("struct " + operands_struct_name(s), "};");
+    w.line(std::string("typedef ") + element_type(s.param) + " Param;");
+    w.line("static constexpr int kVector = " + std::to_string(16 / size_of(dtypes[0])) +
+           ";  // elements per thread and access: 16 bytes of operand 0");
+    w.line(std::string("static constexpr optgen::ParamWrite kParamWrite = ") + param_write(s.param_write) + ";");
+    // Bit masks of operand indices, as Reduce::loads: folded once the operand loops are unrolled
+    // (a chain of comparisons was not always, and cost registers).
+    unsigned bf16 = 0, f16 = 0;
+    for (size_t op = 0; op < names.size(); ++op) {
+      if (dtypes[op] == DType::BF16) bf16 |= 1u << op;
+      if (dtypes[op] == DType::F16) f16 |= 1u << op;
+    }
+    w.line("static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {");
+    w.line("  return ((" + hex(bf16) + " >> op_) & 1u) ? optgen::Codec::kBF16 : ((" + hex(f16) +
+           " >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;");
+    w.line("}");
+  }
+
+  static std::string operands_struct_name(const Storage& s) { return "Operands_" + s.name(); }
 
   void group_values_struct(CodeWriter& w, const Program& p) {
     w.line("/// Computed once per step and param group by Group::step, kept in the group table, read by the");
@@ -749,8 +808,7 @@ class CudaEmitter {
 
   void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
     w.line();
-    w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage: params and grads in " + to_string(s.param) +
-           ", states in " + to_string(s.state) + ".");
+    w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage, storage " + s.text() + ".");
     const char* bounds = uses_shapes(p)                    ? "OPTGEN_SHAPED_LAUNCH_BOUNDS"
                          : stage.kind == StageKind::Reduce ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
                                                            : "OPTGEN_LAUNCH_BOUNDS";
@@ -759,7 +817,8 @@ class CudaEmitter {
         w.block(kernel_name(p, s, stage) +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
                 "const optgen::ReductionTable reductions)");
-    const std::string types = "variants::" + p.variant + "::Group, " + cuda_type(s.param) + ", " + cuda_type(s.state);
+    const std::string types =
+        "variants::" + p.variant + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
     const std::string driver = uses_shapes(p) ? "optgen::shaped_" : "optgen::";
     switch (stage.kind) {
       case StageKind::Reduce:

@@ -39,7 +39,36 @@ std::map<std::string, std::string> common(const Spec& spec) {
           {"generator", generator_banner()}};
 }
 
-std::string storage_enum(StorageType t) { return std::string("DType::") + enum_name(t); }
+std::string dtype_enum(DType t) {
+  switch (t) {
+    case DType::F32: return "DType::F32";
+    case DType::BF16: return "DType::BF16";
+    case DType::F16: return "DType::F16";
+  }
+  throw InternalError("dtype_enum: unknown dtype");
+}
+
+std::string param_write_enum(ParamWrite w) {
+  switch (w) {
+    case ParamWrite::Nearest: return "ParamWrite::Nearest";
+    case ParamWrite::Master: return "ParamWrite::Master";
+    case ParamWrite::Stochastic: return "ParamWrite::Stochastic";
+  }
+  throw InternalError("param_write_enum: unknown param write");
+}
+
+/// `namespace storage`: per storage the kernels are generated for, each declared state's dtype.
+void storage_namespace(CodeWriter& w, const Spec& spec, const std::vector<Storage>& storage) {
+  if (spec.states.empty()) return;
+  w.line("/// Per storage the kernels are generated for, the dtype of each state, in declaration order.");
+  auto ns = w.block("namespace storage", "}  // namespace storage");
+  for (const Storage& s : storage) {
+    std::string dtypes;
+    for (const auto& state : spec.states)
+      dtypes += (dtypes.empty() ? "" : ", ") + dtype_enum(s.state_dtype(state.name));
+    w.line("[[maybe_unused]] const DType k" + s.name() + "[] = {" + dtypes + "};");
+  }
+}
 
 std::string reduction_scope(ReduceScope scope) {
   switch (scope) {
@@ -122,9 +151,11 @@ std::string variant_row(const VariantRow& v) {
 }
 
 /// The kernel's row of the launcher's kernel table.
-std::string kernel_row(const KernelRow& k, const KernelTables& tables) {
+std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_states) {
   return "    {variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + ", " +
-         std::to_string(k.variant) + ", " + storage_enum(k.storage.param) + ", " + storage_enum(k.storage.state) + "},";
+         std::to_string(k.variant) + ", " + dtype_enum(k.storage.param) + ", " +
+         param_write_enum(k.storage.param_write) + ", " +
+         (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + "},";
 }
 
 /// The hyperparameters' values, in declaration order, from an `Options` named `o` (derived flags
@@ -207,11 +238,12 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
                                  const std::set<std::string>& with_kernels) {
   const KernelTables tables = kernel_tables(variants, storage, with_kernels);
   CodeWriter w, variant_table, kernel_table;
+  storage_namespace(w, spec, storage);
   for (size_t i = 0; i < variants.size(); ++i) {
     variant_namespace(w, variants[i], tables, static_cast<int>(i));
     variant_table.line(variant_row(tables.variants[i]));
   }
-  for (const KernelRow& k : tables.kernels) kernel_table.line(kernel_row(k, tables));
+  for (const KernelRow& k : tables.kernels) kernel_table.line(kernel_row(k, tables, !spec.states.empty()));
 
   auto values = common(spec);
   values["variants"] = w.str();

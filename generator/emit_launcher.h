@@ -11,7 +11,7 @@
 #include "emit_cuda.h"
 #include "ir.h"
 #include "spec.h"
-#include "storage.h"
+#include "optgen/storage.h"
 
 namespace optgen {
 

@@ -57,7 +57,8 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
   command.add_option("--out", args.out_dir, "the directory to write into")->required();
   command
       .add_option("--storage", storage,
-                  "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16 (PARAM[:STATE]; default: the spec's "
+                  "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16,bf16+master "
+                  "(PARAM[+master|+sr][:STATES][:STATE=DTYPE]...; default: the spec's "
                   "'storage:', else f32,bf16)")
       ->delimiter(',');
   command.add_option("--variants", variants, "generate kernels for these variants only, e.g. adam (default: all)")
@@ -264,7 +265,13 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
                 << time_since(start) << std::endl;
     return;
   }
-  const auto storage = optgen::storage_to_generate(args.storage, spec.storage);
+  std::vector<optgen::Storage> storage;
+  for (const auto& requested : optgen::storage_to_generate(args.storage, spec.storage)) {
+    std::string error;
+    auto canonical = optgen::canonical_storage(requested, spec.state_names(), &error);
+    if (!canonical) throw UsageError("--storage: " + error);
+    storage.push_back(*canonical);
+  }
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
   if (args.command == "compile") {

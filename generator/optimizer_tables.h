@@ -13,7 +13,7 @@
 #include "ir.h"
 #include "shapes.h"
 #include "spec.h"
-#include "storage.h"
+#include "optgen/storage.h"
 
 namespace optgen {
 

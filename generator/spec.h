@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "diagnostic.h"
-#include "storage.h"
+#include "optgen/storage.h"
 #include "syntax.h"
 
 namespace optgen {
@@ -91,8 +91,8 @@ struct Spec {
   Block per_step;
   Block update;
   SourceLoc update_loc;  ///< the `update:` key
-  /// Storage combinations to generate kernels for (`storage:`); empty: the build's choice, else
-  /// default_storage().
+  /// Storage combinations to generate kernels for (`storage:`, each canonical_storage); empty: the
+  /// build's choice, else default_storage().
   std::vector<Storage> storage;
   /// Global-norm clipping (clipping.h): on unless `grad_clipping: false`; `max_grad_norm`'s
   /// default (`grad_clipping: {max_grad_norm: X}`, else 0: off); the key, or `optimizer:`.
@@ -102,6 +102,7 @@ struct Spec {
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
   int state_index(const std::string& name) const;    ///< -1 when absent
+  std::vector<std::string> state_names() const;      ///< in declaration order
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
 };
 

@@ -296,18 +296,22 @@ void load_names(const Loader& loader, const YAML::Node& root, Spec& spec) {
   if (root["reference"]) spec.reference = loader.scalar(root["reference"], "'reference'");
 }
 
-/// `storage:`, a list of PARAM[:STATE] types without repeats.
+/// `storage:`, a list of storage types (optgen/storage.h: PARAM[+master|+sr][:STATES][:STATE=DTYPE]...)
+/// without repeats, checked against the spec's states (loaded before).
 void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
   if (!storage.IsSequence() || storage.size() == 0)
     loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
   for (const auto& item : storage) {
     std::string error;
     auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
-    if (!parsed) loader.fail(item, error, "write PARAM or PARAM:STATE, e.g. bf16 or \"bf16:bf16\"");
-    if (std::find(spec.storage.begin(), spec.storage.end(), *parsed) != spec.storage.end())
-      loader.fail(item, std::string("storage ") + to_string(parsed->param) + ":" + to_string(parsed->state) +
-                            " is listed twice");
-    spec.storage.push_back(*parsed);
+    if (!parsed)
+      loader.fail(item, error,
+                  "write PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16, \"bf16:bf16\" or \"bf16+master\"");
+    auto canonical = canonical_storage(*parsed, spec.state_names(), &error);
+    if (!canonical) loader.fail(item, error);
+    if (std::find(spec.storage.begin(), spec.storage.end(), *canonical) != spec.storage.end())
+      loader.fail(item, "storage " + canonical->text() + " is listed twice");
+    spec.storage.push_back(*canonical);
   }
 }
 
@@ -424,7 +428,6 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
     if (!root[required])
       throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
   load_names(loader, root, spec);
-  if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);
   load_grad_clipping(loader, root, spec);
 
   // Hyperparameters, states and scalar states share one namespace.
@@ -450,6 +453,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       spec.scalar_states.push_back(load_scalar_state(loader, key, value, spec));
     }
   }
+  if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);
 
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
@@ -476,6 +480,12 @@ int Spec::state_index(const std::string& n) const {
   for (size_t i = 0; i < states.size(); ++i)
     if (states[i].name == n) return static_cast<int>(i);
   return -1;
+}
+
+std::vector<std::string> Spec::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& s : states) names.push_back(s.name);
+  return names;
 }
 
 std::vector<const Hyperparameter*> Spec::flags() const {

@@ -7,11 +7,11 @@
 #include "optgen/spec_at_run_time.h"
 
 extern "C" int optgen_create_from_spec(const char* path, const char* const* names, const double* values, size_t count,
-                                       int32_t state_dtype, optgen_optimizer** out) {
+                                       const optgen_storage* storage, optgen_optimizer** out) {
   return optgen::guarded_for_c([&] {
     const char* call = "optgen_create_from_spec";
     if (path == nullptr || out == nullptr) throw optgen::Error(call, "path or out is NULL");
     auto spec = std::make_shared<const optgen::RuntimeSpec>(optgen::load_spec_at_run_time(path));
-    *out = optgen::new_optimizer_for_c(call, spec->info(), spec->defaults(), names, values, count, state_dtype, spec);
+    *out = optgen::new_optimizer_for_c(call, spec->info(), spec->defaults(), names, values, count, storage, spec);
   });
 }

@@ -36,6 +36,7 @@ struct RuntimeSpec::Impl {
   std::vector<std::vector<StatePresence>> state_presence;   ///< per variant (empty: every state always)
   std::vector<VariantInfo> variants;
   std::vector<std::vector<const char*>> stage_names;  ///< per kernel
+  std::vector<std::vector<DType>> state_dtypes;       ///< per kernel, per state of the spec
   std::vector<KernelInfo> kernels;
   std::vector<const char*> compile_options;
   KernelImages images{};
@@ -58,15 +59,6 @@ reference::ValueType runtime_type(ValueType type) {
     case ValueType::Float: return reference::ValueType::Float;
   }
   throw InternalError("runtime_type: unknown value type");
-}
-
-DType runtime_dtype(StorageType type) {
-  switch (type) {
-    case StorageType::F32: return DType::F32;
-    case StorageType::BF16: return DType::BF16;
-    case StorageType::F16: return DType::F16;
-  }
-  throw InternalError("runtime_dtype: unknown storage type");
 }
 
 std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& rows) {
@@ -121,7 +113,8 @@ std::vector<Storage> requested_storage(const SpecOptions& options, const std::st
   for (const std::string& item : options.storage) {
     std::string error;
     std::optional<Storage> parsed = parse_storage(item, &error);
-    if (!parsed) throw Error(call, "SpecOptions::storage: " + error, "e.g. \"f32\", \"bf16\" or \"bf16:bf16\"");
+    if (!parsed)
+      throw Error(call, "SpecOptions::storage: " + error, "e.g. \"f32\", \"bf16\", \"bf16:bf16\" or \"bf16+master\"");
     if (std::find(storage.begin(), storage.end(), *parsed) != storage.end())
       throw Error(call, "SpecOptions::storage lists " + item + " twice");
     storage.push_back(*parsed);
@@ -177,8 +170,14 @@ void RuntimeSpec::Impl::describe_kernels() {
   }
   for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
     const KernelRow& k = kernel_tables.kernels[i];
-    kernels.push_back(
-        {stage_names[i].data(), k.variant, runtime_dtype(k.storage.param), runtime_dtype(k.storage.state)});
+    std::vector<DType> dtypes;
+    for (const StateRow& state : spec_tables.states) dtypes.push_back(k.storage.state_dtype(state.name));
+    state_dtypes.push_back(std::move(dtypes));
+  }
+  for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
+    const KernelRow& k = kernel_tables.kernels[i];
+    kernels.push_back({stage_names[i].data(), k.variant, k.storage.param, k.storage.param_write,
+                       state_dtypes[i].empty() ? nullptr : state_dtypes[i].data()});
   }
 }
 
@@ -233,8 +232,14 @@ RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& op
   try {
     const Spec spec = load_spec(path);
     const std::vector<Program> compiled = compile_spec(spec);
-    return RuntimeSpec(
-        std::make_unique<const RuntimeSpec::Impl>(spec, compiled, storage_to_generate(requested, spec.storage)));
+    std::vector<Storage> storage;
+    for (const Storage& s : storage_to_generate(requested, spec.storage)) {
+      std::string error;
+      auto canonical = canonical_storage(s, spec.state_names(), &error);
+      if (!canonical) throw Error("optgen::load_spec_at_run_time(" + path + ")", "SpecOptions::storage: " + error);
+      storage.push_back(*canonical);
+    }
+    return RuntimeSpec(std::make_unique<const RuntimeSpec::Impl>(spec, compiled, storage));
   } catch (const SpecError& e) {
     throw SpecLoadError(e.what());
   }

@@ -66,10 +66,10 @@ TEST_CASE("found_inf skips the whole step on the device, and grad_scale unscales
             continue;
           }
           ++steps;
-          StateSnapshot before = snapshot_states(opt, ref, 0, group, DType::F32);
+          StateSnapshot before = snapshot_states(opt, ref, 0, group);
           opt.step(nullptr, {grad_scale.get(), found_inf.get()});
           synchronize();
-          check_group(opt, ref, 0, group, before, scalar_state, steps, DType::F32, result, kScale);
+          check_group(opt, ref, 0, group, before, scalar_state, steps, result, kScale);
           CHECK(opt.step_count(0) == steps);
         }
         INFO("worst relative error against the reference, unscaling by " << kScale << ": " << result.worst << " in "

@@ -14,7 +14,7 @@
 #include "emit_reference.h"
 #include "expr_printer.h"
 #include "spec.h"
-#include "storage.h"
+#include "optgen/storage.h"
 
 namespace {
 

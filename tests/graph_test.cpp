@@ -67,7 +67,7 @@ TEST_CASE("a captured step replayed N times equals N eager steps, with lr change
           graphed.set("lr", new_lr);  // enqueued on the capture's stream, between replays
           capture.replay();
           capture.synchronize();
-          compare_step(eager, ref, eager_group, scalar_state, step, DType::F32, result);
+          compare_step(eager, ref, eager_group, scalar_state, step, result);
         }
         INFO("eager against the CPU reference: worst relative error " << result.worst << " in " << result.where);
         CHECK(result.worst <= 1e-5);

@@ -53,7 +53,7 @@ TEST_CASE("a state with init: param: the kernels match the reference from NaN me
   Comparison result;
   for (std::int64_t step = 1; step <= 3; ++step) {
     group.new_gradients(rng);
-    compare_step(opt, ref, group, scalar_state, step, DType::F32, result);
+    compare_step(opt, ref, group, scalar_state, step, result);
   }
   std::size_t not_finite = 0;
   for (const auto& p : group.params)

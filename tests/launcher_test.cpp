@@ -73,8 +73,7 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   optgen::Tensor half = t;
   half.dtype = DType::F16;
   CHECK_THAT(error_of([&] { sgd.add_param_group({half}, optgen::FusedOptimizer::Overrides{}); }),
-             Catch::Contains("no kernel for variant sgd with f16 params and f32 states was generated") &&
-                 Catch::Contains("sgd f32:f32, sgd bf16:f32") &&
+             Catch::Contains("no kernel for variant sgd with storage f16 was generated (its kernels: f32, bf16)") &&
                  Catch::Contains("fix: add \"f16\" to the spec's 'storage:'"));
 
   optgen::Tensor bf16 = t;
@@ -93,8 +92,21 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
              }),
              Catch::Contains("amsgrad is a bool; got 2"));
   CHECK_THAT(error_of([&] { opt.add_param_group({t}, {{"lr", NAN}}); }), Catch::Contains("lr is NaN"));
-  CHECK_THAT(error_of([&] { optgen::FusedOptimizer(info, optgen::default_hyperparameters(info), DType::F16); }),
-             Catch::Contains("states cannot be stored in f16"));
+  CHECK_THAT(error_of([&] {
+               optgen::FusedOptimizer(
+                   info, optgen::default_hyperparameters(info),
+                   optgen::StorageOptions{DType::F32, {{"exp_avg_sqq", DType::F32}}, optgen::ParamWrite::Nearest, 0});
+             }),
+             Catch::Contains("names state 'exp_avg_sqq', which Adam does not have") &&
+                 Catch::Contains("its states: exp_avg, exp_avg_sq, max_exp_avg_sq"));
+  CHECK_THAT(
+      error_of([&] {
+        optgen::FusedOptimizer(
+            info, optgen::default_hyperparameters(info),
+            optgen::StorageOptions{
+                DType::F32, {{"exp_avg", DType::F32}, {"exp_avg", DType::BF16}}, optgen::ParamWrite::Nearest, 0});
+      }),
+      Catch::Contains("gives state 'exp_avg' a dtype twice"));
   CHECK_THAT(error_of([&] { opt.set("lr", 0.1, 3); }), Catch::Contains("no param group 3"));
   CHECK_THAT(error_of([&] { opt.set_chunk_size(100); }), Catch::Contains("must be a multiple of 64"));
   CHECK(opt.num_groups() == 0);
@@ -112,10 +124,10 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
   optgen_optimizer* opt = nullptr;
   const char* bad_name[] = {"beta3"};
   const double value[] = {0.5};
-  CHECK(optgen_adam_create(bad_name, value, 1, OPTGEN_F32, &opt) == -1);
+  CHECK(optgen_adam_create(bad_name, value, 1, nullptr, &opt) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("Adam has no hyperparameter 'beta3'"));
   const char* lr[] = {"lr"};
-  REQUIRE(optgen_adam_create(lr, value, 1, OPTGEN_F32, &opt) == 0);
+  REQUIRE(optgen_adam_create(lr, value, 1, nullptr, &opt) == 0);
   CHECK(std::string(optgen_last_error()).empty());
   double got = 0;
   CHECK(optgen_get(opt, "lr", 0, &got) == -1);  // no group yet
@@ -167,13 +179,16 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
 
 TEST_CASE("the C ABI describes an optimizer: names, types, defaults, states and which a group has", "[launcher]") {
   optgen_optimizer* opt = nullptr;
-  REQUIRE(optgen_rmsprop_create(nullptr, nullptr, 0, OPTGEN_BF16, &opt) == 0);
+  optgen_storage storage{OPTGEN_BF16, 0, nullptr, nullptr, OPTGEN_PARAM_NEAREST, 0};
+  REQUIRE(optgen_rmsprop_create(nullptr, nullptr, 0, &storage, &opt) == 0);
   CHECK(std::string(optgen_name(opt)) == "RMSprop");
   CHECK(std::string(optgen_spec(opt)) == "rmsprop");
   CHECK(optgen_name(nullptr) == nullptr);
   int32_t dtype = -1;
-  CHECK(optgen_state_dtype(opt, &dtype) == 0);
+  CHECK(optgen_state_dtype(opt, "square_avg", &dtype) == 0);
   CHECK(dtype == OPTGEN_BF16);
+  CHECK(optgen_state_dtype(opt, "no_such_state", &dtype) == -1);
+  CHECK_THAT(optgen_last_error(), Catch::Contains("no state 'no_such_state'"));
 
   size_t n = 0;
   REQUIRE(optgen_num_hyperparameters(opt, &n) == 0);
@@ -213,7 +228,7 @@ TEST_CASE("the C ABI describes an optimizer: names, types, defaults, states and 
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("expected 10 hyperparameters, got 2"));
   optgen_destroy(opt);
 
-  REQUIRE(optgen_asgd_create(nullptr, nullptr, 0, OPTGEN_F32, &opt) == 0);
+  REQUIRE(optgen_asgd_create(nullptr, nullptr, 0, nullptr, &opt) == 0);
   REQUIRE(optgen_num_scalar_states(opt, &n) == 0);
   REQUIRE(n == 2);
   REQUIRE(optgen_describe_scalar_state(opt, 0, &s) == 0);
@@ -253,10 +268,11 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   int combinations = 0;
   for (const auto& entry : optgen::builtin_launchers()) combinations += entry.second->num_kernels;
   // Every variant x {f32, bf16 params with f32 states}; adam's and adamw's also x {f16 params, bf16
-  // states with bf16 or f32 params}; adafactor's also x f16 params.
+  // states with bf16 or f32 params, bf16 and f16 params with master copies, bf16 params rounded
+  // stochastically, bf16 moments with an f32 exp_avg_sq}; adafactor's also x f16 params.
   int variants = 0;
   for (const auto& entry : optgen::builtin_launchers()) variants += entry.second->num_variants;
-  CHECK(combinations == 2 * variants + 3 * (4 + 4) + 2);  // adam and adamw: 4 variants each; adafactor 2
+  CHECK(combinations == 2 * variants + 7 * (4 + 4) + 2);  // adam and adamw: 4 variants each; adafactor 2
   CHECK(optgen::builtin_launchers().size() == builtin_spec_count());
   for (const auto& [name, info] : optgen::builtin_launchers()) {
     const auto& ref = reference_of(name);
@@ -264,7 +280,7 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
       const optgen::KernelInfo& kernel = info->kernels[k];
       DYNAMIC_SECTION(kernel.stages[0]) {
         std::vector<double> h = hyperparameters_for(*info, kernel.variant);
-        optgen::FusedOptimizer opt(*info, h, kernel.state);
+        optgen::FusedOptimizer opt(*info, h, storage_of(*info, kernel));
         opt.set_chunk_size(65536);
         DeviceGroup group(kernel.param, shapes, misaligned, rng);
         opt.add_param_group(group.tensors, h);
@@ -272,11 +288,11 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
         Comparison result;
         for (std::int64_t step = 1; step <= 3; ++step) {
           group.new_gradients(rng);
-          compare_step(opt, ref, group, scalar_state, step, kernel.state, result);
+          compare_step(opt, ref, group, scalar_state, step, result);
           CHECK(opt.launches_last_step() == info->variants[kernel.variant].num_stages);
         }
         INFO(kernel.stages[0] << ": worst relative error " << result.worst << " in " << result.where);
-        CHECK(result.worst <= tolerance(kernel.param, kernel.state));
+        CHECK(result.worst <= tolerance(*info, kernel));
       }
     }
   }
@@ -300,7 +316,7 @@ TEST_CASE("10,000 tensors are updated by one launch", "[gpu]") {
   Comparison result;
   for (std::int64_t step = 1; step <= 2; ++step) {
     group.new_gradients(rng);
-    compare_step(opt, reference_of("adam"), group, scalar_state, step, DType::F32, result);
+    compare_step(opt, reference_of("adam"), group, scalar_state, step, result);
     CHECK(opt.launches_last_step() == 1);
   }
   INFO("worst relative error " << result.worst << " in " << result.where);
@@ -327,13 +343,13 @@ TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]
       for (std::int64_t step = 1; step <= 2; ++step) {
         for (auto& g : device_groups) g->new_gradients(rng);
         std::vector<StateSnapshot> before;
-        for (int g = 0; g < groups; ++g) before.push_back(snapshot_states(opt, ref, g, *device_groups[g], DType::F32));
+        for (int g = 0; g < groups; ++g) before.push_back(snapshot_states(opt, ref, g, *device_groups[g]));
         opt.step();
         synchronize();
         CHECK(opt.launches_last_step() == 1);
         for (int g = 0; g < groups; ++g) {
           Comparison result;
-          check_group(opt, ref, g, *device_groups[g], before[g], scalar_states[g], step, DType::F32, result);
+          check_group(opt, ref, g, *device_groups[g], before[g], scalar_states[g], step, result);
           INFO("worst relative error " << result.worst << " in " << result.where);
           CHECK(result.worst <= 1e-5);
         }
@@ -443,7 +459,7 @@ TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
   optgen_optimizer* opt = nullptr;
   const char* names[] = {"lr"};
   const double values[] = {0.5};
-  REQUIRE(optgen_sgd_create(names, values, 1, OPTGEN_F32, &opt) == 0);
+  REQUIRE(optgen_sgd_create(names, values, 1, nullptr, &opt) == 0);
   optgen_tensor t{
       group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr};
   size_t index = 99;

@@ -42,7 +42,7 @@ TEST_CASE("per-tensor values on the GPU match the CPU reference", "[gpu]") {
   Comparison result;
   for (std::int64_t step = 1; step <= 4; ++step) {
     group.new_gradients(rng);
-    compare_step(opt, ref, group, scalar_state, step, DType::F32, result);
+    compare_step(opt, ref, group, scalar_state, step, result);
   }
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= 1e-5);

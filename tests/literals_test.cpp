@@ -61,7 +61,7 @@ TEST_CASE("literals and text: the kernels match the reference", "[gpu]") {
   Comparison result;
   for (std::int64_t step = 1; step <= 3; ++step) {
     group.new_gradients(rng);
-    compare_step(opt, ref, group, scalar_state, step, DType::F32, result);
+    compare_step(opt, ref, group, scalar_state, step, result);
   }
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= 1e-5);

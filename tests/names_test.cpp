@@ -147,7 +147,7 @@ TEST_CASE("names the generated code uses for itself: the kernels match the refer
   Comparison result;
   for (std::int64_t step = 1; step <= 3; ++step) {
     group.new_gradients(rng);
-    compare_step(opt, ref, group, scalar_state, step, DType::F32, result);
+    compare_step(opt, ref, group, scalar_state, step, result);
   }
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= 1e-5);

@@ -25,15 +25,25 @@ std::vector<std::string> builtin_specs() {
 TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_80 and sm_90 without spills", "[nvrtc]") {
   std::string why;
   REQUIRE(optgen::nvrtc::available(&why));
-  const std::vector<optgen::Storage> every_storage = {{optgen::StorageType::F32, optgen::StorageType::F32},
-                                                      {optgen::StorageType::BF16, optgen::StorageType::F32},
-                                                      {optgen::StorageType::F16, optgen::StorageType::F32},
-                                                      {optgen::StorageType::BF16, optgen::StorageType::BF16},
-                                                      {optgen::StorageType::F32, optgen::StorageType::BF16}};
+  // Every codec in every role: each params' dtype, a master copy, stochastic rounding, each states'
+  // dtype, and a state of its own dtype (the spec's first, where it has one).
+  const std::vector<std::string> every_storage_text = {
+      "f32", "bf16", "f16", "bf16:bf16", "f32:bf16", "f32:f16", "bf16+master", "f16+master:bf16", "bf16+sr:bf16"};
   int kernels = 0;
   for (const auto& path : builtin_specs()) {
     optgen::Spec spec = optgen::load_spec(path);
     auto variants = optgen::compile_spec(spec);
+    std::vector<optgen::Storage> every_storage;
+    std::vector<std::string> texts = every_storage_text;
+    if (!spec.states.empty()) texts.push_back("bf16:bf16:" + spec.states[0].name + "=f32");
+    for (const std::string& text : texts) {
+      std::string error;
+      auto parsed = optgen::parse_storage(text, &error);
+      REQUIRE(parsed);
+      auto canonical = optgen::canonical_storage(*parsed, spec.state_names(), &error);
+      REQUIRE(canonical);
+      every_storage.push_back(*canonical);
+    }
     const std::string source = optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning());
     for (int arch : {80, 90}) {
       auto options = optgen::kernel_compile_options();

@@ -115,10 +115,28 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
   return diff / std::max(norm, 1e-6);
 }
 
-double tolerance(DType param, DType state) {
-  if (param == DType::BF16 || state == DType::BF16) return 1e-2;
-  if (param == DType::F16) return 2e-3;
+double tolerance(DType param, const std::vector<DType>& states) {
+  const auto any = [&](DType d) { return param == d || std::find(states.begin(), states.end(), d) != states.end(); };
+  if (any(DType::BF16)) return 1e-2;
+  if (any(DType::F16)) return 2e-3;
   return 1e-5;
+}
+
+std::vector<DType> state_dtypes(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel) {
+  return std::vector<DType>(kernel.state_dtypes, kernel.state_dtypes + info.num_states);
+}
+
+double tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel) {
+  return tolerance(kernel.param, state_dtypes(info, kernel));
+}
+
+optgen::StorageOptions storage_of(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel) {
+  optgen::StorageOptions storage;
+  for (int s = 0; s < info.num_states; ++s)
+    storage.state_dtypes.emplace_back(info.states[s].name, kernel.state_dtypes[s]);
+  storage.param_write = kernel.param_write;
+  storage.seed = 0x5eed0f0e7a11ull;
+  return storage;
 }
 
 DeviceGroup::DeviceGroup(DType type, const std::vector<std::int64_t>& numels, const std::vector<bool>& misaligned,
@@ -196,17 +214,20 @@ void DeviceGroup::set_device_bytes(const std::vector<std::vector<unsigned char>>
 }
 
 StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref,
-                              std::size_t group, const DeviceGroup& g, DType state_dtype) {
+                              std::size_t group, const DeviceGroup& g) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
-  StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states));
-  for (size_t t = 0; t < g.sizes.size(); ++t)
+  StateSnapshot states(g.sizes.size(), std::vector<std::vector<float>>(info.num_states + 1));
+  for (size_t t = 0; t < g.sizes.size(); ++t) {
     for (int s = 0; s < info.num_states; ++s)
       if (ref.state_present(h.data(), s)) {
         // Its own size (a row or column state's), nothing when absent for this tensor.
         const optgen::StateBuffer b = opt.state(info.states[s].name, group, t);
-        if (b.data) states[t][s] = download(state_dtype, b.data, static_cast<size_t>(b.numel));
+        if (b.data) states[t][s] = download(b.dtype, b.data, static_cast<size_t>(b.numel));
       }
+    const optgen::StateBuffer master = opt.master_weights(group, t);
+    if (master.data) states[t][info.num_states] = download(DType::F32, master.data, static_cast<size_t>(master.numel));
+  }
   return states;
 }
 
@@ -215,11 +236,15 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
 /// worst relative error in `result`. Afterwards `g` holds the device's values.
 void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                  DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
-                 DType state_dtype, Comparison& result, float grad_scale) {
+                 Comparison& result, float grad_scale) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
   std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
   std::vector<optgen::reference::Tensor<float>> tensors;
+  // With a master copy, the reference updates the master; the param must be the master rounded.
+  const bool master = opt.storage().param_write == optgen::ParamWrite::Master;
+  std::vector<DType> dtypes;
+  for (int s = 0; s < info.num_states; ++s) dtypes.push_back(opt.state_dtype(info.states[s].name));
   for (size_t t = 0; t < g.sizes.size(); ++t) {
     for (int s = 0; s < info.num_states; ++s)
       state_pointers[t][s] = states[t][s].empty() ? nullptr : states[t][s].data();
@@ -227,12 +252,13 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
     const bool factored = t < g.shapes.size() && g.shapes[t].size() >= 2;
     const size_t rows = factored ? static_cast<size_t>(g.shapes[t][g.shapes[t].size() - 2]) : 0;
     const size_t cols = factored ? static_cast<size_t>(g.shapes[t].back()) : 0;
+    float* param = master ? states[t][info.num_states].data() : g.params[t].data();
     tensors.push_back(
-        {static_cast<size_t>(g.sizes[t]), g.params[t].data(), g.grads[t].data(), state_pointers[t].data(), rows, cols});
+        {static_cast<size_t>(g.sizes[t]), param, g.grads[t].data(), state_pointers[t].data(), rows, cols});
   }
   ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
 
-  const double limit = tolerance(g.dtype, state_dtype);
+  const double limit = tolerance(g.dtype, dtypes);
   for (size_t t = 0; t < g.sizes.size(); ++t) {
     auto check = [&](const std::string& what, DType type, const void* device, std::vector<float>& expected) {
       std::vector<float> actual = download(type, device, expected.size());
@@ -251,10 +277,17 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
       }
       expected = actual;  // the next step starts from the device's values
     };
+    if (master) {
+      std::vector<float>& expected = states[t][info.num_states];
+      for (size_t i = 0; i < expected.size(); ++i) g.params[t][i] = round_to(g.dtype, expected[i]);
+      check("master copy", DType::F32, opt.master_weights(group, t).data, expected);
+    }
     check("param", g.dtype, g.tensors[t].param, g.params[t]);
     for (int s = 0; s < info.num_states; ++s)
-      if (!states[t][s].empty())
-        check(info.states[s].name, state_dtype, opt.state(info.states[s].name, group, t).data, states[t][s]);
+      if (!states[t][s].empty()) {
+        const optgen::StateBuffer b = opt.state(info.states[s].name, group, t);
+        check(info.states[s].name, b.dtype, b.data, states[t][s]);
+      }
   }
 }
 
@@ -263,11 +296,11 @@ void synchronize() { optgen::driver::check(optgen::driver::api().cuCtxSynchroniz
 /// One step on the GPU and, from the same starting values, on the CPU reference, for a
 /// single-group optimizer.
 void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
-                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result) {
-  StateSnapshot states = snapshot_states(opt, ref, 0, g, state_dtype);
+                  std::vector<double>& ref_scalar_state, std::int64_t step, Comparison& result) {
+  StateSnapshot states = snapshot_states(opt, ref, 0, g);
   opt.step();
   synchronize();
-  check_group(opt, ref, 0, g, states, ref_scalar_state, step, state_dtype, result);
+  check_group(opt, ref, 0, g, states, ref_scalar_state, step, result);
 }
 
 std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h) {
@@ -284,13 +317,23 @@ optgen::Tensor fake_tensor(std::int64_t numel) {
   return {reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), numel, DType::F32};
 }
 
+std::vector<unsigned char> master_bytes(const optgen::FusedOptimizer& opt, std::size_t group, std::size_t tensor) {
+  const optgen::StateBuffer b = opt.master_weights(group, tensor);
+  std::vector<unsigned char> bytes(static_cast<size_t>(b.numel) * sizeof(float));
+  if (!bytes.empty())
+    optgen::driver::check(
+        optgen::driver::api().cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(b.data), bytes.size()),
+        "cuMemcpyDtoH");
+  return bytes;
+}
+
 std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer& opt) {
   std::vector<std::vector<unsigned char>> bytes;
   const auto& info = opt.info();
   for (std::size_t g = 0; g < opt.num_groups(); ++g)
     for (std::size_t t = 0; t < opt.num_tensors(g); ++t)
       for (int s = 0; s < info.num_states; ++s) {
-        optgen::StateBuffer b{nullptr, 0, opt.state_dtype()};
+        optgen::StateBuffer b{nullptr, 0, DType::F32};
         try {
           b = opt.state(info.states[s].name, g, t);
         } catch (const optgen::Error&) {

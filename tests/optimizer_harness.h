@@ -43,7 +43,12 @@ std::vector<float> download(DType type, const void* device, size_t count);
 /// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b);
 /// The largest relative error a GPU step may have against the CPU reference in float.
-double tolerance(DType param, DType state);
+double tolerance(DType param, const std::vector<DType>& states);
+double tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel);
+/// Each state's dtype in a kernel set (declaration order).
+std::vector<DType> state_dtypes(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel);
+/// The storage options that select `kernel`'s kernel set (its params' dtype comes with the tensors).
+optgen::StorageOptions storage_of(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel);
 
 /// Tensors' shapes, outermost dimension first (a type of its own: a braced list of sizes is numels).
 struct TensorShapes {
@@ -80,11 +85,12 @@ struct Comparison {
 };
 
 /// A group's state buffers as the device holds them before a step: [tensor][state], empty for
-/// states the group's variant does not have.
+/// states the group's variant does not have; then [tensor][number of states]: the param's master
+/// copy (empty without one).
 using StateSnapshot = std::vector<std::vector<std::vector<float>>>;
 
 StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref,
-                              std::size_t group, const DeviceGroup& g, DType state_dtype);
+                              std::size_t group, const DeviceGroup& g);
 
 /// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
 /// host copies and `states`) and compares the device's params and states with it, recording the
@@ -92,14 +98,14 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
 /// factor the gradients carry (AMP).
 void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                  DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
-                 DType state_dtype, Comparison& result, float grad_scale = 1.0f);
+                 Comparison& result, float grad_scale = 1.0f);
 
 void synchronize();
 
 /// One step on the GPU and, from the same starting values, on the CPU reference, for a
 /// single-group optimizer.
 void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
-                  std::vector<double>& ref_scalar_state, std::int64_t step, DType state_dtype, Comparison& result);
+                  std::vector<double>& ref_scalar_state, std::int64_t step, Comparison& result);
 
 /// A group's scalar state before its first step.
 std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h);
@@ -120,6 +126,8 @@ std::string error_of(F&& f) {
 
 /// Every state buffer of every tensor of every group, as the device holds it.
 std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer& opt);
+/// A tensor's fp32 master copy as the device holds it (empty without one).
+std::vector<unsigned char> master_bytes(const optgen::FusedOptimizer& opt, std::size_t group, std::size_t tensor);
 /// The state buffers a checkpoint holds, in the same order.
 std::vector<std::vector<unsigned char>> state_bytes_of(const optgen::Checkpoint& checkpoint);
 

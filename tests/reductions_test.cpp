@@ -90,12 +90,12 @@ struct MultiGroupRun {
     std::vector<StateSnapshot> states;
     for (size_t g = 0; g < groups.size(); ++g) {
       groups[g]->new_gradients(rng, gradient_scales[g]);
-      states.push_back(snapshot_states(opt, ref, g, *groups[g], DType::F32));
+      states.push_back(snapshot_states(opt, ref, g, *groups[g]));
     }
     opt.step();
     synchronize();
     for (size_t g = 0; g < groups.size(); ++g)
-      check_group(opt, ref, g, *groups[g], states[g], scalar_states[g], step, DType::F32, result);
+      check_group(opt, ref, g, *groups[g], states[g], scalar_states[g], step, result);
   }
 };
 

@@ -254,8 +254,8 @@ TEST_CASE("state_presence says for which tensors each state exists, in C++ and t
         std::vector<P>{StatePresence::Always, StatePresence::Factored, StatePresence::NotFactored});
 
   optgen_optimizer* c = nullptr;
-  REQUIRE(optgen::create_for_c(shaped.info, optgen::default_hyperparameters(shaped.info), nullptr, nullptr, 0,
-                               OPTGEN_F32, &c) == 0);
+  REQUIRE(optgen::create_for_c(shaped.info, optgen::default_hyperparameters(shaped.info), nullptr, nullptr, 0, nullptr,
+                               &c) == 0);
   std::vector<int32_t> presence(3, -1);
   REQUIRE(optgen_state_presence(c, h.data(), h.size(), presence.data()) == 0);
   CHECK(presence == std::vector<int32_t>{OPTGEN_STATE_ALWAYS, OPTGEN_STATE_FACTORED, OPTGEN_STATE_NOT_FACTORED});
@@ -268,7 +268,7 @@ TEST_CASE("state_presence says for which tensors each state exists, in C++ and t
   optgen_destroy(c);
 
   // Without presence, every state a variant has exists for every tensor.
-  REQUIRE(optgen_adam_create(nullptr, nullptr, 0, OPTGEN_F32, &c) == 0);
+  REQUIRE(optgen_adam_create(nullptr, nullptr, 0, nullptr, &c) == 0);
   REQUIRE(optgen_state_presence(c, h.data(), h.size(), presence.data()) == 0);
   CHECK(presence == std::vector<int32_t>{OPTGEN_STATE_ALWAYS, OPTGEN_STATE_ALWAYS, OPTGEN_STATE_ABSENT});
   optgen_state_info s{};

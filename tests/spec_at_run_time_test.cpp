@@ -115,7 +115,8 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     INFO("kernel " << k);
     CHECK(x.variant == y.variant);
     CHECK(x.param == y.param);
-    CHECK(x.state == y.state);
+    CHECK(x.param_write == y.param_write);
+    for (int s = 0; s < a.num_states; ++s) CHECK(x.state_dtypes[s] == y.state_dtypes[s]);
     for (int s = 0; s < a.variants[x.variant].num_stages; ++s) CHECK(text(x.stages[s]) == text(y.stages[s]));
   }
   CHECK(text(a.images->name) == text(b.images->name));
@@ -288,7 +289,7 @@ TEST_CASE("an engine on a spec loaded at run time checks what it is given as a l
   const optgen::RuntimeSpec spec = std::move(loaded);
   CHECK(&spec.info() == info);  // a move keeps what optimizers point at
 
-  optgen::FusedOptimizer opt(spec.info(), spec.defaults(), DType::F32);
+  optgen::FusedOptimizer opt(spec.info(), spec.defaults());
   opt.set("lr", 0.5);
   CHECK_THAT(error_of([&] {
                opt.add_param_group({fake_tensor()}, {{"amsgrad", 2}});
@@ -310,16 +311,16 @@ TEST_CASE("optgen_create_from_spec reports a bad spec through optgen_last_error"
              "update:\n"
              "  - param = param - lr * grad\n");
   optgen_optimizer* opt = nullptr;
-  CHECK(optgen_create_from_spec(path.c_str(), nullptr, nullptr, 0, OPTGEN_F32, &opt) == -1);
+  CHECK(optgen_create_from_spec(path.c_str(), nullptr, nullptr, 0, nullptr, &opt) == -1);
   CHECK(opt == nullptr);
   CHECK(std::string(optgen_last_error()) == load_error(path));
   CHECK_THAT(std::string(optgen_last_error()),
              Catch::StartsWith(path + ":4:21: error: unknown name 'lr'\n  - param = param - lr * grad\n"));
 
   const std::string missing = dir.path() + "/missing.yaml";
-  CHECK(optgen_create_from_spec(missing.c_str(), nullptr, nullptr, 0, OPTGEN_F32, &opt) == -1);
+  CHECK(optgen_create_from_spec(missing.c_str(), nullptr, nullptr, 0, nullptr, &opt) == -1);
   CHECK(std::string(optgen_last_error()) == missing + ": error: cannot open spec file: No such file or directory\n");
-  CHECK(optgen_create_from_spec(nullptr, nullptr, nullptr, 0, OPTGEN_F32, &opt) == -1);
+  CHECK(optgen_create_from_spec(nullptr, nullptr, nullptr, 0, nullptr, &opt) == -1);
   CHECK(std::string(optgen_last_error()) == "optgen_create_from_spec failed: path or out is NULL");
 }
 
@@ -329,7 +330,8 @@ TEST_CASE("optgen_create_from_spec makes an optimizer with the spec's defaults a
   const char* names[] = {"lr", "amsgrad"};
   const double values[] = {0.25, 1};
   optgen_optimizer* opt = nullptr;
-  REQUIRE(optgen_create_from_spec(adamw.c_str(), names, values, 2, OPTGEN_BF16, &opt) == 0);
+  optgen_storage bf16{OPTGEN_BF16, 0, nullptr, nullptr, OPTGEN_PARAM_NEAREST, 0};
+  REQUIRE(optgen_create_from_spec(adamw.c_str(), names, values, 2, &bf16, &opt) == 0);
   CHECK(std::string(optgen_last_error()).empty());
   size_t groups = 7;
   CHECK(optgen_num_groups(opt, &groups) == 0);
@@ -339,12 +341,18 @@ TEST_CASE("optgen_create_from_spec makes an optimizer with the spec's defaults a
   optgen_destroy(opt);
 
   const char* unknown[] = {"beta3"};
-  CHECK(optgen_create_from_spec(adamw.c_str(), unknown, values, 1, OPTGEN_F32, &opt) == -1);
+  CHECK(optgen_create_from_spec(adamw.c_str(), unknown, values, 1, nullptr, &opt) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("AdamW has no hyperparameter 'beta3'"));
-  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, nullptr, 0, 7, &opt) == -1);
+  optgen_storage bad_dtype{7, 0, nullptr, nullptr, OPTGEN_PARAM_NEAREST, 0};
+  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, nullptr, 0, &bad_dtype, &opt) == -1);
   CHECK(std::string(optgen_last_error()) ==
         "optgen_create_from_spec failed: unknown dtype 7\n  fix: use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
-  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, values, 1, OPTGEN_F32, &opt) == -1);
+  const char* state[] = {"exp_avg"};
+  const int32_t dtype[] = {OPTGEN_BF16};
+  optgen_storage bad_write{OPTGEN_F32, 1, state, dtype, 3, 0};
+  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, nullptr, 0, &bad_write, &opt) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("unknown param_write 3"));
+  CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, values, 1, nullptr, &opt) == -1);
   CHECK_THAT(std::string(optgen_last_error()),
              Catch::Contains("optgen_create_from_spec failed: names or values is NULL"));
 }
@@ -367,8 +375,8 @@ void check_steps_like_the_launcher(const optgen::OptimizerInfo& launcher_info, c
       std::mt19937 rng_generated(99), rng_at_run_time(99);
       DeviceGroup generated_group(kernel.param, sizes, misaligned, rng_generated);
       DeviceGroup group(kernel.param, sizes, misaligned, rng_at_run_time);
-      optgen::FusedOptimizer generated(launcher_info, h, kernel.state);
-      optgen::FusedOptimizer at_run_time(spec.info(), spec.defaults(), kernel.state);
+      optgen::FusedOptimizer generated(launcher_info, h, storage_of(launcher_info, kernel));
+      optgen::FusedOptimizer at_run_time(spec.info(), spec.defaults(), storage_of(launcher_info, kernel));
       generated.add_param_group(generated_group.tensors, h);
       at_run_time.add_param_group(group.tensors, h);
       auto scalar_state = initial_scalar_state(spec.info(), at_run_time.hyperparameters(0));
@@ -376,14 +384,14 @@ void check_steps_like_the_launcher(const optgen::OptimizerInfo& launcher_info, c
       for (std::int64_t step = 1; step <= 4; ++step) {
         generated_group.new_gradients(rng_generated);
         group.new_gradients(rng_at_run_time);
-        StateSnapshot states = snapshot_states(at_run_time, ref, 0, group, kernel.state);
+        StateSnapshot states = snapshot_states(at_run_time, ref, 0, group);
         generated.step();
         at_run_time.step();
         synchronize();
         CHECK(at_run_time.launches_last_step() == spec.info().variants[kernel.variant].num_stages);
         CHECK(group.device_bytes() == generated_group.device_bytes());
         CHECK(state_bytes(at_run_time) == state_bytes(generated));
-        check_group(at_run_time, ref, 0, group, states, scalar_state, step, kernel.state, result);
+        check_group(at_run_time, ref, 0, group, states, scalar_state, step, result);
       }
       CHECK(at_run_time.step_count(0) == generated.step_count(0));
       for (int s = 0; s < spec.info().num_scalar_states; ++s) {
@@ -391,7 +399,7 @@ void check_steps_like_the_launcher(const optgen::OptimizerInfo& launcher_info, c
         CHECK(at_run_time.scalar_state(name, 0) == generated.scalar_state(name, 0));
       }
       INFO("worst relative error against the reference " << result.worst << " in " << result.where);
-      CHECK(result.worst <= tolerance(kernel.param, kernel.state));
+      CHECK(result.worst <= tolerance(launcher_info, kernel));
     }
   }
 }
@@ -428,8 +436,8 @@ TEST_CASE("through the C ABI, a spec loaded at run time steps as the built-in's 
   const double values[] = {0.01, 0.1};
   optgen_optimizer* generated = nullptr;
   optgen_optimizer* at_run_time = nullptr;
-  REQUIRE(optgen_adamw_create(names, values, 2, OPTGEN_F32, &generated) == 0);
-  REQUIRE(optgen_create_from_spec(adamw.c_str(), names, values, 2, OPTGEN_F32, &at_run_time) == 0);
+  REQUIRE(optgen_adamw_create(names, values, 2, nullptr, &generated) == 0);
+  REQUIRE(optgen_create_from_spec(adamw.c_str(), names, values, 2, nullptr, &at_run_time) == 0);
   std::mt19937 rng_generated(3), rng_at_run_time(3);
   DeviceGroup generated_group(DType::F32, {4096, 33}, {false, true}, rng_generated);
   DeviceGroup group(DType::F32, {4096, 33}, {false, true}, rng_at_run_time);

@@ -323,13 +323,13 @@ void step_on_own_thread(Trajectory& run, unsigned seed) {
     }
   }
 
-  optgen::FusedOptimizer opt(info, h, kernel.state);
+  optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
   opt.add_param_group(group.tensors, h);
   run.initial_h = opt.hyperparameters(0);
   opt.prepare(stream.get());  // synchronizes the context: the uploads above are done
   stream.synchronize();
   run.params.push_back(group.params);
-  run.states.push_back(snapshot_states(opt, ref, 0, group, kernel.state));
+  run.states.push_back(snapshot_states(opt, ref, 0, group));
 
   const int lr = hyperparameter_index(info, "lr");
   for (int step = 1; step <= kSteps; ++step) {
@@ -348,7 +348,7 @@ void step_on_own_thread(Trajectory& run, unsigned seed) {
     for (std::size_t t = 0; t < run.sizes.size(); ++t)
       run.params.back().push_back(
           download(kernel.param, group.tensors[t].param, static_cast<std::size_t>(run.sizes[t])));
-    run.states.push_back(snapshot_states(opt, ref, 0, group, kernel.state));
+    run.states.push_back(snapshot_states(opt, ref, 0, group));
   }
 }
 
@@ -391,7 +391,7 @@ void check_trajectory(const Trajectory& run) {
     }
   }
   INFO("worst relative error " << worst << " in " << where);
-  CHECK(worst <= tolerance(kernel.param, kernel.state));
+  CHECK(worst <= tolerance(info, kernel));
 }
 
 }  // namespace

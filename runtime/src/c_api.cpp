@@ -36,30 +36,68 @@ void require(bool ok, const char* call, const char* what) {
 }
 
 optgen::DType dtype_of(int32_t value, const char* call) {
-  if (value < 0 || value > 2)
-    throw optgen::Error(call, "unknown dtype " + std::to_string(value), "use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
-  return static_cast<optgen::DType>(value);
+  switch (value) {
+    case OPTGEN_F32: return optgen::DType::F32;
+    case OPTGEN_BF16: return optgen::DType::BF16;
+    case OPTGEN_F16: return optgen::DType::F16;
+  }
+  throw optgen::Error(call, "unknown dtype " + std::to_string(value), "use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
+}
+
+int32_t c_dtype(optgen::DType dtype) {
+  switch (dtype) {
+    case optgen::DType::F32: return OPTGEN_F32;
+    case optgen::DType::BF16: return OPTGEN_BF16;
+    case optgen::DType::F16: return OPTGEN_F16;
+  }
+  throw optgen::Error("optgen", "unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+optgen::ParamWrite param_write_of(int32_t value, const char* call) {
+  switch (value) {
+    case OPTGEN_PARAM_NEAREST: return optgen::ParamWrite::Nearest;
+    case OPTGEN_PARAM_MASTER: return optgen::ParamWrite::Master;
+    case OPTGEN_PARAM_STOCHASTIC: return optgen::ParamWrite::Stochastic;
+  }
+  throw optgen::Error(call, "unknown param_write " + std::to_string(value),
+                      "use OPTGEN_PARAM_NEAREST, OPTGEN_PARAM_MASTER or OPTGEN_PARAM_STOCHASTIC");
+}
+
+/// The C struct as the engine's options (NULL: the defaults).
+optgen::StorageOptions storage_of(const optgen_storage* storage, const char* call) {
+  optgen::StorageOptions options;
+  if (!storage) return options;
+  options.states = dtype_of(storage->state_dtype, call);
+  require(storage->num_state_dtypes == 0 || (storage->state_names && storage->state_dtypes), call,
+          "optgen_storage: state_names or state_dtypes is NULL");
+  for (size_t i = 0; i < storage->num_state_dtypes; ++i) {
+    require(storage->state_names[i] != nullptr, call, "optgen_storage: a state name is NULL");
+    options.state_dtypes.emplace_back(storage->state_names[i], dtype_of(storage->state_dtypes[i], call));
+  }
+  options.param_write = param_write_of(storage->param_write, call);
+  options.seed = storage->seed;
+  return options;
 }
 
 }  // namespace
 
 namespace optgen {
 int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names,
-                 const double* values, size_t count, int32_t state_dtype, optgen_optimizer** out) {
+                 const double* values, size_t count, const optgen_storage* storage, optgen_optimizer** out) {
   return guarded([&] {
     const std::string call = std::string("optgen_") + info.spec + "_create";
     require(out != nullptr, call.c_str(), "out is NULL");
-    *out = new_optimizer_for_c(call.c_str(), info, std::move(defaults), names, values, count, state_dtype, nullptr);
+    *out = new_optimizer_for_c(call.c_str(), info, std::move(defaults), names, values, count, storage, nullptr);
   });
 }
 
 int guarded_for_c(const std::function<void()>& body) { return guarded(body); }
 
 optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& info, std::vector<double> defaults,
-                                      const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                      std::shared_ptr<const void> owner) {
+                                      const char* const* names, const double* values, size_t count,
+                                      const optgen_storage* storage, std::shared_ptr<const void> owner) {
   require(count == 0 || (names && values), call, "names or values is NULL");
-  FusedOptimizer engine(info, std::move(defaults), dtype_of(state_dtype, call));
+  FusedOptimizer engine(info, std::move(defaults), storage_of(storage, call));
   for (size_t i = 0; i < count; ++i) {
     require(names[i] != nullptr, call, "a hyperparameter name is NULL");
     engine.set(names[i], values[i]);  // with no group yet: the defaults, checked like any setter
@@ -346,10 +384,17 @@ int optgen_reduces_over_group(const optgen_optimizer* optimizer, const double* h
   });
 }
 
-int optgen_state_dtype(const optgen_optimizer* optimizer, int32_t* dtype) {
+int optgen_state_dtype(const optgen_optimizer* optimizer, const char* name, int32_t* dtype) {
   return guarded([&] {
-    require(optimizer && dtype, "optgen_state_dtype", "optimizer or dtype is NULL");
-    *dtype = static_cast<int32_t>(optimizer->engine.state_dtype());
+    require(optimizer && name && dtype, "optgen_state_dtype", "optimizer, name or dtype is NULL");
+    *dtype = c_dtype(optimizer->engine.state_dtype(name));
+  });
+}
+
+int optgen_master_weights(const optgen_optimizer* optimizer, size_t group, size_t tensor, void** data) {
+  return guarded([&] {
+    require(optimizer && data, "optgen_master_weights", "optimizer or data is NULL");
+    *data = optimizer->engine.master_weights(group, tensor).data;
   });
 }
 

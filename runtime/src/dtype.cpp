@@ -13,7 +13,14 @@ const char* to_string(DType type) {
   return "unknown dtype";
 }
 
-std::size_t size_of(DType type) { return type == DType::F32 ? 4 : 2; }
+std::size_t size_of(DType type) {
+  switch (type) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+    case DType::F16: return 2;
+  }
+  return 0;
+}
 
 namespace {
 std::uint32_t bits_of(float value) {

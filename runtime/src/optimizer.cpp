@@ -149,23 +149,64 @@ struct Binder {
     for (std::size_t i = 0; i < tensors.size(); ++i) check_device_memory(tensors[i], i);
   }
 
+  /// The kernel set of `variant` for params of `param` and the optimizer's storage options.
   int find_kernel(int variant, DType param) const {
     const OptimizerInfo& info = *m.info;
+    if (param == DType::F32 && m.storage.param_write != ParamWrite::Nearest)
+      throw Error(m.call("add_param_group"),
+                  std::string("the optimizer was created with ") +
+                      (m.storage.param_write == ParamWrite::Master ? "an fp32 master copy of the params"
+                                                                   : "stochastic rounding of the params") +
+                      ", but this group's params are f32",
+                  "f32 params need neither: create the optimizer without it for f32 params");
+    if (param == DType::F16 && m.storage.param_write == ParamWrite::Stochastic)
+      throw Error(m.call("add_param_group"),
+                  "the optimizer was created with stochastic rounding of the params, which is for bf16 params; this "
+                  "group's are f16",
+                  "use an fp32 master copy (ParamWrite::Master) for f16 params");
+    std::vector<std::pair<std::string, DType>> named;
+    for (int s = 0; s < info.num_states; ++s) named.emplace_back(info.states[s].name, m.state_dtypes[s]);
+    const Storage wanted = m.storage.for_params(param);
     std::string generated;
     for (int k = 0; k < info.num_kernels; ++k) {
       const KernelInfo& kernel = info.kernels[k];
-      if (kernel.variant == variant && kernel.param == param && kernel.state == m.state_dtype) return k;
-      generated += (generated.empty() ? "" : ", ") + std::string(info.variants[kernel.variant].name) + " " +
-                   to_string(kernel.param) + ":" + to_string(kernel.state);
+      bool same = kernel.variant == variant && kernel.param == param && kernel.param_write == wanted.param_write;
+      for (int s = 0; same && s < info.num_states; ++s) same = kernel.state_dtypes[s] == m.state_dtypes[s];
+      if (same) return k;
+      if (kernel.variant == variant) generated += (generated.empty() ? "" : ", ") + kernel_storage(kernel).text();
     }
-    const std::string storage = std::string(to_string(param)) +
-                                (m.state_dtype == DType::F32 ? "" : std::string(":") + to_string(m.state_dtype));
+    const std::string text = kernel_storage_text(param, wanted.param_write);
     throw Error(m.call("add_param_group"),
-                std::string("no kernel for variant ") + info.variants[variant].name + " with " + to_string(param) +
-                    " params and " + to_string(m.state_dtype) + " states was generated (kernels: " + generated + ")",
-                "add \"" + storage +
+                std::string("no kernel for variant ") + info.variants[variant].name + " with storage " + text +
+                    " was generated (its kernels: " + (generated.empty() ? "none" : generated) + ")",
+                "add \"" + text +
                     "\" to the spec's 'storage:' list or to STORAGE (and the variant to VARIANTS, if given) in "
                     "optgen_add_optimizer(), and rebuild");
+  }
+
+  /// A kernel set's storage, its state dtypes named (canonical: those of the default dropped).
+  Storage kernel_storage(const KernelInfo& kernel) const {
+    const OptimizerInfo& info = *m.info;
+    Storage storage{kernel.param, kernel.param_write, DType::F32, {}};
+    // The states' dtype: the one most states have (ties: the first), as a spec's list would name it.
+    int best = 0;
+    for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+      const int count = static_cast<int>(std::count(kernel.state_dtypes, kernel.state_dtypes + info.num_states, d));
+      if (count > best) best = count, storage.states = d;
+    }
+    for (int s = 0; s < info.num_states; ++s)
+      if (kernel.state_dtypes[s] != storage.states)
+        storage.state_dtypes.emplace_back(info.states[s].name, kernel.state_dtypes[s]);
+    return storage;
+  }
+
+  /// The storage text of the kernel set the optimizer's options need for `param` params.
+  std::string kernel_storage_text(DType param, ParamWrite write) const {
+    Storage storage{param, write, m.storage.states, {}};
+    for (int s = 0; s < m.info->num_states; ++s)
+      if (m.state_dtypes[s] != m.storage.states)
+        storage.state_dtypes.emplace_back(m.info->states[s].name, m.state_dtypes[s]);
+    return storage.text();
   }
 
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {
@@ -248,17 +289,37 @@ struct Binder {
     }
   }
 
-  void fill_state(void* data, std::int64_t numel, double value) const {
+  void fill_state(void* data, std::int64_t numel, double value, DType dtype) const {
     if (numel == 0) return;
     const auto ptr = reinterpret_cast<CUdeviceptr>(data);
+    const auto count = static_cast<std::size_t>(numel);
     const float f = static_cast<float>(value);
-    if (m.state_dtype == DType::F32) {
-      std::uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      driver::check(driver::api().cuMemsetD32(ptr, bits, static_cast<std::size_t>(numel)), "cuMemsetD32");
-    } else {
-      driver::check(driver::api().cuMemsetD16(ptr, float_to_bf16(f), static_cast<std::size_t>(numel)), "cuMemsetD16");
+    switch (dtype) {
+      case DType::F32: {
+        std::uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        driver::check(driver::api().cuMemsetD32(ptr, bits, count), "cuMemsetD32");
+        return;
+      }
+      case DType::BF16: driver::check(driver::api().cuMemsetD16(ptr, float_to_bf16(f), count), "cuMemsetD16"); return;
+      case DType::F16: driver::check(driver::api().cuMemsetD16(ptr, float_to_f16(f), count), "cuMemsetD16"); return;
     }
+    throw Error(m.call(method), "unknown state dtype " + std::to_string(static_cast<int>(dtype)));
+  }
+
+  /// The fp32 master copy of a bf16 or f16 param: its values, exactly (synchronous, once per tensor).
+  void init_master(void* master, const Tensor& t) const {
+    if (t.numel == 0) return;
+    const auto n = static_cast<std::size_t>(t.numel);
+    std::vector<std::uint16_t> bits(n);
+    driver::check(
+        driver::api().cuMemcpyDtoH(bits.data(), reinterpret_cast<CUdeviceptr>(t.param), n * sizeof(std::uint16_t)),
+        "cuMemcpyDtoH");
+    std::vector<float> values(n);
+    for (std::size_t i = 0; i < n; ++i)
+      values[i] = t.dtype == DType::BF16 ? bf16_to_float(bits[i]) : f16_to_float(bits[i]);
+    driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(master), values.data(), n * sizeof(float)),
+                  "cuMemcpyHtoD");
   }
 
   /// The group's states: the caller's buffers, or slices of one allocation initialised here. Each
@@ -273,8 +334,12 @@ struct Binder {
       if (t.states) continue;
       for (int j = 0; j < variant.num_states; ++j)
         if (state_present(variant, j, dims.back().factored))
-          total += state_slice_bytes(state_numel(m.info->states[variant.states[j]].shape, dims.back(), t.numel));
+          total += state_slice_bytes(state_numel(m.info->states[variant.states[j]].shape, dims.back(), t.numel),
+                                     m.state_dtypes[variant.states[j]]);
     }
+    const bool master = m.storage.param_write == ParamWrite::Master;
+    if (master)
+      for (const Tensor& t : tensors) total += state_slice_bytes(t.numel, DType::F32);
     g.state_memory = DeviceBuffer(total);
     std::size_t offset = 0;  // of the next slice of g.state_memory
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -286,23 +351,29 @@ struct Binder {
         const std::int64_t numel = state_numel(m.info->states[s].shape, dims[i], t.numel);
         b.states[s] = t.states ? callers_state(t, i, s, numel) : owned_state(g, numel, s, offset);
       }
+      if (master) {
+        b.master = reinterpret_cast<void*>(g.state_memory.get() + offset);
+        offset += state_slice_bytes(t.numel, DType::F32);
+        init_master(b.master, t);
+      }
       g.tensors.push_back(std::move(b));
     }
   }
 
   /// Bytes of one tensor's slice of a group's state allocation: rounded up, so every slice starts aligned.
-  std::size_t state_slice_bytes(std::int64_t numel) const {
-    return round_up(static_cast<std::size_t>(numel) * size_of(m.state_dtype), kStateAlignment);
+  std::size_t state_slice_bytes(std::int64_t numel, DType dtype) const {
+    return round_up(static_cast<std::size_t>(numel) * size_of(dtype), kStateAlignment);
   }
 
   /// State `s` of tensor `i` from the caller's buffers, checked: `numel` values of it.
   void* callers_state(const Tensor& t, std::size_t i, int s, std::int64_t numel) const {
     void* p = t.states[s];
-    if (numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % size_of(m.state_dtype) != 0))
+    const DType dtype = m.state_dtypes[s];
+    if (numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % size_of(dtype) != 0))
       throw Error(m.call("add_param_group"),
                   "tensor " + std::to_string(i) + ": the caller's '" + m.info->states[s].name +
                       "' buffer is null or misaligned",
-                  "pass a device buffer of " + std::to_string(numel) + " " + to_string(m.state_dtype) + " elements");
+                  "pass a device buffer of " + std::to_string(numel) + " " + to_string(dtype) + " elements");
     return p;
   }
 
@@ -310,8 +381,8 @@ struct Binder {
   /// past it), filled with the state's initial value.
   void* owned_state(const Group& g, std::int64_t numel, int s, std::size_t& offset) const {
     void* p = reinterpret_cast<void*>(g.state_memory.get() + offset);
-    offset += state_slice_bytes(numel);
-    fill_state(p, numel, initial_value(m.info->states[s].init, g.h));
+    offset += state_slice_bytes(numel, m.state_dtypes[s]);
+    fill_state(p, numel, initial_value(m.info->states[s].init, g.h), m.state_dtypes[s]);
     return p;
   }
 };
@@ -335,7 +406,7 @@ int select_variant(const OptimizerInfo& info, const double* h) {
   return variant;
 }
 
-FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, DType state_dtype)
+FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, StorageOptions storage)
     : impl_(std::make_unique<Impl>()) {
   const std::string call = std::string(info.name) + "::" + info.name;
   if (info.abi_version != kernel_abi::kVersion)
@@ -349,9 +420,27 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
   if (static_cast<int>(defaults.size()) != info.num_hyperparameters)
     throw Error(call, "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " +
                           std::to_string(defaults.size()));
-  if (state_dtype == DType::F16) throw Error(call, "states cannot be stored in f16", "use f32 (the default) or bf16");
+  std::string declared;
+  for (int s = 0; s < info.num_states; ++s) declared += (s ? ", " : "") + std::string(info.states[s].name);
+  for (const auto& [name, dtype] : storage.state_dtypes) {
+    const auto same = [&](const auto& other) { return other.first == name; };
+    if (std::count_if(storage.state_dtypes.begin(), storage.state_dtypes.end(), same) > 1)
+      throw Error(call, "StorageOptions::state_dtypes gives state '" + name + "' a dtype twice");
+    bool known = false;
+    for (int s = 0; s < info.num_states; ++s) known = known || name == info.states[s].name;
+    if (!known)
+      throw Error(call,
+                  "StorageOptions::state_dtypes names state '" + name + "', which " + info.name + " does not have",
+                  declared.empty() ? std::string(info.name) + " keeps no state buffers" : "its states: " + declared);
+  }
+  for (int s = 0; s < info.num_states; ++s) {
+    DType dtype = storage.states;
+    for (const auto& [name, d] : storage.state_dtypes)
+      if (name == info.states[s].name) dtype = d;
+    impl_->state_dtypes.push_back(dtype);
+  }
   impl_->defaults = std::move(defaults);
-  impl_->state_dtype = state_dtype;
+  impl_->storage = std::move(storage);
   impl_->chunk_size = info.chunk_size;
 }
 
@@ -402,15 +491,18 @@ std::vector<PlanTensor> plan_tensors(const FusedOptimizer::Impl& m, const Plan& 
   return tensors;
 }
 
-/// TableView::pointers: [operand * n + tensor], operands param, grad, then the variant's states.
-std::vector<void*> operand_pointers(const std::vector<PlanTensor>& tensors, const VariantInfo& variant) {
+/// TableView::pointers: [operand * n + tensor], operands param, grad, then the variant's states,
+/// then (`master`) the fp32 master copies.
+std::vector<void*> operand_pointers(const std::vector<PlanTensor>& tensors, const VariantInfo& variant, bool master) {
   const std::size_t n = tensors.size();
-  std::vector<void*> pointers((2 + variant.num_states) * n);
+  const std::size_t master_row = 2 + static_cast<std::size_t>(variant.num_states);
+  std::vector<void*> pointers((master_row + (master ? 1 : 0)) * n);
   for (std::size_t t = 0; t < n; ++t) {
     const BoundTensor& bound = *tensors[t].tensor;
     pointers[0 * n + t] = bound.param;
     pointers[1 * n + t] = const_cast<void*>(bound.grad);
     for (int j = 0; j < variant.num_states; ++j) pointers[(2 + j) * n + t] = bound.states[variant.states[j]];
+    if (master) pointers[master_row * n + t] = bound.master;
   }
   return pointers;
 }
@@ -612,7 +704,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const OptimizerInfo& info = *m.info;
   const KernelInfo& kernel = info.kernels[plan.kernel];
   const VariantInfo& variant = info.variants[kernel.variant];
-  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}};
+  const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel;
@@ -626,7 +718,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const std::size_t chunks_at = upload.add(chunks);
   plan.table_memory = upload.upload();
   PackedUpload pointers;
-  pointers.add(plan.pointers = operand_pointers(tensors, variant));
+  pointers.add(plan.pointers = operand_pointers(tensors, variant, kernel.param_write == ParamWrite::Master));
   plan.pointer_memory = pointers.upload();
   plan.table = {device_pointer<void* const>(plan.pointer_memory, 0),
                 device_pointer<const long long>(plan.table_memory, numel_at),
@@ -634,7 +726,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 m.chunk_size,
                 static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size()),
-                nullptr};
+                nullptr,
+                m.storage.seed};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions);
   plan.shape_memory = DeviceBuffer();
   ShapeLayout shapes;
@@ -999,12 +1092,22 @@ StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, st
     if (t.numel > 0)
       throw Error(m.call("state"), "param group " + std::to_string(group) + " (variant " + variant.name + ") has no '" +
                                        name + "' buffer");
-    return {nullptr, t.numel, m.state_dtype};
+    return {nullptr, t.numel, m.state_dtypes[s]};
   }
   // A state that exists for factored tensors only, or for the others only, is absent from the rest.
   if (!state_present(variant, static_cast<int>(j - variant.states), t.dims.factored))
-    return {nullptr, 0, m.state_dtype};
-  return {t.states[s], state_numel(m.info->states[s].shape, t.dims, t.numel), m.state_dtype};
+    return {nullptr, 0, m.state_dtypes[s]};
+  return {t.states[s], state_numel(m.info->states[s].shape, t.dims, t.numel), m.state_dtypes[s]};
+}
+
+StateBuffer FusedOptimizer::master_weights(std::size_t group, std::size_t tensor) const {
+  const Impl& m = *impl_;
+  const Group& g = m.group_at(group, "master_weights");
+  if (tensor >= g.tensors.size())
+    throw Error(m.call("master_weights"),
+                "param group " + std::to_string(group) + " has no tensor " + std::to_string(tensor));
+  const BoundTensor& t = g.tensors[tensor];
+  return {t.master, t.master ? t.numel : 0, DType::F32};
 }
 
 void FusedOptimizer::rebind(std::size_t group, std::size_t tensor, void* param, const void* grad) {
@@ -1103,7 +1206,10 @@ void FusedOptimizer::set_chunk_size(long long elements) {
 }
 
 const OptimizerInfo& FusedOptimizer::info() const { return *impl_->info; }
-DType FusedOptimizer::state_dtype() const { return impl_->state_dtype; }
+const StorageOptions& FusedOptimizer::storage() const { return impl_->storage; }
+DType FusedOptimizer::state_dtype(const std::string& name) const {
+  return impl_->state_dtypes[static_cast<std::size_t>(impl_->state_index(name, "state_dtype"))];
+}
 
 ModuleOrigin FusedOptimizer::module_origin() const {
   if (!impl_->module_loaded)

@@ -10,7 +10,7 @@ namespace optgen {
 namespace {
 
 constexpr const char* kFormat = "optgen.optimizer";
-constexpr const char* kFormatVersion = "1";
+constexpr const char* kFormatVersion = "2";
 
 template <typename Info>
 std::string names_of(const Info* list, int count) {
@@ -39,6 +39,16 @@ CheckpointTensor tensor_of(const std::string& name, const char* dtype, std::vect
 std::string group_name(std::size_t g) { return "group." + std::to_string(g); }
 std::string state_name(std::size_t g, std::size_t t, const char* state) {
   return group_name(g) + ".tensor." + std::to_string(t) + "." + state;
+}
+/// Apart from the states' names, so that no spec's state can take it.
+std::string master_name(std::size_t g, std::size_t t) { return group_name(g) + ".master." + std::to_string(t); }
+
+/// The storage a checkpoint records: each state's dtype (declaration order) and how params are written.
+std::string state_dtypes_of(const FusedOptimizer::Impl& m) {
+  std::string dtypes;
+  for (std::size_t s = 0; s < m.state_dtypes.size(); ++s)
+    dtypes += (s ? "," : "") + std::string(to_string(m.state_dtypes[s]));
+  return dtypes;
 }
 
 /// Reads the checkpoint's tensors for one optimizer, refusing what does not fit it.
@@ -78,8 +88,8 @@ class Reader {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(call_, "the checkpoint does not fit this optimizer: " + what,
-                "restore into an optimizer with the same spec, param groups (tensors, sizes, flags) and state dtype as "
-                "the one saved");
+                "restore into an optimizer with the same spec, param groups (tensors, sizes, flags) and storage "
+                "(state dtypes, master copy) as the one saved");
   }
 
  private:
@@ -130,9 +140,24 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
   same("hyperparameters", names_of(info.hyperparameters, info.num_hyperparameters));
   same("states", names_of(info.states, info.num_states));
   same("scalar_states", names_of(info.scalar_states, info.num_scalar_states));
-  meta("state_dtype");
+  meta("state_dtypes");
+  meta("param_write");
   meta("groups");
 }
+
+namespace {
+/// `numel` values of `dtype` at `device`, downloaded.
+CheckpointTensor device_tensor(const std::string& name, DType dtype, std::int64_t numel, const void* device) {
+  CheckpointTensor t{name,
+                     safetensors_dtype(dtype),
+                     {numel},
+                     std::vector<unsigned char>(static_cast<std::size_t>(numel) * size_of(dtype))};
+  if (!t.data.empty())
+    driver::check(driver::api().cuMemcpyDtoH(t.data.data(), reinterpret_cast<CUdeviceptr>(device), t.data.size()),
+                  "cuMemcpyDtoH");
+  return t;
+}
+}  // namespace
 
 Checkpoint FusedOptimizer::checkpoint() const {
   const Impl& m = *impl_;
@@ -147,7 +172,8 @@ Checkpoint FusedOptimizer::checkpoint() const {
                 {"hyperparameters", names_of(info.hyperparameters, info.num_hyperparameters)},
                 {"states", names_of(info.states, info.num_states)},
                 {"scalar_states", names_of(info.scalar_states, info.num_scalar_states)},
-                {"state_dtype", to_string(m.state_dtype)},
+                {"state_dtypes", state_dtypes_of(m)},
+                {"param_write", to_string(m.storage.param_write)},
                 {"groups", std::to_string(m.groups.size())}};
   for (std::size_t g = 0; g < m.groups.size(); ++g) {
     const Group& group = m.groups[g];
@@ -163,29 +189,34 @@ Checkpoint FusedOptimizer::checkpoint() const {
         if (!state_present(variant, j, tensor.dims.factored)) continue;  // absent for this tensor: not saved
         const int s = variant.states[j];
         const std::int64_t numel = state_numel(info.states[s].shape, tensor.dims, tensor.numel);
-        CheckpointTensor state{state_name(g, t, info.states[s].name),
-                               safetensors_dtype(m.state_dtype),
-                               {numel},
-                               std::vector<unsigned char>(static_cast<std::size_t>(numel) * size_of(m.state_dtype))};
-        if (!state.data.empty())
-          driver::check(driver::api().cuMemcpyDtoH(state.data.data(), reinterpret_cast<CUdeviceptr>(tensor.states[s]),
-                                                   state.data.size()),
-                        "cuMemcpyDtoH");
-        c.tensors.push_back(std::move(state));
+        c.tensors.push_back(
+            device_tensor(state_name(g, t, info.states[s].name), m.state_dtypes[s], numel, tensor.states[s]));
       }
+      if (tensor.master) c.tensors.push_back(device_tensor(master_name(g, t), DType::F32, tensor.numel, tensor.master));
     }
   }
   return c;
 }
+
+namespace {
+void upload_tensor(const CheckpointTensor& t, void* device) {
+  if (!t.data.empty())
+    driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), t.data.data(), t.data.size()),
+                  "cuMemcpyHtoD");
+}
+}  // namespace
 
 void FusedOptimizer::restore(const Checkpoint& c) {
   Impl& m = *impl_;
   const OptimizerInfo& info = *m.info;
   check_checkpoint_spec(c, info);
   Reader read(c, m.call("restore"));
-  if (c.metadata.at("state_dtype") != to_string(m.state_dtype))
-    read.fail(std::string("its states are stored in ") + c.metadata.at("state_dtype") + ", this optimizer's in " +
-              to_string(m.state_dtype));
+  if (c.metadata.at("state_dtypes") != state_dtypes_of(m))
+    read.fail("its states (" + names_of(info.states, info.num_states) + ") are stored in " +
+              c.metadata.at("state_dtypes") + ", this optimizer's in " + state_dtypes_of(m));
+  if (c.metadata.at("param_write") != to_string(m.storage.param_write))
+    read.fail("its params are written " + c.metadata.at("param_write") + ", this optimizer's " +
+              to_string(m.storage.param_write) + " (a master copy is saved and restored only with one)");
   if (c.metadata.count("groups") == 0 || c.metadata.at("groups") != std::to_string(m.groups.size()))
     read.fail("it holds " + (c.metadata.count("groups") ? c.metadata.at("groups") : std::string("?")) +
               " param groups, this optimizer " + std::to_string(m.groups.size()));
@@ -232,8 +263,10 @@ void FusedOptimizer::restore(const Checkpoint& c) {
         if (v.state_presence && !c.find(name))  // a state that depends on the shape: say so
           read.fail("it has no '" + std::string(state.name) + "' state (tensor '" + name + "') for " + which +
                     ", which has one here (was the tensor saved with another shape?)");
-        read.tensor(name, safetensors_dtype(m.state_dtype), {state_numel(state.shape, tensor.dims, tensor.numel)});
+        read.tensor(name, safetensors_dtype(m.state_dtypes[v.states[j]]),
+                    {state_numel(state.shape, tensor.dims, tensor.numel)});
       }
+      if (tensor.master) read.tensor(master_name(g, t), safetensors_dtype(DType::F32), {tensor.numel});
     }
     loaded.push_back(std::move(l));
   }
@@ -247,12 +280,10 @@ void FusedOptimizer::restore(const Checkpoint& c) {
       for (int j = 0; j < v.num_states; ++j) {
         if (!state_present(v, j, group.tensors[t].dims.factored)) continue;
         const int s = v.states[j];
-        const CheckpointTensor& state = *c.find(state_name(g, t, info.states[s].name));
-        if (!state.data.empty())
-          driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(group.tensors[t].states[s]),
-                                                   state.data.data(), state.data.size()),
-                        "cuMemcpyHtoD");
+        upload_tensor(*c.find(state_name(g, t, info.states[s].name)), group.tensors[t].states[s]);
       }
+    for (std::size_t t = 0; t < group.tensors.size(); ++t)
+      if (group.tensors[t].master) upload_tensor(*c.find(master_name(g, t)), group.tensors[t].master);
     group.h = loaded[g].h;
     group.step = loaded[g].progress.step;
     group.scalar_state = loaded[g].progress.scalar_state;

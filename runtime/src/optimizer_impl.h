@@ -74,6 +74,7 @@ struct BoundTensor {
   std::vector<void*> states;
   std::vector<std::int64_t> shape;  ///< as the caller gave it (empty: not given)
   TensorDims dims;                  ///< its matrices, rows and columns (from shape)
+  void* master = nullptr;           ///< the fp32 master copy of the param (ParamWrite::Master), else null
 };
 
 struct Group {
@@ -133,7 +134,8 @@ struct GroupProgress {
 struct FusedOptimizer::Impl {
   const OptimizerInfo* info;
   std::vector<double> defaults;
-  DType state_dtype;
+  StorageOptions storage;
+  std::vector<DType> state_dtypes;  ///< per state the spec declares (storage resolved)
   long long chunk_size;
   std::vector<Group> groups;
   std::vector<Plan> plans;

@@ -31,7 +31,7 @@ int main() {
   const char* names[] = {"lr"};
   const double values[] = {3e-4};
   optgen_optimizer* optimizer = nullptr;
-  if (optgen_adamw_create(names, values, 1, OPTGEN_F32, &optimizer) != 0) {
+  if (optgen_adamw_create(names, values, 1, NULL, &optimizer) != 0) {
     std::fprintf(stderr, "optgen_adamw_create: %s\n", optgen_last_error());
     return 1;
   }

@@ -10,7 +10,7 @@
  * next optgen call. Nothing throws across this boundary.
  *
  * A typical loop, with optional AMP inputs and a CUDA graph:
- *   optgen_adamw_create(names, values, n, OPTGEN_F32, &opt);
+ *   optgen_adamw_create(names, values, n, NULL, &opt);     // NULL: f32 states, params as they are
  *   optgen_add_param_group(opt, tensors, count, NULL, NULL, 0, NULL);
  *   optgen_prepare(opt, stream);                 // before a capture: allocates, uploads, loads
  *   ... capture optgen_step_amp(opt, stream, grad_scale, found_inf) into a graph, replay it ...
@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 4
+#define OPTGEN_ABI_VERSION 5
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -35,6 +35,20 @@ typedef struct optgen_optimizer optgen_optimizer;
 
 /* Element types: the values of optgen::DType. */
 enum { OPTGEN_F32 = 0, OPTGEN_BF16 = 1, OPTGEN_F16 = 2 };
+
+/* How a bf16 or f16 param is written after its update: the values of optgen::ParamWrite. */
+enum { OPTGEN_PARAM_NEAREST = 0, OPTGEN_PARAM_MASTER = 1, OPTGEN_PARAM_STOCHASTIC = 2 };
+
+/* What an optimizer stores (optgen::StorageOptions, optgen/storage.h); a NULL optgen_storage* is
+ * every member 0: f32 states, params rounded to nearest. Read during the call only. (ABI 5.) */
+typedef struct {
+  int32_t state_dtype;     /* every state not named below: OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16 */
+  size_t num_state_dtypes; /* per-state dtypes: */
+  const char* const* state_names;
+  const int32_t* state_dtypes;
+  int32_t param_write; /* OPTGEN_PARAM_NEAREST, _MASTER (an fp32 master copy) or _STOCHASTIC (bf16) */
+  uint64_t seed;       /* of stochastic rounding's random stream */
+} optgen_storage;
 
 /* One parameter tensor; device pointers. `states`: NULL, or one caller-owned buffer per state the
  * spec declares (declaration order), used as it is: each of the state's own size (optgen_state);
@@ -164,8 +178,11 @@ int optgen_state_presence(const optgen_optimizer* optimizer, const double* hyper
  * its tensors (FusedOptimizer::reduces_over_group): *reduces is 1 or 0. */
 int optgen_reduces_over_group(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,
                               int32_t* reduces);
-/* The dtype states are stored in (OPTGEN_F32 or OPTGEN_BF16). */
-int optgen_state_dtype(const optgen_optimizer* optimizer, int32_t* dtype);
+/* The dtype state `name` is stored in (OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16). (ABI 5: by name.) */
+int optgen_state_dtype(const optgen_optimizer* optimizer, const char* name, int32_t* dtype);
+/* The device address of a tensor's fp32 master copy (numel F32 values; OPTGEN_PARAM_MASTER), or
+ * NULL without one (FusedOptimizer::master_weights). (ABI 5.) */
+int optgen_master_weights(const optgen_optimizer* optimizer, size_t group, size_t tensor, void** data);
 
 void optgen_destroy(optgen_optimizer* optimizer);
 
@@ -177,7 +194,7 @@ void optgen_destroy(optgen_optimizer* optimizer);
  * prints: `file:line:col: error: ...`, the source line and a caret. Defined by the spec loader
  * (liboptgen.so has it; the runtime alone does not). */
 int optgen_create_from_spec(const char* path, const char* const* names, const double* values, size_t count,
-                            int32_t state_dtype, optgen_optimizer** out);
+                            const optgen_storage* storage, optgen_optimizer** out);
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -191,7 +208,7 @@ namespace optgen {
 /// For generated `optgen_<spec>_create` functions: a new optimizer with the spec's defaults except
 /// the named overrides, as a C handle.
 int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const char* const* names,
-                 const double* values, size_t count, int32_t state_dtype, optgen_optimizer** out);
+                 const double* values, size_t count, const optgen_storage* storage, optgen_optimizer** out);
 
 /// For C functions defined outside the runtime (optgen_create_from_spec): runs `body` as every
 /// function of the C ABI does, returning 0, or -1 with the exception's message in
@@ -201,8 +218,8 @@ int guarded_for_c(const std::function<void()>& body);
 /// alive until optgen_destroy (what `info` points into, when that is not a launcher's static
 /// tables). Throws; `call` names the C function in messages.
 optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& info, std::vector<double> defaults,
-                                      const char* const* names, const double* values, size_t count, int32_t state_dtype,
-                                      std::shared_ptr<const void> owner);
+                                      const char* const* names, const double* values, size_t count,
+                                      const optgen_storage* storage, std::shared_ptr<const void> owner);
 }  // namespace optgen
 #endif
 

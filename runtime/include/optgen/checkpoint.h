@@ -4,18 +4,21 @@
 /// then the raw little-endian bytes. Any safetensors reader opens them (Python:
 /// `safetensors.safe_open(path, "np")`, or `json.loads` on the header).
 ///
-/// What an optimizer writes (FusedOptimizer::checkpoint, format "optgen.optimizer", version 1):
+/// What an optimizer writes (FusedOptimizer::checkpoint, format "optgen.optimizer", version 2):
 ///   __metadata__ (strings only, as safetensors requires):
-///     format "optgen.optimizer", format_version "1", optgen (the version that wrote it),
+///     format "optgen.optimizer", format_version "2", optgen (the version that wrote it),
 ///     optimizer (e.g. "AdamW"), spec (e.g. "adamw"), and the spec's names, comma-separated:
-///     hyperparameters, states, scalar_states; state_dtype ("f32" or "bf16"); groups (a count)
+///     hyperparameters, states, scalar_states; state_dtypes (each state's, comma-separated, e.g.
+///     "bf16,f32"); param_write ("nearest", "master" or "stochastic"); groups (a count)
 ///   group.<g>.hyperparameters        F64 [hyperparameters]: declaration order, bools as 0/1
 ///   group.<g>.step                   I64 []: steps taken
 ///   group.<g>.scalar_state           F64 [scalar states] (only when the spec has scalar state)
-///   group.<g>.tensor.<t>.<state>     F32 or BF16 [numel]: each state buffer the group's variant has
-///                                    for the tensor, of its own size (FusedOptimizer::state: [B * R]
-///                                    for a state of rows, [B * C] of columns); none for a state that
-///                                    does not exist for the tensor (VariantInfo::state_presence)
+///   group.<g>.tensor.<t>.<state>     F32, BF16 or F16 [numel]: each state buffer the group's variant
+///                                    has for the tensor, in its dtype and of its own size
+///                                    (FusedOptimizer::state: [B * R] for a state of rows, [B * C] of
+///                                    columns); none for a state that does not exist for the tensor
+///                                    (VariantInfo::state_presence)
+///   group.<g>.master.<t>             F32 [numel]: the param's fp32 master copy (param_write "master")
 
 #include <cstdint>
 #include <map>

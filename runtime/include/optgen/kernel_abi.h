@@ -18,7 +18,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 6 };
+enum { kVersion = 7 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -33,7 +33,9 @@ struct ShapeTable;
 /// A bound tensor list: built once by prepare(), resident on the device, never changed by a step.
 /// Chunks are ordered by decreasing `count`, so that the short ones fill the last wave.
 struct TableView {
-  void* const* pointers;   ///< [operand * num_tensors + tensor]: param, grad, then each state
+  /// [operand * num_tensors + tensor]: param, grad, then each state of the variant; then, for a
+  /// kernel set whose params have an fp32 master copy (Storage::param_write Master), the masters.
+  void* const* pointers;
   const long long* numel;  ///< [tensor]
   const Chunk* chunks;     ///< [blockIdx.x]
   long long chunk_size;    ///< elements per block, a multiple of 64
@@ -42,6 +44,8 @@ struct TableView {
   /// Device memory: the rows and columns of every tensor, for a variant with matrix, row or column
   /// code (VariantInfo::stage_blocks nonzero beyond kChunkRuns); null for every other.
   const ShapeTable* shapes;
+  /// The seed of stochastic rounding's random stream (optgen/random.h); unused by other kernels.
+  unsigned long long seed;
 };
 
 // ---- Rows, columns and matrices (Adafactor's factored second moment). A tensor of two or more
@@ -270,7 +274,8 @@ static_assert(OPTGEN_ABI_OFFSETOF(TableView, chunk_size) == 24, "TableView::chun
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_tensors) == 32, "TableView::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_chunks) == 36, "TableView::num_chunks moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, shapes) == 40, "TableView::shapes moved");
-static_assert(sizeof(TableView) == 48 && alignof(TableView) == 8, "TableView changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, seed) == 48, "TableView::seed moved");
+static_assert(sizeof(TableView) == 56 && alignof(TableView) == 8, "TableView changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, rows) == 0, "ShapeTable::rows moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, cols) == 8, "ShapeTable::cols moved");

@@ -31,6 +31,7 @@
 
 #include "optgen/checkpoint.h"
 #include "optgen/dtype.h"
+#include "optgen/storage.h"
 #include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
 #include "optgen/kernel_images.h"
 #include "optgen/reference.h"
@@ -109,12 +110,14 @@ struct VariantInfo {
   const StatePresence* state_presence = nullptr;
 };
 
-/// A variant's kernels for one storage type.
+/// A variant's kernels for one storage (optgen/storage.h).
 struct KernelInfo {
   const char* const* stages;  ///< kernel names, one per stage in launch order, e.g. adam_bf16_f32_update
   int variant;
   DType param;  ///< params and grads
-  DType state;
+  ParamWrite param_write;
+  /// Per state the spec declares (OptimizerInfo::states), its dtype; null when it declares none.
+  const DType* state_dtypes;
 };
 
 /// What the engine knows about an optimizer: data, built by the generator from the spec
@@ -194,7 +197,10 @@ class FusedOptimizer {
   using Overrides = std::vector<std::pair<std::string, double>>;
 
   /// `defaults`: every hyperparameter in declaration order (bools 0/1; derived flags ignored).
-  FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, DType state_dtype = DType::F32);
+  /// `storage`: how states are stored, and for bf16 and f16 params a master copy or stochastic
+  /// rounding (optgen/storage.h); each group runs the kernel set generated for its params' dtype
+  /// and this storage, and add_param_group refuses a group for which none was generated.
+  FusedOptimizer(const OptimizerInfo& info, std::vector<double> defaults, StorageOptions storage = {});
   FusedOptimizer(FusedOptimizer&&) noexcept;
   FusedOptimizer& operator=(FusedOptimizer&&) noexcept;
   ~FusedOptimizer();
@@ -246,6 +252,10 @@ class FusedOptimizer {
   /// for factored tensors only (a spec's `when: factored`), or for the others only, is {null, 0}
   /// for the rest; one the group's variant does not have is an optgen::Error.
   StateBuffer state(const std::string& name, std::size_t group, std::size_t tensor) const;
+  /// The fp32 master copy of a tensor's param (StorageOptions::param_write Master): numel F32 values,
+  /// set from the param when its group is added, then updated by every step (the param is written
+  /// from it, rounded to nearest); {null, 0} without one.
+  StateBuffer master_weights(std::size_t group, std::size_t tensor) const;
 
   /// Points tensor `tensor` of group `group` at other param and grad memory of the same size and
   /// dtype (torch, for one, allocates new gradients after zero_grad(set_to_none=True)); checked as
@@ -306,7 +316,9 @@ class FusedOptimizer {
   /// Elements per block; the optimizer must be prepared again (the tables are rebuilt).
   void set_chunk_size(long long elements);
   const OptimizerInfo& info() const;
-  DType state_dtype() const;
+  const StorageOptions& storage() const;
+  /// The dtype state `name` is stored in (StorageOptions resolved); optgen::Error for an unknown name.
+  DType state_dtype(const std::string& name) const;
   /// Where the kernels came from (an embedded cubin, NVRTC, the cache); loaded by prepare().
   ModuleOrigin module_origin() const;
 

@@ -1,0 +1,173 @@
+#include "optgen/storage.h"
+
+#include <algorithm>
+
+namespace optgen {
+
+const char* to_string(ParamWrite write) {
+  switch (write) {
+    case ParamWrite::Nearest: return "nearest";
+    case ParamWrite::Master: return "master";
+    case ParamWrite::Stochastic: return "stochastic";
+  }
+  return "unknown param write";
+}
+
+DType Storage::state_dtype(const std::string& name) const {
+  for (const auto& [state, dtype] : state_dtypes)
+    if (state == name) return dtype;
+  return states;
+}
+
+namespace {
+
+const char* param_suffix(ParamWrite write) {
+  switch (write) {
+    case ParamWrite::Nearest: return "";
+    case ParamWrite::Master: return "master";
+    case ParamWrite::Stochastic: return "sr";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(const std::string& text) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    if (text == to_string(t)) return t;
+  return std::nullopt;
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t end = text.find(separator, begin);
+    parts.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) return parts;
+    begin = end + 1;
+  }
+}
+
+}  // namespace
+
+std::string Storage::name() const {
+  std::string name = to_string(param);
+  if (param_write != ParamWrite::Nearest) name += std::string("_") + param_suffix(param_write);
+  name += std::string("_") + to_string(states);
+  for (const auto& [state, dtype] : state_dtypes) name += "_" + state + "_" + to_string(dtype);
+  return name;
+}
+
+std::string Storage::text() const {
+  std::string text = to_string(param);
+  if (param_write != ParamWrite::Nearest) text += std::string("+") + param_suffix(param_write);
+  if (states != DType::F32 || !state_dtypes.empty()) text += std::string(":") + to_string(states);
+  for (const auto& [state, dtype] : state_dtypes) text += ":" + state + "=" + to_string(dtype);
+  return text;
+}
+
+bool Storage::operator==(const Storage& other) const {
+  return param == other.param && param_write == other.param_write && states == other.states &&
+         state_dtypes == other.state_dtypes;
+}
+
+std::optional<Storage> parse_storage(const std::string& text, std::string* error) {
+  const std::vector<std::string> items = split(text, ':');
+  const std::vector<std::string> param = split(items[0], '+');
+  Storage storage;
+  if (auto dtype = parse_dtype(param[0])) {
+    storage.param = *dtype;
+  } else {
+    *error = "unknown parameter storage '" + param[0] + "': expected f32, bf16 or f16";
+    return std::nullopt;
+  }
+  if (param.size() > 2) {
+    *error = "'" + items[0] + "' has more than one '+': expected PARAM, PARAM+master or PARAM+sr";
+    return std::nullopt;
+  }
+  if (param.size() == 2) {
+    if (param[1] == "master") {
+      storage.param_write = ParamWrite::Master;
+    } else if (param[1] == "sr") {
+      storage.param_write = ParamWrite::Stochastic;
+    } else {
+      *error = "unknown parameter option '+" + param[1] +
+               "': expected +master (an fp32 master copy) or +sr (stochastic rounding)";
+      return std::nullopt;
+    }
+    const bool master = storage.param_write == ParamWrite::Master;
+    if (storage.param == DType::F32) {
+      *error = "'" + items[0] + "': f32 params " +
+               (master ? "are their own master copy" : "are not rounded, stochastically or otherwise") + "; +" +
+               param[1] + " is for bf16" + (master ? " and f16" : "") + " params";
+      return std::nullopt;
+    }
+    if (!master && storage.param != DType::BF16) {
+      *error = "'" + items[0] + "': stochastic rounding is for bf16 params";
+      return std::nullopt;
+    }
+  }
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    const std::vector<std::string> pair = split(items[i], '=');
+    if (pair.size() == 1) {  // STATES
+      auto dtype = parse_dtype(items[i]);
+      if (!dtype) {
+        *error = "unknown state storage '" + items[i] + "': expected f32, bf16 or f16, or STATE=DTYPE";
+        return std::nullopt;
+      }
+      if (i != 1) {
+        *error = "the states' dtype '" + items[i] + "' must come first after PARAM: PARAM:STATES:STATE=DTYPE";
+        return std::nullopt;
+      }
+      storage.states = *dtype;
+      continue;
+    }
+    if (pair.size() != 2 || pair[0].empty()) {
+      *error = "'" + items[i] + "': expected STATE=DTYPE, e.g. exp_avg_sq=f32";
+      return std::nullopt;
+    }
+    auto dtype = parse_dtype(pair[1]);
+    if (!dtype) {
+      *error = "unknown storage '" + pair[1] + "' of state '" + pair[0] + "': expected f32, bf16 or f16";
+      return std::nullopt;
+    }
+    const auto same = [&](const auto& entry) { return entry.first == pair[0]; };
+    if (std::any_of(storage.state_dtypes.begin(), storage.state_dtypes.end(), same)) {
+      *error = "state '" + pair[0] + "' is given a dtype twice";
+      return std::nullopt;
+    }
+    storage.state_dtypes.emplace_back(pair[0], *dtype);
+  }
+  return storage;
+}
+
+std::optional<Storage> canonical_storage(const Storage& storage, const std::vector<std::string>& states,
+                                         std::string* error) {
+  for (const auto& [state, dtype] : storage.state_dtypes)
+    if (std::find(states.begin(), states.end(), state) == states.end()) {
+      std::string declared;
+      for (const std::string& s : states) declared += (declared.empty() ? "" : ", ") + s;
+      *error = "storage '" + storage.text() + "' names state '" + state + "', which the spec does not declare" +
+               (declared.empty() ? " (it declares none)" : " (it declares " + declared + ")");
+      return std::nullopt;
+    }
+  Storage canonical = storage;
+  canonical.state_dtypes.clear();
+  for (const std::string& s : states)
+    if (storage.state_dtype(s) != storage.states) canonical.state_dtypes.emplace_back(s, storage.state_dtype(s));
+  return canonical;
+}
+
+std::vector<Storage> default_storage() {
+  Storage bf16;
+  bf16.param = DType::BF16;
+  return {Storage{}, bf16};
+}
+
+std::vector<Storage> storage_to_generate(const std::vector<Storage>& requested,
+                                         const std::vector<Storage>& spec_storage) {
+  if (!requested.empty()) return requested;
+  if (!spec_storage.empty()) return spec_storage;
+  return default_storage();
+}
+
+}  // namespace optgen
