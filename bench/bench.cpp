@@ -5,6 +5,7 @@
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
 //   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
+//                [--storage f32,bf16,bf16:bf16,bf16+master]
 //
 // (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
 // error naming it, exit status 2, before anything runs.)
@@ -12,7 +13,8 @@
 // Modes: `eager` launches steps from C++ one after another on one stream; `graph` captures one
 // step in a CUDA graph once and replays it; `amp` is the eager step with AMP's grad_scale and
 // found_inf given (device floats: a scale of 1024, no overflow). Time is measured with CUDA events
-// over `steps` steps, the median of 5 repetitions.
+// over `steps` steps, the median of 5 repetitions. `--storage` (optgen/storage.h's text form) picks
+// the params' dtype and what the optimizer stores; each floor counts the bytes of that storage.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +38,7 @@
 #include "lamb.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
+#include "optgen/storage.h"
 #include "sgd.h"
 
 namespace {
@@ -76,36 +79,46 @@ struct Model {
   CUdeviceptr params = 0, grads = 0;
   std::vector<optgen::Tensor> tensors;
 
-  /// `shapes`: each tensor's, when known (a spec with rows and columns needs them).
-  explicit Model(const std::vector<std::int64_t>& sizes, const std::vector<std::vector<std::int64_t>>& shapes = {})
+  /// `shapes`: each tensor's, when known (a spec with rows and columns needs them). Params and
+  /// grads of `dtype`, random in [-1, 1) (f32 bits read as bf16 or f16 are finite values too).
+  explicit Model(const std::vector<std::int64_t>& sizes, const std::vector<std::vector<std::int64_t>>& shapes = {},
+                 optgen::DType dtype = optgen::DType::F32)
       : numels(sizes) {
     std::vector<std::size_t> offsets;
     std::size_t bytes = 0;
     for (auto n : numels) {
       offsets.push_back(bytes);
-      bytes += (static_cast<std::size_t>(n) * 4 + 255) / 256 * 256;
+      bytes += (static_cast<std::size_t>(n) * optgen::size_of(dtype) + 255) / 256 * 256;
     }
     check(api().cuMemAlloc(&params, bytes), "cuMemAlloc");
     check(api().cuMemAlloc(&grads, bytes), "cuMemAlloc");
-    fill_random(params, bytes, 1);
-    fill_random(grads, bytes, 2);
+    fill_random(params, bytes, 1, dtype);
+    fill_random(grads, bytes, 2, dtype);
     for (size_t i = 0; i < numels.size(); ++i)
       tensors.push_back({reinterpret_cast<void*>(params + offsets[i]), reinterpret_cast<void*>(grads + offsets[i]),
-                         numels[i], optgen::DType::F32, nullptr, -1,
-                         i < shapes.size() ? shapes[i] : std::vector<std::int64_t>{}});
+                         numels[i], dtype, nullptr, -1, i < shapes.size() ? shapes[i] : std::vector<std::int64_t>{}});
   }
   ~Model() {
     api().cuMemFree(params);
     api().cuMemFree(grads);
   }
 
-  /// Random floats in [-1, 1): a 64 MiB random block, tiled over the buffer.
-  static void fill_random(CUdeviceptr buffer, std::size_t bytes, unsigned seed) {
+  /// Random values in [-1, 1) of `dtype`: a 64 MiB random block, tiled over the buffer.
+  static void fill_random(CUdeviceptr buffer, std::size_t bytes, unsigned seed, optgen::DType dtype) {
     const std::size_t block = std::min<std::size_t>(bytes, 64u << 20) / 4 * 4;
-    std::vector<float> host(block / 4);
+    std::vector<unsigned char> host(block);
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    for (auto& x : host) x = uniform(rng);
+    for (std::size_t at = 0; at + optgen::size_of(dtype) <= block; at += optgen::size_of(dtype)) {
+      const float x = uniform(rng);
+      std::uint16_t half = 0;
+      switch (dtype) {
+        case optgen::DType::F32: std::memcpy(&host[at], &x, 4); continue;
+        case optgen::DType::BF16: half = optgen::float_to_bf16(x); break;
+        case optgen::DType::F16: half = optgen::float_to_f16(x); break;
+      }
+      std::memcpy(&host[at], &half, 2);
+    }
     check(api().cuMemcpyHtoD(buffer, host.data(), block), "cuMemcpyHtoD");
     for (std::size_t at = block; at < bytes; at += block)
       check(api().cuMemcpyDtoD(buffer + at, buffer, std::min(block, bytes - at)), "cuMemcpyDtoD");
@@ -158,35 +171,60 @@ double copy_bandwidth(CUstream stream, Timer& timer) {
   return 2.0 * bytes / (us * 1e-6);
 }
 
+/// What one step must move per parameter: the param read and written, the gradient read, each
+/// state (by name) read and written, so many times each (the Reduce stages read some twice).
+struct Traffic {
+  int param_reads, param_writes, grad_reads;
+  std::vector<std::pair<std::string, int>> states;
+
+  /// Bytes per parameter in `storage`: with a master copy the param is only written, and the master
+  /// read and written in its place.
+  double bytes(const optgen::Storage& storage) const {
+    const double p = static_cast<double>(optgen::size_of(storage.param));
+    double total = p * grad_reads;
+    if (storage.param_write == optgen::ParamWrite::Master)
+      total += p * param_writes + 4.0 * (param_reads + param_writes);
+    else
+      total += p * (param_reads + param_writes);
+    for (const auto& [state, accesses] : states)
+      total += static_cast<double>(optgen::size_of(storage.state_dtype(state))) * accesses;
+    return total;
+  }
+};
+
 struct OptimizerCase {
   std::string name;
-  int bytes_per_parameter;  // fp32 traffic of one step: reads plus writes
-  std::function<std::unique_ptr<optgen::FusedOptimizer>()> make;
+  Traffic traffic;
+  std::function<std::unique_ptr<optgen::FusedOptimizer>(const optgen::StorageOptions&)> make;
 };
 
 std::vector<OptimizerCase> optimizer_cases() {
   auto with_defaults = [](const optgen::OptimizerInfo& info, optgen::FusedOptimizer::Overrides overrides) {
-    return [&info, overrides] {
-      auto opt = std::make_unique<optgen::FusedOptimizer>(info, optgen::default_hyperparameters(info));
+    return [&info, overrides](const optgen::StorageOptions& storage) {
+      auto opt = std::make_unique<optgen::FusedOptimizer>(info, optgen::default_hyperparameters(info), storage);
       for (const auto& [name, value] : overrides) opt->set(name, value);
       return opt;
     };
   };
   return {
-      {"adam", 28, with_defaults(optgen::Adam::info(), {})},
-      {"adamw", 28, with_defaults(optgen::AdamW::info(), {})},
-      {"sgd", 20, with_defaults(optgen::SGD::info(), {{"momentum", 0.9}})},
+      {"adam", {1, 1, 1, {{"exp_avg", 2}, {"exp_avg_sq", 2}}}, with_defaults(optgen::Adam::info(), {})},
+      {"adamw", {1, 1, 1, {{"exp_avg", 2}, {"exp_avg_sq", 2}}}, with_defaults(optgen::AdamW::info(), {})},
+      {"sgd", {1, 1, 1, {{"momentum_buffer", 2}}}, with_defaults(optgen::SGD::info(), {{"momentum", 0.9}})},
       // Two launches: the gradients' global norm (reads g), then AdamW (reads p, g, m, v; writes p, m, v).
-      {"adamw_clip", 32, with_defaults(optgen::AdamW::info(), {{"max_grad_norm", 1.0}})},
+      {"adamw_clip",
+       {1, 1, 2, {{"exp_avg", 2}, {"exp_avg_sq", 2}}},
+       with_defaults(optgen::AdamW::info(), {{"max_grad_norm", 1.0}})},
       // Two launches: both norms of every tensor (reads p, g, m, v), then the update (as Adam's).
-      {"lamb", 44, with_defaults(optgen::LAMB::info(), {})},
+      {"lamb", {2, 1, 2, {{"exp_avg", 3}, {"exp_avg_sq", 3}}}, with_defaults(optgen::LAMB::info(), {})},
       // Three: the global norm, LAMB's norms, the update.
-      {"lamb_clip", 48, with_defaults(optgen::LAMB::info(), {{"max_grad_norm", 1.0}})},
+      {"lamb_clip",
+       {2, 1, 3, {{"exp_avg", 3}, {"exp_avg_sq", 3}}},
+       with_defaults(optgen::LAMB::info(), {{"max_grad_norm", 1.0}})},
       // Four launches: norm(param) and the row and column sums of grad^2 (reads p, g, g), the new
       // row_var's mean per matrix (rows only), the update's norm (reads g), the update (reads p,
       // g; writes p). Row and column states are negligible; 1-D tensors also read and write
       // `variance` (not counted).
-      {"adafactor", 28, with_defaults(optgen::Adafactor::info(), {})},
+      {"adafactor", {2, 1, 4, {}}, with_defaults(optgen::Adafactor::info(), {})},
   };
 }
 
@@ -263,6 +301,7 @@ struct Arguments {
   std::vector<std::string> optimizers = {"adam", "adamw", "sgd"};
   std::vector<std::string> modes = {"eager", "graph", "amp"};
   std::vector<long long> chunk_sizes = {0};  // 0: the launcher's default
+  std::vector<std::string> storage = {"f32"};
   int steps = 50;
   int host_tensors = 10000;
 };
@@ -301,6 +340,17 @@ void add_options(CLI::App& app, Arguments& args) {
       ->delimiter(',')
       ->check(kChunkSize)
       ->capture_default_str();
+  app.add_option("--storage", args.storage,
+                 "storage types, comma-separated (PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16:bf16); an "
+                 "optimizer without kernels for one is skipped")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            std::string error;
+            return optgen::parse_storage(text, &error) ? std::string() : error;
+          },
+          "STORAGE", "storage type"))
+      ->capture_default_str();
   app.add_option("--host-tensors", args.host_tensors, "tensors of the host-time measurement; 0: skip it")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
@@ -330,40 +380,50 @@ int main(int argc, char** argv) {
     const double copy = copy_bandwidth(stream, timer);
     std::printf("device copy bandwidth (2 GiB device-to-device, read + write): %.3f TB/s\n\n", copy / 1e12);
     std::printf(
-        "| workload | tensors | parameters | optimizer | chunk | mode | us/step | floor us | TB/s | of copy |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        "| workload | tensors | parameters | optimizer | storage | chunk | mode | us/step | floor us | TB/s | of copy "
+        "|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     AmpInputs amp;
     for (const auto& name : args.workloads) {
       Workload w = load_workload(args.dir + "/" + name + ".json");
-      Model model(w.numels, w.shapes);
-      for (const auto& c : optimizer_cases()) {
-        if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
-        for (long long chunk : args.chunk_sizes) {
-          auto opt = c.make();
-          if (chunk > 0)
-            opt->set_chunk_size(chunk);
-          else
-            chunk = opt->info().chunk_size;
-          opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
-          for (const auto& mode : args.modes) {
-            std::function<void()> step;
-            std::unique_ptr<CapturedStep> captured;
-            if (mode == "eager")
-              step = [&] { opt->step(stream); };
-            else if (mode == "amp")
-              step = [&] { opt->step(stream, amp.get()); };
-            else if (mode == "graph") {
-              captured = std::make_unique<CapturedStep>(*opt, stream);
-              step = [&] { captured->launch(); };
-            } else
-              throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
-            for (int i = 0; i < 5; ++i) step();
-            const double us = timer.median_us(stream, args.steps, 5, step);
-            const double bytes = static_cast<double>(c.bytes_per_parameter) * w.parameters;
-            std::printf("| %s | %zu | %lld | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(),
-                        w.numels.size(), static_cast<long long>(w.parameters), c.name.c_str(), chunk, mode.c_str(), us,
-                        bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / copy);
-            std::fflush(stdout);
+      for (const auto& text : args.storage) {
+        std::string error;
+        const optgen::Storage storage = *optgen::parse_storage(text, &error);  // checked by the option
+        const optgen::StorageOptions options{storage.states, storage.state_dtypes, storage.param_write, 1};
+        Model model(w.numels, w.shapes, storage.param);
+        for (const auto& c : optimizer_cases()) {
+          if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
+          for (long long chunk : args.chunk_sizes) {
+            auto opt = c.make(options);
+            if (chunk > 0) opt->set_chunk_size(chunk);
+            try {
+              opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
+            } catch (const optgen::Error& e) {  // no kernels for this storage
+              std::fprintf(stderr, "%s: %s\n", c.name.c_str(), e.what());
+              continue;
+            }
+            chunk = opt->chunk_size(0);
+            for (const auto& mode : args.modes) {
+              std::function<void()> step;
+              std::unique_ptr<CapturedStep> captured;
+              if (mode == "eager")
+                step = [&] { opt->step(stream); };
+              else if (mode == "amp")
+                step = [&] { opt->step(stream, amp.get()); };
+              else if (mode == "graph") {
+                captured = std::make_unique<CapturedStep>(*opt, stream);
+                step = [&] { captured->launch(); };
+              } else
+                throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
+              for (int i = 0; i < 5; ++i) step();
+              const double us = timer.median_us(stream, args.steps, 5, step);
+              const double bytes = c.traffic.bytes(storage) * static_cast<double>(w.parameters);
+              std::printf("| %s | %zu | %lld | %s | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(),
+                          w.numels.size(), static_cast<long long>(w.parameters), c.name.c_str(), text.c_str(), chunk,
+                          mode.c_str(), us, bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12,
+                          100.0 * bytes / (us * 1e-6) / copy);
+              std::fflush(stdout);
+            }
           }
         }
       }

@@ -29,7 +29,11 @@ struct KernelTuning {
   /// The same for every stage of a variant with rows and columns, whose code indexes each element's
   /// row, column and matrix and computes their values in double: three blocks per SM spill.
   int shaped_min_blocks_per_sm = 2;
-  long long chunk_size = 2048;  ///< elements per block (the launcher's default; a multiple of 64)
+  long long chunk_size = 2048;  ///< elements per block of f32 kernel sets (a multiple of 64)
+  /// Elements per block of every other kernel set (narrower params or states, a master copy): each
+  /// block moves fewer bytes per element, and more elements per block keep as many bytes in flight
+  /// (bench/RESULTS.md, 2026-11-25: bf16 AdamW on gpt2 at 82% of its floor with 2048, 96% with 8192).
+  long long narrow_chunk_size = 8192;
   // The defaults are the best of a sweep on an H200 (bench/RESULTS.md): 256 x 8 elements and
   // chunks of 2048, one loop iteration per thread.
 
@@ -39,6 +43,9 @@ struct KernelTuning {
 
 /// `<variant>_<param storage>_<state storage>_<stage>`, e.g. adam_amsgrad_bf16_f32_update.
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage);
+/// Elements per block of the variant's kernels in storage `s`: chunk_size when every operand the
+/// variant has is f32, else narrow_chunk_size.
+long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s);
 /// `<variant>_group`: the variant's group kernel.
 std::string group_kernel_name(const Program& variant);
 

@@ -155,7 +155,8 @@ std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_
   return "    {variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + ", " +
          std::to_string(k.variant) + ", " + dtype_enum(k.storage.param) + ", " +
          param_write_enum(k.storage.param_write) + ", " +
-         (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + "},";
+         (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + ", " + std::to_string(k.chunk_size) +
+         "},";
 }
 
 /// The hyperparameters' values, in declaration order, from an `Options` named `o` (derived flags
@@ -236,7 +237,7 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
 std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& variants,
                                  const std::vector<Storage>& storage, const KernelTuning& tuning,
                                  const std::set<std::string>& with_kernels) {
-  const KernelTables tables = kernel_tables(variants, storage, with_kernels);
+  const KernelTables tables = kernel_tables(variants, storage, tuning, with_kernels);
   CodeWriter w, variant_table, kernel_table;
   storage_namespace(w, spec, storage);
   for (size_t i = 0; i < variants.size(); ++i) {

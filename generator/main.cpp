@@ -83,7 +83,13 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
                   "the same for every stage of a spec with rows and columns (0: ptxas chooses; default 2)")
       ->check(CLI::Range(0, 32));
   command
-      .add_option("--chunk-size", args.tuning.chunk_size, "default elements per block, a multiple of 64 (default 2048)")
+      .add_option("--chunk-size", args.tuning.chunk_size,
+                  "elements per block of f32 kernel sets, a multiple of 64 (default 2048)")
+      ->check(CLI::Range(64LL, 1LL << 30));
+  command
+      .add_option("--narrow-chunk-size", args.tuning.narrow_chunk_size,
+                  "elements per block of the other kernel sets (bf16 or f16 params or states, master copies), a "
+                  "multiple of 64 (default 8192)")
       ->check(CLI::Range(64LL, 1LL << 30));
   command.add_flag("-q,--quiet", args.quiet, "no progress lines");
 }

@@ -50,7 +50,7 @@ SpecTables spec_tables(const Spec& spec, const Program& variant) {
 }
 
 KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
-                           const std::set<std::string>& with_kernels) {
+                           const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
   KernelTables tables;
   for (size_t i = 0; i < variants.size(); ++i) {
     const Program& p = variants[i];
@@ -78,7 +78,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     for (const Storage& s : storage) {
-      KernelRow kernel{{}, static_cast<int>(i), s};
+      KernelRow kernel{{}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
       for (const Stage& stage : p.stages) kernel.stages.push_back(kernel_name(p, s, stage));
       tables.kernels.push_back(kernel);
     }

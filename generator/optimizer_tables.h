@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "emit_cuda.h"  // KernelTuning, chunk_size_for
 #include "ir.h"
 #include "shapes.h"
 #include "spec.h"
@@ -91,6 +92,7 @@ struct KernelRow {
   std::vector<std::string> stages;  ///< kernel names, in launch order
   int variant;                      ///< index into KernelTables::variants
   Storage storage;
+  long long chunk_size;  ///< elements per block (chunk_size_for)
 };
 
 struct KernelTables {
@@ -101,6 +103,6 @@ struct KernelTables {
 /// `variants`: every variant of the spec, in the order compile_spec returns them; `with_kernels`:
 /// the names of the variants kernels are generated for (all when empty).
 KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
-                           const std::set<std::string>& with_kernels = {});
+                           const KernelTuning& tuning, const std::set<std::string>& with_kernels = {});
 
 }  // namespace optgen

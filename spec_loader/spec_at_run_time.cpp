@@ -129,7 +129,7 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
       optimizer(spec.optimizer),
       spec_name(spec.name),
       spec_tables(optgen::spec_tables(spec, compiled.front())),
-      kernel_tables(optgen::kernel_tables(compiled, storage)),
+      kernel_tables(optgen::kernel_tables(compiled, storage, KernelTuning{})),
       source_name(spec.name + "_kernels.cu"),
       source(emit_cuda(spec, compiled, storage, KernelTuning{})) {
   describe_spec();
@@ -177,7 +177,7 @@ void RuntimeSpec::Impl::describe_kernels() {
   for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
     const KernelRow& k = kernel_tables.kernels[i];
     kernels.push_back({stage_names[i].data(), k.variant, k.storage.param, k.storage.param_write,
-                       state_dtypes[i].empty() ? nullptr : state_dtypes[i].data()});
+                       state_dtypes[i].empty() ? nullptr : state_dtypes[i].data(), k.chunk_size});
   }
 }
 

@@ -75,7 +75,7 @@ struct ShapedAdam {
 TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes and state presence", "[shapes]") {
   optgen::Spec spec;
   const std::vector<optgen::Program> variants = adafactor_variants(spec);
-  const optgen::KernelTables tables = optgen::kernel_tables(variants, {optgen::Storage{}});
+  const optgen::KernelTables tables = optgen::kernel_tables(variants, {optgen::Storage{}}, optgen::KernelTuning{});
   const optgen::VariantRow& v = row_named(tables, "adafactor");
   INFO("variant " << v.name);
 
@@ -116,7 +116,8 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
 
 TEST_CASE("a variant without rows or columns has no stage blocks and no state presence", "[shapes]") {
   const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/lamb.yaml");
-  const optgen::KernelTables tables = optgen::kernel_tables(optgen::compile_spec(spec), {optgen::Storage{}});
+  const optgen::KernelTables tables =
+      optgen::kernel_tables(optgen::compile_spec(spec), {optgen::Storage{}}, optgen::KernelTuning{});
   for (const auto& v : tables.variants) {
     INFO("variant " << v.name);
     CHECK(v.stage_blocks.empty());

@@ -116,6 +116,7 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     CHECK(x.variant == y.variant);
     CHECK(x.param == y.param);
     CHECK(x.param_write == y.param_write);
+    CHECK(x.chunk_size == y.chunk_size);
     for (int s = 0; s < a.num_states; ++s) CHECK(x.state_dtypes[s] == y.state_dtypes[s]);
     for (int s = 0; s < a.variants[x.variant].num_stages; ++s) CHECK(text(x.stages[s]) == text(y.stages[s]));
   }

@@ -164,14 +164,15 @@ struct Binder {
                   "the optimizer was created with stochastic rounding of the params, which is for bf16 params; this "
                   "group's are f16",
                   "use an fp32 master copy (ParamWrite::Master) for f16 params");
-    std::vector<std::pair<std::string, DType>> named;
-    for (int s = 0; s < info.num_states; ++s) named.emplace_back(info.states[s].name, m.state_dtypes[s]);
     const Storage wanted = m.storage.for_params(param);
     std::string generated;
     for (int k = 0; k < info.num_kernels; ++k) {
       const KernelInfo& kernel = info.kernels[k];
+      // The states the variant has: a state it does not have may be of any dtype.
+      const VariantInfo& v = info.variants[variant];
       bool same = kernel.variant == variant && kernel.param == param && kernel.param_write == wanted.param_write;
-      for (int s = 0; same && s < info.num_states; ++s) same = kernel.state_dtypes[s] == m.state_dtypes[s];
+      for (int j = 0; same && j < v.num_states; ++j)
+        same = kernel.state_dtypes[v.states[j]] == m.state_dtypes[v.states[j]];
       if (same) return k;
       if (kernel.variant == variant) generated += (generated.empty() ? "" : ", ") + kernel_storage(kernel).text();
     }
@@ -441,7 +442,7 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
   }
   impl_->defaults = std::move(defaults);
   impl_->storage = std::move(storage);
-  impl_->chunk_size = info.chunk_size;
+  impl_->chunk_size = 0;  // each kernel set's own
 }
 
 FusedOptimizer::FusedOptimizer(FusedOptimizer&&) noexcept = default;
@@ -711,7 +712,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   std::vector<int> chunks_per_tensor;
   const std::vector<kernel_abi::Chunk> chunks =
-      chunk_table(tensors, m.chunk_size, blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
+      chunk_table(tensors, m.chunk_size_of(kernel), blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
@@ -723,7 +724,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   plan.table = {device_pointer<void* const>(plan.pointer_memory, 0),
                 device_pointer<const long long>(plan.table_memory, numel_at),
                 device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at),
-                m.chunk_size,
+                m.chunk_size_of(kernel),
                 static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size()),
                 nullptr,
@@ -1203,6 +1204,10 @@ void FusedOptimizer::set_chunk_size(long long elements) {
   if (elements == impl_->chunk_size) return;
   impl_->unprepare();
   impl_->chunk_size = elements;
+}
+
+long long FusedOptimizer::chunk_size(std::size_t group) const {
+  return impl_->chunk_size_of(impl_->info->kernels[impl_->group_at(group, "chunk_size").kernel]);
 }
 
 const OptimizerInfo& FusedOptimizer::info() const { return *impl_->info; }

@@ -136,7 +136,7 @@ struct FusedOptimizer::Impl {
   std::vector<double> defaults;
   StorageOptions storage;
   std::vector<DType> state_dtypes;  ///< per state the spec declares (storage resolved)
-  long long chunk_size;
+  long long chunk_size;             ///< set_chunk_size's, for every kernel set; 0: each set's own
   std::vector<Group> groups;
   std::vector<Plan> plans;
   DeviceGroups device_groups;
@@ -158,6 +158,7 @@ struct FusedOptimizer::Impl {
   bool watch_captures = false;
 
   std::string call(const char* method) const { return std::string(info->name) + "::" + method; }
+  long long chunk_size_of(const KernelInfo& kernel) const { return chunk_size > 0 ? chunk_size : kernel.chunk_size; }
   int hyperparameter_index(const std::string& name, const char* method) const;
   int state_index(const std::string& name, const char* method) const;
   int scalar_state_index(const std::string& name, const char* method) const;

@@ -118,6 +118,9 @@ struct KernelInfo {
   ParamWrite param_write;
   /// Per state the spec declares (OptimizerInfo::states), its dtype; null when it declares none.
   const DType* state_dtypes;
+  /// Elements per block, the generator's choice for this storage (narrower operands, longer chunks);
+  /// FusedOptimizer::set_chunk_size overrides it for every kernel set.
+  long long chunk_size;
 };
 
 /// What the engine knows about an optimizer: data, built by the generator from the spec
@@ -152,7 +155,7 @@ struct OptimizerInfo {
   /// only, for NVRTC at load time (a spec loaded at run time).
   const KernelImages* images;
   int block_size;
-  long long chunk_size;  ///< default elements per block
+  long long chunk_size;  ///< elements per block of f32 kernel sets (KernelInfo::chunk_size: each set's)
 };
 
 /// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).
@@ -313,8 +316,11 @@ class FusedOptimizer {
 
   /// Kernel launches the last step made (for tests).
   int launches_last_step() const;
-  /// Elements per block; the optimizer must be prepared again (the tables are rebuilt).
+  /// Elements per block of every kernel set, instead of each one's own (KernelInfo::chunk_size);
+  /// the optimizer must be prepared again (the tables are rebuilt).
   void set_chunk_size(long long elements);
+  /// Elements per block of the kernel set that steps `group`.
+  long long chunk_size(std::size_t group) const;
   const OptimizerInfo& info() const;
   const StorageOptions& storage() const;
   /// The dtype state `name` is stored in (StorageOptions resolved); optgen::Error for an unknown name.
