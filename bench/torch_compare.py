@@ -236,8 +236,21 @@ class OptgenTensor(ctypes.Structure):
     ]
 
 
+class OptgenStorage(ctypes.Structure):
+    """optgen_storage of optgen/c_api.h (ABI 5): what an optimizer stores; NULL is every member 0
+    (f32 states, params rounded to nearest), which this benchmark's fp32 runs use."""
+    _fields_ = [
+        ("state_dtype", ctypes.c_int32),
+        ("num_state_dtypes", ctypes.c_size_t),
+        ("state_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("state_dtypes", ctypes.POINTER(ctypes.c_int32)),
+        ("param_write", ctypes.c_int32),
+        ("seed", ctypes.c_uint64),
+    ]
+
+
 OPTGEN_F32 = 0
-OPTGEN_ABI_VERSION = 3  # OPTGEN_ABI_VERSION of optgen/c_api.h
+OPTGEN_ABI_VERSION = 5  # OPTGEN_ABI_VERSION of optgen/c_api.h
 
 
 class OptgenError(RuntimeError):
@@ -274,8 +287,9 @@ class Optgen:
         }
         for spec in specs:
             # int optgen_<spec>_create(const char* const* names, const double* values, size_t count,
-            #                          int32_t state_dtype, optgen_optimizer** out)
-            decl[f"optgen_{spec}_create"] = (c_int, [P(ctypes.c_char_p), P(c_double), c_size_t, ctypes.c_int32, P(handle)])
+            #                          const optgen_storage* storage, optgen_optimizer** out)
+            decl[f"optgen_{spec}_create"] = (c_int, [P(ctypes.c_char_p), P(c_double), c_size_t, P(OptgenStorage),
+                                                     P(handle)])
         missing = []
         for name, (restype, argtypes) in decl.items():
             try:
@@ -297,11 +311,13 @@ class Optgen:
             message = self.lib.optgen_last_error()
             raise OptgenError(f"{what} failed ({rc}): {message.decode(errors='replace') if message else '(no message)'}")
 
-    def create(self, spec, hyperparameters, state_dtype=OPTGEN_F32):
+    def create(self, spec, hyperparameters, storage=None):
+        """`storage`: an OptgenStorage, or None (NULL: f32 states, params rounded to nearest)."""
         names = (ctypes.c_char_p * len(hyperparameters))(*[k.encode() for k in hyperparameters])
         values = (ctypes.c_double * len(hyperparameters))(*hyperparameters.values())
         handle = ctypes.c_void_p()
-        self.check(getattr(self.lib, f"optgen_{spec}_create")(names, values, len(hyperparameters), state_dtype,
+        self.check(getattr(self.lib, f"optgen_{spec}_create")(names, values, len(hyperparameters),
+                                                             None if storage is None else ctypes.byref(storage),
                                                              ctypes.byref(handle)), f"optgen_{spec}_create")
         if not handle.value:
             raise OptgenError(f"optgen_{spec}_create returned 0 but no optimizer")

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
 BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT
 DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16"}
+# How a bf16 or f16 param is written after its update (C ABI 5, optgen_storage's param_write):
+# rounded to nearest; from an fp32 master copy the update runs on; rounded stochastically (bf16).
+NEAREST, MASTER, STOCHASTIC = 0, 1, 2  # OPTGEN_PARAM_NEAREST, OPTGEN_PARAM_MASTER, OPTGEN_PARAM_STOCHASTIC
+PARAM_WRITE_NAMES = {NEAREST: "nearest", MASTER: "master", STOCHASTIC: "stochastic"}
 # A state's shape (C ABI 4): one value per element of its tensor, per row (B*R values for a tensor
 # of B matrices of R rows and C columns, its last two dimensions), or per column (B*C values).
 ELEMENTS, ROWS, COLS = 0, 1, 2
@@ -47,6 +51,18 @@ class _Tensor(ctypes.Structure):
         ("states", ctypes.POINTER(ctypes.c_void_p)),
         ("ndim", ctypes.c_int32),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+class _Storage(ctypes.Structure):
+    """optgen_storage (C ABI 5): what an optimizer stores; read during the create call only."""
+    _fields_ = [
+        ("state_dtype", ctypes.c_int32),
+        ("num_state_dtypes", ctypes.c_size_t),
+        ("state_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("state_dtypes", ctypes.POINTER(ctypes.c_int32)),
+        ("param_write", ctypes.c_int32),
+        ("seed", ctypes.c_uint64),
     ]
 
 
@@ -100,8 +116,10 @@ _CHECKED = {
     "optgen_states_used": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_reduces_over_group": [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     STATE_PRESENCE: [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
-    "optgen_state_dtype": [_P, ctypes.POINTER(ctypes.c_int32)],
-    "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)],
+    "optgen_state_dtype": [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32)],
+    "optgen_master_weights": [_P, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_void_p)],
+    "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage),
+                                ctypes.POINTER(_P)],
 }
 
 
@@ -148,15 +166,17 @@ class _Library:
         if function(*args) != 0:
             raise OptgenError(self.dll.optgen_last_error().decode())
 
-    def create_builtin(self, spec: str, names, values, count: int, state_dtype: int, out) -> None:
+    def create_builtin(self, spec: str, names, values, count: int, storage, out) -> None:
+        """optgen_<spec>_create(names, values, count, storage, out); `storage` a pointer to a
+        _Storage (ctypes.byref) or None."""
         try:
             create = getattr(self.dll, f"optgen_{spec}_create")
         except AttributeError:
             raise OptgenError(f"the optgen library has no built-in optimizer '{spec}' (it has: "
                               f"{', '.join(builtin_specs())})") from None
-        create.argtypes = [_NAMES, _DOUBLES, _SIZE, ctypes.c_int32, ctypes.POINTER(_P)]
+        create.argtypes = [_NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage), ctypes.POINTER(_P)]
         create.restype = ctypes.c_int
-        if create(names, values, count, state_dtype, out) != 0:
+        if create(names, values, count, storage, out) != 0:
             raise OptgenError(self.dll.optgen_last_error().decode())
 
 
@@ -236,6 +256,62 @@ def present(presence: int, ndim: int) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Storage:
+    """What an optimizer stores beyond the caller's params and grads (optgen_storage, C ABI 5;
+    optgen::StorageOptions): the states' dtype, per-state dtypes by name, how bf16 and f16 params
+    are written, and the seed of stochastic rounding. Each param group's dtype picks, with this,
+    the kernel set it runs; add_param_group refuses a group whose kernel set was not generated (a
+    spec's `storage:` list; the built-in adam and adamw have f32, bf16, f16, "bf16:bf16",
+    "f32:bf16", "bf16+master", "f16+master", "bf16+sr:bf16" and "bf16:bf16:exp_avg_sq=f32", the
+    other built-ins f32 and bf16 params with f32 states), or a master copy or stochastic rounding
+    asked for params that have no use for it (f32 params; stochastic rounding of f16 params).
+
+    Storage() is the default: f32 states, params rounded to nearest.
+        Storage(BF16, {"exp_avg_sq": F32})   bf16 states but exp_avg_sq
+        Storage(param_write=MASTER)          an fp32 master copy of each bf16 or f16 param
+        Storage(BF16, param_write=STOCHASTIC, seed=1)   bf16 params rounded stochastically
+    """
+    state_dtype: int = F32  # every state not in state_dtypes: F32, BF16 or F16
+    # Per state, by name: a dtype of its own. Given as a mapping; kept as (name, dtype) pairs.
+    state_dtypes: Union[Mapping[str, int], Tuple[Tuple[str, int], ...]] = field(default_factory=tuple)
+    param_write: int = NEAREST  # NEAREST, MASTER or STOCHASTIC
+    seed: int = 0  # of stochastic rounding's random stream, 0 <= seed < 2**64
+
+    def __post_init__(self):
+        def dtype(value, what):
+            if isinstance(value, bool) or not isinstance(value, int) or value not in DTYPE_NAMES:
+                raise ValueError(f"{what} must be F32, BF16 or F16 ({', '.join(map(str, DTYPE_NAMES))}); got {value!r}")
+            return value
+
+        dtype(self.state_dtype, "Storage.state_dtype")
+        pairs = self.state_dtypes.items() if isinstance(self.state_dtypes, Mapping) else self.state_dtypes
+        pairs = tuple((name, dtype(d, f"the dtype of state {name!r}")) for name, d in pairs)
+        for name, _ in pairs:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"Storage.state_dtypes: state names are non-empty strings; got {name!r}")
+        if len({name for name, _ in pairs}) != len(pairs):
+            raise ValueError(f"Storage.state_dtypes gives a state a dtype twice: {pairs}")
+        object.__setattr__(self, "state_dtypes", pairs)
+        if isinstance(self.param_write, bool) or self.param_write not in PARAM_WRITE_NAMES:
+            raise ValueError(f"Storage.param_write must be NEAREST, MASTER or STOCHASTIC "
+                             f"({', '.join(map(str, PARAM_WRITE_NAMES))}); got {self.param_write!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 64:
+            raise ValueError(f"Storage.seed must be an int in [0, 2**64); got {self.seed!r}")
+
+    def dtype_of(self, name: str) -> int:
+        """The dtype state `name` is stored in under this storage."""
+        return dict(self.state_dtypes).get(name, self.state_dtype)
+
+    def _struct(self) -> tuple:
+        """The optgen_storage, and what it points into (alive as long as the tuple)."""
+        names = _strings(name for name, _ in self.state_dtypes)
+        dtypes = (ctypes.c_int32 * max(1, len(self.state_dtypes)))(*(d for _, d in self.state_dtypes))
+        struct = _Storage(self.state_dtype, len(self.state_dtypes), ctypes.cast(names, _NAMES),
+                          ctypes.cast(dtypes, ctypes.POINTER(ctypes.c_int32)), self.param_write, self.seed)
+        return struct, names, dtypes
+
+
 @dataclass
 class TensorBinding:
     """One tensor as an Engine binds it: device addresses, its element count and dtype, and its
@@ -256,6 +332,15 @@ def _strings(values: Iterable[str]):
     return (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
 
 
+def _storage_struct(storage: Optional[Storage]) -> Optional[tuple]:
+    """Storage._struct(), or None for None (a NULL optgen_storage*: the defaults)."""
+    if storage is None:
+        return None
+    if not isinstance(storage, Storage):
+        raise TypeError(f"storage must be an optgen._capi.Storage or None; got {type(storage).__name__}")
+    return storage._struct()
+
+
 def _doubles(values: Iterable[float]):
     values = [float(v) for v in values]
     return (ctypes.c_double * max(1, len(values)))(*values)
@@ -273,29 +358,32 @@ class Engine:
                                 for i in range(self._count("optgen_num_hyperparameters"))]
         self.states = self._describe_states("optgen_num_states", "optgen_describe_state", shaped=True)
         self.scalar_states = self._describe_states("optgen_num_scalar_states", "optgen_describe_scalar_state")
-        dtype = ctypes.c_int32()
-        self._lib.call("optgen_state_dtype", self._handle, ctypes.byref(dtype))
-        self.state_dtype = dtype.value
+        # Per state, by name, the dtype the optimizer stores it in (its storage resolved).
+        self.state_dtypes = {s.name: self.state_dtype(s.name) for s in self.states}
 
     @classmethod
-    def builtin(cls, spec: str, overrides: Mapping[str, float] = {}, state_dtype: int = F32) -> "Engine":
-        """A built-in optimizer (specs/<spec>.yaml) with its spec's defaults except `overrides`."""
+    def builtin(cls, spec: str, overrides: Mapping[str, float] = {}, storage: Optional[Storage] = None) -> "Engine":
+        """A built-in optimizer (specs/<spec>.yaml) with its spec's defaults except `overrides`, and
+        `storage` (None: Storage(), f32 states and params rounded to nearest)."""
         lib = library()
         handle = ctypes.c_void_p()
-        lib.create_builtin(spec, _strings(overrides), _doubles(overrides.values()), len(overrides), state_dtype,
-                           ctypes.byref(handle))
+        struct = _storage_struct(storage)
+        lib.create_builtin(spec, _strings(overrides), _doubles(overrides.values()), len(overrides),
+                           ctypes.byref(struct[0]) if struct else None, ctypes.byref(handle))
         return cls(handle.value)
 
     @classmethod
     def from_spec(cls, path: Union[str, os.PathLike], overrides: Mapping[str, float] = {},
-                  state_dtype: int = F32) -> "Engine":
+                  storage: Optional[Storage] = None) -> "Engine":
         """An optimizer from a YAML spec loaded now: generated in this process and compiled by NVRTC
-        at prepare() through the disk cache, with no C++ compiler. A mistake in the spec raises
-        OptgenError with optgen check's text: file:line:col: error: ..., the line and a caret."""
+        at prepare() through the disk cache, with no C++ compiler; kernels for the spec's `storage:`
+        list (else f32 and bf16 params with f32 states). A mistake in the spec raises OptgenError
+        with optgen check's text: file:line:col: error: ..., the line and a caret."""
         lib = library()
         handle = ctypes.c_void_p()
+        struct = _storage_struct(storage)
         lib.call("optgen_create_from_spec", os.fsencode(path), _strings(overrides), _doubles(overrides.values()),
-                 len(overrides), state_dtype, ctypes.byref(handle))
+                 len(overrides), ctypes.byref(struct[0]) if struct else None, ctypes.byref(handle))
         return cls(handle.value)
 
     def close(self) -> None:
@@ -337,6 +425,12 @@ class Engine:
                               f"{self.name} (got {described.shape}): python/optgen/_capi.py and c_api.h must "
                               "agree (C ABI 4)")
         return described.shape
+
+    def state_dtype(self, name: str) -> int:
+        """The dtype state `name` is stored in: F32, BF16 or F16."""
+        dtype = ctypes.c_int32()
+        self._lib.call("optgen_state_dtype", self._handle, name.encode(), ctypes.byref(dtype))
+        return dtype.value
 
     def defaults(self) -> dict:
         """Every settable hyperparameter's spec default, by name (bools as 0/1)."""
@@ -454,6 +548,14 @@ class Engine:
         address = ctypes.c_void_p()
         self._lib.call("optgen_grad_norm", self._handle, group, ctypes.byref(address))
         return address.value
+
+    def master_weights(self, group: int, tensor: int) -> int:
+        """The device address of tensor `tensor` of `group`'s fp32 master copy (numel float32 values,
+        in the param's memory order; Storage(param_write=MASTER)), or 0 without one. It lives as
+        long as the engine; every step updates it, and the param is written from it."""
+        address = ctypes.c_void_p()
+        self._lib.call("optgen_master_weights", self._handle, group, tensor, ctypes.byref(address))
+        return address.value or 0
 
     def save(self, path: str) -> None:
         self._lib.call("optgen_save", self._handle, os.fsencode(path))

@@ -8,8 +8,8 @@ import pytest
 
 import optgen
 from optgen import Engine, OptgenError
-from optgen._capi import (ABI_VERSION, ABSENT, ALWAYS, BF16, BOOL, COLS, ELEMENTS, F16, FACTORED, FLOAT, F32,
-                          NOT_FACTORED, ROWS, State, TensorBinding, present)
+from optgen._capi import (ABI_VERSION, ABSENT, ALWAYS, BF16, BOOL, COLS, ELEMENTS, F16, FACTORED, FLOAT, F32, MASTER,
+                          NEAREST, NOT_FACTORED, ROWS, STOCHASTIC, State, Storage, TensorBinding, present)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -27,8 +27,9 @@ def test_every_builtin_spec_is_in_the_library():
 
 
 def test_an_engine_describes_its_spec():
-    e = Engine.builtin("rmsprop", {"lr": 0.1}, state_dtype=BF16)
-    assert (e.name, e.spec, e.state_dtype) == ("RMSprop", "rmsprop", BF16)
+    e = Engine.builtin("rmsprop", {"lr": 0.1}, storage=Storage(BF16))
+    assert (e.name, e.spec) == ("RMSprop", "rmsprop")
+    assert e.state_dtypes == {"square_avg": BF16, "momentum_buffer": BF16, "grad_avg": BF16}
     names = [h.name for h in e.hyperparameters]
     assert names == ["lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize", "use_momentum",
                      "max_grad_norm", "clip_grad_norm"]  # the clipping every spec has comes last
@@ -66,8 +67,6 @@ def test_bad_input_is_an_error_that_names_it():
         Engine.builtin("adam", {"beta3": 0.5})
     with pytest.raises(OptgenError, match="no built-in optimizer 'adam2'"):
         Engine.builtin("adam2")
-    with pytest.raises(OptgenError, match="states cannot be stored in f16"):
-        Engine.builtin("adam", state_dtype=F16)
     e = Engine.builtin("sgd")
     with pytest.raises(OptgenError, match="SGD has no hyperparameter 'betas'"):
         e.states_used({"betas": 1})
@@ -102,8 +101,9 @@ def test_a_spec_loaded_at_run_time_describes_itself_as_the_builtin_does():
 
 
 def test_a_users_spec_loads_at_run_time():
-    e = Engine.from_spec(str(REPO / "examples" / "adabelief.yaml"), state_dtype=BF16)
-    assert (e.name, e.state_dtype) == ("AdaBelief", BF16)
+    e = Engine.from_spec(str(REPO / "examples" / "adabelief.yaml"), storage=Storage(BF16))
+    assert e.name == "AdaBelief"
+    assert e.state_dtypes == {"exp_avg": BF16, "exp_avg_var": BF16}
     assert [s.name for s in e.states] == ["exp_avg", "exp_avg_var"]
     assert e.defaults()["eps"] == 1e-16
 
@@ -169,3 +169,83 @@ def test_adafactors_states_are_rows_and_columns_of_factored_tensors_and_elements
     assert e.state_presence({}) == [FACTORED, FACTORED, NOT_FACTORED]
     assert e.state_presence({"maximize": True, "weight_decay": 0.1}) == [FACTORED, FACTORED, NOT_FACTORED]
     assert e.states_used({}) == [True, True, True]
+
+
+# ---- Storage (C ABI 5): state dtypes, per state by name, master copies, stochastic rounding ----
+
+def test_every_state_has_its_own_dtype():
+    e = Engine.builtin("adamw", storage=Storage(BF16, {"exp_avg_sq": F32}))
+    assert e.state_dtypes == {"exp_avg": BF16, "exp_avg_sq": F32, "max_exp_avg_sq": BF16}
+    assert e.state_dtype("exp_avg_sq") == F32
+    assert Engine.builtin("adamw").state_dtypes == dict.fromkeys(["exp_avg", "exp_avg_sq", "max_exp_avg_sq"], F32)
+    f16 = Engine.builtin("adam", storage=Storage(state_dtypes={"exp_avg": F16}))  # f16 states are storage too
+    assert f16.state_dtypes == {"exp_avg": F16, "exp_avg_sq": F32, "max_exp_avg_sq": F32}
+    with pytest.raises(OptgenError, match="AdamW has no state 'nonexistent'"):
+        e.state_dtype("nonexistent")
+
+
+def test_a_spec_loaded_at_run_time_takes_storage_as_the_builtin_does():
+    storage = Storage(BF16, {"exp_avg_sq": F32}, MASTER, seed=3)
+    at_run_time = Engine.from_spec(REPO / "specs" / "adamw.yaml", storage=storage)
+    assert at_run_time.state_dtypes == Engine.builtin("adamw", storage=storage).state_dtypes
+
+
+def test_storage_that_names_a_state_the_spec_lacks_is_refused_at_creation():
+    with pytest.raises(OptgenError, match="'exp_avg_sqq'"):
+        Engine.builtin("adamw", storage=Storage(state_dtypes={"exp_avg_sqq": BF16}))
+    with pytest.raises(OptgenError, match="'momentum'"):
+        Engine.from_spec(REPO / "specs" / "adamw.yaml", storage=Storage(state_dtypes={"momentum": BF16}))
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (dict(state_dtype=3), "Storage.state_dtype must be F32, BF16 or F16"),
+    (dict(state_dtype=True), "Storage.state_dtype must be"),
+    (dict(state_dtypes={"exp_avg": 7}), "the dtype of state 'exp_avg' must be"),
+    (dict(state_dtypes={"": BF16}), "non-empty strings"),
+    (dict(state_dtypes=(("exp_avg", BF16), ("exp_avg", F32))), "a dtype twice"),
+    (dict(param_write=3), "Storage.param_write must be NEAREST, MASTER or STOCHASTIC"),
+    (dict(seed=-1), r"Storage.seed must be an int in \[0, 2\*\*64\)"),
+    (dict(seed=2 ** 64), "Storage.seed"),
+    (dict(seed=1.5), "Storage.seed"),
+])
+def test_malformed_storage_is_a_value_error_before_any_c_call(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        Storage(**arguments)
+
+
+def test_storage_is_a_value():
+    a = Storage(BF16, {"exp_avg_sq": F32}, STOCHASTIC, 7)
+    assert a == Storage(BF16, (("exp_avg_sq", F32),), STOCHASTIC, 7)
+    assert a.state_dtypes == (("exp_avg_sq", F32),)
+    assert (a.dtype_of("exp_avg"), a.dtype_of("exp_avg_sq")) == (BF16, F32)
+    assert Storage() == Storage(F32, {}, NEAREST, 0)
+    with pytest.raises(TypeError, match="storage must be an optgen._capi.Storage"):
+        Engine.builtin("adamw", storage=BF16)
+
+
+def test_storage_that_was_not_generated_is_refused_when_a_group_is_added_naming_what_was():
+    # The kernel set is found before any GPU work: these fail the same with or without a GPU.
+    e = Engine.builtin("rmsprop", storage=Storage(BF16))
+    with pytest.raises(OptgenError, match=r"no kernel for variant \S+ with storage bf16:bf16 was generated "
+                                          r"\(its kernels: f32, bf16\)"):
+        e.add_param_group([TensorBinding(0x10000, 0x20000, 8, BF16)], {})
+    adamw = Engine.builtin("adamw", storage=Storage(F32, {"exp_avg": BF16}))
+    with pytest.raises(OptgenError, match=r"storage bf16:f32:exp_avg=bf16 was generated \(its kernels: .*"
+                                          r"bf16:bf16:exp_avg_sq=f32"):
+        adamw.add_param_group([TensorBinding(0x10000, 0x20000, 8, BF16)], {})
+
+
+def test_a_master_copy_or_stochastic_rounding_of_params_that_need_none_is_refused():
+    master = Engine.builtin("adamw", storage=Storage(param_write=MASTER))
+    with pytest.raises(OptgenError, match="an fp32 master copy of the params, but this group's params are f32"):
+        master.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32)], {})
+    rounding = Engine.builtin("adamw", storage=Storage(BF16, param_write=STOCHASTIC, seed=1))
+    with pytest.raises(OptgenError, match="stochastic rounding of the params, but this group's params are f32"):
+        rounding.add_param_group([TensorBinding(0x10000, 0x20000, 8, F32)], {})
+    with pytest.raises(OptgenError, match="stochastic rounding of the params, which is for bf16 params"):
+        rounding.add_param_group([TensorBinding(0x10000, 0x20000, 8, F16)], {})
+
+
+def test_master_weights_of_a_group_that_does_not_exist_is_an_error():
+    with pytest.raises(OptgenError, match="no param group 0"):
+        Engine.builtin("adamw", storage=Storage(param_write=MASTER)).master_weights(0, 0)

@@ -389,7 +389,7 @@ def test_max_grad_norm_is_an_option_of_every_optimizer_and_checked():
     with pytest.raises(ValueError, match="max_grad_norm"):
         ot.Adam(params, max_grad_norm=-1.0)
     with pytest.raises(TypeError, match="twice"):
-        ot.Optimizer(params, lambda dtype: optgen.Engine.builtin("adam", state_dtype=dtype), dict(max_grad_norm=1.0),
+        ot.Optimizer(params, lambda storage: optgen.Engine.builtin("adam", storage=storage), dict(max_grad_norm=1.0),
                      max_grad_norm=2.0)
     unclipped = ot.Adam(params)
     for p, g in zip(params, gradients(params, 0)):

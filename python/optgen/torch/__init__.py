@@ -2,12 +2,17 @@
 
 Each class takes torch.optim's arguments with torch's defaults (the built-in specs match
 torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (state_dtype,
-static_grads). Those torch lacks take the arguments of their authors' code: Lion its paper's, LAMB
-APEX's FusedLAMB's, Adan sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and
-CautiousLion kyleliang919/C-Optim's; LARS those of timm's Lars.
+master_weights, stochastic_rounding, seed, static_grads, max_grad_norm). Those torch lacks take
+the arguments of their authors' code: Lion its paper's, LAMB APEX's FusedLAMB's, Adan
+sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and CautiousLion
+kyleliang919/C-Optim's; LARS those of timm's Lars.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    # bf16 params: fp32 master copies (state[p]["master_param"]), or bf16 states but exp_avg_sq
+    opt = optgen.torch.AdamW(bf16_model.parameters(), lr=3e-4, master_weights=True)
+    opt = optgen.torch.AdamW(bf16_model.parameters(), lr=3e-4,
+                             state_dtype={"*": torch.bfloat16, "exp_avg_sq": torch.float32})
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ._optimizer import Optimizer
 
 
 def _builtin(spec: str):
-    return lambda state_dtype: Engine.builtin(spec, state_dtype=state_dtype)
+    return lambda storage: Engine.builtin(spec, storage=storage)
 
 
 class Adadelta(Optimizer):

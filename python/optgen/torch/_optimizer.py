@@ -2,11 +2,15 @@
 
 How torch's objects map onto optgen's engine (optgen.Engine, the C++ FusedOptimizer):
 - States are torch tensors in `self.state[p]`, under the spec's names (torch's, for the built-in
-  specs), handed to the engine as caller-owned buffers: the engine updates them in place. A state
-  may exist only for some tensors (Adafactor's row_var and col_var for tensors of two dimensions
-  or more, variance for the others: engine.state_presence) and hold one value per row or column
-  (torch's shapes p.shape[:-1] + (1,) and p.shape[:-2] + (1, p.shape[-1])); an absent one is
-  passed as a null pointer.
+  specs), each in its own dtype (state_dtype), handed to the engine as caller-owned buffers: the
+  engine updates them in place. A state may exist only for some tensors (Adafactor's row_var and
+  col_var for tensors of two dimensions or more, variance for the others: engine.state_presence)
+  and hold one value per row or column (torch's shapes p.shape[:-1] + (1,) and p.shape[:-2] + (1,
+  p.shape[-1])); an absent one is passed as a null pointer.
+- The fp32 master copy of a bf16 or f16 param (master_weights=True) is the engine's buffer:
+  `self.state[p]["master_param"]` is a float32 tensor of p's shape and strides that views it (and
+  keeps its engine alive). A new engine starts each master from the param, and the optimizer then
+  copies the one in `self.state` over it: a master survives rebuilds and load_state_dict.
 - torch counts steps per parameter; the engine counts them per group. A torch param group becomes
   one engine group per (dtype, step count, scalar state) among its params that have gradients, so
   a parameter torch would skip (no gradient) is skipped and keeps its own count.
@@ -28,21 +32,27 @@ import os
 import weakref
 from collections import defaultdict
 from itertools import chain
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 import torch
 import torch.optim.optimizer as _torch_optimizer
 
 from .. import _capi
-from .._capi import COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, TensorBinding
+from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, Storage,
+                     TensorBinding)
 from .._hyperparameters import check_ranges, number, spec_values, torch_defaults
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
-_STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16}
+_STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
 _TYPE_NAMES = {_capi.BOOL: "bool", _capi.INT: "int", _capi.FLOAT: "float"}
 _grad_of = operator.attrgetter("grad")
 # Optimizer's keyword-only options, which from_spec tells apart from hyperparameters.
-_OPTIONS = ("state_dtype", "static_grads", "foreach", "fused", "capturable", "differentiable")
+_OPTIONS = ("state_dtype", "master_weights", "stochastic_rounding", "seed", "static_grads", "foreach", "fused",
+            "capturable", "differentiable")
+# The key of a parameter's fp32 master copy in its state (master_weights=True).
+MASTER_PARAM = "master_param"
+# In a state_dtype dict: the dtype of every state it does not name.
+OTHER_STATES = "*"
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -69,6 +79,59 @@ class _DeviceFloat:
 
     def __init__(self, address: int):
         self.__cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (address, False), "version": 2}
+
+
+class _EngineFloats:
+    """float32 values in an engine's memory (a master copy), as torch.as_tensor takes them: the
+    tensor made from it holds it, and it holds the engine, whose memory lives as long as both."""
+
+    def __init__(self, address: int, shape: tuple, strides: tuple, owner: Engine):
+        self.owner = owner
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": "<f4", "data": (address, False),
+                                         "strides": tuple(4 * s for s in strides), "version": 2}
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype) if isinstance(dtype, torch.dtype) else repr(dtype)
+
+
+def _storage_of(state_dtype: Any, master_weights: Any, stochastic_rounding: Any, seed: Any, spec: Engine) -> Storage:
+    """The engine storage of Optimizer's options, checked (state names against `spec`'s states)."""
+    for name, value in (("master_weights", master_weights), ("stochastic_rounding", stochastic_rounding)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False; got {value!r}")
+    if master_weights and stochastic_rounding:
+        raise ValueError("master_weights=True and stochastic_rounding=True exclude each other: a parameter is "
+                         "written from its fp32 master copy, or rounded stochastically from the update")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int; got {seed!r}")
+    if not 0 <= seed < 2 ** 64:
+        raise ValueError(f"seed must be in [0, 2**64); got {seed}")
+    allowed = "torch.float32, torch.bfloat16 or torch.float16"
+    states = [s.name for s in spec.states]
+    default, named = torch.float32, {}
+    if state_dtype is None:
+        pass
+    elif isinstance(state_dtype, torch.dtype):
+        if state_dtype not in _STATE_DTYPES:
+            raise ValueError(f"state_dtype must be {allowed}, or a dict of them by state name; got {state_dtype}")
+        default = state_dtype
+    elif isinstance(state_dtype, Mapping):
+        for name, dtype in state_dtype.items():
+            if name != OTHER_STATES and name not in states:
+                raise ValueError(f"state_dtype names state {name!r}, which {spec.name} does not have (its states: "
+                                 f"{', '.join(states) or 'none'}; '{OTHER_STATES}': every state not named)")
+            if not isinstance(dtype, torch.dtype) or dtype not in _STATE_DTYPES:
+                raise ValueError(f"state_dtype[{name!r}] must be {allowed}; got {_dtype_name(dtype)}")
+        default = state_dtype.get(OTHER_STATES, torch.float32)
+        named = {name: dtype for name, dtype in state_dtype.items() if name != OTHER_STATES}
+    else:
+        raise ValueError(f"state_dtype must be {allowed}, or a dict of them by state name (e.g. "
+                         f"{{'{OTHER_STATES}': torch.bfloat16, 'exp_avg_sq': torch.float32}}); got "
+                         f"{_dtype_name(state_dtype)}")
+    write = _capi.MASTER if master_weights else _capi.STOCHASTIC if stochastic_rounding else _capi.NEAREST
+    return Storage(_STATE_DTYPES[default], {name: _STATE_DTYPES[dtype] for name, dtype in named.items()}, write,
+                   seed)
 
 
 class _GroupDict(dict):
@@ -147,9 +210,34 @@ class Optimizer(torch.optim.Optimizer):
 
     Use a subclass for a built-in spec (optgen.torch.AdamW, ...) or Optimizer.from_spec for any
     spec. CUDA params only (f32, bf16 or f16; each group may mix them), all on one device.
+    engine_factory(storage) makes the optgen.Engine, with an optgen.Storage built from the options
+    below (e.g. lambda storage: optgen.Engine.builtin("adamw", storage=storage)).
 
-    state_dtype: the dtype optgen keeps states in, torch.float32 (default) or torch.bfloat16
-        (torch keeps them in the param's dtype).
+    state_dtype: the dtype optgen keeps states in (torch keeps them in the param's dtype):
+        torch.float32 (the default), torch.bfloat16 or torch.float16; or a dict of them by state
+        name, a dtype per state, where "*" stands for every state the dict does not name (float32
+        without it): {"*": torch.bfloat16, "exp_avg_sq": torch.float32}. A state the spec lacks
+        or another dtype is a ValueError. A param group runs the kernels generated for its params'
+        dtype and this storage, every state the spec declares counted (AdamW's max_exp_avg_sq
+        also without amsgrad); storage that was not generated fails at the first step, naming
+        what was. The built-in Adam and AdamW have float32 states for float32, bfloat16 and
+        float16 params, bfloat16 states for bfloat16 and float32 params, and {"*":
+        torch.bfloat16, "exp_avg_sq": torch.float32} for bfloat16 params; the others float32
+        states.
+    master_weights: keep an fp32 master copy of each bfloat16 or float16 parameter: the step
+        updates the master in float32 and writes the parameter as the master rounded to nearest
+        (the built-in Adam and AdamW, with float32 states). The master is
+        state[p]["master_param"], a float32 tensor of p's shape that views optgen's buffer, saved
+        and restored by state_dict()/load_state_dict() (a state_dict without one starts the master
+        from the parameter; an optimizer without master_weights ignores one). A float32 parameter
+        needs none and is refused (ValueError). Change such parameters through the optimizer's
+        state, not in place: the next step writes the parameter from the master.
+    stochastic_rounding: round bfloat16 parameters stochastically (unbiased: small updates are
+        not lost to rounding, on average), reproducibly for a `seed` (and the same groups and
+        steps; a state_dict resumes the stream). The built-in Adam and AdamW, with
+        state_dtype=torch.bfloat16. Other parameter dtypes are refused (ValueError); excludes
+        master_weights.
+    seed: the seed of stochastic rounding's random stream, an int in [0, 2**64).
     static_grads: the gradients stay where they are between steps (the training loop zeroes them
         with this optimizer's zero_grad(), which then zeroes in place): each step checks one
         gradient per group instead of every one, for the lowest host time.
@@ -165,20 +253,21 @@ class Optimizer(torch.optim.Optimizer):
 
     _step_supports_amp_scaling = True  # torch.amp.GradScaler passes grad_scale and found_inf
 
-    def __init__(self, params, engine_factory: Callable[[int], Engine], defaults: Optional[Dict[str, Any]] = None,
-                 *, state_dtype: Optional[torch.dtype] = None, static_grads: bool = False,
-                 max_grad_norm: Optional[float] = None,
+    def __init__(self, params, engine_factory: Callable[[Storage], Engine], defaults: Optional[Dict[str, Any]] = None,
+                 *, state_dtype: Union[torch.dtype, Mapping[str, torch.dtype], None] = None,
+                 master_weights: bool = False, stochastic_rounding: bool = False, seed: int = 0,
+                 static_grads: bool = False, max_grad_norm: Optional[float] = None,
                  foreach: Optional[bool] = None, fused: Optional[bool] = None, capturable: bool = False,
                  differentiable: bool = False):
         if differentiable:
             raise ValueError("optgen.torch optimizers are not differentiable: their step is a fused CUDA kernel")
-        state_dtype = torch.float32 if state_dtype is None else state_dtype
-        if state_dtype not in _STATE_DTYPES:
-            raise ValueError(f"state_dtype must be torch.float32 or torch.bfloat16; got {state_dtype}")
         self._engine_factory = engine_factory
-        self._state_dtype = state_dtype
         self._static_grads = bool(static_grads)
-        self._describe = engine_factory(_capi.F32)  # names, types, defaults and states of the spec
+        self._describe = engine_factory(Storage())  # names, types, defaults and states of the spec
+        self._storage = _storage_of(state_dtype, master_weights, stochastic_rounding, seed, self._describe)
+        # Each state's torch dtype, by name.
+        self._state_dtypes = {s.name: _torch_dtype(self._storage.dtype_of(s.name)) for s in self._describe.states}
+        self._master = self._storage.param_write == _capi.MASTER
         types = {h.name: _TYPE_NAMES[h.type] for h in self._describe.hyperparameters}
         self._spec_names = [h.name for h in self._describe.hyperparameters if not h.derived]
         spec_defaults = torch_defaults(self._describe.defaults(), types)
@@ -207,14 +296,16 @@ class Optimizer(torch.optim.Optimizer):
 
         Hyperparameters take the spec's names, except beta1 and beta2, which are torch's
         betas=(beta1, beta2) when the spec has both; the options are Optimizer's (state_dtype,
-        static_grads, ...). A mistake in the spec raises optgen.OptgenError with its
-        file:line:col, the line and a caret.
+        master_weights, stochastic_rounding, seed, static_grads, ...); kernels are generated for
+        the spec's `storage:` list, else for float32 and bfloat16 params with float32 states. A
+        mistake in the spec raises optgen.OptgenError with its file:line:col, the line and a
+        caret.
 
             opt = optgen.torch.Optimizer.from_spec("my_lion.yaml", model.parameters(), lr=1e-4)
         """
         options = {k: hyperparameters_and_options.pop(k) for k in _OPTIONS if k in hyperparameters_and_options}
         spec = os.fspath(path)
-        return Optimizer(params, lambda state_dtype: Engine.from_spec(spec, state_dtype=state_dtype),
+        return Optimizer(params, lambda storage: Engine.from_spec(spec, storage=storage),
                          hyperparameters_and_options, **options)
 
     # ---- groups ----
@@ -232,6 +323,14 @@ class Optimizer(torch.optim.Optimizer):
 
     def _check_param(self, p: torch.Tensor) -> None:
         local = _local(p)
+        if self._master and local.dtype == torch.float32:
+            raise ValueError("master_weights=True keeps an fp32 master copy of bfloat16 and float16 parameters, but "
+                             f"a parameter of shape {tuple(local.shape)} is float32, its own master copy: step float32 "
+                             "parameters with an optimizer made without master_weights")
+        if self._storage.param_write == _capi.STOCHASTIC and local.dtype != torch.bfloat16:
+            raise ValueError(f"stochastic_rounding=True rounds bfloat16 parameters, but a parameter of shape "
+                             f"{tuple(local.shape)} is {local.dtype}: step it with an optimizer made without "
+                             "stochastic_rounding (master_weights=True for float16 parameters)")
         if not local.is_cuda:
             raise ValueError(f"optgen.torch optimizers step CUDA tensors; a parameter is on {local.device}")
         if local.dtype not in _PARAM_DTYPES:
@@ -385,8 +484,9 @@ class Optimizer(torch.optim.Optimizer):
                 "load_state_dict, or a parameter whose .grad appeared or disappeared), which needs a rebuild that "
                 "synchronizes; take one step before capturing (torch's recipe warms up on a side stream)")
         self._pull_progress()
-        engine = self._engine_factory(_STATE_DTYPES[self._state_dtype])
+        engine = self._engine_factory(self._storage)
         bindings = []
+        masters = []  # (engine group, tensor, param) of each param with a master copy
         for group in self.param_groups:
             binding = _Binding(list(group["params"]))
             binding.dtype = next((_local(p).dtype for p in binding.params if p.grad is not None), None)
@@ -420,13 +520,64 @@ class Optimizer(torch.optim.Optimizer):
                     engine.set_scalar_state(s.name, g, value)
                 binding.engine_groups.append(g)
                 binding.where.update({i: (g, t) for t, i in enumerate(indices)})
+                if self._master:
+                    masters.extend((g, t, binding.params[i]) for t, i in enumerate(indices))
             binding.bind(list(map(_grad_of, binding.params)))
             bindings.append(binding)
         if self._device is not None:
             with torch.cuda.device(self._device):
+                copied = self._bind_masters(engine, masters)
                 engine.prepare(_stream_of(self._device))
+                if copied:  # from the old engine's memory, which may go with it below
+                    torch.cuda.current_stream(self._device).synchronize()
         self._engine, self._bindings = engine, bindings
         self._structure_changed = False
+
+    def _bind_masters(self, engine: Engine, masters: List[tuple]) -> bool:
+        """state[p]["master_param"] becomes a view of the new engine's master copy of p (for each
+        (engine group, tensor, p) of `masters`), which the engine started from p; the master p had
+        (the old engine's, or load_state_dict's) is copied over it, on the current stream. Whether
+        any was copied."""
+        if not any(self.state[p].get(MASTER_PARAM) is not None for _, _, p in masters):
+            for g, t, p in masters:
+                self._bind_master(engine, g, t, p)
+            return False
+        # The engine set its masters by copies on the legacy default stream that may still be in
+        # flight; the current stream may be another (a side stream's warm-up before a capture).
+        torch.cuda.synchronize(self._device)
+        for g, t, p in masters:
+            self._bind_master(engine, g, t, p)
+        return True
+
+    def _bind_master(self, engine: Engine, group: int, tensor: int, p: torch.Tensor) -> None:
+        local = _local(p)
+        address = engine.master_weights(group, tensor)
+        if address:
+            view = torch.as_tensor(_EngineFloats(address, tuple(local.shape), local.stride(), engine),
+                                   device=local.device)
+        elif local.numel() == 0:
+            view = torch.empty_like(local, dtype=torch.float32)
+        else:
+            raise OptgenError(f"the engine keeps no master copy of a parameter of shape {tuple(local.shape)} "
+                              f"({local.dtype}), though it was made with one")
+        state = self.state[p]
+        old = state.get(MASTER_PARAM)
+        if old is not None:
+            self._check_master(p, old)
+            old_local = _local(old)
+            view.copy_(old_local if old_local.shape == view.shape else old_local.reshape(view.shape))
+        if local is not p:  # a DTensor's master is a DTensor as its other states are
+            from torch.distributed.tensor import DTensor
+            view = DTensor.from_local(view, p.device_mesh, p.placements, run_check=False, shape=p.shape,
+                                      stride=p.stride())
+        state[MASTER_PARAM] = view
+
+    @staticmethod
+    def _check_master(p: torch.Tensor, value: Any) -> None:
+        if not isinstance(value, torch.Tensor) or value.numel() != p.numel():
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"state {MASTER_PARAM!r} of a parameter of shape {tuple(p.shape)} must be a tensor of "
+                             f"that shape; got {shape}")
 
     @staticmethod
     def _check_factorable(p: torch.Tensor) -> None:
@@ -462,29 +613,29 @@ class Optimizer(torch.optim.Optimizer):
         return state
 
     def _as_state(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float) -> torch.Tensor:
-        """State `s`'s buffer for p: `value` if it already fits (the state dtype, its shape and
+        """State `s`'s buffer for p: `value` if it already fits (the state's dtype, its shape and
         layout, p's device), else a copy of it that does, or a new one filled with `initial`. Its
         shape is p's, or for a state per row p.shape[:-1] + (1,), per column p.shape[:-2] + (1,
         p.shape[-1]): torch.optim.Adafactor's row_var and col_var. A value of another number of
         elements is a ValueError."""
+        dtype = self._state_dtypes[s.name]
         if s.shape == ELEMENTS:
             if value is None:
-                return torch.full_like(p, initial, dtype=self._state_dtype)
-            if value.dtype == self._state_dtype and value.shape == p.shape and \
+                return torch.full_like(p, initial, dtype=dtype)
+            if value.dtype == dtype and value.shape == p.shape and \
                     _local(value).stride() == _local(p).stride() and _local(value).device == _local(p).device:
                 return value
             self._check_state_size(p, s, value, tuple(p.shape))
-            fitted = torch.empty_like(p, dtype=self._state_dtype)
+            fitted = torch.empty_like(p, dtype=dtype)
             fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
             return fitted
         shape = _state_shape(p, s)
         if value is None:
-            return torch.full(shape, initial, dtype=self._state_dtype, device=p.device)
-        if value.dtype == self._state_dtype and tuple(value.shape) == shape and value.is_contiguous() and \
-                value.device == p.device:
+            return torch.full(shape, initial, dtype=dtype, device=p.device)
+        if value.dtype == dtype and tuple(value.shape) == shape and value.is_contiguous() and value.device == p.device:
             return value
         self._check_state_size(p, s, value, shape)
-        fitted = torch.empty(shape, dtype=self._state_dtype, device=p.device)
+        fitted = torch.empty(shape, dtype=dtype, device=p.device)
         fitted.copy_(value.reshape(shape))
         return fitted
 
@@ -534,15 +685,18 @@ class Optimizer(torch.optim.Optimizer):
     # ---- checkpoints ----
 
     def state_dict(self) -> Dict[str, Any]:
-        """torch's layout: per parameter 'step' and each state under its name; a checkpoint of
-        torch.optim's optimizer of the same name loads here and the other way round."""
+        """torch's layout: per parameter 'step' and each state under its name (in its own dtype),
+        and with master_weights 'master_param' (float32; a view of optgen's buffer, as the states
+        are the live tensors: copy the dict to keep a snapshot); a checkpoint of torch.optim's
+        optimizer of the same name loads here and the other way round."""
         with torch.no_grad():
             self._pull_progress()
         return super().state_dict()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Loads a state_dict of this optimizer or of torch.optim's of the same name (checked as
-        torch checks it); states are copied into the state dtype and the parameter's layout."""
+        torch checks it); states are copied into their dtypes and the parameter's layout, a master
+        copy ('master_param') into float32 (with master_weights; dropped without)."""
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
@@ -558,7 +712,8 @@ class Optimizer(torch.optim.Optimizer):
                 if key not in params:
                     continue
                 p = params[key]
-                state[p] = {name: self._loaded(p, name, v, states) for name, v in values.items()}
+                state[p] = {name: self._loaded(p, name, v, states) for name, v in values.items()
+                            if name != MASTER_PARAM or self._master}
                 if "step" not in state[p] and states.keys() & state[p].keys():
                     # torch's SGD counts no steps: a momentum buffer means it has taken one at least
                     state[p]["step"] = torch.tensor(1.0)
@@ -572,6 +727,11 @@ class Optimizer(torch.optim.Optimizer):
         self._structure_changed = True
 
     def _loaded(self, p: torch.Tensor, name: str, value: Any, states: Dict[str, State]) -> Any:
+        if name == MASTER_PARAM:  # float32 in p's layout, copied into the engine's master at the next step
+            self._check_master(p, value)
+            fitted = torch.empty_like(p, dtype=torch.float32)
+            fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
+            return fitted
         if not isinstance(value, torch.Tensor):
             return value
         if name == "step":
@@ -585,6 +745,10 @@ class Optimizer(torch.optim.Optimizer):
         if any(name == s.name for s in self._describe.scalar_states):
             return torch.tensor(number(value, name), dtype=torch.float64)
         return value
+
+
+def _torch_dtype(dtype: int) -> torch.dtype:
+    return next(t for t, d in _STATE_DTYPES.items() if d == dtype)
 
 
 def _state_shape(p: torch.Tensor, s: State) -> tuple:
