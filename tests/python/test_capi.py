@@ -229,8 +229,11 @@ def test_storage_that_was_not_generated_is_refused_when_a_group_is_added_naming_
     with pytest.raises(OptgenError, match=r"no kernel for variant \S+ with storage bf16:bf16 was generated "
                                           r"\(its kernels: f32, bf16\)"):
         e.add_param_group([TensorBinding(0x10000, 0x20000, 8, BF16)], {})
-    adamw = Engine.builtin("adamw", storage=Storage(F32, {"exp_avg": BF16}))
-    with pytest.raises(OptgenError, match=r"storage bf16:f32:exp_avg=bf16 was generated \(its kernels: .*"
+    # Only the states of the group's variant must match: {"exp_avg": BF16} would find AdamW's
+    # bf16:bf16:exp_avg_sq=f32 (whose max_exp_avg_sq, which only amsgrad has, is bf16); a bf16
+    # exp_avg_sq with an f32 exp_avg was not generated.
+    adamw = Engine.builtin("adamw", storage=Storage(F32, {"exp_avg_sq": BF16}))
+    with pytest.raises(OptgenError, match=r"storage bf16:f32:exp_avg_sq=bf16 was generated \(its kernels: .*"
                                           r"bf16:bf16:exp_avg_sq=f32"):
         adamw.add_param_group([TensorBinding(0x10000, 0x20000, 8, BF16)], {})
 

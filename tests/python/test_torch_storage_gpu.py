@@ -108,10 +108,17 @@ def test_storage_that_was_not_generated_fails_at_the_first_step_naming_what_was(
     params = make_params(12, torch.bfloat16)
     for p, g in zip(params, gradients(params, 0)):
         p.grad = g
-    only_exp_avg = ot.AdamW(params, state_dtype={"exp_avg": torch.bfloat16})  # the rest f32: not generated
+    # A kernel set matches on the states the group's variant has: a bf16 exp_avg with the rest f32
+    # runs AdamW's bf16:bf16:exp_avg_sq=f32 (its max_exp_avg_sq, amsgrad's only, is bf16)...
+    only_exp_avg = ot.AdamW(params, state_dtype={"exp_avg": torch.bfloat16})
+    only_exp_avg.step()
+    assert only_exp_avg.state[params[0]]["exp_avg"].dtype == torch.bfloat16
+    assert only_exp_avg.state[params[0]]["exp_avg_sq"].dtype == torch.float32
+    # ... but with amsgrad it needs an f32 max_exp_avg_sq, which no kernel set has.
+    amsgrad = ot.AdamW(params, amsgrad=True, state_dtype={"exp_avg": torch.bfloat16})
     with pytest.raises(optgen.OptgenError, match=r"storage bf16:f32:exp_avg=bf16 was generated \(its kernels: .*"
                                                  r"bf16:bf16:exp_avg_sq=f32\)"):
-        only_exp_avg.step()
+        amsgrad.step()
     adafactor = ot.Adafactor(params, master_weights=True)  # Adafactor generates f32, bf16 and f16 only
     with pytest.raises(optgen.OptgenError, match=r"storage bf16\+master was generated"):
         adafactor.step()
