@@ -79,9 +79,9 @@ const KernelInfo kKernels[] = {
     {variants::ademamix::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::ademamix_fast_ema::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
     {variants::ademamix_fast_ema::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::ademamix_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::ademamix_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::ademamix_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::ademamix_fast_ema_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::ademamix_fast_ema_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::ademamix_fast_ema_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
 };
 

@@ -52,9 +52,9 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::cautious_adamw::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::cautious_adamw::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::cautious_adamw::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::cautious_adamw_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::cautious_adamw_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::cautious_adamw_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
 };
 

@@ -54,9 +54,9 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::lamb::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::lamb::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::lamb::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::lamb_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::lamb_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::lamb_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
 };
 

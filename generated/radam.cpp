@@ -53,7 +53,7 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {variants::radam::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
     {variants::radam::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::radam_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::radam_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::radam_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
 };
 

@@ -131,13 +131,13 @@ const KernelInfo kKernels[] = {
     {variants::rmsprop_use_momentum::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::rmsprop_centered_use_momentum::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
     {variants::rmsprop_centered_use_momentum::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::rmsprop_clip_grad_norm::kf32_f32, 4, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::rmsprop_clip_grad_norm::kf32_f32, 4, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::rmsprop_clip_grad_norm::kbf16_f32, 4, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::rmsprop_centered_clip_grad_norm::kf32_f32, 5, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::rmsprop_centered_clip_grad_norm::kf32_f32, 5, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::rmsprop_centered_clip_grad_norm::kbf16_f32, 5, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::rmsprop_use_momentum_clip_grad_norm::kf32_f32, 6, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::rmsprop_use_momentum_clip_grad_norm::kf32_f32, 6, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::rmsprop_use_momentum_clip_grad_norm::kbf16_f32, 6, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kf32_f32, 7, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::rmsprop_centered_use_momentum_clip_grad_norm::kf32_f32, 7, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::rmsprop_centered_use_momentum_clip_grad_norm::kbf16_f32, 7, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
 };
 

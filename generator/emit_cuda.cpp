@@ -32,7 +32,7 @@ std::string KernelTuning::check() const {
   if (shaped_min_blocks_per_sm < 0 || shaped_min_blocks_per_sm > 32)
     return "min blocks per SM of the stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
-  for (long long size : {chunk_size, narrow_chunk_size})
+  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size})
     if (size < 64 || size % 64 != 0 || size > (1LL << 30))
       return "chunk size " + std::to_string(size) + " must be a multiple of 64 up to 2^30";
   return "";
@@ -47,7 +47,8 @@ std::string group_kernel_name(const Program& variant) { return variant.variant +
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s) {
   bool f32 = s.param == DType::F32 && s.param_write == ParamWrite::Nearest;
   for (const auto& state : variant.states) f32 = f32 && s.state_dtype(state) == DType::F32;
-  return f32 ? tuning.chunk_size : tuning.narrow_chunk_size;
+  if (!f32) return tuning.narrow_chunk_size;
+  return variant.stages.size() > 1 && !uses_shapes(variant) ? tuning.reduce_chunk_size : tuning.chunk_size;
 }
 
 std::vector<GroupValueField> group_value_fields(const Program& variant) {

@@ -34,6 +34,10 @@ struct KernelTuning {
   /// block moves fewer bytes per element, and more elements per block keep as many bytes in flight
   /// (bench/RESULTS.md, 2026-11-25: bf16 AdamW on gpt2 at 82% of its floor with 2048, 96% with 8192).
   long long narrow_chunk_size = 8192;
+  /// Elements per block of f32 kernel sets whose variant has Reduce stages (clipping, LAMB's
+  /// norms): a Reduce stage's block reads runs of chunks, and fewer, longer chunks halve the runs
+  /// and arrivals (bench/RESULTS.md, 2026-11-25: clipped AdamW on gpt2 1026 µs at 2048, 996 at 4096).
+  long long reduce_chunk_size = 4096;
   // The defaults are the best of a sweep on an H200 (bench/RESULTS.md): 256 x 8 elements and
   // chunks of 2048, one loop iteration per thread.
 
@@ -43,8 +47,9 @@ struct KernelTuning {
 
 /// `<variant>_<param storage>_<state storage>_<stage>`, e.g. adam_amsgrad_bf16_f32_update.
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage);
-/// Elements per block of the variant's kernels in storage `s`: chunk_size when every operand the
-/// variant has is f32, else narrow_chunk_size.
+/// Elements per block of the variant's kernels in storage `s`: narrow_chunk_size unless every
+/// operand the variant has is f32; else reduce_chunk_size for a variant with Reduce stages (but
+/// rows and columns), chunk_size for the others.
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s);
 /// `<variant>_group`: the variant's group kernel.
 std::string group_kernel_name(const Program& variant);

@@ -91,6 +91,11 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
                   "elements per block of the other kernel sets (bf16 or f16 params or states, master copies), a "
                   "multiple of 64 (default 8192)")
       ->check(CLI::Range(64LL, 1LL << 30));
+  command
+      .add_option("--reduce-chunk-size", args.tuning.reduce_chunk_size,
+                  "elements per block of f32 kernel sets with Reduce stages (clipping, norms), a multiple of 64 "
+                  "(default 4096)")
+      ->check(CLI::Range(64LL, 1LL << 30));
   command.add_flag("-q,--quiet", args.quiet, "no progress lines");
 }
 
