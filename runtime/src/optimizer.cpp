@@ -423,7 +423,8 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
                           std::to_string(defaults.size()));
   std::string declared;
   for (int s = 0; s < info.num_states; ++s) declared += (s ? ", " : "") + std::string(info.states[s].name);
-  for (const auto& [name, dtype] : storage.state_dtypes) {
+  for (const auto& entry : storage.state_dtypes) {
+    const std::string& name = entry.first;
     const auto same = [&](const auto& other) { return other.first == name; };
     if (std::count_if(storage.state_dtypes.begin(), storage.state_dtypes.end(), same) > 1)
       throw Error(call, "StorageOptions::state_dtypes gives state '" + name + "' a dtype twice");
