@@ -26,6 +26,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "adam.h"
 #include "adamw.h"
 #include "lamb.h"
+#include "optgen/blockwise8.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "optgen/storage.h"
@@ -116,6 +118,8 @@ struct Model {
         case optgen::DType::F32: std::memcpy(&host[at], &x, 4); continue;
         case optgen::DType::BF16: half = optgen::float_to_bf16(x); break;
         case optgen::DType::F16: half = optgen::float_to_f16(x); break;
+        case optgen::DType::Q8:
+        case optgen::DType::UQ8: throw std::logic_error("fill_random: params and grads are never 8-bit");
       }
       std::memcpy(&host[at], &half, 2);
     }
@@ -177,17 +181,28 @@ struct Traffic {
   int param_reads, param_writes, grad_reads;
   std::vector<std::pair<std::string, int>> states;
 
-  /// Bytes per parameter in `storage`: with a master copy the param is only written, and the master
-  /// read and written in its place.
-  double bytes(const optgen::Storage& storage) const {
+  /// Bytes per parameter of a tensor of `numel` in `storage`: with a master copy the param is only
+  /// written, and the master read and written in its place; an 8-bit state is its code and 4 bytes
+  /// of absmax per block of 256 (f32 in a tensor under 4096 elements, optgen::stored_dtype).
+  double bytes(const optgen::Storage& storage, std::int64_t numel) const {
     const double p = static_cast<double>(optgen::size_of(storage.param));
     double total = p * grad_reads;
     if (storage.param_write == optgen::ParamWrite::Master)
       total += p * param_writes + 4.0 * (param_reads + param_writes);
     else
       total += p * (param_reads + param_writes);
-    for (const auto& [state, accesses] : states)
-      total += static_cast<double>(optgen::size_of(storage.state_dtype(state))) * accesses;
+    for (const auto& [state, accesses] : states) {
+      const optgen::DType dtype = optgen::stored_dtype(storage.state_dtype(state), numel);
+      const double size = optgen::is_blockwise(dtype) ? 1.0 + 4.0 / optgen::blockwise8::kBlockSize
+                                                      : static_cast<double>(optgen::size_of(dtype));
+      total += size * accesses;
+    }
+    return total;
+  }
+  /// The same for every tensor of a model.
+  double bytes(const optgen::Storage& storage, const std::vector<std::int64_t>& numels) const {
+    double total = 0;
+    for (std::int64_t n : numels) total += bytes(storage, n) * static_cast<double>(n);
     return total;
   }
 };
@@ -417,7 +432,7 @@ int main(int argc, char** argv) {
                 throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
               for (int i = 0; i < 5; ++i) step();
               const double us = timer.median_us(stream, args.steps, 5, step);
-              const double bytes = c.traffic.bytes(storage) * static_cast<double>(w.parameters);
+              const double bytes = c.traffic.bytes(storage, w.numels);
               std::printf("| %s | %zu | %lld | %s | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(),
                           w.numels.size(), static_cast<long long>(w.parameters), c.name.c_str(), text.c_str(), chunk,
                           mode.c_str(), us, bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12,

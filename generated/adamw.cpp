@@ -27,6 +27,8 @@ namespace storage {
   [[maybe_unused]] const DType kf16_master_f32[] = {DType::F32, DType::F32, DType::F32};
   [[maybe_unused]] const DType kbf16_sr_bf16[] = {DType::BF16, DType::BF16, DType::BF16};
   [[maybe_unused]] const DType kbf16_bf16_exp_avg_sq_f32[] = {DType::BF16, DType::F32, DType::BF16};
+  [[maybe_unused]] const DType kf32_q8_exp_avg_sq_uq8[] = {DType::Q8, DType::UQ8, DType::Q8};
+  [[maybe_unused]] const DType kbf16_q8_exp_avg_sq_uq8[] = {DType::Q8, DType::UQ8, DType::Q8};
 }  // namespace storage
 // ---- variant adamw (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adamw {
@@ -45,6 +47,8 @@ namespace variants::adamw {
   [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_f16_master_f32_update"};
   [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_bf16_sr_bf16_update"};
   [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_bf16_bf16_exp_avg_sq_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"adamw_f32_q8_exp_avg_sq_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_exp_avg_sq_uq8[] = {"adamw_bf16_q8_exp_avg_sq_uq8_update"};
 }  // namespace variants::adamw
 // ---- variant adamw_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adamw_amsgrad {
@@ -63,6 +67,8 @@ namespace variants::adamw_amsgrad {
   [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_amsgrad_f16_master_f32_update"};
   [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_amsgrad_bf16_sr_bf16_update"};
   [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_amsgrad_bf16_bf16_exp_avg_sq_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_exp_avg_sq_uq8[] = {"adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update"};
 }  // namespace variants::adamw_amsgrad
 // ---- variant adamw_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
 namespace variants::adamw_clip_grad_norm {
@@ -81,6 +87,8 @@ namespace variants::adamw_clip_grad_norm {
   [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_clip_grad_norm_f16_master_f32_reduce", "adamw_clip_grad_norm_f16_master_f32_update"};
   [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_clip_grad_norm_bf16_sr_bf16_reduce", "adamw_clip_grad_norm_bf16_sr_bf16_update"};
   [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce", "adamw_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce", "adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_exp_avg_sq_uq8[] = {"adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce", "adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update"};
 }  // namespace variants::adamw_clip_grad_norm
 // ---- variant adamw_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
 namespace variants::adamw_amsgrad_clip_grad_norm {
@@ -99,6 +107,8 @@ namespace variants::adamw_amsgrad_clip_grad_norm {
   [[maybe_unused]] const char* const kf16_master_f32[] = {"adamw_amsgrad_clip_grad_norm_f16_master_f32_reduce", "adamw_amsgrad_clip_grad_norm_f16_master_f32_update"};
   [[maybe_unused]] const char* const kbf16_sr_bf16[] = {"adamw_amsgrad_clip_grad_norm_bf16_sr_bf16_reduce", "adamw_amsgrad_clip_grad_norm_bf16_sr_bf16_update"};
   [[maybe_unused]] const char* const kbf16_bf16_exp_avg_sq_f32[] = {"adamw_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce", "adamw_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce", "adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_exp_avg_sq_uq8[] = {"adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce", "adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update"};
 }  // namespace variants::adamw_amsgrad_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -119,6 +129,8 @@ const KernelInfo kKernels[] = {
     {variants::adamw::kf16_master_f32, 0, DType::F16, ParamWrite::Master, storage::kf16_master_f32, 8192},
     {variants::adamw::kbf16_sr_bf16, 0, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16, 8192},
     {variants::adamw::kbf16_bf16_exp_avg_sq_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32, 8192},
+    {variants::adamw::kf32_q8_exp_avg_sq_uq8, 0, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
+    {variants::adamw::kbf16_q8_exp_avg_sq_uq8, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_q8_exp_avg_sq_uq8, 8192},
     {variants::adamw_amsgrad::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
     {variants::adamw_amsgrad::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::adamw_amsgrad::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
@@ -128,6 +140,8 @@ const KernelInfo kKernels[] = {
     {variants::adamw_amsgrad::kf16_master_f32, 1, DType::F16, ParamWrite::Master, storage::kf16_master_f32, 8192},
     {variants::adamw_amsgrad::kbf16_sr_bf16, 1, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16, 8192},
     {variants::adamw_amsgrad::kbf16_bf16_exp_avg_sq_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32, 8192},
+    {variants::adamw_amsgrad::kf32_q8_exp_avg_sq_uq8, 1, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
+    {variants::adamw_amsgrad::kbf16_q8_exp_avg_sq_uq8, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_q8_exp_avg_sq_uq8, 8192},
     {variants::adamw_clip_grad_norm::kf32_f32, 2, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::adamw_clip_grad_norm::kbf16_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::adamw_clip_grad_norm::kf16_f32, 2, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
@@ -137,6 +151,8 @@ const KernelInfo kKernels[] = {
     {variants::adamw_clip_grad_norm::kf16_master_f32, 2, DType::F16, ParamWrite::Master, storage::kf16_master_f32, 8192},
     {variants::adamw_clip_grad_norm::kbf16_sr_bf16, 2, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16, 8192},
     {variants::adamw_clip_grad_norm::kbf16_bf16_exp_avg_sq_f32, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32, 8192},
+    {variants::adamw_clip_grad_norm::kf32_q8_exp_avg_sq_uq8, 2, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
+    {variants::adamw_clip_grad_norm::kbf16_q8_exp_avg_sq_uq8, 2, DType::BF16, ParamWrite::Nearest, storage::kbf16_q8_exp_avg_sq_uq8, 8192},
     {variants::adamw_amsgrad_clip_grad_norm::kf32_f32, 3, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::adamw_amsgrad_clip_grad_norm::kbf16_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::adamw_amsgrad_clip_grad_norm::kf16_f32, 3, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
@@ -146,6 +162,8 @@ const KernelInfo kKernels[] = {
     {variants::adamw_amsgrad_clip_grad_norm::kf16_master_f32, 3, DType::F16, ParamWrite::Master, storage::kf16_master_f32, 8192},
     {variants::adamw_amsgrad_clip_grad_norm::kbf16_sr_bf16, 3, DType::BF16, ParamWrite::Stochastic, storage::kbf16_sr_bf16, 8192},
     {variants::adamw_amsgrad_clip_grad_norm::kbf16_bf16_exp_avg_sq_f32, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_bf16_exp_avg_sq_f32, 8192},
+    {variants::adamw_amsgrad_clip_grad_norm::kf32_q8_exp_avg_sq_uq8, 3, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
+    {variants::adamw_amsgrad_clip_grad_norm::kbf16_q8_exp_avg_sq_uq8, 3, DType::BF16, ParamWrite::Nearest, storage::kbf16_q8_exp_avg_sq_uq8, 8192},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -162,7 +180,7 @@ const OptimizerInfo& AdamW::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 4, kKernels, 36, &kernel_images::adamw(),
+      kVariants, 4, kKernels, 44, &kernel_images::adamw(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

@@ -20,6 +20,7 @@ namespace spec_reference = ::optgen::reference::lamb;
 namespace storage {
   [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32};
   [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf32_q8_exp_avg_sq_uq8[] = {DType::Q8, DType::UQ8};
 }  // namespace storage
 // ---- variant lamb (clip_grad_norm=false) ----
 namespace variants::lamb {
@@ -32,6 +33,7 @@ namespace variants::lamb {
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_f32_f32_reduce", "lamb_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_bf16_f32_reduce", "lamb_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"lamb_f32_q8_exp_avg_sq_uq8_reduce", "lamb_f32_q8_exp_avg_sq_uq8_update"};
 }  // namespace variants::lamb
 // ---- variant lamb_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::lamb_clip_grad_norm {
@@ -45,6 +47,7 @@ namespace variants::lamb_clip_grad_norm {
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_clip_grad_norm_f32_f32_reduce1", "lamb_clip_grad_norm_f32_f32_reduce2", "lamb_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_clip_grad_norm_bf16_f32_reduce1", "lamb_clip_grad_norm_bf16_f32_reduce2", "lamb_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce1", "lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce2", "lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update"};
 }  // namespace variants::lamb_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -56,8 +59,10 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {variants::lamb::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::lamb::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
+    {variants::lamb::kf32_q8_exp_avg_sq_uq8, 0, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
     {variants::lamb_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::lamb_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
+    {variants::lamb_clip_grad_norm::kf32_q8_exp_avg_sq_uq8, 1, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -74,7 +79,7 @@ const OptimizerInfo& LAMB::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 2, kKernels, 4, &kernel_images::lamb(),
+      kVariants, 2, kKernels, 6, &kernel_images::lamb(),
       /*block_size=*/256, /*chunk_size=*/2048};
   return info;
 }

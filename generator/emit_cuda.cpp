@@ -13,6 +13,7 @@
 #include "emit_common.h"
 #include "expr_printer.h"
 #include "group_code.h"
+#include "optgen/blockwise8.h"
 #include "optgen/kernel_abi.h"
 #include "shapes.h"
 
@@ -35,6 +36,9 @@ std::string KernelTuning::check() const {
   for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size})
     if (size < 64 || size % 64 != 0 || size > (1LL << 30))
       return "chunk size " + std::to_string(size) + " must be a multiple of 64 up to 2^30";
+  if (narrow_chunk_size % blockwise8::kBlockSize != 0)
+    return "narrow chunk size " + std::to_string(narrow_chunk_size) +
+           " must be a multiple of 256: the chunks of kernel sets with 8-bit states hold whole blocks of 256";
   return "";
 }
 
@@ -172,6 +176,7 @@ class CudaEmitter {
   CudaEmitter(const Spec& spec, const KernelTuning& tuning) : spec_(spec), tuning_(tuning) {}
 
   std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage) {
+    for (const auto& v : variants) check_blockwise(v, storage);
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
     w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm); the launcher");
@@ -189,6 +194,9 @@ class CudaEmitter {
     w.line("// ---- stochastic rounding's random stream (runtime/include/optgen/random.h, verbatim) ----");
     write_lines(w, template_text("random.h"));
     w.line();
+    w.line("// ---- 8-bit blockwise states (runtime/include/optgen/blockwise8.h, verbatim) ----");
+    write_lines(w, template_text("blockwise8.h"));
+    w.line();
     write_lines(w, render_template("kernel_support.cuh.in", {}));
     for (const auto& v : variants) variant(w, v, storage);
     for (const auto& v : variants) {
@@ -200,6 +208,20 @@ class CudaEmitter {
   }
 
  private:
+  /// 8-bit blockwise states (kernel_support's blockwise_update_stage) are for element-wise
+  /// variants; the code of rows and columns reads and writes single elements of its states.
+  void check_blockwise(const Program& p, const std::vector<Storage>& storage) const {
+    if (!uses_shapes(p)) return;
+    for (const auto& s : storage)
+      for (const auto& state : p.states)
+        if (is_blockwise(s.state_dtype(state)))
+          throw SpecError(spec_.states[spec_.state_index(state)].loc,
+                          "storage '" + s.text() + "' keeps state '" + state + "' in " +
+                              to_string(s.state_dtype(state)) + ", but variant " + p.variant +
+                              " has row and column code: 8-bit blockwise storage is for element-wise variants",
+                          "give that state f32, bf16 or f16 (STATE=DTYPE)");
+  }
+
   /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, min_blocks)`, which caps the registers.
   static void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks) {
     w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE" +
@@ -240,8 +262,10 @@ class CudaEmitter {
       case DType::F32: return "float";
       case DType::BF16: return "optgen::bf16";
       case DType::F16: return "optgen::f16";
+      case DType::Q8:
+      case DType::UQ8: break;  // states only: never a param's
     }
-    throw InternalError("element_type: unknown dtype");
+    throw InternalError("element_type: no element type for " + std::string(to_string(dtype)));
   }
 
   static const char* param_write(ParamWrite write) {
@@ -268,20 +292,31 @@ class CudaEmitter {
     }
     w.line("/// Storage " + s.text() + ": " + list + ".");
     auto st = w.block("struct " + operands_struct_name(s), "};");
-    w.line(std::string("typedef ") + element_type(s.param) + " Param;");
-    w.line("static constexpr int kVector = " + std::to_string(16 / size_of(dtypes[0])) +
-           ";  // elements per thread and access: 16 bytes of operand 0");
-    w.line(std::string("static constexpr optgen::ParamWrite kParamWrite = ") + param_write(s.param_write) + ";");
     // Bit masks of operand indices, as Reduce::loads: folded once the operand loops are unrolled
     // (a chain of comparisons was not always, and cost registers).
-    unsigned bf16 = 0, f16 = 0;
+    unsigned bf16 = 0, f16 = 0, q8 = 0, uq8 = 0;
     for (size_t op = 0; op < names.size(); ++op) {
       if (dtypes[op] == DType::BF16) bf16 |= 1u << op;
       if (dtypes[op] == DType::F16) f16 |= 1u << op;
+      if (dtypes[op] == DType::Q8) q8 |= 1u << op;
+      if (dtypes[op] == DType::UQ8) uq8 |= 1u << op;
     }
+    w.line(std::string("typedef ") + element_type(s.param) + " Param;");
+    if (q8 | uq8)
+      w.line("static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block");
+    else
+      w.line("static constexpr int kVector = " + std::to_string(16 / size_of(dtypes[0])) +
+             ";  // elements per thread and access: 16 bytes of operand 0");
+    w.line(std::string("static constexpr optgen::ParamWrite kParamWrite = ") + param_write(s.param_write) + ";");
+    w.line("static constexpr unsigned kBlockwise = " + hex(q8 | uq8) + ";  // operands in 8-bit blocks");
+    w.line("static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }");
     w.line("static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {");
-    w.line("  return ((" + hex(bf16) + " >> op_) & 1u) ? optgen::Codec::kBF16 : ((" + hex(f16) +
-           " >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;");
+    std::string chain = "  return ((" + hex(bf16) + " >> op_) & 1u) ? optgen::Codec::kBF16 : ((" + hex(f16) +
+                        " >> op_) & 1u) ? optgen::Codec::kF16 : ";
+    if (q8 | uq8)
+      chain += "((" + hex(q8) + " >> op_) & 1u) ? optgen::Codec::kQ8 : ((" + hex(uq8) +
+               " >> op_) & 1u) ? optgen::Codec::kUQ8 : ";
+    w.line(chain + "optgen::Codec::kF32;");
     w.line("}");
   }
 

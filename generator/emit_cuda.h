@@ -33,7 +33,7 @@ struct KernelTuning {
   /// Elements per block of every other kernel set (narrower params or states, a master copy): each
   /// block moves fewer bytes per element, and more elements per block keep as many bytes in flight
   /// (bench/RESULTS.md, 2026-11-25: bf16 AdamW on gpt2 at 82% of its floor with 2048, 96% with 8192).
-  long long narrow_chunk_size = 8192;
+  long long narrow_chunk_size = 8192;  ///< a multiple of 256: 8-bit states' blocks are whole in a chunk
   /// Elements per block of f32 kernel sets whose variant has Reduce stages (clipping, LAMB's
   /// norms): a Reduce stage's block reads runs of chunks, and fewer, longer chunks halve the runs
   /// and arrivals (bench/RESULTS.md, 2026-11-25: clipped AdamW on gpt2 1026 µs at 2048, 996 at 4096).

@@ -44,6 +44,8 @@ std::string dtype_enum(DType t) {
     case DType::F32: return "DType::F32";
     case DType::BF16: return "DType::BF16";
     case DType::F16: return "DType::F16";
+    case DType::Q8: return "DType::Q8";
+    case DType::UQ8: return "DType::UQ8";
   }
   throw InternalError("dtype_enum: unknown dtype");
 }

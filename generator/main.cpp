@@ -281,6 +281,8 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
     std::string error;
     auto canonical = optgen::canonical_storage(requested, spec.state_names(), &error);
     if (!canonical) throw UsageError("--storage: " + error);
+    if (std::string problem = spec.storage_problem(*canonical); !problem.empty())
+      throw UsageError("--storage: " + problem);
     storage.push_back(*canonical);
   }
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);

@@ -101,8 +101,11 @@ struct Spec {
   SourceLoc grad_clipping_loc;
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
-  int state_index(const std::string& name) const;    ///< -1 when absent
-  std::vector<std::string> state_names() const;      ///< in declaration order
+  int state_index(const std::string& name) const;  ///< -1 when absent
+  std::vector<std::string> state_names() const;    ///< in declaration order
+  /// Empty when the spec's states can be kept in `storage` (canonical), else why not: 8-bit
+  /// blockwise dtypes are for states of a value per element.
+  std::string storage_problem(const Storage& storage) const;
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
 };
 

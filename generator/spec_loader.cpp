@@ -309,6 +309,8 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
                   "write PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16, \"bf16:bf16\" or \"bf16+master\"");
     auto canonical = canonical_storage(*parsed, spec.state_names(), &error);
     if (!canonical) loader.fail(item, error);
+    if (std::string problem = spec.storage_problem(*canonical); !problem.empty())
+      loader.fail(item, problem, "give that state f32, bf16 or f16 (STATE=DTYPE)");
     if (std::find(spec.storage.begin(), spec.storage.end(), *canonical) != spec.storage.end())
       loader.fail(item, "storage " + canonical->text() + " is listed twice");
     spec.storage.push_back(*canonical);
@@ -486,6 +488,15 @@ std::vector<std::string> Spec::state_names() const {
   std::vector<std::string> names;
   for (const auto& s : states) names.push_back(s.name);
   return names;
+}
+
+std::string Spec::storage_problem(const Storage& storage) const {
+  for (const ElementState& s : states)
+    if (s.shape != StateShape::Elements && is_blockwise(storage.state_dtype(s.name)))
+      return "storage '" + storage.text() + "' keeps state '" + s.name + "' (shape: " + to_string(s.shape) + ") in " +
+             to_string(storage.state_dtype(s.name)) +
+             ", but 8-bit blockwise storage is for states of a value per element";
+  return "";
 }
 
 std::vector<const Hyperparameter*> Spec::flags() const {

@@ -13,6 +13,9 @@
 #            benchmark built from an earlier commit (optgen_bench_base), on the same workloads
 #   compare  bench/torch_compare.py: optgen beside torch's fused AdamW, eager, in a CUDA graph and
 #            under AMP
+#   compare8 bench/compare_8bit.py: optgen's 8-bit AdamW beside bitsandbytes' and torchao's AdamW8bit
+#            (their packages unpacked into .pylibs/ and carried: bench/README.md says how)
+#   storage  optgen_bench over storage types (8-bit states among them), AdamW, eager
 #   compare_clip  the same for clip_grad_norm_(foreach) + AdamW against optgen's max_grad_norm
 #   adafactor bench/torch_adafactor.py: optgen.torch.Adafactor (eager and in a CUDA graph) beside
 #            torch.optim.Adafactor (for-loop and foreach) on every workload of bench/workloads
@@ -83,6 +86,21 @@ for what in $steps; do
         --methods optgen optgen_graph optgen_amp fused fused_graph fused_amp fused_scaler \
         --out "$out/compare.json" 2>&1 | tee "$out/compare.log" | tail -40
       ;;
+    compare8)
+      echo "== compare_8bit.py"
+      PYTHONPATH="$PWD/.pylibs${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 python3 bench/compare_8bit.py \
+        --lib "$run/liboptgen_builtin.so" --workload-dir "$run/workloads" ${OPTGEN_COMPARE8_ARGS:-} \
+        --out "$out/compare_8bit.json" 2>&1 | tee "$out/compare_8bit.log" | tail -40
+      status=$((status | PIPESTATUS[0]))
+      ;;
+    storage)
+      echo "== optgen_bench, storage types"
+      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads ghostnet_100,resnet50,gpt2,llama-1b \
+        --optimizers adamw --modes eager --host-tensors 0 \
+        --storage "${OPTGEN_STORAGE:-f32,bf16,bf16:bf16,bf16+master,f32:q8:exp_avg_sq=uq8,bf16:q8:exp_avg_sq=uq8}" \
+        2>&1 | tee "$out/bench_storage.log" | tail -40
+      status=$((status | PIPESTATUS[0]))
+      ;;
     compare_clip)
       echo "== torch_compare.py, clipped AdamW"
       PYTHONUNBUFFERED=1 python3 bench/torch_compare.py --lib "$run/liboptgen_builtin.so" --workload-dir "$run/workloads" \
@@ -135,7 +153,7 @@ for what in $steps; do
           --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
       done
       ;;
-    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, compare_clip, adafactor, adafactor_compile, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
+    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, compare8, storage, compare_clip, adafactor, adafactor_compile, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
   esac
 done
 exit "$status"

@@ -170,6 +170,68 @@ TEST_CASE("blockwise8: quantize rounds to the nearest code and a midpoint to the
   }
 }
 
+TEST_CASE("blockwise8: nearest_code from a guess gives quantize's code", "[blockwise8]") {
+  // The kernels quantise through nearest_code_near (a guess, then the two midpoints around it),
+  // which needs the guess within one code; nearest_code walks from any guess. Every float in [-1, 1]
+  // was checked once, exhaustively (3.2e9 values, 2026-11-26: no difference, the guess never more
+  // than one code off); here every 61st bit pattern, each map's midpoints and their
+  // neighbours, the ends, NaN, and any guess at all.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int which = 0; which < 2; ++which) {
+    const bool is_signed = which == 0;
+    const float* m = is_signed ? b8::kSignedMap : b8::kUnsignedMap;
+    INFO((is_signed ? "kSignedMap" : "kUnsignedMap"));
+    float midpoints[255];
+    for (int k = 0; k < 255; ++k) midpoints[k] = b8::midpoint(m, k);
+    float bounds[257];
+    bounds[0] = -inf;
+    bounds[256] = inf;
+    for (int k = 0; k < 255; ++k) bounds[k + 1] = midpoints[k];
+    const auto guess = [&](float x) { return is_signed ? b8::signed_code_guess(x) : b8::unsigned_code_guess(x); };
+    long long mismatches = 0;
+    int worst_guess = 0;
+    const auto compare = [&](float x) {
+      const int expected = b8::quantize(m, x);
+      const int g = guess(x);
+      worst_guess = std::max(worst_guess, std::abs(g - expected));
+      if (b8::nearest_code(midpoints, x, g) != expected) ++mismatches;
+      if (b8::nearest_code_near(bounds, x, g) != expected) ++mismatches;
+    };
+    for (std::uint32_t u = 0; u <= bits(1.0f); u += 61) {
+      float x;
+      std::memcpy(&x, &u, sizeof x);
+      compare(x);
+      if (is_signed) compare(-x);
+    }
+    for (int k = 0; k < 255; ++k)
+      for (float x : {midpoints[k], std::nextafter(midpoints[k], inf), std::nextafter(midpoints[k], -inf), m[k]})
+        compare(x);
+    // normalize's last-bit overshoot past 1 too.
+    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, std::nextafter(1.0f, inf), std::nextafter(-1.0f, -inf)})
+      compare(is_signed ? x : std::fabs(x));
+    CHECK(mismatches == 0);
+    CHECK(worst_guess <= 1);
+    CHECK(b8::nearest_code(midpoints, std::numeric_limits<float>::quiet_NaN(), 100) == 0);
+    CHECK(b8::nearest_code_near(bounds, std::numeric_limits<float>::quiet_NaN(), 100) == 0);
+    // The walk is exact from any guess: only slower.
+    for (int g : {0, 77, 255})
+      for (float x : {0.3f, 1e-4f, 0.999f}) CHECK(b8::nearest_code(midpoints, x, g) == b8::quantize(m, x));
+    // And the state quantisers built on it match the plain ones.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int n = 0; n < 20000; ++n) {
+      const float value = normal(rng) * std::pow(10.0f, static_cast<float>(n % 9) - 8.0f);
+      const float absmax = std::fabs(value) * (1.0f + static_cast<float>(n % 7));
+      const float inverse = b8::reciprocal(absmax);
+      if (is_signed)
+        REQUIRE(b8::quantize_signed_state_fast(bounds, value, inverse) == b8::quantize_signed_state(m, value, absmax));
+      else
+        REQUIRE(b8::quantize_unsigned_state_fast(bounds, std::fabs(value), inverse) ==
+                b8::quantize_unsigned_state(m, std::fabs(value), absmax));
+    }
+  }
+}
+
 TEST_CASE("blockwise8: state1's sign rule keeps a value's sign bit in its code", "[blockwise8]") {
   const float* m = b8::kSignedMap;
   // A small negative value rounds to code 127 (+0); bitsandbytes moves it to 126, the negative
@@ -180,6 +242,14 @@ TEST_CASE("blockwise8: state1's sign rule keeps a value's sign bit in its code",
   CHECK(b8::quantize_signed_state(m, 0.0f, 1.0f) == 127);
   CHECK(b8::quantize_signed_state(m, -0.0f, 1.0f) == 126);
   CHECK(b8::keep_sign(m, 0, 0.0f) == 255);  // unsigned char arithmetic: 0 - 1 wraps, as in bitsandbytes
+  // The kernels' form, which reads no map: the same for every code and sign.
+  for (int c = 0; c < 256; ++c) {
+    INFO("code " << c);
+    CHECK(b8::sign_bit(m[c]) == (c < 127));
+    for (float value : {0.0f, -0.0f, 0.25f, -0.25f})
+      CHECK(b8::keep_sign_signed_map(static_cast<unsigned char>(c), value) ==
+            b8::keep_sign(m, static_cast<unsigned char>(c), value));
+  }
   CHECK(b8::keep_sign(m, 200, 0.5f) == 200);
   CHECK(b8::keep_sign(m, 50, -0.5f) == 50);
 
@@ -266,7 +336,7 @@ TEST_CASE("blockwise8: a block of zeros (absmax 0) quantises as bitsandbytes doe
   // bitsandbytes divides 0 by an absmax of 0: NaN. Every comparison of its search is false, so
   // quantize_2D returns code 0; state1's sign rule turns that into 255 for +0 (qmap1[0] is negative)
   // and keeps 0 for -0; state2 keeps 0. map[code] * 0 is zero: no NaN in the states.
-  CHECK(std::isnan(b8::normalize(0.0f, 0.0f)));
+  CHECK(std::isnan(b8::normalize(0.0f, b8::reciprocal(0.0f))));
   CHECK(b8::quantize(b8::kSignedMap, std::numeric_limits<float>::quiet_NaN()) == 0);
   CHECK(b8::quantize(b8::kUnsignedMap, std::numeric_limits<float>::quiet_NaN()) == 0);
   CHECK(b8::quantize_signed_state(b8::kSignedMap, 0.0f, 0.0f) == 255);
@@ -344,7 +414,7 @@ extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* 
   c2[i] = b8::quantize_unsigned_state(map2, v * v, block_max * block_max);
   out[i] = b8::dequantize(map1, c1[i], block_max) + b8::dequantize(map2, c2[i], block_max * block_max);
   if (threadIdx.x == 0) absmax[blockIdx.x] = block_max;
-  if (!b8::uses_8bit_states(n)) out[i] += b8::quantize(b8::kSignedMap, b8::normalize(v, block_max));
+  if (!b8::uses_8bit_states(n)) out[i] += b8::quantize(b8::kSignedMap, b8::normalize(v, b8::reciprocal(block_max)));
 }
 )";
   for (bool fast_divide : {false, true}) {

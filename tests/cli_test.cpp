@@ -80,7 +80,7 @@ TEST_CASE("emit says what it wrote, and --quiet silences it", "[cli]") {
   CHECK(run.status == 0);
   CHECK_THAT(run.output, Catch::Contains("adam.yaml -> " + kScratch +
                                          "/adam{_kernels.cu,.h,.cpp,_reference.h}: 4 variants, kernels for 4 "
-                                         "of them in 9 storage types, in "));
+                                         "of them in 11 storage types, in "));
   run = optgen("emit " + kSpec + " --out " + kScratch + " --quiet");
   CHECK(run.status == 0);
   CHECK(run.output.empty());

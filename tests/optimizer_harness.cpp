@@ -1,6 +1,8 @@
 // What the launcher tests share (optimizer_harness.h).
 #include "optimizer_harness.h"
 
+#include "optgen/blockwise8.h"
+
 #include <cmath>
 #include <filesystem>
 
@@ -79,6 +81,13 @@ float round_to(DType type, float x) {
 void upload(DType type, void* device, const std::vector<float>& values) {
   if (values.empty()) return;
   const auto ptr = reinterpret_cast<CUdeviceptr>(device);
+  if (optgen::is_blockwise(type)) {
+    const long long n = static_cast<long long>(values.size());
+    std::vector<unsigned char> bytes(optgen::storage_bytes(type, n));
+    quantize_blockwise(type, values.data(), n, bytes.data());
+    optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, bytes.data(), bytes.size()), "cuMemcpyHtoD");
+    return;
+  }
   if (type == DType::F32) {
     optgen::driver::check(optgen::driver::api().cuMemcpyHtoD(ptr, values.data(), values.size() * 4), "cuMemcpyHtoD");
     return;
@@ -93,6 +102,15 @@ std::vector<float> download(DType type, const void* device, size_t count) {
   std::vector<float> values(count);
   if (count == 0) return values;
   const auto ptr = reinterpret_cast<CUdeviceptr>(device);
+  if (optgen::is_blockwise(type)) {
+    const long long n = static_cast<long long>(count);
+    std::vector<unsigned char> bytes(optgen::storage_bytes(type, n));
+    optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.data(), ptr, bytes.size()), "cuMemcpyDtoH");
+    optgen::blockwise8::dequantize_blockwise(
+        blockwise_map(type), bytes.data(),
+        reinterpret_cast<const float*>(bytes.data() + optgen::blockwise8::absmax_offset(n)), n, values.data());
+    return values;
+  }
   if (type == DType::F32) {
     optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(values.data(), ptr, count * 4), "cuMemcpyDtoH");
     return values;
@@ -102,6 +120,26 @@ std::vector<float> download(DType type, const void* device, size_t count) {
   for (size_t i = 0; i < count; ++i)
     values[i] = type == DType::BF16 ? optgen::bf16_to_float(bits[i]) : optgen::f16_to_float(bits[i]);
   return values;
+}
+
+const float* blockwise_map(DType type) {
+  return type == DType::Q8 ? optgen::blockwise8::kSignedMap : optgen::blockwise8::kUnsignedMap;
+}
+
+void quantize_blockwise(DType type, const float* values, long long numel, unsigned char* bytes) {
+  optgen::blockwise8::quantize_blockwise(blockwise_map(type), type == DType::Q8, values, numel, bytes,
+                                         reinterpret_cast<float*>(bytes + optgen::blockwise8::absmax_offset(numel)));
+}
+
+std::vector<float> requantized(DType type, const std::vector<float>& values) {
+  const long long n = static_cast<long long>(values.size());
+  std::vector<unsigned char> bytes(optgen::storage_bytes(type, n));
+  quantize_blockwise(type, values.data(), n, bytes.data());
+  std::vector<float> result(values.size());
+  optgen::blockwise8::dequantize_blockwise(
+      blockwise_map(type), bytes.data(),
+      reinterpret_cast<const float*>(bytes.data() + optgen::blockwise8::absmax_offset(n)), n, result.data());
+  return result;
 }
 
 /// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
@@ -117,6 +155,10 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
 
 double tolerance(DType param, const std::vector<DType>& states) {
   const auto any = [&](DType d) { return param == d || std::find(states.begin(), states.end(), d) != states.end(); };
+  // An 8-bit state is compared with the reference's value quantised as the kernel does: a last-bit
+  // difference in the float state may still move a value across a code's midpoint, by one code
+  // (at most 0.9/64 of its block's absmax, the signed map's widest step).
+  if (any(DType::Q8) || any(DType::UQ8)) return 1.5e-2;
   if (any(DType::BF16)) return 1e-2;
   if (any(DType::F16)) return 2e-3;
   return 1e-5;
@@ -282,10 +324,15 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
       for (size_t i = 0; i < expected.size(); ++i) g.params[t][i] = round_to(g.dtype, expected[i]);
       check("master copy", DType::F32, opt.master_weights(group, t).data, expected);
     }
+    // Rounded to nearest, the param must be the reference's value rounded (stochastic rounding
+    // is compared unrounded: its own tests check its bits).
+    if (opt.storage().param_write == optgen::ParamWrite::Nearest)
+      for (float& x : g.params[t]) x = round_to(g.dtype, x);
     check("param", g.dtype, g.tensors[t].param, g.params[t]);
     for (int s = 0; s < info.num_states; ++s)
       if (!states[t][s].empty()) {
         const optgen::StateBuffer b = opt.state(info.states[s].name, group, t);
+        if (optgen::is_blockwise(b.dtype)) states[t][s] = requantized(b.dtype, states[t][s]);
         check(info.states[s].name, b.dtype, b.data, states[t][s]);
       }
   }
@@ -339,19 +386,32 @@ std::vector<std::vector<unsigned char>> state_bytes(const optgen::FusedOptimizer
         } catch (const optgen::Error&) {
           continue;  // a state this group's variant does not have
         }
-        bytes.emplace_back(static_cast<size_t>(b.numel) * optgen::size_of(b.dtype));
+        bytes.emplace_back(b.data ? optgen::storage_bytes(b.dtype, b.numel) : 0);
         if (!bytes.back().empty())
           optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(
                                     bytes.back().data(), reinterpret_cast<CUdeviceptr>(b.data), bytes.back().size()),
                                 "cuMemcpyDtoH");
+        if (optgen::is_blockwise(b.dtype))  // the padding after the codes holds nothing
+          std::fill(bytes.back().begin() + b.numel, bytes.back().begin() + optgen::blockwise8::absmax_offset(b.numel),
+                    0);
       }
   return bytes;
 }
 
 std::vector<std::vector<unsigned char>> state_bytes_of(const optgen::Checkpoint& checkpoint) {
   std::vector<std::vector<unsigned char>> bytes;
-  for (const auto& t : checkpoint.tensors)
-    if (t.name.find(".tensor.") != std::string::npos) bytes.push_back(t.data);
+  const std::string absmax = ".absmax";
+  for (const auto& t : checkpoint.tensors) {
+    if (t.name.find(".tensor.") == std::string::npos) continue;
+    if (t.name.size() > absmax.size() && t.name.compare(t.name.size() - absmax.size(), absmax.size(), absmax) == 0) {
+      // An 8-bit state's block absmax, after its codes as the device holds them (blockwise8::absmax_offset).
+      std::vector<unsigned char>& codes = bytes.back();
+      codes.resize(static_cast<size_t>(optgen::blockwise8::absmax_offset(static_cast<long long>(codes.size()))));
+      codes.insert(codes.end(), t.data.begin(), t.data.end());
+      continue;
+    }
+    bytes.push_back(t.data);
+  }
   return bytes;
 }
 

@@ -347,7 +347,8 @@ TEST_CASE("optgen_create_from_spec makes an optimizer with the spec's defaults a
   optgen_storage bad_dtype{7, 0, nullptr, nullptr, OPTGEN_PARAM_NEAREST, 0};
   CHECK(optgen_create_from_spec(adamw.c_str(), nullptr, nullptr, 0, &bad_dtype, &opt) == -1);
   CHECK(std::string(optgen_last_error()) ==
-        "optgen_create_from_spec failed: unknown dtype 7\n  fix: use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
+        "optgen_create_from_spec failed: unknown dtype 7\n  fix: use OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16, OPTGEN_Q8 or "
+        "OPTGEN_UQ8");
   const char* state[] = {"exp_avg"};
   const int32_t dtype[] = {OPTGEN_BF16};
   optgen_storage bad_write{OPTGEN_F32, 1, state, dtype, 3, 0};

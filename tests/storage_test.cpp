@@ -2,7 +2,8 @@
 // errors, and on the GPU the two ways a bf16 param is written besides rounding to nearest:
 // stochastic rounding (the stream of optgen/random.h, bit for bit; unbiased) and an fp32 master copy
 // (the f32 trajectory, bit for bit). tests/specs/plain_sgd.yaml's update, param - lr * grad, is the
-// same float bits on the CPU and the GPU, so what is compared is the storage alone.
+// same float bits on the CPU and the GPU, so what is compared is the storage alone. 8-bit blockwise
+// states: the text form, the layout, and on the GPU codes and absmax bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "builtin_launchers.h"
+#include "optgen/blockwise8.h"
 #include "optgen/random.h"
 #include "optgen/storage.h"
 #include "optimizer_harness.h"
@@ -62,6 +64,44 @@ TEST_CASE("storage: the text form reads and prints every option", "[storage]") {
   CHECK(parsed("f16").name() == "f16_f32");
   // A state's own dtype may come without the states' default, which stays f32.
   CHECK(parsed("bf16:exp_avg=bf16").text() == "bf16:f32:exp_avg=bf16");
+
+  // bitsandbytes' 8-bit AdamW: the signed map for exp_avg, the unsigned one for exp_avg_sq.
+  const optgen::Storage eight = parsed("f32:q8:exp_avg_sq=uq8");
+  CHECK(eight.state_dtype("exp_avg") == DType::Q8);
+  CHECK(eight.state_dtype("exp_avg_sq") == DType::UQ8);
+  CHECK(eight.name() == "f32_q8_exp_avg_sq_uq8");
+  CHECK(parsed(eight.text()) == eight);
+}
+
+TEST_CASE("storage: 8-bit states are codes and block absmax, f32 under 4096 elements", "[storage]") {
+  CHECK(optgen::is_blockwise(DType::Q8));
+  CHECK(optgen::is_blockwise(DType::UQ8));
+  CHECK_FALSE(optgen::is_blockwise(DType::BF16));
+  CHECK(optgen::stored_dtype(DType::Q8, 4095) == DType::F32);  // bitsandbytes' min_8bit_size
+  CHECK(optgen::stored_dtype(DType::Q8, 4096) == DType::Q8);
+  CHECK(optgen::stored_dtype(DType::BF16, 3) == DType::BF16);
+  // 4097 codes padded to 4112 bytes, then 17 blocks' absmax.
+  CHECK(optgen::storage_bytes(DType::UQ8, 4097) == 4112 + 17 * 4);
+  CHECK(optgen::storage_bytes(DType::F32, 4095) == 4095 * 4);
+  // The host's quantisation, as the tests compare kernels with it: a block's largest positive value
+  // is exact, its most negative one (-absmax) is the signed map's lowest code (kSignedMap[0] is
+  // -0.99296874: bitsandbytes' signed map has no -1); a zero stays zero; the tensor's last,
+  // shorter block has its own absmax.
+  std::vector<float> values(300, 0.0f);
+  values[7] = -0.5f;
+  values[100] = 0.25f;
+  values[299] = 3.0f;
+  const std::vector<float> q8 = requantized(DType::Q8, values);
+  CHECK(q8[7] == optgen::blockwise8::kSignedMap[0] * 0.5f);
+  CHECK(q8[0] == 0.0f);
+  CHECK(q8[299] == 3.0f);
+  CHECK(std::fabs(q8[100] - 0.25f) <= 0.5f / 64);
+  std::vector<float> squares(300, 0.0f);
+  squares[5] = 4.0f;
+  squares[6] = 1e-3f;
+  const std::vector<float> uq8 = requantized(DType::UQ8, squares);
+  CHECK(uq8[5] == 4.0f);
+  CHECK(std::fabs(uq8[6] - 1e-3f) <= 1e-3f * 0.1f);
 }
 
 TEST_CASE("storage: malformed text names the problem", "[storage]") {
@@ -75,7 +115,10 @@ TEST_CASE("storage: malformed text names the problem", "[storage]") {
   CHECK_THAT(error_of_text("bf16+master+sr"), Catch::Contains("more than one '+'"));
   CHECK_THAT(error_of_text("bf16:f64"), Catch::Contains("unknown state storage 'f64'"));
   CHECK_THAT(error_of_text("bf16:exp_avg=f32:bf16"), Catch::Contains("must come first after PARAM"));
-  CHECK_THAT(error_of_text("bf16:bf16:exp_avg=q8"), Catch::Contains("unknown storage 'q8' of state 'exp_avg'"));
+  CHECK_THAT(error_of_text("bf16:bf16:exp_avg=q4"), Catch::Contains("unknown storage 'q4' of state 'exp_avg'"));
+  CHECK(error_of_text("q8") ==
+        "unknown parameter storage 'q8': expected f32, bf16 or f16 (q8 is 8-bit blockwise, "
+        "for states)");
   CHECK_THAT(error_of_text("bf16:bf16:exp_avg=f32:exp_avg=bf16"),
              Catch::Contains("state 'exp_avg' is given a dtype twice"));
   CHECK_THAT(error_of_text("bf16:bf16:=f32"), Catch::Contains("expected STATE=DTYPE"));
@@ -126,6 +169,16 @@ TEST_CASE("storage: the engine refuses options its params or kernels cannot have
              Catch::Contains("with storage f32:f32:exp_avg=f16 was generated"));
   CHECK(adam_f16.state_dtype("exp_avg") == DType::F16);
   CHECK(adam_f16.state_dtype("exp_avg_sq") == DType::F32);
+
+  optgen::StorageOptions eight;
+  eight.states = DType::Q8;
+  eight.state_dtypes = {{"exp_avg_sq", DType::UQ8}};
+  optgen::FusedOptimizer adam_8bit(adam, optgen::default_hyperparameters(adam), eight);
+  CHECK(adam_8bit.state_dtype("exp_avg_sq") == DType::UQ8);
+  CHECK_THAT(
+      error_of([&] { adam_8bit.set_chunk_size(4096 + 64); }),
+      Catch::Contains("chunk size 4160 is not a multiple of 256") && Catch::Contains("whole blocks of 256 elements"));
+  adam_8bit.set_chunk_size(4096 + 256);
 }
 
 // ---- On a GPU. ----
@@ -248,6 +301,41 @@ TEST_CASE("storage: an fp32 master copy follows the f32 trajectory bit for bit",
           CHECK(rounded == n);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("storage: 8-bit states match bitsandbytes' quantisation of the reference, bit for bit", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  // AdamW's update has the same float bits on the CPU and the GPU (no FMA contraction), so every
+  // state the kernel quantises is the reference's value, and its codes and block absmax must be
+  // those blockwise8.h computes: check_group's worst error is 0 (it compares with the reference
+  // quantised on the host). Tensors: under 4096 elements (f32 states), exactly one block's
+  // multiple, a last block of one element (misaligned: element by element), and many blocks.
+  const auto& info = launcher("adamw");
+  const std::vector<std::int64_t> sizes = {3, 4096, 4097, 30001};
+  const std::vector<bool> misaligned = {false, false, true, false};
+  for (DType param : {DType::F32, DType::BF16}) {
+    DYNAMIC_SECTION(optgen::to_string(param) << " params") {
+      std::mt19937 rng(99);
+      DeviceGroup group(param, sizes, misaligned, rng);
+      std::vector<double> h = optgen::default_hyperparameters(info);
+      optgen::StorageOptions eight;
+      eight.states = DType::Q8;
+      eight.state_dtypes = {{"exp_avg_sq", DType::UQ8}};
+      optgen::FusedOptimizer opt(info, h, eight);
+      opt.add_param_group(group.tensors, h);
+      CHECK(opt.state("exp_avg", 0, 0).dtype == DType::F32);
+      CHECK(opt.state("exp_avg", 0, 1).dtype == DType::Q8);
+      CHECK(opt.state("exp_avg_sq", 0, 3).dtype == DType::UQ8);
+      auto scalar_state = initial_scalar_state(info, opt.hyperparameters(0));
+      Comparison result;
+      for (std::int64_t step = 1; step <= 4; ++step) {
+        group.new_gradients(rng);
+        compare_step(opt, reference_of("adamw"), group, scalar_state, step, result);
+      }
+      INFO("worst relative error " << result.worst << " in " << result.where);
+      CHECK(result.worst == 0);
     }
   }
 }

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
 BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT

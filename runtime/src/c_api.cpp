@@ -35,13 +35,27 @@ void require(bool ok, const char* call, const char* what) {
   if (!ok) throw optgen::Error(call, what);
 }
 
+/// A state's dtype.
 optgen::DType dtype_of(int32_t value, const char* call) {
   switch (value) {
     case OPTGEN_F32: return optgen::DType::F32;
     case OPTGEN_BF16: return optgen::DType::BF16;
     case OPTGEN_F16: return optgen::DType::F16;
+    case OPTGEN_Q8: return optgen::DType::Q8;
+    case OPTGEN_UQ8: return optgen::DType::UQ8;
   }
-  throw optgen::Error(call, "unknown dtype " + std::to_string(value), "use OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16");
+  throw optgen::Error(call, "unknown dtype " + std::to_string(value),
+                      "use OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16, OPTGEN_Q8 or OPTGEN_UQ8");
+}
+
+/// A param's or grad's dtype.
+optgen::DType tensor_dtype_of(int32_t value, const char* call) {
+  const optgen::DType dtype = dtype_of(value, call);
+  if (optgen::is_blockwise(dtype))
+    throw optgen::Error(call, std::string("a param or grad of dtype ") + optgen::to_string(dtype),
+                        "8-bit blockwise dtypes are for states; params and grads are OPTGEN_F32, OPTGEN_BF16 or "
+                        "OPTGEN_F16");
+  return dtype;
 }
 
 int32_t c_dtype(optgen::DType dtype) {
@@ -49,6 +63,8 @@ int32_t c_dtype(optgen::DType dtype) {
     case optgen::DType::F32: return OPTGEN_F32;
     case optgen::DType::BF16: return OPTGEN_BF16;
     case optgen::DType::F16: return OPTGEN_F16;
+    case optgen::DType::Q8: return OPTGEN_Q8;
+    case optgen::DType::UQ8: return OPTGEN_UQ8;
   }
   throw optgen::Error("optgen", "unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
@@ -125,7 +141,7 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
     std::vector<optgen::Tensor> list(count);
     for (size_t i = 0; i < count; ++i) {
       const optgen_tensor& t = tensors[i];
-      list[i] = {t.param, t.grad, t.numel, dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
+      list[i] = {t.param, t.grad, t.numel, tensor_dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
       if (t.ndim < 0 || (t.ndim > 0 && !t.shape))
         throw optgen::Error("optgen_add_param_group",
                             "tensor " + std::to_string(i) + " has ndim " + std::to_string(t.ndim) +
@@ -135,8 +151,9 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
       if (t.grad_dtype != t.dtype)
         throw optgen::Error("optgen_add_param_group",
                             "tensor " + std::to_string(i) + " has a " +
-                                optgen::to_string(dtype_of(t.dtype, "optgen_add_param_group")) + " param but a " +
-                                optgen::to_string(dtype_of(t.grad_dtype, "optgen_add_param_group")) + " grad",
+                                optgen::to_string(tensor_dtype_of(t.dtype, "optgen_add_param_group")) +
+                                " param but a " +
+                                optgen::to_string(tensor_dtype_of(t.grad_dtype, "optgen_add_param_group")) + " grad",
                             "param and grad must have the same dtype");
     }
     std::vector<std::pair<std::string, double>> overrides;
@@ -191,6 +208,18 @@ int optgen_state(const optgen_optimizer* optimizer, const char* name, size_t gro
   return guarded([&] {
     require(optimizer && name && data, "optgen_state", "optimizer, name or data is NULL");
     *data = optimizer->engine.state(name, group, tensor).data;
+  });
+}
+
+int optgen_state_buffer(const optgen_optimizer* optimizer, const char* name, size_t group, size_t tensor, void** data,
+                        int64_t* numel, int32_t* dtype, size_t* bytes) {
+  return guarded([&] {
+    require(optimizer && name && data, "optgen_state_buffer", "optimizer, name or data is NULL");
+    const optgen::StateBuffer b = optimizer->engine.state(name, group, tensor);
+    *data = b.data;
+    if (numel) *numel = b.numel;
+    if (dtype) *dtype = c_dtype(b.dtype);
+    if (bytes) *bytes = b.data ? optgen::storage_bytes(b.dtype, b.numel) : 0;
   });
 }
 

@@ -184,6 +184,7 @@ Api load_api() {
   load_symbol(library, api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   load_symbol(library, api.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   load_symbol(library, api.cuMemsetD16, "cuMemsetD16_v2");
+  load_symbol(library, api.cuMemsetD8, "cuMemsetD8_v2");
   load_symbol(library, api.cuMemsetD32, "cuMemsetD32_v2");
   load_symbol(library, api.cuPointerGetAttribute, "cuPointerGetAttribute");
   load_symbol(library, api.cuStreamSynchronize, "cuStreamSynchronize");

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "optgen/blockwise8.h"
+
 namespace optgen {
 
 const char* to_string(DType type) {
@@ -9,6 +11,8 @@ const char* to_string(DType type) {
     case DType::F32: return "f32";
     case DType::BF16: return "bf16";
     case DType::F16: return "f16";
+    case DType::Q8: return "q8";
+    case DType::UQ8: return "uq8";
   }
   return "unknown dtype";
 }
@@ -18,8 +22,30 @@ std::size_t size_of(DType type) {
     case DType::F32: return 4;
     case DType::BF16: return 2;
     case DType::F16: return 2;
+    case DType::Q8: return 1;
+    case DType::UQ8: return 1;
   }
   return 0;
+}
+
+bool is_blockwise(DType type) {
+  switch (type) {
+    case DType::F32:
+    case DType::BF16:
+    case DType::F16: return false;
+    case DType::Q8:
+    case DType::UQ8: return true;
+  }
+  return false;
+}
+
+DType stored_dtype(DType type, std::int64_t numel) {
+  return is_blockwise(type) && !blockwise8::uses_8bit_states(numel) ? DType::F32 : type;
+}
+
+std::size_t storage_bytes(DType type, std::int64_t numel) {
+  if (is_blockwise(type)) return static_cast<std::size_t>(blockwise8::state_bytes(numel));
+  return static_cast<std::size_t>(numel) * size_of(type);
 }
 
 namespace {

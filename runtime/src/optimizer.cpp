@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "optgen/blockwise8.h"
 #include "optimizer_impl.h"
 
 namespace optgen {
@@ -191,7 +192,7 @@ struct Binder {
     Storage storage{kernel.param, kernel.param_write, DType::F32, {}};
     // The states' dtype: the one most states have (ties: the first), as a spec's list would name it.
     int best = 0;
-    for (DType d : {DType::F32, DType::BF16, DType::F16}) {
+    for (DType d : {DType::F32, DType::BF16, DType::F16, DType::Q8, DType::UQ8}) {
       const int count = static_cast<int>(std::count(kernel.state_dtypes, kernel.state_dtypes + info.num_states, d));
       if (count > best) best = count, storage.states = d;
     }
@@ -290,20 +291,34 @@ struct Binder {
     }
   }
 
+  /// `numel` values of a state of dtype `dtype` (as stored_dtype gives it) set to `value`.
   void fill_state(void* data, std::int64_t numel, double value, DType dtype) const {
     if (numel == 0) return;
     const auto ptr = reinterpret_cast<CUdeviceptr>(data);
     const auto count = static_cast<std::size_t>(numel);
     const float f = static_cast<float>(value);
+    auto fill_f32 = [](CUdeviceptr at, float x, std::size_t n) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      driver::check(driver::api().cuMemsetD32(at, bits, n), "cuMemsetD32");
+    };
     switch (dtype) {
-      case DType::F32: {
-        std::uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        driver::check(driver::api().cuMemsetD32(ptr, bits, count), "cuMemsetD32");
-        return;
-      }
+      case DType::F32: fill_f32(ptr, f, count); return;
       case DType::BF16: driver::check(driver::api().cuMemsetD16(ptr, float_to_bf16(f), count), "cuMemsetD16"); return;
       case DType::F16: driver::check(driver::api().cuMemsetD16(ptr, float_to_f16(f), count), "cuMemsetD16"); return;
+      case DType::Q8:
+      case DType::UQ8: {
+        // Every block's absmax |value| and every code value's (0 for a zero state: any code times 0).
+        const float absmax = std::fabs(f);
+        const unsigned char code = dtype == DType::Q8
+                                       ? blockwise8::quantize_signed_state(blockwise8::kSignedMap, f, absmax)
+                                       : blockwise8::quantize_unsigned_state(blockwise8::kUnsignedMap, f, absmax);
+        driver::check(driver::api().cuMemsetD8(ptr, code, static_cast<std::size_t>(blockwise8::absmax_offset(numel))),
+                      "cuMemsetD8");  // the padding too: a buffer's bytes are all set
+        fill_f32(ptr + static_cast<CUdeviceptr>(blockwise8::absmax_offset(numel)), absmax,
+                 static_cast<std::size_t>(blockwise8::num_blocks(numel)));
+        return;
+      }
     }
     throw Error(m.call(method), "unknown state dtype " + std::to_string(static_cast<int>(dtype)));
   }
@@ -362,19 +377,26 @@ struct Binder {
   }
 
   /// Bytes of one tensor's slice of a group's state allocation: rounded up, so every slice starts aligned.
+  /// `dtype`: a state's (an 8-bit one is stored_dtype's for its numel).
   std::size_t state_slice_bytes(std::int64_t numel, DType dtype) const {
-    return round_up(static_cast<std::size_t>(numel) * size_of(dtype), kStateAlignment);
+    return round_up(storage_bytes(stored_dtype(dtype, numel), numel), kStateAlignment);
   }
 
   /// State `s` of tensor `i` from the caller's buffers, checked: `numel` values of it.
   void* callers_state(const Tensor& t, std::size_t i, int s, std::int64_t numel) const {
     void* p = t.states[s];
-    const DType dtype = m.state_dtypes[s];
-    if (numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % size_of(dtype) != 0))
+    const DType dtype = stored_dtype(m.state_dtypes[s], numel);
+    // An 8-bit state's codes are read 8 at a time, and its absmax follow them.
+    const std::size_t alignment = is_blockwise(dtype) ? 16 : size_of(dtype);
+    if (numel > 0 && (!p || reinterpret_cast<std::uintptr_t>(p) % alignment != 0))
       throw Error(m.call("add_param_group"),
                   "tensor " + std::to_string(i) + ": the caller's '" + m.info->states[s].name +
                       "' buffer is null or misaligned",
-                  "pass a device buffer of " + std::to_string(numel) + " " + to_string(dtype) + " elements");
+                  is_blockwise(dtype)
+                      ? "pass a 16-byte aligned device buffer of " + std::to_string(storage_bytes(dtype, numel)) +
+                            " bytes: " + std::to_string(numel) + " " + to_string(dtype) +
+                            " codes, padded to 16 bytes, then the absmax of each block of 256"
+                      : "pass a device buffer of " + std::to_string(numel) + " " + to_string(dtype) + " elements");
     return p;
   }
 
@@ -383,7 +405,7 @@ struct Binder {
   void* owned_state(const Group& g, std::int64_t numel, int s, std::size_t& offset) const {
     void* p = reinterpret_cast<void*>(g.state_memory.get() + offset);
     offset += state_slice_bytes(numel, m.state_dtypes[s]);
-    fill_state(p, numel, initial_value(m.info->states[s].init, g.h), m.state_dtypes[s]);
+    fill_state(p, numel, initial_value(m.info->states[s].init, g.h), stored_dtype(m.state_dtypes[s], numel));
     return p;
   }
 };
@@ -1099,7 +1121,8 @@ StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, st
   // A state that exists for factored tensors only, or for the others only, is absent from the rest.
   if (!state_present(variant, static_cast<int>(j - variant.states), t.dims.factored))
     return {nullptr, 0, m.state_dtypes[s]};
-  return {t.states[s], state_numel(m.info->states[s].shape, t.dims, t.numel), m.state_dtypes[s]};
+  const std::int64_t numel = state_numel(m.info->states[s].shape, t.dims, t.numel);
+  return {t.states[s], numel, stored_dtype(m.state_dtypes[s], numel)};
 }
 
 StateBuffer FusedOptimizer::master_weights(std::size_t group, std::size_t tensor) const {
@@ -1202,6 +1225,10 @@ void FusedOptimizer::set_chunk_size(long long elements) {
   if (elements < 64 || elements % 64 != 0 || elements > (1LL << 30))
     throw Error(impl_->call("set_chunk_size"),
                 "chunk size " + std::to_string(elements) + " must be a multiple of 64 up to 2^30");
+  const auto& dtypes = impl_->state_dtypes;
+  if (elements % blockwise8::kBlockSize != 0 && std::any_of(dtypes.begin(), dtypes.end(), is_blockwise))
+    throw Error(impl_->call("set_chunk_size"), "chunk size " + std::to_string(elements) + " is not a multiple of 256",
+                "a chunk of a kernel set with 8-bit states holds whole blocks of 256 elements");
   if (elements == impl_->chunk_size) return;
   impl_->unprepare();
   impl_->chunk_size = elements;

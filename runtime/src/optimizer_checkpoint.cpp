@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "optgen/blockwise8.h"
 #include "optimizer_impl.h"
 
 namespace optgen {
@@ -19,11 +20,15 @@ std::string names_of(const Info* list, int count) {
   return names;
 }
 
+/// The dtype of a checkpoint tensor of values of `type` (of an 8-bit state, its codes; the block
+/// absmax are a tensor of their own: absmax_name).
 const char* safetensors_dtype(DType type) {
   switch (type) {
     case DType::F32: return "F32";
     case DType::BF16: return "BF16";
     case DType::F16: return "F16";
+    case DType::Q8:
+    case DType::UQ8: return "U8";
   }
   return "?";
 }
@@ -42,6 +47,9 @@ std::string state_name(std::size_t g, std::size_t t, const char* state) {
 }
 /// Apart from the states' names, so that no spec's state can take it.
 std::string master_name(std::size_t g, std::size_t t) { return group_name(g) + ".master." + std::to_string(t); }
+/// The block absmax of an 8-bit state saved as `state` (a state's name has no dot: no state's
+/// name can take it).
+std::string absmax_name(const std::string& state) { return state + ".absmax"; }
 
 /// The storage a checkpoint records: each state's dtype (declaration order) and how params are written.
 std::string state_dtypes_of(const FusedOptimizer::Impl& m) {
@@ -146,16 +154,19 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
 }
 
 namespace {
-/// `numel` values of `dtype` at `device`, downloaded.
-CheckpointTensor device_tensor(const std::string& name, DType dtype, std::int64_t numel, const void* device) {
-  CheckpointTensor t{name,
-                     safetensors_dtype(dtype),
-                     {numel},
-                     std::vector<unsigned char>(static_cast<std::size_t>(numel) * size_of(dtype))};
-  if (!t.data.empty())
-    driver::check(driver::api().cuMemcpyDtoH(t.data.data(), reinterpret_cast<CUdeviceptr>(device), t.data.size()),
+/// `numel` values of `dtype` at `device`, downloaded: one tensor, or for an 8-bit state (as
+/// stored_dtype gives it) two, its codes and its block absmax (absmax_name).
+std::vector<CheckpointTensor> device_tensors(const std::string& name, DType dtype, std::int64_t numel,
+                                             const void* device) {
+  std::vector<unsigned char> bytes(storage_bytes(dtype, numel));
+  if (!bytes.empty())
+    driver::check(driver::api().cuMemcpyDtoH(bytes.data(), reinterpret_cast<CUdeviceptr>(device), bytes.size()),
                   "cuMemcpyDtoH");
-  return t;
+  if (!is_blockwise(dtype)) return {CheckpointTensor{name, safetensors_dtype(dtype), {numel}, std::move(bytes)}};
+  const auto codes_end = bytes.begin() + numel;
+  const auto absmax_begin = bytes.begin() + blockwise8::absmax_offset(numel);
+  return {CheckpointTensor{name, safetensors_dtype(dtype), {numel}, {bytes.begin(), codes_end}},
+          CheckpointTensor{absmax_name(name), "F32", {blockwise8::num_blocks(numel)}, {absmax_begin, bytes.end()}}};
 }
 }  // namespace
 
@@ -189,10 +200,13 @@ Checkpoint FusedOptimizer::checkpoint() const {
         if (!state_present(variant, j, tensor.dims.factored)) continue;  // absent for this tensor: not saved
         const int s = variant.states[j];
         const std::int64_t numel = state_numel(info.states[s].shape, tensor.dims, tensor.numel);
-        c.tensors.push_back(
-            device_tensor(state_name(g, t, info.states[s].name), m.state_dtypes[s], numel, tensor.states[s]));
+        for (CheckpointTensor& saved : device_tensors(state_name(g, t, info.states[s].name),
+                                                      stored_dtype(m.state_dtypes[s], numel), numel, tensor.states[s]))
+          c.tensors.push_back(std::move(saved));
       }
-      if (tensor.master) c.tensors.push_back(device_tensor(master_name(g, t), DType::F32, tensor.numel, tensor.master));
+      if (tensor.master)
+        for (CheckpointTensor& saved : device_tensors(master_name(g, t), DType::F32, tensor.numel, tensor.master))
+          c.tensors.push_back(std::move(saved));
     }
   }
   return c;
@@ -203,6 +217,12 @@ void upload_tensor(const CheckpointTensor& t, void* device) {
   if (!t.data.empty())
     driver::check(driver::api().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), t.data.data(), t.data.size()),
                   "cuMemcpyHtoD");
+}
+/// Uploads a state saved by device_tensors: for an 8-bit one, its absmax after its codes.
+void upload_state(const Checkpoint& c, const std::string& name, DType dtype, std::int64_t numel, void* device) {
+  upload_tensor(*c.find(name), device);
+  if (is_blockwise(dtype))
+    upload_tensor(*c.find(absmax_name(name)), static_cast<unsigned char*>(device) + blockwise8::absmax_offset(numel));
 }
 }  // namespace
 
@@ -263,8 +283,10 @@ void FusedOptimizer::restore(const Checkpoint& c) {
         if (v.state_presence && !c.find(name))  // a state that depends on the shape: say so
           read.fail("it has no '" + std::string(state.name) + "' state (tensor '" + name + "') for " + which +
                     ", which has one here (was the tensor saved with another shape?)");
-        read.tensor(name, safetensors_dtype(m.state_dtypes[v.states[j]]),
-                    {state_numel(state.shape, tensor.dims, tensor.numel)});
+        const std::int64_t numel = state_numel(state.shape, tensor.dims, tensor.numel);
+        const DType dtype = stored_dtype(m.state_dtypes[v.states[j]], numel);
+        read.tensor(name, safetensors_dtype(dtype), {numel});
+        if (is_blockwise(dtype)) read.tensor(absmax_name(name), "F32", {blockwise8::num_blocks(numel)});
       }
       if (tensor.master) read.tensor(master_name(g, t), safetensors_dtype(DType::F32), {tensor.numel});
     }
@@ -280,7 +302,9 @@ void FusedOptimizer::restore(const Checkpoint& c) {
       for (int j = 0; j < v.num_states; ++j) {
         if (!state_present(v, j, group.tensors[t].dims.factored)) continue;
         const int s = v.states[j];
-        upload_tensor(*c.find(state_name(g, t, info.states[s].name)), group.tensors[t].states[s]);
+        const std::int64_t numel = state_numel(info.states[s].shape, group.tensors[t].dims, group.tensors[t].numel);
+        upload_state(c, state_name(g, t, info.states[s].name), stored_dtype(m.state_dtypes[s], numel), numel,
+                     group.tensors[t].states[s]);
       }
     for (std::size_t t = 0; t < group.tensors.size(); ++t)
       if (group.tensors[t].master) upload_tensor(*c.find(master_name(g, t)), group.tensors[t].master);

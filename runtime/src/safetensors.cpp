@@ -51,6 +51,7 @@ std::size_t dtype_size(const std::string& dtype) {
   if (dtype == "F64" || dtype == "I64") return 8;
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "BF16" || dtype == "F16") return 2;
+  if (dtype == "U8") return 1;
   return 0;
 }
 

@@ -36,6 +36,15 @@ std::optional<DType> parse_dtype(const std::string& text) {
   return std::nullopt;
 }
 
+/// A state's dtype: a parameter's, or 8-bit blockwise.
+std::optional<DType> parse_state_dtype(const std::string& text) {
+  for (DType t : {DType::Q8, DType::UQ8})
+    if (text == to_string(t)) return t;
+  return parse_dtype(text);
+}
+
+const char* const kStateDtypes = "f32, bf16, f16, q8 or uq8";
+
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts;
   std::size_t begin = 0;
@@ -77,7 +86,8 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
   if (auto dtype = parse_dtype(param[0])) {
     storage.param = *dtype;
   } else {
-    *error = "unknown parameter storage '" + param[0] + "': expected f32, bf16 or f16";
+    *error = "unknown parameter storage '" + param[0] + "': expected f32, bf16 or f16" +
+             (parse_state_dtype(param[0]) ? " (" + param[0] + " is 8-bit blockwise, for states)" : "");
     return std::nullopt;
   }
   if (param.size() > 2) {
@@ -109,9 +119,9 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
   for (std::size_t i = 1; i < items.size(); ++i) {
     const std::vector<std::string> pair = split(items[i], '=');
     if (pair.size() == 1) {  // STATES
-      auto dtype = parse_dtype(items[i]);
+      auto dtype = parse_state_dtype(items[i]);
       if (!dtype) {
-        *error = "unknown state storage '" + items[i] + "': expected f32, bf16 or f16, or STATE=DTYPE";
+        *error = "unknown state storage '" + items[i] + "': expected " + kStateDtypes + ", or STATE=DTYPE";
         return std::nullopt;
       }
       if (i != 1) {
@@ -125,9 +135,9 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
       *error = "'" + items[i] + "': expected STATE=DTYPE, e.g. exp_avg_sq=f32";
       return std::nullopt;
     }
-    auto dtype = parse_dtype(pair[1]);
+    auto dtype = parse_state_dtype(pair[1]);
     if (!dtype) {
-      *error = "unknown storage '" + pair[1] + "' of state '" + pair[0] + "': expected f32, bf16 or f16";
+      *error = "unknown storage '" + pair[1] + "' of state '" + pair[0] + "': expected " + kStateDtypes;
       return std::nullopt;
     }
     const auto same = [&](const auto& entry) { return entry.first == pair[0]; };

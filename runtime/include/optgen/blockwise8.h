@@ -32,11 +32,11 @@
 //     absmax1 = max |s1| over the block (new values), absmax2 likewise, both stored
 //     c1 = quantize_2D<1>(qmap1, __fdividef(s1, absmax1)), then the sign rule (keep_sign below)
 //     c2 = quantize_2D<0>(qmap2, __fdividef(s2, absmax2))
-//   The value is divided by the absmax (__fdividef, the fast approximate division), not multiplied
-//   by a reciprocal; bitsandbytes' standalone quantize_blockwise (kQuantizeBlockwise) is the one that
-//   multiplies by 1 / absmax. normalize() below divides exactly (IEEE) on both sides, so that host
-//   and device agree; define OPTGEN_BLOCKWISE8_FAST_DIVIDE to use __fdividef on the device as
-//   bitsandbytes does (up to 2 ulp off, which moves a value by a code only within 2 ulp of a midpoint).
+//   The value is divided by the absmax with __fdividef, the fast approximate division (the value
+//   times an approximate reciprocal); bitsandbytes' standalone quantize_blockwise (kQuantizeBlockwise)
+//   multiplies by 1 / absmax. normalize() below multiplies by the IEEE reciprocal, once per block,
+//   the same bits on host and device (a last-bit difference from either of bitsandbytes' moves a
+//   value by a code only when it lies within that bit of a midpoint).
 //   Rounding is deterministic, to the nearest code: quantize_2D has no stochastic variant (the
 //   stochastic dQuantize<1> belongs to kQuantizeBlockwise). bitsandbytes builds with nvcc's default
 //   --fmad=true, so its float update of s1 and s2 may fuse multiply-adds; optgen's kernels compile
@@ -87,6 +87,15 @@ OPTGEN_BLOCKWISE8_FUNCTION bool uses_8bit_states(long long numel, long long min_
 
 /// Quantisation blocks of a tensor of `numel` elements: ceil(numel / 256), the last one shorter.
 OPTGEN_BLOCKWISE8_FUNCTION long long num_blocks(long long numel) { return (numel + kBlockSize - 1) / kBlockSize; }
+
+/// optgen's layout of one tensor's 8-bit state (DType::Q8, UQ8), one buffer: `numel` code bytes,
+/// padded to 16 bytes, then num_blocks(numel) floats, each block's absmax. The generator, kernels,
+/// runtime and checkpoints all locate the absmax with absmax_offset.
+OPTGEN_BLOCKWISE8_FUNCTION long long absmax_offset(long long numel) { return (numel + 15) / 16 * 16; }
+/// Bytes of that buffer.
+OPTGEN_BLOCKWISE8_FUNCTION long long state_bytes(long long numel) {
+  return absmax_offset(numel) + num_blocks(numel) * static_cast<long long>(sizeof(float));
+}
 
 // Printed by tests/record_blockwise8_maps.py, linspace with FMA (torch's AVX2/AVX-512 CPU kernels).
 // create_dynamic_map(signed=True): name2qmap["dynamic"], state1
@@ -416,15 +425,16 @@ OPTGEN_BLOCKWISE8_TABLE float kUnsignedMap[256] = {
     0x1p+0f,  // [252, 255]
 };
 
-/// v / absmax: the value in [-1, 1] that is quantised (kOptimizerStatic8bit2StateBlockwise:
-/// __fdividef(s, new_local_abs_max)). NaN for a block of zeros (0 / 0), as in bitsandbytes.
-OPTGEN_BLOCKWISE8_FUNCTION float normalize(float value, float absmax) {
-#if defined(OPTGEN_BLOCKWISE8_FAST_DIVIDE) && defined(__CUDA_ARCH__)
-  return __fdividef(value, absmax);
-#else
-  return value / absmax;
-#endif
-}
+/// 1 / absmax, rounded once: what a block's values are multiplied by (normalize).
+OPTGEN_BLOCKWISE8_FUNCTION float reciprocal(float absmax) { return 1.0f / absmax; }
+
+/// v * (1 / absmax): the value in [-1, 1] (a last-bit rounding may put it just past 1, which
+/// quantises as 1) that is quantised. bitsandbytes' optimizer kernel divides with __fdividef(s,
+/// absmax), which is itself s times an approximate reciprocal (2 ulp); its quantize_blockwise
+/// multiplies by 1 / absmax as here. One reciprocal per block keeps a per-element division out of
+/// the kernels, and host and device compute the same bits (two IEEE-rounded operations, nothing
+/// to fuse). NaN for a block of zeros (0 * inf), as 0 / 0 is in bitsandbytes.
+OPTGEN_BLOCKWISE8_FUNCTION float normalize(float value, float inverse_absmax) { return value * inverse_absmax; }
 
 /// The code of `normalized` in a sorted 256-entry map: csrc/kernels.cu, quantize_2D (whose
 /// `quadrants` only cache map[63], map[127], map[191]; dQuantize<0> searches the same way).
@@ -465,6 +475,78 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize(const float* map, float normal
   return static_cast<unsigned char>(x < midpoint ? lower_pivot : pivot);
 }
 
+/// quantize()'s rule, nearest code and a tie to the even code, stated over the midpoints it decides
+/// by: midpoints[k] = midpoint(map, k) for k = 0 .. 254.
+OPTGEN_BLOCKWISE8_FUNCTION float midpoint(const float* map, int k) { return (map[k] + map[k + 1]) * 0.5f; }
+
+/// The code quantize(map, x) gives, found by walking from `guess` (any code) over `midpoints`
+/// (midpoint(map, k), k = 0 .. 254): up while x is past the midpoint above (or on it, towards an
+/// even code), down while x is before the one below. The walk makes the result exact whatever the
+/// guess; a guess within a code or two (signed_code_guess, unsigned_code_guess) makes it one or
+/// two comparisons instead of quantize()'s eight dependent reads of the map (bank conflicts
+/// included, the cost of an 8-bit Update stage). NaN gives code 0, as in quantize().
+OPTGEN_BLOCKWISE8_FUNCTION unsigned char nearest_code(const float* midpoints, float x, int guess) {
+  if (x != x) return 0;
+  int c = guess;
+  while (c < 255 && (x > midpoints[c] || (x == midpoints[c] && (c & 1) != 0))) ++c;
+  while (c > 0 && (x < midpoints[c - 1] || (x == midpoints[c - 1] && (c & 1) != 0))) --c;
+  return static_cast<unsigned char>(c);
+}
+
+/// nearest_code for a guess at most one code off (as signed_code_guess and unsigned_code_guess
+/// are for every float in [-1, 1], and for the last-bit overshoot of normalize past 1), without a
+/// loop or a branch: the guess, one up or one down, by the two midpoints around it. `bounds` is the
+/// midpoints with a sentinel at each end: bounds[0] = -inf, bounds[k + 1] = midpoint(map, k),
+/// bounds[256] = +inf. Two independent reads, which the kernels overlap across elements (a
+/// walk's dependent reads and branches did not).
+OPTGEN_BLOCKWISE8_FUNCTION unsigned char nearest_code_near(const float* bounds, float x, int guess) {
+  const float below = bounds[guess];      // the midpoint between guess - 1 and guess
+  const float above = bounds[guess + 1];  // between guess and guess + 1
+  const int odd = guess & 1;              // a tie goes to the even code
+  const int up = (x > above) | ((x == above) & odd);
+  const int down = (x < below) | ((x == below) & odd);
+  return x != x ? 0 : static_cast<unsigned char>(guess + up - down);
+}
+
+/// Where |x| (at most 1) falls among create_dynamic_map's groups, for the guesses below: group i
+/// (0 .. 6) holds the map's values in (10^(i-7), 10^(i-6)], `cells` of them (2^i signed, 2^(i+1)
+/// unsigned) at the midpoints of linspace(0.1, 1) scaled by 10^(i-6); `*cell` is the one |x| lies
+/// in, clamped to the group. Returns i.
+OPTGEN_BLOCKWISE8_FUNCTION int dynamic_group(float magnitude, int unsigned_map, int* cell) {
+  const float a = magnitude;
+  const int i = (a > 1e-6f) + (a > 1e-5f) + (a > 1e-4f) + (a > 1e-3f) + (a > 1e-2f) + (a > 1e-1f);
+  const float scale = i == 6   ? 1.0f
+                      : i == 5 ? 1e1f
+                      : i == 4 ? 1e2f
+                      : i == 3 ? 1e3f
+                      : i == 2 ? 1e4f
+                      : i == 1 ? 1e5f
+                               : 1e6f;
+  const int cells = 1 << (i + unsigned_map);
+  // A guess needs no exact division: times 1 / 0.9 rounded, not a division per value.
+  const float position = (a * scale - 0.1f) * static_cast<float>(cells) * 1.11111116f;
+  int j = 0;  // also for NaN, before any conversion
+  if (position > 0.0f) j = position < static_cast<float>(cells) ? static_cast<int>(position) : cells - 1;
+  *cell = j;
+  return i;
+}
+
+/// A guess of quantize(kSignedMap, x) for x in [-1, 1]: the positive codes are 128 + (2^i - 1) + j
+/// for cell j of group i, mirrored below the 0 at 127.
+OPTGEN_BLOCKWISE8_FUNCTION int signed_code_guess(float x) {
+  int j = 0;
+  const int i = dynamic_group(x < 0.0f ? -x : x, 0, &j);
+  const int k = (1 << i) - 1 + j;
+  return x < 0.0f ? 126 - k : 128 + k;
+}
+
+/// A guess of quantize(kUnsignedMap, x) for x in [0, 1]: code 2^(i+1) - 1 + j for cell j of group i.
+OPTGEN_BLOCKWISE8_FUNCTION int unsigned_code_guess(float x) {
+  int j = 0;
+  const int i = dynamic_group(x < 0.0f ? 0.0f : x, 1, &j);
+  return (2 << i) - 1 + j;
+}
+
 /// The sign bit of x (signbit(): set for -0 and negative values).
 OPTGEN_BLOCKWISE8_FUNCTION bool sign_bit(float x) {
 #ifdef __CUDA_ARCH__
@@ -488,12 +570,33 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char keep_sign(const float* map, unsigned ch
 
 /// State1 (exp_avg, kSignedMap): the code of `value` in a block of absmax `absmax`, sign rule included.
 OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_signed_state(const float* signed_map, float value, float absmax) {
-  return keep_sign(signed_map, quantize(signed_map, normalize(value, absmax)), value);
+  return keep_sign(signed_map, quantize(signed_map, normalize(value, reciprocal(absmax))), value);
 }
 
 /// State2 (exp_avg_sq, kUnsignedMap): the code of `value` in a block of absmax `absmax`.
 OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* unsigned_map, float value, float absmax) {
-  return quantize(unsigned_map, normalize(value, absmax));
+  return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
+}
+
+/// keep_sign for kSignedMap without reading it: kSignedMap[code] has its sign bit set exactly for
+/// codes below 127 (127 is +0; tests/blockwise8_test.cpp checks every code).
+OPTGEN_BLOCKWISE8_FUNCTION unsigned char keep_sign_signed_map(unsigned char code, float value) {
+  if ((code < 127) != sign_bit(value)) return static_cast<unsigned char>(value > 0.0f ? code + 1 : code - 1);
+  return code;
+}
+
+/// quantize_signed_state and quantize_unsigned_state through nearest_code_near, for the kernels:
+/// the same codes, given the block's reciprocal(absmax) and the `bounds` (nearest_code_near) of
+/// kSignedMap and kUnsignedMap respectively.
+OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_signed_state_fast(const float* bounds, float value,
+                                                                    float inverse_absmax) {
+  const float x = normalize(value, inverse_absmax);
+  return keep_sign_signed_map(nearest_code_near(bounds, x, signed_code_guess(x)), value);
+}
+OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state_fast(const float* bounds, float value,
+                                                                      float inverse_absmax) {
+  const float x = normalize(value, inverse_absmax);
+  return nearest_code_near(bounds, x, unsigned_code_guess(x));
 }
 
 /// The value a code stands for: map[code] * absmax (kOptimizerStatic8bit2StateBlockwise:

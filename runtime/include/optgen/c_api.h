@@ -26,15 +26,17 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 5
+#define OPTGEN_ABI_VERSION 6
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
 
 typedef struct optgen_optimizer optgen_optimizer;
 
-/* Element types: the values of optgen::DType. */
-enum { OPTGEN_F32 = 0, OPTGEN_BF16 = 1, OPTGEN_F16 = 2 };
+/* Element types: the values of optgen::DType. OPTGEN_Q8 and OPTGEN_UQ8 are state dtypes only:
+ * 8-bit blockwise (bitsandbytes' signed and unsigned dynamic maps, optgen/blockwise8.h), whose
+ * buffer is the codes, padded to 16 bytes, then a float absmax per block of 256 (ABI 6). */
+enum { OPTGEN_F32 = 0, OPTGEN_BF16 = 1, OPTGEN_F16 = 2, OPTGEN_Q8 = 3, OPTGEN_UQ8 = 4 };
 
 /* How a bf16 or f16 param is written after its update: the values of optgen::ParamWrite. */
 enum { OPTGEN_PARAM_NEAREST = 0, OPTGEN_PARAM_MASTER = 1, OPTGEN_PARAM_STOCHASTIC = 2 };
@@ -42,7 +44,7 @@ enum { OPTGEN_PARAM_NEAREST = 0, OPTGEN_PARAM_MASTER = 1, OPTGEN_PARAM_STOCHASTI
 /* What an optimizer stores (optgen::StorageOptions, optgen/storage.h); a NULL optgen_storage* is
  * every member 0: f32 states, params rounded to nearest. Read during the call only. (ABI 5.) */
 typedef struct {
-  int32_t state_dtype;     /* every state not named below: OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16 */
+  int32_t state_dtype;     /* every state not named below: OPTGEN_F32, _BF16, _F16, _Q8 or _UQ8 */
   size_t num_state_dtypes; /* per-state dtypes: */
   const char* const* state_names;
   const int32_t* state_dtypes;
@@ -97,6 +99,11 @@ int optgen_get(const optgen_optimizer* optimizer, const char* name, size_t group
  * row (B * R) or column (B * C) of the tensor's matrices for a state of rows or columns (see
  * optgen_state_info); NULL for a state that does not exist for this tensor (optgen_state_presence). */
 int optgen_state(const optgen_optimizer* optimizer, const char* name, size_t group, size_t tensor, void** data);
+/* The same, with what the buffer holds: `numel` values (as optgen_state), stored as `dtype` (an
+ * 8-bit state of a tensor under 4096 elements is OPTGEN_F32, as bitsandbytes keeps it), in `bytes`
+ * bytes (FusedOptimizer::state, optgen::storage_bytes). Any of numel, dtype, bytes may be NULL. (ABI 6.) */
+int optgen_state_buffer(const optgen_optimizer* optimizer, const char* name, size_t group, size_t tensor, void** data,
+                        int64_t* numel, int32_t* dtype, size_t* bytes);
 int optgen_num_groups(const optgen_optimizer* optimizer, size_t* groups);
 /* Step counts and scalar state of a group (reading synchronizes), and setters for both. */
 int optgen_step_count(const optgen_optimizer* optimizer, size_t group, int64_t* count);
@@ -178,7 +185,8 @@ int optgen_state_presence(const optgen_optimizer* optimizer, const double* hyper
  * its tensors (FusedOptimizer::reduces_over_group): *reduces is 1 or 0. */
 int optgen_reduces_over_group(const optgen_optimizer* optimizer, const double* hyperparameters, size_t count,
                               int32_t* reduces);
-/* The dtype state `name` is stored in (OPTGEN_F32, OPTGEN_BF16 or OPTGEN_F16). (ABI 5: by name.) */
+/* The dtype state `name` is stored in (OPTGEN_F32, _BF16, _F16, _Q8 or _UQ8; optgen_state_buffer
+ * gives a tensor's own). (ABI 5: by name.) */
 int optgen_state_dtype(const optgen_optimizer* optimizer, const char* name, int32_t* dtype);
 /* The device address of a tensor's fp32 master copy (numel F32 values; OPTGEN_PARAM_MASTER), or
  * NULL without one (FusedOptimizer::master_weights). (ABI 5.) */

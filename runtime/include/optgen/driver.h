@@ -35,6 +35,7 @@ struct Api {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
   CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
   CUresult (*cuStreamSynchronize)(CUstream);

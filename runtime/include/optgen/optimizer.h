@@ -61,6 +61,9 @@ struct Tensor {
 struct StateBuffer {
   void* data;          ///< null when the state does not exist for the tensor
   std::int64_t numel;  ///< its values: the tensor's numel, B * R for a state of rows, B * C of columns
+  /// As stored for this tensor (stored_dtype): an 8-bit state of a tensor under
+  /// blockwise8::kMin8bitSize elements is F32. For Q8 and UQ8, `data` holds storage_bytes(dtype,
+  /// numel) bytes: the codes, then the block absmax at blockwise8::absmax_offset(numel).
   DType dtype;
 };
 

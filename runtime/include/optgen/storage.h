@@ -11,8 +11,10 @@
 /// - +master: an fp32 master copy of each bf16 or f16 param, a buffer of the optimizer's: the update
 ///   reads and writes the master, and the param is written as the master rounded to nearest.
 /// - +sr: bf16 params rounded stochastically (unbiased, seeded: optgen/random.h).
-/// - STATES: f32 (the default), bf16 or f16: every state not named after it.
-/// - STATE=DTYPE: one state's own dtype, e.g. "bf16:bf16:exp_avg_sq=f32".
+/// - STATES: f32 (the default), bf16, f16, q8 or uq8: every state not named after it. q8 and uq8
+///   are 8-bit blockwise (DType::Q8, UQ8; optgen/blockwise8.h), for states of one value per element.
+/// - STATE=DTYPE: one state's own dtype, e.g. "bf16:bf16:exp_avg_sq=f32", or bitsandbytes' 8-bit
+///   AdamW "f32:q8:exp_avg_sq=uq8".
 /// (No commas: the command line and CMake lists separate storage types with them.)
 
 #include <cstdint>
