@@ -32,7 +32,6 @@ import ctypes
 import json
 import math
 import os
-import statistics
 import sys
 import traceback
 
@@ -117,7 +116,8 @@ class Optgen8(tc.Optgen):
         return qmap[raw[:numel].long()] * absmax.repeat_interleave(BLOCK)[:numel]
 
 
-def storage_struct(param_dtype):
+def storage_struct():
+    """bitsandbytes' AdamW8bit states: exp_avg q8, exp_avg_sq uq8 (the params bring their dtype)."""
     s = tc.OptgenStorage()
     s.state_dtype = OPTGEN_Q8
     names = (ctypes.c_char_p * 1)(b"exp_avg_sq")
@@ -143,7 +143,7 @@ def setup(method, ctx, params):
     import torch
     og = ctx["optgen"]
     if method in ("optgen8", "optgen32"):
-        handle = og.create("adamw", HYPER, storage_struct(params[0].dtype) if method == "optgen8" else None)
+        handle = og.create("adamw", HYPER, storage_struct() if method == "optgen8" else None)
         og.add_param_group(handle, params)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         step_fn, check = og.lib.optgen_step, og.check

@@ -1447,6 +1447,45 @@ __device__ __forceinline__ void store_operand(int op, void* base, long long i, c
   }
 }
 
+// ---- An Update stage's tile as loaded: its elements in their storage type until they are used. ----
+
+/// V elements of type T at element i, as 4-byte words (little-endian: a bf16 or f16 element e is
+/// the low or high half of word e / 2): the bytes load_vector reads, not yet decoded.
+template <typename T, int V>
+__device__ __forceinline__ void load_words(const void* base, long long i, unsigned* words) {
+  constexpr int kWords = static_cast<int>(V * sizeof(T) / 4);
+  static_assert(kWords * 4 == static_cast<int>(V * sizeof(T)), "a tile's operand fills whole words");
+  const Pack<unsigned, kWords> p = *reinterpret_cast<const Pack<unsigned, kWords>*>(static_cast<const T*>(base) + i);
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) words[w] = p.x[w];
+}
+
+/// load_operand's elements i .. i + V - 1 of operand `op`, undecoded (an element-wise codec's).
+template <typename Ops, int V>
+__device__ __forceinline__ void load_operand_words(int op, const void* base, long long i, unsigned* words) {
+  switch (Ops::codec(op)) {
+    case Codec::kF32: load_words<float, V>(base, i, words); return;
+    case Codec::kBF16: load_words<bf16, V>(base, i, words); return;
+    case Codec::kF16: load_words<f16, V>(base, i, words); return;
+    case Codec::kQ8:
+    case Codec::kUQ8: blockwise_codec_misused(); return;
+  }
+}
+
+/// Element e of operand `op`'s words, decoded: the float load_operand gives.
+template <typename Ops>
+__device__ __forceinline__ float operand_word_value(int op, const unsigned* words, int e) {
+  const unsigned short half = static_cast<unsigned short>(words[e >> 1] >> ((e & 1) * 16));
+  switch (Ops::codec(op)) {
+    case Codec::kF32: return __uint_as_float(words[e]);
+    case Codec::kBF16: return to_float(bf16{half});
+    case Codec::kF16: return to_float(f16{half});
+    case Codec::kQ8:
+    case Codec::kUQ8: blockwise_codec_misused(); return 0.0f;
+  }
+  return 0.0f;
+}
+
 /// Elements per thread and access. A Reduce stage reads 16 bytes of the gradient (the operand most
 /// of its reductions read); an Update stage 16 bytes of operand 0 (Ops::kVector: with a master
 /// copy, 4 elements, which keeps the master, the param and the states of a tile within the
@@ -1458,6 +1497,20 @@ __device__ __forceinline__ constexpr int reduce_vector() {
 template <typename Ops>
 __device__ __forceinline__ constexpr int update_vector() {
   return Ops::kVector;
+}
+
+/// Tiles of update_vector() elements an Update stage's thread has in flight per iteration:
+/// OPTGEN_ELEMENTS_PER_THREAD elements, or more where the operands are narrow, so that it has at
+/// least the bytes f32 Adam has at that many elements (16 an element; Ops::kBytesPerElement is
+/// one access of each operand). bf16 params and states (8 bytes an element) take two tiles of 8
+/// where one was 64 bytes. A tile is held as loaded (load_operand_words), so a bf16 operand takes
+/// the registers of half its floats.
+template <typename Ops>
+__device__ __forceinline__ constexpr int update_tiles() {
+  constexpr int V = update_vector<Ops>();
+  constexpr int by_elements = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
+  constexpr int by_bytes = OPTGEN_ELEMENTS_PER_THREAD * 16 / (V * Ops::kBytesPerElement);
+  return by_bytes > by_elements ? by_bytes : by_elements;
 }
 
 /// Tensor t's operand `op` as a stage reads it: with a master copy, operand 0 is the master
@@ -1890,7 +1943,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   typedef typename Group::Values Values;
   constexpr int kOps = Update::kOperands;
   constexpr int V = update_vector<Ops>();
-  constexpr int U = OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
+  constexpr int U = update_tiles<Ops>();
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
 
   const Chunk chunk = table.chunks[blockIdx.x];
@@ -1918,14 +1971,25 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   constexpr bool kTileFirst = !Update::kTensorValues;
   const long long vector_end = aligned ? start + (end - start) / V * V : start;
   long long base = start + static_cast<long long>(threadIdx.x) * V;
-  float v[U][kOps][V];
+  // The tile: decoded into floats as it is loaded, or, where narrow operands take more tiles than
+  // OPTGEN_ELEMENTS_PER_THREAD elements (update_tiles), held as loaded (a bf16 operand fills half
+  // of its V words) and decoded as it is used. Decoding late costs registers where no more tiles
+  // are taken (8 bytes of spills in adam_amsgrad_bf16_f32), so only those sets do.
+  constexpr bool kWords = U > (OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1);
+  float v[kWords ? 1 : U][kOps][V];
+  unsigned raw[kWords ? U : 1][kOps][V];
   auto load_tile = [&]() {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = base + u * kStride;
       if (i >= vector_end) continue;
 #pragma unroll
-      for (int op = 0; op < kOps; ++op) load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
+      for (int op = 0; op < kOps; ++op) {
+        if constexpr (kWords)
+          load_operand_words<Ops, V>(op, ptr[op], i, raw[u][op]);
+        else
+          load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
+      }
     }
   };
   if (kTileFirst) load_tile();
@@ -1949,18 +2013,35 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     for (int u = 0; u < U; ++u) {
       const long long i = base + u * kStride;
       if (i >= vector_end) continue;
+      // Tile u, updated in place (floats) or into `out` (words), then stored.
+      float out[kWords ? kOps : 1][V];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         float x[kOps];
 #pragma unroll
-        for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
+        for (int op = 0; op < kOps; ++op) {
+          if constexpr (kWords)
+            x[op] = operand_word_value<Ops>(op, raw[u][op], e);
+          else
+            x[op] = v[u][op][e];
+        }
         if (scaled) x[1] = x[1] / grad_scale;
         Update::apply(k, tv, x);
 #pragma unroll
-        for (int op = 0; op < kOps; ++op) v[u][op][e] = x[op];
+        for (int op = 0; op < kOps; ++op) {
+          if constexpr (kWords)
+            out[op][e] = x[op];
+          else
+            v[u][op][e] = x[op];
+        }
       }
 #pragma unroll
-      for (int op = 0; op < kOps; ++op) store_operand<Ops, V>(op, ptr[op], i, v[u][op], ps);
+      for (int op = 0; op < kOps; ++op) {
+        if constexpr (kWords)
+          store_operand<Ops, V>(op, ptr[op], i, out[op], ps);
+        else
+          store_operand<Ops, V>(op, ptr[op], i, v[u][op], ps);
+      }
     }
     base += kStride * U;
     if (kTileFirst) load_tile();
@@ -2781,6 +2862,7 @@ namespace variants::ademamix {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -2793,6 +2875,7 @@ namespace variants::ademamix {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -2929,6 +3012,7 @@ namespace variants::ademamix_fast_ema {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -2941,6 +3025,7 @@ namespace variants::ademamix_fast_ema {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -3104,6 +3189,7 @@ namespace variants::ademamix_clip_grad_norm {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -3116,6 +3202,7 @@ namespace variants::ademamix_clip_grad_norm {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -3289,6 +3376,7 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
@@ -3301,6 +3389,7 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
     static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {

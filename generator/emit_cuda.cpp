@@ -308,6 +308,10 @@ class CudaEmitter {
       w.line("static constexpr int kVector = " + std::to_string(16 / size_of(dtypes[0])) +
              ";  // elements per thread and access: 16 bytes of operand 0");
     w.line(std::string("static constexpr optgen::ParamWrite kParamWrite = ") + param_write(s.param_write) + ";");
+    std::size_t bytes = s.param_write == ParamWrite::Master ? size_of(s.param) : 0;  // the param, also written
+    for (DType d : dtypes) bytes += size_of(d);
+    w.line("static constexpr int kBytesPerElement = " + std::to_string(bytes) +
+           ";  // one access of each operand (update_tiles)");
     w.line("static constexpr unsigned kBlockwise = " + hex(q8 | uq8) + ";  // operands in 8-bit blocks");
     w.line("static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }");
     w.line("static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {");

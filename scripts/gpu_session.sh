@@ -95,7 +95,7 @@ for what in $steps; do
       ;;
     storage)
       echo "== optgen_bench, storage types"
-      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads ghostnet_100,resnet50,gpt2,llama-1b \
+      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads ghostnet_100,resnet50,gpt2,bert-base,llama-1b \
         --optimizers adamw --modes eager --host-tensors 0 \
         --storage "${OPTGEN_STORAGE:-f32,bf16,bf16:bf16,bf16+master,f32:q8:exp_avg_sq=uq8,bf16:q8:exp_avg_sq=uq8}" \
         2>&1 | tee "$out/bench_storage.log" | tail -40
