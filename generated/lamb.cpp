@@ -59,10 +59,10 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {variants::lamb::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::lamb::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::lamb::kf32_q8_exp_avg_sq_uq8, 0, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
+    {variants::lamb::kf32_q8_exp_avg_sq_uq8, 0, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 32768},
     {variants::lamb_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 4096},
     {variants::lamb_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::lamb_clip_grad_norm::kf32_q8_exp_avg_sq_uq8, 1, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 8192},
+    {variants::lamb_clip_grad_norm::kf32_q8_exp_avg_sq_uq8, 1, DType::F32, ParamWrite::Nearest, storage::kf32_q8_exp_avg_sq_uq8, 32768},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).

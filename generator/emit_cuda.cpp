@@ -33,11 +33,14 @@ std::string KernelTuning::check() const {
   if (shaped_min_blocks_per_sm < 0 || shaped_min_blocks_per_sm > 32)
     return "min blocks per SM of the stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
-  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size})
+  if (blockwise_min_blocks_per_sm < 0 || blockwise_min_blocks_per_sm > 32)
+    return "min blocks per SM of the Update stages with 8-bit states " + std::to_string(blockwise_min_blocks_per_sm) +
+           " must be from 0 (ptxas chooses) to 32";
+  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size, blockwise_chunk_size})
     if (size < 64 || size % 64 != 0 || size > (1LL << 30))
       return "chunk size " + std::to_string(size) + " must be a multiple of 64 up to 2^30";
-  if (narrow_chunk_size % blockwise8::kBlockSize != 0)
-    return "narrow chunk size " + std::to_string(narrow_chunk_size) +
+  if (blockwise_chunk_size % blockwise8::kBlockSize != 0)
+    return "8-bit chunk size " + std::to_string(blockwise_chunk_size) +
            " must be a multiple of 256: the chunks of kernel sets with 8-bit states hold whole blocks of 256";
   return "";
 }
@@ -50,7 +53,10 @@ std::string group_kernel_name(const Program& variant) { return variant.variant +
 
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s) {
   bool f32 = s.param == DType::F32 && s.param_write == ParamWrite::Nearest;
-  for (const auto& state : variant.states) f32 = f32 && s.state_dtype(state) == DType::F32;
+  for (const auto& state : variant.states) {
+    if (is_blockwise(s.state_dtype(state))) return tuning.blockwise_chunk_size;
+    f32 = f32 && s.state_dtype(state) == DType::F32;
+  }
   if (!f32) return tuning.narrow_chunk_size;
   return variant.stages.size() > 1 && !uses_shapes(variant) ? tuning.reduce_chunk_size : tuning.chunk_size;
 }
@@ -179,14 +185,15 @@ class CudaEmitter {
     for (const auto& v : variants) check_blockwise(v, storage);
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
-    w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm); the launcher");
-    w.line("// launches with the same values.");
+    w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,");
+    w.line("// --blockwise-min-blocks-per-sm); the launcher launches with the same values.");
     w.line("#define OPTGEN_BLOCK_SIZE " + std::to_string(tuning_.block_size) + "  // threads per block");
     w.line("#define OPTGEN_ELEMENTS_PER_THREAD " + std::to_string(tuning_.elements_per_thread) +
            "  // elements in flight per thread and iteration");
     launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm);
+    launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm);
     w.line();
     w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
     write_lines(w, template_text("kernel_abi.h"));
@@ -220,6 +227,13 @@ class CudaEmitter {
                               to_string(s.state_dtype(state)) + ", but variant " + p.variant +
                               " has row and column code: 8-bit blockwise storage is for element-wise variants",
                           "give that state f32, bf16 or f16 (STATE=DTYPE)");
+  }
+
+  /// Whether a state of the variant is 8-bit under storage `s` (its Update stage is blockwise).
+  static bool has_blockwise_state(const Program& p, const Storage& s) {
+    for (const auto& state : p.states)
+      if (is_blockwise(s.state_dtype(state))) return true;
+    return false;
   }
 
   /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, min_blocks)`, which caps the registers.
@@ -858,6 +872,7 @@ class CudaEmitter {
     w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage, storage " + s.text() + ".");
     const char* bounds = uses_shapes(p)                    ? "OPTGEN_SHAPED_LAUNCH_BOUNDS"
                          : stage.kind == StageKind::Reduce ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
+                         : has_blockwise_state(p, s)       ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
                                                            : "OPTGEN_LAUNCH_BOUNDS";
     w.line(std::string("extern \"C\" __global__ void ") + bounds);
     auto fn =

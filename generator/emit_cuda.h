@@ -29,11 +29,19 @@ struct KernelTuning {
   /// The same for every stage of a variant with rows and columns, whose code indexes each element's
   /// row, column and matrix and computes their values in double: three blocks per SM spill.
   int shaped_min_blocks_per_sm = 2;
+  /// The same for the Update stages of kernel sets with 8-bit states, whose warps hold the block
+  /// they update and the next one's loads (bench/RESULTS.md, 2026-11-26).
+  int blockwise_min_blocks_per_sm = 2;
   long long chunk_size = 2048;  ///< elements per block of f32 kernel sets (a multiple of 64)
   /// Elements per block of every other kernel set (narrower params or states, a master copy): each
   /// block moves fewer bytes per element, and more elements per block keep as many bytes in flight
   /// (bench/RESULTS.md, 2026-11-25: bf16 AdamW on gpt2 at 82% of its floor with 2048, 96% with 8192).
-  long long narrow_chunk_size = 8192;  ///< a multiple of 256: 8-bit states' blocks are whole in a chunk
+  long long narrow_chunk_size = 8192;
+  /// Elements per block of kernel sets with 8-bit states, a multiple of 256 (their blocks are whole
+  /// in a chunk): each block copies the quantiser's tables into shared memory and takes a ticket
+  /// first, which longer chunks amortise (bench/RESULTS.md, 2026-11-26: 8-bit AdamW on gpt2 at 57%
+  /// of its floor with 8192, 64% with 32768).
+  long long blockwise_chunk_size = 32768;
   /// Elements per block of f32 kernel sets whose variant has Reduce stages (clipping, LAMB's
   /// norms): a Reduce stage's block reads runs of chunks, and fewer, longer chunks halve the runs
   /// and arrivals (bench/RESULTS.md, 2026-11-25: clipped AdamW on gpt2 1026 µs at 2048, 996 at 4096).
@@ -47,9 +55,10 @@ struct KernelTuning {
 
 /// `<variant>_<param storage>_<state storage>_<stage>`, e.g. adam_amsgrad_bf16_f32_update.
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage);
-/// Elements per block of the variant's kernels in storage `s`: narrow_chunk_size unless every
-/// operand the variant has is f32; else reduce_chunk_size for a variant with Reduce stages (but
-/// rows and columns), chunk_size for the others.
+/// Elements per block of the variant's kernels in storage `s`: blockwise_chunk_size where a state
+/// is 8-bit, narrow_chunk_size where any other operand the variant has is not f32; else
+/// reduce_chunk_size for a variant with Reduce stages (but rows and columns), chunk_size for the
+/// others.
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s);
 /// `<variant>_group`: the variant's group kernel.
 std::string group_kernel_name(const Program& variant);

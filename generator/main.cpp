@@ -83,6 +83,10 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
                   "the same for every stage of a spec with rows and columns (0: ptxas chooses; default 2)")
       ->check(CLI::Range(0, 32));
   command
+      .add_option("--blockwise-min-blocks-per-sm", args.tuning.blockwise_min_blocks_per_sm,
+                  "the same for the Update stages of kernel sets with 8-bit states (0: ptxas chooses; default 2)")
+      ->check(CLI::Range(0, 32));
+  command
       .add_option("--chunk-size", args.tuning.chunk_size,
                   "elements per block of f32 kernel sets, a multiple of 64 (default 2048)")
       ->check(CLI::Range(64LL, 1LL << 30));
@@ -91,6 +95,10 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
                   "elements per block of the other kernel sets (bf16 or f16 params or states, master copies), a "
                   "multiple of 64 (default 8192)")
       ->check(CLI::Range(64LL, 1LL << 30));
+  command
+      .add_option("--blockwise-chunk-size", args.tuning.blockwise_chunk_size,
+                  "elements per block of kernel sets with 8-bit states, a multiple of 256 (default 32768)")
+      ->check(CLI::Range(256LL, 1LL << 30));
   command
       .add_option("--reduce-chunk-size", args.tuning.reduce_chunk_size,
                   "elements per block of f32 kernel sets with Reduce stages (clipping, norms), a multiple of 64 "

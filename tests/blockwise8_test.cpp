@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emit_images.h"
@@ -170,64 +171,86 @@ TEST_CASE("blockwise8: quantize rounds to the nearest code and a midpoint to the
   }
 }
 
-TEST_CASE("blockwise8: nearest_code from a guess gives quantize's code", "[blockwise8]") {
-  // The kernels quantise through nearest_code_near (a guess, then the two midpoints around it),
-  // which needs the guess within one code; nearest_code walks from any guess. Every float in [-1, 1]
-  // was checked once, exhaustively (3.2e9 values, 2026-11-26: no difference, the guess never more
-  // than one code off); here every 61st bit pattern, each map's midpoints and their
-  // neighbours, the ends, NaN, and any guess at all.
+TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) gives quantize's code", "[blockwise8]") {
+  // magnitude_code takes the code of |x|'s slot from the slot table and adds one if |x| is above
+  // the code bound that follows. That is quantize's code for every float exactly when each table
+  // entry is the code of its slot's least value and the slot's last value has at most the next
+  // code (codes rise with x): checked here for every slot, so for every float. Then samples,
+  // every bound and its neighbours, the ends, NaN, and the state quantisers built on it.
   const float inf = std::numeric_limits<float>::infinity();
+  STATIC_REQUIRE(b8::kSlots == 3072);
+  STATIC_REQUIRE(sizeof(b8::kSignedSlotCodes) == b8::kSlots);
+  STATIC_REQUIRE(sizeof(b8::kUnsignedSlotCodes) == b8::kSlots);
+  CHECK(b8::slot_start(0) == std::ldexp(1.0f, -24));
+  CHECK(b8::slot_start(b8::kSlots - 1) == 1.0f - std::ldexp(1.0f, -8));
   for (int which = 0; which < 2; ++which) {
     const bool is_signed = which == 0;
     const float* m = is_signed ? b8::kSignedMap : b8::kUnsignedMap;
+    const unsigned char* slot_codes = is_signed ? b8::kSignedSlotCodes : b8::kUnsignedSlotCodes;
     INFO((is_signed ? "kSignedMap" : "kUnsignedMap"));
-    float midpoints[255];
-    for (int k = 0; k < 255; ++k) midpoints[k] = b8::midpoint(m, k);
     float bounds[257];
     bounds[0] = -inf;
     bounds[256] = inf;
-    for (int k = 0; k < 255; ++k) bounds[k + 1] = midpoints[k];
-    const auto guess = [&](float x) { return is_signed ? b8::signed_code_guess(x) : b8::unsigned_code_guess(x); };
+    for (int k = 1; k < 256; ++k) {
+      bounds[k] = b8::code_bound(m, k);
+      // Above the bound code k or more, at or below it k - 1 or less: a tie goes to the even code.
+      INFO("bound " << k);
+      REQUIRE(b8::quantize(m, bounds[k]) == k - 1);
+      REQUIRE(b8::quantize(m, std::nextafter(bounds[k], inf)) == k);
+    }
+    for (int s = 0; s < b8::kSlots; ++s) {
+      INFO("slot " << s);
+      const float first = b8::slot_start(s);
+      const float last = s + 1 < b8::kSlots ? std::nextafter(b8::slot_start(s + 1), -inf) : std::nextafter(1.0f, inf);
+      REQUIRE(slot_codes[s] == b8::quantize(m, first));
+      REQUIRE(b8::quantize(m, last) <= slot_codes[s] + 1);
+    }
+    // Below the first slot, the code of 0.
+    CHECK(b8::quantize(m, std::nextafter(b8::slot_start(0), 0.0f)) == slot_codes[0]);
+    CHECK(slot_codes[0] == (is_signed ? 127 : 0));
+
     long long mismatches = 0;
-    int worst_guess = 0;
     const auto compare = [&](float x) {
+      if (!(x >= 0.0f) && !is_signed) return;
       const int expected = b8::quantize(m, x);
-      const int g = guess(x);
-      worst_guess = std::max(worst_guess, std::abs(g - expected));
-      if (b8::nearest_code(midpoints, x, g) != expected) ++mismatches;
-      if (b8::nearest_code_near(bounds, x, g) != expected) ++mismatches;
+      int code = b8::magnitude_code(slot_codes, bounds, x);
+      if (x < 0.0f) code = code == 255 ? 0 : 254 - code;  // quantize_signed_state_fast's mirror
+      if (code != expected) ++mismatches;
     };
-    for (std::uint32_t u = 0; u <= bits(1.0f); u += 61) {
+    for (std::uint32_t u = 0; u <= bits(1.0f) + 8; u += 61) {
       float x;
       std::memcpy(&x, &u, sizeof x);
       compare(x);
-      if (is_signed) compare(-x);
+      compare(-x);
     }
-    for (int k = 0; k < 255; ++k)
-      for (float x : {midpoints[k], std::nextafter(midpoints[k], inf), std::nextafter(midpoints[k], -inf), m[k]})
+    for (int k = 1; k < 256; ++k)
+      for (float x : {bounds[k], std::nextafter(bounds[k], inf), std::nextafter(bounds[k], -inf), m[k - 1], m[k]}) {
         compare(x);
-    // normalize's last-bit overshoot past 1 too.
-    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, std::nextafter(1.0f, inf), std::nextafter(-1.0f, -inf)})
-      compare(is_signed ? x : std::fabs(x));
+        compare(-x);
+      }
+    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, std::nextafter(1.0f, inf), std::nextafter(-1.0f, -inf)})
+      compare(x);
     CHECK(mismatches == 0);
-    CHECK(worst_guess <= 1);
-    CHECK(b8::nearest_code(midpoints, std::numeric_limits<float>::quiet_NaN(), 100) == 0);
-    CHECK(b8::nearest_code_near(bounds, std::numeric_limits<float>::quiet_NaN(), 100) == 0);
-    // The walk is exact from any guess: only slower.
-    for (int g : {0, 77, 255})
-      for (float x : {0.3f, 1e-4f, 0.999f}) CHECK(b8::nearest_code(midpoints, x, g) == b8::quantize(m, x));
-    // And the state quantisers built on it match the plain ones.
+
+    // The state quantisers built on it match the plain ones, NaN and a block of zeros included.
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::pair<float, float>> cases = {
+        {0.0f, 0.0f}, {-0.0f, 0.0f}, {nan, 1.0f}, {1.0f, 1.0f}, {-1.0f, 1.0f}};
     for (int n = 0; n < 20000; ++n) {
       const float value = normal(rng) * std::pow(10.0f, static_cast<float>(n % 9) - 8.0f);
-      const float absmax = std::fabs(value) * (1.0f + static_cast<float>(n % 7));
+      cases.push_back({value, std::fabs(value) * (1.0f + static_cast<float>(n % 7))});
+    }
+    for (const auto& [value, absmax] : cases) {
+      INFO("value " << value << ", absmax " << absmax);
       const float inverse = b8::reciprocal(absmax);
       if (is_signed)
-        REQUIRE(b8::quantize_signed_state_fast(bounds, value, inverse) == b8::quantize_signed_state(m, value, absmax));
+        REQUIRE(int(b8::quantize_signed_state_fast(slot_codes, bounds, value, inverse)) ==
+                int(b8::quantize_signed_state(m, value, absmax)));
       else
-        REQUIRE(b8::quantize_unsigned_state_fast(bounds, std::fabs(value), inverse) ==
-                b8::quantize_unsigned_state(m, std::fabs(value), absmax));
+        REQUIRE(int(b8::quantize_unsigned_state_fast(slot_codes, bounds, std::fabs(value), inverse)) ==
+                int(b8::quantize_unsigned_state(m, std::fabs(value), absmax)));
     }
   }
 }
@@ -399,8 +422,9 @@ TEST_CASE("blockwise8: the header copied verbatim into a kernel source compiles 
 namespace b8 = optgen::blockwise8;
 extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* c1, unsigned char* c2, float* absmax,
                                      float* out) {
-  __shared__ float map1[256], map2[256];
+  __shared__ float map1[256], map2[256], bounds[257];
   __shared__ float block_max;
+  bounds[threadIdx.x + 1] = threadIdx.x < 255 ? b8::code_bound(b8::kSignedMap, threadIdx.x + 1) : __int_as_float(0x7f800000);
   map1[threadIdx.x] = b8::kSignedMap[threadIdx.x];
   map2[threadIdx.x] = b8::kUnsignedMap[threadIdx.x];
   if (threadIdx.x == 0) block_max = 0.0f;
@@ -415,14 +439,12 @@ extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* 
   out[i] = b8::dequantize(map1, c1[i], block_max) + b8::dequantize(map2, c2[i], block_max * block_max);
   if (threadIdx.x == 0) absmax[blockIdx.x] = block_max;
   if (!b8::uses_8bit_states(n)) out[i] += b8::quantize(b8::kSignedMap, b8::normalize(v, b8::reciprocal(block_max)));
+  // The kernels' quantiser (its slot table read from device memory).
+  c1[i] = b8::quantize_signed_state_fast(b8::kSignedSlotCodes, bounds, v, b8::reciprocal(block_max));
 }
 )";
-  for (bool fast_divide : {false, true}) {
-    INFO((fast_divide ? "with" : "without") << " OPTGEN_BLOCKWISE8_FAST_DIVIDE");
-    std::vector<std::string> options = optgen::kernel_compile_options();
-    if (fast_divide) options.push_back("-DOPTGEN_BLOCKWISE8_FAST_DIVIDE");
-    optgen::nvrtc::Compiled compiled;
-    REQUIRE_NOTHROW(compiled = optgen::nvrtc::compile(header.str() + kernel, "blockwise8_kernels.cu", options, 90));
-    CHECK(!compiled.image.empty());
-  }
+  optgen::nvrtc::Compiled compiled;
+  REQUIRE_NOTHROW(compiled = optgen::nvrtc::compile(header.str() + kernel, "blockwise8_kernels.cu",
+                                                    optgen::kernel_compile_options(), 90));
+  CHECK(!compiled.image.empty());
 }

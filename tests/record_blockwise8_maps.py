@@ -31,7 +31,11 @@ then 0 and 1.0 are appended (2 * 127 + 2 = 254 + 2 = 256 entries for either map;
     rounded to float (float32(10.0 ** k)), then one float product. Negation is exact.
   - `.tolist()`, list.sort() and torch.tensor(dtype=float32) change no value.
 
-Prints the two tables as the C++ text of blockwise8.h (hex float literals, exact), or with --check,
+Also the kernels' slot tables (blockwise8.h, "The kernels' quantiser"): for every slot of floats in
+[2^-24, 1) (the float's exponent and top 7 mantissa bits), the code quantize() gives its least value,
+counted as the code_bound()s below it (the midpoints, a tie to the even code folded in).
+
+Prints the tables as the C++ text of blockwise8.h (hex float literals, exact), or with --check,
 compares them with the tables in the header. With torch installed, --torch also runs
 create_dynamic_map's own code in torch (transcribed verbatim below) and checks that it gives the
 same maps on this machine (torch then decides FMA or not by the CPU it runs on).
@@ -148,6 +152,47 @@ def c_hex(x):
     return f"{mantissa}p{exponent}f"
 
 
+SLOT_MANTISSA_BITS = 7  # blockwise8.h: kSlotMantissaBits, kSlotLowBits, kSlotHighBits
+SLOT_LOW_BITS = 103 << 23
+SLOT_HIGH_BITS = 0x3F7FFFFF
+SLOTS = ((SLOT_HIGH_BITS - SLOT_LOW_BITS) >> (23 - SLOT_MANTISSA_BITS)) + 1
+
+
+def code_bounds(values):
+    """blockwise8.h code_bound(map, k), k = 1 .. 255: the midpoint of codes k - 1 and k, or the float
+    below it where a tie goes up to k (k even)."""
+    bounds = np.empty(255, dtype=f32)
+    for k in range(1, 256):
+        m = (values[k - 1] + values[k]) * f32(0.5)
+        bounds[k - 1] = m if k % 2 else np.nextafter(m, f32(-np.inf), dtype=f32)
+    return bounds
+
+
+def slot_codes(values):
+    """The code of each slot's least value: the number of code bounds below it."""
+    starts = (SLOT_LOW_BITS + (np.arange(SLOTS, dtype=np.uint64) << (23 - SLOT_MANTISSA_BITS))).astype(np.uint32)
+    codes = np.searchsorted(code_bounds(values), starts.view(f32), side="left")
+    assert codes.min() >= 0 and codes.max() <= 255
+    return codes.astype(np.uint8)
+
+
+def slot_table_text(name, codes, comment):
+    lines = [f"// {comment}", f"alignas(16) OPTGEN_BLOCKWISE8_TABLE unsigned char {name}[{SLOTS}] = {{"]
+    for row in range(0, SLOTS, 32):
+        cells = ",".join(str(int(c)) for c in codes[row:row + 32])
+        lines.append(f"    {cells},  // [{row}, {row + 31}]")
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def header_slot_table(text, name):
+    match = re.search(name + r"\[" + str(SLOTS) + r"\] = \{(.*?)\};", text, re.S)
+    if not match:
+        sys.exit(f"no table {name}[{SLOTS}] in the header")
+    body = re.sub(r"//[^\n]*", "", match.group(1))
+    return np.array([int(t) for t in body.split(",") if t.strip()], dtype=np.int64)
+
+
 def table_text(name, values, comment):
     lines = [f"// {comment}", f"OPTGEN_BLOCKWISE8_TABLE float {name}[256] = {{"]
     for row in range(0, 256, 4):
@@ -199,12 +244,24 @@ def main():
                 failed = True
             else:
                 print(f"{args.check}: {name} matches create_dynamic_map (256 entries)")
+        for name, values in (("kSignedSlotCodes", signed_map), ("kUnsignedSlotCodes", unsigned_map)):
+            held = header_slot_table(text, name)
+            if len(held) != SLOTS or np.any(held != slot_codes(values)):
+                print(f"{args.check}: {name} differs from the map's slot codes", file=sys.stderr)
+                failed = True
+            else:
+                print(f"{args.check}: {name} matches the map's slot codes ({SLOTS} entries)")
         sys.exit(1 if failed else 0)
 
     how = "without FMA (torch's DEFAULT CPU kernel)" if args.no_fma else "with FMA (torch's AVX2/AVX-512 CPU kernels)"
+    print("// clang-format off")
     print(f"// Printed by tests/record_blockwise8_maps.py, linspace {how}.")
     print(table_text("kSignedMap", signed_map, 'create_dynamic_map(signed=True): name2qmap["dynamic"], state1'))
     print(table_text("kUnsignedMap", unsigned_map, 'create_dynamic_map(signed=False): name2qmap["udynamic"], state2'))
+    print("// The slot tables (kSlots entries each): the code of each slot's least value, its first float.")
+    print(slot_table_text("kSignedSlotCodes", slot_codes(signed_map), "kSignedMap's, for positive values: 127 .. 255"))
+    print(slot_table_text("kUnsignedSlotCodes", slot_codes(unsigned_map), "kUnsignedMap's"))
+    print("// clang-format on")
     print("// Spot values (index: value, shortest decimal that reads back as the same float):")
     for name, values in (("kSignedMap", signed_map), ("kUnsignedMap", unsigned_map)):
         spots = [0, 1, 126, 127, 128, 129, 200, 254, 255]
