@@ -15,8 +15,12 @@ from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
 ABI_VERSION = 6
 
 F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
+# 8-bit blockwise states (C ABI 6; state dtypes only): bitsandbytes' signed and unsigned dynamic maps.
+# A tensor's buffer is its codes (numel bytes, padded to 16), then a float32 absmax per block of 256
+# elements (Engine.state_buffer); a tensor under 4096 elements keeps the state in F32.
+Q8, UQ8 = 3, 4  # OPTGEN_Q8, OPTGEN_UQ8
 BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT
-DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16"}
+DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16", Q8: "q8", UQ8: "uq8"}
 # How a bf16 or f16 param is written after its update (C ABI 5, optgen_storage's param_write):
 # rounded to nearest; from an fp32 master copy the update runs on; rounded stochastically (bf16).
 NEAREST, MASTER, STOCHASTIC = 0, 1, 2  # OPTGEN_PARAM_NEAREST, OPTGEN_PARAM_MASTER, OPTGEN_PARAM_STOCHASTIC
@@ -118,6 +122,8 @@ _CHECKED = {
     STATE_PRESENCE: [_P, _DOUBLES, _SIZE, ctypes.POINTER(ctypes.c_int32)],
     "optgen_state_dtype": [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32)],
     "optgen_master_weights": [_P, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_void_p)],
+    "optgen_state_buffer": [_P, ctypes.c_char_p, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_void_p),
+                            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(_SIZE)],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage),
                                 ctypes.POINTER(_P)],
 }
@@ -271,8 +277,10 @@ class Storage:
         Storage(BF16, {"exp_avg_sq": F32})   bf16 states but exp_avg_sq
         Storage(param_write=MASTER)          an fp32 master copy of each bf16 or f16 param
         Storage(BF16, param_write=STOCHASTIC, seed=1)   bf16 params rounded stochastically
+        Storage(Q8, {"exp_avg_sq": UQ8})     bitsandbytes' AdamW8bit states (engine-allocated:
+                                             TensorBinding.states None; Engine.state_buffer reads them)
     """
-    state_dtype: int = F32  # every state not in state_dtypes: F32, BF16 or F16
+    state_dtype: int = F32  # every state not in state_dtypes: F32, BF16, F16, Q8 or UQ8
     # Per state, by name: a dtype of its own. Given as a mapping; kept as (name, dtype) pairs.
     state_dtypes: Union[Mapping[str, int], Tuple[Tuple[str, int], ...]] = field(default_factory=tuple)
     param_write: int = NEAREST  # NEAREST, MASTER or STOCHASTIC
@@ -281,7 +289,8 @@ class Storage:
     def __post_init__(self):
         def dtype(value, what):
             if isinstance(value, bool) or not isinstance(value, int) or value not in DTYPE_NAMES:
-                raise ValueError(f"{what} must be F32, BF16 or F16 ({', '.join(map(str, DTYPE_NAMES))}); got {value!r}")
+                raise ValueError(f"{what} must be F32, BF16, F16, Q8 or UQ8 ({', '.join(map(str, DTYPE_NAMES))}); "
+                                 f"got {value!r}")
             return value
 
         dtype(self.state_dtype, "Storage.state_dtype")
@@ -310,6 +319,22 @@ class Storage:
         struct = _Storage(self.state_dtype, len(self.state_dtypes), ctypes.cast(names, _NAMES),
                           ctypes.cast(dtypes, ctypes.POINTER(ctypes.c_int32)), self.param_write, self.seed)
         return struct, names, dtypes
+
+
+@dataclass(frozen=True)
+class StateBuffer:
+    """One tensor's state as the engine holds it (Engine.state_buffer): `numel` values stored as
+    `dtype` in `bytes` bytes at device address `address`. Q8 and UQ8: the codes, padded to 16
+    bytes, then a float32 absmax per block of 256 (optgen/blockwise8.h's absmax_offset)."""
+    address: int
+    numel: int
+    dtype: int
+    bytes: int
+
+    @property
+    def absmax_offset(self) -> int:
+        """Where an 8-bit state's block absmax starts, in bytes from `address`."""
+        return (self.numel + 15) // 16 * 16
 
 
 @dataclass
@@ -556,6 +581,15 @@ class Engine:
         address = ctypes.c_void_p()
         self._lib.call("optgen_master_weights", self._handle, group, tensor, ctypes.byref(address))
         return address.value or 0
+
+    def state_buffer(self, name: str, group: int, tensor: int) -> "StateBuffer":
+        """Tensor `tensor` of `group`'s state `name` as the engine holds it (optgen_state_buffer,
+        C ABI 6): its device address (0 where the state is absent for the tensor), its values, the
+        dtype it is stored in (an 8-bit state of a tensor under 4096 elements is F32) and its bytes."""
+        address, numel, dtype, size = ctypes.c_void_p(), ctypes.c_int64(), ctypes.c_int32(), ctypes.c_size_t()
+        self._lib.call("optgen_state_buffer", self._handle, name.encode(), group, tensor, ctypes.byref(address),
+                       ctypes.byref(numel), ctypes.byref(dtype), ctypes.byref(size))
+        return StateBuffer(address.value or 0, numel.value, dtype.value, size.value)
 
     def save(self, path: str) -> None:
         self._lib.call("optgen_save", self._handle, os.fsencode(path))

@@ -9,7 +9,8 @@ import pytest
 import optgen
 from optgen import Engine, OptgenError
 from optgen._capi import (ABI_VERSION, ABSENT, ALWAYS, BF16, BOOL, COLS, ELEMENTS, F16, FACTORED, FLOAT, F32, MASTER,
-                          NEAREST, NOT_FACTORED, ROWS, STOCHASTIC, State, Storage, TensorBinding, present)
+                          NEAREST, NOT_FACTORED, Q8, ROWS, STOCHASTIC, UQ8, State, StateBuffer, Storage, TensorBinding,
+                          present)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -197,8 +198,14 @@ def test_storage_that_names_a_state_the_spec_lacks_is_refused_at_creation():
         Engine.from_spec(REPO / "specs" / "adamw.yaml", storage=Storage(state_dtypes={"momentum": BF16}))
 
 
+def test_8bit_states_are_storage_of_the_engine():
+    e = Engine.builtin("adamw", storage=Storage(Q8, {"exp_avg_sq": UQ8}))  # bitsandbytes' AdamW8bit
+    assert e.state_dtypes == {"exp_avg": Q8, "exp_avg_sq": UQ8, "max_exp_avg_sq": Q8}
+    assert StateBuffer(0, 1000, Q8, 1024).absmax_offset == 1008
+
+
 @pytest.mark.parametrize("arguments,message", [
-    (dict(state_dtype=3), "Storage.state_dtype must be F32, BF16 or F16"),
+    (dict(state_dtype=5), "Storage.state_dtype must be F32, BF16, F16, Q8 or UQ8"),
     (dict(state_dtype=True), "Storage.state_dtype must be"),
     (dict(state_dtypes={"exp_avg": 7}), "the dtype of state 'exp_avg' must be"),
     (dict(state_dtypes={"": BF16}), "non-empty strings"),
