@@ -16,6 +16,8 @@
 #   compare8 bench/compare_8bit.py: optgen's 8-bit AdamW beside bitsandbytes' and torchao's AdamW8bit
 #            (their packages unpacked into .pylibs/ and carried: bench/README.md says how)
 #   storage  optgen_bench over storage types (8-bit states among them), AdamW, eager
+#   master   bench/compare_master.py: optgen's AdamW with an fp32 master copy of bf16 params beside
+#            torch's fused AdamW on fp32 and on bf16 params
 #   compare_clip  the same for clip_grad_norm_(foreach) + AdamW against optgen's max_grad_norm
 #   adafactor bench/torch_adafactor.py: optgen.torch.Adafactor (eager and in a CUDA graph) beside
 #            torch.optim.Adafactor (for-loop and foreach) on every workload of bench/workloads
@@ -99,6 +101,12 @@ for what in $steps; do
         --optimizers adamw --modes eager --host-tensors 0 \
         --storage "${OPTGEN_STORAGE:-f32,bf16,bf16:bf16,bf16+master,f32:q8:exp_avg_sq=uq8,bf16:q8:exp_avg_sq=uq8}" \
         2>&1 | tee "$out/bench_storage.log" | tail -40
+      status=$((status | PIPESTATUS[0]))
+      ;;
+    master)
+      echo "== compare_master.py"
+      PYTHONUNBUFFERED=1 python3 bench/compare_master.py --lib "$run/liboptgen_builtin.so" --workload-dir "$run/workloads" \
+        --out "$out/compare_master.json" 2>&1 | tee "$out/compare_master.log" | tail -20
       status=$((status | PIPESTATUS[0]))
       ;;
     compare_clip)
