@@ -106,10 +106,7 @@ std::vector<float> download(DType type, const void* device, size_t count) {
     const long long n = static_cast<long long>(count);
     std::vector<unsigned char> bytes(optgen::storage_bytes(type, n));
     optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(bytes.data(), ptr, bytes.size()), "cuMemcpyDtoH");
-    optgen::blockwise8::dequantize_blockwise(
-        blockwise_map(type), bytes.data(),
-        reinterpret_cast<const float*>(bytes.data() + optgen::blockwise8::absmax_offset(n)), n, values.data());
-    return values;
+    return dequantized(type, bytes.data(), n);
   }
   if (type == DType::F32) {
     optgen::driver::check(optgen::driver::api().cuMemcpyDtoH(values.data(), ptr, count * 4), "cuMemcpyDtoH");
@@ -131,15 +128,19 @@ void quantize_blockwise(DType type, const float* values, long long numel, unsign
                                          reinterpret_cast<float*>(bytes + optgen::blockwise8::absmax_offset(numel)));
 }
 
+std::vector<float> dequantized(DType type, const unsigned char* bytes, long long numel) {
+  std::vector<float> values(static_cast<size_t>(numel));
+  optgen::blockwise8::dequantize_blockwise(
+      blockwise_map(type), bytes, reinterpret_cast<const float*>(bytes + optgen::blockwise8::absmax_offset(numel)),
+      numel, values.data());
+  return values;
+}
+
 std::vector<float> requantized(DType type, const std::vector<float>& values) {
   const long long n = static_cast<long long>(values.size());
   std::vector<unsigned char> bytes(optgen::storage_bytes(type, n));
   quantize_blockwise(type, values.data(), n, bytes.data());
-  std::vector<float> result(values.size());
-  optgen::blockwise8::dequantize_blockwise(
-      blockwise_map(type), bytes.data(),
-      reinterpret_cast<const float*>(bytes.data() + optgen::blockwise8::absmax_offset(n)), n, result.data());
-  return result;
+  return dequantized(type, bytes.data(), n);
 }
 
 /// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.

@@ -41,10 +41,11 @@ void upload(DType type, void* device, const std::vector<float>& values);
 std::vector<float> download(DType type, const void* device, size_t count);
 
 /// 8-bit blockwise states (DType::Q8, UQ8) on the host: the map of a dtype; `numel` values
-/// quantised into a buffer of optgen::storage_bytes (codes, then block absmax); and values
-/// quantised and back, as a kernel stores them.
+/// quantised into a buffer of optgen::storage_bytes (codes, then block absmax), and such a buffer
+/// decoded; and values quantised and back, as a kernel stores them.
 const float* blockwise_map(DType type);
 void quantize_blockwise(DType type, const float* values, long long numel, unsigned char* bytes);
+std::vector<float> dequantized(DType type, const unsigned char* bytes, long long numel);
 std::vector<float> requantized(DType type, const std::vector<float>& values);
 
 /// ‖a − b‖∞ / max(‖b‖∞, 1e-6); NaN when either holds a NaN.
