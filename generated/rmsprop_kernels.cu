@@ -1160,13 +1160,6 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
   return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
 }
 
-/// keep_sign for kSignedMap without reading it: kSignedMap[code] has its sign bit set exactly for
-/// codes below 127 (127 is +0; tests/blockwise8_test.cpp checks every code).
-OPTGEN_BLOCKWISE8_FUNCTION unsigned char keep_sign_signed_map(unsigned char code, float value) {
-  if ((code < 127) != sign_bit(value)) return static_cast<unsigned char>(value > 0.0f ? code + 1 : code - 1);
-  return code;
-}
-
 /// quantize_signed_state and quantize_unsigned_state through magnitude_code, for the kernels: the
 /// same codes, given the block's reciprocal(absmax), the map's slot table and its bounds.
 /// kSignedMap is symmetric about its 0 at code 127 (kSignedMap[127 - d] = -kSignedMap[127 + d] for
@@ -1365,21 +1358,26 @@ __shared__ float blockwise_maps[2][256];
 __shared__ float blockwise_bounds[2][257];
 __shared__ alignas(16) unsigned char blockwise_slot_codes[2][blockwise8::kSlots];
 
-/// Copies the maps; every thread must call it (it synchronises the block).
-__device__ __forceinline__ void load_blockwise_maps() {
+/// Copies the maps into blockwise_maps (the block's threads each a share; no barrier).
+__device__ __forceinline__ void copy_blockwise_maps() {
   for (int i = threadIdx.x; i < 2 * 256; i += OPTGEN_BLOCK_SIZE)
     blockwise_maps[i / 256][i % 256] = (i < 256 ? blockwise8::kSignedMap : blockwise8::kUnsignedMap)[i % 256];
+}
+
+/// Copies the maps; every thread must call it (it synchronises the block).
+__device__ __forceinline__ void load_blockwise_maps() {
+  copy_blockwise_maps();
   __syncthreads();
 }
 
 /// load_blockwise_maps, and the bounds and slot tables; every thread must call it.
 __device__ __forceinline__ void load_blockwise_quantiser() {
-  for (int i = threadIdx.x; i < 2 * 257; i += OPTGEN_BLOCK_SIZE) {
-    const int m = i < 257 ? 0 : 1;
-    const int k = i - 257 * m;
+  copy_blockwise_maps();
+  for (int i = threadIdx.x; i < 2 * 256; i += OPTGEN_BLOCK_SIZE) {
+    const int m = i / 256;
+    const int k = i % 256 + 1;
     const float* map = m == 0 ? blockwise8::kSignedMap : blockwise8::kUnsignedMap;
-    if (k < 256) blockwise_maps[m][k] = map[k];
-    if (k > 0) blockwise_bounds[m][k] = k == 256 ? __int_as_float(0x7f800000) : blockwise8::code_bound(map, k);
+    blockwise_bounds[m][k] = k == 256 ? __int_as_float(0x7f800000) : blockwise8::code_bound(map, k);
   }
   typedef Pack<unsigned, 4> Words;  // both tables are 16-byte aligned
   constexpr int kWords = blockwise8::kSlots / 16;
@@ -1399,15 +1397,19 @@ __device__ __forceinline__ float* blockwise_absmax(void* data, long long numel) 
   return reinterpret_cast<float*>(static_cast<unsigned char*>(data) + blockwise8::absmax_offset(numel));
 }
 
-/// Elements i .. i + V - 1 (one quantisation block's) of an 8-bit state: map[code] * absmax.
+/// An 8-bit state's value: its code's map entry times its block's absmax (blockwise8::dequantize).
+__device__ __forceinline__ float blockwise_value(Codec codec, unsigned code, float scale) {
+  return blockwise_maps[codec == Codec::kQ8 ? 0 : 1][code] * scale;
+}
+
+/// Elements i .. i + V - 1 (one quantisation block's) of an 8-bit state.
 template <int V>
 __device__ __forceinline__ void load_blockwise(Codec codec, const void* base, long long i, float* out,
                                                const float* absmax) {
   const Pack<unsigned char, V> p = *reinterpret_cast<const Pack<unsigned char, V>*>(static_cast<const unsigned char*>(base) + i);
   const float scale = absmax[i / blockwise8::kBlockSize];
-  const int m = codec == Codec::kQ8 ? 0 : 1;
 #pragma unroll
-  for (int e = 0; e < V; ++e) out[e] = blockwise_maps[m][p.x[e]] * scale;  // blockwise8::dequantize
+  for (int e = 0; e < V; ++e) out[e] = blockwise_value(codec, p.x[e], scale);
 }
 
 /// Stores lane's `V` values, elements i .. i + V - 1 of quantisation block `block` of an 8-bit
@@ -2046,6 +2048,18 @@ __device__ __forceinline__ void end_update(const GroupTable& groups, const Updat
   if (threadIdx.x == 0 && step.ticket.commits()) commit_step<Group>(groups, step.ticket.slot, g);
 }
 
+/// An Update stage's block, once it has read the plan's own tables (which no kernel writes) and
+/// before it reads anything else: lets the next kernel on the stream (the next step, another plan)
+/// start its blocks while this stage's last ones run; and, where no Reduce stage came before
+/// (Update::kFirstStage), waits for the kernel before it, under whose tail it may have started and
+/// which may write the gradients, AMP's found_inf or (the step before) the params and states. A
+/// stage after a Reduce stage loads its first tile first and waits in begin_update.
+template <typename Update>
+__device__ __forceinline__ void enter_update_stage() {
+  allow_next_kernel();
+  if constexpr (Update::kFirstStage) wait_for_previous_kernel();
+}
+
 /// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
 /// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
 /// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
@@ -2068,11 +2082,11 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const int g = chunk.group;
   const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
   const long long end = start + chunk.count;
-  // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
-  const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
-
   void* ptr[kOps];
   const bool aligned = update_operands<Ops>(table, t, ptr);
+  enter_update_stage<Update>();
+  // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
+  const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
 
   // The first tile's loads are issued before the block waits for its ticket, and each next tile's
   // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
@@ -2194,7 +2208,7 @@ __device__ __forceinline__ float block_tile_value(const BlockTile<kOps, V>& tile
   if (!Ops::blockwise(op)) return operand_word_value<Ops>(op, tile.words[op], e);
   if (!absmax[op]) return __uint_as_float(tile.words[op][e]);
   const unsigned code = (tile.words[op][e >> 2] >> ((e & 3) * 8)) & 0xffu;
-  return blockwise_maps[Ops::codec(op) == Codec::kQ8 ? 0 : 1][code] * tile.scale[op];  // blockwise8::dequantize
+  return blockwise_value(Ops::codec(op), code, tile.scale[op]);
 }
 
 /// The Update stage of a kernel set with 8-bit states (Ops::kBlockwise): update_stage's, except
@@ -2219,15 +2233,14 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   const int g = chunk.group;
   const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
   const long long end = start + chunk.count;
-  const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
-  load_blockwise_quantiser();
-  if (skip) return;
-
   void* ptr[kOps];
   const bool aligned = update_operands<Ops>(table, t, ptr);
   float* absmax[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op) absmax[op] = Ops::blockwise(op) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
+  load_blockwise_quantiser();
+  enter_update_stage<Update>();
+  if (inputs.found_inf != 0 && *inputs.found_inf != 0.0f) return;  // AMP: an overflow skips the step
   const int lane = threadIdx.x & 31;
   // Blocks wholly in the chunk (it starts on a block), where every operand is aligned.
   const long long whole_end = aligned ? start + (end - start) / blockwise8::kBlockSize * blockwise8::kBlockSize : start;
@@ -2853,9 +2866,9 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
   const int g = chunk.group;
   const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
   const long long end = start + chunk.count;
-  const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
-  if (skip) return;
-  wait_for_previous_kernel();
+  allow_next_kernel();
+  wait_for_previous_kernel();  // the kernel before: a Reduce stage's results, or (a first stage) anything
+  if (inputs.found_inf != 0 && *inputs.found_inf != 0.0f) return;  // AMP: an overflow skips the step
   const Ticket ticket = take_ticket<Update>(groups, red, t, g);
   const int slot = ticket.slot;
   const Values k = *group_values<Values>(groups, slot, g);
@@ -2918,6 +2931,7 @@ namespace variants::rmsprop {
     static constexpr int kOperands = 3;  // param, grad, square_avg
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
+    static constexpr bool kFirstStage = true;  // no Reduce stage before this one
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -3024,6 +3038,7 @@ namespace variants::rmsprop_centered {
     static constexpr int kOperands = 4;  // param, grad, square_avg, grad_avg
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
+    static constexpr bool kFirstStage = true;  // no Reduce stage before this one
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -3137,6 +3152,7 @@ namespace variants::rmsprop_use_momentum {
     static constexpr int kOperands = 4;  // param, grad, square_avg, momentum_buffer
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
+    static constexpr bool kFirstStage = true;  // no Reduce stage before this one
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -3251,6 +3267,7 @@ namespace variants::rmsprop_centered_use_momentum {
     static constexpr int kOperands = 5;  // param, grad, square_avg, momentum_buffer, grad_avg
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
+    static constexpr bool kFirstStage = true;  // no Reduce stage before this one
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -3397,6 +3414,7 @@ namespace variants::rmsprop_clip_grad_norm {
     static constexpr int kOperands = 3;  // param, grad, square_avg
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
+    static constexpr bool kFirstStage = false;  // no Reduce stage before this one
 
     struct TensorValues {
       float clip_coef;
@@ -3540,6 +3558,7 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     static constexpr int kOperands = 4;  // param, grad, square_avg, grad_avg
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
+    static constexpr bool kFirstStage = false;  // no Reduce stage before this one
 
     struct TensorValues {
       float clip_coef;
@@ -3690,6 +3709,7 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     static constexpr int kOperands = 4;  // param, grad, square_avg, momentum_buffer
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
+    static constexpr bool kFirstStage = false;  // no Reduce stage before this one
 
     struct TensorValues {
       float clip_coef;
@@ -3841,6 +3861,7 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     static constexpr int kOperands = 5;  // param, grad, square_avg, momentum_buffer, grad_avg
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
+    static constexpr bool kFirstStage = false;  // no Reduce stage before this one
 
     struct TensorValues {
       float clip_coef;

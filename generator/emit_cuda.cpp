@@ -429,6 +429,13 @@ class CudaEmitter {
            (slot >= 0 ? "  // grad_norm_squared: this variant clips" : ""));
   }
 
+  /// `kFirstStage`: no Reduce stage comes before the Update stage, which then waits for the kernel
+  /// before it on the stream before it reads anything (kernel_support's update_stage).
+  static void first_stage(CodeWriter& w, const Program& p) {
+    w.line(std::string("static constexpr bool kFirstStage = ") + (p.stages.size() == 1 ? "true" : "false") +
+           ";  // no Reduce stage before this one");
+  }
+
   void update_struct(CodeWriter& w, const Program& p) {
     const auto names = operand_names(p);
     std::string operands;
@@ -442,6 +449,7 @@ class CudaEmitter {
     const auto read = tensor_values_read(p, roots);
     w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
            ";  // reads values computed per tensor");
+    first_stage(w, p);
     w.line();
     const std::set<std::string> taken = taken_names(p);
     tensor_values(w, p, read, taken);
@@ -813,6 +821,7 @@ class CudaEmitter {
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
     grad_norm_slot(w, p);
+    first_stage(w, p);
     w.line("/// The element operands, loaded and stored per element (row and column states go through sh_).");
     w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(loads) +
            " >> op_) & 1u; }");

@@ -933,20 +933,19 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
-    bool launched = false;  // a stage of this plan, this step
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       // A Reduce stage of only matrix, row or column blocks has none when the plan's tensors have
       // no rows or columns (all empty): nothing to launch. The hook is still called, so that every
       // rank of a sharded model makes the same collective calls.
       if (plan.grids[s] > 0) {
-        // A stage after the first starts while the one before ends (its first loads under that
-        // one's tail); it waits for the results before reading them (kernel_support's
-        // wait_for_previous_kernel).
+        // Every stage may start while the kernel before it ends, where that kernel allows it (each
+        // stage does, once all its blocks run): a stage after the first issues its first loads
+        // under the last one's tail, a first stage only its reads of the plan's tables. Each waits
+        // before it reads what the kernel before may write (kernel_support's wait_for_previous_kernel).
         driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(m.info->block_size), stream, args,
-                       launched && m.early_start,
+                       m.early_start,
                        "check that the tensors are still allocated and that the stream belongs to the current context");
         ++m.launches_last_step;
-        launched = true;
       }
       if (m.reduction_hook && s + 1 < plan.stages.size()) {
         const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];

@@ -582,13 +582,6 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
   return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
 }
 
-/// keep_sign for kSignedMap without reading it: kSignedMap[code] has its sign bit set exactly for
-/// codes below 127 (127 is +0; tests/blockwise8_test.cpp checks every code).
-OPTGEN_BLOCKWISE8_FUNCTION unsigned char keep_sign_signed_map(unsigned char code, float value) {
-  if ((code < 127) != sign_bit(value)) return static_cast<unsigned char>(value > 0.0f ? code + 1 : code - 1);
-  return code;
-}
-
 /// quantize_signed_state and quantize_unsigned_state through magnitude_code, for the kernels: the
 /// same codes, given the block's reciprocal(absmax), the map's slot table and its bounds.
 /// kSignedMap is symmetric about its 0 at code 127 (kSignedMap[127 - d] = -kSignedMap[127 + d] for
