@@ -5,7 +5,7 @@
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
 //   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
-//                [--storage f32,bf16,bf16:bf16,bf16+master]
+//                [--storage f32,bf16,bf16:bf16,bf16+master] [--tune FILE]
 //
 // (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
 // error naming it, exit status 2, before anything runs.)
@@ -15,19 +15,25 @@
 // found_inf given (device floats: a scale of 1024, no overflow). Time is measured with CUDA events
 // over `steps` steps, the median of 5 repetitions. `--storage` (optgen/storage.h's text form) picks
 // the params' dtype and what the optimizer stores; each floor counts the bytes of that storage.
+// `--tune FILE` steps eagerly over chunk sizes (--chunk-sizes, or 1024 to 65536) and writes, per
+// kernel set, the fastest for each workload's size: the table optgen's runtime reads through
+// OPTGEN_TUNING (optgen/tuning.h; bench/README.md, "Tuning for a GPU").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -38,6 +44,7 @@
 #include "adamw.h"
 #include "lamb.h"
 #include "optgen/blockwise8.h"
+#include "optgen/tuning.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "optgen/storage.h"
@@ -319,6 +326,58 @@ struct Arguments {
   std::vector<std::string> storage = {"f32"};
   int steps = 50;
   int host_tensors = 10000;
+  std::string tune;  ///< where --tune writes its table; empty: no tuning
+};
+
+/// "a,b,c".
+template <typename T>
+std::string join(const std::vector<T>& items) {
+  std::string text;
+  for (const T& item : items) {
+    if (!text.empty()) text += ",";
+    if constexpr (std::is_same_v<T, std::string>)
+      text += item;
+    else
+      text += std::to_string(item);
+  }
+  return text;
+}
+
+/// The chunk sizes --tune tries when --chunk-sizes names none.
+const std::vector<long long> kTuneChunkSizes = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
+
+/// What --tune measured: per kernel set (optgen::tuning_name), the fastest chunk size for each
+/// workload's size, and how much faster than the launcher's default it was.
+struct TuneResults {
+  struct Best {
+    std::string workload;
+    std::int64_t elements;
+    long long chunk;
+    double us;
+    double default_us;  ///< at the launcher's default chunk size (0: not measured)
+  };
+  std::map<std::string, std::vector<Best>> kernels;
+
+  void write(const std::string& path, const std::string& device, const std::string& measured) const {
+    optgen::Tuning tuning(device);
+    for (const auto& [kernel, bests] : kernels) {
+      std::vector<optgen::Tuning::Entry> entries;
+      for (const Best& b : bests) entries.push_back({b.elements, b.chunk});
+      tuning.set(kernel, entries);
+    }
+    std::ofstream out(path);
+    out << tuning.to_json(measured);
+    if (!out) throw std::runtime_error("cannot write the tuning table " + path);
+  }
+
+  void print() const {
+    std::printf("\n| kernel set | workload | parameters | fastest chunk | us/step | default chunk us/step |\n");
+    std::printf("|---|---|---|---|---|---|\n");
+    for (const auto& [kernel, bests] : kernels)
+      for (const Best& b : bests)
+        std::printf("| %s | %s | %lld | %lld | %.1f | %.1f |\n", kernel.c_str(), b.workload.c_str(),
+                    static_cast<long long>(b.elements), b.chunk, b.us, b.default_us);
+  }
 };
 
 /// Accepts what FusedOptimizer::set_chunk_size does, and 0 for the launcher's default, so that a
@@ -369,6 +428,10 @@ void add_options(CLI::App& app, Arguments& args) {
   app.add_option("--host-tensors", args.host_tensors, "tensors of the host-time measurement; 0: skip it")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
+  app.add_option("--tune", args.tune,
+                 "write FILE, a table of each kernel set's fastest chunk size per workload size (eager steps over "
+                 "--chunk-sizes, or 1024 to 65536, and the launcher's default), which the runtime reads through "
+                 "OPTGEN_TUNING");
 }
 
 }  // namespace
@@ -399,6 +462,14 @@ int main(int argc, char** argv) {
         "|\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     AmpInputs amp;
+    TuneResults tuned;
+    if (!args.tune.empty()) {
+      args.modes = {"eager"};
+      if (args.chunk_sizes == std::vector<long long>{0}) args.chunk_sizes = kTuneChunkSizes;
+      // The default too: the table's gain is measured against it, in the same run.
+      if (std::find(args.chunk_sizes.begin(), args.chunk_sizes.end(), 0) == args.chunk_sizes.end())
+        args.chunk_sizes.insert(args.chunk_sizes.begin(), 0);
+    }
     for (const auto& name : args.workloads) {
       Workload w = load_workload(args.dir + "/" + name + ".json");
       for (const auto& text : args.storage) {
@@ -408,16 +479,20 @@ int main(int argc, char** argv) {
         Model model(w.numels, w.shapes, storage.param);
         for (const auto& c : optimizer_cases()) {
           if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
+          TuneResults::Best best{w.name, w.parameters, 0, 0.0, 0.0};
+          std::string kernel;  // the kernel set's tuning name
           for (long long chunk : args.chunk_sizes) {
             auto opt = c.make(options);
-            if (chunk > 0) opt->set_chunk_size(chunk);
             try {
+              if (chunk > 0) opt->set_chunk_size(chunk);  // an 8-bit set takes multiples of 256
               opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
             } catch (const optgen::Error& e) {  // no kernels for this storage
               std::fprintf(stderr, "%s: %s\n", c.name.c_str(), e.what());
               continue;
             }
+            const bool is_default = chunk == 0;
             chunk = opt->chunk_size(0);
+            kernel = optgen::tuning_name(opt->info(), opt->kernel_set(0));
             for (const auto& mode : args.modes) {
               std::function<void()> step;
               std::unique_ptr<CapturedStep> captured;
@@ -438,10 +513,29 @@ int main(int argc, char** argv) {
                           mode.c_str(), us, bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12,
                           100.0 * bytes / (us * 1e-6) / copy);
               std::fflush(stdout);
+              if (is_default) best.default_us = us;
+              if (best.chunk == 0 || us < best.us) {
+                best.chunk = chunk;
+                best.us = us;
+              }
             }
           }
+          if (!args.tune.empty() && best.chunk > 0) tuned.kernels[kernel].push_back(best);
         }
       }
+    }
+    if (!args.tune.empty()) {
+      tuned.print();
+      const std::string device = optgen::driver::device_name(optgen::driver::current_device());
+      const std::time_t now = std::time(nullptr);
+      char date[16];
+      std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
+      tuned.write(args.tune, device,
+                  std::string(date) + ", optgen_bench --tune: eager steps of " + std::to_string(args.steps) +
+                      " (median of 5) on workloads " + join(args.workloads) + ", chunk sizes " +
+                      join(args.chunk_sizes) + " (0: the launcher's default)");
+      std::printf("\nwrote %s (%s): OPTGEN_TUNING=%s uses it on this GPU\n", args.tune.c_str(), device.c_str(),
+                  args.tune.c_str());
     }
     if (args.host_tensors > 0) host_time(args.host_tensors, stream);
     api().cuStreamDestroy(stream);

@@ -16,6 +16,8 @@
 #   compare8 bench/compare_8bit.py: optgen's 8-bit AdamW beside bitsandbytes' and torchao's AdamW8bit
 #            (their packages unpacked into .pylibs/ and carried: bench/README.md says how)
 #   storage  optgen_bench over storage types (8-bit states among them), AdamW, eager
+#   tune     optgen_bench --tune (a table of chunk sizes for this GPU, $OUT/tuning.json), then the
+#            same steps with it (OPTGEN_TUNING); OPTGEN_TUNE_WORKLOADS, OPTGEN_STORAGE choose
 #   master   bench/compare_master.py: optgen's AdamW with an fp32 master copy of bf16 params beside
 #            torch's fused AdamW on fp32 and on bf16 params
 #   compare_clip  the same for clip_grad_norm_(foreach) + AdamW against optgen's max_grad_norm
@@ -101,6 +103,20 @@ for what in $steps; do
         --optimizers adamw --modes eager --host-tensors 0 \
         --storage "${OPTGEN_STORAGE:-f32,bf16,bf16:bf16,bf16+master,f32:q8:exp_avg_sq=uq8,bf16:q8:exp_avg_sq=uq8}" \
         2>&1 | tee "$out/bench_storage.log" | tail -40
+      status=$((status | PIPESTATUS[0]))
+      ;;
+    tune)
+      # Each kernel set's fastest chunk size per workload size, written to $out/tuning.json
+      # (optgen/tuning.h); then the same steps with that table (OPTGEN_TUNING) at the default chunk.
+      workloads=${OPTGEN_TUNE_WORKLOADS:-ghostnet_100,resnet50,gpt2,llama-1b}
+      storage=${OPTGEN_STORAGE:-f32,bf16,bf16:bf16,f32:q8:exp_avg_sq=uq8,bf16:q8:exp_avg_sq=uq8}
+      echo "== optgen_bench --tune"
+      "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw \
+        --storage "$storage" --steps 20 --host-tensors 0 --tune "$out/tuning.json" 2>&1 | tee "$out/tune.log" | tail -45
+      status=$((status | PIPESTATUS[0]))
+      echo "== optgen_bench, OPTGEN_TUNING=tuning.json"
+      OPTGEN_TUNING="$out/tuning.json" "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" \
+        --optimizers adam,adamw --storage "$storage" --modes eager --host-tensors 0 2>&1 | tee "$out/tuned.log" | tail -45
       status=$((status | PIPESTATUS[0]))
       ;;
     master)

@@ -168,6 +168,7 @@ Api load_api() {
   load_symbol(library, api.cuDeviceGetCount, "cuDeviceGetCount");
   load_symbol(library, api.cuDeviceGet, "cuDeviceGet");
   load_symbol(library, api.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  load_symbol(library, api.cuDeviceGetName, "cuDeviceGetName");
   load_symbol(library, api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
   load_symbol(library, api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
   load_symbol(library, api.cuCtxGetCurrent, "cuCtxGetCurrent");
@@ -330,6 +331,12 @@ int multiprocessor_count(CUdevice device) {
   check(api().cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
         "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
   return count;
+}
+
+std::string device_name(CUdevice device) {
+  char name[256] = {};
+  check(api().cuDeviceGetName(name, static_cast<int>(sizeof(name)) - 1, device), "cuDeviceGetName");
+  return name;
 }
 
 bool early_start_supported(CUdevice device) {

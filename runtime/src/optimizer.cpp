@@ -734,8 +734,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   std::vector<long long> numel;
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   std::vector<int> chunks_per_tensor;
-  const std::vector<kernel_abi::Chunk> chunks =
-      chunk_table(tensors, m.chunk_size_of(kernel), blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
+  const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size_of(plan.kernel), blocks_per_group,
+                                                            chunks_per_tensor, variant.num_reductions > 0);
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
@@ -747,7 +747,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   plan.table = {device_pointer<void* const>(plan.pointer_memory, 0),
                 device_pointer<const long long>(plan.table_memory, numel_at),
                 device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at),
-                m.chunk_size_of(kernel),
+                m.chunk_size_of(plan.kernel),
                 static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size()),
                 nullptr,
@@ -1234,7 +1234,34 @@ void FusedOptimizer::set_chunk_size(long long elements) {
 }
 
 long long FusedOptimizer::chunk_size(std::size_t group) const {
-  return impl_->chunk_size_of(impl_->info->kernels[impl_->group_at(group, "chunk_size").kernel]);
+  return impl_->chunk_size_of(impl_->group_at(group, "chunk_size").kernel);
+}
+
+const KernelInfo& FusedOptimizer::kernel_set(std::size_t group) const {
+  return impl_->info->kernels[impl_->group_at(group, "kernel_set").kernel];
+}
+
+long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {
+  if (chunk_size > 0) return chunk_size;
+  const KernelInfo& set = info->kernels[kernel];
+  if (!tuning) tuning = Tuning::from_environment(driver::device_name(driver::current_device()));
+  if (tuning->empty()) return set.chunk_size;
+  long long elements = 0;
+  for (const Group& g : groups)
+    if (g.kernel == kernel)
+      for (const BoundTensor& t : g.tensors) elements += t.numel;
+  const std::string name = tuning_name(*info, set);
+  const long long tuned = tuning->chunk_size(name, elements);
+  if (tuned == 0) return set.chunk_size;
+  const bool blockwise =
+      set.state_dtypes && std::any_of(set.state_dtypes, set.state_dtypes + info->num_states, is_blockwise);
+  if (blockwise && tuned % blockwise8::kBlockSize != 0)
+    throw Error(call("prepare"),
+                "the tuning table for " + tuning->device() + " (OPTGEN_TUNING) gives kernel set " + name +
+                    ", which has 8-bit states, chunks of " + std::to_string(tuned) + ", not a multiple of 256",
+                "a chunk of a kernel set with 8-bit states holds whole blocks of 256 elements: measure the table again "
+                "with optgen_bench --tune");
+  return tuned;
 }
 
 const OptimizerInfo& FusedOptimizer::info() const { return *impl_->info; }

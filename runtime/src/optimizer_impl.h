@@ -8,6 +8,7 @@
 
 #include <cuda.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "optgen/error.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/optimizer.h"
+#include "optgen/tuning.h"
 #include "shape_layout.h"
 
 namespace optgen {
@@ -137,6 +139,9 @@ struct FusedOptimizer::Impl {
   StorageOptions storage;
   std::vector<DType> state_dtypes;  ///< per state the spec declares (storage resolved)
   long long chunk_size;             ///< set_chunk_size's, for every kernel set; 0: each set's own
+  /// The launch-parameter table for the current device (Tuning::from_environment), read the first
+  /// time a chunk size is asked for.
+  mutable std::optional<Tuning> tuning;
   std::vector<Group> groups;
   std::vector<Plan> plans;
   DeviceGroups device_groups;
@@ -158,7 +163,9 @@ struct FusedOptimizer::Impl {
   bool watch_captures = false;
 
   std::string call(const char* method) const { return std::string(info->name) + "::" + method; }
-  long long chunk_size_of(const KernelInfo& kernel) const { return chunk_size > 0 ? chunk_size : kernel.chunk_size; }
+  /// Elements per block of kernel set `kernel`, which steps the groups that run it (a plan):
+  /// set_chunk_size's, else the tuning table's for a plan of their size, else the generator's.
+  long long chunk_size_of(int kernel) const;
   int hyperparameter_index(const std::string& name, const char* method) const;
   int state_index(const std::string& name, const char* method) const;
   int scalar_state_index(const std::string& name, const char* method) const;

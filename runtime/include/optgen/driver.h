@@ -17,6 +17,7 @@ struct Api {
   CUresult (*cuDeviceGetCount)(int*);
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
   CUresult (*cuCtxGetCurrent)(CUcontext*);
@@ -80,6 +81,9 @@ int compute_capability(CUdevice device);
 
 /// The device's streaming multiprocessors.
 int multiprocessor_count(CUdevice device);
+
+/// The device's name, e.g. "NVIDIA H200".
+std::string device_name(CUdevice device);
 
 /// Whether `launch(..., early_start = true)` lets a kernel start before the previous one ends on
 /// `device`: programmatic dependent launch, on compute capability 9.0 and later with a driver that

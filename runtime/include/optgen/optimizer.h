@@ -122,7 +122,7 @@ struct KernelInfo {
   /// Per state the spec declares (OptimizerInfo::states), its dtype; null when it declares none.
   const DType* state_dtypes;
   /// Elements per block, the generator's choice for this storage (narrower operands, longer chunks);
-  /// FusedOptimizer::set_chunk_size overrides it for every kernel set.
+  /// a tuning table (optgen/tuning.h) or FusedOptimizer::set_chunk_size overrides it.
   long long chunk_size;
 };
 
@@ -319,11 +319,16 @@ class FusedOptimizer {
 
   /// Kernel launches the last step made (for tests).
   int launches_last_step() const;
-  /// Elements per block of every kernel set, instead of each one's own (KernelInfo::chunk_size);
-  /// the optimizer must be prepared again (the tables are rebuilt).
+  /// Elements per block of every kernel set, instead of each one's own; the optimizer must be
+  /// prepared again (the tables are rebuilt).
   void set_chunk_size(long long elements);
-  /// Elements per block of the kernel set that steps `group`.
+  /// Elements per block of the kernel set that steps `group`: set_chunk_size's; else, where the
+  /// environment variable OPTGEN_TUNING names a table for this device (optgen/tuning.h), the
+  /// table's for a plan of as many elements as the groups of that kernel set hold; else the
+  /// generator's (KernelInfo::chunk_size).
   long long chunk_size(std::size_t group) const;
+  /// The kernel set that steps `group` (its variant and storage).
+  const KernelInfo& kernel_set(std::size_t group) const;
   const OptimizerInfo& info() const;
   const StorageOptions& storage() const;
   /// The dtype state `name` is stored in (StorageOptions resolved); optgen::Error for an unknown name.

@@ -1,0 +1,65 @@
+#pragma once
+/// Launch parameters measured on one GPU: the table `optgen_bench --tune` writes and the runtime
+/// reads (bench/README.md, "Tuning for a GPU"). For each kernel set, named by its Update stage's
+/// kernel (KernelInfo::stages' last, e.g. adamw_f32_q8_uq8_update), the chunk size that stepped
+/// models of a few sizes fastest: a plan takes the entry of the model nearest its own size. The
+/// file is JSON:
+///
+///   {"device": "NVIDIA H200", "measured": "...",
+///    "kernels": {"adamw_f32_q8_uq8_update": [{"elements": 5182508, "chunk_size": 8192}, ...]}}
+///
+/// FusedOptimizer reads the tables the environment variable OPTGEN_TUNING names (paths separated
+/// by ':') and uses the one for the current device (its name as the driver gives it), if any; a
+/// chunk size set by set_chunk_size wins over it, and the generator's default applies where
+/// neither says.
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace optgen {
+
+struct OptimizerInfo;
+struct KernelInfo;
+
+/// The name a tuning table knows kernel set `kernel` of `info` by: its Update stage's kernel.
+std::string tuning_name(const OptimizerInfo& info, const KernelInfo& kernel);
+
+class Tuning {
+ public:
+  /// One measurement: a plan of `elements` elements stepped fastest in chunks of `chunk_size`.
+  struct Entry {
+    long long elements;
+    long long chunk_size;
+  };
+
+  Tuning() = default;
+  explicit Tuning(std::string device) : device_(std::move(device)) {}
+
+  /// Reads a table. Throws optgen::Error naming the file and what is wrong with it: JSON that
+  /// does not parse (with its line and column), a missing or mistyped field, a chunk size that is
+  /// not a multiple of 64 up to 2^30, an element count that is not positive.
+  static Tuning load(const std::string& path);
+  /// The same from text; `origin` names it in errors.
+  static Tuning parse(const std::string& text, const std::string& origin);
+  /// The tables OPTGEN_TUNING names, the one for `device` (a device name); an empty table when the
+  /// variable is unset or names none for it. Throws what load throws.
+  static Tuning from_environment(const std::string& device);
+
+  const std::string& device() const { return device_; }
+  bool empty() const { return kernels_.empty(); }
+  /// Kernel set `kernel`'s chunk size for a plan of `elements` elements: the entry whose element
+  /// count is nearest by ratio (the larger on a tie); 0 where the table has none for it.
+  long long chunk_size(const std::string& kernel, long long elements) const;
+  /// Adds (or replaces) kernel set `kernel`'s entries.
+  void set(const std::string& kernel, std::vector<Entry> entries);
+  const std::map<std::string, std::vector<Entry>>& kernels() const { return kernels_; }
+  /// The table as load reads it; `measured` says when and how it was measured.
+  std::string to_json(const std::string& measured) const;
+
+ private:
+  std::string device_;
+  std::map<std::string, std::vector<Entry>> kernels_;  ///< entries by increasing `elements`
+};
+
+}  // namespace optgen

@@ -1,0 +1,126 @@
+// The launch-parameter table (optgen/tuning.h): JSON through nlohmann-json.
+#include "optgen/tuning.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "optgen/error.h"
+#include "optgen/optimizer.h"
+
+namespace optgen {
+
+namespace {
+
+const char* const kFix = "write the table again with optgen_bench --tune (bench/README.md, \"Tuning for a GPU\")";
+
+[[noreturn]] void bad(const std::string& origin, const std::string& what) {
+  throw Error("optgen::Tuning::load(" + origin + ")", what, kFix);
+}
+
+/// A member of `object` of JSON type `type`, or an error naming it.
+const nlohmann::json& member(const nlohmann::json& object, const char* key, nlohmann::json::value_t type,
+                             const std::string& where, const std::string& origin) {
+  const auto it = object.find(key);
+  if (it == object.end()) bad(origin, where + " has no \"" + key + "\"");
+  const bool number = type == nlohmann::json::value_t::number_integer;
+  if (number ? !it->is_number_integer() : it->type() != type)
+    bad(origin, where + "'s \"" + key + "\" is not " + (number ? "an integer" : "of the right type"));
+  return *it;
+}
+
+}  // namespace
+
+std::string tuning_name(const OptimizerInfo& info, const KernelInfo& kernel) {
+  return kernel.stages[info.variants[kernel.variant].num_stages - 1];
+}
+
+Tuning Tuning::parse(const std::string& text, const std::string& origin) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    bad(origin, std::string("not JSON: ") + e.what());
+  }
+  if (!root.is_object()) bad(origin, "the table is not a JSON object");
+  Tuning tuning(member(root, "device", nlohmann::json::value_t::string, "the table", origin).get<std::string>());
+  const nlohmann::json& kernels = member(root, "kernels", nlohmann::json::value_t::object, "the table", origin);
+  for (const auto& [kernel, list] : kernels.items()) {
+    const std::string where = "kernel set " + kernel;
+    if (!list.is_array() || list.empty()) bad(origin, where + " has no list of measurements");
+    std::vector<Entry> entries;
+    for (const nlohmann::json& m : list) {
+      if (!m.is_object()) bad(origin, where + " has a measurement that is not an object");
+      const Entry e{member(m, "elements", nlohmann::json::value_t::number_integer, where, origin).get<long long>(),
+                    member(m, "chunk_size", nlohmann::json::value_t::number_integer, where, origin).get<long long>()};
+      if (e.elements <= 0) bad(origin, where + ": elements " + std::to_string(e.elements) + " is not positive");
+      if (e.chunk_size < 64 || e.chunk_size % 64 != 0 || e.chunk_size > (1LL << 30))
+        bad(origin, where + ": chunk size " + std::to_string(e.chunk_size) + " is not a multiple of 64 up to 2^30");
+      entries.push_back(e);
+    }
+    tuning.set(kernel, std::move(entries));
+  }
+  return tuning;
+}
+
+Tuning Tuning::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) bad(path, "cannot open the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+Tuning Tuning::from_environment(const std::string& device) {
+  const char* paths = std::getenv("OPTGEN_TUNING");
+  if (!paths) return Tuning(device);
+  std::stringstream list(paths);
+  std::string path;
+  while (std::getline(list, path, ':')) {
+    if (path.empty()) continue;
+    Tuning tuning = load(path);
+    if (tuning.device() == device) return tuning;
+  }
+  return Tuning(device);
+}
+
+long long Tuning::chunk_size(const std::string& kernel, long long elements) const {
+  const auto it = kernels_.find(kernel);
+  if (it == kernels_.end()) return 0;
+  const double x = std::log(static_cast<double>(std::max(elements, 1LL)));
+  const Entry* best = nullptr;
+  for (const Entry& e : it->second)  // by increasing elements: on a tie the later, larger one wins
+    if (!best || std::abs(std::log(static_cast<double>(e.elements)) - x) <=
+                     std::abs(std::log(static_cast<double>(best->elements)) - x))
+      best = &e;
+  return best->chunk_size;
+}
+
+void Tuning::set(const std::string& kernel, std::vector<Entry> entries) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.elements < b.elements; });
+  kernels_[kernel] = std::move(entries);
+}
+
+std::string Tuning::to_json(const std::string& measured) const {
+  // One line per measurement, so that a table reads (and diffs) as one.
+  std::string text = "{\n  \"device\": " + nlohmann::json(device_).dump() +
+                     ",\n  \"measured\": " + nlohmann::json(measured).dump() + ",\n  \"kernels\": {";
+  const char* kernel_separator = "\n";
+  for (const auto& [kernel, entries] : kernels_) {
+    text += kernel_separator + std::string("    ") + nlohmann::json(kernel).dump() + ": [";
+    const char* entry_separator = "\n";
+    for (const Entry& e : entries) {
+      text += entry_separator + std::string("      {\"elements\": ") + std::to_string(e.elements) +
+              ", \"chunk_size\": " + std::to_string(e.chunk_size) + "}";
+      entry_separator = ",\n";
+    }
+    text += "\n    ]";
+    kernel_separator = ",\n";
+  }
+  return text + "\n  }\n}\n";
+}
+
+}  // namespace optgen

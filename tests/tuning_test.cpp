@@ -1,0 +1,202 @@
+// The launch-parameter table (optgen/tuning.h): reading it, choosing an entry, its errors (no GPU
+// needed); and, on a GPU, an optimizer taking its chunk size from the table OPTGEN_TUNING names.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include "optgen/tuning.h"
+#include "optimizer_harness.h"
+
+using namespace optgen_test;
+
+namespace {
+
+const char* const kTable = R"({
+  "device": "NVIDIA Test GPU",
+  "measured": "by hand",
+  "kernels": {
+    "adam_f32_f32_update": [{"elements": 100000000, "chunk_size": 8192}, {"elements": 1000000, "chunk_size": 2048}],
+    "sgd_f32_update": [{"elements": 5000, "chunk_size": 64}]
+  }
+})";
+
+/// A file in the temporary directory, removed at the end of the scope.
+class TempFile {
+ public:
+  TempFile(const std::string& name, const std::string& text)
+      : path_(std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()) + ".json")) {
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() { std::filesystem::remove(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Sets OPTGEN_TUNING for a scope, then restores what it was.
+class TuningVariable {
+ public:
+  explicit TuningVariable(const std::string& value) {
+    if (const char* old = std::getenv("OPTGEN_TUNING")) old_ = old;
+    setenv("OPTGEN_TUNING", value.c_str(), 1);
+  }
+  ~TuningVariable() {
+    if (old_)
+      setenv("OPTGEN_TUNING", old_->c_str(), 1);
+    else
+      unsetenv("OPTGEN_TUNING");
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+std::string parse_error(const std::string& text) {
+  return error_of([&] { optgen::Tuning::parse(text, "t.json"); });
+}
+
+}  // namespace
+
+TEST_CASE("tuning: a plan takes the entry of the size nearest its own, by ratio", "[tuning]") {
+  const optgen::Tuning t = optgen::Tuning::parse(kTable, "table");
+  CHECK(t.device() == "NVIDIA Test GPU");
+  CHECK(t.chunk_size("adam_f32_f32_update", 1) == 2048);
+  CHECK(t.chunk_size("adam_f32_f32_update", 5000000) == 2048);   // 5x above one, 20x below the other
+  CHECK(t.chunk_size("adam_f32_f32_update", 30000000) == 8192);  // 30x above, 3.3x below
+  CHECK(t.chunk_size("adam_f32_f32_update", 10000000) == 8192);  // a tie: the larger
+  CHECK(t.chunk_size("adam_f32_f32_update", 1LL << 40) == 8192);
+  CHECK(t.chunk_size("sgd_f32_update", 123) == 64);
+  CHECK(t.chunk_size("adamw_f32_f32_update", 5000000) == 0);  // not in the table
+  // Written and read again, the same table.
+  const optgen::Tuning again = optgen::Tuning::parse(t.to_json("again"), "again");
+  CHECK(again.device() == t.device());
+  REQUIRE(again.kernels().size() == 2);
+  const auto& entries = again.kernels().at("adam_f32_f32_update");
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].elements == 1000000);
+  CHECK(entries[0].chunk_size == 2048);
+  CHECK(entries[1].elements == 100000000);
+  CHECK(entries[1].chunk_size == 8192);
+}
+
+TEST_CASE("tuning: the tables in tuning/ read, and write back as they are", "[tuning]") {
+  int tables = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(OPTGEN_SOURCE_DIR) + "/tuning")) {
+    if (entry.path().extension() != ".json") continue;
+    ++tables;
+    INFO(entry.path());
+    const optgen::Tuning t = optgen::Tuning::load(entry.path().string());
+    CHECK(!t.empty());
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string measured = nlohmann::json::parse(text).at("measured").get<std::string>();
+    CHECK(t.to_json(measured) == text);
+  }
+  CHECK(tables > 0);
+}
+
+TEST_CASE("tuning: a bad table is an error that names the file and the problem", "[tuning]") {
+  const std::string bad_json = parse_error("{\"device\": \"x\",\n \"kernels\": {,}}");
+  CHECK_THAT(bad_json, Catch::Contains("optgen::Tuning::load(t.json)") && Catch::Contains("not JSON") &&
+                           Catch::Contains("line 2, column") && Catch::Contains("optgen_bench --tune"));
+  CHECK_THAT(parse_error("[1, 2]"), Catch::Contains("the table is not a JSON object"));
+  CHECK_THAT(parse_error(R"({"kernels": {}})"), Catch::Contains("the table has no \"device\""));
+  CHECK_THAT(parse_error(R"({"device": 3, "kernels": {}})"), Catch::Contains("\"device\" is not of the right type"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": []}})"),
+             Catch::Contains("kernel set k has no list of measurements"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 10}]}})"),
+             Catch::Contains("kernel set k has no \"chunk_size\""));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 10, "chunk_size": 2048.5}]}})"),
+             Catch::Contains("kernel set k's \"chunk_size\" is not an integer"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 10, "chunk_size": 100}]}})"),
+             Catch::Contains("kernel set k: chunk size 100 is not a multiple of 64 up to 2^30"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 0, "chunk_size": 128}]}})"),
+             Catch::Contains("kernel set k: elements 0 is not positive"));
+  CHECK_THAT(
+      error_of([] { optgen::Tuning::load("/nonexistent/table.json"); }),
+      Catch::Contains("optgen::Tuning::load(/nonexistent/table.json)") && Catch::Contains("cannot open the file"));
+}
+
+TEST_CASE("tuning: OPTGEN_TUNING names tables, and the one for the device is used", "[tuning]") {
+  const TempFile a("optgen_tuning_a", R"({"device": "GPU A", "kernels": {"k": [{"elements": 1, "chunk_size": 128}]}})");
+  const TempFile b("optgen_tuning_b", R"({"device": "GPU B", "kernels": {"k": [{"elements": 1, "chunk_size": 256}]}})");
+  {
+    const TuningVariable variable(a.path() + ":" + b.path());
+    CHECK(optgen::Tuning::from_environment("GPU B").chunk_size("k", 1) == 256);
+    CHECK(optgen::Tuning::from_environment("GPU A").chunk_size("k", 1) == 128);
+    CHECK(optgen::Tuning::from_environment("GPU C").empty());
+  }
+  {
+    const TuningVariable variable(a.path() + ":/nonexistent/table.json");
+    CHECK_THAT(error_of([] { optgen::Tuning::from_environment("GPU C"); }),
+               Catch::Contains("/nonexistent/table.json") && Catch::Contains("cannot open the file"));
+  }
+  unsetenv("OPTGEN_TUNING");
+  CHECK(optgen::Tuning::from_environment("GPU A").empty());
+}
+
+TEST_CASE("tuning: an optimizer takes its chunk size from the table for its GPU", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const std::string device = optgen::driver::device_name(optgen::driver::current_device());
+  const auto& adam = launcher("adam");
+  optgen::StorageOptions eight;
+  eight.states = DType::Q8;
+  eight.state_dtypes = {{"exp_avg_sq", DType::UQ8}};
+  // The kernel sets' names, as the table knows them.
+  optgen::FusedOptimizer probe(adam, optgen::default_hyperparameters(adam));
+  std::mt19937 rng(3);
+  DeviceGroup group(DType::F32, std::vector<std::int64_t>{5000, 300}, {false, false}, rng);
+  probe.add_param_group(group.tensors, optgen::FusedOptimizer::Overrides{});
+  const std::string f32_set = optgen::tuning_name(adam, probe.kernel_set(0));
+  CHECK(f32_set == "adam_f32_f32_update");
+  optgen::FusedOptimizer probe8(adam, optgen::default_hyperparameters(adam), eight);
+  probe8.add_param_group(group.tensors, optgen::FusedOptimizer::Overrides{});
+  const std::string q8_set = optgen::tuning_name(adam, probe8.kernel_set(0));
+
+  const TempFile table(
+      "optgen_tuning_gpu",
+      R"({"device": ")" + device + R"(", "kernels": {")" + f32_set +
+          R"(": [{"elements": 1000, "chunk_size": 1024}, {"elements": 100000000, "chunk_size": 8192}], ")" + q8_set +
+          R"(": [{"elements": 1000, "chunk_size": 1088}]}})");
+  const TuningVariable variable(table.path());
+  optgen::FusedOptimizer opt(adam, optgen::default_hyperparameters(adam));
+  opt.add_param_group(group.tensors, optgen::FusedOptimizer::Overrides{});
+  CHECK(opt.chunk_size(0) == 1024);  // 5300 elements: nearest 1000
+  // Stepped in chunks of 1024 (five of the first tensor), as the reference steps it.
+  auto scalar_state = initial_scalar_state(adam, opt.hyperparameters(0));
+  Comparison result;
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    group.new_gradients(rng);
+    compare_step(opt, reference_of("adam"), group, scalar_state, step, result);
+  }
+  INFO("worst relative error " << result.worst << " in " << result.where);
+  CHECK(result.worst <= tolerance(adam, opt.kernel_set(0)));
+  opt.set_chunk_size(4096);  // set_chunk_size wins
+  CHECK(opt.chunk_size(0) == 4096);
+
+  // A table for another GPU is not this one's.
+  const TempFile other("optgen_tuning_other", R"({"device": "not )" + device + R"(", "kernels": {")" + f32_set +
+                                                  R"(": [{"elements": 1000, "chunk_size": 64}]}})");
+  {
+    const TuningVariable other_variable(other.path());
+    optgen::FusedOptimizer untuned(adam, optgen::default_hyperparameters(adam));
+    untuned.add_param_group(group.tensors, optgen::FusedOptimizer::Overrides{});
+    CHECK(untuned.chunk_size(0) == untuned.kernel_set(0).chunk_size);
+  }
+
+  // An 8-bit set's chunks hold whole 256-element blocks: a table that says otherwise is an error.
+  optgen::FusedOptimizer opt8(adam, optgen::default_hyperparameters(adam), eight);
+  opt8.add_param_group(group.tensors, optgen::FusedOptimizer::Overrides{});
+  CHECK_THAT(error_of([&] { opt8.prepare(nullptr); }), Catch::Contains("the tuning table for " + device) &&
+                                                           Catch::Contains(q8_set) &&
+                                                           Catch::Contains("chunks of 1088, not a multiple of 256"));
+}
