@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -1244,7 +1245,11 @@ const KernelInfo& FusedOptimizer::kernel_set(std::size_t group) const {
 long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {
   if (chunk_size > 0) return chunk_size;
   const KernelInfo& set = info->kernels[kernel];
-  if (!tuning) tuning = Tuning::from_environment(driver::device_name(driver::current_device()));
+  // The device is asked for its name only where a table may apply: without OPTGEN_TUNING this
+  // works without a GPU, as before.
+  if (!tuning)
+    tuning = std::getenv("OPTGEN_TUNING") ? Tuning::from_environment(driver::device_name(driver::current_device()))
+                                          : Tuning();
   if (tuning->empty()) return set.chunk_size;
   long long elements = 0;
   for (const Group& g : groups)
