@@ -735,8 +735,9 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   std::vector<long long> numel;
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   std::vector<int> chunks_per_tensor;
-  const std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, m.chunk_size_of(plan.kernel), blocks_per_group,
-                                                            chunks_per_tensor, variant.num_reductions > 0);
+  const long long chunk_size = m.chunk_size_of(plan.kernel);  // sums the plan's elements, may read a table
+  const std::vector<kernel_abi::Chunk> chunks =
+      chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
@@ -748,7 +749,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   plan.table = {device_pointer<void* const>(plan.pointer_memory, 0),
                 device_pointer<const long long>(plan.table_memory, numel_at),
                 device_pointer<const kernel_abi::Chunk>(plan.table_memory, chunks_at),
-                m.chunk_size_of(plan.kernel),
+                chunk_size,
                 static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size()),
                 nullptr,
