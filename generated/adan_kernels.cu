@@ -1833,6 +1833,12 @@ __device__ __forceinline__ constexpr int loaded_operands() {
 /// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
 /// fence, an atomic) is paid once per run. Nothing else is written, and the step is not advanced:
 /// that is the Update stage's.
+///
+/// It waits for the kernel before it and only then lets the next one start. The Update stage after
+/// it loads params, grads and states before its own wait, and a wait covers only the kernel just
+/// before (programmatic dependent launch is not transitive): let start first, that Update stage
+/// could run under the tail of the kernel before this one, the last step's Update stage, which
+/// writes them.
 template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
@@ -1848,8 +1854,8 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
   constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
   constexpr int U = kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded) : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
-  allow_next_kernel();
   wait_for_previous_kernel();  // the results of the Reduce stage before, which this one may read
+  allow_next_kernel();
 
   // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
   // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
@@ -2029,11 +2035,19 @@ __device__ __forceinline__ void end_update(const GroupTable& groups, const Updat
 /// start its blocks while this stage's last ones run; and, where no Reduce stage came before
 /// (Update::kFirstStage), waits for the kernel before it, under whose tail it may have started and
 /// which may write the gradients, AMP's found_inf or (the step before) the params and states. A
-/// stage after a Reduce stage loads its first tile first and waits in begin_update.
+/// stage after a Reduce stage loads its first tile first and waits in begin_update: the Reduce
+/// stage let it start only once its own wait was over, so every kernel that writes what the tile
+/// reads has ended (a wait covers only the kernel just before; reduce_stage says why it matters).
 template <typename Update>
 __device__ __forceinline__ void enter_update_stage() {
   allow_next_kernel();
   if constexpr (Update::kFirstStage) wait_for_previous_kernel();
+}
+
+/// AMP: an overflow (a nonzero found_inf) skips the whole step. An Update stage reads it after
+/// enter_update_stage.
+__device__ __forceinline__ bool skips_step(const StepInputs& inputs) {
+  return inputs.found_inf != nullptr && *inputs.found_inf != 0.0f;
 }
 
 /// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
@@ -2062,7 +2076,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const bool aligned = update_operands<Ops>(table, t, ptr);
   enter_update_stage<Update>();
   // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
-  const bool skip = inputs.found_inf != 0 && *inputs.found_inf != 0.0f;
+  const bool skip = skips_step(inputs);
 
   // The first tile's loads are issued before the block waits for its ticket, and each next tile's
   // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
@@ -2216,7 +2230,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   for (int op = 0; op < kOps; ++op) absmax[op] = Ops::blockwise(op) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
   load_blockwise_quantiser();
   enter_update_stage<Update>();
-  if (inputs.found_inf != 0 && *inputs.found_inf != 0.0f) return;  // AMP: an overflow skips the step
+  if (skips_step(inputs)) return;
   const int lane = threadIdx.x & 31;
   // Blocks wholly in the chunk (it starts on a block), where every operand is aligned.
   const long long whole_end = aligned ? start + (end - start) / blockwise8::kBlockSize * blockwise8::kBlockSize : start;
@@ -2792,8 +2806,8 @@ template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, const GroupTable& groups,
                                                     const StepInputs& inputs, const ReductionTable& red) {
   static_assert(Ops::kBlockwise == 0, "8-bit states are for element-wise variants (Spec::storage_problem)");
-  allow_next_kernel();
   wait_for_previous_kernel();  // earlier stages' results; and the last step's states
+  allow_next_kernel();          // after the wait, as in reduce_stage
   const ShapeTable& st = *table.shapes;
   long long b = blockIdx.x;
   auto total = [&](int kind) {
@@ -2844,7 +2858,7 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
   const long long end = start + chunk.count;
   allow_next_kernel();
   wait_for_previous_kernel();  // the kernel before: a Reduce stage's results, or (a first stage) anything
-  if (inputs.found_inf != 0 && *inputs.found_inf != 0.0f) return;  // AMP: an overflow skips the step
+  if (skips_step(inputs)) return;
   const Ticket ticket = take_ticket<Update>(groups, red, t, g);
   const int slot = ticket.slot;
   const Values k = *group_values<Values>(groups, slot, g);
