@@ -38,12 +38,7 @@ TEST_CASE("per-tensor values on the GPU match the CPU reference", "[gpu]") {
   std::vector<double> h = optgen::default_hyperparameters(info);
   optgen::FusedOptimizer opt(info, h);
   opt.add_param_group(group.tensors, h);
-  auto scalar_state = initial_scalar_state(info, h);
-  Comparison result;
-  for (std::int64_t step = 1; step <= 4; ++step) {
-    group.new_gradients(rng);
-    compare_step(opt, ref, group, scalar_state, step, result);
-  }
+  const Comparison result = compare_steps(opt, ref, group, 4, rng);
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= 1e-5);
 }

@@ -361,6 +361,17 @@ std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, cons
   return s;
 }
 
+Comparison compare_steps(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                         int steps, std::mt19937& rng) {
+  std::vector<double> scalar_state = initial_scalar_state(opt.info(), opt.hyperparameters(0));
+  Comparison result;
+  for (std::int64_t step = 1; step <= steps; ++step) {
+    g.new_gradients(rng);
+    compare_step(opt, ref, g, scalar_state, step, result);
+  }
+  return result;
+}
+
 optgen::Tensor fake_tensor(std::int64_t numel) {
   return {reinterpret_cast<void*>(0x10000), reinterpret_cast<const void*>(0x20000), numel, DType::F32};
 }

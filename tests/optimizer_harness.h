@@ -118,6 +118,11 @@ void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimize
 /// A group's scalar state before its first step.
 std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h);
 
+/// `steps` steps of a single-group optimizer that has not stepped yet, each on new gradients from
+/// `rng` and compared with the CPU reference (compare_step): the worst relative error over them.
+Comparison compare_steps(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                         int steps, std::mt19937& rng);
+
 /// A tensor whose pointers look fine but point nowhere: for checks that fail before the driver.
 optgen::Tensor fake_tensor(std::int64_t numel = 8);
 

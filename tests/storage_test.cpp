@@ -328,12 +328,7 @@ TEST_CASE("storage: 8-bit states match bitsandbytes' quantisation of the referen
       CHECK(opt.state("exp_avg", 0, 0).dtype == DType::F32);
       CHECK(opt.state("exp_avg", 0, 1).dtype == DType::Q8);
       CHECK(opt.state("exp_avg_sq", 0, 3).dtype == DType::UQ8);
-      auto scalar_state = initial_scalar_state(info, opt.hyperparameters(0));
-      Comparison result;
-      for (std::int64_t step = 1; step <= 4; ++step) {
-        group.new_gradients(rng);
-        compare_step(opt, reference_of("adamw"), group, scalar_state, step, result);
-      }
+      const Comparison result = compare_steps(opt, reference_of("adamw"), group, 4, rng);
       INFO("worst relative error " << result.worst << " in " << result.where);
       CHECK(result.worst == 0);
     }

@@ -172,12 +172,7 @@ TEST_CASE("tuning: an optimizer takes its chunk size from the table for its GPU"
   opt.add_param_group(group.tensors, optgen::FusedOptimizer::Overrides{});
   CHECK(opt.chunk_size(0) == 1024);  // 5300 elements: nearest 1000
   // Stepped in chunks of 1024 (five of the first tensor), as the reference steps it.
-  auto scalar_state = initial_scalar_state(adam, opt.hyperparameters(0));
-  Comparison result;
-  for (std::int64_t step = 1; step <= 2; ++step) {
-    group.new_gradients(rng);
-    compare_step(opt, reference_of("adam"), group, scalar_state, step, result);
-  }
+  const Comparison result = compare_steps(opt, reference_of("adam"), group, 2, rng);
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= tolerance(adam, opt.kernel_set(0)));
   opt.set_chunk_size(4096);  // set_chunk_size wins
