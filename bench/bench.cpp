@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -44,10 +45,10 @@
 #include "adamw.h"
 #include "lamb.h"
 #include "optgen/blockwise8.h"
-#include "optgen/tuning.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "optgen/storage.h"
+#include "optgen/tuning.h"
 #include "sgd.h"
 
 namespace {
@@ -431,7 +432,16 @@ void add_options(CLI::App& app, Arguments& args) {
   app.add_option("--tune", args.tune,
                  "write FILE, a table of each kernel set's fastest chunk size per workload size (eager steps over "
                  "--chunk-sizes, or 1024 to 65536, and the launcher's default), which the runtime reads through "
-                 "OPTGEN_TUNING");
+                 "OPTGEN_TUNING")
+      ->check(
+          [](const std::string& path) -> std::string {
+            // Checked before the measurements, which take minutes, rather than when the table is written.
+            const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+            if (!parent.empty() && !std::filesystem::is_directory(parent))
+              return "no directory " + parent.string() + " to write " + path + " in";
+            return "";
+          },
+          "FILE in an existing directory");
 }
 
 }  // namespace

@@ -16,6 +16,13 @@ constexpr std::size_t kStateAlignment = 256;  // bytes; keeps every state buffer
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
+/// A chunk of a kernel set with 8-bit states holds whole quantisation blocks (the Update stage's
+/// warps take one each): the rule a chunk size is held to, from set_chunk_size or a tuning table.
+bool holds_whole_blocks(long long chunk, const DType* dtypes, std::size_t count) {
+  return chunk % blockwise8::kBlockSize == 0 || std::none_of(dtypes, dtypes + count, is_blockwise);
+}
+constexpr const char* kWholeBlocks = "a chunk of a kernel set with 8-bit states holds whole blocks of 256 elements";
+
 /// The value a state buffer or scalar state starts from, given the group's hyperparameters.
 double initial_value(const reference::InitInfo& init, const std::vector<double>& h) {
   return init.hyperparameter >= 0 ? h[init.hyperparameter] : init.value;
@@ -1227,9 +1234,9 @@ void FusedOptimizer::set_chunk_size(long long elements) {
     throw Error(impl_->call("set_chunk_size"),
                 "chunk size " + std::to_string(elements) + " must be a multiple of 64 up to 2^30");
   const auto& dtypes = impl_->state_dtypes;
-  if (elements % blockwise8::kBlockSize != 0 && std::any_of(dtypes.begin(), dtypes.end(), is_blockwise))
+  if (!holds_whole_blocks(elements, dtypes.data(), dtypes.size()))
     throw Error(impl_->call("set_chunk_size"), "chunk size " + std::to_string(elements) + " is not a multiple of 256",
-                "a chunk of a kernel set with 8-bit states holds whole blocks of 256 elements");
+                kWholeBlocks);
   if (elements == impl_->chunk_size) return;
   impl_->unprepare();
   impl_->chunk_size = elements;
@@ -1259,14 +1266,11 @@ long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {
   const std::string name = tuning_name(*info, set);
   const long long tuned = tuning->chunk_size(name, elements);
   if (tuned == 0) return set.chunk_size;
-  const bool blockwise =
-      set.state_dtypes && std::any_of(set.state_dtypes, set.state_dtypes + info->num_states, is_blockwise);
-  if (blockwise && tuned % blockwise8::kBlockSize != 0)
+  if (set.state_dtypes && !holds_whole_blocks(tuned, set.state_dtypes, static_cast<std::size_t>(info->num_states)))
     throw Error(call("prepare"),
                 "the tuning table for " + tuning->device() + " (OPTGEN_TUNING) gives kernel set " + name +
                     ", which has 8-bit states, chunks of " + std::to_string(tuned) + ", not a multiple of 256",
-                "a chunk of a kernel set with 8-bit states holds whole blocks of 256 elements: measure the table again "
-                "with optgen_bench --tune");
+                std::string(kWholeBlocks) + ": measure the table again with optgen_bench --tune");
   return tuned;
 }
 
