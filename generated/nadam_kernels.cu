@@ -2174,15 +2174,17 @@ struct BlockTile {
   float scale[kOps];
 };
 
-/// Loads elements i .. i + V - 1 of every operand into `tile`; `absmax` as blockwise_absmax gives it.
-template <typename Ops, int kOps, int V>
+/// Loads elements i .. i + V - 1 of every operand into `tile`; `absmax` as blockwise_absmax gives
+/// it. kCodes: the tensor's 8-bit states are codes (its absmax are not null), else f32 (a tensor
+/// too small for 8 bits: blockwise8::uses_8bit_states holds for all its states or none).
+template <typename Ops, bool kCodes, int kOps, int V>
 __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, void* const (&ptr)[kOps],
                                                 float* const (&absmax)[kOps], long long i) {
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
     if (!Ops::blockwise(op)) {
       load_operand_words<Ops, V>(op, ptr[op], i, tile.words[op]);
-    } else if (absmax[op]) {
+    } else if (kCodes) {
       load_words<unsigned char, V>(ptr[op], i, tile.words[op]);
       tile.scale[op] = absmax[op][i / blockwise8::kBlockSize];
     } else {
@@ -2191,14 +2193,34 @@ __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, void* 
   }
 }
 
-/// Element e of operand `op` of a BlockTile, decoded: the float load_operand gives.
-template <typename Ops, int kOps, int V>
-__device__ __forceinline__ float block_tile_value(const BlockTile<kOps, V>& tile, float* const (&absmax)[kOps], int op,
-                                                  int e) {
+/// Element e of operand `op` of a BlockTile that load_block_tile<Ops, kCodes> filled, decoded: the
+/// float load_operand gives.
+template <typename Ops, bool kCodes, int kOps, int V>
+__device__ __forceinline__ float block_tile_value(const BlockTile<kOps, V>& tile, int op, int e) {
   if (!Ops::blockwise(op)) return operand_word_value<Ops>(op, tile.words[op], e);
-  if (!absmax[op]) return __uint_as_float(tile.words[op][e]);
+  if (!kCodes) return __uint_as_float(tile.words[op][e]);
   const unsigned code = (tile.words[op][e >> 2] >> ((e & 3) * 8)) & 0xffu;
   return blockwise_value(Ops::codec(op), code, tile.scale[op]);
+}
+
+/// blockwise_update_stage's blocks wholly in the chunk, from q (at which the tile is loaded) up
+/// to whole_end in steps of kStride: each decoded from the tile, the next one loaded into it, then
+/// updated and stored by `update_block`. kCodes as for load_block_tile: compiled once for each, so
+/// that no element asks (asking cost a branch per element and state, which also kept the compiler
+/// from interleaving the elements' math).
+template <typename Ops, bool kCodes, long long kStride, int kOps, int V, typename UpdateBlock>
+__device__ __forceinline__ void update_whole_blocks(long long& q, long long whole_end, int lane, BlockTile<kOps, V>& tile,
+                                                    void* const (&ptr)[kOps], float* const (&absmax)[kOps],
+                                                    const UpdateBlock& update_block) {
+  for (; q < whole_end; q += kStride) {
+    float v[kOps][V];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op)
+#pragma unroll
+      for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops, kCodes>(tile, op, e);
+    if (q + kStride < whole_end) load_block_tile<Ops, kCodes>(tile, ptr, absmax, q + kStride + lane * V);
+    update_block(v, q, V);
+  }
 }
 
 /// The Update stage of a kernel set with 8-bit states (Ops::kBlockwise): update_stage's, except
@@ -2235,8 +2257,16 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   // Blocks wholly in the chunk (it starts on a block), where every operand is aligned.
   const long long whole_end = aligned ? start + (end - start) / blockwise8::kBlockSize * blockwise8::kBlockSize : start;
   long long q = start + static_cast<long long>(threadIdx.x >> 5) * blockwise8::kBlockSize;
+  // Whether the tensor's 8-bit states are codes or (a small tensor) f32: update_whole_blocks is
+  // compiled for each.
+  const bool codes = blockwise8::uses_8bit_states(table.numel[t]);
   BlockTile<kOps, V> tile;
-  if (q < whole_end) load_block_tile<Ops>(tile, ptr, absmax, q + lane * V);
+  if (q < whole_end) {
+    if (codes)
+      load_block_tile<Ops, true>(tile, ptr, absmax, q + lane * V);
+    else
+      load_block_tile<Ops, false>(tile, ptr, absmax, q + lane * V);
+  }
   const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
 
   // Block q's values `v` updated and stored; `count` of the lane's V are the tensor's. Warp-uniform:
@@ -2269,15 +2299,10 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
     }
   };
 
-  for (; q < whole_end; q += kStride) {
-    float v[kOps][V];
-#pragma unroll
-    for (int op = 0; op < kOps; ++op)
-#pragma unroll
-      for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops>(tile, absmax, op, e);
-    if (q + kStride < whole_end) load_block_tile<Ops>(tile, ptr, absmax, q + kStride + lane * V);
-    update_block(v, q, V);
-  }
+  if (codes)
+    update_whole_blocks<Ops, true, kStride>(q, whole_end, lane, tile, ptr, absmax, update_block);
+  else
+    update_whole_blocks<Ops, false, kStride>(q, whole_end, lane, tile, ptr, absmax, update_block);
   for (; q < end; q += kStride) {
     const long long i = q + lane * V;
     const int count = end - i < V ? static_cast<int>(end - i > 0 ? end - i : 0) : V;
