@@ -947,10 +947,11 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
       // no rows or columns (all empty): nothing to launch. The hook is still called, so that every
       // rank of a sharded model makes the same collective calls.
       if (plan.grids[s] > 0) {
-        // Every stage may start while the kernel before it ends, where that kernel allows it (each
-        // stage does, once all its blocks run): a stage after the first issues its first loads
-        // under the last one's tail, a first stage only its reads of the plan's tables. Each waits
-        // before it reads what the kernel before may write (kernel_support's wait_for_previous_kernel).
+        // Every stage may start while the kernel before it ends, where that kernel allows it (an
+        // Update stage does as its blocks start, a Reduce stage once they have waited for the
+        // kernel before it): a stage after the first issues its first loads under the last one's
+        // tail, a first stage only its reads of the plan's tables. Each waits before it reads what
+        // the kernel before may write (kernel_support's wait_for_previous_kernel).
         driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(m.info->block_size), stream, args,
                        m.early_start,
                        "check that the tensors are still allocated and that the stream belongs to the current context");
