@@ -6,27 +6,12 @@
 
 #include <random>
 
+#include "capture.h"
 #include "optimizer_harness.h"
 
 using namespace optgen_test;
 
 namespace {
-
-/// A stream of the test's own (not the legacy default stream, which waits for the others).
-class Stream {
- public:
-  Stream() { optgen::driver::check(api().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
-  ~Stream() { api().cuStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-
-  CUstream get() const { return stream_; }
-  void synchronize() const { optgen::driver::check(api().cuStreamSynchronize(stream_), "cuStreamSynchronize"); }
-
- private:
-  static const optgen::driver::Api& api() { return optgen::driver::api(); }
-  CUstream stream_ = nullptr;
-};
 
 /// Every param, master copy and state of `opt`'s one group, as the device holds them.
 std::vector<std::vector<unsigned char>> everything(const optgen::FusedOptimizer& opt, const DeviceGroup& group) {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "capture.h"
 #include "optgen/kernel_cache.h"
 #include "optgen/nvrtc.h"
 #include "optimizer_harness.h"
@@ -257,24 +258,6 @@ TEST_CASE("driver::available and nvrtc::available give one answer to many thread
 // ---- On a GPU: optimizers on threads and streams of their own, all at once. ----
 
 namespace {
-
-/// A stream that does not wait for the legacy default stream (so for no other thread's work).
-class Stream {
- public:
-  Stream() {
-    optgen::driver::check(optgen::driver::api().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  }
-  ~Stream() { optgen::driver::api().cuStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  CUstream get() const { return stream_; }
-  void synchronize() const {
-    optgen::driver::check(optgen::driver::api().cuStreamSynchronize(stream_), "cuStreamSynchronize");
-  }
-
- private:
-  CUstream stream_ = nullptr;
-};
 
 constexpr int kSteps = 6;
 
