@@ -1211,6 +1211,89 @@ inline void dequantize_blockwise(const float* map, const unsigned char* codes, c
 
 #endif  // OPTGEN_BLOCKWISE8_H_
 
+// ---- element arithmetic (runtime/include/optgen/element_math.h, verbatim) ----
+#ifndef OPTGEN_ELEMENT_MATH_H_
+#define OPTGEN_ELEMENT_MATH_H_
+// How an Update stage's element code divides and takes square roots: `m_.div(a, b)` and
+// `m_.sqrt(x)` in the generated `Update::apply<Math>`, always IEEE-rounded (the CPU reference's
+// `a / b` and `std::sqrt`), computed one of two ways. Device code only; like random.h it has no
+// includes, so the generator copies its text verbatim into a kernel source and a test can compile
+// it alone with NVRTC.
+//
+// IeeeMath is CUDA's own `a / b` and `sqrtf`. Each compiles to a short sequence (a reciprocal or
+// reciprocal square root estimate refined by two or three FMAs), a check of whether its operands
+// are in the range where that sequence is exact (FCHK for a division, an exponent compare for a
+// square root) and a branch, per operation, to a slow path. The branches cost more than their
+// instructions: each is a reconvergence region (BSSY ... BSYNC) the compiler does not schedule
+// across, so an element's divisions and root run as one dependent chain and the elements a
+// thread holds do not overlap. The 8-bit Update stage, whose thread updates 8 elements at a time
+// and is bound by instruction latency, spent most of its stall cycles there
+// (bench/RESULTS.md, 2026-11-26).
+//
+// CheckedMath runs the same sequences with no branch, and records whether every operand was in a
+// range where they are exact; the caller computes a batch of elements so, then, where exact() is
+// false (rare: a value beyond 2^+-60, a subnormal, an infinity, a NaN, a negative zero
+// dividend), computes the whole batch again with IeeeMath. The two give the same bits wherever
+// exact() holds (tests/element_math_test.cpp compares them over random and boundary operands on
+// the GPU).
+//
+// The sequences are the fast paths CUDA 13's div.rn.f32 and sqrt.rn.f32 compile to on sm_90:
+// - a / b: r = rcp.approx(b); r = fma(r, fma(-b, r, 1), r); q = a * r; q = fma(fma(-b, q, a), r, q),
+//   exact (Markstein's theorem) where no step under- or overflows: here |a| and |b| in
+//   [2^-60, 2^60), so that the quotient and the remainder are normal floats; and a = +0, for
+//   which every step is +-0 and the result 0 with the quotient's sign. (-0 / b would come out +0.)
+// - sqrt(x): y = rsqrt.approx(x); s = x * y; s = fma(fma(-s, s, x), y / 2, s), exact for normal x
+//   from 2^-101 up (CUDA's own test: bits(x) - 0x0d000000 <= 0x727fffff); +0 is +0.
+//
+// The checks are comparisons (FSETP with the operand's absolute value, chained). Sums on the FMA
+// pipe instead (an `over` sum that overflows, an `under` one that a flushed product leaves
+// nonzero) were tried and were slower: more instructions and registers (bench/RESULTS.md,
+// 2026-11-26).
+
+namespace optgen {
+
+/// IEEE division and square root as CUDA compiles them (a branch to a slow path in each).
+struct IeeeMath {
+  __device__ __forceinline__ float div(float a, float b) const { return a / b; }
+  __device__ __forceinline__ float sqrt(float x) const { return ::sqrtf(x); }
+};
+
+/// The same results with no branch, exact where exact() holds (see above).
+class CheckedMath {
+ public:
+  __device__ __forceinline__ bool exact() const { return exact_; }
+
+  __device__ __forceinline__ float div(float a, float b) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+    r = __fmaf_rn(r, __fmaf_rn(-b, r, 1.0f), r);
+    const float q = __fmul_rn(a, r);
+    const float result = __fmaf_rn(__fmaf_rn(-b, q, a), r, q);
+    exact_ = exact_ & in_range(b) & (in_range(a) | (__float_as_uint(a) == 0u));
+    return result;
+  }
+
+  __device__ __forceinline__ float sqrt(float x) {
+    float y;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    const float s = __fmul_rn(x, y);
+    const float root = __fmaf_rn(__fmaf_rn(-s, s, x), __fmul_rn(y, 0.5f), s);
+    const unsigned bits = __float_as_uint(x);
+    exact_ = exact_ & ((bits - 0x0d000000u <= 0x727fffffu) | (bits == 0u));
+    return bits == 0u ? 0.0f : root;
+  }
+
+ private:
+  /// |x| in [2^-60, 2^60) (false for NaN).
+  static __device__ __forceinline__ bool in_range(float x) { return (fabsf(x) >= 0x1p-60f) & (fabsf(x) < 0x1p60f); }
+
+  bool exact_ = true;
+};
+
+}  // namespace optgen
+
+#endif  // OPTGEN_ELEMENT_MATH_H_
+
 // ---- optgen kernel support (templates/kernel_support.cuh.in): storage types, the spec language's
 // functions, the Reduce- and Update-stage drivers the stage kernels of this file run, and the group
 // kernel. The structs they read are the kernel ABI above (runtime/include/optgen/kernel_abi.h). ----
@@ -2054,6 +2137,24 @@ __device__ __forceinline__ bool skips_step(const StepInputs& inputs) {
 /// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
 /// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
 /// other operand is written back.
+/// The first `count` of a thread's V elements, every operand in `v`, updated in place: the gradient
+/// unscaled (AMP), then Update::apply, dividing and taking roots with `math` (element_math.h).
+template <typename Update, typename Group, int kOps, int V, typename Math>
+__device__ __forceinline__ void update_elements(const UpdateStep<Update, Group>& step, float (&v)[kOps][V], int count,
+                                                Math& math) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    if (e >= count) continue;
+    float x[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) x[op] = v[op][e];
+    if (step.scaled) x[1] = math.div(x[1], step.grad_scale);
+    Update::apply(step.k, step.tv, x, math);
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) v[op][e] = x[op];
+  }
+}
+
 template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ void blockwise_update_stage(const TableView& table, const GroupTable& groups,
                                                        const StepInputs& inputs, const ReductionTable& red);
@@ -2117,7 +2218,9 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     for (int u = 0; u < U; ++u) {
       const long long i = base + u * kStride;
       if (i >= vector_end) continue;
-      // Tile u, updated in place (floats) or into `out` (words), then stored.
+      // Tile u, updated in place (floats) or into `out` (words), then stored. Its divisions and
+      // roots are IeeeMath's: CheckedMath's interleaved elements (the 8-bit stage's) cost this
+      // memory-bound loop spills at its register cap (1980 bytes in adam_kernels.cu).
       float out[kWords ? kOps : 1][V];
 #pragma unroll
       for (int e = 0; e < V; ++e) {
@@ -2130,7 +2233,8 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
             x[op] = v[u][op][e];
         }
         if (step.scaled) x[1] = x[1] / step.grad_scale;
-        Update::apply(step.k, step.tv, x);
+        IeeeMath math;
+        Update::apply(step.k, step.tv, x, math);
 #pragma unroll
         for (int op = 0; op < kOps; ++op) {
           if constexpr (kWords)
@@ -2157,7 +2261,8 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 #pragma unroll
     for (int op = 0; op < kOps; ++op) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
     if (step.scaled) x[1] = x[1] / step.grad_scale;
-    Update::apply(step.k, step.tv, x);
+    IeeeMath math;
+    Update::apply(step.k, step.tv, x, math);
 #pragma unroll
     for (int op = 0; op < kOps; ++op) store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
   }
@@ -2203,23 +2308,43 @@ __device__ __forceinline__ float block_tile_value(const BlockTile<kOps, V>& tile
   return blockwise_value(Ops::codec(op), code, tile.scale[op]);
 }
 
+/// The V elements of every operand in `tile` (load_block_tile<Ops, kCodes>), decoded into `v`.
+template <typename Ops, bool kCodes, int kOps, int V>
+__device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile, float (&v)[kOps][V]) {
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops, kCodes>(tile, op, e);
+}
+
 /// blockwise_update_stage's blocks wholly in the chunk, from q (at which the tile is loaded) up
 /// to whole_end in steps of kStride: each decoded from the tile, the next one loaded into it, then
-/// updated and stored by `update_block`. kCodes as for load_block_tile: compiled once for each, so
+/// updated and stored by `store_block`. kCodes as for load_block_tile: compiled once for each, so
 /// that no element asks (asking cost a branch per element and state, which also kept the compiler
-/// from interleaving the elements' math).
-template <typename Ops, bool kCodes, long long kStride, int kOps, int V, typename UpdateBlock>
+/// from interleaving the elements' math). A lane's 8 elements are updated with CheckedMath, whose
+/// divisions and roots have no branch, so that their math interleaves; where it was not exact
+/// (element_math.h), the block's operands are read again (nothing of the block is stored yet) and
+/// updated with IeeeMath.
+template <typename Ops, bool kCodes, long long kStride, typename Update, typename Group, int kOps, int V,
+          typename StoreBlock>
 __device__ __forceinline__ void update_whole_blocks(long long& q, long long whole_end, int lane, BlockTile<kOps, V>& tile,
                                                     void* const (&ptr)[kOps], float* const (&absmax)[kOps],
-                                                    const UpdateBlock& update_block) {
+                                                    const UpdateStep<Update, Group>& step,
+                                                    const StoreBlock& store_block) {
   for (; q < whole_end; q += kStride) {
     float v[kOps][V];
-#pragma unroll
-    for (int op = 0; op < kOps; ++op)
-#pragma unroll
-      for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops, kCodes>(tile, op, e);
+    decode_block_tile<Ops, kCodes>(tile, v);
     if (q + kStride < whole_end) load_block_tile<Ops, kCodes>(tile, ptr, absmax, q + kStride + lane * V);
-    update_block(v, q, V);
+    CheckedMath checked;
+    update_elements(step, v, V, checked);
+    if (!checked.exact()) {
+      BlockTile<kOps, V> again;
+      load_block_tile<Ops, kCodes>(again, ptr, absmax, q + lane * V);
+      decode_block_tile<Ops, kCodes>(again, v);
+      IeeeMath ieee;
+      update_elements(step, v, V, ieee);
+    }
+    store_block(v, q, V);
   }
 }
 
@@ -2269,21 +2394,10 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   }
   const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
 
-  // Block q's values `v` updated and stored; `count` of the lane's V are the tensor's. Warp-uniform:
+  // Block q's updated values `v` stored; `count` of the lane's V are the tensor's. Warp-uniform:
   // every lane of a warp runs it (store_blockwise's shuffles need them all).
-  const auto update_block = [&](float(&v)[kOps][V], long long q, int count) {
+  const auto store_block = [&](const float(&v)[kOps][V], long long q, int count) {
     const long long i = q + lane * V;
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      if (e >= count) continue;
-      float x[kOps];
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) x[op] = v[op][e];
-      if (step.scaled) x[1] = x[1] / step.grad_scale;
-      Update::apply(step.k, step.tv, x);
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) v[op][e] = x[op];
-    }
     const bool whole = aligned && count == V;
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
@@ -2300,9 +2414,9 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   };
 
   if (codes)
-    update_whole_blocks<Ops, true, kStride>(q, whole_end, lane, tile, ptr, absmax, update_block);
+    update_whole_blocks<Ops, true, kStride>(q, whole_end, lane, tile, ptr, absmax, step, store_block);
   else
-    update_whole_blocks<Ops, false, kStride>(q, whole_end, lane, tile, ptr, absmax, update_block);
+    update_whole_blocks<Ops, false, kStride>(q, whole_end, lane, tile, ptr, absmax, step, store_block);
   for (; q < end; q += kStride) {
     const long long i = q + lane * V;
     const int count = end - i < V ? static_cast<int>(end - i > 0 ? end - i : 0) : V;
@@ -2314,7 +2428,9 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
         v[op][e] = 0.0f;
         if (e < count) load_operand<Ops, 1>(op, ptr[op], i + e, &v[op][e], absmax[op]);
       }
-    update_block(v, q, count);
+    IeeeMath ieee;
+    update_elements(step, v, count, ieee);
+    store_block(v, q, count);
   }
 
   end_update(groups, step, g);
@@ -2954,7 +3070,10 @@ namespace variants::rprop {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+    /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+    /// caller computes the elements again with IeeeMath where it was not exact).
+    template <typename Math>
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float etaplus = k_.etaplus;
       const float etaminus = k_.etaminus;
       const float step_size_min = k_.step_size_min;
@@ -3096,7 +3215,10 @@ namespace variants::rprop_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands]) {
+    /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+    /// caller computes the elements again with IeeeMath where it was not exact).
+    template <typename Math>
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float etaplus = k_.etaplus;
       const float etaminus = k_.etaminus;
       const float step_size_min = k_.step_size_min;

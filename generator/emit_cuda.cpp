@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "clipping.h"
 #include "code_writer.h"
@@ -94,6 +95,9 @@ class CudaPrinter : public ExprPrinter {
     std::string row, col, matrix;
   };
   void set_shaped(const ShapedIndices& indices) { shaped_ = indices; }
+  /// Prints float division and square root as calls of `object`'s div and sqrt (element_math.h's
+  /// IeeeMath or CheckedMath: the Update stage's `m_`) rather than `/` and `::sqrtf`.
+  void set_math(std::string object) { math_ = std::move(object); }
 
  protected:
   std::string constant(const Node& c) const override {
@@ -111,11 +115,13 @@ class CudaPrinter : public ExprPrinter {
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
+    if (fn == Builtin::Sqrt && !double_ && !math_.empty()) return math_ + ".sqrt(" + args.at(0) + ")";
     std::string out = cuda_function(builtin_info(fn), double_) + "(";
     for (size_t i = 0; i < args.size(); ++i) out += (i ? ", " : "") + args[i];
     return out + ")";
   }
   std::optional<std::string> binary_as_call(BinaryOp op, const std::string& a, const std::string& b) const override {
+    if (op == BinaryOp::Div && !double_ && !math_.empty()) return math_ + ".div(" + a + ", " + b + ")";
     if (op != BinaryOp::Pow) return std::nullopt;
     return (double_ ? "::pow(" : "::powf(") + a + ", " + b + ")";
   }
@@ -162,6 +168,7 @@ class CudaPrinter : public ExprPrinter {
   }
 
   ShapedIndices shaped_;
+  std::string math_;
 
   bool double_;
   const Program* program_;
@@ -203,6 +210,9 @@ class CudaEmitter {
     w.line();
     w.line("// ---- 8-bit blockwise states (runtime/include/optgen/blockwise8.h, verbatim) ----");
     write_lines(w, template_text("blockwise8.h"));
+    w.line();
+    w.line("// ---- element arithmetic (runtime/include/optgen/element_math.h, verbatim) ----");
+    write_lines(w, template_text("element_math.h"));
     w.line();
     write_lines(w, render_template("kernel_support.cuh.in", {}));
     for (const auto& v : variants) variant(w, v, storage);
@@ -454,12 +464,15 @@ class CudaEmitter {
     const std::set<std::string> taken = taken_names(p);
     tensor_values(w, p, read, taken);
     w.line();
+    w.line("/// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose");
+    w.line("/// caller computes the elements again with IeeeMath where it was not exact).");
+    w.line("template <typename Math>");
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-        "TensorValues& tv_, "
-        "float (&v_)[kOperands])");
+        "TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_)");
     element_prologue(w, p, roots);
     CudaPrinter printer(false);
+    printer.set_math("m_");
     auto values = write_element_temporaries(w, p, printer, "float", taken);
     for (size_t j = 0; j < values.size(); ++j) {
       const std::string& out = p.element_outputs[j].name;
