@@ -1166,10 +1166,14 @@ OPTGEN_BLOCKWISE8_FUNCTION float code_bound(const float* map, int k) {
 /// the code of the positive value (127 .. 255).
 OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, const float* bounds, float x) {
   const unsigned magnitude = float_bits(x) & 0x7fffffffu;
-  const unsigned clamped = magnitude < kSlotLowBits    ? kSlotLowBits
-                           : magnitude > kSlotHighBits ? kSlotHighBits
-                                                       : magnitude;
-  const int low = slot_codes[(clamped - kSlotLowBits) >> (23 - kSlotMantissaBits)];
+  // How far |x| lies above the first slot's least float, clamped to the slots: in signed ints (a
+  // magnitude is under 2^31), so that the subtraction and the lower clamp are one instruction.
+  const int above = static_cast<int>(magnitude) - static_cast<int>(kSlotLowBits);
+  const int clamped = above < 0 ? 0
+                      : above > static_cast<int>(kSlotHighBits - kSlotLowBits)
+                          ? static_cast<int>(kSlotHighBits - kSlotLowBits)
+                          : above;
+  const int low = slot_codes[clamped >> (23 - kSlotMantissaBits)];
   return low + (bits_float(magnitude) > bounds[low + 1] ? 1 : 0);
 }
 
@@ -2366,7 +2370,9 @@ template <typename Ops, bool kCodes, int kOps, int V>
 __device__ __forceinline__ float block_tile_value(const BlockTile<kOps, V>& tile, int op, int e) {
   if (!Ops::blockwise(op)) return operand_word_value<Ops>(op, tile.words[op], e);
   if (!kCodes) return __uint_as_float(tile.words[op][e]);
-  const unsigned code = (tile.words[op][e >> 2] >> ((e & 3) * 8)) & 0xffu;
+  // The byte by PRMT: the map's address is then one LEA from it (a shift and mask by hand became a
+  // shift, a mask and an add).
+  const unsigned code = __byte_perm(tile.words[op][e >> 2], 0u, 0x4440u | static_cast<unsigned>(e & 3));
   return blockwise_value(Ops::codec(op), code, tile.scale[op]);
 }
 
