@@ -1230,9 +1230,9 @@ inline void dequantize_blockwise(const float* map, const unsigned char* codes, c
 // square root) and a branch, per operation, to a slow path. The branches cost more than their
 // instructions: each is a reconvergence region (BSSY ... BSYNC) the compiler does not schedule
 // across, so an element's divisions and root run as one dependent chain and the elements a
-// thread holds do not overlap. The 8-bit Update stage, whose thread updates 8 elements at a time
-// and is bound by instruction latency, spent most of its stall cycles there
-// (bench/RESULTS.md, 2026-11-26).
+// thread holds do not overlap. The 8-bit Update stage, whose lane updates 8 elements at a time and
+// is bound by its instructions and their latency, stalled on that dependent math more than on
+// anything else (bench/RESULTS.md, 2026-11-26).
 //
 // CheckedMath runs the same sequences with no branch, and records whether every operand was in a
 // range where they are exact; the caller computes a batch of elements so, then, where exact() is
@@ -2137,10 +2137,6 @@ __device__ __forceinline__ bool skips_step(const StepInputs& inputs) {
   return inputs.found_inf != nullptr && *inputs.found_inf != 0.0f;
 }
 
-/// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
-/// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
-/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
-/// other operand is written back.
 /// The first `count` of a thread's V elements, every operand in `v`, updated in place: the gradient
 /// unscaled (AMP), then Update::apply, dividing and taking roots with `math` (element_math.h).
 template <typename Update, typename Group, int kOps, int V, typename Math>
@@ -2159,6 +2155,10 @@ __device__ __forceinline__ void update_elements(const UpdateStep<Update, Group>&
   }
 }
 
+/// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
+/// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
+/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
+/// other operand is written back.
 template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ void blockwise_update_stage(const TableView& table, const GroupTable& groups,
                                                        const StepInputs& inputs, const ReductionTable& red);

@@ -12,9 +12,9 @@
 // square root) and a branch, per operation, to a slow path. The branches cost more than their
 // instructions: each is a reconvergence region (BSSY ... BSYNC) the compiler does not schedule
 // across, so an element's divisions and root run as one dependent chain and the elements a
-// thread holds do not overlap. The 8-bit Update stage, whose thread updates 8 elements at a time
-// and is bound by instruction latency, spent most of its stall cycles there
-// (bench/RESULTS.md, 2026-11-26).
+// thread holds do not overlap. The 8-bit Update stage, whose lane updates 8 elements at a time and
+// is bound by its instructions and their latency, stalled on that dependent math more than on
+// anything else (bench/RESULTS.md, 2026-11-26).
 //
 // CheckedMath runs the same sequences with no branch, and records whether every operand was in a
 // range where they are exact; the caller computes a batch of elements so, then, where exact() is
