@@ -8,13 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "device_source.h"
 #include "gpu.h"
 #include "optgen/driver.h"
 #include "optgen/kernel_images.h"
@@ -22,23 +21,10 @@
 
 namespace {
 
-std::uint32_t bits_of(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-float float_of(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
+using optgen_test::bits_of;
+using optgen_test::float_of;
 
-std::string element_math_header() {
-  std::ifstream in(OPTGEN_SOURCE_DIR "/runtime/include/optgen/element_math.h");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string element_math_header() { return optgen_test::source_text("runtime/include/optgen/element_math.h"); }
 
 /// The header pasted verbatim into a kernel source, as the generator pastes it: each thread
 /// divides a[i] by b[i] and takes the root of a[i] both ways.
@@ -109,11 +95,8 @@ TEST_CASE("element_math.h compiles alone with NVRTC, no include path", "[element
 TEST_CASE("CheckedMath is IEEE where it says exact, and says so across its range", "[element_math][gpu]") {
   OPTGEN_REQUIRE_GPU();
   const optgen::driver::Api& cuda = optgen::driver::api();
-  const int arch = optgen::driver::compute_capability(optgen::driver::current_device());
-  const auto compiled = optgen::nvrtc::compile(element_math_kernel_source(), "element_math_check.cu", kOptions, arch);
-  CUmodule loaded = nullptr;
-  optgen::driver::check(cuda.cuModuleLoadData(&loaded, compiled.image.data()), "cuModuleLoadData");
-  const optgen::Module module(loaded, optgen::ModuleOrigin::CompiledNow);
+  const optgen::Module module =
+      optgen_test::compile_for_device(element_math_kernel_source(), "element_math_check.cu", kOptions);
   CUfunction function = module.function("element_math_check");
 
   // Operands: the boundaries of the ranges and the special values, every pair of them; then pairs

@@ -8,14 +8,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "device_source.h"
 #include "gpu.h"
 #include "optgen/driver.h"
 #include "optgen/dtype.h"
@@ -27,16 +26,9 @@ namespace rnd = optgen::random;
 
 namespace {
 
-std::uint32_t bits_of(float x) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  return bits;
-}
-float float_of(std::uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
+using optgen_test::bits_of;
+using optgen_test::float_of;
+
 bool bf16_is_nan(unsigned bf16) { return (bf16 & 0x7F80u) == 0x7F80u && (bf16 & 0x7Fu) != 0; }
 
 rnd::Philox4x32 words(std::uint32_t a, std::uint32_t b, std::uint32_t c, std::uint32_t d) { return {{a, b, c, d}}; }
@@ -284,12 +276,7 @@ TEST_CASE("bf16 stochastic rounding keeps NaN, infinities and bf16 values", "[ra
 
 namespace {
 
-std::string random_header() {
-  std::ifstream in(OPTGEN_SOURCE_DIR "/runtime/include/optgen/random.h");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string random_header() { return optgen_test::source_text("runtime/include/optgen/random.h"); }
 
 /// The header as the generator will use it, pasted verbatim into a kernel source: element e of
 /// plan tensor `tensor` draws its bits both ways and rounds x[e].
@@ -334,11 +321,7 @@ TEST_CASE("random.h compiles alone with NVRTC, no include path", "[random][nvrtc
 TEST_CASE("the device draws and rounds as the host does", "[random][gpu]") {
   OPTGEN_REQUIRE_GPU();
   const optgen::driver::Api& cuda = optgen::driver::api();
-  const int arch = optgen::driver::compute_capability(optgen::driver::current_device());
-  const auto compiled = optgen::nvrtc::compile(random_kernel_source(), "random_check.cu", {}, arch);
-  CUmodule loaded = nullptr;
-  optgen::driver::check(cuda.cuModuleLoadData(&loaded, compiled.image.data()), "cuModuleLoadData");
-  const optgen::Module module(loaded, optgen::ModuleOrigin::CompiledNow);
+  const optgen::Module module = optgen_test::compile_for_device(random_kernel_source(), "random_check.cu");
   CUfunction function = module.function("random_check");
 
   // Random float patterns, NaNs included, then the special values.
