@@ -5,7 +5,7 @@
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
 //   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
-//                [--storage f32,bf16,bf16:bf16,bf16+master] [--tune FILE]
+//                [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8] [--tune FILE]
 //
 // (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
 // error naming it, exit status 2, before anything runs.)
@@ -15,8 +15,10 @@
 // found_inf given (device floats: a scale of 1024, no overflow). Time is measured with CUDA events
 // over `steps` steps, the median of 5 repetitions. `--storage` (optgen/storage.h's text form) picks
 // the params' dtype and what the optimizer stores; each floor counts the bytes of that storage.
-// `--tune FILE` steps eagerly over chunk sizes (--chunk-sizes, or 1024 to 65536) and writes, per
-// kernel set, the fastest for each workload's size: the table optgen's runtime reads through
+// `--launch-shapes` steps each case with its kernels compiled for other launch shapes
+// (FusedOptimizer::set_launch_shape; NVRTC compiles them first, on a thread each). `--tune FILE`
+// steps eagerly over chunk sizes (--chunk-sizes, or 1024 to 65536) and launch shapes and writes,
+// per kernel set, the fastest for each workload's size: the table optgen's runtime reads through
 // OPTGEN_TUNING (optgen/tuning.h; bench/README.md, "Tuning for a GPU").
 #include <algorithm>
 #include <chrono>
@@ -27,10 +29,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -47,6 +51,7 @@
 #include "optgen/blockwise8.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
+#include "optgen/kernel_abi.h"
 #include "optgen/storage.h"
 #include "optgen/tuning.h"
 #include "sgd.h"
@@ -325,6 +330,7 @@ struct Arguments {
   std::vector<std::string> modes = {"eager", "graph", "amp"};
   std::vector<long long> chunk_sizes = {0};  // 0: the launcher's default
   std::vector<std::string> storage = {"f32"};
+  std::vector<std::string> launch_shapes = {"default"};  ///< BxE, or default: the launcher's own
   int steps = 50;
   int host_tensors = 10000;
   std::string tune;  ///< where --tune writes its table; empty: no tuning
@@ -354,16 +360,20 @@ struct TuneResults {
     std::string workload;
     std::int64_t elements;
     long long chunk;
+    optgen::LaunchShape shape;
     double us;
-    double default_us;  ///< at the launcher's default chunk size (0: not measured)
+    double default_us;  ///< at the launcher's default chunk size and launch shape (0: not measured)
   };
   std::map<std::string, std::vector<Best>> kernels;
+  bool shapes_measured = false;  ///< more than one launch shape: the table names the best
 
   void write(const std::string& path, const std::string& device, const std::string& measured) const {
     optgen::Tuning tuning(device);
     for (const auto& [kernel, bests] : kernels) {
       std::vector<optgen::Tuning::Entry> entries;
-      for (const Best& b : bests) entries.push_back({b.elements, b.chunk});
+      for (const Best& b : bests)
+        entries.push_back({b.elements, b.chunk, shapes_measured ? b.shape.block_size : 0,
+                           shapes_measured ? b.shape.elements_per_thread : 0});
       tuning.set(kernel, entries);
     }
     std::ofstream out(path);
@@ -372,12 +382,13 @@ struct TuneResults {
   }
 
   void print() const {
-    std::printf("\n| kernel set | workload | parameters | fastest chunk | us/step | default chunk us/step |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    std::printf("\n| kernel set | workload | parameters | fastest chunk | shape | us/step | default us/step |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
     for (const auto& [kernel, bests] : kernels)
       for (const Best& b : bests)
-        std::printf("| %s | %s | %lld | %lld | %.1f | %.1f |\n", kernel.c_str(), b.workload.c_str(),
-                    static_cast<long long>(b.elements), b.chunk, b.us, b.default_us);
+        std::printf("| %s | %s | %lld | %lld | %s | %.1f | %.1f |\n", kernel.c_str(), b.workload.c_str(),
+                    static_cast<long long>(b.elements), b.chunk, optgen::to_string(b.shape).c_str(), b.us,
+                    b.default_us);
   }
 };
 
@@ -392,6 +403,44 @@ const CLI::Validator kChunkSize(
       return "chunk size " + text + " must be 0 (the launcher's default) or a multiple of 64 up to 2^30";
     },
     "0|64*K", "chunk size");
+
+/// `default` (the launcher's own launch shape: {0, 0}) or BxE, e.g. 128x8.
+std::optional<optgen::LaunchShape> parse_launch_shape(const std::string& text) {
+  if (text == "default") return optgen::LaunchShape{0, 0};
+  int threads = 0, elements = 0;
+  char x = 0, rest = 0;
+  if (std::sscanf(text.c_str(), "%d%c%d%c", &threads, &x, &elements, &rest) != 3 || x != 'x') return std::nullopt;
+  if (!optgen::kernel_abi::valid_block_size(threads) || !optgen::kernel_abi::valid_elements_per_thread(elements))
+    return std::nullopt;
+  return optgen::LaunchShape{threads, elements};
+}
+
+/// Compiles every non-default launch shape of every optimizer the run steps, a thread each, before
+/// anything is timed (NVRTC takes seconds to a minute per source and shape; then the cache has it).
+void compile_launch_shapes(const Arguments& args) {
+  std::vector<std::future<bool>> compiling;
+  std::vector<std::string> what;
+  const int arch = optgen::driver::compute_capability(optgen::driver::current_device());
+  std::vector<const optgen::OptimizerInfo*> infos;
+  for (const auto& c : optimizer_cases()) {
+    if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
+    const optgen::OptimizerInfo* info = &c.make({})->info();
+    if (std::find(infos.begin(), infos.end(), info) != infos.end()) continue;
+    infos.push_back(info);
+    for (const std::string& text : args.launch_shapes) {
+      const optgen::LaunchShape shape = *parse_launch_shape(text);  // checked by the option
+      if (shape.block_size == 0) continue;
+      what.push_back(std::string(info->spec) + " " + text);
+      compiling.push_back(std::async(std::launch::async, optgen::compile_launch_shape, std::cref(*info), shape, arch));
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < compiling.size(); ++i)
+    std::printf("kernels of %s: %s\n", what[i].c_str(), compiling[i].get() ? "compiled" : "cached or as generated");
+  if (!compiling.empty())
+    std::printf("launch shapes compiled in %.1f s\n\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
 void add_options(CLI::App& app, Arguments& args) {
   app.add_option("--workload-dir", args.dir, "where the workloads' JSON files are")->capture_default_str();
@@ -426,13 +475,26 @@ void add_options(CLI::App& app, Arguments& args) {
           },
           "STORAGE", "storage type"))
       ->capture_default_str();
+  app.add_option("--launch-shapes", args.launch_shapes,
+                 "launch shapes, comma-separated: BxE (threads per block x elements per thread, e.g. 128x8; "
+                 "compiled with NVRTC) or default (the launcher's own)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return parse_launch_shape(text) ? std::string()
+                                            : "launch shape " + text +
+                                                  " must be default or BxE: B a power of two from 32 to 1024, E a "
+                                                  "power of two up to 64";
+          },
+          "SHAPE", "launch shape"))
+      ->capture_default_str();
   app.add_option("--host-tensors", args.host_tensors, "tensors of the host-time measurement; 0: skip it")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
   app.add_option("--tune", args.tune,
-                 "write FILE, a table of each kernel set's fastest chunk size per workload size (eager steps over "
-                 "--chunk-sizes, or 1024 to 65536, and the launcher's default), which the runtime reads through "
-                 "OPTGEN_TUNING")
+                 "write FILE, a table of each kernel set's fastest chunk size (and launch shape, of several "
+                 "--launch-shapes) per workload size (eager steps over --chunk-sizes, or 1024 to 65536, and the "
+                 "launcher's default), which the runtime reads through OPTGEN_TUNING")
       ->check(
           [](const std::string& path) -> std::string {
             // Checked before the measurements, which take minutes, rather than when the table is written.
@@ -468,11 +530,13 @@ int main(int argc, char** argv) {
     const double copy = copy_bandwidth(stream, timer);
     std::printf("device copy bandwidth (2 GiB device-to-device, read + write): %.3f TB/s\n\n", copy / 1e12);
     std::printf(
-        "| workload | tensors | parameters | optimizer | storage | chunk | mode | us/step | floor us | TB/s | of copy "
-        "|\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "| workload | tensors | parameters | optimizer | storage | chunk | shape | mode | us/step | floor us | TB/s | "
+        "of copy |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     AmpInputs amp;
     TuneResults tuned;
+    tuned.shapes_measured = args.launch_shapes.size() > 1;
+    compile_launch_shapes(args);
     if (!args.tune.empty()) {
       args.modes = {"eager"};
       if (args.chunk_sizes == std::vector<long long>{0}) args.chunk_sizes = kTuneChunkSizes;
@@ -489,47 +553,52 @@ int main(int argc, char** argv) {
         Model model(w.numels, w.shapes, storage.param);
         for (const auto& c : optimizer_cases()) {
           if (std::find(args.optimizers.begin(), args.optimizers.end(), c.name) == args.optimizers.end()) continue;
-          TuneResults::Best best{w.name, w.parameters, 0, 0.0, 0.0};
+          TuneResults::Best best{w.name, w.parameters, 0, {0, 0}, 0.0, 0.0};
           std::string kernel;  // the kernel set's tuning name
-          for (long long chunk : args.chunk_sizes) {
-            auto opt = c.make(options);
-            try {
-              if (chunk > 0) opt->set_chunk_size(chunk);  // an 8-bit set takes multiples of 256
-              opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
-            } catch (const optgen::Error& e) {  // no kernels for this storage
-              std::fprintf(stderr, "%s: %s\n", c.name.c_str(), e.what());
-              continue;
-            }
-            const bool is_default = chunk == 0;
-            chunk = opt->chunk_size(0);
-            kernel = optgen::tuning_name(opt->info(), opt->kernel_set(0));
-            for (const auto& mode : args.modes) {
-              std::function<void()> step;
-              std::unique_ptr<CapturedStep> captured;
-              if (mode == "eager")
-                step = [&] { opt->step(stream); };
-              else if (mode == "amp")
-                step = [&] { opt->step(stream, amp.get()); };
-              else if (mode == "graph") {
-                captured = std::make_unique<CapturedStep>(*opt, stream);
-                step = [&] { captured->launch(); };
-              } else
-                throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
-              for (int i = 0; i < 5; ++i) step();
-              const double us = timer.median_us(stream, args.steps, 5, step);
-              const double bytes = c.traffic.bytes(storage, w.numels);
-              std::printf("| %s | %zu | %lld | %s | %s | %lld | %s | %.1f | %.1f | %.3f | %.0f%% |\n", w.name.c_str(),
-                          w.numels.size(), static_cast<long long>(w.parameters), c.name.c_str(), text.c_str(), chunk,
-                          mode.c_str(), us, bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12,
-                          100.0 * bytes / (us * 1e-6) / copy);
-              std::fflush(stdout);
-              if (is_default) best.default_us = us;
-              if (best.chunk == 0 || us < best.us) {
-                best.chunk = chunk;
-                best.us = us;
+          for (const std::string& shape_text : args.launch_shapes)
+            for (long long chunk : args.chunk_sizes) {
+              const optgen::LaunchShape shape = *parse_launch_shape(shape_text);
+              auto opt = c.make(options);
+              try {
+                if (chunk > 0) opt->set_chunk_size(chunk);  // an 8-bit set takes multiples of 256
+                if (shape.block_size > 0) opt->set_launch_shape(shape);
+                opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
+              } catch (const optgen::Error& e) {  // no kernels for this storage
+                std::fprintf(stderr, "%s: %s\n", c.name.c_str(), e.what());
+                continue;
+              }
+              const bool is_default = chunk == 0 && shape.block_size == 0;
+              chunk = opt->chunk_size(0);
+              const optgen::LaunchShape measured = opt->launch_shape(0);
+              kernel = optgen::tuning_name(opt->info(), opt->kernel_set(0));
+              for (const auto& mode : args.modes) {
+                std::function<void()> step;
+                std::unique_ptr<CapturedStep> captured;
+                if (mode == "eager")
+                  step = [&] { opt->step(stream); };
+                else if (mode == "amp")
+                  step = [&] { opt->step(stream, amp.get()); };
+                else if (mode == "graph") {
+                  captured = std::make_unique<CapturedStep>(*opt, stream);
+                  step = [&] { captured->launch(); };
+                } else
+                  throw std::runtime_error("unknown mode '" + mode + "' (modes: eager, graph, amp)");
+                for (int i = 0; i < 5; ++i) step();
+                const double us = timer.median_us(stream, args.steps, 5, step);
+                const double bytes = c.traffic.bytes(storage, w.numels);
+                std::printf("| %s | %zu | %lld | %s | %s | %lld | %s | %s | %.1f | %.1f | %.3f | %.0f%% |\n",
+                            w.name.c_str(), w.numels.size(), static_cast<long long>(w.parameters), c.name.c_str(),
+                            text.c_str(), chunk, optgen::to_string(measured).c_str(), mode.c_str(), us,
+                            bytes / copy * 1e6, bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / copy);
+                std::fflush(stdout);
+                if (is_default) best.default_us = us;
+                if (best.chunk == 0 || us < best.us) {
+                  best.chunk = chunk;
+                  best.shape = measured;
+                  best.us = us;
+                }
               }
             }
-          }
           if (!args.tune.empty() && best.chunk > 0) tuned.kernels[kernel].push_back(best);
         }
       }
@@ -543,7 +612,8 @@ int main(int argc, char** argv) {
       tuned.write(args.tune, device,
                   std::string(date) + ", optgen_bench --tune: eager steps of " + std::to_string(args.steps) +
                       " (median of 5) on workloads " + join(args.workloads) + ", chunk sizes " +
-                      join(args.chunk_sizes) + " (0: the launcher's default)");
+                      join(args.chunk_sizes) + " (0: the launcher's default)" +
+                      (tuned.shapes_measured ? ", launch shapes " + join(args.launch_shapes) : std::string()));
       std::printf("\nwrote %s (%s): OPTGEN_TUNING=%s uses it on this GPU\n", args.tune.c_str(), device.c_str(),
                   args.tune.c_str());
     }

@@ -36,13 +36,24 @@
 
 // Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,
 // --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,
-// --blockwise-min-blocks-per-sm); the launcher launches with the same values.
+// --blockwise-min-blocks-per-sm); the launcher launches with the same values. The runtime may
+// compile this source for another launch shape (kernel_abi.h, "Launch shape"): defined
+// beforehand, the block size and elements per thread are that shape's.
+#ifndef OPTGEN_BLOCK_SIZE
 #define OPTGEN_BLOCK_SIZE 256  // threads per block
+#endif
+#ifndef OPTGEN_ELEMENTS_PER_THREAD
 #define OPTGEN_ELEMENTS_PER_THREAD 8  // elements in flight per thread and iteration
-#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 3)  // at most 65536 / (block size * 3) registers
-#define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 4)  // at most 65536 / (block size * 4) registers
-#define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 2)  // at most 65536 / (block size * 2) registers
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, 2)  // at most 65536 / (block size * 2) registers
+#endif
+// Blocks per SM a stage kernel must fit, given as threads per SM so that another block size
+// keeps as many threads (at least one block): __launch_bounds__ caps the registers at 65536 /
+// (threads per block * blocks).
+#define OPTGEN_BLOCKS_PER_SM(threads) \
+  ((threads) >= 2 * OPTGEN_BLOCK_SIZE ? (threads) / OPTGEN_BLOCK_SIZE : 1)
+#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(768))  // 3 blocks of 256
+#define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 4 blocks of 256
+#define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 2 blocks of 256
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 2 blocks of 256
 
 // ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----
 #ifndef OPTGEN_KERNEL_ABI_H_
@@ -65,7 +76,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 7 };
+enum { kVersion = 8 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -138,6 +149,24 @@ enum { kColumnSegmentRows = 256 };
 #else
 #define OPTGEN_ABI_FUNCTION inline constexpr
 #endif
+
+// ---- Launch shape. A stage kernel's threads per block and elements in flight per thread are
+// compiled in, as the macros OPTGEN_BLOCK_SIZE and OPTGEN_ELEMENTS_PER_THREAD. The generated
+// source defines them (optgen emit --block-size, --elements-per-thread) unless the compiler is
+// given them, so the runtime can compile the same source for another shape (a tuning table's,
+// optgen/tuning.h) with NVRTC at load time; the register caps (__launch_bounds__) follow the block
+// size, keeping the threads per SM the generator was told to fit.
+/// The macros' names, for the generator that defines them and the runtime that overrides them.
+constexpr char kBlockSizeMacro[] = "OPTGEN_BLOCK_SIZE";
+constexpr char kElementsPerThreadMacro[] = "OPTGEN_ELEMENTS_PER_THREAD";
+/// Threads per block a stage kernel may be compiled for: a power of two from 32 to 1024.
+OPTGEN_ABI_FUNCTION bool valid_block_size(int threads) {
+  return threads >= 32 && threads <= 1024 && (threads & (threads - 1)) == 0;
+}
+/// Elements in flight per thread a kernel may be compiled for: a power of two up to 64.
+OPTGEN_ABI_FUNCTION bool valid_elements_per_thread(int elements) {
+  return elements >= 1 && elements <= 64 && (elements & (elements - 1)) == 0;
+}
 
 /// Threads that reduce one line of `length` values: the least power of two that leaves each at
 /// most 8 values, from 1 to `block_size`.

@@ -21,10 +21,9 @@
 namespace optgen {
 
 std::string KernelTuning::check() const {
-  auto power_of_two = [](long long v) { return v > 0 && (v & (v - 1)) == 0; };
-  if (!power_of_two(block_size) || block_size < 32 || block_size > 1024)
+  if (!kernel_abi::valid_block_size(block_size))
     return "block size " + std::to_string(block_size) + " must be a power of two from 32 to 1024";
-  if (!power_of_two(elements_per_thread) || elements_per_thread > 64)
+  if (!kernel_abi::valid_elements_per_thread(elements_per_thread))
     return "elements per thread " + std::to_string(elements_per_thread) + " must be a power of two up to 64";
   if (min_blocks_per_sm < 0 || min_blocks_per_sm > 32)
     return "min blocks per SM " + std::to_string(min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
@@ -193,10 +192,17 @@ class CudaEmitter {
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
     w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,");
-    w.line("// --blockwise-min-blocks-per-sm); the launcher launches with the same values.");
-    w.line("#define OPTGEN_BLOCK_SIZE " + std::to_string(tuning_.block_size) + "  // threads per block");
-    w.line("#define OPTGEN_ELEMENTS_PER_THREAD " + std::to_string(tuning_.elements_per_thread) +
-           "  // elements in flight per thread and iteration");
+    w.line("// --blockwise-min-blocks-per-sm); the launcher launches with the same values. The runtime may");
+    w.line("// compile this source for another launch shape (kernel_abi.h, \"Launch shape\"): defined");
+    w.line("// beforehand, the block size and elements per thread are that shape's.");
+    define_unless_given(w, kernel_abi::kBlockSizeMacro, tuning_.block_size, "threads per block");
+    define_unless_given(w, kernel_abi::kElementsPerThreadMacro, tuning_.elements_per_thread,
+                        "elements in flight per thread and iteration");
+    w.line("// Blocks per SM a stage kernel must fit, given as threads per SM so that another block size");
+    w.line("// keeps as many threads (at least one block): __launch_bounds__ caps the registers at 65536 /");
+    w.line("// (threads per block * blocks).");
+    w.line("#define OPTGEN_BLOCKS_PER_SM(threads) \\");
+    w.line("  ((threads) >= 2 * OPTGEN_BLOCK_SIZE ? (threads) / OPTGEN_BLOCK_SIZE : 1)");
     launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm);
@@ -246,12 +252,23 @@ class CudaEmitter {
     return false;
   }
 
-  /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, min_blocks)`, which caps the registers.
-  static void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks) {
-    w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE" +
-           (min_blocks > 0 ? ", " + std::to_string(min_blocks) : std::string()) + ")" +
-           (min_blocks > 0 ? "  // at most 65536 / (block size * " + std::to_string(min_blocks) + ") registers"
-                           : std::string()));
+  /// `#define NAME value  // what`, unless NAME is defined already.
+  static void define_unless_given(CodeWriter& w, const std::string& name, int value, const std::string& what) {
+    w.line("#ifndef " + name);
+    w.line("#define " + name + " " + std::to_string(value) + "  // " + what);
+    w.line("#endif");
+  }
+
+  /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, blocks)`, which caps the registers: at the
+  /// emitted block size `min_blocks` blocks per SM, at another as many threads (OPTGEN_BLOCKS_PER_SM).
+  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks) const {
+    if (min_blocks == 0) {
+      w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses the registers");
+      return;
+    }
+    const int threads = min_blocks * tuning_.block_size;
+    w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(" + std::to_string(threads) +
+           "))  // " + std::to_string(min_blocks) + " blocks of " + std::to_string(tuning_.block_size));
   }
 
   void variant(CodeWriter& w, const Program& p, const std::vector<Storage>& storage) {

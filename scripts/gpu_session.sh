@@ -16,7 +16,8 @@
 #   compare8 bench/compare_8bit.py: optgen's 8-bit AdamW beside bitsandbytes' and torchao's AdamW8bit
 #            (their packages unpacked into .pylibs/ and carried: bench/README.md says how)
 #   storage  optgen_bench over storage types (8-bit states among them), AdamW, eager
-#   tune     optgen_bench --tune (a table of chunk sizes for this GPU, $OUT/tuning.json), then the
+#   tune     optgen_bench --tune (a table of chunk sizes and launch shapes for this GPU,
+#            $OUT/tuning.json; OPTGEN_TUNE_SHAPES, OPTGEN_TUNE_CHUNKS), then the
 #            same steps with it (OPTGEN_TUNING); OPTGEN_TUNE_WORKLOADS, OPTGEN_STORAGE choose
 #   master   bench/compare_master.py: optgen's AdamW with an fp32 master copy of bf16 params beside
 #            torch's fused AdamW on fp32 and on bf16 params
@@ -106,13 +107,17 @@ for what in $steps; do
       status=$((status | PIPESTATUS[0]))
       ;;
     tune)
-      # Each kernel set's fastest chunk size per workload size, written to $out/tuning.json
-      # (optgen/tuning.h); then the same steps with that table (OPTGEN_TUNING) at the default chunk.
+      # Each kernel set's fastest chunk size and launch shape per workload size, written to
+      # $out/tuning.json (optgen/tuning.h); then the same steps with that table (OPTGEN_TUNING) at
+      # the default chunk and shape.
       workloads=${OPTGEN_TUNE_WORKLOADS:-ghostnet_100,resnet50,gpt2,llama-1b}
       storage=${OPTGEN_STORAGE:-f32,bf16,bf16:bf16,f32:q8:exp_avg_sq=uq8,bf16:q8:exp_avg_sq=uq8}
+      shapes=${OPTGEN_TUNE_SHAPES:-default,128x8,512x8}
+      chunks=${OPTGEN_TUNE_CHUNKS:-1024,2048,4096,8192,16384,32768,65536}
       echo "== optgen_bench --tune"
       "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" --optimizers adam,adamw \
-        --storage "$storage" --steps 20 --host-tensors 0 --tune "$out/tuning.json" 2>&1 | tee "$out/tune.log" | tail -45
+        --storage "$storage" --launch-shapes "$shapes" --chunk-sizes "$chunks" --steps 20 --host-tensors 0 \
+        --tune "$out/tuning.json" 2>&1 | tee "$out/tune.log" | tail -45
       status=$((status | PIPESTATUS[0]))
       echo "== optgen_bench, OPTGEN_TUNING=tuning.json"
       OPTGEN_TUNING="$out/tuning.json" "$run/optgen_bench" --workload-dir "$run/workloads" --workloads "$workloads" \

@@ -214,6 +214,7 @@ void RuntimeSpec::Impl::describe_optimizer() {
           static_cast<int>(kernels.size()),
           &images,
           tuning.block_size,
+          tuning.elements_per_thread,
           tuning.chunk_size};
   defaults = default_hyperparameters(info);
 }

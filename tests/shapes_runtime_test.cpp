@@ -304,13 +304,12 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   optgen::OptimizerInfo info{};
   info.states = states;
   info.num_states = 3;
-  info.block_size = 256;
 
   // A tall matrix (300 rows: two column segments), a conv weight, a vector, an empty matrix.
   const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({300, 1000}, 300000),
                                                 optgen::tensor_dims({6, 4, 3, 5}, 360), optgen::tensor_dims({}, 5000),
                                                 optgen::tensor_dims({0, 7}, 0)};
-  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims);
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 256);
   REQUIRE(l.num_tensors == 4);
   CHECK(l.rows == std::vector<long long>{300, 3, 1, 0});
   CHECK(l.cols == std::vector<long long>{1000, 5, 5000, 7});
@@ -354,7 +353,7 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
         100 + l.blocks(abi::kRowLines) + l.blocks(abi::kColumnSegments) + l.blocks(abi::kSnapshot));
   CHECK(optgen::stage_grid(masks[1], 100, l) == l.blocks(abi::kRowLines) + l.blocks(abi::kMatrixRowLines));
   CHECK(optgen::stage_grid(masks[2], 100, l) == 100);
-  CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]})) == 0);
+  CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]}, 256)) == 0);
 }
 
 // ---- On a GPU: states of rows and columns allocated, absent ones not, and checkpoints of them ----

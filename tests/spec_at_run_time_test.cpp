@@ -125,6 +125,7 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
   REQUIRE(a.images->num_options == b.images->num_options);
   for (int i = 0; i < a.images->num_options; ++i) CHECK(text(a.images->options[i]) == text(b.images->options[i]));
   CHECK(a.block_size == b.block_size);
+  CHECK(a.elements_per_thread == b.elements_per_thread);
   CHECK(a.chunk_size == b.chunk_size);
 }
 

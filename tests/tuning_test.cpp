@@ -88,6 +88,28 @@ TEST_CASE("tuning: a plan takes the entry of the size nearest its own, by ratio"
   CHECK(entries[1].chunk_size == 8192);
 }
 
+TEST_CASE("tuning: an entry may give a launch shape, which writes back with it", "[tuning]") {
+  const optgen::Tuning t = optgen::Tuning::parse(
+      R"({"device": "x", "kernels": {"k": [{"elements": 1000, "chunk_size": 2048, "block_size": 128,
+          "elements_per_thread": 16}, {"elements": 1000000, "chunk_size": 4096}]}})",
+      "t.json");
+  const optgen::Tuning::Entry* small = t.find("k", 900);
+  REQUIRE(small != nullptr);
+  CHECK(small->chunk_size == 2048);
+  CHECK(small->block_size == 128);
+  CHECK(small->elements_per_thread == 16);
+  const optgen::Tuning::Entry* large = t.find("k", 2000000);
+  REQUIRE(large != nullptr);
+  CHECK(large->block_size == 0);  // not measured: the generator's shape
+  CHECK(large->elements_per_thread == 0);
+  CHECK(t.find("other", 1000) == nullptr);
+  const std::string text = t.to_json("by hand");
+  CHECK_THAT(text, Catch::Contains(
+                       R"({"elements": 1000, "chunk_size": 2048, "block_size": 128, "elements_per_thread": 16})") &&
+                       Catch::Contains(R"({"elements": 1000000, "chunk_size": 4096})"));
+  CHECK(optgen::Tuning::parse(text, "again").to_json("by hand") == text);
+}
+
 TEST_CASE("tuning: the tables in tuning/ read, and write back as they are", "[tuning]") {
   int tables = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(OPTGEN_SOURCE_DIR) + "/tuning")) {
@@ -121,6 +143,22 @@ TEST_CASE("tuning: a bad table is an error that names the file and the problem",
              Catch::Contains("kernel set k: chunk size 100 is not a multiple of 64 up to 2^30"));
   CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 0, "chunk_size": 128}]}})"),
              Catch::Contains("kernel set k: elements 0 is not positive"));
+  CHECK_THAT(
+      parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 1, "chunk_size": 128, "block_size": 128}]}})"),
+      Catch::Contains("kernel set k: a measurement gives \"block_size\" or \"elements_per_thread\" without "
+                      "the other"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 1, "chunk_size": 128, "block_size": 96,
+             "elements_per_thread": 8}]}})"),
+             Catch::Contains("kernel set k: block size 96 is not a power of two from 32 to 1024"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 1, "chunk_size": 128, "block_size": 4096,
+             "elements_per_thread": 8}]}})"),
+             Catch::Contains("kernel set k: block size 4096 is not a power of two from 32 to 1024"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 1, "chunk_size": 128, "block_size": 64,
+             "elements_per_thread": 128}]}})"),
+             Catch::Contains("kernel set k: elements per thread 128 is not a power of two up to 64"));
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 1, "chunk_size": 128, "block_size": "64",
+             "elements_per_thread": 8}]}})"),
+             Catch::Contains("kernel set k's \"block_size\" is not an integer"));
   CHECK_THAT(
       error_of([] { optgen::Tuning::load("/nonexistent/table.json"); }),
       Catch::Contains("optgen::Tuning::load(/nonexistent/table.json)") && Catch::Contains("cannot open the file"));

@@ -62,10 +62,17 @@ CUmodule load_image(const void* data, const std::string& what) {
   return module;
 }
 
-/// Step 2: the source compiled by NVRTC for the device, through the cache.
-Module compile_now(const KernelImages& images, int compute_capability, const KernelCache* cache) {
+/// The NVRTC options of `images` and then `definitions`.
+std::vector<std::string> nvrtc_options(const KernelImages& images, const std::vector<std::string>& definitions) {
+  std::vector<std::string> options(images.options, images.options + images.num_options);
+  options.insert(options.end(), definitions.begin(), definitions.end());
+  return options;
+}
+
+/// Step 2: the source compiled by NVRTC for the device with `options`, through the cache.
+Module compile_now(const KernelImages& images, int compute_capability, const std::vector<std::string>& options,
+                   const KernelCache* cache) {
   const std::string source = images.source;
-  const std::vector<std::string> options(images.options, images.options + images.num_options);
   const std::string key = KernelCache::key(source, options, compute_capability, nvrtc::version());
   std::optional<KernelCache> default_cache;
   if (cache == nullptr) cache = &default_cache.emplace(KernelCache::from_environment());
@@ -111,6 +118,19 @@ Module load_ptx(const KernelImages& images, const KernelImage& image) {
                     "that optgen compiles them for this GPU at load time";
   if (forced) fix += ", or unset OPTGEN_FORCE_NVRTC";
   throw Error(std::string("optgen::load_module(") + images.name + ")", error, fix);
+}
+
+/// What load_module and compile_into_cache with definitions need: a source and NVRTC.
+void require_nvrtc(const KernelImages& images, const std::vector<std::string>& definitions, const char* call) {
+  std::string why = "the kernels carry no source";
+  if (images.source != nullptr && nvrtc::available(&why)) return;
+  std::string given;
+  for (const std::string& d : definitions) given += (given.empty() ? "" : " ") + d;
+  throw Error(std::string("optgen::") + call + "(" + (images.name ? images.name : "kernels.cu") + ")",
+              "compiling the kernels with " + given + " needs NVRTC and their source (" +
+                  why.substr(0, why.find('\n')) + "); the embedded images are compiled without them",
+              "install NVRTC (CUDA 12 or newer), or use the kernels' own launch shape (no OPTGEN_TUNING table "
+              "that gives a block size, no set_launch_shape)");
 }
 
 }  // namespace
@@ -169,10 +189,30 @@ Module load_module(const KernelImages& given, int compute_capability, const Kern
   }
   std::string nvrtc_why = "the kernels carry no source";
   if (images.source != nullptr && nvrtc::available(&nvrtc_why)) {
-    return compile_now(images, compute_capability, cache);
+    return compile_now(images, compute_capability, nvrtc_options(images, {}), cache);
   }
   if (const KernelImage* ptx = best_ptx(images, compute_capability)) return load_ptx(images, *ptx);
   throw_no_image(images, compute_capability, nvrtc_why);
+}
+
+Module load_module(const KernelImages& images, int compute_capability, const std::vector<std::string>& definitions,
+                   const KernelCache* cache) {
+  if (definitions.empty()) return load_module(images, compute_capability, cache);
+  require_nvrtc(images, definitions, "load_module");
+  return compile_now(images, compute_capability, nvrtc_options(images, definitions), cache);
+}
+
+bool compile_into_cache(const KernelImages& images, int compute_capability, const std::vector<std::string>& definitions,
+                        const KernelCache* cache) {
+  require_nvrtc(images, definitions, "compile_into_cache");
+  const std::vector<std::string> options = nvrtc_options(images, definitions);
+  const std::string key = KernelCache::key(images.source, options, compute_capability, nvrtc::version());
+  std::optional<KernelCache> default_cache;
+  if (cache == nullptr) cache = &default_cache.emplace(KernelCache::from_environment());
+  if (cache->load(key)) return false;
+  cache->store(
+      key, nvrtc::compile(images.source, images.name ? images.name : "kernels.cu", options, compute_capability).image);
+  return true;
 }
 
 }  // namespace optgen

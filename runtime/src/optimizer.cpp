@@ -642,7 +642,7 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                          const std::vector<PlanTensor>& tensors) {
   std::vector<TensorDims> dims;
   for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
-  ShapeLayout l = shape_layout(*m.info, variant, dims);
+  ShapeLayout l = shape_layout(*m.info, variant, dims, plan.shape.block_size);
   const auto floats = [](long long count, long long per) {
     return static_cast<std::size_t>(count) * static_cast<std::size_t>(per) * sizeof(float);
   };
@@ -743,6 +743,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   std::vector<int> chunks_per_tensor;
   const long long chunk_size = m.chunk_size_of(plan.kernel);  // sums the plan's elements, may read a table
+  plan.shape = m.launch_shape_of(plan.kernel);
   const std::vector<kernel_abi::Chunk> chunks =
       chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
 
@@ -767,7 +768,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
   plan.stages.clear();
-  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(m.module.function(kernel.stages[s]));
+  plan.module = &m.module_for(plan.shape);
+  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(kernel.stages[s]));
 }
 
 /// The groups in plans, one per kernel (a variant and a dtype), in the order of their first group.
@@ -952,7 +954,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         // kernel before it): a stage after the first issues its first loads under the last one's
         // tail, a first stage only its reads of the plan's tables. Each waits before it reads what
         // the kernel before may write (kernel_support's wait_for_previous_kernel).
-        driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(m.info->block_size), stream, args,
+        driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(plan.shape.block_size), stream, args,
                        m.early_start,
                        "check that the tensors are still allocated and that the stream belongs to the current context");
         ++m.launches_last_step;
@@ -1251,28 +1253,91 @@ const KernelInfo& FusedOptimizer::kernel_set(std::size_t group) const {
   return impl_->info->kernels[impl_->group_at(group, "kernel_set").kernel];
 }
 
-long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {
-  if (chunk_size > 0) return chunk_size;
-  const KernelInfo& set = info->kernels[kernel];
+const Tuning::Entry* FusedOptimizer::Impl::tuned(int kernel) const {
   // The device is asked for its name only where a table may apply: without OPTGEN_TUNING this
   // works without a GPU, as before.
   if (!tuning)
     tuning = std::getenv("OPTGEN_TUNING") ? Tuning::from_environment(driver::device_name(driver::current_device()))
                                           : Tuning();
-  if (tuning->empty()) return set.chunk_size;
+  if (tuning->empty()) return nullptr;
   long long elements = 0;
   for (const Group& g : groups)
     if (g.kernel == kernel)
       for (const BoundTensor& t : g.tensors) elements += t.numel;
-  const std::string name = tuning_name(*info, set);
-  const long long tuned = tuning->chunk_size(name, elements);
-  if (tuned == 0) return set.chunk_size;
-  if (set.state_dtypes && !holds_whole_blocks(tuned, set.state_dtypes, static_cast<std::size_t>(info->num_states)))
+  return tuning->find(tuning_name(*info, info->kernels[kernel]), elements);
+}
+
+long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {
+  if (chunk_size > 0) return chunk_size;
+  const KernelInfo& set = info->kernels[kernel];
+  const Tuning::Entry* entry = tuned(kernel);
+  if (!entry) return set.chunk_size;
+  if (set.state_dtypes &&
+      !holds_whole_blocks(entry->chunk_size, set.state_dtypes, static_cast<std::size_t>(info->num_states)))
     throw Error(call("prepare"),
-                "the tuning table for " + tuning->device() + " (OPTGEN_TUNING) gives kernel set " + name +
-                    ", which has 8-bit states, chunks of " + std::to_string(tuned) + ", not a multiple of 256",
+                "the tuning table for " + tuning->device() + " (OPTGEN_TUNING) gives kernel set " +
+                    tuning_name(*info, set) + ", which has 8-bit states, chunks of " +
+                    std::to_string(entry->chunk_size) + ", not a multiple of 256",
                 std::string(kWholeBlocks) + ": measure the table again with optgen_bench --tune");
-  return tuned;
+  return entry->chunk_size;
+}
+
+LaunchShape FusedOptimizer::Impl::launch_shape_of(int kernel) const {
+  if (launch_shape.block_size > 0) return launch_shape;
+  const Tuning::Entry* entry = tuned(kernel);
+  if (entry && entry->block_size > 0) return {entry->block_size, entry->elements_per_thread};
+  return {info->block_size, info->elements_per_thread};
+}
+
+namespace {
+
+/// The NVRTC options that compile a launcher's source for launch shape `shape` (kernel_abi.h).
+std::vector<std::string> shape_definitions(LaunchShape shape) {
+  return {"-D" + std::string(kernel_abi::kBlockSizeMacro) + "=" + std::to_string(shape.block_size),
+          "-D" + std::string(kernel_abi::kElementsPerThreadMacro) + "=" + std::to_string(shape.elements_per_thread)};
+}
+
+bool is_generated_shape(const OptimizerInfo& info, LaunchShape shape) {
+  return shape == LaunchShape{info.block_size, info.elements_per_thread};
+}
+
+}  // namespace
+
+const Module& FusedOptimizer::Impl::module_for(LaunchShape shape) {
+  if (is_generated_shape(*info, shape)) return module;
+  for (const auto& [s, loaded] : shaped_modules)
+    if (s == shape) return *loaded;
+  auto loaded = std::make_unique<Module>(
+      load_module(*info->images, driver::compute_capability(driver::current_device()), shape_definitions(shape)));
+  shaped_modules.emplace_back(shape, std::move(loaded));
+  return *shaped_modules.back().second;
+}
+
+bool compile_launch_shape(const OptimizerInfo& info, LaunchShape shape, int compute_capability) {
+  if (is_generated_shape(info, shape)) return false;
+  return compile_into_cache(*info.images, compute_capability, shape_definitions(shape));
+}
+
+std::string to_string(LaunchShape shape) {
+  return std::to_string(shape.block_size) + "x" + std::to_string(shape.elements_per_thread);
+}
+
+void FusedOptimizer::set_launch_shape(LaunchShape shape) {
+  const bool reset = shape == LaunchShape{0, 0};
+  if (!reset && (!kernel_abi::valid_block_size(shape.block_size) ||
+                 !kernel_abi::valid_elements_per_thread(shape.elements_per_thread)))
+    throw Error(impl_->call("set_launch_shape"),
+                "launch shape " + to_string(shape) +
+                    ": the block size must be a power of two from 32 to 1024, the elements per thread a power of "
+                    "two up to 64",
+                "pass {0, 0} for each kernel set's own");
+  if (shape == impl_->launch_shape) return;
+  impl_->unprepare();
+  impl_->launch_shape = shape;
+}
+
+LaunchShape FusedOptimizer::launch_shape(std::size_t group) const {
+  return impl_->launch_shape_of(impl_->group_at(group, "launch_shape").kernel);
 }
 
 const OptimizerInfo& FusedOptimizer::info() const { return *impl_->info; }
@@ -1286,6 +1351,14 @@ ModuleOrigin FusedOptimizer::module_origin() const {
     throw Error(impl_->call("module_origin"),
                 "the kernels are loaded by prepare() (or the first step), which has not run");
   return impl_->module.origin();
+}
+
+ModuleOrigin FusedOptimizer::module_origin(std::size_t group) const {
+  const Group& g = impl_->group_at(group, "module_origin");
+  if (!impl_->prepared || g.plan < 0)
+    throw Error(impl_->call("module_origin"),
+                "the kernels are loaded by prepare() (or the first step), which has not run since the group was added");
+  return impl_->plans[static_cast<std::size_t>(g.plan)].module->origin();
 }
 
 }  // namespace optgen

@@ -8,8 +8,10 @@
 
 #include <cuda.h>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optgen/driver.h"
@@ -100,6 +102,9 @@ struct Group {
 /// pointers it was captured with, and the next upload goes to a new table.
 struct Plan {
   int kernel;
+  /// The stage kernels' launch shape (Impl::launch_shape_of), and the module they come from.
+  LaunchShape shape{};
+  const Module* module = nullptr;
   std::vector<std::size_t> groups;
   DeviceBuffer table_memory;      ///< numel and chunks
   std::vector<void*> pointers;    ///< the host copy of the current pointer table
@@ -139,8 +144,9 @@ struct FusedOptimizer::Impl {
   StorageOptions storage;
   std::vector<DType> state_dtypes;  ///< per state the spec declares (storage resolved)
   long long chunk_size;             ///< set_chunk_size's, for every kernel set; 0: each set's own
+  LaunchShape launch_shape{0, 0};   ///< set_launch_shape's, for every kernel set; {0, 0}: each set's own
   /// The launch-parameter table for the current device (Tuning::from_environment), read the first
-  /// time a chunk size is asked for.
+  /// time a chunk size or launch shape is asked for.
   mutable std::optional<Tuning> tuning;
   std::vector<Group> groups;
   std::vector<Plan> plans;
@@ -155,8 +161,11 @@ struct FusedOptimizer::Impl {
   /// One float per group: the gradient norm a clipping variant publishes (kernel_abi::ReductionTable).
   DeviceBuffer grad_norm_memory;
   std::function<void(const ReductionResults&)> reduction_hook;
-  Module module;
+  Module module;  ///< the kernels as generated (OptimizerInfo's launch shape), group kernels included
   bool module_loaded = false;
+  /// The kernels compiled for other launch shapes, as plans need them; kept while the optimizer
+  /// lives (a plan's stage functions point into them).
+  std::vector<std::pair<LaunchShape, std::unique_ptr<Module>>> shaped_modules;
   OwnedStream upload_stream;  ///< uploads a pointer table while a step is being captured
   /// Set by the first rebind(): from then on every step asks whether it is being captured, which
   /// only pointer uploads need to know (it costs a driver call on the hot path).
@@ -166,6 +175,14 @@ struct FusedOptimizer::Impl {
   /// Elements per block of kernel set `kernel`, which steps the groups that run it (a plan):
   /// set_chunk_size's, else the tuning table's for a plan of their size, else the generator's.
   long long chunk_size_of(int kernel) const;
+  /// Launch shape of kernel set `kernel`: set_launch_shape's, else the tuning table's, else the
+  /// generator's.
+  LaunchShape launch_shape_of(int kernel) const;
+  /// The tuning table's entry for kernel set `kernel`, for a plan of the elements its groups hold;
+  /// null without one (reads OPTGEN_TUNING the first time).
+  const Tuning::Entry* tuned(int kernel) const;
+  /// The module of the stage kernels of launch shape `shape` (loading it the first time).
+  const Module& module_for(LaunchShape shape);
   int hyperparameter_index(const std::string& name, const char* method) const;
   int state_index(const std::string& name, const char* method) const;
   int scalar_state_index(const std::string& name, const char* method) const;

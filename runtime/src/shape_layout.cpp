@@ -34,11 +34,11 @@ bool state_present(const VariantInfo& variant, int j, bool factored) {
   return true;
 }
 
-ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims) {
+ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims,
+                         int block_size) {
   using namespace kernel_abi;
   ShapeLayout l;
   const std::size_t T = dims.size();
-  const int block_size = info.block_size;
   l.num_tensors = static_cast<int>(T);
   for (int r = 0; r < variant.num_reductions; ++r) {
     const ReductionScope scope = variant.reductions[r].scope;

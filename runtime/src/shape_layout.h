@@ -61,8 +61,10 @@ struct ShapeLayout {
 
 /// The layout for `tensors` (the plan's, in order; `dims` of each) of a variant of `info`.
 /// kSnapshot blocks go to tensors for which at least one row or column state exists; the other
-/// kinds' to every tensor, by kernel_abi.h's formulas with info.block_size.
-ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims);
+/// kinds' to every tensor, by kernel_abi.h's formulas for blocks of `block_size` threads (the
+/// plan's launch shape).
+ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims,
+                         int block_size);
 
 /// The blocks Reduce stage `stage_mask` (a mask of kernel_abi::BlockKind bits) launches: for
 /// kChunkRuns `chunk_run_blocks`, for every other kind the layout's total of that kind, one kind

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "optgen/error.h"
+#include "optgen/kernel_abi.h"
 #include "optgen/optimizer.h"
 
 namespace optgen {
@@ -54,11 +55,25 @@ Tuning Tuning::parse(const std::string& text, const std::string& origin) {
     std::vector<Entry> entries;
     for (const nlohmann::json& m : list) {
       if (!m.is_object()) bad(origin, where + " has a measurement that is not an object");
-      const Entry e{member(m, "elements", nlohmann::json::value_t::number_integer, where, origin).get<long long>(),
-                    member(m, "chunk_size", nlohmann::json::value_t::number_integer, where, origin).get<long long>()};
+      Entry e{member(m, "elements", nlohmann::json::value_t::number_integer, where, origin).get<long long>(),
+              member(m, "chunk_size", nlohmann::json::value_t::number_integer, where, origin).get<long long>()};
       if (e.elements <= 0) bad(origin, where + ": elements " + std::to_string(e.elements) + " is not positive");
       if (e.chunk_size < 64 || e.chunk_size % 64 != 0 || e.chunk_size > (1LL << 30))
         bad(origin, where + ": chunk size " + std::to_string(e.chunk_size) + " is not a multiple of 64 up to 2^30");
+      if (m.contains("block_size") != m.contains("elements_per_thread"))
+        bad(origin, where + ": a measurement gives \"block_size\" or \"elements_per_thread\" without the other");
+      if (m.contains("block_size")) {
+        const long long threads =
+            member(m, "block_size", nlohmann::json::value_t::number_integer, where, origin).get<long long>();
+        const long long in_flight =
+            member(m, "elements_per_thread", nlohmann::json::value_t::number_integer, where, origin).get<long long>();
+        if (threads < 32 || threads > 1024 || !kernel_abi::valid_block_size(static_cast<int>(threads)))
+          bad(origin, where + ": block size " + std::to_string(threads) + " is not a power of two from 32 to 1024");
+        if (in_flight < 1 || in_flight > 64 || !kernel_abi::valid_elements_per_thread(static_cast<int>(in_flight)))
+          bad(origin, where + ": elements per thread " + std::to_string(in_flight) + " is not a power of two up to 64");
+        e.block_size = static_cast<int>(threads);
+        e.elements_per_thread = static_cast<int>(in_flight);
+      }
       entries.push_back(e);
     }
     tuning.set(kernel, std::move(entries));
@@ -88,15 +103,20 @@ Tuning Tuning::from_environment(const std::string& device) {
 }
 
 long long Tuning::chunk_size(const std::string& kernel, long long elements) const {
+  const Entry* e = find(kernel, elements);
+  return e ? e->chunk_size : 0;
+}
+
+const Tuning::Entry* Tuning::find(const std::string& kernel, long long elements) const {
   const auto it = kernels_.find(kernel);
-  if (it == kernels_.end()) return 0;
+  if (it == kernels_.end()) return nullptr;
   const double x = std::log(static_cast<double>(std::max(elements, 1LL)));
   const Entry* best = nullptr;
   for (const Entry& e : it->second)  // by increasing elements: on a tie the later, larger one wins
     if (!best || std::abs(std::log(static_cast<double>(e.elements)) - x) <=
                      std::abs(std::log(static_cast<double>(best->elements)) - x))
       best = &e;
-  return best->chunk_size;
+  return best;
 }
 
 void Tuning::set(const std::string& kernel, std::vector<Entry> entries) {
@@ -114,7 +134,11 @@ std::string Tuning::to_json(const std::string& measured) const {
     const char* entry_separator = "\n";
     for (const Entry& e : entries) {
       text += entry_separator + std::string("      {\"elements\": ") + std::to_string(e.elements) +
-              ", \"chunk_size\": " + std::to_string(e.chunk_size) + "}";
+              ", \"chunk_size\": " + std::to_string(e.chunk_size);
+      if (e.block_size > 0)
+        text += ", \"block_size\": " + std::to_string(e.block_size) +
+                ", \"elements_per_thread\": " + std::to_string(e.elements_per_thread);
+      text += "}";
       entry_separator = ",\n";
     }
     text += "\n    ]";

@@ -18,7 +18,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 7 };
+enum { kVersion = 8 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -91,6 +91,24 @@ enum { kColumnSegmentRows = 256 };
 #else
 #define OPTGEN_ABI_FUNCTION inline constexpr
 #endif
+
+// ---- Launch shape. A stage kernel's threads per block and elements in flight per thread are
+// compiled in, as the macros OPTGEN_BLOCK_SIZE and OPTGEN_ELEMENTS_PER_THREAD. The generated
+// source defines them (optgen emit --block-size, --elements-per-thread) unless the compiler is
+// given them, so the runtime can compile the same source for another shape (a tuning table's,
+// optgen/tuning.h) with NVRTC at load time; the register caps (__launch_bounds__) follow the block
+// size, keeping the threads per SM the generator was told to fit.
+/// The macros' names, for the generator that defines them and the runtime that overrides them.
+constexpr char kBlockSizeMacro[] = "OPTGEN_BLOCK_SIZE";
+constexpr char kElementsPerThreadMacro[] = "OPTGEN_ELEMENTS_PER_THREAD";
+/// Threads per block a stage kernel may be compiled for: a power of two from 32 to 1024.
+OPTGEN_ABI_FUNCTION bool valid_block_size(int threads) {
+  return threads >= 32 && threads <= 1024 && (threads & (threads - 1)) == 0;
+}
+/// Elements in flight per thread a kernel may be compiled for: a power of two up to 64.
+OPTGEN_ABI_FUNCTION bool valid_elements_per_thread(int elements) {
+  return elements >= 1 && elements <= 64 && (elements & (elements - 1)) == 0;
+}
 
 /// Threads that reduce one line of `length` values: the least power of two that leaves each at
 /// most 8 values, from 1 to `block_size`.

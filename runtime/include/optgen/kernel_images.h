@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace optgen {
 
@@ -63,5 +64,20 @@ class Module {
 /// Setting $OPTGEN_FORCE_NVRTC=1 skips step 1 (to test or to use a newer NVRTC).
 class KernelCache;
 Module load_module(const KernelImages& images, int compute_capability, const KernelCache* cache = nullptr);
+
+/// Loads `images` compiled with `definitions` besides their own options (NVRTC options, e.g.
+/// -DOPTGEN_BLOCK_SIZE=512: another launch shape, kernel_abi.h). The embedded images were compiled
+/// without them, so only step 2 applies: the source through NVRTC and the cache; optgen::Error
+/// when NVRTC is missing (saying why) or the kernels carry no source. With no definitions, the
+/// load_module above.
+Module load_module(const KernelImages& images, int compute_capability, const std::vector<std::string>& definitions,
+                   const KernelCache* cache = nullptr);
+
+/// Compiles into the cache (from_environment() unless `cache` is given) what load_module(images,
+/// compute_capability, definitions) compiles, without loading it: no GPU is needed, and threads
+/// may compile several at once. Returns false when the cache held it already. Throws what the
+/// compilation throws.
+bool compile_into_cache(const KernelImages& images, int compute_capability, const std::vector<std::string>& definitions,
+                        const KernelCache* cache = nullptr);
 
 }  // namespace optgen

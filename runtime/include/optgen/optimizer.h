@@ -113,6 +113,26 @@ struct VariantInfo {
   const StatePresence* state_presence = nullptr;
 };
 
+/// Threads per block and elements in flight per thread of a kernel set's stage kernels, compiled
+/// into them (kernel_abi.h, "Launch shape"). Printed as 256x8.
+struct LaunchShape {
+  int block_size;
+  int elements_per_thread;
+  bool operator==(const LaunchShape& o) const {
+    return block_size == o.block_size && elements_per_thread == o.elements_per_thread;
+  }
+  bool operator!=(const LaunchShape& o) const { return !(*this == o); }
+};
+std::string to_string(LaunchShape shape);
+
+struct OptimizerInfo;
+/// Compiles the kernels of `info` for launch shape `shape` and the architecture
+/// `compute_capability` (major * 10 + minor) into the kernel cache, where a FusedOptimizer of that
+/// shape loads them from: no GPU is needed, and threads may compile several shapes at once. False
+/// when there was nothing to compile (the generator's own shape, or cached already). Throws
+/// optgen::Error without NVRTC, or when the compilation fails.
+bool compile_launch_shape(const OptimizerInfo& info, LaunchShape shape, int compute_capability);
+
 /// A variant's kernels for one storage (optgen/storage.h).
 struct KernelInfo {
   const char* const* stages;  ///< kernel names, one per stage in launch order, e.g. adam_bf16_f32_update
@@ -157,7 +177,11 @@ struct OptimizerInfo {
   /// The kernels: source and the images compiled at build time (<spec>_images.cpp), or source
   /// only, for NVRTC at load time (a spec loaded at run time).
   const KernelImages* images;
+  /// The launch shape the kernels were generated for (kernel_abi.h, "Launch shape"): threads per
+  /// block and elements in flight per thread. The images were compiled for it; another (a tuning
+  /// table's, FusedOptimizer::set_launch_shape's) compiles the source again with NVRTC.
   int block_size;
+  int elements_per_thread;
   long long chunk_size;  ///< elements per block of f32 kernel sets (KernelInfo::chunk_size: each set's)
 };
 
@@ -327,14 +351,27 @@ class FusedOptimizer {
   /// table's for a plan of as many elements as the groups of that kernel set hold; else the
   /// generator's (KernelInfo::chunk_size).
   long long chunk_size(std::size_t group) const;
+  /// Compiles every kernel set for `shape` instead of each one's own; the optimizer must be
+  /// prepared again. A shape other than the generator's (OptimizerInfo::block_size,
+  /// elements_per_thread) is compiled with NVRTC when prepare() loads it (through the kernel
+  /// cache), so it needs NVRTC. optgen::Error for a shape kernel_abi.h does not allow. {0, 0}
+  /// goes back to each set's own.
+  void set_launch_shape(LaunchShape shape);
+  /// The launch shape of the kernel set that steps `group`: set_launch_shape's; else the tuning
+  /// table's entry for that set's plan (as chunk_size), where it gives one; else the generator's.
+  LaunchShape launch_shape(std::size_t group) const;
   /// The kernel set that steps `group` (its variant and storage).
   const KernelInfo& kernel_set(std::size_t group) const;
   const OptimizerInfo& info() const;
   const StorageOptions& storage() const;
   /// The dtype state `name` is stored in (StorageOptions resolved); optgen::Error for an unknown name.
   DType state_dtype(const std::string& name) const;
-  /// Where the kernels came from (an embedded cubin, NVRTC, the cache); loaded by prepare().
+  /// Where the kernels of the generator's launch shape came from (an embedded cubin, NVRTC, the
+  /// cache); loaded by prepare().
   ModuleOrigin module_origin() const;
+  /// Where the kernels that step `group` came from: module_origin(), or for a group of another
+  /// launch shape, NVRTC or the cache. Loaded by prepare().
+  ModuleOrigin module_origin(std::size_t group) const;
 
   /// The engine's insides, defined by the runtime's sources (runtime/src/optimizer_impl.h).
   struct Impl;

@@ -1,17 +1,21 @@
 #pragma once
 /// Launch parameters measured on one GPU: the table `optgen_bench --tune` writes and the runtime
 /// reads (bench/README.md, "Tuning for a GPU"). For each kernel set, named by its Update stage's
-/// kernel (KernelInfo::stages' last, e.g. adamw_f32_q8_uq8_update), the chunk size that stepped
-/// models of a few sizes fastest: a plan takes the entry of the model nearest its own size. The
-/// file is JSON:
+/// kernel (KernelInfo::stages' last, e.g. adamw_f32_q8_uq8_update), the chunk size and, where
+/// measured, the launch shape (threads per block, elements in flight per thread: kernel_abi.h,
+/// "Launch shape") that stepped models of a few sizes fastest: a plan takes the entry of the model
+/// nearest its own size. The file is JSON:
 ///
 ///   {"device": "NVIDIA H200", "measured": "...",
-///    "kernels": {"adamw_f32_q8_uq8_update": [{"elements": 5182508, "chunk_size": 8192}, ...]}}
+///    "kernels": {"adamw_f32_q8_uq8_update": [{"elements": 5182508, "chunk_size": 8192}, ...],
+///                "adam_f32_f32_update": [{"elements": 124439808, "chunk_size": 2048,
+///                                         "block_size": 128, "elements_per_thread": 8}, ...]}}
 ///
 /// FusedOptimizer reads the tables the environment variable OPTGEN_TUNING names (paths separated
-/// by ':') and uses the one for the current device (its name as the driver gives it), if any; a
-/// chunk size set by set_chunk_size wins over it, and the generator's default applies where
-/// neither says.
+/// by ':') and uses the one for the current device (its name as the driver gives it), if any;
+/// set_chunk_size and set_launch_shape win over it, and the generator's choices apply where
+/// neither says. A launch shape other than the generator's compiles the kernels with NVRTC when
+/// they are first loaded (then from the kernel cache).
 
 #include <map>
 #include <string>
@@ -27,10 +31,14 @@ std::string tuning_name(const OptimizerInfo& info, const KernelInfo& kernel);
 
 class Tuning {
  public:
-  /// One measurement: a plan of `elements` elements stepped fastest in chunks of `chunk_size`.
+  /// One measurement: a plan of `elements` elements stepped fastest in chunks of `chunk_size`,
+  /// with blocks of `block_size` threads of `elements_per_thread` elements in flight (both 0: the
+  /// shape was not measured, the generator's applies).
   struct Entry {
     long long elements;
     long long chunk_size;
+    int block_size = 0;
+    int elements_per_thread = 0;
   };
 
   Tuning() = default;
@@ -38,7 +46,8 @@ class Tuning {
 
   /// Reads a table. Throws optgen::Error naming the file and what is wrong with it: JSON that
   /// does not parse (with its line and column), a missing or mistyped field, a chunk size that is
-  /// not a multiple of 64 up to 2^30, an element count that is not positive.
+  /// not a multiple of 64 up to 2^30, an element count that is not positive, a block size or
+  /// elements per thread that kernel_abi.h does not allow, one of the two without the other.
   static Tuning load(const std::string& path);
   /// The same from text; `origin` names it in errors.
   static Tuning parse(const std::string& text, const std::string& origin);
@@ -48,8 +57,10 @@ class Tuning {
 
   const std::string& device() const { return device_; }
   bool empty() const { return kernels_.empty(); }
-  /// Kernel set `kernel`'s chunk size for a plan of `elements` elements: the entry whose element
-  /// count is nearest by ratio (the larger on a tie); 0 where the table has none for it.
+  /// Kernel set `kernel`'s entry for a plan of `elements` elements: the one whose element count is
+  /// nearest by ratio (the larger on a tie); null where the table has none for it.
+  const Entry* find(const std::string& kernel, long long elements) const;
+  /// That entry's chunk size; 0 where the table has none.
   long long chunk_size(const std::string& kernel, long long elements) const;
   /// Adds (or replaces) kernel set `kernel`'s entries.
   void set(const std::string& kernel, std::vector<Entry> entries);
