@@ -1071,7 +1071,7 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize(const float* map, float normal
 /// by: midpoints[k] = midpoint(map, k) for k = 0 .. 254.
 OPTGEN_BLOCKWISE8_FUNCTION float midpoint(const float* map, int k) { return (map[k] + map[k + 1]) * 0.5f; }
 
-// ---- The kernels' quantiser: quantize()'s codes from one table read and one comparison. ----
+// ---- The kernels' quantiser: quantize()'s codes from two table reads and one comparison. ----
 //
 // quantize() is eight dependent reads of the map, and an Update stage quantises two states of every
 // element: that search was most of an 8-bit step's instructions. The kernels find the code of |x|
@@ -1079,7 +1079,9 @@ OPTGEN_BLOCKWISE8_FUNCTION float midpoint(const float* map, int k) { return (map
 // slot, an interval of floats narrow enough that at most one of the map's code bounds lies inside
 // it. The slot tables (kSignedSlotCodes, kUnsignedSlotCodes, printed by
 // tests/record_blockwise8_maps.py) hold the code of each slot's least value, so a value's code is
-// that one or the next, and one comparison with the bound between them (code_bound) decides.
+// that one or the next, and one comparison with the bound between them (code_bound) decides. The
+// comparison is of the floats' bits as unsigned integers (the same order for floats of one sign),
+// so that a NaN's magnitude, above every bound, takes the last code.
 
 /// Mantissa bits of a slot: 7 is the fewest for which no slot of either map holds two code bounds
 /// (tests/blockwise8_test.cpp checks every slot).
@@ -1128,20 +1130,27 @@ OPTGEN_BLOCKWISE8_FUNCTION float code_bound(const float* map, int k) {
   return bits_float(m > 0.0f ? u - 1 : m < 0.0f ? u + 1 : 0x80000001u);
 }
 
-/// quantize(map, |x|) from |x|'s slot, for x not NaN: `slot_codes` is the map's slot table and
-/// `bounds[k]` its code_bound(map, k) for k = 1 .. 255, with bounds[256] = +inf. For kSignedMap,
-/// the code of the positive value (127 .. 255).
-OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, const float* bounds, float x) {
-  const unsigned magnitude = float_bits(x) & 0x7fffffffu;
-  // How far |x| lies above the first slot's least float, clamped to the slots: in signed ints (a
-  // magnitude is under 2^31), so that the subtraction and the lower clamp are one instruction.
-  const int above = static_cast<int>(magnitude) - static_cast<int>(kSlotLowBits);
-  const int clamped = above < 0 ? 0
-                      : above > static_cast<int>(kSlotHighBits - kSlotLowBits)
-                          ? static_cast<int>(kSlotHighBits - kSlotLowBits)
-                          : above;
+/// What magnitude_code compares with, k = 1 .. 256: code_bound(map, k)'s bits, and for k = 256
+/// (above code 255) all ones, which no magnitude's bits exceed. (kSignedMap's bounds of negative
+/// values, k <= 127, are never compared with: a magnitude's code is 127 or more.)
+OPTGEN_BLOCKWISE8_FUNCTION unsigned code_bound_bits(const float* map, int k) {
+  return k == 256 ? 0xffffffffu : float_bits(code_bound(map, k));
+}
+
+/// The code of the float of `bits`, quantize(map, x) for x >= 0 not NaN: `slot_codes` is the map's
+/// slot table and `bound_bits[k]` its code_bound_bits(map, k) for k = 1 .. 256. Bits below the
+/// first slot's take its code, bits above the last slot's (1, and NaN's) its last code or 255.
+/// For kSignedMap, pass a magnitude: the code of the positive value (127 .. 255).
+OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, const unsigned* bound_bits,
+                                              unsigned bits) {
+  // How far the bits lie above the first slot's least float, clamped to the slots: in signed ints,
+  // so that the subtraction and both clamps are one instruction (bits of a negative value, as ints,
+  // clamp to the first slot).
+  constexpr int kHigh = static_cast<int>(kSlotHighBits - kSlotLowBits);
+  const int above = static_cast<int>(bits) - static_cast<int>(kSlotLowBits);
+  const int clamped = above < 0 ? 0 : above > kHigh ? kHigh : above;
   const int low = slot_codes[clamped >> (23 - kSlotMantissaBits)];
-  return low + (bits_float(magnitude) > bounds[low + 1] ? 1 : 0);
+  return low + (bits > bound_bits[low + 1] ? 1 : 0);
 }
 
 /// The sign bit of x (signbit(): set for -0 and negative values).
@@ -1169,31 +1178,33 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
   return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
 }
 
-/// quantize_signed_state and quantize_unsigned_state through magnitude_code, for the kernels: the
-/// same codes, given the block's reciprocal(absmax), the map's slot table and its bounds.
+/// quantize_signed_state's and quantize_unsigned_state's codes through magnitude_code, for the
+/// kernels, given the block's reciprocal(absmax) and the map's slot table and bound bits.
 /// kSignedMap is symmetric about its 0 at code 127 (kSignedMap[127 - d] = -kSignedMap[127 + d] for
 /// d = 1 .. 127; their midpoints and the parity of their codes alike), so a negative x's code is
 /// 254 minus its magnitude's, but 0 for magnitudes that round to 1 (code 255, which has no
 /// negative). The sign rule (keep_sign) then moves only a negative x (or -0) at code 127 to 126:
-/// x has value's sign bit (the reciprocal is positive), a positive x's code is 127 or more. NaN
-/// (a block of zeros, a NaN value) is quantize's code 0, which the sign rule keeps for a value with
-/// its sign bit set and turns into 255 (0 - 1) for the others.
-OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_signed_state_fast(const unsigned char* slot_codes,
-                                                                    const float* bounds, float value,
-                                                                    float inverse_absmax) {
+/// x has value's sign bit (the reciprocal is positive), a positive x's code is 127 or more. So the
+/// code of a value with its sign bit set is 254 minus its magnitude's, clamped to 0 .. 126. NaN (a
+/// block of zeros, a NaN value) is quantize's code 0, which the sign rule keeps for a value with
+/// its sign bit set and turns into 255 (0 - 1) for the others; a NaN's magnitude takes code 255,
+/// and the sign bit of the value (not of x: a NaN product's sign bit differs between host and
+/// device) picks 255 or 254 - 255 clamped to 0. One value parts from quantize_signed_state: +inf
+/// (its block's absmax inf, so x = inf * 0 = NaN), which the sign rule moves from code 0 to 1
+/// (map[1] * inf = -inf) and this gives 255 (+inf): a state that has overflowed.
+OPTGEN_BLOCKWISE8_FUNCTION int signed_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
+                                                 float value, float inverse_absmax) {
   const float x = normalize(value, inverse_absmax);
-  const int up = magnitude_code(slot_codes, bounds, x);
-  const int down = 254 - up < 0 ? 0 : 254 - up < 126 ? 254 - up : 126;
-  if (x != x) return static_cast<unsigned char>(sign_bit(value) ? 0 : 255);
-  return static_cast<unsigned char>(sign_bit(x) ? down : up);
+  const int up = magnitude_code(slot_codes, bound_bits, float_bits(x) & 0x7fffffffu);
+  const int down = 254 - up < 0 ? 0 : 254 - up > 126 ? 126 : 254 - up;
+  return sign_bit(value) ? down : up;
 }
 /// A value at or below 0 (and NaN) has code 0 in kUnsignedMap.
-OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state_fast(const unsigned char* slot_codes,
-                                                                      const float* bounds, float value,
-                                                                      float inverse_absmax) {
+OPTGEN_BLOCKWISE8_FUNCTION int unsigned_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
+                                                   float value, float inverse_absmax) {
   const float x = normalize(value, inverse_absmax);
-  const int code = magnitude_code(slot_codes, bounds, x);
-  return static_cast<unsigned char>(x > 0.0f ? code : 0);
+  const int code = magnitude_code(slot_codes, bound_bits, float_bits(x));
+  return x > 0.0f ? code : 0;
 }
 
 /// The value a code stands for: map[code] * absmax (kOptimizerStatic8bit2StateBlockwise:
@@ -1446,8 +1457,8 @@ __device__ __forceinline__ void store_codec(Codec codec, void* base, long long i
 /// 8-bit state (load_blockwise_maps): [0] the signed map (kQ8), [1] the unsigned map (kUQ8).
 __shared__ float blockwise_maps[2][256];
 /// What an Update stage quantises by (load_blockwise_quantiser; blockwise8::magnitude_code): each
-/// map's code bounds, [k] for k = 1 .. 255 and +inf at 256, and its slot table.
-__shared__ float blockwise_bounds[2][257];
+/// map's code_bound_bits, [k] for k = 1 .. 256, and its slot table.
+__shared__ unsigned blockwise_bound_bits[2][257];
 __shared__ alignas(16) unsigned char blockwise_slot_codes[2][blockwise8::kSlots];
 
 /// Copies the maps into blockwise_maps (the block's threads each a share; no barrier).
@@ -1462,14 +1473,13 @@ __device__ __forceinline__ void load_blockwise_maps() {
   __syncthreads();
 }
 
-/// load_blockwise_maps, and the bounds and slot tables; every thread must call it.
+/// load_blockwise_maps, and the bound bits and slot tables; every thread must call it.
 __device__ __forceinline__ void load_blockwise_quantiser() {
   copy_blockwise_maps();
   for (int i = threadIdx.x; i < 2 * 256; i += OPTGEN_BLOCK_SIZE) {
     const int m = i / 256;
     const int k = i % 256 + 1;
-    const float* map = m == 0 ? blockwise8::kSignedMap : blockwise8::kUnsignedMap;
-    blockwise_bounds[m][k] = k == 256 ? __int_as_float(0x7f800000) : blockwise8::code_bound(map, k);
+    blockwise_bound_bits[m][k] = blockwise8::code_bound_bits(m == 0 ? blockwise8::kSignedMap : blockwise8::kUnsignedMap, k);
   }
   typedef Pack<unsigned, 4> Words;  // both tables are 16-byte aligned
   constexpr int kWords = blockwise8::kSlots / 16;
@@ -1489,6 +1499,11 @@ __device__ __forceinline__ float* blockwise_absmax(void* data, long long numel) 
   return reinterpret_cast<float*>(static_cast<unsigned char*>(data) + blockwise8::absmax_offset(numel));
 }
 
+/// The quantisation block of element i >= 0 (unsigned: a signed division by 256 costs a fix-up).
+__device__ __forceinline__ unsigned long long blockwise_block(long long i) {
+  return static_cast<unsigned long long>(i) / blockwise8::kBlockSize;
+}
+
 /// An 8-bit state's value: its code's map entry times its block's absmax (blockwise8::dequantize).
 __device__ __forceinline__ float blockwise_value(Codec codec, unsigned code, float scale) {
   return blockwise_maps[codec == Codec::kQ8 ? 0 : 1][code] * scale;
@@ -1499,7 +1514,7 @@ template <int V>
 __device__ __forceinline__ void load_blockwise(Codec codec, const void* base, long long i, float* out,
                                                const float* absmax) {
   const Pack<unsigned char, V> p = *reinterpret_cast<const Pack<unsigned char, V>*>(static_cast<const unsigned char*>(base) + i);
-  const float scale = absmax[i / blockwise8::kBlockSize];
+  const float scale = absmax[blockwise_block(i)];
 #pragma unroll
   for (int e = 0; e < V; ++e) out[e] = blockwise_value(codec, p.x[e], scale);
 }
@@ -1512,7 +1527,7 @@ __device__ __forceinline__ void load_blockwise(Codec codec, const void* base, lo
 /// tensor's and the codes are 8-byte aligned.
 template <int V>
 __device__ __forceinline__ void store_blockwise(Codec codec, void* base, long long i, const float* in, int count,
-                                                bool whole, float* absmax, long long block) {
+                                                bool whole, float* absmax, unsigned long long block) {
   // The lane's maximum as a tree (a chain of V dependent maxima stalled the warp). NaN is passed
   // over, as blockwise8::block_absmax does: fmaxf gives NaN only where both values are, so the tree
   // gives NaN only where every value is, and 0 then.
@@ -1529,19 +1544,27 @@ __device__ __forceinline__ void store_blockwise(Codec codec, void* base, long lo
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, offset));
   if ((threadIdx.x & 31) == 0) absmax[block] = block_max;
   const float inverse = blockwise8::reciprocal(block_max);
-  Pack<unsigned char, V> p;
+  // PRMT gathers the codes (each in the low byte of its int): two into a half word, then two
+  // halves into a word.
+  int code[V];
 #pragma unroll
   for (int e = 0; e < V; ++e)
-    p.x[e] = codec == Codec::kQ8
-                 ? blockwise8::quantize_signed_state_fast(blockwise_slot_codes[0], blockwise_bounds[0], in[e], inverse)
-                 : blockwise8::quantize_unsigned_state_fast(blockwise_slot_codes[1], blockwise_bounds[1], in[e], inverse);
+    code[e] = codec == Codec::kQ8
+                  ? blockwise8::signed_state_code(blockwise_slot_codes[0], blockwise_bound_bits[0], in[e], inverse)
+                  : blockwise8::unsigned_state_code(blockwise_slot_codes[1], blockwise_bound_bits[1], in[e], inverse);
   unsigned char* codes = static_cast<unsigned char*>(base) + i;
   if (whole) {
-    *reinterpret_cast<Pack<unsigned char, V>*>(codes) = p;
+    static_assert(V % 4 == 0, "a lane stores its codes in whole words");
+    Pack<unsigned, V / 4> p;
+#pragma unroll
+    for (int w = 0; w < V / 4; ++w)
+      p.x[w] = __byte_perm(__byte_perm(code[4 * w], code[4 * w + 1], 0x0040u),
+                           __byte_perm(code[4 * w + 2], code[4 * w + 3], 0x0040u), 0x5410u);
+    *reinterpret_cast<Pack<unsigned, V / 4>*>(codes) = p;
   } else {
 #pragma unroll
     for (int e = 0; e < V; ++e)
-      if (e < count) codes[e] = p.x[e];
+      if (e < count) codes[e] = static_cast<unsigned char>(code[e]);
   }
 }
 
@@ -2324,7 +2347,7 @@ __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, void* 
       load_operand_words<Ops, V>(op, ptr[op], i, tile.words[op]);
     } else if (kCodes) {
       load_words<unsigned char, V>(ptr[op], i, tile.words[op]);
-      tile.scale[op] = absmax[op][i / blockwise8::kBlockSize];
+      tile.scale[op] = absmax[op][blockwise_block(i)];
     } else {
       load_words<float, V>(ptr[op], i, tile.words[op]);
     }
@@ -2410,16 +2433,16 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   float* absmax[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op) absmax[op] = Ops::blockwise(op) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
-  load_blockwise_quantiser();
+  // Whether the tensor's 8-bit states are codes or (a small tensor) f32: update_whole_blocks is
+  // compiled for each, and only a block of codes needs the quantiser (the whole block decides).
+  const bool codes = blockwise8::uses_8bit_states(table.numel[t]);
+  if (codes) load_blockwise_quantiser();
   enter_update_stage<Update>();
   if (skips_step(inputs)) return;
   const int lane = threadIdx.x & 31;
   // Blocks wholly in the chunk (it starts on a block), where every operand is aligned.
   const long long whole_end = aligned ? start + (end - start) / blockwise8::kBlockSize * blockwise8::kBlockSize : start;
   long long q = start + static_cast<long long>(threadIdx.x >> 5) * blockwise8::kBlockSize;
-  // Whether the tensor's 8-bit states are codes or (a small tensor) f32: update_whole_blocks is
-  // compiled for each.
-  const bool codes = blockwise8::uses_8bit_states(table.numel[t]);
   BlockTile<kOps, V> tile;
   if (q < whole_end) {
     if (codes)
@@ -2437,7 +2460,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
       if (Ops::blockwise(op) && absmax[op]) {
-        store_blockwise<V>(Ops::codec(op), ptr[op], i, v[op], count, whole, absmax[op], q / blockwise8::kBlockSize);
+        store_blockwise<V>(Ops::codec(op), ptr[op], i, v[op], count, whole, absmax[op], blockwise_block(q));
       } else if (whole) {
         store_operand<Ops, V>(op, ptr[op], i, v[op], step.ps);
       } else {

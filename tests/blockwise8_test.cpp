@@ -173,10 +173,10 @@ TEST_CASE("blockwise8: quantize rounds to the nearest code and a midpoint to the
 
 TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) gives quantize's code", "[blockwise8]") {
   // magnitude_code takes the code of |x|'s slot from the slot table and adds one if |x| is above
-  // the code bound that follows. That is quantize's code for every float exactly when each table
-  // entry is the code of its slot's least value and the slot's last value has at most the next
-  // code (codes rise with x): checked here for every slot, so for every float. Then samples,
-  // every bound and its neighbours, the ends, NaN, and the state quantisers built on it.
+  // the code bound that follows (compared as bits). That is quantize's code for every float exactly
+  // when each table entry is the code of its slot's least value and the slot's last value has at
+  // most the next code (codes rise with x): checked here for every slot, so for every float. Then
+  // samples, every bound and its neighbours, the ends, NaN, and the state quantisers built on it.
   const float inf = std::numeric_limits<float>::infinity();
   STATIC_REQUIRE(b8::kSlots == 3072);
   STATIC_REQUIRE(sizeof(b8::kSignedSlotCodes) == b8::kSlots);
@@ -189,12 +189,16 @@ TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) give
     const unsigned char* slot_codes = is_signed ? b8::kSignedSlotCodes : b8::kUnsignedSlotCodes;
     INFO((is_signed ? "kSignedMap" : "kUnsignedMap"));
     float bounds[257];
+    unsigned bound_bits[257] = {};
     bounds[0] = -inf;
     bounds[256] = inf;
+    for (int k = 1; k <= 256; ++k) bound_bits[k] = b8::code_bound_bits(m, k);
+    CHECK(bound_bits[256] == 0xffffffffu);
     for (int k = 1; k < 256; ++k) {
       bounds[k] = b8::code_bound(m, k);
       // Above the bound code k or more, at or below it k - 1 or less: a tie goes to the even code.
       INFO("bound " << k);
+      REQUIRE(bound_bits[k] == bits(bounds[k]));
       REQUIRE(b8::quantize(m, bounds[k]) == k - 1);
       REQUIRE(b8::quantize(m, std::nextafter(bounds[k], inf)) == k);
     }
@@ -205,16 +209,18 @@ TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) give
       REQUIRE(slot_codes[s] == b8::quantize(m, first));
       REQUIRE(b8::quantize(m, last) <= slot_codes[s] + 1);
     }
-    // Below the first slot, the code of 0.
+    // Below the first slot, the code of 0; at and past 1, and a NaN's magnitude, 255.
     CHECK(b8::quantize(m, std::nextafter(b8::slot_start(0), 0.0f)) == slot_codes[0]);
     CHECK(slot_codes[0] == (is_signed ? 127 : 0));
+    for (float x : {1.0f, 1e30f, inf, std::numeric_limits<float>::quiet_NaN()})
+      CHECK(b8::magnitude_code(slot_codes, bound_bits, bits(x) & 0x7fffffffu) == 255);
 
     long long mismatches = 0;
     const auto compare = [&](float x) {
-      if (!(x >= 0.0f) && !is_signed) return;
-      const int expected = b8::quantize(m, x);
-      int code = b8::magnitude_code(slot_codes, bounds, x);
-      if (x < 0.0f) code = code == 255 ? 0 : 254 - code;  // quantize_signed_state_fast's mirror
+      // normalize(x, reciprocal(1)) is x: the codes of x itself, sign rule and mirror included.
+      const int expected = is_signed ? b8::quantize_signed_state(m, x, 1.0f) : b8::quantize_unsigned_state(m, x, 1.0f);
+      const int code = is_signed ? b8::signed_state_code(slot_codes, bound_bits, x, 1.0f)
+                                 : b8::unsigned_state_code(slot_codes, bound_bits, x, 1.0f);
       if (code != expected) ++mismatches;
     };
     for (std::uint32_t u = 0; u <= bits(1.0f) + 8; u += 61) {
@@ -228,7 +234,8 @@ TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) give
         compare(x);
         compare(-x);
       }
-    for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, std::nextafter(1.0f, inf), std::nextafter(-1.0f, -inf)})
+    for (float x :
+         {0.0f, -0.0f, 1.0f, -1.0f, 1e-30f, -1e-30f, std::nextafter(1.0f, inf), std::nextafter(-1.0f, -inf), inf, -inf})
       compare(x);
     CHECK(mismatches == 0);
 
@@ -236,20 +243,27 @@ TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) give
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    std::vector<std::pair<float, float>> cases = {
-        {0.0f, 0.0f}, {-0.0f, 0.0f}, {nan, 1.0f}, {1.0f, 1.0f}, {-1.0f, 1.0f}};
+    std::vector<std::pair<float, float>> cases = {{0.0f, 0.0f}, {-0.0f, 0.0f}, {nan, 1.0f}, {-nan, 1.0f},
+                                                  {1.0f, 1.0f}, {-1.0f, 1.0f}, {-inf, inf}, {-2.0f, inf}};
     for (int n = 0; n < 20000; ++n) {
       const float value = normal(rng) * std::pow(10.0f, static_cast<float>(n % 9) - 8.0f);
       cases.push_back({value, std::fabs(value) * (1.0f + static_cast<float>(n % 7))});
+    }
+    if (is_signed) {
+      // The one place they part: a state of +inf (its block's absmax inf, x = inf * 0 = NaN).
+      // quantize gives NaN code 0 and the sign rule moves it up to 1 (kSignedMap[1] * inf = -inf);
+      // the kernels' quantiser gives 255, +inf (see signed_state_code).
+      CHECK(b8::quantize_signed_state(m, inf, inf) == 1);
+      CHECK(b8::signed_state_code(slot_codes, bound_bits, inf, b8::reciprocal(inf)) == 255);
     }
     for (const auto& [value, absmax] : cases) {
       INFO("value " << value << ", absmax " << absmax);
       const float inverse = b8::reciprocal(absmax);
       if (is_signed)
-        REQUIRE(int(b8::quantize_signed_state_fast(slot_codes, bounds, value, inverse)) ==
+        REQUIRE(b8::signed_state_code(slot_codes, bound_bits, value, inverse) ==
                 int(b8::quantize_signed_state(m, value, absmax)));
       else
-        REQUIRE(int(b8::quantize_unsigned_state_fast(slot_codes, bounds, std::fabs(value), inverse)) ==
+        REQUIRE(b8::unsigned_state_code(slot_codes, bound_bits, std::fabs(value), inverse) ==
                 int(b8::quantize_unsigned_state(m, std::fabs(value), absmax)));
     }
   }
@@ -265,7 +279,7 @@ TEST_CASE("blockwise8: state1's sign rule keeps a value's sign bit in its code",
   CHECK(b8::quantize_signed_state(m, 0.0f, 1.0f) == 127);
   CHECK(b8::quantize_signed_state(m, -0.0f, 1.0f) == 126);
   CHECK(b8::keep_sign(m, 0, 0.0f) == 255);  // unsigned char arithmetic: 0 - 1 wraps, as in bitsandbytes
-  // quantize_signed_state_fast folds the rule in, reading no map: it relies on exactly the codes
+  // signed_state_code folds the rule in, reading no map: it relies on exactly the codes
   // below 127 (+0) having their sign bit set.
   for (int c = 0; c < 256; ++c) {
     INFO("code " << c);
@@ -420,9 +434,10 @@ TEST_CASE("blockwise8: the header copied verbatim into a kernel source compiles 
 namespace b8 = optgen::blockwise8;
 extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* c1, unsigned char* c2, float* absmax,
                                      float* out) {
-  __shared__ float map1[256], map2[256], bounds[257];
+  __shared__ float map1[256], map2[256];
+  __shared__ unsigned bound_bits[257];
   __shared__ float block_max;
-  bounds[threadIdx.x + 1] = threadIdx.x < 255 ? b8::code_bound(b8::kSignedMap, threadIdx.x + 1) : __int_as_float(0x7f800000);
+  bound_bits[threadIdx.x + 1] = b8::code_bound_bits(b8::kSignedMap, threadIdx.x + 1);
   map1[threadIdx.x] = b8::kSignedMap[threadIdx.x];
   map2[threadIdx.x] = b8::kUnsignedMap[threadIdx.x];
   if (threadIdx.x == 0) block_max = 0.0f;
@@ -438,7 +453,7 @@ extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* 
   if (threadIdx.x == 0) absmax[blockIdx.x] = block_max;
   if (!b8::uses_8bit_states(n)) out[i] += b8::quantize(b8::kSignedMap, b8::normalize(v, b8::reciprocal(block_max)));
   // The kernels' quantiser (its slot table read from device memory).
-  c1[i] = b8::quantize_signed_state_fast(b8::kSignedSlotCodes, bounds, v, b8::reciprocal(block_max));
+  c1[i] = b8::signed_state_code(b8::kSignedSlotCodes, bound_bits, v, b8::reciprocal(block_max));
 }
 )";
   optgen::nvrtc::Compiled compiled;

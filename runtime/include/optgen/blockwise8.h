@@ -488,7 +488,7 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize(const float* map, float normal
 /// by: midpoints[k] = midpoint(map, k) for k = 0 .. 254.
 OPTGEN_BLOCKWISE8_FUNCTION float midpoint(const float* map, int k) { return (map[k] + map[k + 1]) * 0.5f; }
 
-// ---- The kernels' quantiser: quantize()'s codes from one table read and one comparison. ----
+// ---- The kernels' quantiser: quantize()'s codes from two table reads and one comparison. ----
 //
 // quantize() is eight dependent reads of the map, and an Update stage quantises two states of every
 // element: that search was most of an 8-bit step's instructions. The kernels find the code of |x|
@@ -496,7 +496,9 @@ OPTGEN_BLOCKWISE8_FUNCTION float midpoint(const float* map, int k) { return (map
 // slot, an interval of floats narrow enough that at most one of the map's code bounds lies inside
 // it. The slot tables (kSignedSlotCodes, kUnsignedSlotCodes, printed by
 // tests/record_blockwise8_maps.py) hold the code of each slot's least value, so a value's code is
-// that one or the next, and one comparison with the bound between them (code_bound) decides.
+// that one or the next, and one comparison with the bound between them (code_bound) decides. The
+// comparison is of the floats' bits as unsigned integers (the same order for floats of one sign),
+// so that a NaN's magnitude, above every bound, takes the last code.
 
 /// Mantissa bits of a slot: 7 is the fewest for which no slot of either map holds two code bounds
 /// (tests/blockwise8_test.cpp checks every slot).
@@ -545,20 +547,27 @@ OPTGEN_BLOCKWISE8_FUNCTION float code_bound(const float* map, int k) {
   return bits_float(m > 0.0f ? u - 1 : m < 0.0f ? u + 1 : 0x80000001u);
 }
 
-/// quantize(map, |x|) from |x|'s slot, for x not NaN: `slot_codes` is the map's slot table and
-/// `bounds[k]` its code_bound(map, k) for k = 1 .. 255, with bounds[256] = +inf. For kSignedMap,
-/// the code of the positive value (127 .. 255).
-OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, const float* bounds, float x) {
-  const unsigned magnitude = float_bits(x) & 0x7fffffffu;
-  // How far |x| lies above the first slot's least float, clamped to the slots: in signed ints (a
-  // magnitude is under 2^31), so that the subtraction and the lower clamp are one instruction.
-  const int above = static_cast<int>(magnitude) - static_cast<int>(kSlotLowBits);
-  const int clamped = above < 0 ? 0
-                      : above > static_cast<int>(kSlotHighBits - kSlotLowBits)
-                          ? static_cast<int>(kSlotHighBits - kSlotLowBits)
-                          : above;
+/// What magnitude_code compares with, k = 1 .. 256: code_bound(map, k)'s bits, and for k = 256
+/// (above code 255) all ones, which no magnitude's bits exceed. (kSignedMap's bounds of negative
+/// values, k <= 127, are never compared with: a magnitude's code is 127 or more.)
+OPTGEN_BLOCKWISE8_FUNCTION unsigned code_bound_bits(const float* map, int k) {
+  return k == 256 ? 0xffffffffu : float_bits(code_bound(map, k));
+}
+
+/// The code of the float of `bits`, quantize(map, x) for x >= 0 not NaN: `slot_codes` is the map's
+/// slot table and `bound_bits[k]` its code_bound_bits(map, k) for k = 1 .. 256. Bits below the
+/// first slot's take its code, bits above the last slot's (1, and NaN's) its last code or 255.
+/// For kSignedMap, pass a magnitude: the code of the positive value (127 .. 255).
+OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, const unsigned* bound_bits,
+                                              unsigned bits) {
+  // How far the bits lie above the first slot's least float, clamped to the slots: in signed ints,
+  // so that the subtraction and both clamps are one instruction (bits of a negative value, as ints,
+  // clamp to the first slot).
+  constexpr int kHigh = static_cast<int>(kSlotHighBits - kSlotLowBits);
+  const int above = static_cast<int>(bits) - static_cast<int>(kSlotLowBits);
+  const int clamped = above < 0 ? 0 : above > kHigh ? kHigh : above;
   const int low = slot_codes[clamped >> (23 - kSlotMantissaBits)];
-  return low + (bits_float(magnitude) > bounds[low + 1] ? 1 : 0);
+  return low + (bits > bound_bits[low + 1] ? 1 : 0);
 }
 
 /// The sign bit of x (signbit(): set for -0 and negative values).
@@ -586,31 +595,33 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
   return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
 }
 
-/// quantize_signed_state and quantize_unsigned_state through magnitude_code, for the kernels: the
-/// same codes, given the block's reciprocal(absmax), the map's slot table and its bounds.
+/// quantize_signed_state's and quantize_unsigned_state's codes through magnitude_code, for the
+/// kernels, given the block's reciprocal(absmax) and the map's slot table and bound bits.
 /// kSignedMap is symmetric about its 0 at code 127 (kSignedMap[127 - d] = -kSignedMap[127 + d] for
 /// d = 1 .. 127; their midpoints and the parity of their codes alike), so a negative x's code is
 /// 254 minus its magnitude's, but 0 for magnitudes that round to 1 (code 255, which has no
 /// negative). The sign rule (keep_sign) then moves only a negative x (or -0) at code 127 to 126:
-/// x has value's sign bit (the reciprocal is positive), a positive x's code is 127 or more. NaN
-/// (a block of zeros, a NaN value) is quantize's code 0, which the sign rule keeps for a value with
-/// its sign bit set and turns into 255 (0 - 1) for the others.
-OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_signed_state_fast(const unsigned char* slot_codes,
-                                                                    const float* bounds, float value,
-                                                                    float inverse_absmax) {
+/// x has value's sign bit (the reciprocal is positive), a positive x's code is 127 or more. So the
+/// code of a value with its sign bit set is 254 minus its magnitude's, clamped to 0 .. 126. NaN (a
+/// block of zeros, a NaN value) is quantize's code 0, which the sign rule keeps for a value with
+/// its sign bit set and turns into 255 (0 - 1) for the others; a NaN's magnitude takes code 255,
+/// and the sign bit of the value (not of x: a NaN product's sign bit differs between host and
+/// device) picks 255 or 254 - 255 clamped to 0. One value parts from quantize_signed_state: +inf
+/// (its block's absmax inf, so x = inf * 0 = NaN), which the sign rule moves from code 0 to 1
+/// (map[1] * inf = -inf) and this gives 255 (+inf): a state that has overflowed.
+OPTGEN_BLOCKWISE8_FUNCTION int signed_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
+                                                 float value, float inverse_absmax) {
   const float x = normalize(value, inverse_absmax);
-  const int up = magnitude_code(slot_codes, bounds, x);
-  const int down = 254 - up < 0 ? 0 : 254 - up < 126 ? 254 - up : 126;
-  if (x != x) return static_cast<unsigned char>(sign_bit(value) ? 0 : 255);
-  return static_cast<unsigned char>(sign_bit(x) ? down : up);
+  const int up = magnitude_code(slot_codes, bound_bits, float_bits(x) & 0x7fffffffu);
+  const int down = 254 - up < 0 ? 0 : 254 - up > 126 ? 126 : 254 - up;
+  return sign_bit(value) ? down : up;
 }
 /// A value at or below 0 (and NaN) has code 0 in kUnsignedMap.
-OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state_fast(const unsigned char* slot_codes,
-                                                                      const float* bounds, float value,
-                                                                      float inverse_absmax) {
+OPTGEN_BLOCKWISE8_FUNCTION int unsigned_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
+                                                   float value, float inverse_absmax) {
   const float x = normalize(value, inverse_absmax);
-  const int code = magnitude_code(slot_codes, bounds, x);
-  return static_cast<unsigned char>(x > 0.0f ? code : 0);
+  const int code = magnitude_code(slot_codes, bound_bits, float_bits(x));
+  return x > 0.0f ? code : 0;
 }
 
 /// The value a code stands for: map[code] * absmax (kOptimizerStatic8bit2StateBlockwise:
