@@ -1178,6 +1178,18 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
   return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
 }
 
+/// The bits of |normalize(value, inverse_absmax)|. On the GPU |value| times the reciprocal (which
+/// is positive): the same product, and a multiplication takes |value| as an operand modifier, where
+/// clearing the product's sign bit cost an instruction; a NaN product there is 0x7fffffff. On the
+/// host the product's sign bit is cleared (x86's NaN of 0 * inf has it set).
+OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_bits(float value, float inverse_absmax) {
+#ifdef __CUDA_ARCH__
+  return float_bits(normalize(fabsf(value), inverse_absmax));
+#else
+  return float_bits(normalize(value, inverse_absmax)) & 0x7fffffffu;
+#endif
+}
+
 /// quantize_signed_state's and quantize_unsigned_state's codes through magnitude_code, for the
 /// kernels, given the block's reciprocal(absmax) and the map's slot table and bound bits.
 /// kSignedMap is symmetric about its 0 at code 127 (kSignedMap[127 - d] = -kSignedMap[127 + d] for
@@ -1194,8 +1206,7 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
 /// (map[1] * inf = -inf) and this gives 255 (+inf): a state that has overflowed.
 OPTGEN_BLOCKWISE8_FUNCTION int signed_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
                                                  float value, float inverse_absmax) {
-  const float x = normalize(value, inverse_absmax);
-  const int up = magnitude_code(slot_codes, bound_bits, float_bits(x) & 0x7fffffffu);
+  const int up = magnitude_code(slot_codes, bound_bits, magnitude_bits(value, inverse_absmax));
   const int down = 254 - up < 0 ? 0 : 254 - up > 126 ? 126 : 254 - up;
   return sign_bit(value) ? down : up;
 }
@@ -1287,7 +1298,10 @@ inline void dequantize_blockwise(const float* map, const unsigned char* codes, c
 //   [2^-60, 2^60), so that the quotient and the remainder are normal floats; and a = +0, for
 //   which every step is +-0 and the result 0 with the quotient's sign. (-0 / b would come out +0.)
 // - sqrt(x): y = rsqrt.approx(x); s = x * y; s = fma(fma(-s, s, x), y / 2, s), exact for normal x
-//   from 2^-101 up (CUDA's own test: bits(x) - 0x0d000000 <= 0x727fffff); +0 is +0.
+//   from 2^-101 up (CUDA's own test: bits(x) - 0x0d000000 <= 0x727fffff); +0 is +0. CheckedMath
+//   says exact below 2^120 only, so that the root is +0 or in [2^-50.5, 2^60): in a division's
+//   range as a dividend. Its sqrt returns a Root, and div(Root, b) checks only b: Adam's
+//   sqrt(v) / sqrt(bias_correction2) costs one check where it cost two.
 //
 // The checks are comparisons (FSETP with the operand's absolute value, chained). Sums on the FMA
 // pipe instead (an `over` sum that overflows, an `under` one that a flushed product leaves
@@ -1305,26 +1319,38 @@ struct IeeeMath {
 /// The same results with no branch, exact where exact() holds (see above).
 class CheckedMath {
  public:
+  /// sqrt's result: a root of an operand sqrt checked, so +0 or in [2^-50.5, 2^60), which a
+  /// division need not check. Anywhere else it is its float.
+  struct Root {
+    float value;
+    __device__ __forceinline__ operator float() const { return value; }
+  };
+
   __device__ __forceinline__ bool exact() const { return exact_; }
 
   __device__ __forceinline__ float div(float a, float b) {
+    exact_ = exact_ & (in_range(a) | (__float_as_uint(a) == 0u));
+    return div(Root{a}, b);
+  }
+  __device__ __forceinline__ float div(Root a, float b) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
     r = __fmaf_rn(r, __fmaf_rn(-b, r, 1.0f), r);
-    const float q = __fmul_rn(a, r);
-    const float result = __fmaf_rn(__fmaf_rn(-b, q, a), r, q);
-    exact_ = exact_ & in_range(b) & (in_range(a) | (__float_as_uint(a) == 0u));
+    const float q = __fmul_rn(a.value, r);
+    const float result = __fmaf_rn(__fmaf_rn(-b, q, a.value), r, q);
+    exact_ = exact_ & in_range(b);
     return result;
   }
 
-  __device__ __forceinline__ float sqrt(float x) {
+  __device__ __forceinline__ Root sqrt(float x) {
     float y;
     asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     const float s = __fmul_rn(x, y);
     const float root = __fmaf_rn(__fmaf_rn(-s, s, x), __fmul_rn(y, 0.5f), s);
     const unsigned bits = __float_as_uint(x);
-    exact_ = exact_ & ((bits - 0x0d000000u <= 0x727fffffu) | (bits == 0u));
-    return bits == 0u ? 0.0f : root;
+    // x in [2^-101, 2^120) (bits - 0x0d000000 <= 0x6e7fffff) or +0.
+    exact_ = exact_ & ((bits - 0x0d000000u <= 0x6e7fffffu) | (bits == 0u));
+    return Root{bits == 0u ? 0.0f : root};
   }
 
  private:
@@ -1403,12 +1429,33 @@ __device__ __forceinline__ void load_vector(const void* base, long long i, float
   for (int e = 0; e < V; ++e) out[e] = to_float(p.x[e]);
 }
 
+/// Stores `p` at element i of `base`; 16 bytes of 2-byte values (bf16, f16) as one st.v4.b32.
+/// Stored as a Pack, the compiler splits it into its elements and merges them again only within a
+/// short stretch of code: in the 8-bit Update stage's loop body a bf16 parameter's 16 bytes went
+/// out as four 4-byte stores. (Floats come out of the compiler as 16-byte stores there.)
+template <typename T, int V>
+__device__ __forceinline__ void store_pack(void* base, long long i, const Pack<T, V>& p) {
+  T* const to = static_cast<T*>(base) + i;
+  if constexpr (sizeof(T) == 2 && sizeof(p) % 16 == 0) {
+    const unsigned* const w = reinterpret_cast<const Pack<unsigned, sizeof(p) / 4>&>(p).x;
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(p) / 16); ++k)
+      asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};"
+                   :
+                   : "l"(reinterpret_cast<unsigned*>(to) + 4 * k), "r"(w[4 * k]), "r"(w[4 * k + 1]), "r"(w[4 * k + 2]),
+                     "r"(w[4 * k + 3])
+                   : "memory");
+  } else {
+    *reinterpret_cast<Pack<T, V>*>(to) = p;
+  }
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void store_vector(void* base, long long i, const float* in) {
   Pack<T, V> p;
 #pragma unroll
   for (int e = 0; e < V; ++e) p.x[e] = from_float<T>(in[e]);
-  *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(base) + i) = p;
+  store_pack(base, i, p);
 }
 
 /// How an operand is stored (optgen/storage.h's dtypes): loads decode to float, stores round to
@@ -1591,6 +1638,8 @@ __device__ __forceinline__ void store_stochastic(void* base, long long i, const 
     for (int e = 0; e < V; ++e)
       p.x[e].bits = random::stochastic_round_bf16(in[e], random::random_bits16(ps.seed, ps.tensor, ps.step, i + e));
   }
+  // Not store_pack: its st.v4.b32 cost adam_amsgrad_bf16_sr_bf16_update spills on sm_80, and no
+  // 8-bit kernel rounds stochastically by default.
   *reinterpret_cast<Pack<bf16, V>*>(static_cast<bf16*>(base) + i) = p;
 }
 
@@ -2377,12 +2426,13 @@ __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile
 
 /// blockwise_update_stage's blocks wholly in the chunk, from q (at which the tile is loaded) up
 /// to whole_end in steps of kStride: each decoded from the tile, the next one loaded into it, then
-/// updated and stored by `store_block`. kCodes as for load_block_tile: compiled once for each, so
-/// that no element asks (asking cost a branch per element and state, which also kept the compiler
-/// from interleaving the elements' math). A lane's 8 elements are updated with CheckedMath, whose
-/// divisions and roots have no branch, so that their math interleaves; where it was not exact
-/// (element_math.h), the block's operands are read again (nothing of the block is stored yet) and
-/// updated with IeeeMath.
+/// updated and stored by `store_block`, told that the block is whole and whether its 8-bit states
+/// are codes (kCodes), so that the loop has no other store path. kCodes as for load_block_tile:
+/// compiled once for each, so that no element asks (asking cost a branch per element and state,
+/// which also kept the compiler from interleaving the elements' math). A lane's 8 elements are
+/// updated with CheckedMath, whose divisions and roots have no branch, so that their math
+/// interleaves; where it was not exact (element_math.h), the block's operands are read again
+/// (nothing of the block is stored yet) and updated with IeeeMath.
 template <typename Ops, bool kCodes, long long kStride, typename Update, typename Group, int kOps, int V,
           typename StoreBlock>
 __device__ __forceinline__ void update_whole_blocks(long long& q, long long whole_end, int lane, BlockTile<kOps, V>& tile,
@@ -2402,7 +2452,7 @@ __device__ __forceinline__ void update_whole_blocks(long long& q, long long whol
       IeeeMath ieee;
       update_elements(step, v, V, ieee);
     }
-    store_block(v, q, V);
+    store_block(v, q, V, true, kCodes);
   }
 }
 
@@ -2452,14 +2502,14 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   }
   const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
 
-  // Block q's updated values `v` stored; `count` of the lane's V are the tensor's. Warp-uniform:
-  // every lane of a warp runs it (store_blockwise's shuffles need them all).
-  const auto store_block = [&](const float(&v)[kOps][V], long long q, int count) {
+  // Block q's updated values `v` stored; `count` of the lane's V are the tensor's, `whole` when
+  // they are all its and every operand is aligned (aligned && count == V), `codes` as above.
+  // Warp-uniform: every lane of a warp runs it (store_blockwise's shuffles need them all).
+  const auto store_block = [&](const float(&v)[kOps][V], long long q, int count, bool whole, bool codes) {
     const long long i = q + lane * V;
-    const bool whole = aligned && count == V;
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
-      if (Ops::blockwise(op) && absmax[op]) {
+      if (Ops::blockwise(op) && codes) {
         store_blockwise<V>(Ops::codec(op), ptr[op], i, v[op], count, whole, absmax[op], blockwise_block(q));
       } else if (whole) {
         store_operand<Ops, V>(op, ptr[op], i, v[op], step.ps);
@@ -2488,7 +2538,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
       }
     IeeeMath ieee;
     update_elements(step, v, count, ieee);
-    store_block(v, q, count);
+    store_block(v, q, count, aligned && count == V, codes);
   }
 
   end_update(groups, step, g);

@@ -27,12 +27,13 @@ using optgen_test::float_of;
 std::string element_math_header() { return optgen_test::source_text("runtime/include/optgen/element_math.h"); }
 
 /// The header pasted verbatim into a kernel source, as the generator pastes it: each thread
-/// divides a[i] by b[i] and takes the root of a[i] both ways.
+/// divides a[i] by b[i], takes the root of a[i] and divides that root by b[i], each both ways.
 std::string element_math_kernel_source() {
   return element_math_header() + R"(
 extern "C" __global__ void element_math_check(long long n, const float* a, const float* b, float* checked_div,
                                               int* div_exact, float* ieee_div, float* checked_sqrt,
-                                              int* sqrt_exact, float* ieee_sqrt) {
+                                              int* sqrt_exact, float* ieee_sqrt, float* checked_root_div,
+                                              int* root_div_exact, float* ieee_root_div) {
   const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const optgen::IeeeMath ieee;
@@ -44,6 +45,10 @@ extern "C" __global__ void element_math_check(long long n, const float* a, const
   checked_sqrt[i] = root.sqrt(a[i]);
   sqrt_exact[i] = root.exact();
   ieee_sqrt[i] = ieee.sqrt(a[i]);
+  optgen::CheckedMath root_division;
+  checked_root_div[i] = root_division.div(root_division.sqrt(a[i]), b[i]);
+  root_div_exact[i] = root_division.exact();
+  ieee_root_div[i] = ieee.div(ieee.sqrt(a[i]), b[i]);
 }
 )";
 }
@@ -60,15 +65,17 @@ float random_in_binades(std::mt19937& generator, int lo, int hi) {
 }
 
 /// CheckedMath's documented ranges (element_math.h): |x| in [2^-60, 2^60) for a division's
-/// operands (and +0 for its dividend); x normal from 2^-101, or +0, for a square root.
+/// operands (and +0 for its dividend); x normal in [2^-101, 2^120), or +0, for a square root; and
+/// for a root divided by b, the root's operand and b (the root itself is always in range).
 bool division_in_range(float a, float b) {
   const auto in = [](float x) { return std::fabs(x) >= std::ldexp(1.0f, -60) && std::fabs(x) < std::ldexp(1.0f, 60); };
   return in(b) && (in(a) || bits_of(a) == 0u);
 }
 bool sqrt_in_range(float x) {
   const std::uint32_t u = bits_of(x);
-  return u == 0u || (u >= 0x0d000000u && u < 0x7f800000u);
+  return u == 0u || (u >= 0x0d000000u && u < 0x7b800000u);
 }
+bool root_division_in_range(float a, float b) { return sqrt_in_range(a) && division_in_range(1.0f, b); }
 
 bool same(float x, float y) { return bits_of(x) == bits_of(y) || (std::isnan(x) && std::isnan(y)); }
 
@@ -103,7 +110,7 @@ TEST_CASE("CheckedMath is IEEE where it says exact, and says so across its range
   // across the range and a little beyond (2^-70 .. 2^70), and random bit patterns (NaNs,
   // infinities, subnormals among them).
   std::vector<float> edges;
-  for (int e : {-101, -100, -70, -61, -60, -59, -30, -1, 0, 1, 30, 59, 60, 61, 70, 127}) {
+  for (int e : {-101, -100, -70, -61, -60, -59, -30, -1, 0, 1, 30, 59, 60, 61, 70, 119, 120, 121, 127}) {
     const float p = std::ldexp(1.0f, e);
     for (float x : {p, std::nextafter(p, 0.0f), std::nextafter(p, 2 * p), p * 1.5f}) {
       edges.push_back(x);
@@ -134,13 +141,15 @@ TEST_CASE("CheckedMath is IEEE where it says exact, and says so across its range
 
   const std::size_t bytes = a.size() * 4;
   optgen_test::DeviceMemory a_device(bytes), b_device(bytes), checked_div(bytes), div_exact(bytes), ieee_div(bytes),
-      checked_sqrt(bytes), sqrt_exact(bytes), ieee_sqrt(bytes);
+      checked_sqrt(bytes), sqrt_exact(bytes), ieee_sqrt(bytes), checked_root_div(bytes), root_div_exact(bytes),
+      ieee_root_div(bytes);
   a_device.upload(a);
   b_device.upload(b);
-  CUdeviceptr pointers[] = {a_device.get(), b_device.get(),     checked_div.get(), div_exact.get(),
-                            ieee_div.get(), checked_sqrt.get(), sqrt_exact.get(),  ieee_sqrt.get()};
-  void* arguments[] = {&n,           &pointers[0], &pointers[1], &pointers[2], &pointers[3],
-                       &pointers[4], &pointers[5], &pointers[6], &pointers[7]};
+  CUdeviceptr pointers[] = {a_device.get(),         b_device.get(),       checked_div.get(),  div_exact.get(),
+                            ieee_div.get(),         checked_sqrt.get(),   sqrt_exact.get(),   ieee_sqrt.get(),
+                            checked_root_div.get(), root_div_exact.get(), ieee_root_div.get()};
+  void* arguments[] = {&n,           &pointers[0], &pointers[1], &pointers[2], &pointers[3], &pointers[4],
+                       &pointers[5], &pointers[6], &pointers[7], &pointers[8], &pointers[9], &pointers[10]};
   optgen::driver::check(cuda.cuLaunchKernel(function, static_cast<unsigned>((n + 255) / 256), 1, 1, 256, 1, 1, 0,
                                             nullptr, arguments, nullptr),
                         "cuLaunchKernel");
@@ -151,8 +160,11 @@ TEST_CASE("CheckedMath is IEEE where it says exact, and says so across its range
   const auto fast_sqrt = checked_sqrt.download<float>(a.size());
   const auto sqrt_ok = sqrt_exact.download<int>(a.size());
   const auto slow_sqrt = ieee_sqrt.download<float>(a.size());
+  const auto fast_root_div = checked_root_div.download<float>(a.size());
+  const auto root_div_ok = root_div_exact.download<int>(a.size());
+  const auto slow_root_div = ieee_root_div.download<float>(a.size());
 
-  long long wrong = 0, exact_divisions = 0, exact_roots = 0;
+  long long wrong = 0, exact_divisions = 0, exact_roots = 0, exact_root_divisions = 0;
   const auto report = [&](const char* what, long long i, float got, float expected) {
     if (++wrong <= 8) {
       INFO(what << " of a = " << std::hexfloat << a[i] << ", b = " << b[i] << ": got " << got << ", expected "
@@ -163,6 +175,7 @@ TEST_CASE("CheckedMath is IEEE where it says exact, and says so across its range
   for (long long i = 0; i < n; ++i) {
     const float quotient = a[i] / b[i];
     const float root = std::sqrt(a[i]);
+    const float root_quotient = root / b[i];
     if (!same(slow_div[i], quotient)) report("IeeeMath::div", i, slow_div[i], quotient);
     if (!same(slow_sqrt[i], root)) report("IeeeMath::sqrt", i, slow_sqrt[i], root);
     if (div_ok[i] != (division_in_range(a[i], b[i]) ? 1 : 0))
@@ -170,11 +183,18 @@ TEST_CASE("CheckedMath is IEEE where it says exact, and says so across its range
     if (sqrt_ok[i] != (sqrt_in_range(a[i]) ? 1 : 0)) report("CheckedMath::sqrt's flag", i, fast_sqrt[i], root);
     if (div_ok[i] && !same(fast_div[i], quotient)) report("CheckedMath::div", i, fast_div[i], quotient);
     if (sqrt_ok[i] && !same(fast_sqrt[i], root)) report("CheckedMath::sqrt", i, fast_sqrt[i], root);
+    if (!same(slow_root_div[i], root_quotient)) report("IeeeMath::div of a root", i, slow_root_div[i], root_quotient);
+    if (root_div_ok[i] != (root_division_in_range(a[i], b[i]) ? 1 : 0))
+      report("CheckedMath::div of a root's flag", i, fast_root_div[i], root_quotient);
+    if (root_div_ok[i] && !same(fast_root_div[i], root_quotient))
+      report("CheckedMath::div of a root", i, fast_root_div[i], root_quotient);
     exact_divisions += div_ok[i];
     exact_roots += sqrt_ok[i];
+    exact_root_divisions += root_div_ok[i];
   }
   CHECK(wrong == 0);
   // Most of the operands drawn across 2^-70 .. 2^70 are in range: the check is not vacuous.
   CHECK(exact_divisions > n / 2);
   CHECK(exact_roots > n / 4);
+  CHECK(exact_root_divisions > n / 4);
 }

@@ -595,6 +595,18 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
   return quantize(unsigned_map, normalize(value, reciprocal(absmax)));
 }
 
+/// The bits of |normalize(value, inverse_absmax)|. On the GPU |value| times the reciprocal (which
+/// is positive): the same product, and a multiplication takes |value| as an operand modifier, where
+/// clearing the product's sign bit cost an instruction; a NaN product there is 0x7fffffff. On the
+/// host the product's sign bit is cleared (x86's NaN of 0 * inf has it set).
+OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_bits(float value, float inverse_absmax) {
+#ifdef __CUDA_ARCH__
+  return float_bits(normalize(fabsf(value), inverse_absmax));
+#else
+  return float_bits(normalize(value, inverse_absmax)) & 0x7fffffffu;
+#endif
+}
+
 /// quantize_signed_state's and quantize_unsigned_state's codes through magnitude_code, for the
 /// kernels, given the block's reciprocal(absmax) and the map's slot table and bound bits.
 /// kSignedMap is symmetric about its 0 at code 127 (kSignedMap[127 - d] = -kSignedMap[127 + d] for
@@ -611,8 +623,7 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned char quantize_unsigned_state(const float* un
 /// (map[1] * inf = -inf) and this gives 255 (+inf): a state that has overflowed.
 OPTGEN_BLOCKWISE8_FUNCTION int signed_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
                                                  float value, float inverse_absmax) {
-  const float x = normalize(value, inverse_absmax);
-  const int up = magnitude_code(slot_codes, bound_bits, float_bits(x) & 0x7fffffffu);
+  const int up = magnitude_code(slot_codes, bound_bits, magnitude_bits(value, inverse_absmax));
   const int down = 254 - up < 0 ? 0 : 254 - up > 126 ? 126 : 254 - up;
   return sign_bit(value) ? down : up;
 }

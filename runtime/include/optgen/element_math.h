@@ -29,7 +29,10 @@
 //   [2^-60, 2^60), so that the quotient and the remainder are normal floats; and a = +0, for
 //   which every step is +-0 and the result 0 with the quotient's sign. (-0 / b would come out +0.)
 // - sqrt(x): y = rsqrt.approx(x); s = x * y; s = fma(fma(-s, s, x), y / 2, s), exact for normal x
-//   from 2^-101 up (CUDA's own test: bits(x) - 0x0d000000 <= 0x727fffff); +0 is +0.
+//   from 2^-101 up (CUDA's own test: bits(x) - 0x0d000000 <= 0x727fffff); +0 is +0. CheckedMath
+//   says exact below 2^120 only, so that the root is +0 or in [2^-50.5, 2^60): in a division's
+//   range as a dividend. Its sqrt returns a Root, and div(Root, b) checks only b: Adam's
+//   sqrt(v) / sqrt(bias_correction2) costs one check where it cost two.
 //
 // The checks are comparisons (FSETP with the operand's absolute value, chained). Sums on the FMA
 // pipe instead (an `over` sum that overflows, an `under` one that a flushed product leaves
@@ -47,26 +50,38 @@ struct IeeeMath {
 /// The same results with no branch, exact where exact() holds (see above).
 class CheckedMath {
  public:
+  /// sqrt's result: a root of an operand sqrt checked, so +0 or in [2^-50.5, 2^60), which a
+  /// division need not check. Anywhere else it is its float.
+  struct Root {
+    float value;
+    __device__ __forceinline__ operator float() const { return value; }
+  };
+
   __device__ __forceinline__ bool exact() const { return exact_; }
 
   __device__ __forceinline__ float div(float a, float b) {
+    exact_ = exact_ & (in_range(a) | (__float_as_uint(a) == 0u));
+    return div(Root{a}, b);
+  }
+  __device__ __forceinline__ float div(Root a, float b) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
     r = __fmaf_rn(r, __fmaf_rn(-b, r, 1.0f), r);
-    const float q = __fmul_rn(a, r);
-    const float result = __fmaf_rn(__fmaf_rn(-b, q, a), r, q);
-    exact_ = exact_ & in_range(b) & (in_range(a) | (__float_as_uint(a) == 0u));
+    const float q = __fmul_rn(a.value, r);
+    const float result = __fmaf_rn(__fmaf_rn(-b, q, a.value), r, q);
+    exact_ = exact_ & in_range(b);
     return result;
   }
 
-  __device__ __forceinline__ float sqrt(float x) {
+  __device__ __forceinline__ Root sqrt(float x) {
     float y;
     asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     const float s = __fmul_rn(x, y);
     const float root = __fmaf_rn(__fmaf_rn(-s, s, x), __fmul_rn(y, 0.5f), s);
     const unsigned bits = __float_as_uint(x);
-    exact_ = exact_ & ((bits - 0x0d000000u <= 0x727fffffu) | (bits == 0u));
-    return bits == 0u ? 0.0f : root;
+    // x in [2^-101, 2^120) (bits - 0x0d000000 <= 0x6e7fffff) or +0.
+    exact_ = exact_ & ((bits - 0x0d000000u <= 0x6e7fffffu) | (bits == 0u));
+    return Root{bits == 0u ? 0.0f : root};
   }
 
  private:
