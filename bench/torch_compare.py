@@ -250,7 +250,7 @@ class OptgenStorage(ctypes.Structure):
 
 
 OPTGEN_F32 = 0
-OPTGEN_ABI_VERSION = 6  # OPTGEN_ABI_VERSION of optgen/c_api.h
+OPTGEN_ABI_VERSION = 7  # OPTGEN_ABI_VERSION of optgen/c_api.h
 
 
 class OptgenError(RuntimeError):

@@ -171,6 +171,22 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
              Catch::Contains("Adam has no scalar state 'mu_product'") && Catch::Contains("it keeps no scalar state"));
   CHECK(optgen_set_step_count(opt, 0, 5) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
+  CHECK(optgen_set_launch_shape(opt, 48, 8) == -1);
+  CHECK_THAT(std::string(optgen_last_error()),
+             Catch::Contains("launch shape 48x8: the block size must be a power of two from 32 to 1024"));
+  CHECK(optgen_set_launch_shape(nullptr, 64, 8) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("optgen_set_launch_shape failed: optimizer is NULL"));
+  CHECK(optgen_set_launch_shape(opt, 0, 0) == 0);
+  int block_size = 0, per_thread = 0;
+  CHECK(optgen_launch_shape(opt, 0, &block_size, &per_thread) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
+  CHECK(optgen_launch_shape(opt, 0, nullptr, &per_thread) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("block_size or elements_per_thread is NULL"));
+  CHECK(optgen_set_chunk_size(opt, 100) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("chunk size 100 must be a multiple of 64"));
+  int64_t chunk = 0;
+  CHECK(optgen_chunk_size(opt, 0, &chunk) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("no param group 0"));
   size_t groups = 7;
   CHECK(optgen_num_groups(opt, &groups) == 0);
   CHECK(groups == 0);
@@ -468,6 +484,20 @@ TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
   CHECK(launches == 1);
   auto after = download(DType::F32, t.param, 4096);
   CHECK(after[17] == Approx(group.params[0][17] - 0.5f * group.grads[0][17]).epsilon(1e-6));
+
+  // Another launch shape (compiled by NVRTC) and chunk size: the same update.
+  REQUIRE(optgen_set_launch_shape(opt, 64, 4) == 0);
+  REQUIRE(optgen_set_chunk_size(opt, 1024) == 0);
+  REQUIRE(optgen_step(opt, nullptr) == 0);
+  int block_size = 0, per_thread = 0;
+  int64_t chunk = 0;
+  REQUIRE(optgen_launch_shape(opt, 0, &block_size, &per_thread) == 0);
+  REQUIRE(optgen_chunk_size(opt, 0, &chunk) == 0);
+  CHECK(block_size == 64);
+  CHECK(per_thread == 4);
+  CHECK(chunk == 1024);
+  const auto twice = download(DType::F32, t.param, 4096);
+  for (size_t i = 0; i < 4096; ++i) CHECK(twice[i] == after[i] - 0.5f * group.grads[0][i]);
   optgen_destroy(opt);
 }
 

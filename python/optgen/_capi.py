@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
 # 8-bit blockwise states (C ABI 6; state dtypes only): bitsandbytes' signed and unsigned dynamic maps.
@@ -109,6 +109,9 @@ _CHECKED = {
     "optgen_launches_last_step": [_P, ctypes.POINTER(ctypes.c_int)],
     "optgen_grad_norm": [_P, _SIZE, ctypes.POINTER(ctypes.c_void_p)],
     "optgen_set_chunk_size": [_P, ctypes.c_int64],
+    "optgen_chunk_size": [_P, _SIZE, ctypes.POINTER(ctypes.c_int64)],
+    "optgen_set_launch_shape": [_P, ctypes.c_int, ctypes.c_int],
+    "optgen_launch_shape": [_P, _SIZE, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)],
     "optgen_rebind": [_P, _SIZE, ctypes.POINTER(_SIZE), ctypes.POINTER(ctypes.c_void_p),
                       ctypes.POINTER(ctypes.c_void_p), _SIZE],
     "optgen_num_hyperparameters": [_P, ctypes.POINTER(_SIZE)],
@@ -566,6 +569,31 @@ class Engine:
         n = ctypes.c_int()
         self._lib.call("optgen_launches_last_step", self._handle, ctypes.byref(n))
         return n.value
+
+    def set_chunk_size(self, elements: int) -> None:
+        """Elements per block of every kernel set instead of each one's own: a multiple of 64 up to
+        2^30, of 256 where a set has 8-bit states. The next step prepares again."""
+        self._lib.call("optgen_set_chunk_size", self._handle, int(elements))
+
+    def chunk_size(self, group: int) -> int:
+        """Elements per block of the kernel set that steps `group`: set_chunk_size's, else the
+        tuning table's (OPTGEN_TUNING), else the generator's (C ABI 7)."""
+        elements = ctypes.c_int64()
+        self._lib.call("optgen_chunk_size", self._handle, group, ctypes.byref(elements))
+        return elements.value
+
+    def set_launch_shape(self, block_size: int, elements_per_thread: int) -> None:
+        """Threads per block and elements per thread of every kernel set (powers of two, 32 to 1024
+        threads, up to 64 elements); 0, 0 gives each set back its own. A shape other than the
+        generator's is compiled with NVRTC when the engine next prepares (C ABI 7)."""
+        self._lib.call("optgen_set_launch_shape", self._handle, int(block_size), int(elements_per_thread))
+
+    def launch_shape(self, group: int) -> tuple:
+        """(threads per block, elements per thread) of the kernel set that steps `group`:
+        set_launch_shape's, else the tuning table's, else the generator's (C ABI 7)."""
+        block, per_thread = ctypes.c_int(), ctypes.c_int()
+        self._lib.call("optgen_launch_shape", self._handle, group, ctypes.byref(block), ctypes.byref(per_thread))
+        return block.value, per_thread.value
 
     def grad_norm(self, group: int) -> int:
         """The device address of `group`'s gradient norm at its last step (one float32), for a group

@@ -293,6 +293,30 @@ int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements) {
   });
 }
 
+int optgen_chunk_size(const optgen_optimizer* optimizer, size_t group, int64_t* elements) {
+  return guarded([&] {
+    require(optimizer && elements, "optgen_chunk_size", "optimizer or elements is NULL");
+    *elements = optimizer->engine.chunk_size(group);
+  });
+}
+
+int optgen_set_launch_shape(optgen_optimizer* optimizer, int block_size, int elements_per_thread) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_set_launch_shape", "optimizer is NULL");
+    optimizer->engine.set_launch_shape({block_size, elements_per_thread});
+  });
+}
+
+int optgen_launch_shape(const optgen_optimizer* optimizer, size_t group, int* block_size, int* elements_per_thread) {
+  return guarded([&] {
+    require(optimizer && block_size && elements_per_thread, "optgen_launch_shape",
+            "optimizer, block_size or elements_per_thread is NULL");
+    const optgen::LaunchShape shape = optimizer->engine.launch_shape(group);
+    *block_size = shape.block_size;
+    *elements_per_thread = shape.elements_per_thread;
+  });
+}
+
 int optgen_rebind(optgen_optimizer* optimizer, size_t group, const size_t* tensors, void* const* params,
                   const void* const* grads, size_t count) {
   return guarded([&] {

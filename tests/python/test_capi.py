@@ -77,6 +77,22 @@ def test_bad_input_is_an_error_that_names_it():
         e.set("use_momentum", 1)
 
 
+def test_launch_shape_and_chunk_size_out_of_range_are_errors_that_say_the_range():
+    e = Engine.builtin("adamw")
+    with pytest.raises(OptgenError, match="launch shape 48x8: the block size must be a power of two from 32 to 1024"):
+        e.set_launch_shape(48, 8)
+    with pytest.raises(OptgenError, match="launch shape 64x128"):
+        e.set_launch_shape(64, 128)
+    e.set_launch_shape(64, 4)
+    e.set_launch_shape(0, 0)  # each kernel set's own again
+    with pytest.raises(OptgenError, match="chunk size 100 must be a multiple of 64"):
+        e.set_chunk_size(100)
+    with pytest.raises(OptgenError, match="no param group 0"):
+        e.launch_shape(0)
+    with pytest.raises(OptgenError, match="no param group 0"):
+        e.chunk_size(0)
+
+
 def test_binding_without_a_gpu_says_what_is_missing():
     if os.path.exists("/dev/nvidia0"):
         pytest.skip("a GPU is present")

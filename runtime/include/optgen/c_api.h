@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 6
+#define OPTGEN_ABI_VERSION 7
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -121,7 +121,20 @@ int optgen_launches_last_step(const optgen_optimizer* optimizer, int* launches);
 /* The device address of a group's global gradient norm at its last step (FusedOptimizer::grad_norm):
  * one float, valid until the optimizer is prepared again; only for a group that clips. */
 int optgen_grad_norm(const optgen_optimizer* optimizer, size_t group, const float** norm);
+/* Elements per block of every kernel set instead of each one's own (FusedOptimizer::set_chunk_size):
+ * a multiple of 64 up to 2^30, of 256 where a set has 8-bit states. The next step prepares again. */
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);
+/* Elements per block of the kernel set that steps `group` (FusedOptimizer::chunk_size): the one
+ * set above, else the tuning table's (OPTGEN_TUNING), else the generator's. (ABI 7) */
+int optgen_chunk_size(const optgen_optimizer* optimizer, size_t group, int64_t* elements);
+/* Threads per block and elements per thread of every kernel set (FusedOptimizer::set_launch_shape):
+ * powers of two, 32 to 1024 threads and up to 64 elements; 0, 0 gives each set back its own. A
+ * shape other than the generator's is compiled with NVRTC when the optimizer is next prepared,
+ * through the kernel cache. (ABI 7) */
+int optgen_set_launch_shape(optgen_optimizer* optimizer, int block_size, int elements_per_thread);
+/* The launch shape of the kernel set that steps `group` (FusedOptimizer::launch_shape): the one set
+ * above, else the tuning table's, else the generator's. (ABI 7) */
+int optgen_launch_shape(const optgen_optimizer* optimizer, size_t group, int* block_size, int* elements_per_thread);
 
 /* Points tensors of a group at other param and grad memory of the same sizes and dtype
  * (FusedOptimizer::rebind): tensor tensors[i] of `group` gets params[i] and grads[i]. No
