@@ -1319,8 +1319,9 @@ struct IeeeMath {
 /// The same results with no branch, exact where exact() holds (see above).
 class CheckedMath {
  public:
-  /// sqrt's result: a root of an operand sqrt checked, so +0 or in [2^-50.5, 2^60), which a
-  /// division need not check. Anywhere else it is its float.
+  /// A dividend in a division's range, which div(Root, b) need not check: sqrt's result (a root
+  /// of an operand sqrt checked, so +0 or in [2^-50.5, 2^60)), or div(a, b)'s a once checked.
+  /// Anywhere else it is its float.
   struct Root {
     float value;
     __device__ __forceinline__ operator float() const { return value; }
@@ -2503,13 +2504,14 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
 
   // Block q's updated values `v` stored; `count` of the lane's V are the tensor's, `whole` when
-  // they are all its and every operand is aligned (aligned && count == V), `codes` as above.
-  // Warp-uniform: every lane of a warp runs it (store_blockwise's shuffles need them all).
-  const auto store_block = [&](const float(&v)[kOps][V], long long q, int count, bool whole, bool codes) {
+  // they are all its and every operand is aligned (aligned && count == V), `as_codes` when its
+  // 8-bit states are codes (`codes`). Warp-uniform: every lane of a warp runs it
+  // (store_blockwise's shuffles need them all).
+  const auto store_block = [&](const float(&v)[kOps][V], long long q, int count, bool whole, bool as_codes) {
     const long long i = q + lane * V;
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
-      if (Ops::blockwise(op) && codes) {
+      if (Ops::blockwise(op) && as_codes) {
         store_blockwise<V>(Ops::codec(op), ptr[op], i, v[op], count, whole, absmax[op], blockwise_block(q));
       } else if (whole) {
         store_operand<Ops, V>(op, ptr[op], i, v[op], step.ps);

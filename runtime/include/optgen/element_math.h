@@ -50,8 +50,9 @@ struct IeeeMath {
 /// The same results with no branch, exact where exact() holds (see above).
 class CheckedMath {
  public:
-  /// sqrt's result: a root of an operand sqrt checked, so +0 or in [2^-50.5, 2^60), which a
-  /// division need not check. Anywhere else it is its float.
+  /// A dividend in a division's range, which div(Root, b) need not check: sqrt's result (a root
+  /// of an operand sqrt checked, so +0 or in [2^-50.5, 2^60)), or div(a, b)'s a once checked.
+  /// Anywhere else it is its float.
   struct Root {
     float value;
     __device__ __forceinline__ operator float() const { return value; }
