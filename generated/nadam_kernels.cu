@@ -1131,16 +1131,18 @@ OPTGEN_BLOCKWISE8_FUNCTION float code_bound(const float* map, int k) {
 }
 
 /// What magnitude_code compares with, k = 1 .. 256: code_bound(map, k)'s bits, and for k = 256
-/// (above code 255) all ones, which no magnitude's bits exceed. (kSignedMap's bounds of negative
-/// values, k <= 127, are never compared with: a magnitude's code is 127 or more.)
+/// (above code 255) 0x7fffffff, the greatest bits of a magnitude, which no magnitude's exceed.
+/// (kSignedMap's bounds of negative values, k <= 127, are never compared with: a magnitude's code
+/// is 127 or more.)
 OPTGEN_BLOCKWISE8_FUNCTION unsigned code_bound_bits(const float* map, int k) {
-  return k == 256 ? 0xffffffffu : float_bits(code_bound(map, k));
+  return k == 256 ? 0x7fffffffu : float_bits(code_bound(map, k));
 }
 
 /// The code of the float of `bits`, quantize(map, x) for x >= 0 not NaN: `slot_codes` is the map's
 /// slot table and `bound_bits[k]` its code_bound_bits(map, k) for k = 1 .. 256. Bits below the
-/// first slot's take its code, bits above the last slot's (1, and NaN's) its last code or 255.
-/// For kSignedMap, pass a magnitude: the code of the positive value (127 .. 255).
+/// first slot's take its code, bits above the last slot's (1 and more, and a NaN's magnitude) 255.
+/// For kSignedMap, pass a magnitude: the code of the positive value (127 .. 255). Bits of 2^31
+/// and more (a negative x) give some code, which unsigned_state_code does not use.
 OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, const unsigned* bound_bits,
                                               unsigned bits) {
   // How far the bits lie above the first slot's least float, clamped to the slots: in signed ints,
@@ -1150,7 +1152,10 @@ OPTGEN_BLOCKWISE8_FUNCTION int magnitude_code(const unsigned char* slot_codes, c
   const int above = static_cast<int>(bits) - static_cast<int>(kSlotLowBits);
   const int clamped = above < 0 ? 0 : above > kHigh ? kHigh : above;
   const int low = slot_codes[clamped >> (23 - kSlotMantissaBits)];
-  return low + (bits > bound_bits[low + 1] ? 1 : 0);
+  // One more if the bits are above the next code's bound: then bound - bits is negative (both are
+  // below 2^31, a magnitude's and a bound's), and its sign bit is added by one instruction (LEA.HI),
+  // where a comparison, an add and a select took three.
+  return low + static_cast<int>((bound_bits[low + 1] - bits) >> 31);
 }
 
 /// The sign bit of x (signbit(): set for -0 and negative values).
@@ -1207,7 +1212,9 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_bits(float value, float inverse_ab
 OPTGEN_BLOCKWISE8_FUNCTION int signed_state_code(const unsigned char* slot_codes, const unsigned* bound_bits,
                                                  float value, float inverse_absmax) {
   const int up = magnitude_code(slot_codes, bound_bits, magnitude_bits(value, inverse_absmax));
-  const int down = 254 - up < 0 ? 0 : 254 - up > 126 ? 126 : 254 - up;
+  // Clamped from above first, the compiler folds the select into the clamp: an instruction fewer.
+  const int mirror = 254 - up;
+  const int down = mirror > 126 ? 126 : mirror < 0 ? 0 : mirror;
   return sign_bit(value) ? down : up;
 }
 /// A value at or below 0 (and NaN) has code 0 in kUnsignedMap.
