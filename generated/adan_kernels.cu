@@ -1474,6 +1474,18 @@ __device__ __forceinline__ void store_vector(void* base, long long i, const floa
 /// and store_codec.
 enum class Codec { kF32, kBF16, kF16, kQ8, kUQ8 };
 
+/// Bytes an element of a codec takes (an 8-bit state's codes: its absmax lie apart).
+__device__ __forceinline__ constexpr int codec_bytes(Codec codec) {
+  switch (codec) {
+    case Codec::kF32: return 4;
+    case Codec::kBF16:
+    case Codec::kF16: return 2;
+    case Codec::kQ8:
+    case Codec::kUQ8: return 1;
+  }
+  return 0;
+}
+
 /// How the parameter is written (optgen::ParamWrite): rounded to nearest; from an fp32 master
 /// copy, which is then operand 0 (the update reads and writes the master); or rounded
 /// stochastically (bf16).
@@ -2392,21 +2404,55 @@ struct BlockTile {
   float scale[kOps];
 };
 
-/// Loads elements i .. i + V - 1 of every operand into `tile`; `absmax` as blockwise_absmax gives
-/// it. kCodes: the tensor's 8-bit states are codes (its absmax are not null), else f32 (a tensor
-/// too small for 8 bits: blockwise8::uses_8bit_states holds for all its states or none).
+/// The operands of a chunk of blockwise_update_stage's blocks, from the chunk's first element: a
+/// lane's element is then a 32-bit offset from the chunk's start, its address one multiply-add
+/// (IMAD.WIDE, on the FMA pipe), where an element index in 64 bits cost an add with carry per
+/// operand, and its shifts, on the integer pipe, the pipe whose instructions bound this stage. The
+/// pointers are the same for every thread of a block, so that they stay in uniform registers
+/// (a lane's own pointers took two vector registers an operand, and Adan's kernels with every
+/// state 8-bit spilled).
+template <int kOps>
+struct ChunkOperands {
+  /// Operand op from the chunk's first element.
+  void* at[kOps];
+  /// An 8-bit state's block absmax from the chunk's first block (a chunk starts on a block); null
+  /// for the other operands and for a state kept in f32.
+  float* absmax[kOps];
+};
+
+/// The operands of the chunk that starts at element `first`: `ptr` and `absmax` as
+/// blockwise_update_stage has them, `codes` whether the 8-bit states are codes (else f32).
+template <typename Ops, int kOps>
+__device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)[kOps], float* const (&absmax)[kOps],
+                                                              bool codes, long long first) {
+  ChunkOperands<kOps> chunk_ops;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) {
+    const int bytes = Ops::blockwise(op) && !codes ? 4 : codec_bytes(Ops::codec(op));
+    chunk_ops.at[op] = static_cast<unsigned char*>(ptr[op]) + first * bytes;
+    chunk_ops.absmax[op] = absmax[op] ? absmax[op] + blockwise_block(first) : nullptr;
+  }
+  return chunk_ops;
+}
+
+/// The lane's first element of a block: (threadIdx.x % 32) * 8.
+__device__ __forceinline__ unsigned lane_first() { return (threadIdx.x & 31u) * (blockwise8::kBlockSize / 32); }
+
+/// Loads the lane's V elements of the block at offset o of every operand into `tile`. kCodes: the
+/// tensor's 8-bit states are codes (their absmax are not null), else f32 (a tensor too small for 8
+/// bits: blockwise8::uses_8bit_states holds for all its states or none).
 template <typename Ops, bool kCodes, int kOps, int V>
-__device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, void* const (&ptr)[kOps],
-                                                float* const (&absmax)[kOps], long long i) {
+__device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, const ChunkOperands<kOps>& chunk_ops,
+                                                unsigned o) {
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
     if (!Ops::blockwise(op)) {
-      load_operand_words<Ops, V>(op, ptr[op], i, tile.words[op]);
+      load_operand_words<Ops, V>(op, chunk_ops.at[op], o + lane_first(), tile.words[op]);
     } else if (kCodes) {
-      load_words<unsigned char, V>(ptr[op], i, tile.words[op]);
-      tile.scale[op] = absmax[op][blockwise_block(i)];
+      load_words<unsigned char, V>(chunk_ops.at[op], o + lane_first(), tile.words[op]);
+      tile.scale[op] = chunk_ops.absmax[op][o / blockwise8::kBlockSize];
     } else {
-      load_words<float, V>(ptr[op], i, tile.words[op]);
+      load_words<float, V>(chunk_ops.at[op], o + lane_first(), tile.words[op]);
     }
   }
 }
@@ -2432,35 +2478,34 @@ __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile
     for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops, kCodes>(tile, op, e);
 }
 
-/// blockwise_update_stage's blocks wholly in the chunk, from q (at which the tile is loaded) up
-/// to whole_end in steps of kStride: each decoded from the tile, the next one loaded into it, then
-/// updated and stored by `store_block`, told that the block is whole and whether its 8-bit states
-/// are codes (kCodes), so that the loop has no other store path. kCodes as for load_block_tile:
-/// compiled once for each, so that no element asks (asking cost a branch per element and state,
-/// which also kept the compiler from interleaving the elements' math). A lane's 8 elements are
-/// updated with CheckedMath, whose divisions and roots have no branch, so that their math
-/// interleaves; where it was not exact (element_math.h), the block's operands are read again
-/// (nothing of the block is stored yet) and updated with IeeeMath.
-template <typename Ops, bool kCodes, long long kStride, typename Update, typename Group, int kOps, int V,
+/// blockwise_update_stage's blocks wholly in the chunk, from offset o (at which the tile is
+/// loaded) up to whole_end in steps of kStride: each decoded from the tile, the next one loaded into
+/// it, then updated and stored by `store_block`. kCodes as for load_block_tile: compiled once for
+/// each, so that no element asks (asking cost a branch per element and state, which also kept the
+/// compiler from interleaving the elements' math). A lane's 8 elements are updated with
+/// CheckedMath, whose divisions and roots have no branch, so that their math interleaves; where it
+/// was not exact (element_math.h), the block's operands are read again (nothing of the block is
+/// stored yet) and updated with IeeeMath.
+template <typename Ops, bool kCodes, unsigned kStride, typename Update, typename Group, int kOps, int V,
           typename StoreBlock>
-__device__ __forceinline__ void update_whole_blocks(long long& q, long long whole_end, int lane, BlockTile<kOps, V>& tile,
-                                                    void* const (&ptr)[kOps], float* const (&absmax)[kOps],
+__device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_end, BlockTile<kOps, V>& tile,
+                                                    const ChunkOperands<kOps>& chunk_ops,
                                                     const UpdateStep<Update, Group>& step,
                                                     const StoreBlock& store_block) {
-  for (; q < whole_end; q += kStride) {
+  for (; o < whole_end; o += kStride) {
     float v[kOps][V];
     decode_block_tile<Ops, kCodes>(tile, v);
-    if (q + kStride < whole_end) load_block_tile<Ops, kCodes>(tile, ptr, absmax, q + kStride + lane * V);
+    if (o + kStride < whole_end) load_block_tile<Ops, kCodes>(tile, chunk_ops, o + kStride);
     CheckedMath checked;
     update_elements(step, v, V, checked);
     if (!checked.exact()) {
       BlockTile<kOps, V> again;
-      load_block_tile<Ops, kCodes>(again, ptr, absmax, q + lane * V);
+      load_block_tile<Ops, kCodes>(again, chunk_ops, o);
       decode_block_tile<Ops, kCodes>(again, v);
       IeeeMath ieee;
       update_elements(step, v, V, ieee);
     }
-    store_block(v, q, V, true, kCodes);
+    store_block(v, o, V, true, kCodes);
   }
 }
 
@@ -2479,13 +2524,12 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   constexpr int kOps = Update::kOperands;
   constexpr int V = blockwise8::kBlockSize / 32;
   static_assert(Ops::kVector == V, "a lane holds 8 elements of a 256-element block");
-  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE / 32) * blockwise8::kBlockSize;
+  constexpr unsigned kStride = static_cast<unsigned>(OPTGEN_BLOCK_SIZE / 32) * blockwise8::kBlockSize;
 
   const Chunk chunk = table.chunks[blockIdx.x];
   const int t = chunk.tensor;
   const int g = chunk.group;
   const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-  const long long end = start + chunk.count;
   void* ptr[kOps];
   const bool aligned = update_operands<Ops>(table, t, ptr);
   float* absmax[kOps];
@@ -2497,57 +2541,66 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   if (codes) load_blockwise_quantiser();
   enter_update_stage<Update>();
   if (skips_step(inputs)) return;
-  const int lane = threadIdx.x & 31;
-  // Blocks wholly in the chunk (it starts on a block), where every operand is aligned.
-  const long long whole_end = aligned ? start + (end - start) / blockwise8::kBlockSize * blockwise8::kBlockSize : start;
-  long long q = start + static_cast<long long>(threadIdx.x >> 5) * blockwise8::kBlockSize;
+  // Blocks wholly in the chunk (it starts on a block), where every operand is aligned, as offsets
+  // from its start (a chunk's count is an int).
+  const unsigned whole_end =
+      aligned ? static_cast<unsigned>(chunk.count) / blockwise8::kBlockSize * blockwise8::kBlockSize : 0u;
+  unsigned o = static_cast<unsigned>(threadIdx.x >> 5) * blockwise8::kBlockSize;
+  const ChunkOperands<kOps> chunk_ops = chunk_operands<Ops>(ptr, absmax, codes, start);
   BlockTile<kOps, V> tile;
-  if (q < whole_end) {
+  if (o < whole_end) {
     if (codes)
-      load_block_tile<Ops, true>(tile, ptr, absmax, q + lane * V);
+      load_block_tile<Ops, true>(tile, chunk_ops, o);
     else
-      load_block_tile<Ops, false>(tile, ptr, absmax, q + lane * V);
+      load_block_tile<Ops, false>(tile, chunk_ops, o);
   }
   const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
 
-  // Block q's updated values `v` stored; `count` of the lane's V are the tensor's, `whole` when
-  // they are all its and every operand is aligned (aligned && count == V), `as_codes` when its
-  // 8-bit states are codes (`codes`). Warp-uniform: every lane of a warp runs it
-  // (store_blockwise's shuffles need them all).
-  const auto store_block = [&](const float(&v)[kOps][V], long long q, int count, bool whole, bool as_codes) {
-    const long long i = q + lane * V;
+  // The updated values `v` of the block at offset o stored; `count` of the lane's V are the
+  // tensor's, `whole` when they are all its and every operand is aligned (aligned && count == V),
+  // `as_codes` when its 8-bit states are codes (`codes`). Warp-uniform: every lane of a warp runs
+  // it (store_blockwise's shuffles need them all). Addressed through chunk_ops, except a parameter
+  // written from a master copy or rounded stochastically, whose store needs the element's index in
+  // the tensor (the master's parameter is another array; the random stream is the element's).
+  const auto store_block = [&](const float(&v)[kOps][V], unsigned o, int count, bool whole, bool as_codes) {
+    const unsigned r = o + lane_first();
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
+      void* const base = op == 0 && Ops::kParamWrite != ParamWrite::kNearest ? ptr[op] : chunk_ops.at[op];
+      const long long i = op == 0 && Ops::kParamWrite != ParamWrite::kNearest ? start + r : static_cast<long long>(r);
       if (Ops::blockwise(op) && as_codes) {
-        store_blockwise<V>(Ops::codec(op), ptr[op], i, v[op], count, whole, absmax[op], blockwise_block(q));
+        store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op],
+                           o / blockwise8::kBlockSize);
       } else if (whole) {
-        store_operand<Ops, V>(op, ptr[op], i, v[op], step.ps);
+        store_operand<Ops, V>(op, base, i, v[op], step.ps);
       } else {
 #pragma unroll
         for (int e = 0; e < V; ++e)
-          if (e < count) store_operand<Ops, 1>(op, ptr[op], i + e, &v[op][e], step.ps);
+          if (e < count) store_operand<Ops, 1>(op, base, i + e, &v[op][e], step.ps);
       }
     }
   };
 
   if (codes)
-    update_whole_blocks<Ops, true, kStride>(q, whole_end, lane, tile, ptr, absmax, step, store_block);
+    update_whole_blocks<Ops, true, kStride>(o, whole_end, tile, chunk_ops, step, store_block);
   else
-    update_whole_blocks<Ops, false, kStride>(q, whole_end, lane, tile, ptr, absmax, step, store_block);
-  for (; q < end; q += kStride) {
-    const long long i = q + lane * V;
-    const int count = end - i < V ? static_cast<int>(end - i > 0 ? end - i : 0) : V;
+    update_whole_blocks<Ops, false, kStride>(o, whole_end, tile, chunk_ops, step, store_block);
+  // The rest of the chunk: its last, shorter block, or every block where an operand is misaligned.
+  for (; o < static_cast<unsigned>(chunk.count); o += kStride) {
+    const unsigned r = o + lane_first();
+    const int left = chunk.count - static_cast<int>(r);
+    const int count = left < V ? (left > 0 ? left : 0) : V;
     float v[kOps][V];
 #pragma unroll
     for (int op = 0; op < kOps; ++op)
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         v[op][e] = 0.0f;
-        if (e < count) load_operand<Ops, 1>(op, ptr[op], i + e, &v[op][e], absmax[op]);
+        if (e < count) load_operand<Ops, 1>(op, chunk_ops.at[op], r + e, &v[op][e], chunk_ops.absmax[op]);
       }
     IeeeMath ieee;
     update_elements(step, v, count, ieee);
-    store_block(v, q, count, aligned && count == V, codes);
+    store_block(v, o, count, aligned && count == V, codes);
   }
 
   end_update(groups, step, g);
