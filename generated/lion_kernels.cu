@@ -2566,8 +2566,9 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
     const unsigned r = o + lane_first();
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
-      void* const base = op == 0 && Ops::kParamWrite != ParamWrite::kNearest ? ptr[op] : chunk_ops.at[op];
-      const long long i = op == 0 && Ops::kParamWrite != ParamWrite::kNearest ? start + r : static_cast<long long>(r);
+      const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::kNearest;  // the tensor's element
+      void* const base = by_index ? ptr[op] : chunk_ops.at[op];
+      const long long i = by_index ? start + r : static_cast<long long>(r);
       if (Ops::blockwise(op) && as_codes) {
         store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op],
                            o / blockwise8::kBlockSize);
