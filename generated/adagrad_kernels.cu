@@ -2524,7 +2524,8 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   constexpr int kOps = Update::kOperands;
   constexpr int V = blockwise8::kBlockSize / 32;
   static_assert(Ops::kVector == V, "a lane holds 8 elements of a 256-element block");
-  constexpr unsigned kStride = static_cast<unsigned>(OPTGEN_BLOCK_SIZE / 32) * blockwise8::kBlockSize;
+  constexpr unsigned kWarps = OPTGEN_BLOCK_SIZE / 32;
+  constexpr unsigned kStride = blockwise8::kBlockSize;
 
   const Chunk chunk = table.chunks[blockIdx.x];
   const int t = chunk.tensor;
@@ -2541,11 +2542,17 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   if (codes) load_blockwise_quantiser();
   enter_update_stage<Update>();
   if (skips_step(inputs)) return;
-  // Blocks wholly in the chunk (it starts on a block), where every operand is aligned, as offsets
-  // from its start (a chunk's count is an int).
-  const unsigned whole_end =
-      aligned ? static_cast<unsigned>(chunk.count) / blockwise8::kBlockSize * blockwise8::kBlockSize : 0u;
-  unsigned o = static_cast<unsigned>(threadIdx.x >> 5) * blockwise8::kBlockSize;
+  // Each warp takes a run of consecutive blocks of the chunk, [o, warp_end) as offsets from its
+  // start (a chunk's count is an int). Blocks dealt to the warps in turn made a block of 8 warps
+  // read one place of each operand at a time, and wait on its loads four times as long as 8
+  // blocks of one warp did (bench/RESULTS.md, 2026-11-27).
+  const unsigned blocks = (static_cast<unsigned>(chunk.count) + kStride - 1) / kStride;
+  const unsigned per_warp = (blocks + kWarps - 1) / kWarps;
+  const unsigned warp = threadIdx.x >> 5;
+  unsigned o = ::min(warp * per_warp, blocks) * kStride;
+  const unsigned warp_end = ::min((warp + 1) * per_warp, blocks) * kStride;
+  // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned.
+  const unsigned whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(chunk.count) / kStride * kStride) : 0u;
   const ChunkOperands<kOps> chunk_ops = chunk_operands<Ops>(ptr, absmax, codes, start);
   BlockTile<kOps, V> tile;
   if (o < whole_end) {
@@ -2586,8 +2593,9 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
     update_whole_blocks<Ops, true, kStride>(o, whole_end, tile, chunk_ops, step, store_block);
   else
     update_whole_blocks<Ops, false, kStride>(o, whole_end, tile, chunk_ops, step, store_block);
-  // The rest of the chunk: its last, shorter block, or every block where an operand is misaligned.
-  for (; o < static_cast<unsigned>(chunk.count); o += kStride) {
+  // The rest of the warp's blocks: the chunk's last, shorter one, or every one where an operand is
+  // misaligned.
+  for (; o < warp_end; o += kStride) {
     const unsigned r = o + lane_first();
     const int left = chunk.count - static_cast<int>(r);
     const int count = left < V ? (left > 0 ? left : 0) : V;
