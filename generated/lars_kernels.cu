@@ -2495,23 +2495,23 @@ __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile
 }
 
 /// blockwise_update_stage's blocks wholly in the chunk, from offset o (at which the tile is
-/// loaded) up to whole_end in steps of kStride: each decoded from the tile, the next one loaded into
+/// loaded) up to whole_end, one block after another: each decoded from the tile, the next one loaded into
 /// it, then updated and stored by `store_block`. kCodes as for load_block_tile: compiled once for
 /// each, so that no element asks (asking cost a branch per element and state, which also kept the
 /// compiler from interleaving the elements' math). A lane's 8 elements are updated with
 /// CheckedMath, whose divisions and roots have no branch, so that their math interleaves; where it
 /// was not exact (element_math.h), the block's operands are read again (nothing of the block is
 /// stored yet) and updated with IeeeMath.
-template <typename Ops, bool kCodes, unsigned kStride, typename Update, typename Group, int kOps, int V,
-          typename StoreBlock>
+template <typename Ops, bool kCodes, typename Update, typename Group, int kOps, int V, typename StoreBlock>
 __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_end, BlockTile<kOps, V>& tile,
                                                     const ChunkOperands<kOps>& chunk_ops,
                                                     const UpdateStep<Update, Group>& step,
                                                     const StoreBlock& store_block) {
-  for (; o < whole_end; o += kStride) {
+  constexpr unsigned kBlock = blockwise8::kBlockSize;
+  for (; o < whole_end; o += kBlock) {
     float v[kOps][V];
     decode_block_tile<Ops, kCodes>(tile, v);
-    if (o + kStride < whole_end) load_block_tile<Ops, kCodes>(tile, chunk_ops, o + kStride);
+    if (o + kBlock < whole_end) load_block_tile<Ops, kCodes>(tile, chunk_ops, o + kBlock);
     CheckedMath checked;
     update_elements(step, v, V, checked);
     if (!checked.exact()) {
@@ -2541,7 +2541,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   constexpr int V = blockwise8::kBlockSize / 32;
   static_assert(Ops::kVector == V, "a lane holds 8 elements of a 256-element block");
   constexpr unsigned kWarps = OPTGEN_BLOCK_SIZE / 32;
-  constexpr unsigned kStride = blockwise8::kBlockSize;
+  constexpr unsigned kBlock = blockwise8::kBlockSize;
 
   const Chunk chunk = table.chunks[blockIdx.x];
   const int t = chunk.tensor;
@@ -2562,13 +2562,13 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   // start (a chunk's count is an int). Blocks dealt to the warps in turn made a block of 8 warps
   // read one place of each operand at a time, and wait on its loads four times as long as 8
   // blocks of one warp did (bench/RESULTS.md, 2026-11-27).
-  const unsigned blocks = (static_cast<unsigned>(chunk.count) + kStride - 1) / kStride;
+  const unsigned blocks = (static_cast<unsigned>(chunk.count) + kBlock - 1) / kBlock;
   const unsigned per_warp = (blocks + kWarps - 1) / kWarps;
   const unsigned warp = threadIdx.x >> 5;
-  unsigned o = ::min(warp * per_warp, blocks) * kStride;
-  const unsigned warp_end = ::min((warp + 1) * per_warp, blocks) * kStride;
+  unsigned o = ::min(warp * per_warp, blocks) * kBlock;
+  const unsigned warp_end = ::min((warp + 1) * per_warp, blocks) * kBlock;
   // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned.
-  const unsigned whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(chunk.count) / kStride * kStride) : 0u;
+  const unsigned whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(chunk.count) / kBlock * kBlock) : 0u;
   const ChunkOperands<kOps> chunk_ops = chunk_operands<Ops>(ptr, absmax, codes, start);
   BlockTile<kOps, V> tile;
   if (o < whole_end) {
@@ -2593,8 +2593,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
       void* const base = by_index ? ptr[op] : chunk_ops.at[op];
       const long long i = by_index ? start + r : static_cast<long long>(r);
       if (Ops::blockwise(op) && as_codes) {
-        store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op],
-                           o / blockwise8::kBlockSize);
+        store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op], o / kBlock);
       } else if (whole) {
         store_operand<Ops, V>(op, base, i, v[op], step.ps);
       } else {
@@ -2606,12 +2605,12 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   };
 
   if (codes)
-    update_whole_blocks<Ops, true, kStride>(o, whole_end, tile, chunk_ops, step, store_block);
+    update_whole_blocks<Ops, true>(o, whole_end, tile, chunk_ops, step, store_block);
   else
-    update_whole_blocks<Ops, false, kStride>(o, whole_end, tile, chunk_ops, step, store_block);
+    update_whole_blocks<Ops, false>(o, whole_end, tile, chunk_ops, step, store_block);
   // The rest of the warp's blocks: the chunk's last, shorter one, or every one where an operand is
   // misaligned.
-  for (; o < warp_end; o += kStride) {
+  for (; o < warp_end; o += kBlock) {
     const unsigned r = o + lane_first();
     const int left = chunk.count - static_cast<int>(r);
     const int count = left < V ? (left > 0 ? left : 0) : V;
