@@ -1,9 +1,11 @@
 # optgen_add_optimizer(<target> SPEC <file.yaml>
-#                      [ARCHS 80 86 89 90] [STORAGE f32 bf16 ...] [VARIANTS <variant> ...]
+#                      [ARCHS 80 90] [STORAGE f32 bf16 ...] [VARIANTS <variant> ...]
 #                      [OPTIONS <more optgen options>...])
 #
 # Generates the kernels, launcher and CPU reference of an optimizer spec at build time, compiles
-# the kernels with NVRTC for ARCHS (default 80 86 89 90, plus PTX for the newest), and makes
+# the kernels with NVRTC for ARCHS (default 80 90: a cubin for 8.0 runs on 8.6 and 8.9 too; name
+# 86 and 89 for cubins compiled for them), plus PTX for the newest (JIT-compiled by the driver on
+# newer GPUs), and makes
 # <target> a static library holding the launcher (class optgen::<Optimizer> in <name>.h, and its
 # C ABI). The generator re-runs only when the spec or the generator changes; a spec error stops
 # the build with the spec's file:line:col.
@@ -34,7 +36,7 @@ function(optgen_add_optimizer target)
     list(JOIN ARG_VARIANTS "," variants)
     list(APPEND options --variants ${variants})
   endif()
-  set(archs 80 86 89 90)
+  set(archs 80 90)
   if(ARG_ARCHS)
     set(archs ${ARG_ARCHS})
   endif()

@@ -2,8 +2,8 @@
 /// The spec language's built-in functions, listed once (`kBuiltins` in builtins.cpp): the loader's
 /// reserved names, the IR's names and arities, constant folding and both emitters' spellings all
 /// read this table. Adding a function is one row here; where a row names a helper instead of a
-/// library function, the helper is defined in templates/kernel_support.cuh.in (CUDA, float and
-/// double) or runtime/include/optgen/reference.h (the CPU reference, a template), and
+/// library function, the helper is defined in runtime/include/optgen/device/math.cuh (CUDA, float
+/// and double) or runtime/include/optgen/reference.h (the CPU reference, a template), and
 /// tests/builtins_test.cpp fails until it is.
 
 #include <string>

@@ -1,10 +1,21 @@
 #include "code_writer.h"
 
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "diagnostic.h"
 
 namespace optgen {
+
+/// templates/, as cmake/embed_text.cmake wrote them into templates.cpp.
+const std::vector<std::pair<std::string, std::string>>& embedded_templates();
+
+const std::string& template_text(const std::string& template_name) {
+  for (const auto& [name, text] : embedded_templates())
+    if (name == template_name) return text;
+  throw InternalError("no template named " + template_name);
+}
 
 std::string render_template(const std::string& template_name, const std::map<std::string, std::string>& values) {
   const std::string& text = template_text(template_name);

@@ -126,7 +126,7 @@ class CudaPrinter : public ExprPrinter {
   }
 
  private:
-  /// A reduction's result: results_.of_tensor(r) or of_group(r) (kernel_support's Results) in
+  /// A reduction's result: results_.of_tensor(r) or of_group(r) (optgen/device/reduce.cuh's Results) in
   /// tensor code; sh_.row_result(s, row), ... for one per row, column or matrix (Shaped).
   std::string reduced(const Node& var) const {
     if (program_)
@@ -173,16 +173,6 @@ class CudaPrinter : public ExprPrinter {
   const Program* program_;
 };
 
-/// Writes `text` line by line at the writer's indentation.
-void write_lines(CodeWriter& w, const std::string& text) {
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    w.line(text.substr(start, end - start));
-    start = end + 1;
-  }
-}
-
 class CudaEmitter {
  public:
   CudaEmitter(const Spec& spec, const KernelTuning& tuning) : spec_(spec), tuning_(tuning) {}
@@ -208,19 +198,8 @@ class CudaEmitter {
     launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm);
     w.line();
-    w.line("// ---- the kernel ABI (runtime/include/optgen/kernel_abi.h, verbatim) ----");
-    write_lines(w, template_text("kernel_abi.h"));
+    w.line("#include \"optgen/device/kernels.cuh\"");
     w.line();
-    w.line("// ---- stochastic rounding's random stream (runtime/include/optgen/random.h, verbatim) ----");
-    write_lines(w, template_text("random.h"));
-    w.line();
-    w.line("// ---- 8-bit blockwise states (runtime/include/optgen/blockwise8.h, verbatim) ----");
-    write_lines(w, template_text("blockwise8.h"));
-    w.line();
-    w.line("// ---- element arithmetic (runtime/include/optgen/element_math.h, verbatim) ----");
-    write_lines(w, template_text("element_math.h"));
-    w.line();
-    write_lines(w, render_template("kernel_support.cuh.in", {}));
     for (const auto& v : variants) variant(w, v, storage);
     for (const auto& v : variants) {
       for (const auto& s : storage)
@@ -231,7 +210,7 @@ class CudaEmitter {
   }
 
  private:
-  /// 8-bit blockwise states (kernel_support's blockwise_update_stage) are for element-wise
+  /// 8-bit blockwise states (optgen/device/blockwise_update.cuh) are for element-wise
   /// variants; the code of rows and columns reads and writes single elements of its states.
   void check_blockwise(const Program& p, const std::vector<Storage>& storage) const {
     if (!uses_shapes(p)) return;
@@ -457,7 +436,7 @@ class CudaEmitter {
   }
 
   /// `kFirstStage`: no Reduce stage comes before the Update stage, which then waits for the kernel
-  /// before it on the stream before it reads anything (kernel_support's update_stage).
+  /// before it on the stream before it reads anything (optgen/device/update.cuh).
   static void first_stage(CodeWriter& w, const Program& p) {
     w.line(std::string("static constexpr bool kFirstStage = ") + (p.stages.size() == 1 ? "true" : "false") +
            ";  // no Reduce stage before this one");
@@ -637,8 +616,8 @@ class CudaEmitter {
     w.line("return tv_;");
   }
 
-  // ---- Variants with rows and columns (uses_shapes): kernel_support's shaped_reduce_stage and
-  // shaped_update_stage drive the structs below. Element code sees its row, column and matrix
+  // ---- Variants with rows and columns (uses_shapes): shaped_reduce_stage and shaped_update_stage
+  // (optgen/device/shaped.cuh) drive the structs below. Element code sees its row, column and matrix
   // (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are computed where they are
   // read, in float (the reference computes them once per row in double and rounds: in double here,
   // per element, their divisions took most of a stage's time), from the results of earlier stages

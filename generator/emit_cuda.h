@@ -3,8 +3,8 @@
 /// the variant's plan (one, the Update stage, for every elementwise optimizer), each updating every
 /// tensor bound to it in one launch; and per variant its group kernel, which recomputes the values
 /// the next step reads after a setter. The per-step, per-tensor and per-element code comes from the
-/// variant's IR; the indexing and the group table from templates/kernel_support.cuh.in and the
-/// kernel ABI (runtime/include/optgen/kernel_abi.h), whose text the file embeds.
+/// variant's IR; the stage drivers, the indexing and the group table from optgen's device library
+/// (runtime/include/optgen/device/), which the file includes.
 
 #include <string>
 #include <vector>

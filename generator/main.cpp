@@ -43,7 +43,7 @@ struct Arguments {
   std::string out_dir;
   std::string after;
   std::string variant;
-  std::vector<int> archs = {80, 86, 89, 90};
+  std::vector<int> archs = {80, 90};
   std::set<std::string> kernel_variants;  ///< --variants; empty: all
   bool reference_only = false;            ///< emit --reference-only
   std::vector<optgen::Storage> storage;   ///< --storage; empty: the spec's, else the default
@@ -136,7 +136,7 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
                                          "the newest) into --out/<name>_images.cpp");
   compile->add_option("specs", args.specs, "spec files")->required();
   add_generation_options(*compile, args, storage, variants);
-  compile->add_option("--arch", args.archs, "GPU architectures, e.g. 80,86,89,90")
+  compile->add_option("--arch", args.archs, "GPU architectures (default 80,90; a cubin of 80 runs on 86 and 89)")
       ->delimiter(',')
       ->check(CLI::Range(50, 200));
 
@@ -206,8 +206,9 @@ std::string arch_list(const std::vector<int>& archs) {
   return list + " and PTX for compute_" + std::to_string(archs.back());
 }
 
-/// Compiles a spec's kernels for each architecture, and to PTX for the newest, and writes
-/// <name>_images.cpp. ptxas's report is read: spills are reported as warnings.
+/// Compiles a spec's kernels for each architecture and writes <name>_images.cpp: a cubin each,
+/// then the PTX of the newest, which NVRTC made on the way to its cubin (one compilation per
+/// architecture). ptxas's report is read: spills are reported as warnings.
 void compile(const optgen::Spec& spec, const std::string& source, const Arguments& args,
              const std::filesystem::path& out) {
   const auto start = std::chrono::steady_clock::now();
@@ -215,21 +216,20 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
   if (!args.quiet)
     std::cout << "optgen: compiling " << name << " with NVRTC for " << arch_list(args.archs) << std::endl;
   std::vector<optgen::CompiledImage> images;
-  for (size_t i = 0; i <= args.archs.size(); ++i) {
-    const bool ptx = i == args.archs.size();
-    const int arch = ptx ? args.archs.back() : args.archs[i];
+  std::vector<char> newest_ptx;
+  for (int arch : args.archs) {
     auto options = optgen::kernel_compile_options();
-    if (!ptx) options.push_back("-Xptxas=-v");
-    auto compiled = optgen::nvrtc::compile(source, name, options, arch, ptx);
-    if (!ptx) {
-      auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
-      if (report.spill_store_bytes > 0 || report.spill_load_bytes > 0)
-        std::cerr << "optgen: warning: " << name << " for sm_" << arch << ": " << report.spill_store_bytes
-                  << " bytes of spill stores and " << report.spill_load_bytes
-                  << " of spill loads (try a smaller --elements-per-thread, or a smaller --min-blocks-per-sm)\n";
-    }
-    images.push_back({arch, ptx, std::move(compiled.image)});
+    options.push_back("-Xptxas=-v");
+    auto compiled = optgen::nvrtc::compile(source, name, options, arch);
+    auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
+    if (report.spill_store_bytes > 0 || report.spill_load_bytes > 0)
+      std::cerr << "optgen: warning: " << name << " for sm_" << arch << ": " << report.spill_store_bytes
+                << " bytes of spill stores and " << report.spill_load_bytes
+                << " of spill loads (try a smaller --elements-per-thread, or a smaller --min-blocks-per-sm)\n";
+    images.push_back({arch, false, std::move(compiled.image)});
+    newest_ptx = std::move(compiled.ptx);
   }
+  images.push_back({args.archs.back(), true, std::move(newest_ptx)});
   write_if_changed(out / (spec.name + "_images.cpp"), optgen::emit_images(spec.name, optgen::spec_file_name(spec),
                                                                           source, images, optgen::nvrtc::version()));
   if (!args.quiet) std::cout << "optgen: compiled " << name << " in " << time_since(start) << std::endl;

@@ -51,15 +51,15 @@ TEST_CASE("the built-in table is in the order of enum Builtin, and names are uni
   CHECK(optgen::find_builtin("sqrtf") == nullptr);
 }
 
-TEST_CASE("every helper a built-in function needs is defined in the kernel support and the reference", "[builtins]") {
-  const std::string& kernel_support = optgen::template_text("kernel_support.cuh.in");
+TEST_CASE("every helper a built-in function needs is defined in the device library and the reference", "[builtins]") {
+  const std::string device_math = read_source("runtime/include/optgen/device/math.cuh");
   const std::string reference = read_source("runtime/include/optgen/reference.h");
   const std::string language = read_source("specs/README.md");
   for (const auto& fn : optgen::builtins()) {
     INFO(fn.name);
     const std::string name = fn.name;
-    if (!fn.cuda_float) CHECK(contains(kernel_support, "__device__ __forceinline__ float " + name + "(float"));
-    if (!fn.cuda_double) CHECK(contains(kernel_support, "__device__ __forceinline__ double " + name + "(double"));
+    if (!fn.cuda_float) CHECK(contains(device_math, "__device__ __forceinline__ float " + name + "(float"));
+    if (!fn.cuda_double) CHECK(contains(device_math, "__device__ __forceinline__ double " + name + "(double"));
     // However the header is formatted: "template <typename T>", then "T name(T" on the same line or the next.
     if (!fn.reference) CHECK(std::regex_search(reference, std::regex("template <typename T>\\s+T " + name + "\\(T")));
     CHECK(contains(language, "`" + name + "("));  // specs/README.md's table of functions documents it

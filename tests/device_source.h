@@ -1,12 +1,10 @@
 #pragma once
-/// What the tests of a header the generator copies verbatim into kernel sources (random.h,
-/// element_math.h) share: the header's text, a float's bits, and a test kernel compiled by NVRTC
-/// for the current device and loaded.
+/// What the tests of a header of the device library that the host compiles too (random.h,
+/// element_math.h) share: the header's text as NVRTC is handed it, a float's bits, and a test
+/// kernel compiled by NVRTC for the current device and loaded.
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,12 +14,12 @@
 
 namespace optgen_test {
 
-/// A file of the source tree (`path` relative to its root), as text.
-inline std::string source_text(const std::string& path) {
-  std::ifstream in(OPTGEN_SOURCE_DIR "/" + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+/// A header of the device library (`name` as a kernel source includes it), as nvrtc::compile
+/// hands it to NVRTC; empty when there is none.
+inline std::string device_header(const std::string& name) {
+  for (const auto& [include_name, text] : optgen::nvrtc::device_library())
+    if (include_name == name) return text;
+  return {};
 }
 
 inline std::uint32_t bits_of(float x) {

@@ -179,36 +179,46 @@ TEST_CASE("without NVRTC, compile() says to install it", "[runtime]") {
 }
 
 TEST_CASE("a cache key covers the source, the options, the architecture and the NVRTC version", "[runtime]") {
-  const std::string base = KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.0");
+  const std::string base = KernelCache::key("source", {}, {"-O3", "--std=c++17"}, 90, "13.0");
   CHECK(base.size() == 32);
   CHECK(base.find_first_not_of("0123456789abcdef") == std::string::npos);
-  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.0") == base);
-  CHECK(KernelCache::key("source!", {"-O3", "--std=c++17"}, 90, "13.0") != base);
-  CHECK(KernelCache::key("source", {"-O3"}, 90, "13.0") != base);
-  CHECK(KernelCache::key("source", {"--std=c++17", "-O3"}, 90, "13.0") != base);
-  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 89, "13.0") != base);
-  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.1") != base);
+  CHECK(KernelCache::key("source", {}, {"-O3", "--std=c++17"}, 90, "13.0") == base);
+  CHECK(KernelCache::key("source!", {}, {"-O3", "--std=c++17"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {}, {"-O3"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {}, {"--std=c++17", "-O3"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {}, {"-O3", "--std=c++17"}, 89, "13.0") != base);
+  CHECK(KernelCache::key("source", {}, {"-O3", "--std=c++17"}, 90, "13.1") != base);
+  // The include files, names and texts (nvrtc::device_library() for optgen's kernels).
+  const KernelCache::Headers headers = {{"optgen/a.cuh", "int a;"}};
+  CHECK(KernelCache::key("source", headers, {"-O3", "--std=c++17"}, 90, "13.0") != base);
+  CHECK(KernelCache::key("source", {{"optgen/a.cuh", "int b;"}}, {"-O3", "--std=c++17"}, 90, "13.0") !=
+        KernelCache::key("source", headers, {"-O3", "--std=c++17"}, 90, "13.0"));
+  CHECK(KernelCache::key("source", {{"optgen/b.cuh", "int a;"}}, {"-O3", "--std=c++17"}, 90, "13.0") !=
+        KernelCache::key("source", headers, {"-O3", "--std=c++17"}, 90, "13.0"));
   // Fields are length-prefixed: moving a boundary changes the key.
-  CHECK(KernelCache::key("source", {"ab"}, 90, "13.0") != KernelCache::key("source", {"a", "b"}, 90, "13.0"));
-  CHECK(KernelCache::key("sourc", {"e"}, 90, "13.0") != KernelCache::key("source", {""}, 90, "13.0"));
-  CHECK(KernelCache::key("source", {}, 90, "13.0") != KernelCache::key("source", {""}, 90, "13.0"));
+  CHECK(KernelCache::key("source", {}, {"ab"}, 90, "13.0") != KernelCache::key("source", {}, {"a", "b"}, 90, "13.0"));
+  CHECK(KernelCache::key("sourc", {}, {"e"}, 90, "13.0") != KernelCache::key("source", {}, {""}, 90, "13.0"));
+  CHECK(KernelCache::key("source", {}, {}, 90, "13.0") != KernelCache::key("source", {}, {""}, 90, "13.0"));
   // A source longer than the hash's internal buffers: its last byte counts too.
   std::string long_source(1 << 20, 'x');
-  const std::string long_key = KernelCache::key(long_source, {}, 90, "13.0");
+  const std::string long_key = KernelCache::key(long_source, {}, {}, 90, "13.0");
   long_source.back() = 'y';
-  CHECK(KernelCache::key(long_source, {}, 90, "13.0") != long_key);
+  CHECK(KernelCache::key(long_source, {}, {}, 90, "13.0") != long_key);
 }
 
 TEST_CASE("cache keys and entry checksums are the same in every build and on every machine", "[runtime]") {
   // XXH3's 128-bit hash of the fields, each preceded by its length as 8 little-endian bytes:
-  // "optgen kernel cache key 2", the source, the number of options, each option, the
-  // architecture, the NVRTC version. Debian's xxh128sum gives the same digests for those bytes.
-  CHECK(KernelCache::key("source", {"-O3", "--std=c++17"}, 90, "13.0") == "706b7f0f4ff4be99ecd72a7636c6a396");
-  CHECK(KernelCache::key("", {}, 0, "") == "8e72c37490f5c3a73cec5170f700f323");
+  // "optgen kernel cache key 3", the source, the number of include files, each one's name and
+  // text, the number of options, each option, the architecture, the NVRTC version. Debian's
+  // xxh128sum gives the same digests for those bytes.
+  CHECK(KernelCache::key("source", {}, {"-O3", "--std=c++17"}, 90, "13.0") == "c4b319713d36b7df4db603594fbd0158");
+  CHECK(KernelCache::key("source", {{"optgen/a.cuh", "int a;"}}, {"-O3", "--std=c++17"}, 90, "13.0") ==
+        "a962b9d6cde5659d1c05ef4902317c53");
+  CHECK(KernelCache::key("", {}, {}, 0, "") == "ae388d9b0aa0d0c9a8a35b98c524499e");
 
   TemporaryDirectory temporary("optgen_runtime_test");
   KernelCache cache(temporary.path());
-  const std::string key = KernelCache::key("source", {}, 90, "13.0");
+  const std::string key = KernelCache::key("source", {}, {}, 90, "13.0");
   const std::vector<char> image = {'\x7f', 'E', 'L', 'F', '\0', 'x', 'y', 'z'};
   REQUIRE(cache.store(key, image));
   const std::vector<char> entry = read_bytes(cache.path(key));
@@ -227,7 +237,7 @@ TEST_CASE("cache keys and entry checksums are the same in every build and on eve
 TEST_CASE("the kernel cache stores, loads, and drops corrupt entries", "[runtime]") {
   TemporaryDirectory temporary("optgen_runtime_test");
   KernelCache cache(temporary.path() + "/nested/cache");
-  const std::string key = KernelCache::key(kFillSource, {}, 90, "13.0");
+  const std::string key = KernelCache::key(kFillSource, {}, {}, 90, "13.0");
   const std::vector<char> image = {'\x7f', 'E', 'L', 'F', '\0', 'x', 'y', 'z'};
   CHECK(cache.last_outcome() == KernelCache::Outcome::None);
 
@@ -271,15 +281,15 @@ TEST_CASE("a cache that cannot be written is not an error", "[runtime]") {
   TemporaryDirectory temporary("optgen_runtime_test");
   write_bytes(temporary.path() + "/file", {'x'});
   KernelCache under_a_file(temporary.path() + "/file/cache");
-  CHECK_FALSE(under_a_file.store(KernelCache::key("s", {}, 90, "13.0"), {'a'}));
-  CHECK_FALSE(under_a_file.load(KernelCache::key("s", {}, 90, "13.0")).has_value());
+  CHECK_FALSE(under_a_file.store(KernelCache::key("s", {}, {}, 90, "13.0"), {'a'}));
+  CHECK_FALSE(under_a_file.load(KernelCache::key("s", {}, {}, 90, "13.0")).has_value());
   CHECK(under_a_file.last_outcome() == KernelCache::Outcome::Miss);
 }
 
 TEST_CASE("a cache entry that is not a regular file is a miss, and a store skips it", "[runtime]") {
   TemporaryDirectory temporary("optgen_runtime_test");
   KernelCache cache(temporary.path());
-  const std::string key = KernelCache::key("s", {}, 90, "13.0");
+  const std::string key = KernelCache::key("s", {}, {}, 90, "13.0");
   const std::string entry = cache.path(key);
   const std::vector<char> image = {'\x7f', 'E', 'L', 'F'};
   auto entries = [&] { return std::distance(fs::directory_iterator(cache.directory()), fs::directory_iterator()); };
@@ -522,7 +532,8 @@ TEST_CASE("load_module loads an embedded cubin, compiles through the cache, or f
   }
 
   SECTION("no cubin for the device: NVRTC, through the cache") {
-    const std::string entry = cache.path(KernelCache::key(kFillSource, option_list, arch, optgen::nvrtc::version()));
+    const std::string entry = cache.path(
+        KernelCache::key(kFillSource, optgen::nvrtc::device_library(), option_list, arch, optgen::nvrtc::version()));
     optgen::Module first = optgen::load_module(images(foreign_only, 1), arch, &cache);
     CHECK(first.origin() == optgen::ModuleOrigin::CompiledNow);
     CHECK(cache.last_outcome() == KernelCache::Outcome::Miss);

@@ -61,7 +61,7 @@ constexpr int kSharedKeys = 3;  ///< every worker stores these, each with bytes 
 constexpr int kRounds = 25;
 
 /// A key that every worker stores (0 <= k < kSharedKeys), or that only worker k - kSharedKeys does.
-std::string cache_key(int k) { return KernelCache::key("entry " + std::to_string(k), {}, 90, "threads_test"); }
+std::string cache_key(int k) { return KernelCache::key("entry " + std::to_string(k), {}, {}, 90, "threads_test"); }
 
 /// What `writer` stores for key `k`: its number, then bytes drawn from both, 100 to 300 KB, so that
 /// an entry takes several writes and a torn one would show.

@@ -168,13 +168,18 @@ KernelCache KernelCache::from_environment() {
   return KernelCache(temporary_cache_directory());
 }
 
-std::string KernelCache::key(const std::string& source, const std::vector<std::string>& options, int arch,
-                             const std::string& nvrtc_version) {
+std::string KernelCache::key(const std::string& source, const Headers& headers, const std::vector<std::string>& options,
+                             int arch, const std::string& nvrtc_version) {
   XXH3_state_t hash;
   XXH3_INITSTATE(&hash);
   XXH3_128bits_reset(&hash);
-  hash_field(hash, "optgen kernel cache key 2");
+  hash_field(hash, "optgen kernel cache key 3");
   hash_field(hash, source);
+  hash_field(hash, std::to_string(headers.size()));
+  for (const auto& [name, text] : headers) {
+    hash_field(hash, name);
+    hash_field(hash, text);
+  }
   hash_field(hash, std::to_string(options.size()));
   for (const std::string& option : options) hash_field(hash, option);
   hash_field(hash, std::to_string(arch));

@@ -73,7 +73,8 @@ std::vector<std::string> nvrtc_options(const KernelImages& images, const std::ve
 Module compile_now(const KernelImages& images, int compute_capability, const std::vector<std::string>& options,
                    const KernelCache* cache) {
   const std::string source = images.source;
-  const std::string key = KernelCache::key(source, options, compute_capability, nvrtc::version());
+  const std::string key =
+      KernelCache::key(source, nvrtc::device_library(), options, compute_capability, nvrtc::version());
   std::optional<KernelCache> default_cache;
   if (cache == nullptr) cache = &default_cache.emplace(KernelCache::from_environment());
 
@@ -206,7 +207,8 @@ bool compile_into_cache(const KernelImages& images, int compute_capability, cons
                         const KernelCache* cache) {
   require_nvrtc(images, definitions, "compile_into_cache");
   const std::vector<std::string> options = nvrtc_options(images, definitions);
-  const std::string key = KernelCache::key(images.source, options, compute_capability, nvrtc::version());
+  const std::string key =
+      KernelCache::key(images.source, nvrtc::device_library(), options, compute_capability, nvrtc::version());
   std::optional<KernelCache> default_cache;
   if (cache == nullptr) cache = &default_cache.emplace(KernelCache::from_environment());
   if (cache->load(key)) return false;

@@ -178,7 +178,14 @@ const Library& library() {
 class Program {
  public:
   Program(const Library& library, const std::string& source, const std::string& name) : library_(library) {
-    nvrtcResult result = library.nvrtcCreateProgram(&program_, source.c_str(), name.c_str(), 0, nullptr, nullptr);
+    std::vector<const char*> headers, include_names;
+    for (const auto& [include_name, text] : device_library()) {
+      include_names.push_back(include_name.c_str());
+      headers.push_back(text.c_str());
+    }
+    nvrtcResult result =
+        library.nvrtcCreateProgram(&program_, source.c_str(), name.c_str(), static_cast<int>(headers.size()),
+                                   headers.data(), include_names.data());
     if (result != NVRTC_SUCCESS) {
       throw Error("nvrtcCreateProgram(" + name + ")", library.nvrtcGetErrorString(result),
                   result == NVRTC_ERROR_OUT_OF_MEMORY ? "free host memory" : "");
@@ -292,12 +299,12 @@ Compiled compile(const std::string& source, const std::string& name, const std::
   }
 
   size_t size = 0;
-  if (ptx) {
-    check(nvrtc, nvrtc.nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize(" + name + ")");
-    compiled.image.resize(size);
-    check(nvrtc, nvrtc.nvrtcGetPTX(program.get(), compiled.image.data()), "nvrtcGetPTX(" + name + ")");
-    if (compiled.image.empty() || compiled.image.back() != '\0') compiled.image.push_back('\0');
-  } else {
+  std::vector<char>& ptx_text = ptx ? compiled.image : compiled.ptx;
+  check(nvrtc, nvrtc.nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize(" + name + ")");
+  ptx_text.resize(size);
+  check(nvrtc, nvrtc.nvrtcGetPTX(program.get(), ptx_text.data()), "nvrtcGetPTX(" + name + ")");
+  if (ptx_text.empty() || ptx_text.back() != '\0') ptx_text.push_back('\0');
+  if (!ptx) {
     check(nvrtc, nvrtc.nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize(" + name + ")");
     compiled.image.resize(size);
     check(nvrtc, nvrtc.nvrtcGetCUBIN(program.get(), compiled.image.data()), "nvrtcGetCUBIN(" + name + ")");

@@ -953,7 +953,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         // Update stage does as its blocks start, a Reduce stage once they have waited for the
         // kernel before it): a stage after the first issues its first loads under the last one's
         // tail, a first stage only its reads of the plan's tables. Each waits before it reads what
-        // the kernel before may write (kernel_support's wait_for_previous_kernel).
+        // the kernel before may write (optgen/device/group.cuh's wait_for_previous_kernel).
         driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(plan.shape.block_size), stream, args,
                        m.early_start,
                        "check that the tensors are still allocated and that the stream belongs to the current context");

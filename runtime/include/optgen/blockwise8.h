@@ -2,9 +2,9 @@
 #define OPTGEN_BLOCKWISE8_H_
 // 8-bit blockwise dynamic quantisation of optimizer states, as bitsandbytes' 8-bit blockwise
 // optimizers (Adam8bit, AdamW8bit, ...) store exp_avg and exp_avg_sq (Dettmers et al., "8-bit
-// Optimizers via Block-wise Quantization", ICLR 2022). Plain C++ that host compilers and NVRTC (with
-// no include path) both accept, like kernel_abi.h: no includes, built-in types only. The generator
-// copies its text verbatim into generated kernel sources.
+// Optimizers via Block-wise Quantization", ICLR 2022). Plain C++ that host compilers and NVRTC both
+// accept, like kernel_abi.h: no includes, built-in types only. Kernels include it through the device
+// library (optgen/device/operands.cuh).
 //
 // Transcribed from bitsandbytes-foundation/bitsandbytes, commit 95f9af309d4d5793847169c39288dcd3fcbdf564:
 //

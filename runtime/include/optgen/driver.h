@@ -93,7 +93,7 @@ bool early_start_supported(CUdevice device);
 /// Launches `function` (`grid` blocks of `block` threads, no dynamic shared memory) on `stream`.
 /// With `early_start`, where supported, the kernel may start while the kernel before it on the
 /// stream is still running, once every block of that one has started or ended (programmatic
-/// dependent launch): it must execute griddepcontrol.wait (kernel_support's
+/// dependent launch): it must execute griddepcontrol.wait (optgen/device/group.cuh's
 /// wait_for_previous_kernel) before it reads what the previous kernel wrote, or writes anything
 /// the previous kernel reads. Throws optgen::Error naming the call, with `fix`.
 void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream, void** args, bool early_start,

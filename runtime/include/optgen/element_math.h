@@ -2,8 +2,8 @@
 #define OPTGEN_ELEMENT_MATH_H_
 // How an Update stage's element code divides and takes square roots: `m_.div(a, b)` and
 // `m_.sqrt(x)` in the generated `Update::apply<Math>`, always IEEE-rounded (the CPU reference's
-// `a / b` and `std::sqrt`), computed one of two ways. Device code only; like random.h it has no
-// includes, so the generator copies its text verbatim into a kernel source and a test can compile
+// `a / b` and `std::sqrt`), computed one of two ways. Device code only, part of the device library
+// (optgen/device/update.cuh includes it); like random.h it has no includes, so a test can compile
 // it alone with NVRTC.
 //
 // IeeeMath is CUDA's own `a / b` and `sqrtf`. Each compiles to a short sequence (a reciprocal or

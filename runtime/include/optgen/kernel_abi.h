@@ -1,9 +1,10 @@
 #ifndef OPTGEN_KERNEL_ABI_H_
 #define OPTGEN_KERNEL_ABI_H_
 // The kernel ABI: the arguments of every generated kernel, defined once for both sides. The runtime
-// includes this header; the generator copies its text verbatim into every <spec>_kernels.cu, so the
-// host and the device compile the same definitions. It is plain C++ that host compilers and NVRTC
-// (with no include path) both accept: no includes, built-in types only.
+// includes this header, and so does every <spec>_kernels.cu through the device library
+// (optgen/device/kernels.cuh, which the runtime hands NVRTC), so the host and the device compile the
+// same definitions. It is plain C++ that host compilers and NVRTC both accept: no includes, built-in
+// types only.
 //
 // A variant's stage kernels, <variant>_<storage>_<stage>, run one step of the groups they were
 // bound to, each launched as

@@ -4,9 +4,17 @@
 /// libnvrtc.so.<major> for the CUDA majors optgen supports (13, 12), else libnvrtc.so.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace optgen::nvrtc {
+
+/// optgen's device library as compiled into this library: every header a kernel source may
+/// include, as (include name, text) pairs sorted by name: "optgen/device/kernels.cuh" (what a
+/// generated source includes), the other headers of optgen/device/, and optgen/kernel_abi.h,
+/// random.h, blockwise8.h and element_math.h, which the host compiles too. compile() hands them
+/// all to NVRTC as in-memory headers.
+const std::vector<std::pair<std::string, std::string>>& device_library();
 
 /// Whether NVRTC can be loaded; never throws. `why` receives the reason when it cannot.
 bool available(std::string* why = nullptr);
@@ -16,13 +24,17 @@ std::string version();
 
 struct Compiled {
   std::vector<char> image;  ///< a cubin for an sm_XY target, PTX text (NUL-terminated) for compute_XY
-  std::string log;          ///< NVRTC's log: warnings, and ptxas's report when asked for with -Xptxas=-v
+  /// For an sm_XY target, the PTX NVRTC made on the way to the cubin (NUL-terminated): the same
+  /// text as compiling for compute_XY gives, without a second compilation. Empty for compute_XY.
+  std::vector<char> ptx;
+  std::string log;  ///< NVRTC's log: warnings, and ptxas's report when asked for with -Xptxas=-v
 };
 
-/// Compiles `source` (named `name` in messages) for `arch` (e.g. 90) to a cubin, or to PTX when
-/// `ptx` is true. `options` are passed as they are, after --gpu-architecture (plus --no-cache when
-/// they ask for ptxas's report on NVRTC 12.9 or newer, whose cache would skip ptxas and its report).
-/// Throws optgen::Error with the whole log on a compile error, or when NVRTC cannot be loaded.
+/// Compiles `source` (named `name` in messages), with device_library() as its include files, for
+/// `arch` (e.g. 90) to a cubin, or to PTX when `ptx` is true. `options` are passed as they are,
+/// after --gpu-architecture (plus --no-cache when they ask for ptxas's report on NVRTC 12.9 or
+/// newer, whose cache would skip ptxas and its report). Throws optgen::Error with the whole log on a
+/// compile error, or when NVRTC cannot be loaded.
 Compiled compile(const std::string& source, const std::string& name, const std::vector<std::string>& options, int arch,
                  bool ptx = false);
 

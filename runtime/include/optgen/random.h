@@ -2,8 +2,8 @@
 #define OPTGEN_RANDOM_H_
 // Random bits for the kernels, and bf16 stochastic rounding, defined once for both sides: the host
 // (tests, CPU references) and the device compute the same bits from the same arguments. Like
-// kernel_abi.h it is plain C++ that host compilers and NVRTC (with no include path) both accept: no
-// includes, built-in types only, so the generator can copy its text verbatim into a kernel source.
+// kernel_abi.h it is plain C++ that host compilers and NVRTC both accept: no includes, built-in types
+// only. Kernels include it through the device library (optgen/device/operands.cuh).
 //
 // The generator is Philox4x32-10, a counter-based generator: a pure function of a 128-bit counter
 // and a 64-bit key, with no state to keep, so any thread can draw the bits of any element in any

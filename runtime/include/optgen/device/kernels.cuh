@@ -1,0 +1,17 @@
+#pragma once
+/// optgen's device library, what every generated kernel source includes: the kernel ABI shared with
+/// the runtime, the random stream of stochastic rounding, 8-bit blockwise states and element
+/// arithmetic (optgen/*.h, compiled on the host too), and the device code by concept:
+///   math.cuh              storage number types, the spec language's functions
+///   operands.cuh          loading and storing operands of every codec
+///   group.cuh             the group table, the group kernel, stage overlap
+///   reduce.cuh            reductions and the Reduce stage
+///   update.cuh            the element-wise Update stage
+///   blockwise_update.cuh  the Update stage of 8-bit blockwise states
+///   shaped.cuh            rows, columns and matrices (their Reduce and Update stages)
+/// The runtime compiles these headers in (nvrtc::device_library) and hands them to NVRTC as
+/// in-memory headers, so a kernel source needs no include path. A source defines OPTGEN_BLOCK_SIZE,
+/// OPTGEN_ELEMENTS_PER_THREAD and the OPTGEN_*_LAUNCH_BOUNDS macros before it includes this.
+
+#include "optgen/device/blockwise_update.cuh"
+#include "optgen/device/shaped.cuh"

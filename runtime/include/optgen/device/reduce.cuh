@@ -1,0 +1,296 @@
+#pragma once
+/// optgen's device library: reductions (sums and maxima in a fixed order, results per tensor and
+/// group) and the chunk-parallel Reduce stage.
+
+#include "optgen/device/group.cuh"
+
+namespace optgen {
+
+// ---- Reductions: each is a sum or a maximum (NaN wins, as torch.max); combined in a fixed order. ----
+
+template <typename T> __device__ __forceinline__ T reduce_identity(bool is_max);
+template <> __device__ __forceinline__ float reduce_identity<float>(bool is_max) {
+  return is_max ? -__int_as_float(0x7f800000) : 0.0f;
+}
+template <> __device__ __forceinline__ double reduce_identity<double>(bool is_max) {
+  return is_max ? -__longlong_as_double(0x7ff0000000000000LL) : 0.0;
+}
+template <typename T>
+__device__ __forceinline__ T reduce_combine(bool is_max, T a, T b) { return is_max ? max(a, b) : a + b; }
+
+/// Combines one value from each thread of the block, always in the same order (a shuffle tree in
+/// each warp, then the warps in order); the result is valid in thread 0. Every thread must call it.
+template <typename T>
+__device__ T block_combine(bool is_max, T x) {
+  __shared__ T warps[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = reduce_combine(is_max, x, __shfl_down_sync(0xffffffffu, x, offset));
+  if (lane == 0) warps[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    x = lane < static_cast<int>(blockDim.x >> 5) ? warps[lane] : reduce_identity<T>(is_max);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) x = reduce_combine(is_max, x, __shfl_down_sync(0xffffffffu, x, offset));
+  }
+  __syncthreads();  // warps[] is free again
+  return x;
+}
+
+/// The finished results of a plan's reductions that a block of tensor `t` in group `g` reads:
+/// of_tensor(r) and of_group(r) for reduction r (kernel_abi::ReductionTable).
+struct Results {
+  const double* tensor;
+  const double* group;
+  long long num_tensors;
+  long long num_groups;
+  __device__ __forceinline__ double of_tensor(int r) const { return __ldcg(tensor + r * num_tensors); }
+  __device__ __forceinline__ double of_group(int r) const { return __ldcg(group + r * num_groups); }
+};
+__device__ __forceinline__ Results results(const ReductionTable& red, int t, int g) {
+  return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups};
+}
+
+/// Whether this block is the last to arrive at `counter`, which counts to `expected` and which this
+/// block advances by `count`; the last block resets it (for the next step, or the next replay of a
+/// captured one). Block-uniform. The writes the block's thread 0 made before are visible to the
+/// last block, and the last block sees every other block's.
+__device__ __forceinline__ bool last_to_arrive(unsigned int* counter, unsigned int expected, unsigned int count = 1u) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // thread 0 wrote the results the others' arrivals are about
+    last = atomicAdd(counter, count) == expected - count;
+    if (last) *counter = 0u;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+/// `x` combined with values[i * step] for i = threadIdx.x, threadIdx.x + the block size, ... below
+/// `count`, in that order (the order of a plain strided loop, so the same bits), with eight loads in
+/// flight at a time rather than one: a large tensor's finish reads thousands of partials.
+__device__ __forceinline__ double combine_strided(bool is_max, double x, const double* values, int count,
+                                                  long long step) {
+  constexpr int kBatch = 8;
+  for (int c = threadIdx.x; c < count; c += kBatch * OPTGEN_BLOCK_SIZE) {
+    double y[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = c + j * OPTGEN_BLOCK_SIZE;
+      y[j] = i < count ? __ldcg(values + i * step) : 0.0;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (c + j * OPTGEN_BLOCK_SIZE < count) x = reduce_combine(is_max, x, y[j]);
+  }
+  return x;
+}
+
+/// The last block of tensor `t` to arrive: combines the tensor's chunk partials, in chunk order,
+/// into its results; then, when it is the group's last tensor to finish, the group's tensors, in
+/// tensor order, into the group's results.
+template <typename Reduce>
+__device__ __forceinline__ void finish_tensor(const ReductionTable& red, int t, int g) {
+  constexpr int kR = Reduce::kReductions;
+  const long long stride = red.stride;
+  const int chunks = red.chunks[t];
+  const double* first = red.partials + static_cast<long long>(red.first_chunk[t]) * stride;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const bool is_max = Reduce::is_max(r);
+    double x = combine_strided(is_max, reduce_identity<double>(is_max), first + Reduce::slot(r), chunks, stride);
+    x = block_combine(is_max, x);
+    if (threadIdx.x == 0) red.tensor_results[static_cast<long long>(Reduce::slot(r)) * red.num_tensors + t] = x;
+  }
+  if (!Reduce::kGroupScope) return;
+  if (!last_to_arrive(&red.group_arrivals[g], static_cast<unsigned>(red.group_tensors[g]))) return;
+  const int first_tensor = red.group_first_tensor[g];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    if (!Reduce::is_group(r)) continue;
+    const bool is_max = Reduce::is_max(r);
+    double x = combine_strided(is_max, reduce_identity<double>(is_max),
+                               red.tensor_results + static_cast<long long>(Reduce::slot(r)) * red.num_tensors +
+                                   first_tensor,
+                               red.group_tensors[g], 1);
+    x = block_combine(is_max, x);
+    if (threadIdx.x == 0) red.group_results[static_cast<long long>(Reduce::slot(r)) * red.num_groups + g] = x;
+    if (threadIdx.x == 0 && Reduce::slot(r) == Reduce::kGradNormSlot) red.grad_norms[g] = static_cast<float>(sqrt(x));
+  }
+}
+
+/// Block `block` of a Reduce stage takes ReductionTable::chunks_per_block consecutive entries of the
+/// chunk table: read into `chunks` at once, so that finding its runs costs no round trip to memory
+/// per chunk. Returns how many it has. Every thread must call it.
+__device__ __forceinline__ int read_block_chunks(const TableView& table, const ReductionTable& red, long long block,
+                                                 Chunk* chunks) {
+  const int first_chunk = static_cast<int>(block) * red.chunks_per_block;
+  const int count =
+      first_chunk + red.chunks_per_block < table.num_chunks ? red.chunks_per_block : table.num_chunks - first_chunk;
+  if (static_cast<int>(threadIdx.x) < count) chunks[threadIdx.x] = table.chunks[first_chunk + threadIdx.x];
+  __syncthreads();
+  return count;
+}
+
+/// The last chunk of the run that starts at chunks[c]: the consecutive chunks of one tensor.
+__device__ __forceinline__ int run_end(const Chunk* chunks, int count, int c) {
+  int last = c;
+  while (last + 1 < count && chunks[last + 1].tensor == chunks[c].tensor &&
+         chunks[last + 1].index == chunks[last].index + 1)
+    ++last;
+  return last;
+}
+
+/// A run's totals, combined over the block in a fixed order, as the partials of its first chunk
+/// (the identity as the others'); its `run` chunks counted as arrived at once, and the tensor (then
+/// its group) finished by the last block to arrive.
+template <typename Code>
+__device__ __forceinline__ void finish_run(const ReductionTable& red, const float (&acc)[Code::kReductions],
+                                           const Chunk& first, unsigned int run) {
+  const int t = first.tensor;
+  double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + first.index) * red.stride;
+#pragma unroll
+  for (int r = 0; r < Code::kReductions; ++r) {
+    const float total = block_combine(Code::is_max(r), acc[r]);
+    if (threadIdx.x == 0) {
+      partials[Code::slot(r)] = total;
+      for (unsigned int j = 1; j < run; ++j)
+        partials[j * red.stride + Code::slot(r)] = reduce_identity<double>(Code::is_max(r));
+    }
+  }
+  if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t]), run))
+    finish_tensor<Code>(red, t, first.group);
+}
+
+/// Whether a Reduce stage reads an 8-bit state (and needs the maps).
+template <typename Reduce, typename Ops>
+__device__ __forceinline__ constexpr bool reads_blockwise() {
+  for (int op = 0; op < Reduce::kOperands; ++op)
+    if (Reduce::loads(op) && Ops::blockwise(op)) return true;
+  return false;
+}
+
+/// How many operands a Reduce stage reads.
+template <typename Reduce>
+__device__ __forceinline__ constexpr int loaded_operands() {
+  int n = 0;
+  for (int op = 0; op < Reduce::kOperands; ++op) n += Reduce::loads(op) ? 1 : 0;
+  return n > 0 ? n : 1;
+}
+
+/// A Reduce stage: block b reduces the chunks [b * chunks_per_block, ...) of the chunk table, a run
+/// at a time: the consecutive chunks of one tensor among them, which are consecutive parts of it,
+/// read as one range (the operands of `Reduce`'s reductions, element by element, from the operands
+/// Reduce::loads). It writes the run's partial results as the first chunk's (the identity as the
+/// others') and counts the run's chunks as arrived at once; the last block of each tensor, then of
+/// each group, finishes them (kernel_abi::ReductionTable). A run is read as one range so that a
+/// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
+/// fence, an atomic) is paid once per run. Nothing else is written, and the step is not advanced:
+/// that is the Update stage's.
+///
+/// It waits for the kernel before it and only then lets the next one start. The Update stage after
+/// it loads params, grads and states before its own wait, and a wait covers only the kernel just
+/// before (programmatic dependent launch is not transitive): let start first, that Update stage
+/// could run under the tail of the kernel before this one, the last step's Update stage, which
+/// writes them.
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red) {
+  typedef typename Group::Values Values;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Reduce::kReductions;
+  constexpr int V = reduce_vector<Ops>();
+  // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
+  // gradient norm) holds four times the Update stage's count, with little math per element; one
+  // of several (LAMB's norms read four, and recompute the update) twice, which keeps its registers
+  // within the launch bounds (NVRTC's no-spill test checks every built-in).
+  constexpr int kLoaded = loaded_operands<Reduce>();
+  constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
+  constexpr int U = kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded) : 1;
+  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+  wait_for_previous_kernel();  // the results of the Reduce stage before, which this one may read
+  allow_next_kernel();
+
+  // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
+  // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
+  // its results.
+  // The block's entries of the chunk table are read at once: finding its runs then costs no round
+  // trip to memory per chunk.
+  __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
+  if constexpr (reads_blockwise<Reduce, Ops>()) load_blockwise_maps();
+  const int count = read_block_chunks(table, red, blockIdx.x, block_chunks);
+  for (int c = 0; c < count;) {
+    const Chunk chunk = block_chunks[c];
+    const int t = chunk.tensor;
+    const int g = chunk.group;
+    const int last = run_end(block_chunks, count, c);
+    const unsigned int run = static_cast<unsigned int>(last - c + 1);
+    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+    const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
+
+    void* ptr[kOps];
+    const float* absmax[kOps];
+    bool aligned = true;
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) {
+      ptr[op] = Reduce::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+      absmax[op] = Ops::blockwise(op) && ptr[op] ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
+      aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+    }
+    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
+    // Read per run rather than held across the loop: one register fewer where it counts.
+    const bool scaled = inputs.grad_scale != 0;
+    const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
+    auto add = [&](float (&x)[kOps]) {
+      if (scaled) x[1] = x[1] / grad_scale;
+      float value[kR];
+      Reduce::apply(k, tv, x, value);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Reduce::is_max(r), acc[r], value[r]);
+    };
+
+    const long long vector_end = aligned ? start + (end - start) / V * V : start;
+    for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
+      float v[U][kOps][V];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const long long i = base + u * kStride;
+        if (i >= vector_end) continue;
+#pragma unroll
+        for (int op = 0; op < kOps; ++op)
+          if (Reduce::loads(op)) load_operand<Ops, V>(op, ptr[op], i, v[u][op], absmax[op]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (base + u * kStride >= vector_end) continue;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          float x[kOps];
+#pragma unroll
+          for (int op = 0; op < kOps; ++op) x[op] = Reduce::loads(op) ? v[u][op][e] : 0.0f;
+          add(x);
+        }
+      }
+    }
+    for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+      float x[kOps];
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        x[op] = 0.0f;
+        if (Reduce::loads(op)) load_operand<Ops, 1>(op, ptr[op], i, &x[op], absmax[op]);
+      }
+      add(x);
+    }
+
+    finish_run<Reduce>(red, acc, chunk, run);
+    c = last + 1;
+  }
+}
+
+}  // namespace optgen

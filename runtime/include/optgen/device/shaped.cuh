@@ -1,0 +1,583 @@
+#pragma once
+/// optgen's device library: rows, columns and matrices, the Reduce and Update stages of a variant
+/// with matrix, row or column code (kernel_abi::ShapeTable; generator/shapes.h).
+
+#include "optgen/device/update.cuh"
+
+namespace optgen {
+
+using kernel_abi::ShapeTable;
+
+/// Where element i of a tensor of B matrices of R rows and C columns is: its row p = b * R + r,
+/// its column q = b * C + c and its matrix b, counted over the tensor's rows, columns, matrices.
+struct ElementIndex {
+  long long i, p, q, b, r, c;
+};
+
+__device__ __forceinline__ ElementIndex element_index(long long i, long long R, long long C) {
+  ElementIndex x;
+  x.i = i;
+  const long long matrix = R * C;
+  if (i < 0xffffffffLL && matrix < 0xffffffffLL) {  // 32-bit division where it suffices
+    const unsigned ui = static_cast<unsigned>(i), um = static_cast<unsigned>(matrix), uc = static_cast<unsigned>(C);
+    const unsigned b = ui / um, rest = ui - b * um, r = rest / uc;
+    x.b = b;
+    x.r = r;
+    x.c = rest - r * uc;
+  } else {
+    x.b = i / matrix;
+    const long long rest = i - x.b * matrix;
+    x.r = rest / C;
+    x.c = rest - x.r * C;
+  }
+  x.p = x.b * R + x.r;
+  x.q = x.b * C + x.c;
+  return x;
+}
+
+/// The index of the element after x.
+__device__ __forceinline__ void advance(ElementIndex& x, long long R, long long C) {
+  ++x.i;
+  ++x.c;
+  ++x.q;
+  if (x.c == C) {
+    x.c = 0;
+    x.q -= C;
+    ++x.r;
+    ++x.p;
+    if (x.r == R) {
+      x.r = 0;
+      ++x.b;
+      x.q += C;
+    }
+  }
+}
+
+/// What the shaped code of one tensor reads besides its elements: its shape, the row, column and
+/// matrix results of earlier stages, and its row and column states (S), which the Update stage
+/// reads from the snapshot the first Reduce stage took. An absent state reads as 0.
+template <typename Ops, bool kFromSnapshot>
+struct Shaped {
+  static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
+  void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
+  long long num_tensors;
+  bool factored;
+  long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor)
+  long long row0, col0, matrix0;
+  // The tensor's part of the results and snapshots, resolved once per block: per-element code
+  // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
+  // read the same values, which earlier stages wrote, visible once wait_for_previous_kernel
+  // returned).
+  const float* row_results;
+  const float* col_results;
+  const float* matrix_results;
+  const float* row_snapshot;
+  const float* col_snapshot;
+  long long num_rows, num_cols, num_matrices;
+
+  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors]; }
+  __device__ __forceinline__ float row_result(int s, long long p) const { return row_results[s * num_rows + p]; }
+  __device__ __forceinline__ float col_result(int s, long long q) const { return col_results[s * num_cols + q]; }
+  __device__ __forceinline__ float matrix_result(int s, long long b) const {
+    return matrix_results[s * num_matrices + b];
+  }
+  /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
+  __device__ __forceinline__ float row_state(int op, int j, long long p) const {
+    const void* data = pointer(op);
+    if (!data) return 0.0f;
+    if (from_snapshot) return row_snapshot[j * num_rows + p];
+    float x;
+    load_codec<1>(Ops::codec(op), data, p, &x);
+    return x;
+  }
+  __device__ __forceinline__ float col_state(int op, int j, long long q) const {
+    const void* data = pointer(op);
+    if (!data) return 0.0f;
+    if (from_snapshot) return col_snapshot[j * num_cols + q];
+    float x;
+    load_codec<1>(Ops::codec(op), data, q, &x);
+    return x;
+  }
+  /// Stores a row or column state's new value (Update stage): nothing for an absent state.
+  __device__ __forceinline__ void store_state(int op, long long index, float x) const {
+    void* data = pointer(op);
+    if (data) store_codec<1>(Ops::codec(op), data, index, &x);
+  }
+};
+
+template <typename Ops, bool kFromSnapshot = false>
+__device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& table, int t) {
+  const ShapeTable* st = table.shapes;
+  Shaped<Ops, kFromSnapshot> s;
+  s.pointers = table.pointers + t;
+  s.num_tensors = table.num_tensors;
+  s.factored = st->factored[t] != 0;
+  s.R = st->rows[t];
+  s.C = st->cols[t];
+  s.B = s.R * s.C == 0 ? 0 : table.numel[t] / (s.R * s.C);
+  s.row0 = st->row_offset[t];
+  s.col0 = st->col_offset[t];
+  s.matrix0 = st->matrix_offset[t];
+  s.num_rows = st->num_rows;
+  s.num_cols = st->num_cols;
+  s.num_matrices = st->num_matrices;
+  s.row_results = st->row_results + s.row0;
+  s.col_results = st->col_results + s.col0;
+  s.matrix_results = st->matrix_results + s.matrix0;
+  s.row_snapshot = st->row_snapshot + s.row0;
+  s.col_snapshot = st->col_snapshot + s.col0;
+  return s;
+}
+
+/// Which tensor's blocks of `kind` hold block b of that kind (the last t with block_offset[t] <= b),
+/// and which of them it is.
+struct KindBlock {
+  int tensor;
+  long long local;
+};
+__device__ __forceinline__ KindBlock block_of_kind(const ShapeTable& st, int kind, long long b) {
+  const long long* offset = st.block_offset + static_cast<long long>(kind) * (st.num_tensors + 1);
+  int lo = 0, hi = st.num_tensors;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (__ldg(offset + mid) <= b) lo = mid;
+    else hi = mid;
+  }
+  return {lo, b - offset[lo]};
+}
+
+/// Combines `x` over the `lanes` consecutive threads that share a line (a power of two up to the
+/// block size), in a fixed order; the result is valid in the line's first thread. Every thread of
+/// the block must call it.
+template <typename T>
+__device__ T line_combine(bool is_max, T x, int lanes) {
+  __shared__ T warps[32];
+  const int width = lanes < 32 ? lanes : 32;
+  for (int offset = width / 2; offset > 0; offset /= 2)
+    x = reduce_combine(is_max, x, __shfl_down_sync(0xffffffffu, x, offset, width));
+  if (lanes <= 32) return x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) warps[warp] = x;
+  __syncthreads();
+  if (threadIdx.x % lanes == 0) {
+    for (int w = 1; w < lanes / 32; ++w) x = reduce_combine(is_max, x, warps[warp + w]);
+  }
+  __syncthreads();
+  return x;
+}
+
+/// The group of tensor t (a linear search: plans have few groups).
+__device__ __forceinline__ int group_of_tensor(const ReductionTable& red, int t) {
+  for (int g = 0; g < red.num_groups; ++g) {
+    const int first = red.group_first_tensor[g], n = red.group_tensors[g];
+    if (n > 0 && t >= first && t < first + n) return g;
+  }
+  return 0;
+}
+
+/// Element i of the operands Code::loads selects (0 from an absent state), the gradient divided by
+/// AMP's scale.
+template <typename Code, typename Ops, int kOps>
+__device__ __forceinline__ void load_element(void* const (&ptr)[kOps], long long i, float (&x)[kOps], bool scaled,
+                                             float grad_scale) {
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) {
+    x[op] = 0.0f;
+    if (Code::loads(op) && ptr[op]) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
+  }
+  if (scaled) x[1] = x[1] / grad_scale;
+}
+
+/// What every block of a shaped Reduce stage reads first: its tensor's group values, tensor values
+/// and shape.
+template <typename Reduce, typename Group, typename Ops>
+struct ShapedBlock {
+  typename Group::Values k;
+  typename Reduce::TensorValues tv;
+  Shaped<Ops, false> sh;
+  long long numel;
+  bool scaled;
+  float grad_scale;
+};
+
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const TableView& table, const GroupTable& groups,
+                                                                       const StepInputs& inputs,
+                                                                       const ReductionTable& red, int t) {
+  typedef typename Group::Values Values;
+  ShapedBlock<Reduce, Group, Ops> s;
+  const int g = group_of_tensor(red, t);
+  s.k = *group_values<Values>(groups, current_slot(groups, g), g);
+  s.sh = shaped<Ops>(table, t);
+  s.numel = table.numel[t];
+  s.tv = Reduce::tensor(s.k, s.numel, results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
+  s.scaled = inputs.grad_scale != 0;
+  s.grad_scale = s.scaled ? *inputs.grad_scale : 1.0f;
+  return s;
+}
+
+/// Elements [start, end) of a tensor in a shaped stage, each thread V consecutive ones (16 bytes of
+/// the parameter) in U tiles of the block's width, as update_stage reads them: `visit(ix, x)` sees
+/// each element's index and operands (Code::loads, 0 from an absent state, the gradient divided
+/// by AMP's scale) and may change them; `kStore` stores the loaded operands back (Update stage).
+/// An element's row, column and matrix take one division per V elements. `ps`: how the Update
+/// stage writes the parameter (unused by a Reduce stage).
+template <typename Code, typename Ops, int kOps, bool kStore, typename Visit>
+__device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long long start, long long end, long long R,
+                                                long long C, bool scaled, float grad_scale, const ParamStore& ps,
+                                                const Visit& visit) {
+  constexpr int V = kStore ? update_vector<Ops>() : reduce_vector<Ops>();
+  constexpr int U = element_tiles<V>();
+  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+  bool aligned = true;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  if (kStore && Ops::kParamWrite == ParamWrite::kMaster) aligned = aligned && reinterpret_cast<uintptr>(ps.param) % 16 == 0;
+  const long long vector_end = aligned ? start + (end - start) / V * V : start;
+  for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
+    float v[U][kOps][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if (Code::loads(op) && ptr[op]) {
+          load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+      ElementIndex ix = element_index(i, R, C);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float x[kOps];
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
+        if (scaled) x[1] = x[1] / grad_scale;
+        visit(ix, x);
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) v[u][op][e] = x[op];
+        advance(ix, R, C);
+      }
+      if (kStore) {
+#pragma unroll
+        for (int op = 0; op < kOps; ++op)
+          if (Code::loads(op) && ptr[op]) store_operand<Ops, V>(op, ptr[op], i, v[u][op], ps);
+      }
+    }
+  }
+  // Misaligned tensors entirely, and the last few elements of aligned ones.
+  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+    float x[kOps];
+    load_element<Code, Ops, kOps>(ptr, i, x, scaled, grad_scale);
+    visit(element_index(i, R, C), x);
+    if (kStore) {
+#pragma unroll
+      for (int op = 0; op < kOps; ++op)
+        if (Code::loads(op) && ptr[op]) store_operand<Ops, 1>(op, ptr[op], i, &x[op], ps);
+    }
+  }
+}
+
+/// The chunk runs of a shaped Reduce stage: its reductions over each tensor or group (Reduce::
+/// Elements), as reduce_stage's, each element with its row, column and matrix at hand.
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const GroupTable& groups,
+                                                  const StepInputs& inputs, const ReductionTable& red,
+                                                  long long block) {
+  typedef typename Group::Values Values;
+  typedef typename Reduce::Elements Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
+  const int count = read_block_chunks(table, red, block, block_chunks);
+  const bool scaled = inputs.grad_scale != 0;
+  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+  for (int c = 0; c < count;) {
+    const Chunk chunk = block_chunks[c];
+    const int t = chunk.tensor;
+    const int g = chunk.group;
+    const int last = run_end(block_chunks, count, c);
+    const unsigned int run = static_cast<unsigned int>(last - c + 1);
+    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+    const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
+    void* ptr[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op)
+      ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+    const Shaped<Ops, false> sh = shaped<Ops>(table, t);
+    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+    const typename Reduce::TensorValues tv =
+        Reduce::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+    shaped_elements<Code, Ops, kOps, false>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ParamStore{},
+                                             [&](const ElementIndex& ix, float (&x)[kOps]) {
+                                               float value[kR];
+                                               Code::apply(k, tv, sh, ix, x, value);
+#pragma unroll
+                                               for (int r = 0; r < kR; ++r)
+                                                 acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+                                             });
+    finish_run<Code>(red, acc, chunk, run);
+    c = last + 1;
+  }
+}
+
+/// The line kinds of a shaped Reduce stage (kRowLines, kMatrixRowLines, kMatrixColumnLines):
+/// `lanes` consecutive threads reduce each line (a row's C elements, a matrix's R row values or C
+/// column values), block_size / lanes lines per block, into one result per line.
+template <int kKind, typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void shaped_lines(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red, long long block) {
+  typedef typename Reduce::template Lines<kKind> Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  const ShapeTable& st = *table.shapes;
+  const KindBlock at = block_of_kind(st, kKind, block);
+  const int t = at.tensor;
+  const long long local = at.local;
+  const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
+  const long long lines = kKind == kernel_abi::kRowLines ? s.sh.B * s.sh.R : s.sh.B;
+  const long long length = kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C;
+  const int lanes = kernel_abi::line_lanes(length, OPTGEN_BLOCK_SIZE);
+  const long long line = local * (OPTGEN_BLOCK_SIZE / lanes) + threadIdx.x / lanes;
+  const int lane = threadIdx.x % lanes;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+  if (line < lines) {
+    if constexpr (kKind == kernel_abi::kRowLines) {
+      // Elements of row `line`, kBatch loads in flight per thread.
+      constexpr int kBatch = 4;
+      ElementIndex x;
+      x.p = line;
+      x.b = line / s.sh.R;
+      x.r = line - x.b * s.sh.R;
+      for (long long j0 = lane; j0 < length; j0 += kBatch * lanes) {
+        float v[kBatch][kOps];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+          if (j0 + u * lanes < length)
+            load_element<Code, Ops, kOps>(ptr, line * s.sh.C + j0 + u * lanes, v[u], s.scaled, s.grad_scale);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const long long j = j0 + u * lanes;
+          if (j >= length) continue;
+          x.c = j;
+          x.q = x.b * s.sh.C + j;
+          x.i = line * s.sh.C + j;
+          float value[kR];
+          Code::apply(s.k, s.tv, s.sh, x, v[u], value);
+#pragma unroll
+          for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+        }
+      }
+    } else {
+      // Row (column) j of matrix `line`.
+      const long long b = line;
+      const long long first = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C);
+#pragma unroll 4
+      for (long long j = lane; j < length; j += lanes) {
+        float value[kR];
+        Code::apply(s.k, s.tv, s.sh, first + j, b, value);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+      }
+    }
+  }
+  float* out = kKind == kernel_abi::kRowLines ? st.row_results + s.sh.row0 : st.matrix_results + s.sh.matrix0;
+  const long long stride = kKind == kernel_abi::kRowLines ? st.num_rows : st.num_matrices;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const float total = line_combine(Code::is_max(r), acc[r], lanes);
+    if (lane == 0 && line < lines) out[Code::slot(r) * stride + line] = total;
+  }
+}
+
+/// The column segments of a shaped Reduce stage: a thread per column (of any matrix of the
+/// tensor) sums down up to kColumnSegmentRows rows; a tensor of more rows has several segments per
+/// column, whose partials the last segment of a tile of columns to arrive combines in order.
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void shaped_columns(const TableView& table, const GroupTable& groups,
+                                               const StepInputs& inputs, const ReductionTable& red, long long block) {
+  typedef typename Reduce::Cols Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  const ShapeTable& st = *table.shapes;
+  const KindBlock at = block_of_kind(st, kernel_abi::kColumnSegments, block);
+  const int t = at.tensor;
+  const long long local = at.local;
+  const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
+  const long long R = s.sh.R, C = s.sh.C, columns = s.sh.B * C;
+  const long long segments = kernel_abi::column_segments(R);
+  const long long tile = local / segments, segment = local - tile * segments;
+  const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+  if (q < columns) {
+    ElementIndex x;
+    x.b = q / C;
+    x.c = q - x.b * C;
+    x.q = q;
+    const long long first = segment * kernel_abi::kColumnSegmentRows;
+    const long long last = first + kernel_abi::kColumnSegmentRows < R ? first + kernel_abi::kColumnSegmentRows : R;
+    constexpr int kUnroll = 4;
+    for (long long r0 = first; r0 < last; r0 += kUnroll) {
+      float v[kUnroll][kOps];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (r0 + u < last) load_element<Code, Ops, kOps>(ptr, (x.b * R + r0 + u) * C + x.c, v[u], s.scaled, s.grad_scale);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (r0 + u >= last) continue;
+        x.r = r0 + u;
+        x.p = x.b * R + x.r;
+        x.i = x.p * C + x.c;
+        float value[kR];
+        Code::apply(s.k, s.tv, s.sh, x, v[u], value);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+      }
+    }
+  }
+  float* out = st.col_results + s.sh.col0;
+  if (segments == 1) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+      if (q < columns) out[Code::slot(r) * st.num_cols + q] = acc[r];
+    return;
+  }
+  const long long n = st.num_col_reductions;
+  float* partials = st.col_partials + st.col_partial_offset[t] * n;
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    if (q < columns) partials[(segment * columns + q) * n + Code::slot(r)] = acc[r];
+  // Every thread's partials, not only thread 0's, must be visible to the last block.
+  __threadfence();
+  if (!last_to_arrive(&st.col_arrivals[st.col_tile_offset[t] + tile], static_cast<unsigned>(segments))) return;
+  if (q >= columns) return;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    float x = reduce_identity<float>(Code::is_max(r));
+    for (long long j = 0; j < segments; ++j) x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
+    out[Code::slot(r) * st.num_cols + q] = x;
+  }
+}
+
+/// kSnapshot: copies the tensor's row and column states (as floats) for the Update stage.
+template <typename Reduce, typename Ops>
+__device__ __forceinline__ void shaped_snapshot(const TableView& table, long long block) {
+  typedef typename Reduce::Snapshot Code;
+  const ShapeTable& st = *table.shapes;
+  const KindBlock at = block_of_kind(st, kernel_abi::kSnapshot, block);
+  const int t = at.tensor;
+  const long long local = at.local;
+  const Shaped<Ops, false> sh = shaped<Ops>(table, t);
+  const long long B = sh.B;
+  const long long e = local * OPTGEN_BLOCK_SIZE + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < Code::kRowStates; ++j)
+    if (e < B * sh.R && sh.pointer(Code::row_op(j)))
+      st.row_snapshot[j * st.num_rows + sh.row0 + e] = sh.row_state(Code::row_op(j), j, e);
+#pragma unroll
+  for (int j = 0; j < Code::kColStates; ++j)
+    if (e < B * sh.C && sh.pointer(Code::col_op(j)))
+      st.col_snapshot[j * st.num_cols + sh.col0 + e] = sh.col_state(Code::col_op(j), j, e);
+}
+
+/// A Reduce stage of a variant with rows and columns: block b is a block of the first kind in
+/// Reduce::kBlocks while b is below that kind's count, and so on (kernel_abi::BlockKind).
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void shaped_reduce_stage(const TableView& table, const GroupTable& groups,
+                                                    const StepInputs& inputs, const ReductionTable& red) {
+  static_assert(Ops::kBlockwise == 0, "8-bit states are for element-wise variants (Spec::storage_problem)");
+  wait_for_previous_kernel();  // earlier stages' results; and the last step's states
+  allow_next_kernel();          // after the wait, as in reduce_stage
+  const ShapeTable& st = *table.shapes;
+  long long b = blockIdx.x;
+  auto total = [&](int kind) {
+    return st.block_offset[static_cast<long long>(kind) * (st.num_tensors + 1) + st.num_tensors];
+  };
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kChunkRuns) & 1u) {
+    const long long n = (table.num_chunks + red.chunks_per_block - 1) / red.chunks_per_block;
+    if (b < n) return shaped_chunk_runs<Reduce, Group, Ops>(table, groups, inputs, red, b);
+    b -= n;
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kRowLines) & 1u) {
+    if (b < total(kernel_abi::kRowLines))
+      return shaped_lines<kernel_abi::kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kRowLines);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kColumnSegments) & 1u) {
+    if (b < total(kernel_abi::kColumnSegments)) return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kColumnSegments);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixRowLines) & 1u) {
+    if (b < total(kernel_abi::kMatrixRowLines))
+      return shaped_lines<kernel_abi::kMatrixRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kMatrixRowLines);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixColumnLines) & 1u) {
+    if (b < total(kernel_abi::kMatrixColumnLines))
+      return shaped_lines<kernel_abi::kMatrixColumnLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
+    b -= total(kernel_abi::kMatrixColumnLines);
+  }
+  if constexpr ((Reduce::kBlocks >> kernel_abi::kSnapshot) & 1u) {
+    if (b < total(kernel_abi::kSnapshot)) return shaped_snapshot<Reduce, Ops>(table, b);
+  }
+}
+
+/// The Update stage of a variant with rows and columns: update_stage's, element by element with
+/// each element's row, column and matrix; Update::apply also stores a row's (column's) new state
+/// at its column (row) 0, reading the old one from the snapshot.
+template <typename Update, typename Group, typename Ops>
+__device__ __forceinline__ void shaped_update_stage(const TableView& table, const GroupTable& groups,
+                                                    const StepInputs& inputs, const ReductionTable& red) {
+  static_assert(Ops::kBlockwise == 0, "8-bit states are for element-wise variants (Spec::storage_problem)");
+  typedef typename Group::Values Values;
+  constexpr int kOps = Update::kOperands;
+  const Chunk chunk = table.chunks[blockIdx.x];
+  const int t = chunk.tensor;
+  const int g = chunk.group;
+  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+  const long long end = start + chunk.count;
+  allow_next_kernel();
+  wait_for_previous_kernel();  // the kernel before: a Reduce stage's results, or (a first stage) anything
+  if (skips_step(inputs)) return;
+  const Ticket ticket = take_ticket<Update>(groups, red, t, g);
+  const int slot = ticket.slot;
+  const Values k = *group_values<Values>(groups, slot, g);
+  const Shaped<Ops, true> sh = shaped<Ops, true>(table, t);
+  const typename Update::TensorValues tv = Update::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
+  const bool scaled = inputs.grad_scale != 0;
+  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Update::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  const ParamStore ps = param_store<Ops>(table, groups, slot, t, g);
+  shaped_elements<Update, Ops, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ps,
+                                            [&](const ElementIndex& ix, float (&x)[kOps]) { Update::apply(k, tv, sh, ix, x); });
+  if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g);
+}
+
+}  // namespace optgen

@@ -1,0 +1,260 @@
+#pragma once
+/// optgen's device library: the element-wise Update stage (tickets, the group's step committed by
+/// its last block), which hands variants with 8-bit states to blockwise_update.cuh.
+
+#include "optgen/element_math.h"
+#include "optgen/device/reduce.cuh"
+
+namespace optgen {
+
+/// How tensor t's parameter is written in this step (ParamStore).
+template <typename Ops>
+__device__ __forceinline__ ParamStore param_store(const TableView& table, const GroupTable& groups, int slot, int t,
+                                                  int g) {
+  ParamStore ps{nullptr, 0, t, 0};
+  if constexpr (Ops::kParamWrite == ParamWrite::kMaster) ps.param = table.pointers[t];
+  if constexpr (Ops::kParamWrite == ParamWrite::kStochastic) {
+    ps.seed = table.seed;
+    ps.step = groups.steps[slot_entry(groups, slot, g)] + 1;
+  }
+  return ps;
+}
+
+/// An Update-stage block's ticket (kernel_abi::GroupTable): the slot its step reads, and whether
+/// it writes the step's results (read from shared memory where asked: not a register held through
+/// the stage's loop).
+struct Ticket {
+  int slot;
+  const int* commit_flag;
+  __device__ __forceinline__ bool commits() const { return *commit_flag != 0; }
+};
+
+/// Takes the block's ticket; the block that commits the step publishes again the gradient norm of a
+/// clipping variant (a reduction hook may have all-reduced the results since the Reduce stage
+/// published them; here, not at the end of the stage: fewer live registers). Every thread must
+/// call it.
+template <typename Update>
+__device__ __forceinline__ Ticket take_ticket(const GroupTable& groups, const ReductionTable& red, int t, int g) {
+  __shared__ int slot_shared, commit_shared;
+  if (threadIdx.x == 0) {
+    const unsigned int blocks = groups.blocks[g];
+    const unsigned int ticket = atomicInc(&groups.arrivals[g], 2u * blocks - 1u);  // wraps to 0 after 2 * blocks - 1
+    slot_shared = ticket >= blocks ? 1 : 0;
+    commit_shared = ticket == 0 || ticket == blocks;
+  }
+  __syncthreads();
+  const Ticket ticket{slot_shared, &commit_shared};
+  if (Update::kGradNormSlot >= 0 && threadIdx.x == 0 && ticket.commits())
+    red.grad_norms[g] = static_cast<float>(sqrt(results(red, t, g).of_group(Update::kGradNormSlot)));
+  return ticket;
+}
+
+/// An Update stage's operands of tensor t (operand_pointer); returns whether they, and the
+/// parameter behind a master copy, are all 16-byte aligned, as vector accesses need.
+template <typename Ops, int kOps>
+__device__ __forceinline__ bool update_operands(const TableView& table, int t, void* (&ptr)[kOps]) {
+  bool aligned = true;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) {
+    ptr[op] = operand_pointer<Ops, kOps>(table, op, t);
+    aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  }
+  if (Ops::kParamWrite == ParamWrite::kMaster) aligned = aligned && reinterpret_cast<uintptr>(table.pointers[t]) % 16 == 0;
+  return aligned;
+}
+
+/// What an Update stage's elements need beyond their operands, read once its block holds the
+/// tensor's ticket (begin_update): the group's values `k`, the tensor's `tv`, how the parameter is
+/// written, and AMP's gradient scale.
+template <typename Update, typename Group>
+struct UpdateStep {
+  Ticket ticket;
+  typename Group::Values k;
+  typename Update::TensorValues tv;
+  ParamStore ps;
+  bool scaled;
+  float grad_scale;
+};
+
+/// Waits for the kernel before (a Reduce stage still reads the group table's tickets, and its
+/// results are not all written yet), takes the block's ticket and reads its UpdateStep. Every
+/// thread must call it.
+template <typename Update, typename Group, typename Ops>
+__device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableView& table, const GroupTable& groups,
+                                                                  const StepInputs& inputs, const ReductionTable& red,
+                                                                  int t, int g) {
+  wait_for_previous_kernel();
+  UpdateStep<Update, Group> step;
+  step.ticket = take_ticket<Update>(groups, red, t, g);
+  step.k = *group_values<typename Group::Values>(groups, step.ticket.slot, g);
+  step.tv = Update::tensor(step.k, table.numel[t], results(red, t, g));
+  step.ps = param_store<Ops>(table, groups, step.ticket.slot, t, g);
+  step.scaled = inputs.grad_scale != 0;
+  step.grad_scale = step.scaled ? *inputs.grad_scale : 1.0f;
+  return step;
+}
+
+/// An Update stage's block is done: the group's last one publishes the step.
+template <typename Update, typename Group>
+__device__ __forceinline__ void end_update(const GroupTable& groups, const UpdateStep<Update, Group>& step, int g) {
+  if (threadIdx.x == 0 && step.ticket.commits()) commit_step<Group>(groups, step.ticket.slot, g);
+}
+
+/// An Update stage's block, once it has read the plan's own tables (which no kernel writes) and
+/// before it reads anything else: lets the next kernel on the stream (the next step, another plan)
+/// start its blocks while this stage's last ones run; and, where no Reduce stage came before
+/// (Update::kFirstStage), waits for the kernel before it, under whose tail it may have started and
+/// which may write the gradients, AMP's found_inf or (the step before) the params and states. A
+/// stage after a Reduce stage loads its first tile first and waits in begin_update: the Reduce
+/// stage let it start only once its own wait was over, so every kernel that writes what the tile
+/// reads has ended (a wait covers only the kernel just before; reduce_stage says why it matters).
+template <typename Update>
+__device__ __forceinline__ void enter_update_stage() {
+  allow_next_kernel();
+  if constexpr (Update::kFirstStage) wait_for_previous_kernel();
+}
+
+/// AMP: an overflow (a nonzero found_inf) skips the whole step. An Update stage reads it after
+/// enter_update_stage.
+__device__ __forceinline__ bool skips_step(const StepInputs& inputs) {
+  return inputs.found_inf != nullptr && *inputs.found_inf != 0.0f;
+}
+
+/// The first `count` of a thread's V elements, every operand in `v`, updated in place: the gradient
+/// unscaled (AMP), then Update::apply, dividing and taking roots with `math` (element_math.h).
+template <typename Update, typename Group, int kOps, int V, typename Math>
+__device__ __forceinline__ void update_elements(const UpdateStep<Update, Group>& step, float (&v)[kOps][V], int count,
+                                                Math& math) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    if (e >= count) continue;
+    float x[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) x[op] = v[op][e];
+    if (step.scaled) x[1] = math.div(x[1], step.grad_scale);
+    Update::apply(step.k, step.tv, x, math);
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) v[op][e] = x[op];
+  }
+}
+
+/// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
+/// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
+/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
+/// other operand is written back.
+template <typename Update, typename Group, typename Ops>
+__device__ __forceinline__ void blockwise_update_stage(const TableView& table, const GroupTable& groups,
+                                                       const StepInputs& inputs, const ReductionTable& red);
+
+template <typename Update, typename Group, typename Ops>
+__device__ __forceinline__ void update_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red) {
+  if constexpr (Ops::kBlockwise != 0) return blockwise_update_stage<Update, Group, Ops>(table, groups, inputs, red);
+  constexpr int kOps = Update::kOperands;
+  constexpr int V = update_vector<Ops>();
+  constexpr int U = update_tiles<Ops>();
+  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
+
+  const Chunk chunk = table.chunks[blockIdx.x];
+  const int t = chunk.tensor;
+  const int g = chunk.group;
+  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+  const long long end = start + chunk.count;
+  void* ptr[kOps];
+  const bool aligned = update_operands<Ops>(table, t, ptr);
+  enter_update_stage<Update>();
+  // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
+  const bool skip = skips_step(inputs);
+
+  // The first tile's loads are issued before the block waits for its ticket, and each next tile's
+  // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
+  // clipping factor): then each iteration loads its own tile. The tile and that double math live
+  // at once, or a tile live across the loop's back edge, would cost the registers of a fourth block
+  // per SM (LAMB's 68 against 64), which the overlap does not win back.
+  constexpr bool kTileFirst = !Update::kTensorValues;
+  const long long vector_end = aligned ? start + (end - start) / V * V : start;
+  long long base = start + static_cast<long long>(threadIdx.x) * V;
+  // The tile: decoded into floats as it is loaded, or, where narrow operands take more tiles than
+  // OPTGEN_ELEMENTS_PER_THREAD elements (update_tiles), held as loaded (a bf16 operand fills half
+  // of its V words) and decoded as it is used. Decoding late costs registers where no more tiles
+  // are taken (8 bytes of spills in adam_amsgrad_bf16_f32), so only those sets do.
+  constexpr bool kWords = U > element_tiles<V>();
+  float v[kWords ? 1 : U][kOps][V];
+  unsigned raw[kWords ? U : 1][kOps][V];
+  auto load_tile = [&]() {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if constexpr (kWords)
+          load_operand_words<Ops, V>(op, ptr[op], i, raw[u][op]);
+        else
+          load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
+      }
+    }
+  };
+  if (kTileFirst) load_tile();
+  if (skip) return;
+  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
+
+  while (base < vector_end) {
+    if (!kTileFirst) load_tile();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+      // Tile u, updated in place (floats) or into `out` (words), then stored. Its divisions and
+      // roots are IeeeMath's: CheckedMath's interleaved elements (the 8-bit stage's) cost this
+      // memory-bound loop spills at its register cap (1980 bytes in adam_kernels.cu).
+      float out[kWords ? kOps : 1][V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float x[kOps];
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) {
+          if constexpr (kWords)
+            x[op] = operand_word_value<Ops>(op, raw[u][op], e);
+          else
+            x[op] = v[u][op][e];
+        }
+        if (step.scaled) x[1] = x[1] / step.grad_scale;
+        IeeeMath math;
+        Update::apply(step.k, step.tv, x, math);
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) {
+          if constexpr (kWords)
+            out[op][e] = x[op];
+          else
+            v[u][op][e] = x[op];
+        }
+      }
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if constexpr (kWords)
+          store_operand<Ops, V>(op, ptr[op], i, out[op], step.ps);
+        else
+          store_operand<Ops, V>(op, ptr[op], i, v[u][op], step.ps);
+      }
+    }
+    base += kStride * U;
+    if (kTileFirst) load_tile();
+  }
+
+  // Misaligned tensors entirely, and the last few elements of aligned ones.
+  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+    float x[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
+    if (step.scaled) x[1] = x[1] / step.grad_scale;
+    IeeeMath math;
+    Update::apply(step.k, step.tv, x, math);
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
+  }
+
+  end_update(groups, step, g);
+}
+
+}  // namespace optgen
