@@ -24,10 +24,10 @@ namespace storage {
 // ---- variant adadelta (clip_grad_norm=false) ----
 namespace variants::adadelta {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_bf16_f32_update"};
@@ -35,10 +35,10 @@ namespace variants::adadelta {
 // ---- variant adadelta_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adadelta_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adadelta_clip_grad_norm_f32_f32_reduce", "adadelta_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adadelta_clip_grad_norm_bf16_f32_reduce", "adadelta_clip_grad_norm_bf16_f32_update"};

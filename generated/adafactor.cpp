@@ -25,14 +25,14 @@ namespace storage {
 // ---- variant adafactor (clip_grad_norm=false) ----
 namespace variants::adafactor {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
-      {"sum_g_times_g", false, false, 1, ReductionScope::Row, 0},
-      {"sum_g_times_g_1", false, false, 1, ReductionScope::Column, 0},
-      {"sum_row_var_next", false, false, 2, ReductionScope::Matrix, 0},
-      {"sum_u_times_u", false, false, 3, ReductionScope::Tensor, 4},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
+      {"sum_g_times_g", false, 1, Domain::Row, 0},
+      {"sum_g_times_g_1", false, 1, Domain::Column, 0},
+      {"sum_row_var_next", false, 2, Domain::Matrix, 0},
+      {"sum_u_times_u", false, 3, Domain::Tensor, 4},
   };
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
@@ -45,15 +45,15 @@ namespace variants::adafactor {
 // ---- variant adafactor_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adafactor_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 1},
-      {"sum_g_times_g", false, false, 2, ReductionScope::Row, 0},
-      {"sum_g_times_g_1", false, false, 2, ReductionScope::Column, 0},
-      {"sum_row_var_next", false, false, 3, ReductionScope::Matrix, 0},
-      {"sum_u_times_u", false, false, 4, ReductionScope::Tensor, 5},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 1},
+      {"sum_g_times_g", false, 2, Domain::Row, 0},
+      {"sum_g_times_g_1", false, 2, Domain::Column, 0},
+      {"sum_row_var_next", false, 3, Domain::Matrix, 0},
+      {"sum_u_times_u", false, 4, Domain::Tensor, 5},
   };
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};

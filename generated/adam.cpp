@@ -33,10 +33,10 @@ namespace storage {
 // ---- variant adam (amsgrad=false, clip_grad_norm=false) ----
 namespace variants::adam {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_bf16_f32_update"};
@@ -53,10 +53,10 @@ namespace variants::adam {
 // ---- variant adam_amsgrad (amsgrad=true, clip_grad_norm=false) ----
 namespace variants::adam_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_bf16_f32_update"};
@@ -73,10 +73,10 @@ namespace variants::adam_amsgrad {
 // ---- variant adam_clip_grad_norm (amsgrad=false, clip_grad_norm=true) ----
 namespace variants::adam_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_clip_grad_norm_f32_f32_reduce", "adam_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_clip_grad_norm_bf16_f32_reduce", "adam_clip_grad_norm_bf16_f32_update"};
@@ -93,10 +93,10 @@ namespace variants::adam_clip_grad_norm {
 // ---- variant adam_amsgrad_clip_grad_norm (amsgrad=true, clip_grad_norm=true) ----
 namespace variants::adam_amsgrad_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_clip_grad_norm_f32_f32_reduce", "adam_amsgrad_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_clip_grad_norm_bf16_f32_reduce", "adam_amsgrad_clip_grad_norm_bf16_f32_update"};

@@ -24,10 +24,10 @@ namespace storage {
 // ---- variant cautious_lion (clip_grad_norm=false) ----
 namespace variants::cautious_lion {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_mask", false, false, 1, ReductionScope::Tensor, 0},
+      {"sum_mask", false, 1, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_lion_f32_f32_reduce", "cautious_lion_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_lion_bf16_f32_reduce", "cautious_lion_bf16_f32_update"};
@@ -35,11 +35,11 @@ namespace variants::cautious_lion {
 // ---- variant cautious_lion_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::cautious_lion_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
-      {"sum_mask", false, false, 2, ReductionScope::Tensor, 1},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
+      {"sum_mask", false, 2, Domain::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_lion_clip_grad_norm_f32_f32_reduce1", "cautious_lion_clip_grad_norm_f32_f32_reduce2", "cautious_lion_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_lion_clip_grad_norm_bf16_f32_reduce1", "cautious_lion_clip_grad_norm_bf16_f32_reduce2", "cautious_lion_clip_grad_norm_bf16_f32_update"};

@@ -25,11 +25,11 @@ namespace storage {
 // ---- variant lamb (clip_grad_norm=false) ----
 namespace variants::lamb {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
-      {"sum_u_times_u", false, false, 1, ReductionScope::Tensor, 1},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
+      {"sum_u_times_u", false, 1, Domain::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_f32_f32_reduce", "lamb_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_bf16_f32_reduce", "lamb_bf16_f32_update"};
@@ -38,12 +38,12 @@ namespace variants::lamb {
 // ---- variant lamb_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::lamb_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 1},
-      {"sum_u_times_u", false, false, 2, ReductionScope::Tensor, 2},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 1},
+      {"sum_u_times_u", false, 2, Domain::Tensor, 2},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_clip_grad_norm_f32_f32_reduce1", "lamb_clip_grad_norm_f32_f32_reduce2", "lamb_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_clip_grad_norm_bf16_f32_reduce1", "lamb_clip_grad_norm_bf16_f32_reduce2", "lamb_clip_grad_norm_bf16_f32_update"};

@@ -24,11 +24,11 @@ namespace storage {
 // ---- variant lars (clip_grad_norm=false, use_momentum=false) ----
 namespace variants::lars {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
-      {"sum_grad_times_grad", false, false, 1, ReductionScope::Tensor, 1},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
+      {"sum_grad_times_grad", false, 1, Domain::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_f32_f32_reduce", "lars_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_bf16_f32_reduce", "lars_bf16_f32_update"};
@@ -36,11 +36,11 @@ namespace variants::lars {
 // ---- variant lars_use_momentum (clip_grad_norm=false, use_momentum=true) ----
 namespace variants::lars_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 0},
-      {"sum_grad_times_grad", false, false, 1, ReductionScope::Tensor, 1},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
+      {"sum_grad_times_grad", false, 1, Domain::Tensor, 1},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_use_momentum_f32_f32_reduce", "lars_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_use_momentum_bf16_f32_reduce", "lars_use_momentum_bf16_f32_update"};
@@ -48,12 +48,12 @@ namespace variants::lars_use_momentum {
 // ---- variant lars_clip_grad_norm (clip_grad_norm=true, use_momentum=false) ----
 namespace variants::lars_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {-1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 1},
-      {"sum_clipped_grad_times_clipped_grad", false, false, 2, ReductionScope::Tensor, 2},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 1},
+      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_clip_grad_norm_f32_f32_reduce1", "lars_clip_grad_norm_f32_f32_reduce2", "lars_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_clip_grad_norm_bf16_f32_reduce1", "lars_clip_grad_norm_bf16_f32_reduce2", "lars_clip_grad_norm_bf16_f32_update"};
@@ -61,12 +61,12 @@ namespace variants::lars_clip_grad_norm {
 // ---- variant lars_use_momentum_clip_grad_norm (clip_grad_norm=true, use_momentum=true) ----
 namespace variants::lars_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
-      {"sum_param_times_param", false, false, 1, ReductionScope::Tensor, 1},
-      {"sum_clipped_grad_times_clipped_grad", false, false, 2, ReductionScope::Tensor, 2},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 1},
+      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_use_momentum_clip_grad_norm_f32_f32_reduce1", "lars_use_momentum_clip_grad_norm_f32_f32_reduce2", "lars_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_use_momentum_clip_grad_norm_bf16_f32_reduce1", "lars_use_momentum_clip_grad_norm_bf16_f32_reduce2", "lars_use_momentum_clip_grad_norm_bf16_f32_update"};

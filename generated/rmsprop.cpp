@@ -24,10 +24,10 @@ namespace storage {
 // ---- variant rmsprop (centered=false, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_bf16_f32_update"};
@@ -35,10 +35,10 @@ namespace variants::rmsprop {
 // ---- variant rmsprop_centered (centered=true, clip_grad_norm=false, use_momentum=false) ----
 namespace variants::rmsprop_centered {
   [[maybe_unused]] const int kStates[] = {0, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_bf16_f32_update"};
@@ -46,10 +46,10 @@ namespace variants::rmsprop_centered {
 // ---- variant rmsprop_use_momentum (centered=false, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_bf16_f32_update"};
@@ -57,10 +57,10 @@ namespace variants::rmsprop_use_momentum {
 // ---- variant rmsprop_centered_use_momentum (centered=true, clip_grad_norm=false, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, false, 0, ReductionScope::Tensor, 0},
+      {"", false, 0, Domain::Tensor, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
@@ -68,10 +68,10 @@ namespace variants::rmsprop_centered_use_momentum {
 // ---- variant rmsprop_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=false) ----
 namespace variants::rmsprop_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_clip_grad_norm_f32_f32_reduce", "rmsprop_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_clip_grad_norm_bf16_f32_reduce", "rmsprop_clip_grad_norm_bf16_f32_update"};
@@ -79,10 +79,10 @@ namespace variants::rmsprop_clip_grad_norm {
 // ---- variant rmsprop_centered_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=false) ----
 namespace variants::rmsprop_centered_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_clip_grad_norm_bf16_f32_update"};
@@ -90,10 +90,10 @@ namespace variants::rmsprop_centered_clip_grad_norm {
 // ---- variant rmsprop_use_momentum_clip_grad_norm (centered=false, clip_grad_norm=true, use_momentum=true) ----
 namespace variants::rmsprop_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_bf16_f32_update"};
@@ -101,10 +101,10 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
 // ---- variant rmsprop_centered_use_momentum_clip_grad_norm (centered=true, clip_grad_norm=true, use_momentum=true) ----
 namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
-  /// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,
-  /// scope, index among the reductions of its scope.
+  /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
+  /// the reductions of that domain.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, true, 1, ReductionScope::Group, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_update"};

@@ -34,7 +34,7 @@ void add_hyperparameters(Spec& spec) {
 Expr gradient(const Spec& spec, const Expr& grad, const Expr& max_norm, const Expr& flag) {
   if (!spec.grad_clipping) return grad;
   auto squares = std::const_pointer_cast<Node>(
-      Node::make_reduce(ReduceOp::Sum, ReduceScope::Group, Node::make_binary(BinaryOp::Mul, grad, grad)));
+      Node::make_reduce(ReduceOp::Sum, Domain::Group, Node::make_binary(BinaryOp::Mul, grad, grad)));
   squares->hint = "grad_norm_squared";
   squares->loc = spec.grad_clipping_loc;
   Expr norm = Node::make_call(Builtin::Sqrt, {squares});
@@ -53,7 +53,7 @@ Expr gradient(const Spec& spec, const Expr& grad, const Expr& max_norm, const Ex
 
 bool is_grad_norm(const ReductionValue& r) {
   const Expr& x = r.operand;
-  return r.op == ReduceOp::Sum && r.scope == ReduceScope::Group && x->kind == NodeKind::Binary &&
+  return r.op == ReduceOp::Sum && r.scope == Domain::Group && x->kind == NodeKind::Binary &&
          x->binary_op() == BinaryOp::Mul && x->args[0]->kind == NodeKind::Var && x->args[0]->var == VarKind::Grad &&
          x->args[1]->kind == NodeKind::Var && x->args[1]->var == VarKind::Grad;
 }

@@ -12,7 +12,7 @@ void SourceComments::before(CodeWriter& w, const Expr& e) {
   if (start != std::string::npos) w.line("// " + comment_text(text.substr(start)));
 }
 
-std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level,
+std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Domain level,
                                           ExprPrinter& printer, const std::string& float_type,
                                           std::set<std::string> taken) {
   auto temporaries = schedule_temporaries(roots, true, [&](const Expr& e) { return e->level == level; });
@@ -32,14 +32,14 @@ std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program&
                                                    const std::string& float_type, std::set<std::string> taken) {
   std::vector<Expr> roots;
   for (const auto& o : p.element_outputs) roots.push_back(o.value);
-  return write_level_code(w, roots, Level::Element, printer, float_type, std::move(taken));
+  return write_level_code(w, roots, Domain::Element, printer, float_type, std::move(taken));
 }
 
 std::vector<std::string> element_inputs_read(const Program& p) {
   std::set<std::string> read;
   for (const auto& o : p.element_outputs)
     for_each_node(o.value, [&](const Expr& e) {
-      if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+      if (e->kind == NodeKind::Var && e->level == Domain::Element) read.insert(e->name);
     });
   std::vector<std::string> inputs;
   for (const char* name : {"param", "grad"})
@@ -51,7 +51,7 @@ std::vector<std::string> element_inputs_read(const Program& p) {
 
 bool reads_numel(const Program& p) {
   bool found = false;
-  for (const auto& v : p.tensor_values)
+  for (const auto& v : p.values[Domain::Tensor])
     for_each_node(v.value,
                   [&](const Expr& e) { found = found || (e->kind == NodeKind::Var && e->var == VarKind::Numel); });
   return found;

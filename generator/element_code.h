@@ -24,7 +24,7 @@ class SourceComments {
 /// Writes `const <float_type> name = ...;` (or `const bool`) for each temporary of level `level`
 /// that `roots` need, named after the spec's names where it has them and never one of `taken`;
 /// returns the printed value of each root.
-std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Level level,
+std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>& roots, Domain level,
                                           ExprPrinter& printer, const std::string& float_type,
                                           std::set<std::string> taken);
 

@@ -64,8 +64,8 @@ long long chunk_size_for(const KernelTuning& tuning, const Program& variant, con
 std::vector<GroupValueField> group_value_fields(const Program& variant) {
   std::vector<GroupValueField> fields;
   for (bool bools : {false, true})
-    for (size_t i = 0; i < variant.group_values.size(); ++i) {
-      const auto& v = variant.group_values[i];
+    for (size_t i = 0; i < variant.values[Domain::Group].size(); ++i) {
+      const auto& v = variant.values[Domain::Group][i];
       if ((v.value->type == ValueType::Bool) == bools) fields.push_back({v.name, bools, static_cast<int>(i)});
     }
   return fields;
@@ -110,7 +110,7 @@ class CudaPrinter : public ExprPrinter {
     if (var.var == VarKind::Rows) return double_ ? "static_cast<double>(rows_)" : "static_cast<float>(rows_)";
     if (var.var == VarKind::Cols) return double_ ? "static_cast<double>(cols_)" : "static_cast<float>(cols_)";
     if (var.var == VarKind::Reduced) return reduced(var);
-    if (var.var == VarKind::State && var.level != Level::Element) return shaped_state(var);
+    if (var.var == VarKind::State && var.level != Domain::Element) return shaped_state(var);
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -136,11 +136,12 @@ class CudaPrinter : public ExprPrinter {
         const std::string s = std::to_string(scope_index(*program_, r));
         std::string value;
         switch (reduction.scope) {
-          case ReduceScope::Group: return "results_.of_group(" + std::to_string(r) + ")";
-          case ReduceScope::Tensor: return "results_.of_tensor(" + std::to_string(r) + ")";
-          case ReduceScope::Row: value = "sh_.row_result(" + s + ", " + index(shaped_.row, var) + ")"; break;
-          case ReduceScope::Col: value = "sh_.col_result(" + s + ", " + index(shaped_.col, var) + ")"; break;
-          case ReduceScope::Matrix: value = "sh_.matrix_result(" + s + ", " + index(shaped_.matrix, var) + ")"; break;
+          case Domain::Group: return "results_.of_group(" + std::to_string(r) + ")";
+          case Domain::Tensor: return "results_.of_tensor(" + std::to_string(r) + ")";
+          case Domain::Row: value = "sh_.row_result(" + s + ", " + index(shaped_.row, var) + ")"; break;
+          case Domain::Column: value = "sh_.col_result(" + s + ", " + index(shaped_.col, var) + ")"; break;
+          case Domain::Matrix: value = "sh_.matrix_result(" + s + ", " + index(shaped_.matrix, var) + ")"; break;
+          case Domain::Element: throw InternalError("emit_cuda: reduction '" + var.name + "' into the element domain");
         }
         return double_ ? "static_cast<double>(" + value + ")" : value;
       }
@@ -150,7 +151,7 @@ class CudaPrinter : public ExprPrinter {
   /// A row or column state, read by the code of its level: sh_.row_state(operand, j, row).
   std::string shaped_state(const Node& var) const {
     if (!program_) throw InternalError("emit_cuda: state '" + var.name + "' read outside shaped code");
-    const bool row = var.level == Level::Row;
+    const bool row = var.level == Domain::Row;
     const auto list = states_of_shape(*program_, row ? StateShape::Rows : StateShape::Cols);
     const size_t j = std::find(list.begin(), list.end(), var.name) - list.begin();
     const size_t op = std::find(program_->states.begin(), program_->states.end(), var.name) - program_->states.begin();
@@ -355,7 +356,7 @@ class CudaEmitter {
       ExprPrinter ir;  // the IR's notation, for the comments
       for (const auto& f : fields)
         w.line(std::string(f.is_bool ? "bool " : "float ") + f.name + ";  // " +
-               ir.print(p.group_values[f.index].value));
+               ir.print(p.values[Domain::Group][f.index].value));
       if (fields.empty()) w.line("float unused;  // this variant reads no per-group value");
     }
     w.line("static_assert(sizeof(GroupValues) == " + std::to_string(group_values_size(p)) +
@@ -397,7 +398,7 @@ class CudaEmitter {
     std::set<std::string> taken = {"numel", "param", "grad"};
     for (const auto& s : p.states) taken.insert(s);
     for (const auto& f : group_value_fields(p)) taken.insert(f.name);
-    for (const auto& t : p.tensor_values) taken.insert(t.name);
+    for (const auto& t : p.values[Domain::Tensor]) taken.insert(t.name);
     for (const auto& r : p.reductions) taken.insert(r.name);
     return taken;
   }
@@ -407,10 +408,10 @@ class CudaEmitter {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Tensor) read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Tensor) read.insert(e->name);
       });
     std::vector<const HoistedValue*> values;
-    for (const auto& t : p.tensor_values)
+    for (const auto& t : p.values[Domain::Tensor])
       if (read.count(t.name)) values.push_back(&t);
     return values;
   }
@@ -420,7 +421,7 @@ class CudaEmitter {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->level == Domain::Element) read.insert(e->name);
       });
     const auto names = operand_names(p);
     for (size_t i = 0; i < names.size(); ++i)
@@ -498,7 +499,7 @@ class CudaEmitter {
     std::string slots;
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
-      if (list[i].second->scope == ReduceScope::Group) is_group |= 1u << i;
+      if (list[i].second->scope == Domain::Group) is_group |= 1u << i;
       slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(scope_index(p, list[i].first)) + " : ";
     }
     w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
@@ -551,7 +552,7 @@ class CudaEmitter {
         "const float (&v_)[kOperands], float (&r_)[kReductions])");
     element_prologue(w, p, roots);
     CudaPrinter printer(false);
-    auto values = write_level_code(w, roots, Level::Element, printer, "float", taken);
+    auto values = write_level_code(w, roots, Domain::Element, printer, "float", taken);
     for (size_t i = 0; i < values.size(); ++i)
       w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
   }
@@ -570,7 +571,7 @@ class CudaEmitter {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group) read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Group) read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
       if (read.count(f.name))
@@ -600,14 +601,14 @@ class CudaEmitter {
     std::set<std::string> group_read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Group)
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Group)
           group_read.insert(e->name);
       });
     for (const auto& f : group_value_fields(p))
       if (group_read.count(f.name))
         w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k_." + f.name + ";");
     CudaPrinter printer(true, &p);  // once per block: in double, so that numel is exact
-    auto values = write_level_code(w, roots, Level::Tensor, printer, "double", taken);
+    auto values = write_level_code(w, roots, Domain::Tensor, printer, "double", taken);
     w.line("TensorValues tv_;");
     for (size_t i = 0; i < values.size(); ++i) {
       const bool is_bool = list[i]->value->type == ValueType::Bool;
@@ -626,8 +627,8 @@ class CudaEmitter {
   /// The names a shaped stage's code must not declare.
   static std::set<std::string> shaped_taken_names(const Program& p) {
     std::set<std::string> taken = taken_names(p);
-    for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
-      for (const auto& v : *list) taken.insert(v.name);
+    for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
+      for (const auto& v : p.values[d]) taken.insert(v.name);
     for (const char* name :
          {"k_", "tv_", "sh_", "ix_", "v_", "r_", "p_", "q_", "b_", "factored_", "rows_", "cols_", "numel_", "results_"})
       taken.insert(name);
@@ -642,10 +643,10 @@ class CudaEmitter {
     return all;
   }
 
-  /// The code of `roots` (of `level`: Element, Row or Col) in a shaped stage: reads of group values,
+  /// The code of `roots` (of `level`: Element, Row or Column) in a shaped stage: reads of group values,
   /// tensor values and operands, the matrix, column and row values read, then the roots'
   /// temporaries, all in float; returns the roots' values.
-  std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Level level,
+  std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Domain level,
                                        const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
     element_prologue(w, p, with_shaped_values(p, roots));
     shaped_values(w, p, roots, indices, taken);
@@ -661,7 +662,7 @@ class CudaEmitter {
   void shaped_values(CodeWriter& w, const Program& p, const std::vector<Expr>& roots,
                      const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
     auto values = shaped_values_read(p, roots);
-    for (Level at : {Level::Matrix, Level::Col, Level::Row}) {
+    for (Domain at : {Domain::Matrix, Domain::Column, Domain::Row}) {
       if (values[at].empty()) continue;
       std::vector<Expr> code;
       for (const HoistedValue* v : values[at]) code.push_back(v->value);
@@ -683,7 +684,7 @@ class CudaEmitter {
     std::set<std::string> loaded;
     for (const auto& root : roots)
       for_each_node(root, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->level == Level::Element) loaded.insert(e->name);
+        if (e->kind == NodeKind::Var && e->level == Domain::Element) loaded.insert(e->name);
       });
     const auto names = operand_names(p);
     unsigned loads = 0;
@@ -702,7 +703,7 @@ class CudaEmitter {
   /// their results go (`Elements`: chunk runs, results by index r, finished by finish_tensor;
   /// the others by their index among the reductions of their scope).
   void shaped_reduction_kind(CodeWriter& w, const Program& p, const std::string& name, bool specialization,
-                             const std::vector<std::pair<int, const ReductionValue*>>& list, Level level,
+                             const std::vector<std::pair<int, const ReductionValue*>>& list, Domain level,
                              bool elements) {
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
@@ -714,11 +715,11 @@ class CudaEmitter {
     std::string index_parameters;
     CudaPrinter::ShapedIndices indices;
     switch (level) {
-      case Level::Row:
+      case Domain::Row:
         index_parameters = "long long p_, long long b_";
         indices = {"p_", "", "b_"};
         break;
-      case Level::Col:
+      case Domain::Column:
         index_parameters = "long long q_, long long b_";
         indices = {"", "q_", "b_"};
         break;
@@ -750,10 +751,10 @@ class CudaEmitter {
       const ReductionValue& r = *item.second;
       roots.push_back(r.operand);
       Kind kind = Kind::kChunkRuns;
-      if (r.scope == ReduceScope::Row) kind = Kind::kRowLines;
-      if (r.scope == ReduceScope::Col) kind = Kind::kColumnSegments;
-      if (r.scope == ReduceScope::Matrix)
-        kind = r.operand->level == Level::Col ? Kind::kMatrixColumnLines : Kind::kMatrixRowLines;
+      if (r.scope == Domain::Row) kind = Kind::kRowLines;
+      if (r.scope == Domain::Column) kind = Kind::kColumnSegments;
+      if (r.scope == Domain::Matrix)
+        kind = r.operand->level == Domain::Column ? Kind::kMatrixColumnLines : Kind::kMatrixRowLines;
       by_kind[kind].push_back(item);
     }
     const std::string name = reduce_struct_name(stage);
@@ -768,12 +769,12 @@ class CudaEmitter {
       if (by_kind.count(Kind::kChunkRuns)) {
         w.line();
         w.line("/// Over each tensor or group: chunk runs.");
-        shaped_reduction_kind(w, p, "Elements", false, by_kind[Kind::kChunkRuns], Level::Element, true);
+        shaped_reduction_kind(w, p, "Elements", false, by_kind[Kind::kChunkRuns], Domain::Element, true);
       }
       if (by_kind.count(Kind::kColumnSegments)) {
         w.line();
         w.line("/// Over each column: column segments.");
-        shaped_reduction_kind(w, p, "Cols", false, by_kind[Kind::kColumnSegments], Level::Element, false);
+        shaped_reduction_kind(w, p, "Cols", false, by_kind[Kind::kColumnSegments], Domain::Element, false);
       }
       w.line();
       w.line("/// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).");
@@ -784,8 +785,9 @@ class CudaEmitter {
         snapshot_struct(w, p);
       }
     }
-    const std::pair<Kind, Level> lines[] = {
-        {Kind::kRowLines, Level::Element}, {Kind::kMatrixRowLines, Level::Row}, {Kind::kMatrixColumnLines, Level::Col}};
+    const std::pair<Kind, Domain> lines[] = {{Kind::kRowLines, Domain::Element},
+                                             {Kind::kMatrixRowLines, Domain::Row},
+                                             {Kind::kMatrixColumnLines, Domain::Column}};
     for (const auto& [kind, level] : lines) {
       if (!by_kind.count(kind)) continue;
       w.line();
@@ -815,7 +817,7 @@ class CudaEmitter {
   /// (column) state's new value, stored by the element at column (row) 0.
   void shaped_update_struct(CodeWriter& w, const Program& p) {
     const auto names = operand_names(p);
-    std::map<Level, std::vector<const Output*>> outputs;
+    std::map<Domain, std::vector<const Output*>> outputs;
     std::vector<Expr> all;
     for (const auto& o : p.element_outputs) {
       outputs[o.level].push_back(&o);
@@ -844,11 +846,11 @@ class CudaEmitter {
         "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands])");
     // The element outputs, with every matrix, column and row value any output reads.
     std::vector<Expr> element_roots;
-    for (const Output* o : outputs[Level::Element]) element_roots.push_back(o->value);
+    for (const Output* o : outputs[Domain::Element]) element_roots.push_back(o->value);
     {
       // Prologue over all outputs: values the row and column outputs read are computed here too.
       std::vector<Expr> roots = element_roots;
-      for (Level at : {Level::Row, Level::Col})
+      for (Domain at : {Domain::Row, Domain::Column})
         for (const Output* o : outputs[at]) roots.push_back(o->value);
       element_prologue(w, p, with_shaped_values(p, roots));
     }
@@ -856,20 +858,20 @@ class CudaEmitter {
     {
       CudaPrinter printer(false, &p);
       printer.set_shaped(element_indices());
-      auto texts = write_level_code(w, element_roots, Level::Element, printer, "float", taken);
+      auto texts = write_level_code(w, element_roots, Domain::Element, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
       for (size_t j = 0; j < texts.size(); ++j) {
-        const std::string& out = outputs[Level::Element][j]->name;
+        const std::string& out = outputs[Domain::Element][j]->name;
         const size_t index = std::find(names.begin(), names.end(), out) - names.begin();
         if (index == names.size()) throw InternalError("emit_cuda: output '" + out + "' is not an operand");
         w.line("v_[" + std::to_string(index) + "] = " + texts[j] + ";  // " + out);
       }
     }
     for (const auto& [at, condition, index] :
-         {std::tuple{Level::Row, "ix_.c == 0", "ix_.p"}, std::tuple{Level::Col, "ix_.r == 0", "ix_.q"}}) {
+         {std::tuple{Domain::Row, "ix_.c == 0", "ix_.p"}, std::tuple{Domain::Column, "ix_.r == 0", "ix_.q"}}) {
       if (outputs[at].empty()) continue;
-      w.line("// Each " + std::string(at == Level::Row ? "row's" : "column's") + " new state, stored once: at its " +
-             (at == Level::Row ? "column 0." : "row 0."));
+      w.line("// Each " + std::string(at == Domain::Row ? "row's" : "column's") + " new state, stored once: at its " +
+             (at == Domain::Row ? "column 0." : "row 0."));
       auto block = w.block(std::string("if (") + condition + ")");
       std::vector<Expr> roots;
       for (const Output* o : outputs[at]) roots.push_back(o->value);

@@ -68,7 +68,7 @@ std::string group_kernel_name(const Program& variant);
 struct GroupValueField {
   std::string name;
   bool is_bool;
-  int index;  ///< into Program::group_values
+  int index;  ///< into Program::values[Domain::Group]
 };
 std::vector<GroupValueField> group_value_fields(const Program& variant);
 /// sizeof(GroupValues) on the device (floats 4 bytes, bools 1, padded to 4).

@@ -72,15 +72,16 @@ void storage_namespace(CodeWriter& w, const Spec& spec, const std::vector<Storag
   }
 }
 
-std::string reduction_scope(ReduceScope scope) {
+std::string reduction_scope(Domain scope) {
   switch (scope) {
-    case ReduceScope::Tensor: return "ReductionScope::Tensor";
-    case ReduceScope::Group: return "ReductionScope::Group";
-    case ReduceScope::Row: return "ReductionScope::Row";
-    case ReduceScope::Col: return "ReductionScope::Column";
-    case ReduceScope::Matrix: return "ReductionScope::Matrix";
+    case Domain::Tensor: return "Domain::Tensor";
+    case Domain::Group: return "Domain::Group";
+    case Domain::Row: return "Domain::Row";
+    case Domain::Column: return "Domain::Column";
+    case Domain::Matrix: return "Domain::Matrix";
+    case Domain::Element: break;
   }
-  throw InternalError("reduction_scope: unknown scope");
+  throw InternalError("reduction_scope: a reduction into the element domain");
 }
 
 std::string state_presence(Presence presence) {
@@ -113,14 +114,13 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
   for (int s : tables.variants[index].states) states += (states.empty() ? "" : ", ") + std::to_string(s);
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
   const VariantRow& row = tables.variants[index];
-  w.line("/// Its reductions: name, a maximum (else a sum), over the group (else over each tensor), stage,");
-  w.line("/// scope, index among the reductions of its scope.");
+  w.line("/// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among");
+  w.line("/// the reductions of that domain.");
   w.line("[[maybe_unused]] const ReductionSlot kReductions[] = {");
   for (const auto& r : row.reductions)
-    w.line(std::string("    {\"") + r.name + "\", " + (r.is_max ? "true" : "false") + ", " +
-           (r.over_group ? "true" : "false") + ", " + std::to_string(r.stage) + ", " + reduction_scope(r.scope) + ", " +
-           std::to_string(r.scope_index) + "},");
-  if (row.reductions.empty()) w.line("    {\"\", false, false, 0, ReductionScope::Tensor, 0},");
+    w.line(std::string("    {\"") + r.name + "\", " + (r.is_max ? "true" : "false") + ", " + std::to_string(r.stage) +
+           ", " + reduction_scope(r.scope) + ", " + std::to_string(r.scope_index) + "},");
+  if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0},");
   w.line("};");
   if (!row.stage_blocks.empty()) {
     w.line("/// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.");

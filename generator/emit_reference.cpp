@@ -40,19 +40,20 @@ class CppPrinter : public ExprPrinter {
     if (var.var == VarKind::Cols) return element_ ? "T_(C_)" : "static_cast<double>(C_)";
     // A row or column state, read by the code of its level (element code reads it hoisted): loaded
     // where it is used, 0 for a tensor that has none.
-    if (var.var == VarKind::State && var.level != Level::Element)
+    if (var.var == VarKind::State && var.level != Domain::Element)
       return "static_cast<double>(" + var.name + "_data_ ? " + var.name + "_data_[" +
-             (var.level == Level::Row ? "row_i_" : "col_i_") + "] : T_(0))";
+             (var.level == Domain::Row ? "row_i_" : "col_i_") + "] : T_(0))";
     if (var.var == VarKind::Reduced && program_)
       for (size_t r = 0; r < program_->reductions.size(); ++r)
         if (program_->reductions[r].name == var.name) {
           const std::string index = std::to_string(r);
           switch (program_->reductions[r].scope) {
-            case ReduceScope::Group: return "group_[" + index + "]";
-            case ReduceScope::Tensor: return "tensor_[" + index + "]";
-            case ReduceScope::Row: return "shaped_[" + index + "][row_i_]";
-            case ReduceScope::Col: return "shaped_[" + index + "][col_i_]";
-            case ReduceScope::Matrix: return "shaped_[" + index + "][b_]";
+            case Domain::Group: return "group_[" + index + "]";
+            case Domain::Tensor: return "tensor_[" + index + "]";
+            case Domain::Row: return "shaped_[" + index + "][row_i_]";
+            case Domain::Column: return "shaped_[" + index + "][col_i_]";
+            case Domain::Matrix: return "shaped_[" + index + "][b_]";
+            case Domain::Element: break;
           }
         }
     if (var.var == VarKind::Reduced) throw InternalError("emit_reference: reduction '" + var.name + "' read here");
@@ -197,10 +198,10 @@ class ReferenceEmitter {
     w.line();
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
-    w.line("inline constexpr ::std::size_t kNumGroupValues = " + std::to_string(p.group_values.size()) + ";");
+    w.line("inline constexpr ::std::size_t kNumGroupValues = " + std::to_string(p.values[Domain::Group].size()) + ";");
     w.line("inline constexpr ::std::size_t kNumReductions = " + std::to_string(p.reductions.size()) + ";");
     w.line("/// The values the tensor and element code read, computed once per step and param group:");
-    for (const auto& v : p.group_values) w.line("///   " + v.name);
+    for (const auto& v : p.values[Domain::Group]) w.line("///   " + v.name);
     w.line("using GroupValues = ::std::array<double, kNumGroupValues>;");
     w.line();
     per_step(w, p);
@@ -234,8 +235,8 @@ class ReferenceEmitter {
   void shaped_stage(CodeWriter& w, const Program& p, int stage) {
     const bool update = stage == 0;
     // What the stage computes, by the level of its code.
-    std::map<Level, std::vector<Expr>> roots;
-    std::map<Level, std::vector<std::string>> sinks;  // what each root becomes (a statement's text)
+    std::map<Domain, std::vector<Expr>> roots;
+    std::map<Domain, std::vector<std::string>> sinks;  // what each root becomes (a statement's text)
     std::vector<size_t> indices;
     if (update) {
       for (const auto& o : p.element_outputs) roots[o.level].push_back(o.value);
@@ -244,7 +245,7 @@ class ReferenceEmitter {
         const auto& reduction = p.reductions[r];
         if (reduction.stage != stage) continue;
         indices.push_back(r);
-        roots[reduction.scope == ReduceScope::Matrix ? reduction.operand->level : Level::Element].push_back(
+        roots[reduction.scope == Domain::Matrix ? reduction.operand->level : Domain::Element].push_back(
             reduction.operand);
       }
     }
@@ -271,29 +272,29 @@ class ReferenceEmitter {
     w.line("const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);");
     std::set<std::string> taken;
     stage_prologue(w, p, prologue_roots, update, taken);
-    for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
-      for (const auto& v : *list) taken.insert(v.name);
+    for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
+      for (const auto& v : p.values[d]) taken.insert(v.name);
     for (const char* name : {"factored_", "R_", "C_", "B_", "b_", "r_", "c_", "row_i_", "col_i_"}) taken.insert(name);
 
     // Accumulators: per tensor in a local, per row, column or matrix in shaped_[r].
     for (size_t r : indices) {
       const auto& reduction = p.reductions[r];
-      if (result_level(reduction.scope) == Level::Tensor) {
+      if (result_level(reduction.scope) == Domain::Tensor) {
         w.line("double " + reduction.name + "_ = " + identity(reduction) + ";");
         continue;
       }
-      const std::string count = reduction.scope == ReduceScope::Row   ? "B_ * R_"
-                                : reduction.scope == ReduceScope::Col ? "B_ * C_"
-                                                                      : "B_";
+      const std::string count = reduction.scope == Domain::Row      ? "B_ * R_"
+                                : reduction.scope == Domain::Column ? "B_ * C_"
+                                                                    : "B_";
       w.line("shaped_[" + std::to_string(r) + "].assign(" + count + ", " + identity(reduction) + ");");
     }
     // What becomes of the values of each level's roots.
-    auto finish = [&](Level level, const std::vector<std::string>& texts) {
+    auto finish = [&](Domain level, const std::vector<std::string>& texts) {
       size_t j = 0;
       if (update) {
         for (const auto& o : p.element_outputs) {
           if (o.level != level) continue;
-          const std::string index = level == Level::Row ? "row_i_" : level == Level::Col ? "col_i_" : "i_";
+          const std::string index = level == Domain::Row ? "row_i_" : level == Domain::Column ? "col_i_" : "i_";
           const bool maybe_absent = o.name != "param";
           w.line((maybe_absent ? "if (" + o.name + "_data_) " : std::string()) + o.name + "_data_[" + index +
                  "] = T_(" + texts[j++] + ");");
@@ -302,22 +303,24 @@ class ReferenceEmitter {
       }
       for (size_t r : indices) {
         const auto& reduction = p.reductions[r];
-        const Level at = reduction.scope == ReduceScope::Matrix ? reduction.operand->level : Level::Element;
+        const Domain at = reduction.scope == Domain::Matrix ? reduction.operand->level : Domain::Element;
         if (at != level) continue;
         const std::string value = "static_cast<double>(T_(" + texts[j++] + "))";
         std::string target;
         switch (reduction.scope) {
-          case ReduceScope::Tensor:
-          case ReduceScope::Group: target = reduction.name + "_"; break;
-          case ReduceScope::Row: target = "shaped_[" + std::to_string(r) + "][row_i_]"; break;
-          case ReduceScope::Col: target = "shaped_[" + std::to_string(r) + "][col_i_]"; break;
-          case ReduceScope::Matrix: target = "shaped_[" + std::to_string(r) + "][b_]"; break;
+          case Domain::Tensor:
+          case Domain::Group: target = reduction.name + "_"; break;
+          case Domain::Row: target = "shaped_[" + std::to_string(r) + "][row_i_]"; break;
+          case Domain::Column: target = "shaped_[" + std::to_string(r) + "][col_i_]"; break;
+          case Domain::Matrix: target = "shaped_[" + std::to_string(r) + "][b_]"; break;
+          case Domain::Element:
+            throw InternalError("emit_reference: reduction '" + reduction.name + "' into the element domain");
         }
         w.line(target + " = " + combine(reduction, target, value) + ";");
       }
     };
     // The values of one level: hoisted ones declared (as T_, or kept for the matrix), roots finished.
-    auto level_code = [&](Level level, const std::string& store_suffix) {
+    auto level_code = [&](Domain level, const std::string& store_suffix) {
       std::vector<Expr> code = roots[level];
       const size_t own = code.size();
       for (const HoistedValue* v : values[level]) code.push_back(v->value);
@@ -340,39 +343,39 @@ class ReferenceEmitter {
     CppPrinter element_printer(true, &p);
     {
       auto matrices = w.block("for (::std::size_t b_ = 0; b_ < B_; ++b_)");
-      level_code(Level::Matrix, "");
+      level_code(Domain::Matrix, "");
       // Every column's values first, kept for the rows of the matrix.
-      if (!values[Level::Col].empty() || !roots[Level::Col].empty()) {
-        for (const HoistedValue* v : values[Level::Col])
+      if (!values[Domain::Column].empty() || !roots[Domain::Column].empty()) {
+        for (const HoistedValue* v : values[Domain::Column])
           w.line(std::string("::std::vector<") + (v->value->type == ValueType::Bool ? "char" : "T_") + "> " + v->name +
                  "_col_(C_);");
         auto columns = w.block("for (::std::size_t c_ = 0; c_ < C_; ++c_)");
         w.line("[[maybe_unused]] const ::std::size_t col_i_ = b_ * C_ + c_;");
-        level_code(Level::Col, "_col_[c_]");
+        level_code(Domain::Column, "_col_[c_]");
       }
       auto rows = w.block("for (::std::size_t r_ = 0; r_ < R_; ++r_)");
       w.line("[[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;");
-      level_code(Level::Row, "");
-      if (!roots[Level::Element].empty()) {
+      level_code(Domain::Row, "");
+      if (!roots[Domain::Element].empty()) {
         auto columns = w.block("for (::std::size_t c_ = 0; c_ < C_; ++c_)");
         w.line("[[maybe_unused]] const ::std::size_t col_i_ = b_ * C_ + c_;");
         w.line("const ::std::size_t i_ = row_i_ * C_ + c_;");
         std::set<std::string> read;
-        for (const auto& r : roots[Level::Element])
+        for (const auto& r : roots[Domain::Element])
           for_each_node(r, [&](const Expr& e) {
             if (e->kind == NodeKind::Var) read.insert(e->name);
           });
-        for (const HoistedValue* v : values[Level::Col])
+        for (const HoistedValue* v : values[Domain::Column])
           if (read.count(v->name))
             w.line(std::string("const ") + (v->value->type == ValueType::Bool ? "bool " : "T_ ") + v->name + " = " +
                    v->name + "_col_[c_];");
-        shaped_element_loads(w, roots[Level::Element], p);
-        auto texts = write_level_code(w, roots[Level::Element], Level::Element, element_printer, "T_", taken);
-        finish(Level::Element, texts);
+        shaped_element_loads(w, roots[Domain::Element], p);
+        auto texts = write_level_code(w, roots[Domain::Element], Domain::Element, element_printer, "T_", taken);
+        finish(Domain::Element, texts);
       }
     }
     for (size_t r : indices)
-      if (result_level(p.reductions[r].scope) == Level::Tensor)
+      if (result_level(p.reductions[r].scope) == Domain::Tensor)
         w.line("tensor_[" + std::to_string(r) + "] = " + p.reductions[r].name + "_;");
   }
 
@@ -381,7 +384,7 @@ class ReferenceEmitter {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->level == Domain::Element) read.insert(e->name);
       });
     if (read.count("param")) w.line("const T_ param = param_data_[i_];");
     if (read.count("grad")) w.line("const T_ grad = grad_data_[i_] / grad_scale_;");
@@ -410,7 +413,7 @@ class ReferenceEmitter {
       std::string list;
       for (size_t i = 0; i < values.size(); ++i) {
         std::string value = values[i];
-        if (p.group_values[i].value->type == ValueType::Bool) value = "(" + value + ") ? 1.0 : 0.0";
+        if (p.values[Domain::Group][i].value->type == ValueType::Bool) value = "(" + value + ") ? 1.0 : 0.0";
         list += (list.empty() ? "" : ", ") + value;
       }
       w.line("return GroupValues{" + list + "};");
@@ -428,10 +431,10 @@ class ReferenceEmitter {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Level::Tensor) read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Tensor) read.insert(e->name);
       });
     std::vector<const HoistedValue*> values;
-    for (const auto& t : p.tensor_values)
+    for (const auto& t : p.values[Domain::Tensor])
       if (read.count(t.name)) values.push_back(&t);
     return values;
   }
@@ -448,8 +451,8 @@ class ReferenceEmitter {
       for_each_node(r, [&](const Expr& e) {
         if (e->kind == NodeKind::Var) read.insert(e->name);
       });
-    for (size_t j = 0; j < p.group_values.size(); ++j) {
-      const auto& v = p.group_values[j];
+    for (size_t j = 0; j < p.values[Domain::Group].size(); ++j) {
+      const auto& v = p.values[Domain::Group][j];
       if (!read.count(v.name)) continue;
       if (v.value->type == ValueType::Bool)
         w.line("const bool " + v.name + " = k_[" + std::to_string(j) + "] != 0;");
@@ -457,15 +460,15 @@ class ReferenceEmitter {
         w.line("const T_ " + v.name + " = T_(k_[" + std::to_string(j) + "]);");
     }
     taken = reserved();
-    for (const auto& v : p.group_values) taken.insert(v.name);
-    for (const auto& v : p.tensor_values) taken.insert(v.name);
+    for (const auto& v : p.values[Domain::Group]) taken.insert(v.name);
+    for (const auto& v : p.values[Domain::Tensor]) taken.insert(v.name);
     for (const auto& r : p.reductions) taken.insert(r.name);
     if (!list.empty()) {
       w.line("// Per tensor, in double from the group values as the element code has them, as the kernels do:");
       std::vector<Expr> tensor_roots;
       for (const HoistedValue* v : list) tensor_roots.push_back(v->value);
       CppPrinter tensor_printer(false, &p);
-      auto values = write_level_code(w, tensor_roots, Level::Tensor, tensor_printer, "double", taken);
+      auto values = write_level_code(w, tensor_roots, Domain::Tensor, tensor_printer, "double", taken);
       for (size_t j = 0; j < values.size(); ++j) {
         const bool is_bool = list[j]->value->type == ValueType::Bool;
         w.line(std::string("const ") + (is_bool ? "bool " : "T_ ") + list[j]->name + " = " +
@@ -492,7 +495,7 @@ class ReferenceEmitter {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->level == Level::Element) read.insert(e->name);
+        if (e->kind == NodeKind::Var && e->level == Domain::Element) read.insert(e->name);
       });
     std::vector<std::string> names = {"param", "grad"};
     names.insert(names.end(), p.states.begin(), p.states.end());
@@ -541,7 +544,7 @@ class ReferenceEmitter {
     {
       auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
       element_loads(w, roots, p);
-      auto values = write_level_code(w, roots, Level::Element, printer, "T_", taken);
+      auto values = write_level_code(w, roots, Domain::Element, printer, "T_", taken);
       for (size_t j = 0; j < values.size(); ++j) {
         const auto& r = p.reductions[indices[j]];
         w.line(r.name + "_ = " + combine(r, r.name + "_", "static_cast<double>(" + values[j] + ")") + ";");
@@ -570,8 +573,8 @@ class ReferenceEmitter {
     w.line("/// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.");
     w.line("inline constexpr VariantInfo kVariants[] = {");
     for (const auto& v : variants)
-      w.line("    {\"" + v.variant + "\", " + std::to_string(v.group_values.size()) + ", &variants::" + v.variant +
-             "::per_step_into},");
+      w.line("    {\"" + v.variant + "\", " + std::to_string(v.values[Domain::Group].size()) +
+             ", &variants::" + v.variant + "::per_step_into},");
     w.line("};");
     w.line("inline constexpr int kNumVariants = " + std::to_string(variants.size()) + ";");
     w.line();
@@ -619,7 +622,7 @@ class ReferenceEmitter {
         w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "reduce" + std::to_string(stage) + arguments);
         for (size_t r = 0; r < v.reductions.size(); ++r) {
           const auto& reduction = v.reductions[r];
-          if (reduction.stage != stage || reduction.scope != ReduceScope::Group) continue;
+          if (reduction.stage != stage || reduction.scope != Domain::Group) continue;
           const std::string at = "group_[" + std::to_string(r) + "]";
           w.line(at + " = " + identity(reduction) + ";  // " + reduction.name + ", over the group's tensors in order");
           w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + at + " = " +

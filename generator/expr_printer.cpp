@@ -36,7 +36,7 @@ std::string ExprPrinter::call(Builtin fn, const std::vector<std::string>& args) 
 }
 
 std::string reduction_name(const Node& reduce) {
-  return std::string(reduce.scope == ReduceScope::Group ? "group_" : "") + to_string(reduce.reduce_op());
+  return std::string(reduce.scope == Domain::Group ? "group_" : "") + to_string(reduce.reduce_op());
 }
 
 std::string ExprPrinter::print(const Expr& e) const { return print(e, 0, false); }

@@ -40,7 +40,7 @@ std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprP
   const Spec& spec = *p.spec;
   std::vector<Expr> roots;
   for (const auto& o : p.scalar_state_updates) roots.push_back(o.value);
-  for (const auto& v : p.group_values) roots.push_back(v.value);
+  for (const auto& v : p.values[Domain::Group]) roots.push_back(v.value);
   write_hyperparameter_loads(w, spec, roots);
   const auto scalar_states = inputs_read(roots, VarKind::ScalarState);
   for (const auto& s : spec.scalar_states)
@@ -62,7 +62,7 @@ std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprP
     w.line("scalar_state_[" + std::to_string(index_of(spec.scalar_states, o.name)) + "] = " + printer.print(o.value) +
            ";  // " + o.name);
   std::vector<std::string> values;
-  for (const auto& v : p.group_values) values.push_back(printer.print(v.value));
+  for (const auto& v : p.values[Domain::Group]) values.push_back(printer.print(v.value));
   return values;
 }
 

@@ -17,7 +17,7 @@
 namespace optgen {
 
 /// Writes the loads of the inputs the code reads, its temporaries and the scalar-state writes;
-/// returns the printed value of each of `p.group_values`, for the caller's return statement.
+/// returns the printed value of each of `p.values[Domain::Group]`, for the caller's return statement.
 /// Names are the spec's where it has them, and never one of `taken`.
 std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprPrinter& printer,
                                           std::set<std::string> taken);

@@ -11,48 +11,42 @@ const char* spelling(UnaryOp op) { return operator_info(op).token; }
 const char* spelling(BinaryOp op) { return operator_info(op).token; }
 const char* spelling(Builtin fn) { return builtin_info(fn).name; }
 
-const char* to_string(Level level) {
-  switch (level) {
-    case Level::Group: return "group";
-    case Level::Tensor: return "tensor";
-    case Level::Matrix: return "matrix";
-    case Level::Row: return "row";
-    case Level::Col: return "column";
-    case Level::Element: return "element";
-  }
-  return "?";
+bool at_or_below(Domain a, Domain b) {
+  if (a == b || b == Domain::Element) return true;
+  if (a == Domain::Row || a == Domain::Column || a == Domain::Element) return false;
+  return a < b;  // Group < Tensor < Matrix < Row, Column
 }
 
-bool at_or_below(Level a, Level b) {
-  if (a == b || b == Level::Element) return true;
-  if (a == Level::Row || a == Level::Col || a == Level::Element) return false;
-  return a < b;  // Group < Tensor < Matrix < Row, Col
-}
-
-Level join(Level a, Level b) {
+Domain join(Domain a, Domain b) {
   if (at_or_below(a, b)) return b;
   if (at_or_below(b, a)) return a;
-  return Level::Element;  // a row value and a column value
+  return Domain::Element;  // a row value and a column value
 }
 
-Level level_of(StateShape shape) {
+Domain level_of(StateShape shape) {
   switch (shape) {
-    case StateShape::Rows: return Level::Row;
-    case StateShape::Cols: return Level::Col;
-    case StateShape::Elements: return Level::Element;
+    case StateShape::Rows: return Domain::Row;
+    case StateShape::Cols: return Domain::Column;
+    case StateShape::Elements: return Domain::Element;
   }
-  return Level::Element;
+  return Domain::Element;
 }
 
-Level result_level(ReduceScope scope) {
+size_t DomainValues::index(Domain domain) {
+  if (domain == Domain::Element) throw InternalError("DomainValues: element code is no list of hoisted values");
+  return static_cast<size_t>(domain);
+}
+
+Domain result_level(Domain scope) {
   switch (scope) {
-    case ReduceScope::Tensor:
-    case ReduceScope::Group: return Level::Tensor;
-    case ReduceScope::Row: return Level::Row;
-    case ReduceScope::Col: return Level::Col;
-    case ReduceScope::Matrix: return Level::Matrix;
+    case Domain::Tensor:
+    case Domain::Group: return Domain::Tensor;
+    case Domain::Row: return Domain::Row;
+    case Domain::Column: return Domain::Column;
+    case Domain::Matrix: return Domain::Matrix;
+    case Domain::Element: break;
   }
-  return Level::Tensor;
+  throw InternalError("result_level: a reduction into the element domain");
 }
 
 const char* to_string(StageKind kind) {
@@ -73,7 +67,7 @@ std::shared_ptr<Node> blank(NodeKind kind, ValueType type, const std::vector<Exp
   auto n = std::make_shared<Node>();
   n->kind = kind;
   n->type = type;
-  n->level = Level::Group;
+  n->level = Domain::Group;
   for (const auto& a : args) {
     if (!a) throw InternalError("null operand");
     n->level = join(n->level, a->level);
@@ -102,18 +96,18 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
   switch (var) {
     case VarKind::Hyperparameter:
     case VarKind::Step:
-    case VarKind::ScalarState: n->level = Level::Group; break;
+    case VarKind::ScalarState: n->level = Domain::Group; break;
     case VarKind::Numel:
     case VarKind::Factored:
     case VarKind::Rows:
-    case VarKind::Cols: n->level = Level::Tensor; break;
+    case VarKind::Cols: n->level = Domain::Tensor; break;
     case VarKind::Param:
     case VarKind::Grad:
-    case VarKind::State: n->level = Level::Element; break;
+    case VarKind::State: n->level = Domain::Element; break;
     case VarKind::Hoisted: throw InternalError("hoisted value '" + name + "' made without its level");
     case VarKind::Reduced: throw InternalError("reduction result '" + name + "' made as an input");
   }
-  if (n->level == Level::Element && type != ValueType::Float)
+  if (n->level == Domain::Element && type != ValueType::Float)
     throw InternalError("element input '" + name + "' must be float");
   if ((var == VarKind::Factored && type != ValueType::Bool) ||
       ((var == VarKind::Rows || var == VarKind::Cols) && type != ValueType::Int))
@@ -121,16 +115,16 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
   return n;
 }
 
-Expr Node::make_state(const std::string& name, Level level) {
-  if (level != Level::Row && level != Level::Col && level != Level::Element)
+Expr Node::make_state(const std::string& name, Domain level) {
+  if (level != Domain::Row && level != Domain::Column && level != Domain::Element)
     throw InternalError("state '" + name + "' read at the " + std::string(to_string(level)) + " level");
   auto n = std::const_pointer_cast<Node>(make_var(VarKind::State, name, ValueType::Float));
   n->level = level;
   return n;
 }
 
-Expr Node::make_hoisted(const std::string& name, ValueType type, Level level) {
-  if (level == Level::Element) throw InternalError("hoisted value '" + name + "' at the element level");
+Expr Node::make_hoisted(const std::string& name, ValueType type, Domain level) {
+  if (level == Domain::Element) throw InternalError("hoisted value '" + name + "' at the element level");
   auto n = blank(NodeKind::Var, type, {});
   n->var = VarKind::Hoisted;
   n->name = name;
@@ -193,7 +187,7 @@ Expr Node::make_call(Builtin fn, std::vector<Expr> args) {
   return n;
 }
 
-Expr Node::make_reduce(ReduceOp op, ReduceScope scope, Expr operand) {
+Expr Node::make_reduce(ReduceOp op, Domain scope, Expr operand) {
   if (!is_number(operand->type)) throw InternalError("a reduction's operand must be a number");
   auto n = blank(NodeKind::Reduce, ValueType::Float, {operand});
   n->op = static_cast<int>(op);
@@ -202,8 +196,8 @@ Expr Node::make_reduce(ReduceOp op, ReduceScope scope, Expr operand) {
   return n;
 }
 
-Expr Node::make_reduced(const std::string& name, Level level) {
-  if (level == Level::Group || level == Level::Element)
+Expr Node::make_reduced(const std::string& name, Domain level) {
+  if (level == Domain::Group || level == Domain::Element)
     throw InternalError("reduction result '" + name + "' at the " + std::string(to_string(level)) + " level");
   auto n = blank(NodeKind::Var, ValueType::Float, {});
   n->var = VarKind::Reduced;
@@ -280,11 +274,8 @@ void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f) 
 void for_each_node(const Program& program, const std::function<void(const Expr&)>& f) {
   Walk walk(f);
   for (const auto& s : program.scalar_state_updates) walk(s.value);
-  for (const auto& v : program.group_values) walk(v.value);
-  for (const auto& v : program.tensor_values) walk(v.value);
-  for (const auto& v : program.matrix_values) walk(v.value);
-  for (const auto& v : program.row_values) walk(v.value);
-  for (const auto& v : program.col_values) walk(v.value);
+  for (const auto& list : program.values)
+    for (const auto& v : list) walk(v.value);
   for (const auto& r : program.reductions) walk(r.operand);
   for (const auto& o : program.element_outputs) walk(o.value);
 }
@@ -293,20 +284,18 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   Program result = program;
   for (auto& [name, value] : result.derived_flags) value = f(value);
   for (auto& o : result.scalar_state_updates) o.value = f(o.value);
-  for (auto& v : result.group_values) v.value = f(v.value);
-  for (auto& v : result.tensor_values) v.value = f(v.value);
-  for (auto& v : result.matrix_values) v.value = f(v.value);
-  for (auto& v : result.row_values) v.value = f(v.value);
-  for (auto& v : result.col_values) v.value = f(v.value);
+  for (auto& list : result.values)
+    for (auto& v : list) v.value = f(v.value);
   for (auto& r : result.reductions) r.operand = f(r.operand);
   for (auto& o : result.element_outputs) o.value = f(o.value);
   return result;
 }
 
 bool uses_shapes(const Program& program) {
-  bool uses = !program.matrix_values.empty() || !program.row_values.empty() || !program.col_values.empty();
-  for (const auto& o : program.element_outputs) uses = uses || o.level != Level::Element;
-  for (const auto& r : program.reductions) uses = uses || result_level(r.scope) != Level::Tensor;
+  bool uses = false;
+  for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column}) uses = uses || !program.values[d].empty();
+  for (const auto& o : program.element_outputs) uses = uses || o.level != Domain::Element;
+  for (const auto& r : program.reductions) uses = uses || result_level(r.scope) != Domain::Tensor;
   for_each_node(program, [&](const Expr& e) {
     uses = uses || (e->kind == NodeKind::Var &&
                     (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));

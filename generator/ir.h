@@ -17,6 +17,7 @@
 /// leaves, which name the values computed once at that lower level, and reductions only through
 /// Reduced leaves, which name the results of the program's `reductions`.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -48,19 +49,17 @@ enum class NodeKind {
 #undef OPTGEN_ENUM
 };
 
-/// How often a value is computed, from the least to the most often. A factored tensor (two or
-/// more dimensions) is a batch of matrices over its last two dimensions: per matrix, per row and
-/// per column sit between Tensor and Element. Row and Col are not ordered (`join` of the two is
-/// Element: a value reading both is one per element). Reductions move a value to a lower level,
-/// and the stage plan (Program::stages) splits a step where they do.
-enum class Level { Group, Tensor, Matrix, Row, Col, Element };
-const char* to_string(Level level);
+/// A value's level is its domain (optgen/domain.h): how often it is computed, from the least to the
+/// most often. A factored tensor (two or more dimensions) is a batch of matrices over its last two
+/// dimensions: per matrix, per row and per column sit between Tensor and Element. Row and Column are
+/// not ordered (`join` of the two is Element: a value reading both is one per element). Reductions
+/// move a value to a coarser domain, and the stage plan (Program::stages) splits a step where they do.
 /// The level of a value computed from values of levels `a` and `b`: the lowest both are at or below.
-Level join(Level a, Level b);
+Domain join(Domain a, Domain b);
 /// Whether every value of level `a` is known where a value of level `b` is computed (a <= b).
-bool at_or_below(Level a, Level b);
-/// The level a state of this shape is read at: Row, Col or Element.
-Level level_of(StateShape shape);
+bool at_or_below(Domain a, Domain b);
+/// The level a state of this shape is read at: Row, Column or Element.
+Domain level_of(StateShape shape);
 
 /// What a Var leaf reads. Factored, Rows and Cols are per tensor: whether it has two or more
 /// dimensions, and the rows and columns of each of its matrices (1 and numel when not factored).
@@ -91,14 +90,14 @@ using Expr = std::shared_ptr<const Node>;
 struct Node {
   NodeKind kind;
   ValueType type;
-  Level level;     ///< the highest level of its leaves
+  Domain level;    ///< the highest level of its leaves
   int height = 1;  ///< 1 for a leaf, else one more than its highest operand
 
   double value = 0;        ///< Const
   VarKind var{};           ///< Var
   std::string name;        ///< Var: the input's name
   int op = 0;              ///< Unary/Binary: the operator; Call: the Builtin; Reduce: the ReduceOp
-  ReduceScope scope{};     ///< Reduce: over a tensor or the whole group
+  Domain scope{};          ///< Reduce: over a tensor or the whole group
   std::vector<Expr> args;  ///< operands (Select: condition, if_true, if_false)
 
   // Not part of the node's identity: where it came from, for names and messages.
@@ -115,20 +114,20 @@ struct Node {
   /// Factories check their invariants and throw InternalError when broken.
   static Expr make_const(double value, ValueType type);
   static Expr make_var(VarKind var, const std::string& name, ValueType type);
-  /// A state buffer's old value, at the level of the state's shape (Row, Col or Element).
-  static Expr make_state(const std::string& name, Level level);
+  /// A state buffer's old value, at the level of the state's shape (Row, Column or Element).
+  static Expr make_state(const std::string& name, Domain level);
   /// A value computed at `level` (below Element) by the code of that level, read by name.
-  static Expr make_hoisted(const std::string& name, ValueType type, Level level);
+  static Expr make_hoisted(const std::string& name, ValueType type, Domain level);
   static Expr make_unary(UnaryOp op, Expr a);
   static Expr make_binary(BinaryOp op, Expr a, Expr b);
   static Expr make_select(Expr condition, Expr if_true, Expr if_false);
   static Expr make_call(Builtin fn, std::vector<Expr> args);
   /// `op` of the number `operand` over `scope`: a float, one per tensor (scope Tensor or Group),
   /// row, column or matrix (see result_level).
-  static Expr make_reduce(ReduceOp op, ReduceScope scope, Expr operand);
+  static Expr make_reduce(ReduceOp op, Domain scope, Expr operand);
   /// The result of the reduction of the program called `name` (Program::reductions), read by the
   /// code of the stages after it: the raw sum or maximum, as a double, one per `level`.
-  static Expr make_reduced(const std::string& name, Level level = Level::Tensor);
+  static Expr make_reduced(const std::string& name, Domain level = Domain::Tensor);
 };
 
 /// How high a program's DAG may grow (each statement builds on the ones before it): the passes
@@ -144,16 +143,16 @@ Expr with_provenance(const Expr& e, const std::string& hint, const SourceLoc& lo
 bool same_node(const Node& a, const Node& b);  ///< compares operands by pointer
 size_t shallow_hash(const Node& n);            ///< hashes operands by pointer
 
-/// The level of a reduction's result over `scope`: Tensor for a tensor or a group, else Row, Col
+/// The level of a reduction's result over `scope`: Tensor for a tensor or a group, else Row, Column
 /// or Matrix.
-Level result_level(ReduceScope scope);
+Domain result_level(Domain scope);
 
 /// A value the step writes: the parameter, a state buffer, or a scalar state.
 struct Output {
   std::string name;
   Expr value;
-  SourceLoc loc;                 ///< the statement that last assigned it
-  Level level = Level::Element;  ///< a state's shape: one value per row, per column or per element
+  SourceLoc loc;                   ///< the statement that last assigned it
+  Domain level = Domain::Element;  ///< a state's shape: one value per row, per column or per element
 };
 
 /// A value computed once at a lower level and read, through a Hoisted leaf of the same name, by the
@@ -163,6 +162,24 @@ struct HoistedValue {
   Expr value;  ///< at the level the value is computed at
 };
 
+/// The hoisted values of each domain coarser than Element, in the order they are computed:
+/// `values[Domain::Tensor]` are computed once per tensor, and so on. Element has none (element code
+/// is the outputs); asking for it is an InternalError.
+class DomainValues {
+ public:
+  std::vector<HoistedValue>& operator[](Domain domain) { return lists_.at(index(domain)); }
+  const std::vector<HoistedValue>& operator[](Domain domain) const { return lists_.at(index(domain)); }
+  /// The lists from the coarsest domain (Group) to the finest (Column).
+  auto begin() { return lists_.begin(); }
+  auto end() { return lists_.end(); }
+  auto begin() const { return lists_.begin(); }
+  auto end() const { return lists_.end(); }
+
+ private:
+  static size_t index(Domain domain);
+  std::array<std::vector<HoistedValue>, static_cast<size_t>(Domain::Element)> lists_;
+};
+
 /// A reduction the step computes before its Update stage: `op` of `operand` (element code, reading
 /// lower levels through Hoisted and Reduced leaves) over each tensor, each group, each row or each
 /// column; or of row (column) code over each matrix's rows (columns), scope Matrix. Its stage is
@@ -170,7 +187,7 @@ struct HoistedValue {
 struct ReductionValue {
   std::string name;
   ReduceOp op;
-  ReduceScope scope;
+  Domain scope;
   Expr operand;
   SourceLoc loc;  ///< the call in the spec
   int stage = 1;  ///< filled by `plan_stages`
@@ -190,20 +207,17 @@ struct Stage {
 };
 
 /// One optimizer step as data flow. Before `assign_levels`, element outputs read hyperparameters
-/// and scalar state directly; after it, lower-level values only through `group_values` and
-/// `tensor_values`.
+/// and scalar state directly; after it, coarser values only through `values`.
 struct Program {
   const Spec* spec = nullptr;
   /// Values of specialized flags, once `specialize` has run; empty before.
   std::map<std::string, bool> flags;
   std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
 
-  std::vector<Output> scalar_state_updates;   ///< new value of each scalar state, in declaration order
-  std::vector<HoistedValue> group_values;     ///< filled by `assign_levels`: read by tensor and element code
-  std::vector<HoistedValue> tensor_values;    ///< filled by `assign_levels`: read by element code
-  std::vector<HoistedValue> matrix_values;    ///< filled by `assign_levels`: per matrix of a factored tensor
-  std::vector<HoistedValue> row_values;       ///< filled by `assign_levels`: per row of a factored tensor
-  std::vector<HoistedValue> col_values;       ///< filled by `assign_levels`: per column of a factored tensor
+  std::vector<Output> scalar_state_updates;  ///< new value of each scalar state, in declaration order
+  /// Filled by `assign_levels`: the values computed once per group, tensor, matrix, row or column,
+  /// each read through Hoisted leaves by the code of finer domains.
+  DomainValues values;
   std::vector<ReductionValue> reductions;     ///< filled by `assign_levels`: read by tensor code
   std::vector<Output> element_outputs;        ///< param first, then states in declaration order (any level)
   std::vector<Stage> stages;                  ///< filled by `plan_stages`

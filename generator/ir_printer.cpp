@@ -8,14 +8,14 @@ namespace optgen {
 namespace {
 
 /// The sigil of a hoisted value of `level`.
-std::string sigil(Level level) {
+std::string sigil(Domain level) {
   switch (level) {
-    case Level::Group: return "$";
-    case Level::Tensor: return "@";
-    case Level::Matrix: return "@matrix.";
-    case Level::Row: return "@row.";
-    case Level::Col: return "@col.";
-    case Level::Element: break;
+    case Domain::Group: return "$";
+    case Domain::Tensor: return "@";
+    case Domain::Matrix: return "@matrix.";
+    case Domain::Row: return "@row.";
+    case Domain::Column: return "@col.";
+    case Domain::Element: break;
   }
   return "?";
 }
@@ -28,8 +28,8 @@ class DumpPrinter : public ExprPrinter {
  protected:
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Reduced) return "%" + var.name;
-    if (var.var == VarKind::State && var.level == Level::Row) return var.name + "[row]";
-    if (var.var == VarKind::State && var.level == Level::Col) return var.name + "[col]";
+    if (var.var == VarKind::State && var.level == Domain::Row) return var.name + "[row]";
+    if (var.var == VarKind::State && var.level == Domain::Column) return var.name + "[col]";
     if (var.var != VarKind::Hoisted) return var.name;
     return sigil(var.level) + var.name;
   }
@@ -57,11 +57,8 @@ std::string dump(const Program& program) {
   std::vector<Expr> roots;
   for (const auto& [name, value] : program.derived_flags) roots.push_back(value);
   for (const auto& o : program.scalar_state_updates) roots.push_back(o.value);
-  for (const auto& v : program.group_values) roots.push_back(v.value);
-  for (const auto& v : program.tensor_values) roots.push_back(v.value);
-  for (const auto& v : program.matrix_values) roots.push_back(v.value);
-  for (const auto& v : program.row_values) roots.push_back(v.value);
-  for (const auto& v : program.col_values) roots.push_back(v.value);
+  for (const auto& list : program.values)
+    for (const auto& v : list) roots.push_back(v.value);
   for (const auto& r : program.reductions) roots.push_back(r.operand);
   for (const auto& o : program.element_outputs) roots.push_back(o.value);
   auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
@@ -93,9 +90,9 @@ std::string dump(const Program& program) {
     out << "scalar_state:\n";
     for (const auto& o : program.scalar_state_updates) assignment(o.name, o.value, "<-");
   }
-  if (!program.group_values.empty()) {
+  if (!program.values[Domain::Group].empty()) {
     out << "group:\n";
-    for (const auto& v : program.group_values) assignment("$" + v.name, v.value, "=");
+    for (const auto& v : program.values[Domain::Group]) assignment("$" + v.name, v.value, "=");
   }
   if (!program.reductions.empty()) {
     out << "reduce:\n";
@@ -105,20 +102,20 @@ std::string dump(const Program& program) {
       assignment("%" + r.name, r.operand, arrow.c_str());
     }
   }
-  auto values = [&](const char* section, const std::vector<HoistedValue>& list, Level level) {
+  auto values = [&](const char* section, const std::vector<HoistedValue>& list, Domain level) {
     if (list.empty()) return;
     out << section << ":\n";
     for (const auto& v : list) assignment(sigil(level) + v.name, v.value, "=");
   };
-  values("tensor", program.tensor_values, Level::Tensor);
-  values("matrix", program.matrix_values, Level::Matrix);
-  values("row", program.row_values, Level::Row);
-  values("col", program.col_values, Level::Col);
+  values("tensor", program.values[Domain::Tensor], Domain::Tensor);
+  values("matrix", program.values[Domain::Matrix], Domain::Matrix);
+  values("row", program.values[Domain::Row], Domain::Row);
+  values("col", program.values[Domain::Column], Domain::Column);
   out << "update:\n";
   for (const auto& o : program.element_outputs)
-    assignment(o.level == Level::Row   ? o.name + "[row]"
-               : o.level == Level::Col ? o.name + "[col]"
-                                       : o.name,
+    assignment(o.level == Domain::Row      ? o.name + "[row]"
+               : o.level == Domain::Column ? o.name + "[col]"
+                                           : o.name,
                o.value, "<-");
   if (!program.stages.empty()) {
     out << "stages:";

@@ -62,14 +62,14 @@ Guard guard_under(const Expr& condition, bool holds, Guard outer) {
   return outer;
 }
 
-const char* per(Level level) {
+const char* per(Domain level) {
   switch (level) {
-    case Level::Group: return "one value per param group";
-    case Level::Tensor: return "one value per tensor";
-    case Level::Matrix: return "one value per matrix";
-    case Level::Row: return "one value per row";
-    case Level::Col: return "one value per column";
-    case Level::Element: return "one value per element";
+    case Domain::Group: return "one value per param group";
+    case Domain::Tensor: return "one value per tensor";
+    case Domain::Matrix: return "one value per matrix";
+    case Domain::Row: return "one value per row";
+    case Domain::Column: return "one value per column";
+    case Domain::Element: return "one value per element";
   }
   return "?";
 }
@@ -287,11 +287,11 @@ class Lowering {
   void check_state_write(const Statement& s, const Expr& value) {
     const ElementState& state = spec_.states.at(spec_.state_index(s.target));
     check_guard(state, s.target_loc, "assigned");
-    const Level level = level_of(state.shape);
+    const Domain level = level_of(state.shape);
     if (!at_or_below(value->level, level))
       throw SpecError(s.value->loc, "state '" + s.target + "' has " + per(level) + ", but this is " + per(value->level),
-                      level == Level::Row ? "reduce it over each row first (row_sum, row_mean)"
-                                          : "reduce it over each column first (col_sum, col_mean)");
+                      level == Domain::Row ? "reduce it over each row first (row_sum, row_mean)"
+                                           : "reduce it over each column first (col_sum, col_mean)");
   }
 
   /// The guard a read or write of `state` needs: `factored` for a state only factored tensors have,
@@ -435,16 +435,16 @@ class Lowering {
   /// each matrix's rows (columns).
   Expr reduction(const Syntax& s, const ReductionInfo& r) {
     const std::string called = "'" + s.text + "'";
-    const bool factored_scope = r.scope == ReduceScope::Row || r.scope == ReduceScope::Col;
+    const bool factored_scope = r.scope == Domain::Row || r.scope == Domain::Column;
     if (section_ != Section::Update)
       throw SpecError(s.loc, called + " reduces over the elements of " +
-                                 (r.scope == ReduceScope::Tensor  ? "a tensor"
-                                  : r.scope == ReduceScope::Group ? "a param group"
-                                                                  : "a factored tensor's rows or columns") +
+                                 (r.scope == Domain::Tensor  ? "a tensor"
+                                  : r.scope == Domain::Group ? "a param group"
+                                                             : "a factored tensor's rows or columns") +
                                  " and can be used only in 'update'");
     if (factored_scope && guard_ != Guard::Factored)
       throw SpecError(s.loc,
-                      called + " reduces over the " + (r.scope == ReduceScope::Row ? "rows" : "columns") +
+                      called + " reduces over the " + (r.scope == Domain::Row ? "rows" : "columns") +
                           " of a factored tensor (two or more dimensions), and is used here outside a 'factored' guard",
                       "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for tensors of fewer "
                       "dimensions");
@@ -452,30 +452,30 @@ class Lowering {
     if (x->type == ValueType::Bool)
       throw SpecError(s.operands[0]->loc, called + " needs a number, but its argument is a bool",
                       "write 'condition ? 1 : 0' to count elements");
-    ReduceScope scope = r.scope;
-    const bool over_matrix = r.scope == ReduceScope::Tensor && (x->level == Level::Row || x->level == Level::Col);
-    if (over_matrix) scope = ReduceScope::Matrix;
-    if (r.scope == ReduceScope::Group && (x->level == Level::Row || x->level == Level::Col))
+    Domain scope = r.scope;
+    const bool over_matrix = r.scope == Domain::Tensor && (x->level == Domain::Row || x->level == Domain::Column);
+    if (over_matrix) scope = Domain::Matrix;
+    if (r.scope == Domain::Group && (x->level == Domain::Row || x->level == Domain::Column))
       throw SpecError(s.operands[0]->loc,
                       "the argument of " + called + " is " + per(x->level) +
                           ", but it reduces the elements of every tensor of a param group",
                       "reduce the element values themselves; sum, mean, norm and max reduce a row or column value "
                       "over each matrix");
-    if (x->level != Level::Element && !over_matrix) {
+    if (x->level != Domain::Element && !over_matrix) {
       bool reads_reduction = false;
       for_each_node(x, [&](const Expr& e) { reads_reduction = reads_reduction || e->kind == NodeKind::Reduce; });
       if (reads_reduction)
         throw SpecError(s.operands[0]->loc,
                         "a reduction of a reduction: the argument of " + called + " is " + per(x->level) +
                             ", with no elements to reduce over",
-                        x->level == Level::Matrix
+                        x->level == Domain::Matrix
                             ? "reduce the element values themselves (a row or column value reduces over its matrix), "
                               "or combine the reductions' results"
                             : "reduce the element values themselves, or combine the reductions' results");
-      if (x->level == Level::Row || x->level == Level::Col)
+      if (x->level == Domain::Row || x->level == Domain::Column)
         throw SpecError(s.operands[0]->loc,
                         "the argument of " + called + " is " + per(x->level) +
-                            ", but it reduces the elements of each " + (r.scope == ReduceScope::Row ? "row" : "column"),
+                            ", but it reduces the elements of each " + (r.scope == Domain::Row ? "row" : "column"),
                         "sum, mean, norm and max reduce a row or column value over each matrix");
       throw SpecError(s.operands[0]->loc,
                       "the argument of " + called + " is the same for every element: it reads no param, grad or state",
@@ -492,15 +492,16 @@ class Lowering {
   }
 
   /// How many values a reduction over `scope` of values at `level` adds up: a mean divides by it.
-  Expr count(ReduceScope scope, Level level) const {
+  Expr count(Domain scope, Domain level) const {
     auto rows = [] { return Node::make_var(VarKind::Rows, "rows", ValueType::Int); };
     auto cols = [] { return Node::make_var(VarKind::Cols, "cols", ValueType::Int); };
     switch (scope) {
-      case ReduceScope::Row: return cols();  // a row's elements, one per column
-      case ReduceScope::Col: return rows();
-      case ReduceScope::Matrix: return level == Level::Row ? rows() : cols();
-      case ReduceScope::Tensor:
-      case ReduceScope::Group: break;
+      case Domain::Row: return cols();  // a row's elements, one per column
+      case Domain::Column: return rows();
+      case Domain::Matrix: return level == Domain::Row ? rows() : cols();
+      case Domain::Tensor:
+      case Domain::Group:
+      case Domain::Element: break;
     }
     return env_.at("numel").value;
   }

@@ -66,8 +66,8 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     for (const auto& s : p.states) row.states.push_back(p.spec->state_index(s));
     for (size_t r = 0; r < p.reductions.size(); ++r) {
       const ReductionValue& reduction = p.reductions[r];
-      row.reductions.push_back({reduction.name, reduction.op == ReduceOp::Max, reduction.scope == ReduceScope::Group,
-                                reduction.stage, reduction.scope, scope_index(p, r)});
+      row.reductions.push_back(
+          {reduction.name, reduction.op == ReduceOp::Max, reduction.stage, reduction.scope, scope_index(p, r)});
     }
     if (uses_shapes(p))
       for (const Stage& stage : p.stages) row.stage_blocks.push_back(stage_blocks(p, stage));

@@ -65,9 +65,8 @@ SpecTables spec_tables(const Spec& spec, const Program& variant);
 struct ReductionRow {
   std::string name;
   bool is_max;      ///< else a sum
-  bool over_group;  ///< else over each tensor (or row, column or matrix: see scope)
   int stage;        ///< the Reduce stage (1, 2, ...) that computes it
-  ReduceScope scope;
+  Domain scope;     ///< its result's domain: one per tensor, group, row, column or matrix
   int scope_index;  ///< its index among the variant's reductions of its scope (shapes.h's scope_index)
 };
 

@@ -6,33 +6,22 @@ namespace {
 using Form = ReductionInfo::Form;
 
 const std::vector<ReductionInfo> kReductions = {
-    {"sum", ReduceOp::Sum, ReduceScope::Tensor, Form::Plain, "the sum of x over the tensor's elements"},
-    {"mean", ReduceOp::Sum, ReduceScope::Tensor, Form::Mean, "the mean of x over the tensor's elements"},
-    {"norm", ReduceOp::Sum, ReduceScope::Tensor, Form::Norm, "the 2-norm of x over the tensor's elements"},
-    {"max", ReduceOp::Max, ReduceScope::Tensor, Form::Plain, "the largest x of the tensor's elements"},
-    {"group_sum", ReduceOp::Sum, ReduceScope::Group, Form::Plain, "the sum of x over every element of the group"},
-    {"group_norm", ReduceOp::Sum, ReduceScope::Group, Form::Norm, "the 2-norm of x over every element of the group"},
-    {"group_max", ReduceOp::Max, ReduceScope::Group, Form::Plain, "the largest x of every element of the group"},
-    {"row_sum", ReduceOp::Sum, ReduceScope::Row, Form::Plain, "the sum of x over each row of a factored tensor"},
-    {"row_mean", ReduceOp::Sum, ReduceScope::Row, Form::Mean, "the mean of x over each row of a factored tensor"},
-    {"col_sum", ReduceOp::Sum, ReduceScope::Col, Form::Plain, "the sum of x over each column of a factored tensor"},
-    {"col_mean", ReduceOp::Sum, ReduceScope::Col, Form::Mean, "the mean of x over each column of a factored tensor"},
+    {"sum", ReduceOp::Sum, Domain::Tensor, Form::Plain, "the sum of x over the tensor's elements"},
+    {"mean", ReduceOp::Sum, Domain::Tensor, Form::Mean, "the mean of x over the tensor's elements"},
+    {"norm", ReduceOp::Sum, Domain::Tensor, Form::Norm, "the 2-norm of x over the tensor's elements"},
+    {"max", ReduceOp::Max, Domain::Tensor, Form::Plain, "the largest x of the tensor's elements"},
+    {"group_sum", ReduceOp::Sum, Domain::Group, Form::Plain, "the sum of x over every element of the group"},
+    {"group_norm", ReduceOp::Sum, Domain::Group, Form::Norm, "the 2-norm of x over every element of the group"},
+    {"group_max", ReduceOp::Max, Domain::Group, Form::Plain, "the largest x of every element of the group"},
+    {"row_sum", ReduceOp::Sum, Domain::Row, Form::Plain, "the sum of x over each row of a factored tensor"},
+    {"row_mean", ReduceOp::Sum, Domain::Row, Form::Mean, "the mean of x over each row of a factored tensor"},
+    {"col_sum", ReduceOp::Sum, Domain::Column, Form::Plain, "the sum of x over each column of a factored tensor"},
+    {"col_mean", ReduceOp::Sum, Domain::Column, Form::Mean, "the mean of x over each column of a factored tensor"},
 };
 
 }  // namespace
 
 const char* to_string(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max"; }
-const char* to_string(ReduceScope scope) {
-  switch (scope) {
-    case ReduceScope::Tensor: return "tensor";
-    case ReduceScope::Group: return "group";
-    case ReduceScope::Row: return "row";
-    case ReduceScope::Col: return "column";
-    case ReduceScope::Matrix: return "matrix";
-  }
-  return "?";
-}
-
 const std::vector<ReductionInfo>& reductions() { return kReductions; }
 
 const ReductionInfo* find_reduction(const std::string& name, int arity) {

@@ -16,22 +16,18 @@
 #include <string>
 #include <vector>
 
+#include "optgen/domain.h"
+
 namespace optgen {
 
 /// How a reduction combines its elements (and, later, the partial results of blocks and ranks).
 enum class ReduceOp { Sum, Max };
-/// What a reduction runs over: the elements of one tensor, or of every tensor of the param group;
-/// of each row or each column of a factored tensor's matrices; or the row (column) values of each
-/// matrix (`sum` of a row value).
-enum class ReduceScope { Tensor, Group, Row, Col, Matrix };
-
 const char* to_string(ReduceOp op);
-const char* to_string(ReduceScope scope);
 
 struct ReductionInfo {
   const char* name;  ///< as a spec writes it
   ReduceOp op;
-  ReduceScope scope;
+  Domain scope;
   /// The value: the reduction; / the count it ran over (numel, a row's columns, ...); sqrt of the sum of squares.
   enum class Form { Plain, Mean, Norm } form;
   const char* meaning;  ///< for the documentation and messages

@@ -14,13 +14,14 @@ unsigned stage_blocks(const Program& variant, const Stage& stage) {
   for (const auto& r : variant.reductions) {
     if (r.stage != stage.number) continue;
     switch (r.scope) {
-      case ReduceScope::Tensor:
-      case ReduceScope::Group: add(kernel_abi::kChunkRuns); break;
-      case ReduceScope::Row: add(kernel_abi::kRowLines); break;
-      case ReduceScope::Col: add(kernel_abi::kColumnSegments); break;
-      case ReduceScope::Matrix:
-        add(r.operand->level == Level::Col ? kernel_abi::kMatrixColumnLines : kernel_abi::kMatrixRowLines);
+      case Domain::Tensor:
+      case Domain::Group: add(kernel_abi::kChunkRuns); break;
+      case Domain::Row: add(kernel_abi::kRowLines); break;
+      case Domain::Column: add(kernel_abi::kColumnSegments); break;
+      case Domain::Matrix:
+        add(r.operand->level == Domain::Column ? kernel_abi::kMatrixColumnLines : kernel_abi::kMatrixRowLines);
         break;
+      case Domain::Element: throw InternalError("stage_blocks: a reduction into the element domain");
     }
   }
   // The first Reduce stage copies the row and column states the Update stage reads.
@@ -31,14 +32,14 @@ unsigned stage_blocks(const Program& variant, const Stage& stage) {
 }
 
 int scope_index(const Program& variant, size_t r) {
-  const ReduceScope scope = variant.reductions.at(r).scope;
-  if (scope == ReduceScope::Tensor || scope == ReduceScope::Group) return static_cast<int>(r);
+  const Domain scope = variant.reductions.at(r).scope;
+  if (scope == Domain::Tensor || scope == Domain::Group) return static_cast<int>(r);
   int index = 0;
   for (size_t i = 0; i < r; ++i) index += variant.reductions[i].scope == scope ? 1 : 0;
   return index;
 }
 
-int scope_count(const Program& variant, ReduceScope scope) {
+int scope_count(const Program& variant, Domain scope) {
   int count = 0;
   for (const auto& r : variant.reductions) count += r.scope == scope ? 1 : 0;
   return count;
@@ -52,10 +53,10 @@ std::vector<std::string> states_of_shape(const Program& variant, StateShape shap
   return list;
 }
 
-std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Program& p, std::vector<Expr> roots) {
+std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& p, std::vector<Expr> roots) {
   std::map<std::string, const HoistedValue*> definitions;
-  for (const auto* list : {&p.matrix_values, &p.row_values, &p.col_values})
-    for (const auto& v : *list) definitions.emplace(v.name, &v);
+  for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
+    for (const auto& v : p.values[d]) definitions.emplace(v.name, &v);
   std::set<std::string> read;
   while (!roots.empty()) {
     Expr root = roots.back();
@@ -66,10 +67,9 @@ std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Progr
       if (it != definitions.end() && read.insert(e->name).second) roots.push_back(it->second->value);
     });
   }
-  std::map<Level, std::vector<const HoistedValue*>> by_level;
-  for (const auto& [list, level] : {std::pair{&p.matrix_values, Level::Matrix}, std::pair{&p.row_values, Level::Row},
-                                    std::pair{&p.col_values, Level::Col}})
-    for (const auto& v : *list)
+  std::map<Domain, std::vector<const HoistedValue*>> by_level;
+  for (Domain level : {Domain::Matrix, Domain::Row, Domain::Column})
+    for (const auto& v : p.values[level])
       if (read.count(v.name)) by_level[level].push_back(&v);
   return by_level;
 }

@@ -17,18 +17,18 @@ namespace optgen {
 /// kernel_abi::BlockKind bits; 0 for the Update stage and for a variant without shapes.
 unsigned stage_blocks(const Program& variant, const Stage& stage);
 
-/// Reduction r's index among the variant's reductions of its scope (Row, Col or Matrix); its index
+/// Reduction r's index among the variant's reductions of its scope (Row, Column or Matrix); its index
 /// r for the others.
 int scope_index(const Program& variant, size_t r);
 /// How many reductions of `scope` the variant has.
-int scope_count(const Program& variant, ReduceScope scope);
+int scope_count(const Program& variant, Domain scope);
 
 /// The variant's states of `shape`, in operand order (the snapshot's numbering).
 std::vector<std::string> states_of_shape(const Program& variant, StateShape shape);
 
 /// The matrix, row and column values `roots` read, directly or through each other, by level, each
 /// list in the program's order (which computes a value after the values it reads).
-std::map<Level, std::vector<const HoistedValue*>> shaped_values_read(const Program& variant, std::vector<Expr> roots);
+std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& variant, std::vector<Expr> roots);
 
 /// When a state of the variant exists: for every tensor, or for factored ones only, or for the
 /// others only (its `when:` reads `factored`).

@@ -70,17 +70,6 @@ std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& ro
   return states;
 }
 
-ReductionScope runtime_scope(ReduceScope scope) {
-  switch (scope) {
-    case ReduceScope::Tensor: return ReductionScope::Tensor;
-    case ReduceScope::Group: return ReductionScope::Group;
-    case ReduceScope::Row: return ReductionScope::Row;
-    case ReduceScope::Col: return ReductionScope::Column;
-    case ReduceScope::Matrix: return ReductionScope::Matrix;
-  }
-  throw InternalError("runtime_scope: unknown reduction scope");
-}
-
 StatePresence runtime_presence(Presence presence) {
   switch (presence) {
     case Presence::Always: return StatePresence::Always;
@@ -149,7 +138,7 @@ void RuntimeSpec::Impl::describe_kernels() {
   for (const VariantRow& v : kernel_tables.variants) {
     std::vector<ReductionSlot> slots;
     for (const ReductionRow& r : v.reductions)
-      slots.push_back({r.name.c_str(), r.is_max, r.over_group, r.stage, runtime_scope(r.scope), r.scope_index});
+      slots.push_back({r.name.c_str(), r.is_max, r.stage, r.scope, r.scope_index});
     reduction_slots.push_back(std::move(slots));
     std::vector<StatePresence> presence;
     for (Presence p : v.state_presence) presence.push_back(runtime_presence(p));

@@ -72,7 +72,7 @@ void all_reduce_stage(const Nccl& nccl, NcclComm comm, const optgen::ReductionRe
     double* tensors = r.tensor_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_tensors);
     nccl.check(nccl.all_reduce(tensors, tensors, static_cast<size_t>(r.num_tensors), kNcclFloat64, op, comm, r.stream),
                "ncclAllReduce");
-    if (!r.slots[i].over_group) continue;
+    if (r.slots[i].scope != optgen::Domain::Group) continue;
     double* groups = r.group_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_groups);
     nccl.check(nccl.all_reduce(groups, groups, static_cast<size_t>(r.num_groups), kNcclFloat64, op, comm, r.stream),
                "ncclAllReduce");

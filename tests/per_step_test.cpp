@@ -49,8 +49,8 @@ TEST_CASE("the group code reproduces the host's per-step results of every built-
       // The expression each group value computes, in the IR's notation (the recording's keys).
       std::map<std::string, int> by_expression;
       optgen::ExprPrinter ir;
-      for (size_t i = 0; i < variants[v].group_values.size(); ++i)
-        by_expression[ir.print(variants[v].group_values[i].value)] = static_cast<int>(i);
+      for (size_t i = 0; i < variants[v].values[optgen::Domain::Group].size(); ++i)
+        by_expression[ir.print(variants[v].values[optgen::Domain::Group][i].value)] = static_cast<int>(i);
       std::vector<double> scalar_state;
       for (int i = 0; i < ref.num_scalar_states; ++i) {
         const auto& init = ref.scalar_states[i].init;

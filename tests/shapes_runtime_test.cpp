@@ -93,17 +93,16 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
 
   // Each scope numbers its own reductions from 0, in the order of r; tensor and group
   // reductions keep r.
-  std::map<optgen::ReduceScope, int> next;
+  std::map<optgen::Domain, int> next;
   for (std::size_t r = 0; r < v.reductions.size(); ++r) {
     const optgen::ReductionRow& reduction = v.reductions[r];
     INFO("reduction " << reduction.name);
-    const bool by_r = reduction.scope == optgen::ReduceScope::Tensor || reduction.scope == optgen::ReduceScope::Group;
+    const bool by_r = reduction.scope == optgen::Domain::Tensor || reduction.scope == optgen::Domain::Group;
     CHECK(reduction.scope_index == (by_r ? static_cast<int>(r) : next[reduction.scope]++));
-    CHECK(reduction.over_group == (reduction.scope == optgen::ReduceScope::Group));
   }
-  CHECK(next[optgen::ReduceScope::Row] >= 1);
-  CHECK(next[optgen::ReduceScope::Col] >= 1);
-  CHECK(next[optgen::ReduceScope::Matrix] >= 1);
+  CHECK(next[optgen::Domain::Row] >= 1);
+  CHECK(next[optgen::Domain::Column] >= 1);
+  CHECK(next[optgen::Domain::Matrix] >= 1);
 
   // row_var and col_var exist for factored tensors, variance for the others (in operand order).
   REQUIRE(v.state_presence.size() == v.states.size());
@@ -136,9 +135,9 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
   CHECK_THAT(source, Catch::Contains("const StatePresence kStatePresence[] = {StatePresence::Factored, "
                                      "StatePresence::Factored, StatePresence::NotFactored};"));
   CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence},"));
-  CHECK_THAT(source, Catch::Contains(", ReductionScope::Row, 0},"));
-  CHECK_THAT(source, Catch::Contains(", ReductionScope::Column, 0},"));
-  CHECK_THAT(source, Catch::Contains(", ReductionScope::Matrix, 0},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Row, 0},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Column, 0},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Matrix, 0},"));
   // Deterministic: the same text twice.
   CHECK(source == optgen::emit_launcher_source(spec, variants, {optgen::Storage{}}, optgen::KernelTuning{}));
 
@@ -157,7 +156,7 @@ TEST_CASE("LAMB's launcher describes its reductions by scope and has no shapes",
     CHECK(variant.state_presence == nullptr);
     for (int r = 0; r < variant.num_reductions; ++r) {
       const optgen::ReductionSlot& slot = variant.reductions[r];
-      CHECK(slot.scope == (slot.over_group ? optgen::ReductionScope::Group : optgen::ReductionScope::Tensor));
+      CHECK((slot.scope == optgen::Domain::Group || slot.scope == optgen::Domain::Tensor));
       CHECK(slot.scope_index == r);
     }
   }
@@ -289,13 +288,11 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
                                                  {"variance", {0, -1, false}, StateShape::Elements}};
   const int variant_states[] = {0, 1, 2};
   const StatePresence presence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
-  using optgen::ReductionScope;
-  const optgen::ReductionSlot reductions[] = {{"norm_param", false, false, 1, ReductionScope::Tensor, 0},
-                                              {"row_mean", false, false, 1, ReductionScope::Row, 0},
-                                              {"col_mean", false, false, 1, ReductionScope::Column, 0},
-                                              {"row_var_new", false, false, 2, ReductionScope::Row, 1},
-                                              {"mean_row_var", false, false, 2, ReductionScope::Matrix, 0},
-                                              {"norm_u", false, false, 3, ReductionScope::Tensor, 5}};
+  using optgen::Domain;
+  const optgen::ReductionSlot reductions[] = {
+      {"norm_param", false, 1, Domain::Tensor, 0},   {"row_mean", false, 1, Domain::Row, 0},
+      {"col_mean", false, 1, Domain::Column, 0},     {"row_var_new", false, 2, Domain::Row, 1},
+      {"mean_row_var", false, 2, Domain::Matrix, 0}, {"norm_u", false, 3, Domain::Tensor, 5}};
   const unsigned masks[] = {
       bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot),
       bit(abi::kRowLines) | bit(abi::kMatrixRowLines), bit(abi::kChunkRuns), 0};

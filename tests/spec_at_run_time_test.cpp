@@ -99,7 +99,6 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     for (int r = 0; r < x.num_reductions; ++r) {
       CHECK(text(x.reductions[r].name) == text(y.reductions[r].name));
       CHECK(x.reductions[r].is_max == y.reductions[r].is_max);
-      CHECK(x.reductions[r].over_group == y.reductions[r].over_group);
       CHECK(x.reductions[r].stage == y.reductions[r].stage);
       CHECK(x.reductions[r].scope == y.reductions[r].scope);
       CHECK(x.reductions[r].scope_index == y.reductions[r].scope_index);

@@ -23,7 +23,7 @@ class LevelSplitter {
   }
 
   /// `e` as code of level `at` writes it.
-  Expr at_level(const Expr& e, Level at) {
+  Expr at_level(const Expr& e, Domain at) {
     if (e->is_const()) return e;
     if (e->level != at && at_or_below(e->level, at)) return hoist(e);
     if (!at_or_below(e->level, at))
@@ -51,7 +51,7 @@ class LevelSplitter {
   Expr reduced(const Expr& e) {
     if (auto it = reduced_.find(e.get()); it != reduced_.end()) return it->second;
     const Expr& argument = e->args[0];
-    Expr operand = at_level(argument, e->scope == ReduceScope::Matrix ? argument->level : Level::Element);
+    Expr operand = at_level(argument, e->scope == Domain::Matrix ? argument->level : Domain::Element);
     std::string name = name_for(e);
     program_.reductions.push_back({name, e->reduce_op(), e->scope, operand, e->loc});
     Expr leaf = Node::make_reduced(name, result_level(e->scope));
@@ -65,23 +65,11 @@ class LevelSplitter {
     if (auto it = hoisted_.find(e.get()); it != hoisted_.end()) return it->second;
     Expr value = at_level(e, e->level);
     std::string name = name_for(e);
-    values_at(e->level).push_back({name, value});
+    program_.values[e->level].push_back({name, value});
     Expr leaf = Node::make_hoisted(name, e->type, e->level);
     hoisted_.emplace(e.get(), leaf);
     keep_.push_back(e);
     return leaf;
-  }
-
-  std::vector<HoistedValue>& values_at(Level level) {
-    switch (level) {
-      case Level::Group: return program_.group_values;
-      case Level::Tensor: return program_.tensor_values;
-      case Level::Matrix: return program_.matrix_values;
-      case Level::Row: return program_.row_values;
-      case Level::Col: return program_.col_values;
-      case Level::Element: break;
-    }
-    throw InternalError("assign_levels: an element value hoisted");
   }
 
   /// An input hoisted as it is keeps its own name (each is hoisted once); anything else is named
@@ -102,7 +90,7 @@ class LevelSplitter {
 
   Program& program_;
   std::set<std::string> taken_;
-  std::map<std::pair<const Node*, Level>, Expr> memo_;
+  std::map<std::pair<const Node*, Domain>, Expr> memo_;
   std::unordered_map<const Node*, Expr> hoisted_;
   std::unordered_map<const Node*, Expr> reduced_;
   std::vector<Expr> keep_;  ///< keeps memo keys alive, so their addresses are not reused
@@ -112,11 +100,7 @@ class LevelSplitter {
 
 Program assign_levels(const Program& program) {
   Program result = program;
-  result.group_values.clear();
-  result.tensor_values.clear();
-  result.matrix_values.clear();
-  result.row_values.clear();
-  result.col_values.clear();
+  result.values = {};
   result.reductions.clear();
   LevelSplitter splitter(result);
   for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, o.level);

@@ -13,11 +13,8 @@ bool is_own_value(const Output& o, VarKind kind) {
 /// by what they read in turn.
 std::set<std::string> values_read(const Program& program, std::vector<Expr> roots) {
   std::map<std::string, Expr> definitions;
-  for (const auto& v : program.group_values) definitions.emplace(v.name, v.value);
-  for (const auto& v : program.tensor_values) definitions.emplace(v.name, v.value);
-  for (const auto& v : program.matrix_values) definitions.emplace(v.name, v.value);
-  for (const auto& v : program.row_values) definitions.emplace(v.name, v.value);
-  for (const auto& v : program.col_values) definitions.emplace(v.name, v.value);
+  for (const auto& list : program.values)
+    for (const auto& v : list) definitions.emplace(v.name, v.value);
   for (const auto& r : program.reductions) definitions.emplace(r.name, r.operand);
   std::set<std::string> used;
   while (!roots.empty()) {
@@ -53,11 +50,8 @@ Program dead_code_elimination(const Program& program) {
   std::vector<Expr> roots;
   for (const auto& o : result.element_outputs) roots.push_back(o.value);
   const std::set<std::string> used = values_read(program, roots);
-  result.group_values = kept(program.group_values, used);
-  result.tensor_values = kept(program.tensor_values, used);
-  result.matrix_values = kept(program.matrix_values, used);
-  result.row_values = kept(program.row_values, used);
-  result.col_values = kept(program.col_values, used);
+  for (Domain d : {Domain::Group, Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
+    result.values[d] = kept(program.values[d], used);
   result.reductions = kept(program.reductions, used);
   return result;
 }

@@ -19,9 +19,9 @@ Program constant_fold(const Program& program);
 /// Makes structurally equal subexpressions one node.
 Program common_subexpression_elimination(const Program& program);
 
-/// Splits the step by level: every maximal subexpression of the element code that is computed at a
-/// lower level (per group, per tensor) becomes a value of that level, computed once there
-/// (`group_values`, `tensor_values`) and read by name; every reduction becomes one of the
+/// Splits the step by domain: every maximal subexpression of the element code that is computed in
+/// a coarser domain (per group, per tensor, ...) becomes a value of that domain, computed once there
+/// (`Program::values[domain]`) and read by name; every reduction becomes one of the
 /// program's `reductions`, its operand element code, read by the tensor code by name.
 Program assign_levels(const Program& program);
 

@@ -7,9 +7,9 @@ namespace optgen {
 
 Program plan_stages(const Program& program) {
   Program result = program;
-  for (const auto& v : program.tensor_values)
+  for (const auto& v : program.values[Domain::Tensor])
     for_each_node(v.value, [&](const Expr& e) {
-      if (e->level == Level::Element)
+      if (e->level == Domain::Element)
         throw InternalError("plan_stages: tensor value '" + v.name + "' reads element values");
     });
 
@@ -18,8 +18,8 @@ Program plan_stages(const Program& program) {
   // block. Reductions of one stage share its kernel, so launches per step are the reduce stages
   // plus the Update stage, whatever the number of reductions, tensors or groups.
   std::map<std::string, Expr> tensor_values;  // and matrix, row and column values
-  for (const auto* values : {&program.tensor_values, &program.matrix_values, &program.row_values, &program.col_values})
-    for (const auto& v : *values) tensor_values.emplace(v.name, v.value);
+  for (Domain d : {Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
+    for (const auto& v : program.values[d]) tensor_values.emplace(v.name, v.value);
   std::map<std::string, size_t> reduction_index;
   for (size_t i = 0; i < program.reductions.size(); ++i) reduction_index.emplace(program.reductions[i].name, i);
   std::map<std::string, int> stage_of;
@@ -30,7 +30,7 @@ Program plan_stages(const Program& program) {
       for_each_node(root, [&](const Expr& e) {
         if (e->kind != NodeKind::Var) return;
         if (e->var == VarKind::Reduced) latest = std::max(latest, stage(e->name));
-        if (e->var == VarKind::Hoisted && e->level != Level::Group) visit(tensor_values.at(e->name));
+        if (e->var == VarKind::Hoisted && e->level != Domain::Group) visit(tensor_values.at(e->name));
       });
     };
     visit(program.reductions.at(reduction_index.at(name)).operand);

@@ -44,8 +44,8 @@ Program verify_states(const Program& program) {
         throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant +
                                    " (" + flags_text(program) + ")");
     });
-  for (const auto* values : {&program.row_values, &program.col_values})
-    for (const auto& v : *values)
+  for (Domain d : {Domain::Row, Domain::Column})
+    for (const auto& v : program.values[d])
       for_each_node(v.value, [&](const Expr& e) {
         if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))
           throw SpecError(program.spec->states.at(program.spec->state_index(e->name)).loc,
@@ -76,18 +76,10 @@ Program verify_states(const Program& program) {
                     "variant " + program.variant + " (" + flags_text(program) +
                         ") never uses 'grad': no parameter or state it writes depends on the gradient",
                     "a value computed from grad and never used is the usual cause");
-  for (const auto& v : program.group_values)
-    if (v.value->level != Level::Group) throw InternalError("group value '" + v.name + "' is not computed per group");
-  auto check_level = [](const std::vector<HoistedValue>& values, Level level) {
-    for (const auto& v : values)
-      if (v.value->level != level)
-        throw InternalError(std::string(to_string(level)) + " value '" + v.name + "' is not computed per " +
-                            to_string(level));
-  };
-  check_level(program.tensor_values, Level::Tensor);
-  check_level(program.matrix_values, Level::Matrix);
-  check_level(program.row_values, Level::Row);
-  check_level(program.col_values, Level::Col);
+  for (Domain d : {Domain::Group, Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
+    for (const auto& v : program.values[d])
+      if (v.value->level != d)
+        throw InternalError(std::string(to_string(d)) + " value '" + v.name + "' is not computed per " + to_string(d));
   return program;
 }
 

@@ -1191,7 +1191,7 @@ bool FusedOptimizer::reduces_over_group(std::vector<double> hyperparameters) con
   const Impl& m = *impl_;
   const VariantInfo& variant = m.info->variants[m.variant_of(hyperparameters, "reduces_over_group")];
   for (int r = 0; r < variant.num_reductions; ++r)
-    if (variant.reductions[r].over_group) return true;
+    if (variant.reductions[r].scope == Domain::Group) return true;
   return false;
 }
 
@@ -1218,8 +1218,8 @@ void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResult
   const OptimizerInfo& info = *impl_->info;
   for (int v = 0; hook && v < info.num_variants; ++v)
     for (int r = 0; r < info.variants[v].num_reductions; ++r) {
-      const ReductionScope scope = info.variants[v].reductions[r].scope;
-      if (scope == ReductionScope::Row || scope == ReductionScope::Column || scope == ReductionScope::Matrix)
+      const Domain scope = info.variants[v].reductions[r].scope;
+      if (scope == Domain::Row || scope == Domain::Column || scope == Domain::Matrix)
         throw Error(impl_->call("set_reduction_hook"),
                     std::string("variant ") + info.variants[v].name + " reduces over rows, columns or matrices ('" +
                         info.variants[v].reductions[r].name +

@@ -41,10 +41,10 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
   const std::size_t T = dims.size();
   l.num_tensors = static_cast<int>(T);
   for (int r = 0; r < variant.num_reductions; ++r) {
-    const ReductionScope scope = variant.reductions[r].scope;
-    l.num_row_reductions += scope == ReductionScope::Row ? 1 : 0;
-    l.num_col_reductions += scope == ReductionScope::Column ? 1 : 0;
-    l.num_matrix_reductions += scope == ReductionScope::Matrix ? 1 : 0;
+    const Domain scope = variant.reductions[r].scope;
+    l.num_row_reductions += scope == Domain::Row ? 1 : 0;
+    l.num_col_reductions += scope == Domain::Column ? 1 : 0;
+    l.num_matrix_reductions += scope == Domain::Matrix ? 1 : 0;
   }
   std::vector<int> shaped_states;  // entries j of variant.states of shape Rows or Cols
   for (int j = 0; j < variant.num_states; ++j) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "optgen/checkpoint.h"
+#include "optgen/domain.h"
 #include "optgen/dtype.h"
 #include "optgen/storage.h"
 #include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
@@ -78,14 +79,13 @@ struct AmpInputs {
 };
 
 /// One reduction a variant computes before its Update stage, at its index r of
-/// kernel_abi::ReductionTable: a sum or a maximum, over each tensor or over the whole group.
-enum class ReductionScope { Tensor, Group, Row, Column, Matrix };
+/// kernel_abi::ReductionTable: a sum or a maximum, its result one per tensor, group, row, column or
+/// matrix (optgen/domain.h).
 struct ReductionSlot {
   const char* name;  ///< the generator's name for it, e.g. sum_param_times_param
   bool is_max;       ///< else a sum
-  bool over_group;   ///< else over each tensor (or row, column or matrix: see scope)
   int stage;         ///< the Reduce stage that computes it: 1 for the first launch of a step, ...
-  ReductionScope scope = ReductionScope::Tensor;
+  Domain scope = Domain::Tensor;
   /// Row, Column, Matrix: its index among the variant's reductions of that scope, which numbers its
   /// results in kernel_abi::ShapeTable (Tensor and Group reductions use their index r).
   int scope_index = 0;
@@ -207,7 +207,7 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
 /// result is its sum of squares. The stage's reductions are those of `slots` whose stage is
 /// `stage`. The launches are enqueued, not finished: work on the results goes on `stream`.
 ///
-/// Only tensor and group results are here (ReductionScope Tensor and Group). A variant that
+/// Only tensor and group results are here (Domain Tensor and Group). A variant that
 /// reduces over rows, columns or matrices keeps those results in the plan's kernel_abi::ShapeTable,
 /// which the hook does not see, so set_reduction_hook refuses an optimizer with such a variant.
 struct ReductionResults {
