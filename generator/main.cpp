@@ -170,6 +170,15 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
 }
 
 /// Writes `text` to `path` unless the file already holds exactly that (keeps rebuilds minimal).
+/// The first lines of a file (where emit_images writes its compilation key), or "" when there is none.
+std::string read_head(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(1024, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head;
+}
+
 void write_if_changed(const std::filesystem::path& path, const std::string& text) {
   {
     std::ifstream in(path, std::ios::binary);
@@ -213,13 +222,22 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
              const std::filesystem::path& out) {
   const auto start = std::chrono::steady_clock::now();
   const std::string name = spec.name + "_kernels.cu";
+  const std::filesystem::path path = out / (spec.name + "_images.cpp");
+  auto options = optgen::kernel_compile_options();
+  options.push_back("-Xptxas=-v");
+  // The images of the same source, library, options and NVRTC are there already (a generator
+  // change that changed no kernel): kept, and marked new for the build that asked.
+  const std::string key = optgen::compilation_key(source, options, args.archs, optgen::nvrtc::version());
+  if (optgen::images_key(read_head(path)) == key) {
+    std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now());
+    if (!args.quiet) std::cout << "optgen: " << name << "'s images are up to date" << std::endl;
+    return;
+  }
   if (!args.quiet)
     std::cout << "optgen: compiling " << name << " with NVRTC for " << arch_list(args.archs) << std::endl;
   std::vector<optgen::CompiledImage> images;
   std::vector<char> newest_ptx;
   for (int arch : args.archs) {
-    auto options = optgen::kernel_compile_options();
-    options.push_back("-Xptxas=-v");
     auto compiled = optgen::nvrtc::compile(source, name, options, arch);
     auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
     if (report.spill_store_bytes > 0 || report.spill_load_bytes > 0)
@@ -230,8 +248,8 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
     newest_ptx = std::move(compiled.ptx);
   }
   images.push_back({args.archs.back(), true, std::move(newest_ptx)});
-  write_if_changed(out / (spec.name + "_images.cpp"), optgen::emit_images(spec.name, optgen::spec_file_name(spec),
-                                                                          source, images, optgen::nvrtc::version()));
+  write_if_changed(path, optgen::emit_images(spec.name, optgen::spec_file_name(spec), source, images,
+                                             optgen::nvrtc::version(), key));
   if (!args.quiet) std::cout << "optgen: compiled " << name << " in " << time_since(start) << std::endl;
 }
 

@@ -235,7 +235,7 @@ std::vector<Failure> compile_all(const Options& options, const optgen::fuzz::Sou
   }
   if (failures.empty()) {
     write_file(dir / (s.name + "_images.cpp"),
-               optgen::emit_images(s.name, s.file_name, s.kernels, images, optgen::nvrtc::version()));
+               optgen::emit_images(s.name, s.file_name, s.kernels, images, optgen::nvrtc::version(), ""));
     host.push_back(std::async(std::launch::async, host_compile, std::cref(options), dir, s.name + "_images.cpp",
                               "the host compiler on " + s.name + "_images.cpp"));
   }
