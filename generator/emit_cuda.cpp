@@ -45,6 +45,12 @@ std::string KernelTuning::check() const {
   return "";
 }
 
+int minimum_arch(const Storage& s) {
+  bool bf16 = s.param == DType::BF16 || s.states == DType::BF16;
+  for (const auto& [state, dtype] : s.state_dtypes) bf16 = bf16 || dtype == DType::BF16;
+  return bf16 ? 80 : 0;
+}
+
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage) {
   return variant.variant + "_" + storage.name() + "_" + stage.name;
 }

@@ -42,6 +42,9 @@ set(expected
   "${BINDIR}/optgen"
   "${LIBDIR}/liboptgen_runtime.a"
   "${LIBDIR}/liboptgen_builtin.so"
+  "${LIBDIR}/liboptgen_spec_loader.a"
+  "${LIBDIR}/liboptgen_generator.a"
+  "${INCLUDEDIR}/optgen/spec_at_run_time.h"
   "${LIBDIR}/cmake/optgen/optgenConfig.cmake"
   "${LIBDIR}/cmake/optgen/optgenConfigVersion.cmake"
   "${LIBDIR}/cmake/optgen/optgenTargets.cmake"
@@ -69,6 +72,18 @@ if(missing)
   message(FATAL_ERROR "the install into ${prefix} lacks:\n${missing}")
 endif()
 message(STATUS "all ${num_specs} built-in specs and every installed file present")
+# The toolkit's include directory comes from find_package(CUDAToolkit) where the package is used,
+# not from the machine optgen was built on.
+if(CUDA_ROOT)
+  file(GLOB target_files "${prefix}/${LIBDIR}/cmake/optgen/optgenTargets*.cmake")
+  foreach(file IN LISTS target_files)
+    file(READ "${file}" text)
+    string(FIND "${text}" "${CUDA_ROOT}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "${file} names the toolkit optgen was built with (${CUDA_ROOT}); it must use CUDA::toolkit")
+    endif()
+  endforeach()
+endif()
 
 # 3. Configure, build and run the consumer, finding optgen in the prefix only.
 set(configure_args -S "${SOURCE_DIR}/tests/install_consumer" -B "${consumer_build}" -DCMAKE_BUILD_TYPE=Release
@@ -87,7 +102,9 @@ foreach(line
     "SignDescent \\(spec sign_descent, optgen [0-9.]+, kernel ABI [0-9]+\\): 4 hyperparameters, 1 states, 2 variants, 2 kernels"
     "AdamW \\(spec adamw, optgen [0-9.]+, kernel ABI [0-9]+\\): "
     "built-in launchers: ${num_specs}\n"
-    "optgen_adamw_create: ok, 0 groups")
+    "optgen_adamw_create: ok, 0 groups"
+    "loaded at run time: SignDescent \\(spec sign_descent, optgen [0-9.]+, kernel ABI [0-9]+\\): 4 hyperparameters, 1 states, 2 variants, 2 kernels"
+    "optgen_create_from_spec: ok, SignDescent")
   if(NOT step_output MATCHES "${line}")
     message(FATAL_ERROR "the consumer's output has no line matching '${line}'")
   endif()

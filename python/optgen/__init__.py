@@ -2,12 +2,16 @@
 
 - optgen.torch: torch.optim drop-ins (optgen.torch.AdamW, ...) (needs torch).
 - optgen.Engine: one optimizer through the C ABI, on device addresses (needs no torch), created
-  with an optgen.Storage (dtypes F32, BF16, F16, and for states the 8-bit Q8, UQ8; param writes
-  NEAREST, MASTER, STOCHASTIC).
+  with an optgen.Storage (DType F32, BF16, F16, and for states the 8-bit Q8, UQ8; ParamWrite
+  NEAREST, MASTER, STOCHASTIC); Engine.add_param_group takes optgen.TensorBinding's. Engine
+  describes itself with Hyperparameter's (their ValueType) and State's (their Shape, and per
+  group their Presence). The enums are ints of the C ABI that print by name.
 """
 
-from ._capi import (ABI_VERSION, BF16, F16, F32, MASTER, NEAREST, Q8, STOCHASTIC, UQ8, Engine, OptgenError, StateBuffer,
-                    Storage, builtin_specs, library_path, version)
+from ._capi import (ABI_VERSION, BF16, F16, F32, MASTER, NEAREST, Q8, STOCHASTIC, UQ8, DType, Engine, Hyperparameter,
+                    OptgenError, ParamWrite, Presence, Shape, State, StateBuffer, Storage, TensorBinding, ValueType,
+                    builtin_specs, library_path, version)
 
-__all__ = ["ABI_VERSION", "BF16", "Engine", "F16", "F32", "MASTER", "NEAREST", "OptgenError", "Q8", "STOCHASTIC",
-           "StateBuffer", "Storage", "UQ8", "builtin_specs", "library_path", "version"]
+__all__ = ["ABI_VERSION", "BF16", "DType", "Engine", "F16", "F32", "Hyperparameter", "MASTER", "NEAREST", "OptgenError",
+           "ParamWrite", "Presence", "Q8", "STOCHASTIC", "Shape", "State", "StateBuffer", "Storage", "TensorBinding",
+           "UQ8", "ValueType", "builtin_specs", "library_path", "version"]

@@ -7,6 +7,7 @@ tensors to it. Every C call that fails raises OptgenError with optgen_last_error
 from __future__ import annotations
 
 import ctypes
+import enum
 import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
@@ -14,24 +15,73 @@ from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
 ABI_VERSION = 7
 
-F32, BF16, F16 = 0, 1, 2  # OPTGEN_F32, OPTGEN_BF16, OPTGEN_F16
-# 8-bit blockwise states (C ABI 6; state dtypes only): bitsandbytes' signed and unsigned dynamic maps.
-# A tensor's buffer is its codes (numel bytes, padded to 16), then a float32 absmax per block of 256
-# elements (Engine.state_buffer); a tensor under 4096 elements keeps the state in F32.
-Q8, UQ8 = 3, 4  # OPTGEN_Q8, OPTGEN_UQ8
-BOOL, INT, FLOAT = 0, 1, 2  # OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT
+
+class _Enum(enum.IntEnum):
+    """An int of the C ABI that prints by name: str() "BF16", repr() "optgen.DType.BF16"."""
+
+    def __repr__(self) -> str:
+        return f"optgen.{type(self).__name__}.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return format(self.name, spec)
+
+
+class DType(_Enum):
+    """A dtype of params, grads and states (optgen_dtype). Q8 and UQ8 (C ABI 6; state dtypes only)
+    are bitsandbytes' 8-bit blockwise signed and unsigned dynamic maps: a tensor's buffer is its
+    codes (numel bytes, padded to 16), then a float32 absmax per block of 256 elements
+    (Engine.state_buffer); a tensor under 4096 elements keeps the state in F32."""
+    F32 = 0  # OPTGEN_F32
+    BF16 = 1  # OPTGEN_BF16
+    F16 = 2  # OPTGEN_F16
+    Q8 = 3  # OPTGEN_Q8
+    UQ8 = 4  # OPTGEN_UQ8
+
+
+class ParamWrite(_Enum):
+    """How a bf16 or f16 param is written after its update (C ABI 5, optgen_storage's param_write):
+    rounded to nearest; from an fp32 master copy the update runs on; rounded stochastically (bf16)."""
+    NEAREST = 0  # OPTGEN_PARAM_NEAREST
+    MASTER = 1  # OPTGEN_PARAM_MASTER
+    STOCHASTIC = 2  # OPTGEN_PARAM_STOCHASTIC
+
+
+class ValueType(_Enum):
+    """A hyperparameter's type (Hyperparameter.type): OPTGEN_BOOL, OPTGEN_INT, OPTGEN_FLOAT."""
+    BOOL = 0
+    INT = 1
+    FLOAT = 2
+
+
+class Shape(_Enum):
+    """A state's shape (C ABI 4): one value per element of its tensor, per row (B*R values for a
+    tensor of B matrices of R rows and C columns, its last two dimensions), or per column (B*C)."""
+    ELEMENTS = 0
+    ROWS = 1
+    COLS = 2
+
+
+class Presence(_Enum):
+    """Whether a state exists for a tensor, in the variant some hyperparameters select (C ABI 4):
+    not at all, for every tensor, only for factored tensors (two dimensions or more), only for the
+    others."""
+    ABSENT = 0
+    ALWAYS = 1
+    FACTORED = 2
+    NOT_FACTORED = 3
+
+
+F32, BF16, F16, Q8, UQ8 = DType
+NEAREST, MASTER, STOCHASTIC = ParamWrite
+BOOL, INT, FLOAT = ValueType
+ELEMENTS, ROWS, COLS = Shape
+ABSENT, ALWAYS, FACTORED, NOT_FACTORED = Presence
 DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16", Q8: "q8", UQ8: "uq8"}
-# How a bf16 or f16 param is written after its update (C ABI 5, optgen_storage's param_write):
-# rounded to nearest; from an fp32 master copy the update runs on; rounded stochastically (bf16).
-NEAREST, MASTER, STOCHASTIC = 0, 1, 2  # OPTGEN_PARAM_NEAREST, OPTGEN_PARAM_MASTER, OPTGEN_PARAM_STOCHASTIC
 PARAM_WRITE_NAMES = {NEAREST: "nearest", MASTER: "master", STOCHASTIC: "stochastic"}
-# A state's shape (C ABI 4): one value per element of its tensor, per row (B*R values for a tensor
-# of B matrices of R rows and C columns, its last two dimensions), or per column (B*C values).
-ELEMENTS, ROWS, COLS = 0, 1, 2
 SHAPE_NAMES = {ELEMENTS: "elements", ROWS: "rows", COLS: "cols"}
-# Whether a state exists for a tensor, in the variant some hyperparameters select (C ABI 4): not at
-# all, for every tensor, only for factored tensors (two dimensions or more), only for the others.
-ABSENT, ALWAYS, FACTORED, NOT_FACTORED = 0, 1, 2, 3
 PRESENCE_NAMES = {ABSENT: "absent", ALWAYS: "always", FACTORED: "factored", NOT_FACTORED: "not factored"}
 
 # C ABI 4: int optgen_state_presence(const optgen_optimizer*, const double* hyperparameters,
@@ -292,11 +342,11 @@ class Storage:
     def __post_init__(self):
         def dtype(value, what):
             if isinstance(value, bool) or not isinstance(value, int) or value not in DTYPE_NAMES:
-                raise ValueError(f"{what} must be F32, BF16, F16, Q8 or UQ8 ({', '.join(map(str, DTYPE_NAMES))}); "
+                raise ValueError(f"{what} must be F32, BF16, F16, Q8 or UQ8 ({', '.join(str(int(d)) for d in DType)}); "
                                  f"got {value!r}")
-            return value
+            return DType(value)
 
-        dtype(self.state_dtype, "Storage.state_dtype")
+        object.__setattr__(self, "state_dtype", dtype(self.state_dtype, "Storage.state_dtype"))
         pairs = self.state_dtypes.items() if isinstance(self.state_dtypes, Mapping) else self.state_dtypes
         pairs = tuple((name, dtype(d, f"the dtype of state {name!r}")) for name, d in pairs)
         for name, _ in pairs:
@@ -307,7 +357,8 @@ class Storage:
         object.__setattr__(self, "state_dtypes", pairs)
         if isinstance(self.param_write, bool) or self.param_write not in PARAM_WRITE_NAMES:
             raise ValueError(f"Storage.param_write must be NEAREST, MASTER or STOCHASTIC "
-                             f"({', '.join(map(str, PARAM_WRITE_NAMES))}); got {self.param_write!r}")
+                             f"({', '.join(str(int(w)) for w in ParamWrite)}); got {self.param_write!r}")
+        object.__setattr__(self, "param_write", ParamWrite(self.param_write))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 64:
             raise ValueError(f"Storage.seed must be an int in [0, 2**64); got {self.seed!r}")
 
@@ -433,7 +484,7 @@ class Engine:
     def _describe_hyperparameter(self, i: int) -> Hyperparameter:
         d = _HyperparameterInfo()
         self._lib.call("optgen_describe_hyperparameter", self._handle, i, ctypes.byref(d))
-        return Hyperparameter(d.name.decode(), d.type, d.default_value, bool(d.specialized), bool(d.derived))
+        return Hyperparameter(d.name.decode(), ValueType(d.type), d.default_value, bool(d.specialized), bool(d.derived))
 
     def _describe_states(self, count: str, describe: str, shaped: bool = False) -> list:
         states = []
@@ -452,13 +503,13 @@ class Engine:
             raise OptgenError(f"the optgen library {library_path()} tells no valid shape for state {index} of "
                               f"{self.name} (got {described.shape}): python/optgen/_capi.py and c_api.h must "
                               "agree (C ABI 4)")
-        return described.shape
+        return Shape(described.shape)
 
     def state_dtype(self, name: str) -> int:
         """The dtype state `name` is stored in: F32, BF16 or F16."""
         dtype = ctypes.c_int32()
         self._lib.call("optgen_state_dtype", self._handle, name.encode(), ctypes.byref(dtype))
-        return dtype.value
+        return DType(dtype.value)
 
     def defaults(self) -> dict:
         """Every settable hyperparameter's spec default, by name (bools as 0/1)."""
@@ -491,7 +542,7 @@ class Engine:
             if p not in PRESENCE_NAMES:
                 raise OptgenError(f"{STATE_PRESENCE}() says state {s.name} of {self.name} has presence {p}, none of "
                                   f"{sorted(PRESENCE_NAMES)}; python/optgen/_capi.py and c_api.h must agree (C ABI 4)")
-        return result
+        return [Presence(p) for p in result]
 
     def reduces_over_group(self, values: Mapping[str, float]) -> bool:
         """Whether a group of these hyperparameters reduces over all its tensors (a global norm:
@@ -617,7 +668,7 @@ class Engine:
         address, numel, dtype, size = ctypes.c_void_p(), ctypes.c_int64(), ctypes.c_int32(), ctypes.c_size_t()
         self._lib.call("optgen_state_buffer", self._handle, name.encode(), group, tensor, ctypes.byref(address),
                        ctypes.byref(numel), ctypes.byref(dtype), ctypes.byref(size))
-        return StateBuffer(address.value or 0, numel.value, dtype.value, size.value)
+        return StateBuffer(address.value or 0, numel.value, DType(dtype.value), size.value)
 
     def save(self, path: str) -> None:
         self._lib.call("optgen_save", self._handle, os.fsencode(path))

@@ -17,6 +17,13 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 PAIRS = [(name, getattr(torch.optim, name, None)) for name in ot.__all__ if name != "Optimizer"]
 
 
+def test_the_namespace_holds_only_the_optimizers():
+    public = {name for name, value in vars(ot).items()
+              if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    assert public == set(ot.__all__)
+    assert all(issubclass(getattr(ot, name), torch.optim.Optimizer) for name in ot.__all__)
+
+
 @pytest.mark.parametrize("name,torch_class", PAIRS)
 def test_signatures_and_defaults_are_torchs(name, torch_class):
     ours = inspect.signature(getattr(ot, name).__init__).parameters

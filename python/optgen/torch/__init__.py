@@ -15,19 +15,23 @@ kyleliang919/C-Optim's; LARS those of timm's Lars.
                              state_dtype={"*": torch.bfloat16, "exp_avg_sq": torch.float32})
 """
 
-from __future__ import annotations
+try:
+    import torch as _torch
+except ModuleNotFoundError as error:
+    if error.name != "torch":
+        raise
+    raise ImportError("optgen.torch needs torch: pip install torch") from None
 
-from typing import Any, Dict, Optional
+# Only the optimizers are public here: every other name is underscored.
+from typing import Any as _Any, Dict as _Dict, Optional as _Optional  # noqa: E402
 
-import torch
-
-from .._capi import Engine
-from .._hyperparameters import check_adafactor, spec_values
-from ._optimizer import Optimizer
+from .._capi import Engine as _Engine  # noqa: E402
+from .._hyperparameters import check_adafactor as _check_adafactor, spec_values as _spec_values  # noqa: E402
+from ._optimizer import Optimizer  # noqa: E402
 
 
 def _builtin(spec: str):
-    return lambda storage: Engine.builtin(spec, storage=storage)
+    return lambda storage: _Engine.builtin(spec, storage=storage)
 
 
 class Adadelta(Optimizer):
@@ -56,18 +60,18 @@ class Adafactor(Optimizer):
 
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *,
                  maximize=False, **options):
-        check_adafactor(lr, beta2_decay, eps, d, weight_decay)
+        _check_adafactor(lr, beta2_decay, eps, d, weight_decay)
         super().__init__(params, _builtin("adafactor"),
                          dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
                               maximize=maximize), **options)
 
-    def _group_values(self, group: Dict[str, Any], dtype: Optional[torch.dtype]) -> Dict[str, float]:
+    def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
         """The group's values, eps's None (eps1) resolved to torch.finfo(dtype).eps (left to the
         spec's default, float32's, while dtype is unknown)."""
-        values = spec_values(group, self._spec_names, optional=("eps1",))
+        values = _spec_values(group, self._spec_names, optional=("eps1",))
         eps = group.get("eps")
         if isinstance(eps, (tuple, list)) and len(eps) == 2 and eps[0] is None and dtype is not None:
-            values["eps1"] = torch.finfo(dtype).eps
+            values["eps1"] = _torch.finfo(dtype).eps
         return values
 
 
