@@ -3,6 +3,7 @@
 /// but with expressions still as syntax trees. `load_spec` builds it; `lower` (lower.h) turns it
 /// into IR. The language is documented in specs/README.md.
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +109,10 @@ struct Spec {
   std::string storage_problem(const Storage& storage) const;
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
 };
+
+/// The most bytes a spec file may hold (the built-in specs hold 1 to 4 KB): a larger file, or
+/// anything but a regular file, is refused before it is read.
+constexpr std::uint64_t kMaxSpecBytes = 1 << 20;
 
 /// Reads and checks a spec file; throws SpecError naming the first problem.
 Spec load_spec(const std::string& path);

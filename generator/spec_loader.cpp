@@ -14,6 +14,7 @@
 #include "builtins.h"
 #include "clipping.h"
 #include "names.h"
+#include "optgen/files.h"
 #include "spec.h"
 
 namespace optgen {
@@ -518,13 +519,17 @@ Spec load_spec(const std::string& path) {
   if (std::filesystem::is_directory(path, error))
     throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0},
                     "this is a directory, not a spec file", "pass the spec files in it, e.g. " + path + "/*.yaml");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // A regular file of a spec's size: a FIFO blocked here for good, /dev/zero was read until memory
+  // ran out.
+  std::string why;
+  std::optional<std::string> text = read_regular_file(path, kMaxSpecBytes, &why);
+  if (!text) {
+    const std::string open = "cannot open the file: ";
     throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0},
-                    std::string("cannot open spec file: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_spec_text(path, text.str());
+                    why.rfind(open, 0) == 0 ? "cannot open spec file: " + why.substr(open.size())
+                                            : "cannot read spec file: " + why);
+  }
+  return load_spec_text(path, *text);
 }
 
 }  // namespace optgen

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "optimizer_harness.h"
@@ -163,6 +164,16 @@ TEST_CASE("a truncated or malformed checkpoint file is a clear error", "[checkpo
              Catch::StartsWith(where + "tensor 'x': its shape holds something other than sizes"));
   fs::remove(file.path());
   CHECK_THAT(message_of([&] { optgen::read_safetensors(file.path()); }), Catch::Contains("cannot open the file"));
+}
+
+TEST_CASE("a checkpoint is read only from a regular file", "[checkpoint]") {
+  // A directory gave basic_filebuf's message; a FIFO waited for a writer.
+  ScratchFile file("fifo.safetensors");
+  CHECK_THAT(message_of([&] { optgen::read_safetensors(fs::path(file.path()).parent_path().string()); }),
+             Catch::Contains("this is a directory, not a regular file"));
+  REQUIRE(mkfifo(file.path().c_str(), 0600) == 0);
+  CHECK_THAT(message_of([&] { optgen::read_safetensors(file.path()); }),
+             Catch::Contains("this is a FIFO, not a regular file"));
 }
 
 TEST_CASE("an optimizer's checkpoint names its spec, and another spec's optimizer refuses it", "[checkpoint]") {

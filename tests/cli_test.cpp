@@ -3,7 +3,9 @@
 // generated and compiled.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -84,4 +86,17 @@ TEST_CASE("emit says what it wrote, and --quiet silences it", "[cli]") {
   run = optgen("emit " + kSpec + " --out " + kScratch + " --quiet");
   CHECK(run.status == 0);
   CHECK(run.output.empty());
+}
+
+TEST_CASE("a spec path that is no regular file is refused before it is read", "[cli]") {
+  // /dev/zero was read until memory ran out; a FIFO blocked for good.
+  Run run = optgen("check /dev/zero");
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output, Catch::Contains("/dev/zero: error: cannot read spec file: this is a device, not a regular file"));
+  const std::string fifo = "/tmp/optgen_cli_test_fifo_" + std::to_string(getpid()) + ".yaml";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  run = optgen("check " + fifo);
+  unlink(fifo.c_str());
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output, Catch::Contains(fifo + ": error: cannot read spec file: this is a FIFO, not a regular file"));
 }

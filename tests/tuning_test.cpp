@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "optgen/tuning.h"
@@ -162,6 +163,20 @@ TEST_CASE("tuning: a bad table is an error that names the file and the problem",
   CHECK_THAT(
       error_of([] { optgen::Tuning::load("/nonexistent/table.json"); }),
       Catch::Contains("optgen::Tuning::load(/nonexistent/table.json)") && Catch::Contains("cannot open the file"));
+}
+
+TEST_CASE("tuning: a table is read only from a regular file of a table's size", "[tuning]") {
+  // A FIFO blocked for good, a device was read until memory ran out.
+  const std::string fifo =
+      (std::filesystem::temp_directory_path() / ("optgen_tuning_fifo." + std::to_string(getpid()))).string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(error_of([&] { optgen::Tuning::load(fifo); }), Catch::Contains("optgen::Tuning::load(" + fifo + ")") &&
+                                                                Catch::Contains("this is a FIFO, not a regular file"));
+  std::filesystem::remove(fifo);
+  CHECK_THAT(error_of([] { optgen::Tuning::load("/dev/zero"); }),
+             Catch::Contains("this is a device, not a regular file"));
+  CHECK_THAT(error_of([] { optgen::Tuning::load(OPTGEN_SOURCE_DIR); }),
+             Catch::Contains("this is a directory, not a regular file"));
 }
 
 TEST_CASE("tuning: OPTGEN_TUNING names tables, and the one for the device is used", "[tuning]") {

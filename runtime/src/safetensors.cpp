@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "optgen/checkpoint.h"
 #include "optgen/error.h"
+#include "optgen/files.h"
 
 namespace optgen {
 namespace {
@@ -101,18 +103,13 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
 }
 
 Checkpoint read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("read_safetensors(" + path + ")", std::string("cannot open the file: ") + std::strerror(errno));
-  std::vector<unsigned char> bytes;
-  try {
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::bad_alloc&) {
-    throw Error("read_safetensors(" + path + ")", "the file does not fit in memory",
-                "check that it is an optimizer checkpoint");
-  }
+  std::string error;
+  std::optional<std::string> file = read_regular_file(path, UINT64_MAX, &error);
+  if (!file) throw Error("read_safetensors(" + path + ")", error, "name an optimizer checkpoint file");
+  const std::string_view bytes(*file);
   if (bytes.size() < 8)
     bad_file(path, "it has " + std::to_string(bytes.size()) + " bytes, fewer than the 8 of the header length");
-  const std::uint64_t header_bytes = read_le64(bytes.data());
+  const std::uint64_t header_bytes = read_le64(reinterpret_cast<const unsigned char*>(bytes.data()));
   if (header_bytes > kMaxHeaderBytes)
     bad_file(path, "its header length, " + std::to_string(header_bytes) + " bytes, is beyond any real header");
   if (8 + header_bytes > bytes.size())

@@ -4,17 +4,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <cstdint>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "optgen/error.h"
+#include "optgen/files.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/optimizer.h"
 
 namespace optgen {
 
 namespace {
+
+/// Far above any table optgen_bench writes (a few KB).
+constexpr std::uint64_t kMaxTableBytes = 64 << 20;
 
 const char* const kFix = "write the table again with optgen_bench --tune (bench/README.md, \"Tuning for a GPU\")";
 
@@ -82,11 +87,11 @@ Tuning Tuning::parse(const std::string& text, const std::string& origin) {
 }
 
 Tuning Tuning::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) bad(path, "cannot open the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path);
+  // A regular file of a table's size: a FIFO blocked here for good, a device read without end.
+  std::string error;
+  std::optional<std::string> text = read_regular_file(path, kMaxTableBytes, &error);
+  if (!text) bad(path, error);
+  return parse(*text, path);
 }
 
 Tuning Tuning::from_environment(const std::string& device) {
