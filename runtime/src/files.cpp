@@ -17,10 +17,14 @@ class FileDescriptor {
   explicit FileDescriptor(int fd) : fd_(fd) {}
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) close(fd_);
-  }
+  ~FileDescriptor() { release(); }
   int get() const { return fd_; }
+  int release() {
+    int result = 0;
+    if (fd_ >= 0) result = close(fd_);
+    fd_ = -1;
+    return result;
+  }
 
  private:
   int fd_;
@@ -76,6 +80,42 @@ std::optional<std::string> read_regular_file(const std::string& path, std::uint6
   }
   bytes.resize(done);
   return bytes;
+}
+
+bool replace_file(const std::string& path, const std::vector<std::string_view>& pieces, std::string* error) {
+  std::string temporary = path + ".tmp.XXXXXX";
+  FileDescriptor file(mkostemp(temporary.data(), O_CLOEXEC));
+  if (file.get() < 0) {
+    *error = "cannot create a temporary file " + temporary + ": " + std::strerror(errno);
+    return false;
+  }
+  const auto fail = [&](const std::string& what) {
+    const int saved = errno;
+    file.release();
+    unlink(temporary.c_str());
+    *error = what + ": " + std::strerror(saved);
+    return false;
+  };
+  // mkostemp makes the file private; a checkpoint is as readable as any file its writer creates.
+  const mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(file.get(), 0666 & ~mask) != 0) return fail("cannot set the permissions of " + temporary);
+  for (std::string_view bytes : pieces)
+    for (std::size_t done = 0; done < bytes.size();) {
+      const ssize_t put = write(file.get(), bytes.data() + done, bytes.size() - done);
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) return fail("writing " + temporary + " failed");
+      done += static_cast<std::size_t>(put);
+    }
+  if (fsync(file.get()) != 0) return fail("flushing " + temporary + " to disk failed");
+  if (file.release() != 0) return fail("closing " + temporary + " failed");
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    unlink(temporary.c_str());
+    *error = "cannot rename " + temporary + " to " + path + ": " + std::strerror(saved);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace optgen

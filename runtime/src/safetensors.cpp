@@ -86,20 +86,13 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(call, "cannot open " + temporary + " for writing: " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& t : checkpoint.tensors)
-      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    out.flush();
-    if (!out) throw Error(call, "writing " + temporary + " failed: " + std::strerror(errno), "check the free space");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) throw Error(call, "cannot rename " + temporary + " to " + path + ": " + error.message());
+  std::vector<std::string_view> pieces = {{reinterpret_cast<const char*>(length), 8}, text};
+  for (const auto& t : checkpoint.tensors)
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  // A temporary of this writer's own, then a rename: writers of one path (every rank of a job)
+  // shared `<path>.tmp` and truncated each other's.
+  std::string error;
+  if (!replace_file(path, pieces, &error)) throw Error(call, error, "check the directory and the free space");
 }
 
 Checkpoint read_safetensors(const std::string& path) {
