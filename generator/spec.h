@@ -95,6 +95,7 @@ struct Spec {
   /// Storage combinations to generate kernels for (`storage:`, each canonical_storage); empty: the
   /// build's choice, else default_storage().
   std::vector<Storage> storage;
+  std::vector<std::string> storage_written;  ///< each of `storage` as the spec writes it, for messages
   /// Global-norm clipping (clipping.h): on unless `grad_clipping: false`; `max_grad_norm`'s
   /// default (`grad_clipping: {max_grad_norm: X}`, else 0: off); the key, or `optimizer:`.
   bool grad_clipping = true;
@@ -105,8 +106,9 @@ struct Spec {
   int state_index(const std::string& name) const;  ///< -1 when absent
   std::vector<std::string> state_names() const;    ///< in declaration order
   /// Empty when the spec's states can be kept in `storage` (canonical), else why not: 8-bit
-  /// blockwise dtypes are for states of a value per element.
-  std::string storage_problem(const Storage& storage) const;
+  /// blockwise dtypes are for states of a value per element. `written` is the storage as the user
+  /// wrote it, which the message quotes.
+  std::string storage_problem(const Storage& storage, const std::string& written) const;
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
 };
 

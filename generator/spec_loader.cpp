@@ -304,17 +304,20 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
     loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
   for (const auto& item : storage) {
     std::string error;
-    auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
+    const std::string written = loader.scalar(item, "a storage type");
+    auto parsed = parse_storage(written, &error);
     if (!parsed)
       loader.fail(item, error,
                   "write PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16, \"bf16:bf16\" or \"bf16+master\"");
-    auto canonical = canonical_storage(*parsed, spec.state_names(), &error);
+    auto canonical = canonical_storage(*parsed, spec.state_names(), &error, written);
     if (!canonical) loader.fail(item, error);
-    if (std::string problem = spec.storage_problem(*canonical); !problem.empty())
+    if (std::string problem = spec.storage_problem(*canonical, written); !problem.empty())
       loader.fail(item, problem, "give that state f32, bf16 or f16 (STATE=DTYPE)");
-    if (std::find(spec.storage.begin(), spec.storage.end(), *canonical) != spec.storage.end())
-      loader.fail(item, "storage " + canonical->text() + " is listed twice");
+    if (std::string clash = storage_clash(spec.storage, spec.storage_written, *canonical, written); !clash.empty())
+      loader.fail(item, clash.rfind("storage ", 0) == 0 ? clash : "storage " + clash,
+                  clash.rfind("storage ", 0) == 0 ? "rename one of the states" : "");
     spec.storage.push_back(*canonical);
+    spec.storage_written.push_back(written);
   }
 }
 
@@ -491,10 +494,10 @@ std::vector<std::string> Spec::state_names() const {
   return names;
 }
 
-std::string Spec::storage_problem(const Storage& storage) const {
+std::string Spec::storage_problem(const Storage& storage, const std::string& written) const {
   for (const ElementState& s : states)
     if (s.shape != StateShape::Elements && is_blockwise(storage.state_dtype(s.name)))
-      return "storage '" + storage.text() + "' keeps state '" + s.name + "' (shape: " + to_string(s.shape) + ") in " +
+      return "storage '" + written + "' keeps state '" + s.name + "' (shape: " + to_string(s.shape) + ") in " +
              to_string(storage.state_dtype(s.name)) +
              ", but 8-bit blockwise storage is for states of a value per element";
   return "";

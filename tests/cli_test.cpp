@@ -41,6 +41,14 @@ TEST_CASE("command-line mistakes are exit status 2 and say what is wrong", "[cli
   const Case cases[] = {
       {"emit " + kSpec + " --out " + kScratch + " --storage f32,f32", "--storage: f32 is listed twice"},
       {"emit " + kSpec + " --out " + kScratch + " --storage f64", "--storage: unknown parameter storage 'f64'"},
+      // Equal only once canonical: the same kernels twice were an internal error (exit 3).
+      {"emit " + kSpec + " --out " + kScratch + " --storage f32,f32:exp_avg=f32",
+       "--storage: f32:exp_avg=f32 is f32 again, listed before it"},
+      {"emit " + kSpec + " --out " + kScratch + " --storage bf16:bf16,bf16:bf16:exp_avg=bf16:exp_avg_sq=bf16",
+       "--storage: bf16:bf16:exp_avg=bf16:exp_avg_sq=bf16 is bf16:bf16 again, listed before it"},
+      // Quoted as written, not as optgen spells it.
+      {"emit " + kSpec + " --out " + kScratch + " --storage bf16:f32:nope=f32",
+       "--storage: storage 'bf16:f32:nope=f32' names state 'nope', which the spec does not declare"},
       {"emit " + kSpec + " --out " + kScratch + " --block-size 99999999999",
        "--block-size: Value 99999999999 not in range 32 to 1024"},
       {"emit " + kSpec + " --out " + kScratch + " --block-size 100",
