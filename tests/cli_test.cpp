@@ -96,6 +96,17 @@ TEST_CASE("emit says what it wrote, and --quiet silences it", "[cli]") {
   CHECK(run.output.empty());
 }
 
+TEST_CASE("uq8 for a state that can be negative is refused where it becomes negative", "[cli]") {
+  // Every negative value was stored as 0.
+  const Run run =
+      optgen("emit " + std::string(OPTGEN_SOURCE_DIR) + "/specs/sgd.yaml --out " + kScratch + " --storage f32:uq8");
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output, Catch::Contains("sgd.yaml:20:10: error: the value assigned to state 'momentum_buffer' here "
+                                         "can be negative (in variant sgd_use_momentum); storage 'f32:uq8' keeps it "
+                                         "in uq8, which stores a negative value as 0"));
+  CHECK(optgen("check " + std::string(OPTGEN_SOURCE_DIR) + "/specs/adamw.yaml").status == 0);  // exp_avg_sq=uq8
+}
+
 TEST_CASE("a spec path that is no regular file is refused before it is read", "[cli]") {
   // /dev/zero was read until memory ran out; a FIFO blocked for good.
   Run run = optgen("check /dev/zero");
