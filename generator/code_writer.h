@@ -53,5 +53,7 @@ std::string render_template(const std::string& template_name, const std::map<std
 
 /// The text of a template from templates/, embedded in the generator at build time.
 const std::string& template_text(const std::string& template_name);
+/// Every embedded template, by name (cmake/embed_templates.cmake).
+const std::map<std::string, std::string>& templates();
 
 }  // namespace optgen
