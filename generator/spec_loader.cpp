@@ -373,12 +373,18 @@ Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, 
     h.default_value = loader.parse_default(loader.field(value, key, "default", what), h.type, h.name);
   }
   if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
-  if (h.specialize && spec.flags().size() == kMaxFlags)
+  // Clipping's derived flag (clipping.h, added after these) is one of them unless clipping is off:
+  // six of a spec's own and it made 128 variants.
+  const std::size_t own = kMaxFlags - (spec.grad_clipping ? 1 : 0);
+  if (h.specialize && spec.flags().size() == own)
     loader.fail(key,
-                "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) +
-                    "; a spec may have " + std::to_string(kMaxFlags),
+                "'" + h.name + "' would be specialized flag number " + std::to_string(own + 1) +
+                    (spec.grad_clipping ? " besides clipping's " + std::string(clipping::kFlag) : "") +
+                    "; a spec may have " + std::to_string(kMaxFlags) +
+                    (spec.grad_clipping ? ", clipping's among them" : ""),
                 "each flag doubles the kernel variants (" + std::to_string(1 << kMaxFlags) +
-                    " at most); make it a run-time bool (no 'specialize')");
+                    " at most); make it a run-time bool (no 'specialize')" +
+                    (spec.grad_clipping ? ", or turn clipping off with 'grad_clipping: false'" : ""));
   return h;
 }
 
