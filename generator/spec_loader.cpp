@@ -259,18 +259,98 @@ std::string file_stem(const std::string& path) {
   return dot == std::string::npos ? base : base.substr(0, dot);
 }
 
+/// The most characters YAML reads as a key written without quotes or `?` (yaml-cpp's limit).
+constexpr std::size_t kMaxYamlKey = 1024;
+
+/// Refuses a control character (other than tab and line ends) where it is: it reached the
+/// messages raw (a NUL showed as another character or none), and a spec is text.
+void refuse_control_characters(const std::shared_ptr<const SourceFile>& file) {
+  int line = 1, column = 1;
+  for (unsigned char c : file->text) {
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      std::ostringstream byte;
+      byte << "0x" << std::hex << (c < 0x10 ? "0" : "") << static_cast<int>(c);
+      throw SpecError(SourceLoc{file, line, column},
+                      "control character " + byte.str() + (c == 0 ? " (NUL)" : "") + " in the spec",
+                      "a spec is text: remove it");
+    }
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else if ((c & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+}
+
+/// Whether the statement around line `line` (it and the lines before it back to its `- `) has a
+/// `?`: YAML took its ` : ` for a mapping's.
+bool statement_has_question_mark(const SourceFile& file, int line) {
+  for (int l = line; l >= 1 && l > line - 50; --l) {
+    const std::string text = file.line(l);
+    if (text.find('?') != std::string::npos) return true;
+    const std::size_t first = text.find_first_not_of(" \t");
+    if (first != std::string::npos && text[first] == '-') return false;
+  }
+  return false;
+}
+
+/// yaml-cpp reads a quoted scalar that the file ends inside, after a line end, as if it were closed:
+/// each quoted scalar must have its closing quote.
+void check_closed_quotes(const Loader& loader, const std::shared_ptr<const SourceFile>& file, const YAML::Node& node) {
+  if (node.IsMap() || node.IsSequence()) {
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (node.IsMap()) {
+        check_closed_quotes(loader, file, it->first);
+        check_closed_quotes(loader, file, it->second);
+      } else {
+        check_closed_quotes(loader, file, *it);
+      }
+    }
+    return;
+  }
+  if (!node.IsScalar() || node.Tag() != "!") return;  // a quoted scalar is tagged "!"
+  const std::string& text = file->text;
+  const std::size_t open = static_cast<std::size_t>(std::max(node.Mark().pos, 0));
+  if (open >= text.size() || (text[open] != '"' && text[open] != '\'')) return;
+  const char quote = text[open];
+  for (std::size_t i = open + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+        continue;
+      }
+      return;
+    }
+  }
+  throw SpecError(SourceLoc{file, node.Mark().line + 1, node.Mark().column + 1},
+                  std::string("this quoted text has no closing ") + quote + ": it runs to the end of the file",
+                  std::string("close it with ") + quote);
+}
+
 /// The YAML document of `file`, a mapping; YAML's own errors located like ours.
 YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFile>& file) {
+  refuse_control_characters(file);
   YAML::Node root;
   try {
     root = YAML::Load(file->text);
   } catch (const YAML::ParserException& e) {
     SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
+    const std::string line = file->line(at.line);
+    const std::size_t indent = std::min(line.find_first_not_of(" \t-"), line.size());
+    if (e.msg == "illegal map value" && static_cast<std::size_t>(e.mark.column) > indent + kMaxYamlKey)
+      throw SpecError(SourceLoc{file, at.line, static_cast<int>(indent) + 1},
+                      "this key is " + std::to_string(e.mark.column - indent) +
+                          " characters long; YAML reads keys of " + std::to_string(kMaxYamlKey) + " at most",
+                      "choose a shorter name");
     std::string hint;
-    if (file->line(at.line).find('?') != std::string::npos)
+    if (statement_has_question_mark(*file, at.line))
       hint = "a statement with ' : ' in it (as in 'c ? a : b') must be quoted: - \"x = c ? a : b\"";
     throw SpecError(at, "YAML syntax error: " + e.msg, hint);
   }
+  check_closed_quotes(loader, file, root);
   if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
   if (!root.IsMap())
     loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
