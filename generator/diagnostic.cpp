@@ -39,14 +39,15 @@ std::string visible(const std::string& text) {
 }
 }  // namespace
 
-std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint) {
+std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint,
+                              const char* severity) {
   std::ostringstream out;
   if (loc.file) {
     out << loc.file->path << ':';
     if (loc.line > 0) out << loc.line << ':' << loc.column << ':';
     out << ' ';
   }
-  out << "error: " << message << '\n';
+  out << severity << ": " << message << '\n';
   if (loc.known()) {
     std::string text = loc.file->line(loc.line);
     out << visible(text) << '\n';

@@ -332,6 +332,7 @@ int run(const Arguments& args) {
   for (const auto& path : args.specs) {
     try {
       optgen::Spec spec = optgen::load_spec(path);
+      for (const std::string& warning : spec.warnings) std::cerr << warning;
       if (args.command == "dump") {
         dump(spec, args);
         continue;

@@ -101,6 +101,9 @@ struct Spec {
   bool grad_clipping = true;
   double max_grad_norm_default = 0;
   SourceLoc grad_clipping_loc;
+  /// What the spec does that is allowed but likely not meant, each formatted as `file:line:col:
+  /// warning: ...` with its line and caret (optgen prints them; the load goes on).
+  std::vector<std::string> warnings;
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
   int state_index(const std::string& name) const;  ///< -1 when absent

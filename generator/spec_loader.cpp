@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -208,6 +209,28 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     loader.fail(node, "cannot initialise '" + owner + "' from bool hyperparameter '" + s + "'");
   init.hyperparameter = s;
   return init;
+}
+
+/// Warns of each number in `syntax` that float, the kernels' element arithmetic, cannot hold: it
+/// becomes infinity or 0 there, where group code and the double reference keep it.
+void warn_of_float_range(const Syntax& syntax, Spec& spec) {
+  if (syntax.kind == Syntax::Kind::Number && std::isfinite(syntax.number)) {
+    const float rounded = static_cast<float>(syntax.number);
+    const char* becomes = std::isinf(rounded) ? "infinity" : rounded == 0 && syntax.number != 0 ? "0" : nullptr;
+    if (becomes)
+      spec.warnings.push_back(format_diagnostic(syntax.loc,
+                                                "'" + syntax.text + "' is beyond float range: it is " + becomes +
+                                                    " where the kernels compute in float (their element code)",
+                                                "", "warning"));
+  }
+  for (const auto& operand : syntax.operands) warn_of_float_range(*operand, spec);
+}
+
+void warn_of_float_range(const Block& block, Spec& spec) {
+  for (const BlockItem& item : block.items) {
+    if (item.statement) warn_of_float_range(*item.statement->value, spec);
+    if (item.body) warn_of_float_range(*item.body, spec);
+  }
 }
 
 void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section) {
@@ -550,6 +573,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
   check_launcher_names(spec);
+  warn_of_float_range(spec.update, spec);  // per_step computes in double
   return spec;
 }
 

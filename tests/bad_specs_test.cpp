@@ -75,3 +75,16 @@ TEST_CASE("a key longer than YAML reads says so, not 'illegal map value'", "[err
                                       "1024 at most\n") &&
                         Catch::EndsWith("note: choose a shorter name\n"));
 }
+
+TEST_CASE("a literal that float cannot hold is a located warning", "[errors]") {
+  // The double reference keeps it; the kernels' float code made it infinity or 0 without a word.
+  const optgen::Spec spec = optgen::load_spec_text(
+      "wide.yaml", optgen::test::spec_text("per_step:\n  - big = 1e300 * 1e-290\nupdate:\n"
+                                           "  - param = param - 1e39 * grad * 1e-50 + big * 1e30 * grad\n"));
+  REQUIRE(spec.warnings.size() == 2);  // not per_step's, computed in double
+  CHECK(spec.warnings[0] ==
+        "wide.yaml:6:21: warning: '1e39' is beyond float range: it is infinity where the kernels compute in float "
+        "(their element code)\n  - param = param - 1e39 * grad * 1e-50 + big * 1e30 * grad\n                    ^\n");
+  CHECK_THAT(spec.warnings[1], Catch::StartsWith("wide.yaml:6:35: warning: '1e-50' is beyond float range: it is 0 "
+                                                 "where the kernels compute in float"));
+}

@@ -111,11 +111,26 @@ TEST_CASE("a spec path that is no regular file is refused before it is read", "[
   // /dev/zero was read until memory ran out; a FIFO blocked for good.
   Run run = optgen("check /dev/zero");
   CHECK(run.status == 1);
-  CHECK_THAT(run.output, Catch::Contains("/dev/zero: error: cannot read spec file: this is a device, not a regular file"));
+  CHECK_THAT(run.output,
+             Catch::Contains("/dev/zero: error: cannot read spec file: this is a device, not a regular file"));
   const std::string fifo = "/tmp/optgen_cli_test_fifo_" + std::to_string(getpid()) + ".yaml";
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
   run = optgen("check " + fifo);
   unlink(fifo.c_str());
   CHECK(run.status == 1);
   CHECK_THAT(run.output, Catch::Contains(fifo + ": error: cannot read spec file: this is a FIFO, not a regular file"));
+}
+
+TEST_CASE("a literal beyond float is a located warning on stderr, and the spec is still emitted", "[cli]") {
+  const std::string spec = "/tmp/optgen_cli_test_wide_" + std::to_string(getpid()) + ".yaml";
+  {
+    FILE* file = std::fopen(spec.c_str(), "w");
+    REQUIRE(file != nullptr);
+    std::fputs("optimizer: Wide\nsummary: s\nupdate:\n  - param = param - 1e39 * grad\n", file);
+    std::fclose(file);
+  }
+  const Run run = optgen("check " + spec);
+  std::remove(spec.c_str());
+  CHECK(run.status == 0);
+  CHECK_THAT(run.output, Catch::Contains(spec + ":4:21: warning: '1e39' is beyond float range: it is infinity"));
 }
