@@ -8,9 +8,6 @@
 
 namespace optgen {
 
-/// templates/, as cmake/embed_text.cmake wrote them into templates.cpp.
-const std::vector<std::pair<std::string, std::string>>& embedded_templates();
-
 const std::string& template_text(const std::string& template_name) {
   for (const auto& [name, text] : embedded_templates())
     if (name == template_name) return text;

@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace optgen {
 
@@ -53,5 +55,7 @@ std::string render_template(const std::string& template_name, const std::map<std
 
 /// The text of a template from templates/, embedded in the generator at build time.
 const std::string& template_text(const std::string& template_name);
+/// Every template of templates/ as (file name, text), as cmake/embed_text.cmake embedded them.
+const std::vector<std::pair<std::string, std::string>>& embedded_templates();
 
 }  // namespace optgen

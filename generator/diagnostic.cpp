@@ -19,17 +19,38 @@ std::string SourceFile::line(int line_number) const {
   return result;
 }
 
-std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint) {
+namespace {
+/// `text` with each control character but tab as its Unicode picture (NUL as U+2400), one column
+/// wide: a raw NUL ended the message (what() is a C string), others moved the terminal's cursor.
+std::string visible(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && byte != '\t') || byte == 0x7f) {
+      const unsigned picture = byte == 0x7f ? 0x2421 : 0x2400 + byte;
+      out += static_cast<char>(0xE0 | (picture >> 12));
+      out += static_cast<char>(0x80 | ((picture >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (picture & 0x3F));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint,
+                              const char* severity) {
   std::ostringstream out;
   if (loc.file) {
     out << loc.file->path << ':';
     if (loc.line > 0) out << loc.line << ':' << loc.column << ':';
     out << ' ';
   }
-  out << "error: " << message << '\n';
+  out << severity << ": " << message << '\n';
   if (loc.known()) {
     std::string text = loc.file->line(loc.line);
-    out << text << '\n';
+    out << visible(text) << '\n';
     // One pad character per character before the caret's column, not per byte: a UTF-8
     // sequence's continuation bytes take no column on screen.
     std::string pad;

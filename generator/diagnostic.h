@@ -43,8 +43,10 @@ class InternalError : public std::logic_error {
   explicit InternalError(const std::string& message);
 };
 
-/// `file:line:col: error: message`, then the source line and a caret, then `note: hint`.
-std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint = "");
+/// `file:line:col: error: message`, then the source line and a caret, then `note: hint`;
+/// `severity` "warning" for a warning.
+std::string format_diagnostic(const SourceLoc& loc, const std::string& message, const std::string& hint = "",
+                              const char* severity = "error");
 
 /// The candidate closest to `name` by edit distance, if it is close enough to be a likely typo.
 std::string closest_name(const std::string& name, const std::vector<std::string>& candidates);

@@ -47,10 +47,17 @@ std::string ExprPrinter::print_body(const Expr& e) const {
 }
 
 std::string ExprPrinter::print(const Expr& e, int context, bool right_side) const {
-  if (auto it = names.find(e.get()); it != names.end()) return it->second;
   int precedence;
-  std::string text = expand(*e, &precedence);
+  std::string text = operand(e, &precedence);
   return needs_parentheses(precedence, context, right_side) ? "(" + text + ")" : text;
+}
+
+std::string ExprPrinter::operand(const Expr& e, int* precedence) const {
+  if (auto it = names.find(e.get()); it != names.end()) {
+    *precedence = kAtomPrecedence;
+    return it->second;
+  }
+  return expand(*e, precedence);
 }
 
 std::string ExprPrinter::expand(const Node& n, int* precedence) const {
@@ -66,11 +73,17 @@ std::string ExprPrinter::expand(const Node& n, int* precedence) const {
       *precedence = kUnaryPrecedence;
       return std::string(spelling(n.unary_op())) + print(n.args[0], kUnaryPrecedence, true);
     case NodeKind::Binary: {
+      // Each operand is printed once: printing it again for the infix form doubled the time per
+      // level of a chain (a sum of 24 terms took minutes).
       BinaryOp op = n.binary_op();
       int p = operator_info(op).precedence;
-      if (auto as_call = binary_as_call(op, print(n.args[0]), print(n.args[1]))) return *as_call;
+      int pa, pb;
+      std::string a = operand(n.args[0], &pa), b = operand(n.args[1], &pb);
+      if (auto as_call = binary_as_call(op, a, b)) return *as_call;
       *precedence = p;
-      return print(n.args[0], p, false) + " " + spelling(op) + " " + print(n.args[1], p, true);
+      if (needs_parentheses(pa, p, false)) a = "(" + a + ")";
+      if (needs_parentheses(pb, p, true)) b = "(" + b + ")";
+      return a + " " + spelling(op) + " " + b;
     }
     case NodeKind::Select:
       // A conditional in either branch is parenthesized too, though ?: groups to the right: it
@@ -150,7 +163,10 @@ std::string composed_name(const Expr& e) {
       break;
     }
     case NodeKind::Binary: {
-      std::string a = composed_name(e->args[0]), b = composed_name(e->args[1]);
+      // The right operand is named only if the left one was: on a DAG of shared operands, naming
+      // both every time took time exponential in its depth.
+      std::string a = composed_name(e->args[0]);
+      std::string b = a.empty() ? "" : composed_name(e->args[1]);
       if (!a.empty() && !b.empty()) name = a + "_" + operator_info(e->binary_op()).word + "_" + b;
       break;
     }

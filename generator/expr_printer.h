@@ -34,6 +34,8 @@ class ExprPrinter {
 
  private:
   std::string print(const Expr& e, int context_precedence, bool right_side) const;
+  /// `e` unparenthesized (by name if named), and the precedence its text binds with.
+  std::string operand(const Expr& e, int* precedence) const;
   std::string expand(const Node& n, int* precedence) const;
 };
 

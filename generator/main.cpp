@@ -24,6 +24,7 @@
 #include "optgen/nvrtc.h"
 #include "pipeline.h"
 #include "spec.h"
+#include "unsigned_states.h"
 
 namespace {
 
@@ -44,9 +45,10 @@ struct Arguments {
   std::string after;
   std::string variant;
   std::vector<int> archs = {80, 90};
-  std::set<std::string> kernel_variants;  ///< --variants; empty: all
-  bool reference_only = false;            ///< emit --reference-only
-  std::vector<optgen::Storage> storage;   ///< --storage; empty: the spec's, else the default
+  std::set<std::string> kernel_variants;     ///< --variants; empty: all
+  bool reference_only = false;               ///< emit --reference-only
+  std::vector<optgen::Storage> storage;      ///< --storage; empty: the spec's, else the default
+  std::vector<std::string> storage_written;  ///< --storage's items as written, for messages
   optgen::KernelTuning tuning;
   bool quiet = false;
 };
@@ -158,9 +160,11 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
     std::string error;
     auto parsed = optgen::parse_storage(item, &error);
     if (!parsed) throw UsageError("--storage: " + error);
-    if (std::find(args.storage.begin(), args.storage.end(), *parsed) != args.storage.end())
-      throw UsageError("--storage: " + item + " is listed twice");
+    if (auto same = std::find(args.storage.begin(), args.storage.end(), *parsed); same != args.storage.end())
+      throw UsageError("--storage: " +
+                       optgen::repeated_storage(item, args.storage_written[same - args.storage.begin()]));
     args.storage.push_back(*parsed);
+    args.storage_written.push_back(item);
   }
   args.kernel_variants.insert(variants.begin(), variants.end());
   std::sort(args.archs.begin(), args.archs.end());
@@ -323,13 +327,24 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
     return;
   }
   std::vector<optgen::Storage> storage;
-  for (const auto& requested : optgen::storage_to_generate(args.storage, spec.storage)) {
+  std::vector<std::string> written;  // each as the user wrote it
+  const std::vector<optgen::Storage> to_generate = optgen::storage_to_generate(args.storage, spec.storage);
+  for (size_t i = 0; i < to_generate.size(); ++i) {
+    const std::string text = !args.storage.empty()   ? args.storage_written[i]
+                             : !spec.storage.empty() ? spec.storage_written[i]
+                                                     : to_generate[i].text();
     std::string error;
-    auto canonical = optgen::canonical_storage(requested, spec.state_names(), &error);
+    auto canonical = optgen::canonical_storage(to_generate[i], spec.state_names(), &error, text);
     if (!canonical) throw UsageError("--storage: " + error);
-    if (std::string problem = spec.storage_problem(*canonical); !problem.empty())
+    if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
       throw UsageError("--storage: " + problem);
+    // Equal only once canonical (f32 and f32:exp_avg=f32), or naming the same kernels: the same
+    // kernels twice, which failed later.
+    if (std::string clash = optgen::storage_clash(storage, written, *canonical, text); !clash.empty())
+      throw UsageError("--storage: " + clash);
+    optgen::check_unsigned_states(spec, variants, *canonical, text);
     storage.push_back(*canonical);
+    written.push_back(text);
   }
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
@@ -356,6 +371,7 @@ int run(const Arguments& args) {
   for (const auto& path : args.specs) {
     try {
       optgen::Spec spec = optgen::load_spec(path);
+      for (const std::string& warning : spec.warnings) std::cerr << warning;
       if (args.command == "dump") {
         dump(spec, args);
         continue;

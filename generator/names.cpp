@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "builtins.h"
+#include "code_writer.h"
+#include "optgen/nvrtc.h"
 
 namespace optgen {
 namespace {
@@ -57,11 +60,12 @@ const std::vector<std::string>& reserved_prefixes() {
 }
 
 /// Types the generated code declares itself and names after a spec's names are in scope (a
-/// variant's group code declares its result after the spec's locals).
+/// variant's group code declares its result after the spec's locals; the Update stage's element
+/// code is a function template of `Math`, emit_cuda.cpp, which a local of that name would shadow).
 const std::vector<std::string>& generated_code_names() {
   // Word lists, packed by hand.
   // clang-format off
-  static const std::vector<std::string> list = {"GroupValues", "TensorValues"};
+  static const std::vector<std::string> list = {"GroupValues", "TensorValues", "Math"};
   // clang-format on
   return list;
 }
@@ -106,16 +110,140 @@ bool is_ascii_identifier(const std::string& s) {
   });
 }
 
+/// A template's C++ as tokens: identifiers and single punctuation characters ("::" as one), without
+/// comments, string and character literals, preprocessor lines and `${placeholders}`.
+std::vector<std::string> code_tokens(const std::string& text) {
+  std::vector<std::string> tokens;
+  const auto identifier = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = text.find('\n', i);
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      i = text.find("*/", i + 2);
+      if (i != std::string::npos) i += 2;
+    } else if (c == '"' || c == '\'') {
+      for (++i; i < text.size() && text[i] != c && text[i] != '\n'; ++i)
+        if (text[i] == '\\') ++i;
+      ++i;
+    } else if (c == '#' && (tokens.empty() || text.rfind('\n', i) == std::string::npos ||
+                            text.find_first_not_of(" \t", text.rfind('\n', i) + 1) == i)) {
+      while ((i = text.find('\n', i)) != std::string::npos && text[i - 1] == '\\') ++i;  // continued lines
+    } else if (c == '$' && i + 1 < text.size() && text[i + 1] == '{') {
+      i = text.find('}', i);
+      if (i != std::string::npos) ++i;
+    } else if (identifier(c)) {
+      std::size_t end = i;
+      while (end < text.size() && identifier(text[end])) ++end;
+      tokens.push_back(text.substr(i, end - i));
+      i = end;
+    } else if (c == ':' && i + 1 < text.size() && text[i + 1] == ':') {
+      tokens.push_back("::");
+      i += 2;
+    } else {
+      if (!std::isspace(static_cast<unsigned char>(c))) tokens.push_back(std::string(1, c));
+      ++i;
+    }
+    if (i == std::string::npos) break;
+  }
+  return tokens;
+}
+
+bool is_name_token(const std::string& token) {
+  return !token.empty() && (std::isalpha(static_cast<unsigned char>(token[0])) || token[0] == '_');
+}
+
+/// What the embedded templates declare, found in their text (so that it holds however they are
+/// split): `at_namespace_scope`, every type, function, variable, alias and namespace declared
+/// outside any class or function; `in_class`, every name the body of a class template written
+/// `class ${optimizer}` (the launcher's) declares or names, but for function parameters and names
+/// qualified with `::`.
+struct TemplateNames {
+  std::set<std::string> at_namespace_scope;
+  std::set<std::string> in_class;
+};
+
+const TemplateNames& template_names() {
+  static const TemplateNames names = [] {
+    TemplateNames found;
+    const std::set<std::string> declarators = {"struct", "class", "union", "enum", "namespace"};
+    // The templates the launcher and the reference are printed from, and the device library every
+    // kernel source includes.
+    std::vector<std::pair<std::string, std::string>> texts = embedded_templates();
+    const auto& library = nvrtc::device_library();
+    texts.insert(texts.end(), library.begin(), library.end());
+    for (const auto& [template_name, text] : texts) {
+      std::vector<bool> scopes;  // per open brace: a namespace's
+      std::vector<std::string> statement;
+      bool first = true;  // `statement` has no `=` or `(` yet: what comes may declare its last name
+      int parentheses = 0;
+      int launcher_class = -1;  // the depth of `class ${optimizer}`'s body, when inside it
+      const std::vector<std::string> tokens = code_tokens(text);
+      for (std::size_t t = 0; t < tokens.size(); ++t) {
+        const std::string& token = tokens[t];
+        const bool namespace_scope = std::all_of(scopes.begin(), scopes.end(), [](bool n) { return n; });
+        const bool class_scope = launcher_class >= 0 && static_cast<int>(scopes.size()) == launcher_class;
+        const std::string last = statement.empty() ? "" : statement.back();
+        const auto declared = [&](const std::string& declared_name) {
+          if (!is_name_token(declared_name) || contains(keywords(), declared_name)) return;
+          if (namespace_scope) found.at_namespace_scope.insert(declared_name);
+        };
+        if (class_scope && is_name_token(token) && !contains(keywords(), token)) {
+          const std::string next = t + 1 < tokens.size() ? tokens[t + 1] : "";
+          const std::string previous = t > 0 ? tokens[t - 1] : "";
+          const bool parameter = parentheses > 0 && (next == "," || next == ")" || next == "=");
+          if (!parameter && next != "::" && previous != "::") found.in_class.insert(token);
+        }
+        if (token == "{" && parentheses == 0) {
+          // extern "C" { (the string is gone) is at namespace scope too.
+          const bool is_namespace = std::find(statement.begin(), statement.end(), "namespace") != statement.end() ||
+                                    (statement.size() == 1 && statement[0] == "extern");
+          for (std::size_t i = 0; i + 1 < statement.size(); ++i)
+            if (declarators.count(statement[i]) && statement[i + 1] != "class") declared(statement[i + 1]);
+          // `class ${optimizer} {`: the placeholder is gone, so the class keyword is the statement.
+          if (statement.size() == 1 && statement[0] == "class") launcher_class = static_cast<int>(scopes.size()) + 1;
+          scopes.push_back(is_namespace);
+          statement.clear();
+          first = true;
+        } else if (token == "}" && parentheses == 0) {
+          if (launcher_class == static_cast<int>(scopes.size())) launcher_class = -1;
+          if (!scopes.empty()) scopes.pop_back();
+          statement.clear();
+          first = true;
+        } else if (token == ";" && parentheses == 0) {
+          const bool alias = !statement.empty() && statement[0] == "using";
+          if (alias && std::find(statement.begin(), statement.end(), "=") != statement.end())
+            declared(*(std::find(statement.begin(), statement.end(), "=") - 1));
+          else if (statement.size() > 1 && !alias && statement[0] != "template" && statement[0] != "friend")
+            declared(last);  // a variable, or a type declared ahead: `struct Tensor;`
+          statement.clear();
+          first = true;
+        } else {
+          if ((token == "(" || token == "=" || token == "[") && first && parentheses == 0 && last != "operator" &&
+              (statement.empty() || statement[0] != "using"))
+            declared(last);  // a function, or a variable with its initialiser or its extent
+          if (token == "(") ++parentheses;
+          if (token == ")") --parentheses;
+          if (token == "=" || token == "(") first = false;
+          statement.push_back(token);
+        }
+      }
+    }
+    return found;
+  }();
+  return names;
+}
+
 }  // namespace
 
 const std::vector<std::string>& launcher_member_names() {
-  // Word lists, packed by hand.
-  // clang-format off
-  static const std::vector<std::string> list = {
-      "Options", "add_param_group", "prepare", "step", "options", "step_count", "set_step_count", "save", "load",
-      "engine", "engine_", "info", "DType", "Tensor", "AmpInputs", "FusedOptimizer", "OptimizerInfo", "StateBuffer",
-      "CUstream", "size_t", "int64_t"};
-  // clang-format on
+  static const std::vector<std::string> list = [] {
+    // The class template's own names, and those emit_launcher.cpp prints into it besides the
+    // spec's: the state accessors' type.
+    std::vector<std::string> names(template_names().in_class.begin(), template_names().in_class.end());
+    names.push_back("StateBuffer");
+    return names;
+  }();
   return list;
 }
 
@@ -148,6 +276,8 @@ std::string name_problem(const std::string& name, NameUse use) {
     case NameUse::Optimizer:
       if (contains(runtime_names(), name) || contains(launcher_member_names(), name))
         return "namespace optgen already has '" + name + "' (optgen's runtime)";
+      if (template_names().at_namespace_scope.count(name))
+        return "the generated code already declares '" + name + "' (templates/)";
       break;
     case NameUse::SpecFile:
       if (contains(reference_names(), name)) return "namespace optgen::reference already has '" + name + "'";

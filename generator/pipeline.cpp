@@ -4,6 +4,7 @@
 
 #include "lower.h"
 #include "passes/passes.h"
+#include "unsigned_states.h"
 
 namespace optgen {
 
@@ -65,6 +66,8 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   std::vector<Program> variants;
   for (const auto& flags : enumerate_variants(spec)) variants.push_back(compile_variant(lowered, flags, after_each));
   check_emitters(spec, variants, emitters);
+  for (size_t i = 0; i < spec.storage.size(); ++i)
+    check_unsigned_states(spec, variants, spec.storage[i], spec.storage_written[i]);
   return variants;
 }
 

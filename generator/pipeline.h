@@ -32,7 +32,8 @@ Program compile_variant(const Program& lowered, const FlagValues& flags, const P
 enum class Emitters { All, ReferenceOnly };
 
 /// Lowers the spec and compiles every variant; refuses, with a located error, a spec that uses what
-/// the `emitters` cannot print yet.
+/// the `emitters` cannot print yet, or whose `storage:` keeps a state that can be negative in uq8
+/// (unsigned_states.h).
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each = {},
                                   Emitters emitters = Emitters::All);
 

@@ -3,6 +3,7 @@
 /// but with expressions still as syntax trees. `load_spec` builds it; `lower` (lower.h) turns it
 /// into IR. The language is documented in specs/README.md.
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,20 +95,29 @@ struct Spec {
   /// Storage combinations to generate kernels for (`storage:`, each canonical_storage); empty: the
   /// build's choice, else default_storage().
   std::vector<Storage> storage;
+  std::vector<std::string> storage_written;  ///< each of `storage` as the spec writes it, for messages
   /// Global-norm clipping (clipping.h): on unless `grad_clipping: false`; `max_grad_norm`'s
   /// default (`grad_clipping: {max_grad_norm: X}`, else 0: off); the key, or `optimizer:`.
   bool grad_clipping = true;
   double max_grad_norm_default = 0;
   SourceLoc grad_clipping_loc;
+  /// What the spec does that is allowed but likely not meant, each formatted as `file:line:col:
+  /// warning: ...` with its line and caret (optgen prints them; the load goes on).
+  std::vector<std::string> warnings;
 
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
   int state_index(const std::string& name) const;  ///< -1 when absent
   std::vector<std::string> state_names() const;    ///< in declaration order
   /// Empty when the spec's states can be kept in `storage` (canonical), else why not: 8-bit
-  /// blockwise dtypes are for states of a value per element.
-  std::string storage_problem(const Storage& storage) const;
+  /// blockwise dtypes are for states of a value per element. `written` is the storage as the user
+  /// wrote it, which the message quotes.
+  std::string storage_problem(const Storage& storage, const std::string& written) const;
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
 };
+
+/// The most bytes a spec file may hold (the built-in specs hold 1 to 4 KB): a larger file, or
+/// anything but a regular file, is refused before it is read.
+constexpr std::uint64_t kMaxSpecBytes = 1 << 20;
 
 /// Reads and checks a spec file; throws SpecError naming the first problem.
 Spec load_spec(const std::string& path);

@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "builtins.h"
 #include "clipping.h"
 #include "names.h"
+#include "optgen/files.h"
 #include "spec.h"
 
 namespace optgen {
@@ -209,6 +211,28 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
   return init;
 }
 
+/// Warns of each number in `syntax` that float, the kernels' element arithmetic, cannot hold: it
+/// becomes infinity or 0 there, where group code and the double reference keep it.
+void warn_of_float_range(const Syntax& syntax, Spec& spec) {
+  if (syntax.kind == Syntax::Kind::Number && std::isfinite(syntax.number)) {
+    const float rounded = static_cast<float>(syntax.number);
+    const char* becomes = std::isinf(rounded) ? "infinity" : rounded == 0 && syntax.number != 0 ? "0" : nullptr;
+    if (becomes)
+      spec.warnings.push_back(format_diagnostic(syntax.loc,
+                                                "'" + syntax.text + "' is beyond float range: it is " + becomes +
+                                                    " where the kernels compute in float (their element code)",
+                                                "", "warning"));
+  }
+  for (const auto& operand : syntax.operands) warn_of_float_range(*operand, spec);
+}
+
+void warn_of_float_range(const Block& block, Spec& spec) {
+  for (const BlockItem& item : block.items) {
+    if (item.statement) warn_of_float_range(*item.statement->value, spec);
+    if (item.body) warn_of_float_range(*item.body, spec);
+  }
+}
+
 void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section) {
   if (!node.IsSequence()) loader.fail(node, "'" + section + "' must be a list of statements (`- name = expression`)");
   for (const YAML::Node& item : node) {
@@ -258,18 +282,98 @@ std::string file_stem(const std::string& path) {
   return dot == std::string::npos ? base : base.substr(0, dot);
 }
 
+/// The most characters YAML reads as a key written without quotes or `?` (yaml-cpp's limit).
+constexpr std::size_t kMaxYamlKey = 1024;
+
+/// Refuses a control character (other than tab and line ends) where it is: it reached the
+/// messages raw (a NUL showed as another character or none), and a spec is text.
+void refuse_control_characters(const std::shared_ptr<const SourceFile>& file) {
+  int line = 1, column = 1;
+  for (unsigned char c : file->text) {
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      std::ostringstream byte;
+      byte << "0x" << std::hex << (c < 0x10 ? "0" : "") << static_cast<int>(c);
+      throw SpecError(SourceLoc{file, line, column},
+                      "control character " + byte.str() + (c == 0 ? " (NUL)" : "") + " in the spec",
+                      "a spec is text: remove it");
+    }
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else if ((c & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+}
+
+/// Whether the statement around line `line` (it and the lines before it back to its `- `) has a
+/// `?`: YAML took its ` : ` for a mapping's.
+bool statement_has_question_mark(const SourceFile& file, int line) {
+  for (int l = line; l >= 1 && l > line - 50; --l) {
+    const std::string text = file.line(l);
+    if (text.find('?') != std::string::npos) return true;
+    const std::size_t first = text.find_first_not_of(" \t");
+    if (first != std::string::npos && text[first] == '-') return false;
+  }
+  return false;
+}
+
+/// yaml-cpp reads a quoted scalar that the file ends inside, after a line end, as if it were closed:
+/// each quoted scalar must have its closing quote.
+void check_closed_quotes(const Loader& loader, const std::shared_ptr<const SourceFile>& file, const YAML::Node& node) {
+  if (node.IsMap() || node.IsSequence()) {
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (node.IsMap()) {
+        check_closed_quotes(loader, file, it->first);
+        check_closed_quotes(loader, file, it->second);
+      } else {
+        check_closed_quotes(loader, file, *it);
+      }
+    }
+    return;
+  }
+  if (!node.IsScalar() || node.Tag() != "!") return;  // a quoted scalar is tagged "!"
+  const std::string& text = file->text;
+  const std::size_t open = static_cast<std::size_t>(std::max(node.Mark().pos, 0));
+  if (open >= text.size() || (text[open] != '"' && text[open] != '\'')) return;
+  const char quote = text[open];
+  for (std::size_t i = open + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+        continue;
+      }
+      return;
+    }
+  }
+  throw SpecError(SourceLoc{file, node.Mark().line + 1, node.Mark().column + 1},
+                  std::string("this quoted text has no closing ") + quote + ": it runs to the end of the file",
+                  std::string("close it with ") + quote);
+}
+
 /// The YAML document of `file`, a mapping; YAML's own errors located like ours.
 YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFile>& file) {
+  refuse_control_characters(file);
   YAML::Node root;
   try {
     root = YAML::Load(file->text);
   } catch (const YAML::ParserException& e) {
     SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
+    const std::string line = file->line(at.line);
+    const std::size_t indent = std::min(line.find_first_not_of(" \t-"), line.size());
+    if (e.msg == "illegal map value" && static_cast<std::size_t>(e.mark.column) > indent + kMaxYamlKey)
+      throw SpecError(SourceLoc{file, at.line, static_cast<int>(indent) + 1},
+                      "this key is " + std::to_string(e.mark.column - indent) +
+                          " characters long; YAML reads keys of " + std::to_string(kMaxYamlKey) + " at most",
+                      "choose a shorter name");
     std::string hint;
-    if (file->line(at.line).find('?') != std::string::npos)
+    if (statement_has_question_mark(*file, at.line))
       hint = "a statement with ' : ' in it (as in 'c ? a : b') must be quoted: - \"x = c ? a : b\"";
     throw SpecError(at, "YAML syntax error: " + e.msg, hint);
   }
+  check_closed_quotes(loader, file, root);
   if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
   if (!root.IsMap())
     loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
@@ -303,17 +407,20 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
     loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
   for (const auto& item : storage) {
     std::string error;
-    auto parsed = parse_storage(loader.scalar(item, "a storage type"), &error);
+    const std::string written = loader.scalar(item, "a storage type");
+    auto parsed = parse_storage(written, &error);
     if (!parsed)
       loader.fail(item, error,
                   "write PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16, \"bf16:bf16\" or \"bf16+master\"");
-    auto canonical = canonical_storage(*parsed, spec.state_names(), &error);
+    auto canonical = canonical_storage(*parsed, spec.state_names(), &error, written);
     if (!canonical) loader.fail(item, error);
-    if (std::string problem = spec.storage_problem(*canonical); !problem.empty())
+    if (std::string problem = spec.storage_problem(*canonical, written); !problem.empty())
       loader.fail(item, problem, "give that state f32, bf16 or f16 (STATE=DTYPE)");
-    if (std::find(spec.storage.begin(), spec.storage.end(), *canonical) != spec.storage.end())
-      loader.fail(item, "storage " + canonical->text() + " is listed twice");
+    if (std::string clash = storage_clash(spec.storage, spec.storage_written, *canonical, written); !clash.empty())
+      loader.fail(item, clash.rfind("storage ", 0) == 0 ? clash : "storage " + clash,
+                  clash.rfind("storage ", 0) == 0 ? "rename one of the states" : "");
     spec.storage.push_back(*canonical);
+    spec.storage_written.push_back(written);
   }
 }
 
@@ -369,12 +476,18 @@ Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, 
     h.default_value = loader.parse_default(loader.field(value, key, "default", what), h.type, h.name);
   }
   if (value["doc"]) h.doc = loader.scalar(value["doc"], "'doc'");
-  if (h.specialize && spec.flags().size() == kMaxFlags)
+  // Clipping's derived flag (clipping.h, added after these) is one of them unless clipping is off:
+  // six of a spec's own and it made 128 variants.
+  const std::size_t own = kMaxFlags - (spec.grad_clipping ? 1 : 0);
+  if (h.specialize && spec.flags().size() == own)
     loader.fail(key,
-                "'" + h.name + "' would be specialized flag number " + std::to_string(kMaxFlags + 1) +
-                    "; a spec may have " + std::to_string(kMaxFlags),
+                "'" + h.name + "' would be specialized flag number " + std::to_string(own + 1) +
+                    (spec.grad_clipping ? " besides clipping's " + std::string(clipping::kFlag) : "") +
+                    "; a spec may have " + std::to_string(kMaxFlags) +
+                    (spec.grad_clipping ? ", clipping's among them" : ""),
                 "each flag doubles the kernel variants (" + std::to_string(1 << kMaxFlags) +
-                    " at most); make it a run-time bool (no 'specialize')");
+                    " at most); make it a run-time bool (no 'specialize')" +
+                    (spec.grad_clipping ? ", or turn clipping off with 'grad_clipping: false'" : ""));
   return h;
 }
 
@@ -460,6 +573,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
   check_launcher_names(spec);
+  warn_of_float_range(spec.update, spec);  // per_step computes in double
   return spec;
 }
 
@@ -490,10 +604,10 @@ std::vector<std::string> Spec::state_names() const {
   return names;
 }
 
-std::string Spec::storage_problem(const Storage& storage) const {
+std::string Spec::storage_problem(const Storage& storage, const std::string& written) const {
   for (const ElementState& s : states)
     if (s.shape != StateShape::Elements && is_blockwise(storage.state_dtype(s.name)))
-      return "storage '" + storage.text() + "' keeps state '" + s.name + "' (shape: " + to_string(s.shape) + ") in " +
+      return "storage '" + written + "' keeps state '" + s.name + "' (shape: " + to_string(s.shape) + ") in " +
              to_string(storage.state_dtype(s.name)) +
              ", but 8-bit blockwise storage is for states of a value per element";
   return "";
@@ -518,13 +632,17 @@ Spec load_spec(const std::string& path) {
   if (std::filesystem::is_directory(path, error))
     throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0},
                     "this is a directory, not a spec file", "pass the spec files in it, e.g. " + path + "/*.yaml");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // A regular file of a spec's size: a FIFO blocked here for good, /dev/zero was read until memory
+  // ran out.
+  std::string why;
+  std::optional<std::string> text = read_regular_file(path, kMaxSpecBytes, &why);
+  if (!text) {
+    const std::string open = "cannot open the file: ";
     throw SpecError(SourceLoc{std::make_shared<SourceFile>(SourceFile{path, ""}), 0, 0},
-                    std::string("cannot open spec file: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_spec_text(path, text.str());
+                    why.rfind(open, 0) == 0 ? "cannot open spec file: " + why.substr(open.size())
+                                            : "cannot read spec file: " + why);
+  }
+  return load_spec_text(path, *text);
 }
 
 }  // namespace optgen

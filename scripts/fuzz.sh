@@ -42,7 +42,7 @@ findings=$build_dir/findings
 saved_corpus=${OPTGEN_FUZZ_CORPUS:-$build_dir/corpus}
 rm -rf "$run_dir"
 mkdir -p "$run_dir/corpus" "$run_dir/sample" "$findings"
-cp specs/*.yaml examples/*.yaml tests/specs/*.yaml tests/bad_specs/*.yaml "$run_dir/corpus/"
+cp specs/*.yaml examples/*.yaml tests/specs/*.yaml tests/bad_specs/*.yaml tests/fuzz/seeds/*.yaml "$run_dir/corpus/"
 corpora=("$run_dir/corpus")
 [ -d "$saved_corpus" ] && corpora+=("$saved_corpus")
 touch "$run_dir/started"

@@ -13,6 +13,7 @@
 #include "optgen/kernel_abi.h"
 #include "optimizer_tables.h"
 #include "pipeline.h"
+#include "unsigned_states.h"
 
 namespace optgen {
 
@@ -104,8 +105,8 @@ std::vector<Storage> requested_storage(const SpecOptions& options, const std::st
     std::optional<Storage> parsed = parse_storage(item, &error);
     if (!parsed)
       throw Error(call, "SpecOptions::storage: " + error, "e.g. \"f32\", \"bf16\", \"bf16:bf16\" or \"bf16+master\"");
-    if (std::find(storage.begin(), storage.end(), *parsed) != storage.end())
-      throw Error(call, "SpecOptions::storage lists " + item + " twice");
+    if (auto same = std::find(storage.begin(), storage.end(), *parsed); same != storage.end())
+      throw Error(call, "SpecOptions::storage: " + repeated_storage(item, options.storage[same - storage.begin()]));
     storage.push_back(*parsed);
   }
   return storage;
@@ -222,12 +223,25 @@ RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& op
   try {
     const Spec spec = load_spec(path);
     const std::vector<Program> compiled = compile_spec(spec);
+    const std::string call = "optgen::load_spec_at_run_time(" + path + ")";
+    const std::vector<Storage> to_generate = storage_to_generate(requested, spec.storage);
     std::vector<Storage> storage;
-    for (const Storage& s : storage_to_generate(requested, spec.storage)) {
+    std::vector<std::string> written;  // each as the caller wrote it
+    for (size_t i = 0; i < to_generate.size(); ++i) {
+      const std::string text = !requested.empty()      ? options.storage[i]
+                               : !spec.storage.empty() ? spec.storage_written[i]
+                                                       : to_generate[i].text();
       std::string error;
-      auto canonical = canonical_storage(s, spec.state_names(), &error);
-      if (!canonical) throw Error("optgen::load_spec_at_run_time(" + path + ")", "SpecOptions::storage: " + error);
+      auto canonical = canonical_storage(to_generate[i], spec.state_names(), &error, text);
+      if (!canonical) throw Error(call, "SpecOptions::storage: " + error);
+      if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
+        throw Error(call, "SpecOptions::storage: " + problem);
+      // Equal only once canonical (f32 and f32:exp_avg=f32), or naming the same kernels.
+      if (std::string clash = storage_clash(storage, written, *canonical, text); !clash.empty())
+        throw Error(call, "SpecOptions::storage: " + clash);
+      check_unsigned_states(spec, compiled, *canonical, text);
       storage.push_back(*canonical);
+      written.push_back(text);
     }
     return RuntimeSpec(std::make_unique<const RuntimeSpec::Impl>(spec, compiled, storage));
   } catch (const SpecError& e) {

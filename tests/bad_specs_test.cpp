@@ -55,3 +55,36 @@ TEST_CASE("internal errors are told apart from spec errors", "[errors]") {
     CHECK(std::string(e.what()).rfind("internal error in optgen", 0) == 0);
   }
 }
+
+TEST_CASE("a control character is an error that names it, not the character itself", "[errors]") {
+  // A NUL reached the messages raw (shown as another character, or none).
+  const std::string line = std::string("  - param = param - gr") + '\0' + "ad";
+  // The line is quoted with the NUL as its picture, U+2400: a raw NUL ended the message.
+  CHECK(optgen::test::spec_error("nul.yaml", optgen::test::spec_text("update:\n" + line + "\n")) ==
+        "nul.yaml:4:23: error: control character 0x00 (NUL) in the spec\n  - param = param - gr\u2400ad\n"
+        "                      ^\nnote: a spec is text: remove it\n");
+}
+
+TEST_CASE("a key longer than YAML reads says so, not 'illegal map value'", "[errors]") {
+  const std::string name(5000, 'x');
+  const std::string error =
+      optgen::test::spec_error("long.yaml", optgen::test::spec_text("hyperparameters:\n  " + name +
+                                                                    ": {type: float, default: 1}\n"
+                                                                    "update:\n  - param = param - grad\n"));
+  CHECK_THAT(error, Catch::StartsWith("long.yaml:4:3: error: this key is 5000 characters long; YAML reads keys of "
+                                      "1024 at most\n") &&
+                        Catch::EndsWith("note: choose a shorter name\n"));
+}
+
+TEST_CASE("a literal that float cannot hold is a located warning", "[errors]") {
+  // The double reference keeps it; the kernels' float code made it infinity or 0 without a word.
+  const optgen::Spec spec = optgen::load_spec_text(
+      "wide.yaml", optgen::test::spec_text("per_step:\n  - big = 1e300 * 1e-290\nupdate:\n"
+                                           "  - param = param - 1e39 * grad * 1e-50 + big * 1e30 * grad\n"));
+  REQUIRE(spec.warnings.size() == 2);  // not per_step's, computed in double
+  CHECK(spec.warnings[0] ==
+        "wide.yaml:6:21: warning: '1e39' is beyond float range: it is infinity where the kernels compute in float "
+        "(their element code)\n  - param = param - 1e39 * grad * 1e-50 + big * 1e30 * grad\n                    ^\n");
+  CHECK_THAT(spec.warnings[1], Catch::StartsWith("wide.yaml:6:35: warning: '1e-50' is beyond float range: it is 0 "
+                                                 "where the kernels compute in float"));
+}

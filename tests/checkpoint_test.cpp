@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "optimizer_harness.h"
@@ -163,6 +165,69 @@ TEST_CASE("a truncated or malformed checkpoint file is a clear error", "[checkpo
              Catch::StartsWith(where + "tensor 'x': its shape holds something other than sizes"));
   fs::remove(file.path());
   CHECK_THAT(message_of([&] { optgen::read_safetensors(file.path()); }), Catch::Contains("cannot open the file"));
+}
+
+TEST_CASE("writers of one checkpoint path never mix their files, and a failed save leaves nothing", "[checkpoint]") {
+  // Every writer used <path>.tmp: two saving at once truncated each other's, and one's rename failed.
+  ScratchFile file("shared.safetensors");
+  optgen::Checkpoint small = sample(), large = sample();
+  large.metadata["padding"] = std::string(1 << 20, 'x');
+  const auto small_bytes = [&] {
+    optgen::write_safetensors(file.path(), small);
+    return bytes_of(file.path());
+  }();
+  const auto large_bytes = [&] {
+    optgen::write_safetensors(file.path(), large);
+    return bytes_of(file.path());
+  }();
+  std::vector<pid_t> writers;
+  for (int w = 0; w < 4; ++w) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // a process of its own, as every rank of a job is
+      int status = 0;
+      try {
+        for (int i = 0; i < 20; ++i) optgen::write_safetensors(file.path(), w % 2 ? large : small);
+      } catch (...) {
+        status = 1;
+      }
+      _exit(status);
+    }
+    writers.push_back(pid);
+  }
+  for (int i = 0; i < 40; ++i) {
+    const auto now = bytes_of(file.path());
+    CHECK((now == small_bytes || now == large_bytes));
+  }
+  for (pid_t pid : writers) {
+    int status = -1;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  const auto last = bytes_of(file.path());
+  CHECK((last == small_bytes || last == large_bytes));
+  for (const auto& entry : fs::directory_iterator(fs::path(file.path()).parent_path()))
+    CHECK(entry.path().filename() == "shared.safetensors");  // no temporary left behind
+
+  // A save that cannot write leaves no temporary and the old file as it was.
+  const std::string missing = fs::path(file.path()).parent_path().string() + "/no/such/dir/x.safetensors";
+  CHECK_THAT(message_of([&] { optgen::write_safetensors(missing, small); }), Catch::Contains("cannot create"));
+  fs::create_directory(fs::path(file.path()).parent_path() / "target");
+  CHECK_THAT(
+      message_of([&] { optgen::write_safetensors((fs::path(file.path()).parent_path() / "target").string(), small); }),
+      Catch::Contains("cannot rename"));
+  for (const auto& entry : fs::directory_iterator(fs::path(file.path()).parent_path()))
+    CHECK((entry.path().filename() == "shared.safetensors" || entry.path().filename() == "target"));
+}
+
+TEST_CASE("a checkpoint is read only from a regular file", "[checkpoint]") {
+  // A directory gave basic_filebuf's message; a FIFO waited for a writer.
+  ScratchFile file("fifo.safetensors");
+  CHECK_THAT(message_of([&] { optgen::read_safetensors(fs::path(file.path()).parent_path().string()); }),
+             Catch::Contains("this is a directory, not a regular file"));
+  REQUIRE(mkfifo(file.path().c_str(), 0600) == 0);
+  CHECK_THAT(message_of([&] { optgen::read_safetensors(file.path()); }),
+             Catch::Contains("this is a FIFO, not a regular file"));
 }
 
 TEST_CASE("an optimizer's checkpoint names its spec, and another spec's optimizer refuses it", "[checkpoint]") {

@@ -3,7 +3,9 @@
 // generated and compiled.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -39,6 +41,14 @@ TEST_CASE("command-line mistakes are exit status 2 and say what is wrong", "[cli
   const Case cases[] = {
       {"emit " + kSpec + " --out " + kScratch + " --storage f32,f32", "--storage: f32 is listed twice"},
       {"emit " + kSpec + " --out " + kScratch + " --storage f64", "--storage: unknown parameter storage 'f64'"},
+      // Equal only once canonical: the same kernels twice were an internal error (exit 3).
+      {"emit " + kSpec + " --out " + kScratch + " --storage f32,f32:exp_avg=f32",
+       "--storage: f32:exp_avg=f32 is f32 again, listed before it"},
+      {"emit " + kSpec + " --out " + kScratch + " --storage bf16:bf16,bf16:bf16:exp_avg=bf16:exp_avg_sq=bf16",
+       "--storage: bf16:bf16:exp_avg=bf16:exp_avg_sq=bf16 is bf16:bf16 again, listed before it"},
+      // Quoted as written, not as optgen spells it.
+      {"emit " + kSpec + " --out " + kScratch + " --storage bf16:f32:nope=f32",
+       "--storage: storage 'bf16:f32:nope=f32' names state 'nope', which the spec does not declare"},
       {"emit " + kSpec + " --out " + kScratch + " --block-size 99999999999",
        "--block-size: Value 99999999999 not in range 32 to 1024"},
       {"emit " + kSpec + " --out " + kScratch + " --block-size 100",
@@ -106,4 +116,43 @@ TEST_CASE("compile refuses an --arch older than a storage type needs, in one lin
   run = optgen("compile " + sgd + " --out " + kScratch + " --arch 75 --storage f32,f16,f16+master,f32:q8 --quiet");
   CHECK(run.status == 0);
   CHECK(run.output.empty());
+}
+
+TEST_CASE("uq8 for a state that can be negative is refused where it becomes negative", "[cli]") {
+  // Every negative value was stored as 0.
+  const Run run =
+      optgen("emit " + std::string(OPTGEN_SOURCE_DIR) + "/specs/sgd.yaml --out " + kScratch + " --storage f32:uq8");
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output, Catch::Contains("sgd.yaml:20:10: error: the value assigned to state 'momentum_buffer' here "
+                                         "can be negative (in variant sgd_use_momentum); storage 'f32:uq8' keeps it "
+                                         "in uq8, which stores a negative value as 0"));
+  CHECK(optgen("check " + std::string(OPTGEN_SOURCE_DIR) + "/specs/adamw.yaml").status == 0);  // exp_avg_sq=uq8
+}
+
+TEST_CASE("a spec path that is no regular file is refused before it is read", "[cli]") {
+  // /dev/zero was read until memory ran out; a FIFO blocked for good.
+  Run run = optgen("check /dev/zero");
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output,
+             Catch::Contains("/dev/zero: error: cannot read spec file: this is a device, not a regular file"));
+  const std::string fifo = "/tmp/optgen_cli_test_fifo_" + std::to_string(getpid()) + ".yaml";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  run = optgen("check " + fifo);
+  unlink(fifo.c_str());
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output, Catch::Contains(fifo + ": error: cannot read spec file: this is a FIFO, not a regular file"));
+}
+
+TEST_CASE("a literal beyond float is a located warning on stderr, and the spec is still emitted", "[cli]") {
+  const std::string spec = "/tmp/optgen_cli_test_wide_" + std::to_string(getpid()) + ".yaml";
+  {
+    FILE* file = std::fopen(spec.c_str(), "w");
+    REQUIRE(file != nullptr);
+    std::fputs("optimizer: Wide\nsummary: s\nupdate:\n  - param = param - 1e39 * grad\n", file);
+    std::fclose(file);
+  }
+  const Run run = optgen("check " + spec);
+  std::remove(spec.c_str());
+  CHECK(run.status == 0);
+  CHECK_THAT(run.output, Catch::Contains(spec + ":4:21: warning: '1e39' is beyond float range: it is infinity"));
 }

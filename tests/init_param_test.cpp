@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "check.h"
 #include "init_param.h"
 #include "init_param_reference.h"
 #include "optimizer_harness.h"
@@ -56,4 +57,30 @@ TEST_CASE("a state with init: param: the kernels match the reference from NaN me
   CHECK(not_finite == 0);
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= 1e-5);
+}
+
+TEST_CASE("a state with init: param present under a flag, written only under it, is accepted", "[errors]") {
+  // Its unwritten value (`step == 1 ? param : z`) was taken for a write in the variants without it,
+  // and refused with a hint to guard the statement that was guarded (`init: zeros` was accepted).
+  const std::string body = R"(hyperparameters:
+  lr: {type: float, default: 0.1}
+  f:  {type: bool, default: false, specialize: true}
+state:
+  z: {init: param, when: f}
+update:
+  - when: f
+    do:
+      - z = lerp(z, param, 0.5)
+  - param = param - lr * grad
+)";
+  CHECK(optgen::test::spec_error("flagged.yaml", optgen::test::spec_text(body)) == "");
+  CHECK(optgen::test::ir_after("verify_states", body, {{"f", false}}).find("z <-") == std::string::npos);
+  CHECK(optgen::test::ir_after("verify_states", body, {{"f", true}}).find("z <-") != std::string::npos);
+  // A write where it is absent is still one.
+  std::string unguarded = body;
+  unguarded.replace(unguarded.find("  - when: f\n    do:\n      - z"),
+                    std::string("  - when: f\n    do:\n      - z").size(), "  - z");
+  CHECK_THAT(optgen::test::spec_error("flagged.yaml", optgen::test::spec_text(unguarded)),
+             Catch::Contains("state 'z' is written here, but it is absent in variant flagged") &&
+                 Catch::Contains("guard the statement with `when: f`"));
 }

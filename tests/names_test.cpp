@@ -59,8 +59,9 @@ TEST_CASE("names C++ and the generated code keep are refused wherever a spec put
                                                "linux",        "unix",          "INT_MAX",
                                                "SIZE_MAX",     "INT64_C",       "CU_LAUNCH_PARAM_END",
                                                "CUDA_SUCCESS", "NVRTC_SUCCESS", "OPTGEN_BLOCK_SIZE",
-                                               "GroupValues",  "TensorValues",  "_x",
-                                               "x__y",         "lr_",           "exp_avg_data_"};
+                                               "GroupValues",  "TensorValues",  "Math",
+                                               "_x",           "x__y",          "lr_",
+                                               "exp_avg_data_"};
   int refused = 0;
   for (const auto& name : everywhere)
     for (const auto& place : kPlacements) {
@@ -91,6 +92,23 @@ TEST_CASE("names C++ and the generated code keep are refused wherever a spec put
   CHECK_THAT(spec_error("test.yaml", "optimizer: Tensor\nsummary: s\nupdate:\n  - param = param - grad\n"),
              Catch::Contains("optimizer name 'Tensor' cannot name the launcher's C++ class") &&
                  Catch::Contains("note: namespace optgen already has 'Tensor' (optgen's runtime)"));
+  // Names the launcher template declares in namespace optgen (found in the templates' text): the
+  // launcher did not compile.
+  for (const char* name : {"values_of", "kVariants", "kKernels", "spec_reference"}) {
+    INFO("optimizer " << name);
+    CHECK_THAT(
+        spec_error("test.yaml",
+                   "optimizer: " + std::string(name) + "\nsummary: s\nupdate:\n  - param = param - grad\n"),
+        Catch::Contains("optimizer name '" + std::string(name) + "' cannot name the launcher's C++ class") &&
+            Catch::Contains("note: the generated code already declares '" + std::string(name) + "' (templates/)"));
+  }
+  // The launcher class's members, found in the template's text.
+  for (const char* name : {"prepare", "engine", "info", "load", "Options", "CUstream", "AmpInputs", "StorageOptions"}) {
+    INFO("state " << name);
+    CHECK_THAT(spec_error("test.yaml", spec_text("state:\n  " + std::string(name) + ": {init: zeros}\nupdate:\n  - " +
+                                                 name + " = grad\n  - param = param - grad\n")),
+               Catch::Contains("note: the launcher class already has a member or type '" + std::string(name) + "'"));
+  }
   CHECK_THAT(spec_error("test.yaml",
                         "optimizer: Test\nsummary: s\nstate:\n  Test: {init: zeros}\nupdate:\n  - Test = grad\n  - "
                         "param = param - Test\n"),

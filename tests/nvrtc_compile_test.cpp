@@ -47,7 +47,7 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_80 and sm_90 
       REQUIRE(parsed);
       auto canonical = optgen::canonical_storage(*parsed, spec.state_names(), &error);
       REQUIRE(canonical);
-      if (!spec.storage_problem(*canonical).empty()) continue;  // adafactor's states of rows and columns
+      if (!spec.storage_problem(*canonical, text).empty()) continue;  // adafactor's states of rows and columns
       every_storage.push_back(*canonical);
     }
     const std::string source = optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning());

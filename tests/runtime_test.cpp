@@ -325,6 +325,19 @@ TEST_CASE("a cache entry that is not a regular file is a miss, and a store skips
   }
 }
 
+TEST_CASE("a cache entry larger than any kernel image is corrupt: a miss, and removed", "[runtime]") {
+  // Read whole, it threw std::bad_alloc out of every prepare() and stayed.
+  TemporaryDirectory temporary("optgen_runtime_test");
+  KernelCache cache(temporary.path());
+  const std::string key = KernelCache::key("s", {}, {}, 90, "13.0");
+  const std::string entry = cache.path(key);
+  REQUIRE(cache.store(key, {'\x7f', 'E', 'L', 'F'}));
+  fs::resize_file(entry, std::uintmax_t{1} << 40);  // sparse: no disk used
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK(cache.last_outcome() == KernelCache::Outcome::Corrupt);
+  CHECK_FALSE(fs::exists(entry));
+}
+
 TEST_CASE("the cache directory comes from OPTGEN_CACHE_DIR, XDG_CACHE_HOME or HOME", "[runtime]") {
   TemporaryDirectory temporary("optgen_runtime_test");
   ScopedEnvironment chosen("OPTGEN_CACHE_DIR", "/chosen/cache");

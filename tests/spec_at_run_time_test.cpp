@@ -281,7 +281,11 @@ TEST_CASE("SpecOptions::storage chooses the kernels of a spec loaded at run time
                              ") failed: SpecOptions::storage: unknown parameter storage 'f64'"));
   options.storage = {"f32", "f32:f32"};
   CHECK_THAT(error_of([&] { optgen::load_spec_at_run_time(adamw, options); }),
-             Catch::Contains("SpecOptions::storage lists f32:f32 twice"));
+             Catch::Contains("SpecOptions::storage: f32:f32 is f32 again, listed before it"));
+  // Equal only once canonical (a state given the states' dtype): the same kernels twice.
+  options.storage = {"f32", "f32:f32:exp_avg=f32"};
+  CHECK_THAT(error_of([&] { optgen::load_spec_at_run_time(adamw, options); }),
+             Catch::Contains("SpecOptions::storage: f32:f32:exp_avg=f32 is f32 again, listed before it"));
 }
 
 TEST_CASE("an engine on a spec loaded at run time checks what it is given as a launcher's does", "[spec_at_run_time]") {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "optgen/tuning.h"
@@ -162,6 +163,42 @@ TEST_CASE("tuning: a bad table is an error that names the file and the problem",
   CHECK_THAT(
       error_of([] { optgen::Tuning::load("/nonexistent/table.json"); }),
       Catch::Contains("optgen::Tuning::load(/nonexistent/table.json)") && Catch::Contains("cannot open the file"));
+  // Which of two measurements of one size applied depended on their order.
+  CHECK_THAT(parse_error(R"({"device": "x", "kernels": {"k": [{"elements": 10, "chunk_size": 128},
+             {"elements": 10, "chunk_size": 256}]}})"),
+             Catch::Contains("kernel set k has two measurements of 10 elements"));
+}
+
+TEST_CASE("tuning: a table is read only from a regular file of a table's size", "[tuning]") {
+  // A FIFO blocked for good, a device was read until memory ran out.
+  const std::string fifo =
+      (std::filesystem::temp_directory_path() / ("optgen_tuning_fifo." + std::to_string(getpid()))).string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THAT(error_of([&] { optgen::Tuning::load(fifo); }), Catch::Contains("optgen::Tuning::load(" + fifo + ")") &&
+                                                                Catch::Contains("this is a FIFO, not a regular file"));
+  std::filesystem::remove(fifo);
+  CHECK_THAT(error_of([] { optgen::Tuning::load("/dev/zero"); }),
+             Catch::Contains("this is a device, not a regular file"));
+  CHECK_THAT(error_of([] { optgen::Tuning::load(OPTGEN_SOURCE_DIR); }),
+             Catch::Contains("this is a directory, not a regular file"));
+}
+
+TEST_CASE("tuning: a table naming a kernel set its optimizer does not have is an error", "[tuning]") {
+  const auto& adamw = launcher("adamw");
+  // tuning.h once documented this name; the set is adamw_f32_q8_exp_avg_sq_uq8_update.
+  const optgen::Tuning wrong = optgen::Tuning::parse(
+      R"({"device": "x", "kernels": {"adamw_f32_q8_uq8_update": [{"elements": 10, "chunk_size": 256}]}})", "t.json");
+  CHECK_THAT(error_of([&] { wrong.check_kernel_names(adamw); }),
+             Catch::Contains("optgen::Tuning(t.json)") &&
+                 Catch::Contains("kernel set adamw_f32_q8_uq8_update is not one of AdamW's") &&
+                 Catch::Contains("adamw_f32_q8_exp_avg_sq_uq8_update"));
+  // Other optimizers' sets, and AdamW's own, are no concern of AdamW's.
+  const optgen::Tuning right = optgen::Tuning::parse(
+      R"({"device": "x", "kernels": {"adamw_f32_q8_exp_avg_sq_uq8_update": [{"elements": 10, "chunk_size": 256}],
+          "adam_f32_f32_update": [{"elements": 10, "chunk_size": 256}]}})",
+      "t.json");
+  CHECK_NOTHROW(right.check_kernel_names(adamw));
+  CHECK_NOTHROW(optgen::Tuning::parse(kTable, "table").check_kernel_names(adamw));
 }
 
 TEST_CASE("tuning: OPTGEN_TUNING names tables, and the one for the device is used", "[tuning]") {

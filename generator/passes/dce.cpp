@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -7,6 +8,26 @@ namespace optgen {
 namespace {
 bool is_own_value(const Output& o, VarKind kind) {
   return o.value->kind == NodeKind::Var && o.value->var == kind && o.value->name == o.name;
+}
+
+bool is_var(const Expr& e, VarKind kind, const std::string& name) {
+  return e->kind == NodeKind::Var && e->var == kind && e->name == name;
+}
+
+/// Whether `o` gives a state with `init: param` the value `update` reads it as, unchanged: `step == 1 ?
+/// param : state` (lower.cpp), the condition maybe hoisted to a group value. Absent from a variant,
+/// such a state is not written at all (it was refused as written in variants without it).
+bool is_unwritten_param_init(const Program& program, const Output& o) {
+  const Expr& v = o.value;
+  if (v->kind != NodeKind::Select || !is_var(v->args[1], VarKind::Param, "param") ||
+      !is_var(v->args[2], VarKind::State, o.name))
+    return false;
+  Expr condition = v->args[0];
+  if (condition->kind == NodeKind::Var && condition->var == VarKind::Hoisted)
+    for (const auto& g : program.values[Domain::Group])
+      if (g.name == condition->name) condition = g.value;
+  return condition->kind == NodeKind::Binary && condition->binary_op() == BinaryOp::Eq &&
+         is_var(condition->args[0], VarKind::Step, "step") && condition->args[1]->is_const(1);
 }
 
 /// The names of the group values, tensor values and reductions that `roots` read, and those read
@@ -41,8 +62,13 @@ std::vector<T> kept(const std::vector<T>& all, const std::set<std::string>& used
 Program dead_code_elimination(const Program& program) {
   Program result = program;
   result.element_outputs.clear();
-  for (const auto& o : program.element_outputs)
-    if (!is_own_value(o, o.name == "param" ? VarKind::Param : VarKind::State)) result.element_outputs.push_back(o);
+  for (const auto& o : program.element_outputs) {
+    if (is_own_value(o, o.name == "param" ? VarKind::Param : VarKind::State)) continue;
+    const bool absent =
+        o.name != "param" && std::find(program.states.begin(), program.states.end(), o.name) == program.states.end();
+    if (absent && is_unwritten_param_init(program, o)) continue;
+    result.element_outputs.push_back(o);
+  }
   result.scalar_state_updates.clear();
   for (const auto& o : program.scalar_state_updates)
     if (!is_own_value(o, VarKind::ScalarState)) result.scalar_state_updates.push_back(o);

@@ -222,6 +222,8 @@ class _Library:
         function = getattr(self.dll, name, None)
         if function is None:
             raise OptgenError(f"the optgen library {library_path()} has no {name}(); it was built without it")
+        for i, (arg, kind) in enumerate(zip(args, function.argtypes)):
+            _check_argument(name, i, arg, kind)
         if function(*args) != 0:
             raise OptgenError(self.dll.optgen_last_error().decode())
 
@@ -406,8 +408,28 @@ class TensorBinding:
     shape: Optional[Sequence[int]] = None  # dimensions, outermost first; None: not given
 
 
+_INTEGERS = (ctypes.c_size_t, ctypes.c_int64, ctypes.c_int32, ctypes.c_int)
+
+
+def _check_argument(function: str, index: int, arg, kind) -> None:
+    """Refuses what ctypes would pass on changed: text with a NUL character (C reads it as the end:
+    "a.yaml\\0x" loaded a.yaml), an integer beyond its C type (ctypes wraps it: a group of 2**64 - 1
+    became -1, every group)."""
+    if kind is ctypes.c_char_p and isinstance(arg, bytes) and b"\0" in arg:
+        raise ValueError(f"{function}(): argument {index + 1}, {arg!r}, holds a NUL character, which would end it "
+                         "there")
+    if kind in _INTEGERS and isinstance(arg, int):
+        bits = 8 * ctypes.sizeof(kind)
+        low, high = (0, 2 ** bits - 1) if kind is ctypes.c_size_t else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+        if not low <= arg <= high:
+            raise ValueError(f"{function}(): argument {index + 1}, {arg}, is out of range ({low} to {high})")
+
+
 def _strings(values: Iterable[str]):
     encoded = [v.encode() for v in values]
+    for v in encoded:
+        if b"\0" in v:
+            raise ValueError(f"name {v.decode()!r} holds a NUL character, which would end it there")
     return (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
 
 

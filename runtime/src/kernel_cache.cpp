@@ -1,5 +1,7 @@
 #include "optgen/kernel_cache.h"
 
+#include "optgen/files.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -82,40 +84,23 @@ bool is_valid_entry(const std::vector<char>& bytes) {
   return std::memcmp(digest.digest, bytes.data() + kDigestOffset, kDigestSize) == 0;
 }
 
-/// Closes a file descriptor on every path out of read_entry().
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
+/// No kernel image comes near this: a larger entry is not one (and reading it could take all memory).
+constexpr std::uint64_t kMaxEntryBytes = std::uint64_t{1} << 30;
 
- private:
-  int fd_;
-};
-
-/// The whole entry file, or nullopt when there is none, it cannot be read, or the path names
-/// something other than a regular file (a directory, a FIFO, a device). The type is checked on the
-/// opened descriptor, so the check and the read see the same file; O_NONBLOCK keeps open() from
-/// waiting for a writer when the path is a FIFO.
+/// The whole entry file; nullopt when there is none or the path names something other than a
+/// regular file (a directory, a FIFO, a device: checked on the opened descriptor, which a FIFO does
+/// not wait on). A regular file that cannot be read (larger than any kernel image, more than memory
+/// holds) comes back empty, so that load() takes it for corrupt and removes it: it threw
+/// std::bad_alloc out of every load.
 std::optional<std::vector<char>> read_entry(const std::string& path) {
-  FileDescriptor file(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (file.get() < 0) return std::nullopt;
-  struct stat info {};
-  if (fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) return std::nullopt;
-  std::vector<char> bytes(static_cast<std::size_t>(info.st_size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = read(file.get(), bytes.data() + done, bytes.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;  // shorter than its size said: the checksum rejects what was read
-    done += static_cast<std::size_t>(got);
+  std::string error;
+  std::optional<std::string> bytes = read_regular_file(path, kMaxEntryBytes, &error);
+  if (!bytes) {
+    std::error_code ignored;
+    if (fs::is_regular_file(path, ignored)) return std::vector<char>();
+    return std::nullopt;
   }
-  bytes.resize(done);
-  return bytes;
+  return std::vector<char>(bytes->begin(), bytes->end());
 }
 
 /// Makes temporary file names unique across processes that share a cache (even in other PID

@@ -1256,9 +1256,11 @@ const KernelInfo& FusedOptimizer::kernel_set(std::size_t group) const {
 const Tuning::Entry* FusedOptimizer::Impl::tuned(int kernel) const {
   // The device is asked for its name only where a table may apply: without OPTGEN_TUNING this
   // works without a GPU, as before.
-  if (!tuning)
+  if (!tuning) {
     tuning = std::getenv("OPTGEN_TUNING") ? Tuning::from_environment(driver::device_name(driver::current_device()))
                                           : Tuning();
+    tuning->check_kernel_names(*info);
+  }
   if (tuning->empty()) return nullptr;
   long long elements = 0;
   for (const Group& g : groups)

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "optgen/checkpoint.h"
 #include "optgen/error.h"
+#include "optgen/files.h"
 
 namespace optgen {
 namespace {
@@ -84,35 +86,23 @@ void write_safetensors(const std::string& path, const Checkpoint& checkpoint) {
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(call, "cannot open " + temporary + " for writing: " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& t : checkpoint.tensors)
-      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    out.flush();
-    if (!out) throw Error(call, "writing " + temporary + " failed: " + std::strerror(errno), "check the free space");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) throw Error(call, "cannot rename " + temporary + " to " + path + ": " + error.message());
+  std::vector<std::string_view> pieces = {{reinterpret_cast<const char*>(length), 8}, text};
+  for (const auto& t : checkpoint.tensors)
+    pieces.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  // A temporary of this writer's own, then a rename: writers of one path (every rank of a job)
+  // shared `<path>.tmp` and truncated each other's.
+  std::string error;
+  if (!replace_file(path, pieces, &error)) throw Error(call, error, "check the directory and the free space");
 }
 
 Checkpoint read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("read_safetensors(" + path + ")", std::string("cannot open the file: ") + std::strerror(errno));
-  std::vector<unsigned char> bytes;
-  try {
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  } catch (const std::bad_alloc&) {
-    throw Error("read_safetensors(" + path + ")", "the file does not fit in memory",
-                "check that it is an optimizer checkpoint");
-  }
+  std::string error;
+  std::optional<std::string> file = read_regular_file(path, UINT64_MAX, &error);
+  if (!file) throw Error("read_safetensors(" + path + ")", error, "name an optimizer checkpoint file");
+  const std::string_view bytes(*file);
   if (bytes.size() < 8)
     bad_file(path, "it has " + std::to_string(bytes.size()) + " bytes, fewer than the 8 of the header length");
-  const std::uint64_t header_bytes = read_le64(bytes.data());
+  const std::uint64_t header_bytes = read_le64(reinterpret_cast<const unsigned char*>(bytes.data()));
   if (header_bytes > kMaxHeaderBytes)
     bad_file(path, "its header length, " + std::to_string(header_bytes) + " bytes, is beyond any real header");
   if (8 + header_bytes > bytes.size())

@@ -151,12 +151,13 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
 }
 
 std::optional<Storage> canonical_storage(const Storage& storage, const std::vector<std::string>& states,
-                                         std::string* error) {
+                                         std::string* error, const std::string& written) {
   for (const auto& [state, dtype] : storage.state_dtypes)
     if (std::find(states.begin(), states.end(), state) == states.end()) {
       std::string declared;
       for (const std::string& s : states) declared += (declared.empty() ? "" : ", ") + s;
-      *error = "storage '" + storage.text() + "' names state '" + state + "', which the spec does not declare" +
+      *error = "storage '" + (written.empty() ? storage.text() : written) + "' names state '" + state +
+               "', which the spec does not declare" +
                (declared.empty() ? " (it declares none)" : " (it declares " + declared + ")");
       return std::nullopt;
     }
@@ -165,6 +166,22 @@ std::optional<Storage> canonical_storage(const Storage& storage, const std::vect
   for (const std::string& s : states)
     if (storage.state_dtype(s) != storage.states) canonical.state_dtypes.emplace_back(s, storage.state_dtype(s));
   return canonical;
+}
+
+std::string repeated_storage(const std::string& written, const std::string& earlier) {
+  if (written == earlier) return written + " is listed twice";
+  return written + " is " + earlier + " again, listed before it (a state of the states' dtype changes nothing)";
+}
+
+std::string storage_clash(const std::vector<Storage>& earlier, const std::vector<std::string>& earlier_written,
+                          const Storage& storage, const std::string& written) {
+  for (std::size_t i = 0; i < earlier.size(); ++i) {
+    if (earlier[i] == storage) return repeated_storage(written, earlier_written[i]);
+    if (earlier[i].name() == storage.name())
+      return "storage '" + written + "' and '" + earlier_written[i] + "' would both name the kernels <variant>_" +
+             storage.name() + ": their state names run together";
+  }
+  return "";
 }
 
 std::vector<Storage> default_storage() {

@@ -4,17 +4,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <cstdint>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "optgen/error.h"
+#include "optgen/files.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/optimizer.h"
 
 namespace optgen {
 
 namespace {
+
+/// Far above any table optgen_bench writes (a few KB).
+constexpr std::uint64_t kMaxTableBytes = 64 << 20;
 
 const char* const kFix = "write the table again with optgen_bench --tune (bench/README.md, \"Tuning for a GPU\")";
 
@@ -74,19 +79,42 @@ Tuning Tuning::parse(const std::string& text, const std::string& origin) {
         e.block_size = static_cast<int>(threads);
         e.elements_per_thread = static_cast<int>(in_flight);
       }
+      for (const Entry& other : entries)
+        if (other.elements == e.elements)
+          bad(origin, where + " has two measurements of " + std::to_string(e.elements) +
+                          " elements: which one applies would depend on their order");
       entries.push_back(e);
     }
     tuning.set(kernel, std::move(entries));
   }
+  tuning.origin_ = origin;
   return tuning;
 }
 
+void Tuning::check_kernel_names(const OptimizerInfo& info) const {
+  std::vector<std::string> known;
+  for (int k = 0; k < info.num_kernels; ++k) known.push_back(tuning_name(info, info.kernels[k]));
+  for (const auto& [kernel, entries] : kernels_) {
+    if (std::find(known.begin(), known.end(), kernel) != known.end()) continue;
+    bool ours = false;  // a variant of this spec, then a params dtype: adamw_amsgrad_bf16_...
+    for (int v = 0; v < info.num_variants && !ours; ++v)
+      for (DType param : {DType::F32, DType::BF16, DType::F16})
+        ours = ours || kernel.rfind(std::string(info.variants[v].name) + "_" + to_string(param) + "_", 0) == 0;
+    if (!ours) continue;
+    std::string names;
+    for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
+    throw Error("optgen::Tuning(" + origin_ + ")",
+                "kernel set " + kernel + " is not one of " + info.name + "'s, so its entry would do nothing",
+                "name one of its kernel sets: " + names);
+  }
+}
+
 Tuning Tuning::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) bad(path, "cannot open the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path);
+  // A regular file of a table's size: a FIFO blocked here for good, a device read without end.
+  std::string error;
+  std::optional<std::string> text = read_regular_file(path, kMaxTableBytes, &error);
+  if (!text) bad(path, error);
+  return parse(*text, path);
 }
 
 Tuning Tuning::from_environment(const std::string& device) {

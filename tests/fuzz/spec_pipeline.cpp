@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <exception>
@@ -42,6 +43,7 @@ const char* to_string(Outcome::Kind kind) {
     case Outcome::EmitRejected: return "accepted by check (or emit --reference-only), then a SpecError from an emitter";
     case Outcome::Internal: return "optgen::InternalError";
     case Outcome::OtherException: return "an exception other than optgen::SpecError";
+    case Outcome::Slow: return "over the time budget of emit";
   }
   return "?";
 }
@@ -64,7 +66,9 @@ bool is_located(const std::string& message, const std::string& path, const std::
   return line >= 1 && line <= lines + 1 && column >= 1;
 }
 
-Outcome run_pipeline(const std::string& path, const std::string& text) {
+namespace {
+
+Outcome run_stages(const std::string& path, const std::string& text) {
   Outcome outcome;
   bool accepted = false;  // by `optgen check`: loaded, lowered, every variant compiled
   try {
@@ -103,6 +107,22 @@ Outcome run_pipeline(const std::string& path, const std::string& text) {
   } catch (...) {
     outcome.kind = Outcome::OtherException;
     outcome.message = "an exception not derived from std::exception";
+  }
+  return outcome;
+}
+
+}  // namespace
+
+Outcome run_pipeline(const std::string& path, const std::string& text) {
+  const auto start = std::chrono::steady_clock::now();
+  Outcome outcome = run_stages(path, text);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (text.size() < kBudgetedBytes && seconds > kEmitBudgetSeconds && !outcome.is_finding()) {
+    outcome.message = "the pipeline took " + std::to_string(seconds) + " s on a spec of " +
+                      std::to_string(text.size()) + " bytes (budget: " + std::to_string(kEmitBudgetSeconds) +
+                      " s under " + std::to_string(kBudgetedBytes) + " bytes); it " +
+                      (outcome.kind == Outcome::Emitted ? "was emitted" : "was rejected: " + outcome.message);
+    outcome.kind = Outcome::Slow;
   }
   return outcome;
 }

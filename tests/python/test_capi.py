@@ -141,6 +141,29 @@ def test_a_missing_spec_file_is_an_error_that_names_it():
         Engine.from_spec("/nonexistent/spec.yaml")
 
 
+def test_text_with_a_nul_character_and_integers_beyond_their_c_type_are_errors():
+    # C read "a.yaml\0x" as a.yaml and "lr\0x" as lr; ctypes wrapped 2**64 - 1 to -1, every group.
+    adamw = str(REPO / "specs" / "adamw.yaml")
+    with pytest.raises(ValueError, match="holds a NUL character"):
+        Engine.from_spec(adamw + "\0x")
+    with pytest.raises(ValueError, match="name 'lr\\\\x00x' holds a NUL character"):
+        Engine.from_spec(adamw, {"lr\0x": 0.5})
+    with pytest.raises(ValueError, match="name 'lr\\\\x00x' holds a NUL character"):
+        Engine.builtin("adamw", {"lr\0x": 0.5})
+    e = Engine.builtin("adamw")
+    with pytest.raises(ValueError, match="holds a NUL character"):
+        e.set("lr\0x", 0.5)
+    with pytest.raises(ValueError, match=r"optgen_set\(\): argument 4, 18446744073709551615, is out of range"):
+        e.set("lr", 0.5, group=2 ** 64 - 1)
+    with pytest.raises(ValueError, match="out of range"):
+        e.step_count(2 ** 64)
+    with pytest.raises(ValueError, match="out of range"):
+        e.step_count(-1)
+    e.set("lr", 0.5)  # every group: none yet
+    with pytest.raises(OptgenError, match="no param group 0"):
+        e.get("lr", 0)
+
+
 def test_a_bad_override_of_a_spec_at_run_time_is_an_error():
     with pytest.raises(OptgenError, match="AdamW has no hyperparameter 'beta3'"):
         Engine.from_spec(REPO / "specs" / "adamw.yaml", {"beta3": 0.5})

@@ -63,9 +63,20 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
 /// `storage` checked against a spec's states (declaration order): nullopt, with the reason in
 /// `error`, when it names a state the spec does not declare; else the same storage with its state
 /// dtypes in declaration order, those equal to `states` dropped, so that equal storage compares
-/// and names equal.
+/// and names equal. `written`, when given, is the storage as the user wrote it, for the message.
 std::optional<Storage> canonical_storage(const Storage& storage, const std::vector<std::string>& states,
-                                         std::string* error);
+                                         std::string* error, const std::string& written = "");
+
+/// Says that storage `written` is `earlier`, listed before it, again: "bf16 is listed twice", or
+/// "f32:exp_avg=f32 is f32 again, listed before it" when they are equal only once canonical.
+std::string repeated_storage(const std::string& written, const std::string& earlier);
+
+/// Why canonical storage `storage` (written `written`) cannot be generated beside `earlier` (each
+/// written as in `earlier_written`): it is one of them again (repeated_storage), or it names the same
+/// kernels as one, since state names joined with '_' can collide (states a, b and a_bf16_b); "" when
+/// it can.
+std::string storage_clash(const std::vector<Storage>& earlier, const std::vector<std::string>& earlier_written,
+                          const Storage& storage, const std::string& written);
 
 /// What a spec generates unless it or the build says otherwise: f32, and bf16 params with f32 states.
 std::vector<Storage> default_storage();
