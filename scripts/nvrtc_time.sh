@@ -20,9 +20,9 @@ for spec in specs/*.yaml; do
   [ -n "$archs" ] && arguments+=(--arch "$archs")
   /usr/bin/time -f '%U %S %e' -o "$scratch/time" "$optgen" "${arguments[@]}"
   read -r user system wall < "$scratch/time"
-  cpu=$(echo "$user + $system" | bc)
+  cpu=$(awk -v u="$user" -v s="$system" 'BEGIN { print u + s }')
   printf '%-16s %8.1f %8.1f\n' "$name" "$cpu" "$wall"
-  total_cpu=$(echo "$total_cpu + $cpu" | bc)
-  total_wall=$(echo "$total_wall + $wall" | bc)
+  total_cpu=$(awk -v a="$total_cpu" -v b="$cpu" 'BEGIN { print a + b }')
+  total_wall=$(awk -v a="$total_wall" -v b="$wall" 'BEGIN { print a + b }')
 done
 printf '%-16s %8.1f %8.1f\n' total "$total_cpu" "$total_wall"
