@@ -3,7 +3,7 @@
 // here; and the host time spent inside step() for a model of many tensors.
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
-//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor]
+//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //                [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8] [--tune FILE]
 //
@@ -47,7 +47,9 @@
 #include "adafactor.h"
 #include "adam.h"
 #include "adamw.h"
+#include "dadapt_adam.h"
 #include "lamb.h"
+#include "prodigy.h"
 #include "optgen/blockwise8.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
@@ -253,6 +255,15 @@ std::vector<OptimizerCase> optimizer_cases() {
       // g; writes p). Row and column states are negligible; 1-D tensors also read and write
       // `variance` (not counted).
       {"adafactor", {2, 1, 4, {}}, with_defaults(optgen::Adafactor::info(), {})},
+      // Two launches: the D estimate's two sums over the group (reads p, g, p0, s), then the update
+      // (reads p, g, m, v, s; writes p, m, v, s). p0 is read-only: written at the first step only.
+      {"prodigy",
+       {2, 1, 2, {{"exp_avg", 2}, {"exp_avg_sq", 2}, {"s", 3}, {"p0", 1}}},
+       with_defaults(optgen::Prodigy::info(), {})},
+      // Two launches: the D estimate's two sums (reads p, g, v, s), then the update (as Prodigy's).
+      {"dadapt_adam",
+       {2, 1, 2, {{"exp_avg", 2}, {"exp_avg_sq", 3}, {"s", 3}}},
+       with_defaults(optgen::DAdaptAdam::info(), {})},
   };
 }
 
@@ -449,7 +460,8 @@ void add_options(CLI::App& app, Arguments& args) {
       ->capture_default_str();
   app.add_option("--optimizers", args.optimizers, "optimizers, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"adam", "adamw", "sgd", "adamw_clip", "lamb", "lamb_clip", "adafactor"}))
+      ->check(CLI::IsMember(
+          {"adam", "adamw", "sgd", "adamw_clip", "lamb", "lamb_clip", "adafactor", "prodigy", "dadapt_adam"}))
       ->capture_default_str();
   app.add_option("--modes", args.modes,
                  "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "

@@ -68,6 +68,7 @@ namespace variants::adan {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -118,6 +119,9 @@ namespace variants::adan {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3fu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x3du;  // written back: param, exp_avg, exp_avg_sq, exp_avg_diff, neg_pre_grad
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -234,6 +238,7 @@ namespace variants::adan_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -314,6 +319,9 @@ namespace variants::adan_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3fu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x3du;  // written back: param, exp_avg, exp_avg_sq, exp_avg_diff, neg_pre_grad
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;

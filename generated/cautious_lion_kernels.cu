@@ -65,6 +65,7 @@ namespace variants::cautious_lion {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -125,6 +126,9 @@ namespace variants::cautious_lion {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x5u;  // written back: param, exp_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float numel_over_sum_mask_plus_one;
@@ -212,6 +216,7 @@ namespace variants::cautious_lion_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -308,6 +313,9 @@ namespace variants::cautious_lion_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x5u;  // written back: param, exp_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;

@@ -77,6 +77,7 @@ namespace variants::lars {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -135,6 +136,9 @@ namespace variants::lars {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x1u;  // written back: param
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float trust_ratio;
@@ -227,6 +231,7 @@ namespace variants::lars_use_momentum {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -292,6 +297,9 @@ namespace variants::lars_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float trust_ratio;
@@ -391,6 +399,7 @@ namespace variants::lars_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -485,6 +494,9 @@ namespace variants::lars_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x1u;  // written back: param
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;
@@ -585,6 +597,7 @@ namespace variants::lars_use_momentum_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -686,6 +699,9 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;

@@ -85,6 +85,7 @@ namespace variants::rmsprop {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -111,6 +112,9 @@ namespace variants::rmsprop {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -195,6 +199,7 @@ namespace variants::rmsprop_centered {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -221,6 +226,9 @@ namespace variants::rmsprop_centered {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -310,6 +318,7 @@ namespace variants::rmsprop_use_momentum {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -338,6 +347,9 @@ namespace variants::rmsprop_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -428,6 +440,7 @@ namespace variants::rmsprop_centered_use_momentum {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -456,6 +469,9 @@ namespace variants::rmsprop_centered_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -550,6 +566,7 @@ namespace variants::rmsprop_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -606,6 +623,9 @@ namespace variants::rmsprop_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;
@@ -697,6 +717,7 @@ namespace variants::rmsprop_centered_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -753,6 +774,9 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;
@@ -849,6 +873,7 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -907,6 +932,9 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;
@@ -1004,6 +1032,7 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -1062,6 +1091,9 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;

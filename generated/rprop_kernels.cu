@@ -60,6 +60,7 @@ namespace variants::rprop {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -85,6 +86,9 @@ namespace variants::rprop {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0xdu;  // written back: param, prev, step_size
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -171,6 +175,7 @@ namespace variants::rprop_clip_grad_norm {
   struct Group {
     typedef GroupValues Values;
     static constexpr int kScalarStates = 0;
+    static constexpr bool kCommits = false;  // 'update' assigns scalar state (advance)
 
     /// Advances `scalar_state_` (the values the previous step left) and computes the values of step
     /// `step` (counting from 1) from the hyperparameters `h_`.
@@ -226,6 +231,9 @@ namespace variants::rprop_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+    static constexpr unsigned kStores = 0xdu;  // written back: param, prev, step_size
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;

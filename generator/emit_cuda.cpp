@@ -374,22 +374,38 @@ class CudaEmitter {
     auto s = w.block("struct Group", "};");
     w.line("typedef GroupValues Values;");
     w.line("static constexpr int kScalarStates = " + std::to_string(spec_.scalar_states.size()) + ";");
+    const bool commits = !p.scalar_state_commits.empty();
+    w.line(std::string("static constexpr bool kCommits = ") + (commits ? "true" : "false") +
+           ";  // 'update' assigns scalar state (advance)");
     w.line();
     w.line("/// Advances `scalar_state_` (the values the previous step left) and computes the values of step");
     w.line("/// `step` (counting from 1) from the hyperparameters `h_`.");
-    auto fn = w.block(
-        "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] "
-        "double* scalar_state_, "
-        "[[maybe_unused]] long long step)");
-    CudaPrinter printer(true);
-    auto values = write_group_code(w, p, printer, {"step"});
-    w.line("GroupValues result_;");
-    for (const auto& f : group_value_fields(p)) {
-      const std::string& value = values[f.index];
-      w.line("result_." + f.name + " = " + (f.is_bool ? value : "static_cast<float>(" + value + ")") + ";");
+    {
+      auto fn = w.block(
+          "static __device__ __forceinline__ GroupValues step([[maybe_unused]] const double* h_, [[maybe_unused]] "
+          "double* scalar_state_, "
+          "[[maybe_unused]] long long step)");
+      CudaPrinter printer(true);
+      auto values = write_group_code(w, p, printer, {"step"});
+      w.line("GroupValues result_;");
+      for (const auto& f : group_value_fields(p)) {
+        const std::string& value = values[f.index];
+        w.line("result_." + f.name + " = " + (f.is_bool ? value : "static_cast<float>(" + value + ")") + ";");
+      }
+      if (group_value_fields(p).empty()) w.line("result_.unused = 0.0f;");
+      w.line("return result_;");
     }
-    if (group_value_fields(p).empty()) w.line("result_.unused = 0.0f;");
-    w.line("return result_;");
+    if (!commits) return;
+    w.line();
+    w.line("/// The scalar state after step `step`, once the Reduce stages are done: per_step's, then what");
+    w.line("/// 'update' assigns from the results of the reductions over the group; from the scalar state");
+    w.line("/// `old_state_` the step started from, into `scalar_state_` (the Update stage's commit).");
+    auto advance = w.block(
+        "static __device__ __forceinline__ void advance([[maybe_unused]] const double* h_, [[maybe_unused]] const "
+        "double* old_state_, [[maybe_unused]] long long step, [[maybe_unused]] const optgen::Results& results_, "
+        "double* scalar_state_)");
+    CudaPrinter advance_printer(true, &p);
+    write_advance_code(w, p, advance_printer, {"step"});
   }
 
   /// The operands every stage kernel of the variant indexes: param, grad, then its states.
@@ -449,7 +465,12 @@ class CudaEmitter {
            ";  // no Reduce stage before this one");
   }
 
-  void update_struct(CodeWriter& w, const Program& p) {
+  void update_struct(CodeWriter& w, const Program& variant) {
+    // A state the step only reads that starts as the parameter is written at the group's first
+    // step only, when it reads as the parameter: the stage writes it the parameter and never loads it.
+    Program p = variant;
+    for (auto& o : p.element_outputs)
+      if (o.first_step_only) o.value = Node::make_var(VarKind::Param, "param", ValueType::Float);
     const auto names = operand_names(p);
     std::string operands;
     for (const auto& n : names) operands += (operands.empty() ? "" : ", ") + n;
@@ -463,6 +484,22 @@ class CudaEmitter {
     w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
            ";  // reads values computed per tensor");
     first_stage(w, p);
+    // The operands it reads, and those it writes back: the outputs, and the read-only states that
+    // start as the parameter at the group's first step only.
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
+           " >> op_) & 1u; }");
+    unsigned stores = 0, first_step_stores = 0;
+    std::string stored, first_step_stored;
+    for (const auto& o : p.element_outputs) {
+      const unsigned bit = 1u << (std::find(names.begin(), names.end(), o.name) - names.begin());
+      (o.first_step_only ? first_step_stores : stores) |= bit;
+      std::string& list = o.first_step_only ? first_step_stored : stored;
+      list += (list.empty() ? "" : ", ") + o.name;
+    }
+    w.line("static constexpr unsigned kStores = " + hex(stores) + ";  // written back: " + stored);
+    w.line("static constexpr unsigned kFirstStepStores = " + hex(first_step_stores) + ";  // " +
+           (first_step_stored.empty() ? std::string("no read-only state starts as the parameter")
+                                      : "written at the group's first step only: " + first_step_stored));
     w.line();
     const std::set<std::string> taken = taken_names(p);
     tensor_values(w, p, read, taken);

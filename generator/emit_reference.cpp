@@ -420,10 +420,22 @@ class ReferenceEmitter {
     }
     w.line();
     w.line("/// per_step for the generic descriptor: the group values into `out_`.");
-    auto fn = w.block(
-        "inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_)");
-    w.line("const GroupValues values_ = per_step(h_, scalar_state_, step);");
-    w.line("for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];");
+    {
+      auto fn = w.block(
+          "inline void per_step_into(const double* h_, double* scalar_state_, ::std::int64_t step, double* out_)");
+      w.line("const GroupValues values_ = per_step(h_, scalar_state_, step);");
+      w.line("for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];");
+    }
+    if (p.scalar_state_commits.empty()) return;
+    w.line();
+    w.line("/// The scalar state after step `step`, once the reductions are done: per_step's, then what");
+    w.line("/// 'update' assigns from the group's results `group_`; from the scalar state `old_state_` the");
+    w.line("/// step started from, into `scalar_state_`.");
+    auto advance = w.block(
+        "inline void advance([[maybe_unused]] const double* h_, [[maybe_unused]] const double* old_state_, "
+        "[[maybe_unused]] ::std::int64_t step, [[maybe_unused]] const double* group_, double* scalar_state_)");
+    CppPrinter printer(false, &p);
+    write_advance_code(w, p, printer, reserved());
   }
 
   /// The tensor values `roots` read, in the program's order.
@@ -609,6 +621,8 @@ class ReferenceEmitter {
                  : "<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, "
                    "k_, tensor_.data() + t_ * " +
                        stride + ", group_.data());";
+      const bool commits = !v.scalar_state_commits.empty();
+      if (commits) w.line("const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);");
       w.line("const auto k_ = " + ns + "per_step(h_, scalar_state_, step);");
       w.line("// The results of the reductions: [tensor * " + stride + " + r] and [r].");
       w.line("::std::vector<double> tensor_(count_ * " + stride + "), group_(" + stride + ");");
@@ -629,6 +643,7 @@ class ReferenceEmitter {
                  combine(reduction, at, "tensor_[t_ * " + stride + " + " + std::to_string(r) + "]") + ";");
         }
       }
+      if (commits) w.line(ns + "advance(h_, old_state_.data(), step, group_.data(), scalar_state_);");
       w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "update" + arguments);
       w.line("return;");
     }

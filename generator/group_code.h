@@ -22,6 +22,15 @@ namespace optgen {
 std::vector<std::string> write_group_code(CodeWriter& w, const Program& p, ExprPrinter& printer,
                                           std::set<std::string> taken);
 
+/// The scalar state after a step: per_step's new values, then those `update` assigns from the
+/// group's reductions (Program::scalar_state_commits), as the body of a function
+///   (const double* h_, const double* old_state_, <64-bit int> step, <the reductions' results>,
+///    double* scalar_state_)
+/// that reads the scalar state before the step from `old_state_` and writes the new values into
+/// `scalar_state_`; one function, so both share their temporaries. Reduced leaves print as
+/// `printer` prints them.
+void write_advance_code(CodeWriter& w, const Program& p, ExprPrinter& printer, std::set<std::string> taken);
+
 /// `const double lr = h_[0];` (or `const bool`) for each hyperparameter `roots` read.
 void write_hyperparameter_loads(CodeWriter& w, const Spec& spec, const std::vector<Expr>& roots);
 

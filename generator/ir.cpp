@@ -274,6 +274,7 @@ void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f) 
 void for_each_node(const Program& program, const std::function<void(const Expr&)>& f) {
   Walk walk(f);
   for (const auto& s : program.scalar_state_updates) walk(s.value);
+  for (const auto& s : program.scalar_state_commits) walk(s.value);
   for (const auto& list : program.values)
     for (const auto& v : list) walk(v.value);
   for (const auto& r : program.reductions) walk(r.operand);
@@ -284,6 +285,7 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   Program result = program;
   for (auto& [name, value] : result.derived_flags) value = f(value);
   for (auto& o : result.scalar_state_updates) o.value = f(o.value);
+  for (auto& o : result.scalar_state_commits) o.value = f(o.value);
   for (auto& list : result.values)
     for (auto& v : list) v.value = f(v.value);
   for (auto& r : result.reductions) r.operand = f(r.operand);

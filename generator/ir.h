@@ -153,6 +153,9 @@ struct Output {
   Expr value;
   SourceLoc loc;                   ///< the statement that last assigned it
   Domain level = Domain::Element;  ///< a state's shape: one value per row, per column or per element
+  /// A state `update` never assigns, with `init: param`: its buffer is written at the group's
+  /// first step only (the parameter), and only read after.
+  bool first_step_only = false;
 };
 
 /// A value computed once at a lower level and read, through a Hoisted leaf of the same name, by the
@@ -214,7 +217,13 @@ struct Program {
   std::map<std::string, bool> flags;
   std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
 
-  std::vector<Output> scalar_state_updates;  ///< new value of each scalar state, in declaration order
+  std::vector<Output>
+      scalar_state_updates;  ///< new value of each scalar state `per_step` assigns, in declaration order
+  /// New value of each scalar state `update` assigns, in declaration order: one per group, computed
+  /// after the Reduce stages from the group's inputs as the step found them (hyperparameters, step,
+  /// the scalar state before `per_step`) and the results of reductions over the group (Reduced
+  /// leaves once `assign_levels` has run), and committed with the step.
+  std::vector<Output> scalar_state_commits;
   /// Filled by `assign_levels`: the values computed once per group, tensor, matrix, row or column,
   /// each read through Hoisted leaves by the code of finer domains.
   DomainValues values;

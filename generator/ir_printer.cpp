@@ -57,6 +57,7 @@ std::string dump(const Program& program) {
   std::vector<Expr> roots;
   for (const auto& [name, value] : program.derived_flags) roots.push_back(value);
   for (const auto& o : program.scalar_state_updates) roots.push_back(o.value);
+  for (const auto& o : program.scalar_state_commits) roots.push_back(o.value);
   for (const auto& list : program.values)
     for (const auto& v : list) roots.push_back(v.value);
   for (const auto& r : program.reductions) roots.push_back(r.operand);
@@ -111,12 +112,16 @@ std::string dump(const Program& program) {
   values("matrix", program.values[Domain::Matrix], Domain::Matrix);
   values("row", program.values[Domain::Row], Domain::Row);
   values("col", program.values[Domain::Column], Domain::Column);
+  if (!program.scalar_state_commits.empty()) {
+    out << "commit:\n";
+    for (const auto& o : program.scalar_state_commits) assignment(o.name, o.value, "<-");
+  }
   out << "update:\n";
   for (const auto& o : program.element_outputs)
     assignment(o.level == Domain::Row      ? o.name + "[row]"
                : o.level == Domain::Column ? o.name + "[col]"
                                            : o.name,
-               o.value, "<-");
+               o.value, o.first_step_only ? "<- (at the first step only)" : "<-");
   if (!program.stages.empty()) {
     out << "stages:";
     for (const auto& stage : program.stages) out << " " << stage.name << " (" << to_string(stage.kind) << ")";

@@ -1,5 +1,6 @@
 #include "lower.h"
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -143,16 +144,14 @@ class Lowering {
     }
   }
 
-  /// `per_step`, and the new value of every scalar state (each must be assigned there).
+  /// `per_step`, and the new value of each scalar state it assigns.
   void lower_per_step(Program& program) {
     section_ = Section::PerStep;
     collect_targets(spec_.per_step);
     block(spec_.per_step);
     for (const auto& s : spec_.scalar_states) {
       const Binding& b = env_.at(s.name);
-      if (!assigned_.count(s.name))
-        throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step'");
-      program.scalar_state_updates.push_back({s.name, b.value, b.loc});
+      if (assigned_.count(s.name)) program.scalar_state_updates.push_back({s.name, b.value, b.loc});
     }
   }
 
@@ -187,12 +186,59 @@ class Lowering {
     const Binding& param = env_.at("param");
     if (!assigned_.count("param")) throw SpecError(update_loc(), "'update' never assigns 'param'");
     program.element_outputs.push_back({"param", param.value, param.loc});
+    std::set<std::string> read;  // the states the outputs read
+    for (const auto& [name, b] : env_) {
+      const bool output = b.kind == NameKind::Param || b.kind == NameKind::State || b.kind == NameKind::ScalarState;
+      if (!output || !assigned_.count(name)) continue;
+      for_each_node(b.value, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::State) read.insert(e->name);
+      });
+    }
     for (const auto& s : spec_.states) {
       const Binding& b = env_.at(s.name);
-      if (!assigned_.count(s.name)) throw SpecError(s.loc, "state '" + s.name + "' is never written by 'update'");
-      program.element_outputs.push_back({s.name, b.value, b.loc, level_of(s.shape)});
+      const bool assigned = assigned_.count(s.name) > 0;
+      if (!assigned && !read.count(s.name))
+        throw SpecError(s.loc, "state '" + s.name + "' is never written by 'update', and no output reads it");
+      // A state 'update' only reads is never stored, except that one with `init: param` is written
+      // at the group's first step: the parameter it reads as then.
+      program.element_outputs.push_back(
+          {s.name, b.value, assigned ? b.loc : s.loc, level_of(s.shape), !assigned && s.init.param});
       program.states.push_back(s.name);
     }
+    for (const auto& s : spec_.scalar_states) {
+      const Binding& b = env_.at(s.name);
+      if (!assigned_.count(s.name))
+        throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step' or 'update'");
+      if (assigned_in_update_.count(s.name)) {
+        check_commit(s.name, b);
+        program.scalar_state_commits.push_back({s.name, b.value, b.loc});
+      }
+    }
+  }
+
+  /// A scalar state `update` assigns is one value per param group: the value may read what per_step
+  /// reads, per_step's values and reductions over the group, not a tensor's or an element's values.
+  void check_commit(const std::string& name, const Binding& b) {
+    std::set<const Node*> seen;
+    std::function<void(const Expr&)> visit = [&](const Expr& e) {
+      if (!seen.insert(e.get()).second) return;
+      if (e->kind == NodeKind::Reduce) {
+        if (e->scope != Domain::Group)
+          throw SpecError(b.loc,
+                          "scalar state '" + name +
+                              "' is one value per param group, but its new value reads a reduction over each " +
+                              to_string(e->scope),
+                          "reduce over the whole group (group_sum, group_norm, group_max)");
+        return;  // its operand is element code, as any reduction's
+      }
+      if (e->kind == NodeKind::Var && e->level != Domain::Group)
+        throw SpecError(b.loc,
+                        "scalar state '" + name + "' is one value per param group, but its new value reads '" +
+                            e->name + "', " + per(e->level),
+                        "reduce it over the group first (group_sum, group_norm, group_max)");
+      for (const auto& a : e->args) visit(a);
+    };
+    visit(b.value);
   }
 
   SourceLoc update_loc() const { return spec_.update_loc; }
@@ -280,6 +326,7 @@ class Lowering {
     // Whether an output was assigned is recorded, not read off its value: `param = grad` assigns
     // param a leaf, and swapping two states through a local leaves each the other's old value.
     if (kind == NameKind::Param || kind == NameKind::State || kind == NameKind::ScalarState) assigned_.insert(s.target);
+    if (kind == NameKind::ScalarState && section_ == Section::Update) assigned_in_update_.insert(s.target);
   }
 
   /// A state that exists for some tensors only is written under the guard it is read under; a row
@@ -325,10 +372,7 @@ class Lowering {
       case NameKind::Step: cannot_assign(s, kind, ": it counts steps by itself");
       case NameKind::Grad: cannot_assign(s, kind, ": the gradient is read-only; assign to a new name (e.g. 'g = ...')");
       case NameKind::Numel: cannot_assign(s, kind, ": it is an input; assign to a new name instead");
-      case NameKind::ScalarState:
-        if (section_ != Section::PerStep)
-          cannot_assign(s, kind, " in 'update': scalar state changes once per step, in 'per_step'");
-        return;
+      case NameKind::ScalarState: return;
       case NameKind::PerStepValue:
         cannot_assign(s, kind, " in 'update': it was computed in 'per_step'; use a new name");
       case NameKind::Param:
@@ -556,6 +600,7 @@ class Lowering {
   std::map<std::string, SourceLoc> targets_;     ///< every name assigned in the current section
   std::map<std::string, SourceLoc> scoped_out_;  ///< locals that ended with their 'when' block
   std::set<std::string> assigned_;               ///< param, states and scalar states assigned so far
+  std::set<std::string> assigned_in_update_;     ///< the scalar states 'update' assigns
 };
 
 }  // namespace

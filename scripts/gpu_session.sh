@@ -25,8 +25,9 @@
 #   adafactor bench/torch_adafactor.py: optgen.torch.Adafactor (eager and in a CUDA graph) beside
 #            torch.optim.Adafactor (for-loop and foreach) on every workload of bench/workloads
 #   adafactor_compile  the same beside torch.compile'd torch.optim.Adafactor (fullgraph if it compiles)
-#   python   the Python package's tests (pytest tests/python: the GPU ones against torch.optim), on
-#            build-run/liboptgen.so and the sources in python/
+#   python   the Python package's tests (pytest tests/python: the GPU ones against torch.optim and,
+#            from .pylibs/ when carried, prodigyopt and dadaptation), on build-run/liboptgen.so and the
+#            sources in python/
 #   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
 #   examples examples/python/run_gpu.sh: real training, optgen.torch beside torch (JSON in $OUT)
 #   fsdp2    examples/python/run_gpu.sh fsdp2: optgen.torch against torch on FSDP2 shards (2 GPUs)
@@ -153,7 +154,8 @@ for what in $steps; do
       ;;
     python)
       echo "== pytest tests/python"
-      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python python3 -m pytest -q -rs tests/python 2>&1 |
+      # .pylibs: the published optimizers some tests compare with (prodigyopt, dadaptation), when carried.
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH="python:$PWD/.pylibs" python3 -m pytest -q -rs tests/python 2>&1 |
         tee "$out/pytest.log" | tail -30
       status=$((status | PIPESTATUS[0]))
       ;;

@@ -337,6 +337,18 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
         check(info.states[s].name, b.dtype, b.data, states[t][s]);
       }
   }
+  // The scalar state, compared the same way; the next step starts from the device's too (Prodigy's
+  // D, which the device sums in another order than the reference, and which every later step reads).
+  for (int s = 0; s < info.num_scalar_states; ++s) {
+    const double device = opt.scalar_state(info.scalar_states[s].name, group);
+    const double error = std::fabs(device - ref_scalar_state[s]) / std::max(std::fabs(ref_scalar_state[s]), 1e-6);
+    if (!(error <= result.worst)) {
+      result.worst = std::isnan(error) ? INFINITY : error;
+      result.where = std::string("scalar state ") + info.scalar_states[s].name + " of group " + std::to_string(group) +
+                     " at step " + std::to_string(step);
+    }
+    ref_scalar_state[s] = device;
+  }
 }
 
 void synchronize() { optgen::driver::check(optgen::driver::api().cuCtxSynchronize(), "cuCtxSynchronize"); }

@@ -183,7 +183,8 @@ struct FileResult {
 };
 
 /// Runs every case of every recorded file through run_case, in double and in float, and checks each
-/// within 1e-10 relative in double and 1e-5 in float.
+/// within 1e-10 relative in double and 1e-5 in float (more where the case's float32_deviation
+/// says its algorithm amplifies rounding).
 std::vector<FileResult> run_files(const std::vector<fs::path>& files) {
   std::vector<FileResult> results;
   for (const auto& file : files) {
@@ -203,9 +204,19 @@ std::vector<FileResult> run_files(const std::vector<fs::path>& files) {
       std::string where_double, where_float;
       const double error_double = run_case<double>(*opt, c, steps, &where_double);
       const double error_float = run_case<float>(*opt, c, steps, &where_float);
-      INFO("double: " << error_double << " at " << where_double << "; float: " << error_float << " at " << where_float);
-      CHECK(error_double <= 1e-10);
-      CHECK(error_float <= 1e-5);
+      // A published file records how far its own transcription strays in float32 (float32_deviation,
+      // tests/record_published.py): how much the algorithm amplifies rounding. Prodigy's D reads
+      // p0 - param, which float32 resolves poorly, and strays by up to 4e-2 there. The float
+      // reference may stray twice as far, never less than 1e-5; the double reference, whose sums
+      // round in another order, twice as far scaled to double's rounding (2^-29 of float's), never
+      // less than 1e-10.
+      const double deviation = c["float32_deviation"] ? c["float32_deviation"].as<double>() : 0.0;
+      const double float_limit = std::max(1e-5, 2 * deviation);
+      const double double_limit = std::max(1e-10, 2 * deviation * std::ldexp(1.0, -29));
+      INFO("double: " << error_double << " at " << where_double << " (limit " << double_limit
+                      << "); float: " << error_float << " at " << where_float << " (limit " << float_limit << ")");
+      CHECK(error_double <= double_limit);
+      CHECK(error_float <= float_limit);
       result.worst_double = std::max(result.worst_double, error_double);
       result.worst_float = std::max(result.worst_float, error_float);
       ++result.cases;
@@ -257,15 +268,15 @@ TEST_CASE("CPU reference matches torch's clip_grad_norm_ followed by the step", 
 
 TEST_CASE("CPU reference matches published implementations", "[reference]") {
   // tests/data/published: optimizers torch lacks, against transcriptions of their authors' code:
-  // adan, ademamix, cautious_adamw, cautious_lion and lars (tests/record_published.py), lamb
-  // (tests/record_lamb.py).
+  // adan, ademamix, cautious_adamw, cautious_lion, dadapt_adam, lars and prodigy
+  // (tests/record_published.py), lamb (tests/record_lamb.py).
   const auto files = trajectory_files("published");
-  REQUIRE(files.size() == 6);
+  REQUIRE(files.size() == 8);
   const auto results = run_files(files);
   for (const auto& r : results)
     WARN(r.spec << ": " << r.cases << " published trajectories, worst relative error " << r.worst_double
                 << " in double, " << r.worst_float << " in float");
-  CHECK(total(results).cases >= 46);
+  CHECK(total(results).cases >= 65);
   for (const auto& file : files) {
     const YAML::Node data = YAML::LoadFile(file.string());
     if (!data["published_defaults"]) continue;  // lamb.json records none

@@ -45,6 +45,24 @@ class LevelSplitter {
     return result;
   }
 
+  /// A scalar state's commit, group code as `per_step`'s is (nothing hoisted), in which every
+  /// reduction becomes one of the program's reductions, read through a Reduced leaf.
+  Expr commit_code(const Expr& e) {
+    if (e->kind == NodeKind::Reduce) return reduced(e);
+    if (e->args.empty()) return e;
+    if (auto it = commit_memo_.find(e.get()); it != commit_memo_.end()) return it->second;
+    std::vector<Expr> args;
+    bool changed = false;
+    for (const auto& a : e->args) {
+      args.push_back(commit_code(a));
+      changed = changed || args.back() != a;
+    }
+    Expr result = changed ? with_args(e, std::move(args)) : e;
+    commit_memo_.emplace(e.get(), result);
+    keep_.push_back(e);
+    return result;
+  }
+
  private:
   /// A reduction becomes one of the program's reductions, its operand element code of its own,
   /// and is read through a Reduced leaf by the tensor code.
@@ -93,6 +111,7 @@ class LevelSplitter {
   std::map<std::pair<const Node*, Domain>, Expr> memo_;
   std::unordered_map<const Node*, Expr> hoisted_;
   std::unordered_map<const Node*, Expr> reduced_;
+  std::unordered_map<const Node*, Expr> commit_memo_;
   std::vector<Expr> keep_;  ///< keeps memo keys alive, so their addresses are not reused
 };
 
@@ -104,6 +123,7 @@ Program assign_levels(const Program& program) {
   result.reductions.clear();
   LevelSplitter splitter(result);
   for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, o.level);
+  for (auto& o : result.scalar_state_commits) o.value = splitter.commit_code(o.value);
   return result;
 }
 

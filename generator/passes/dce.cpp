@@ -72,9 +72,13 @@ Program dead_code_elimination(const Program& program) {
   result.scalar_state_updates.clear();
   for (const auto& o : program.scalar_state_updates)
     if (!is_own_value(o, VarKind::ScalarState)) result.scalar_state_updates.push_back(o);
+  result.scalar_state_commits.clear();
+  for (const auto& o : program.scalar_state_commits)
+    if (!is_own_value(o, VarKind::ScalarState)) result.scalar_state_commits.push_back(o);
 
   std::vector<Expr> roots;
   for (const auto& o : result.element_outputs) roots.push_back(o.value);
+  for (const auto& o : result.scalar_state_commits) roots.push_back(o.value);
   const std::set<std::string> used = values_read(program, roots);
   for (Domain d : {Domain::Group, Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
     result.values[d] = kept(program.values[d], used);

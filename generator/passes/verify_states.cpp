@@ -58,11 +58,17 @@ Program verify_states(const Program& program) {
         throw SpecError(r.loc, "this reduction reads state '" + e->name + "', which is absent in variant " +
                                    program.variant + " (" + flags_text(program) + ")");
     });
+  // A state the variant only reads is read-only there (lower.cpp); one it neither reads nor writes
+  // is a mistake.
+  std::set<std::string> read;
+  for_each_node(program, [&](const Expr& e) {
+    if (e->kind == NodeKind::Var && e->var == VarKind::State) read.insert(e->name);
+  });
   for (const auto& state : program.states)
-    if (!written.count(state))
+    if (!written.count(state) && !read.count(state))
       throw SpecError(declaration(program, state).loc, "state '" + state + "' is present in variant " +
                                                            program.variant + " (" + flags_text(program) +
-                                                           ") but never written there");
+                                                           ") but never read or written there");
   // A step that does not depend on the gradient is a mistake (a value computed from it and never
   // used), and leaves a clipping variant nothing to take the norm of.
   bool reads_grad = false;

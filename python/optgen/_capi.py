@@ -253,7 +253,8 @@ def library() -> _Library:
 
 # The built-in specs (specs/*.yaml), each with its optgen_<spec>_create in the library.
 _BUILTIN_SPECS = ("adadelta", "adafactor", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd",
-                  "cautious_adamw", "cautious_lion", "lamb", "lars", "lion", "nadam", "radam", "rmsprop", "rprop", "sgd")
+                  "cautious_adamw", "cautious_lion", "dadapt_adam", "lamb", "lars", "lion", "nadam", "prodigy", "radam",
+                  "rmsprop", "rprop", "sgd")
 
 
 def builtin_specs() -> list:

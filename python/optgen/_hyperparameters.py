@@ -23,17 +23,18 @@ TUPLES = {
 _COUNTS = {2: "a pair of numbers", 3: "three numbers"}
 
 
-def _tuple_of(key: str, names) -> tuple:
+def _tuple_of(key: str, names, tuples: Mapping = TUPLES) -> tuple:
     """The spec names torch's tuple `key` unpacks into for a spec with `names`; () if none."""
-    return next((members for members in TUPLES.get(key, ()) if all(n in names for n in members)), ())
+    return next((members for members in tuples.get(key, ()) if all(n in names for n in members)), ())
 
 
-def torch_names(spec_names: Iterable[str]) -> list:
-    """The spec's hyperparameter names as torch would take them: betas and the like folded into tuples."""
+def torch_names(spec_names: Iterable[str], tuples: Mapping = TUPLES) -> list:
+    """The spec's hyperparameter names as torch would take them: betas and the like folded into
+    tuples (`tuples`: TUPLES, or an optimizer's own, as Prodigy's betas pair beside its beta3)."""
     names = list(spec_names)
     result = []
     for name in names:
-        key = next((key for key in TUPLES if name in _tuple_of(key, names)), None)
+        key = next((key for key in tuples if name in _tuple_of(key, names, tuples)), None)
         if key is None:
             result.append(name)
         elif key not in result:
@@ -41,20 +42,21 @@ def torch_names(spec_names: Iterable[str]) -> list:
     return result
 
 
-def torch_defaults(spec_defaults: Mapping[str, float], types: Mapping[str, str]) -> dict:
+def torch_defaults(spec_defaults: Mapping[str, float], types: Mapping[str, str], tuples: Mapping = TUPLES) -> dict:
     """The spec's defaults under torch's names, bools as bools, tuples as tuples."""
     def value(name):
         v = spec_defaults[name]
         return bool(v) if types[name] == "bool" else v
 
     result = {}
-    for key in torch_names(spec_defaults):
-        members = _tuple_of(key, spec_defaults) if key not in spec_defaults else ()
+    for key in torch_names(spec_defaults, tuples):
+        members = _tuple_of(key, spec_defaults, tuples) if key not in spec_defaults else ()
         result[key] = tuple(value(n) for n in members) if members else value(key)
     return result
 
 
-def spec_values(group: Mapping[str, object], spec_names: Iterable[str], optional: Iterable[str] = ()) -> dict:
+def spec_values(group: Mapping[str, object], spec_names: Iterable[str], optional: Iterable[str] = (),
+                tuples: Mapping = TUPLES) -> dict:
     """A param group's hyperparameters (torch's names) as the spec's, every value a float.
 
     A spec name in `optional` may be None (Adafactor's eps=(None, 1e-3)): it is then left out,
@@ -69,10 +71,10 @@ def spec_values(group: Mapping[str, object], spec_names: Iterable[str], optional
             return
         values[name] = number(v, what)
 
-    for key in torch_names(names):
+    for key in torch_names(names, tuples):
         if key not in group:
             continue
-        members = _tuple_of(key, names) if key not in names else ()
+        members = _tuple_of(key, names, tuples) if key not in names else ()
         if members:
             given = group[key]
             if not (isinstance(given, (tuple, list)) and len(given) == len(members)):

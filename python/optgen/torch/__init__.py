@@ -5,7 +5,8 @@ torch.optim: specs/<name>.yaml), plus the options of optgen.torch.Optimizer (sta
 master_weights, stochastic_rounding, seed, static_grads, max_grad_norm). Those torch lacks take
 the arguments of their authors' code: Lion its paper's, LAMB APEX's FusedLAMB's, Adan
 sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and CautiousLion
-kyleliang919/C-Optim's; LARS those of timm's Lars.
+kyleliang919/C-Optim's; LARS those of timm's Lars; Prodigy konstmish/prodigy's; DAdaptAdam
+facebookresearch/dadaptation's.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -26,7 +27,8 @@ except ModuleNotFoundError as error:
 from typing import Any as _Any, Dict as _Dict, Optional as _Optional  # noqa: E402
 
 from .._capi import Engine as _Engine  # noqa: E402
-from .._hyperparameters import check_adafactor as _check_adafactor, spec_values as _spec_values  # noqa: E402
+from .._hyperparameters import TUPLES as _TUPLES, check_adafactor as _check_adafactor  # noqa: E402
+from .._hyperparameters import spec_values as _spec_values  # noqa: E402
 from ._optimizer import Optimizer  # noqa: E402
 
 
@@ -177,6 +179,31 @@ class CautiousLion(Optimizer):
                          **options)
 
 
+class DAdaptAdam(Optimizer):
+    """D-Adaptation Adam (Defazio and Mishchenko, 2023) as its authors' dadaptation computes it
+    (facebookresearch/dadaptation dadaptation/dadapt_adam.py, release 3.2; specs/dadapt_adam.yaml):
+    its arguments and defaults, Adam whose step size D is estimated as it trains (leave lr at 1).
+    D and numerator_weighted are scalar state, kept on the device and updated there each step from
+    two sums over the param group (state[p]["d"] after state_dict(), not param_groups[i]["d"]):
+    DAdaptAdam shares one D among all groups, optgen keeps one per group (the same with one group).
+    A group's layer_scale is 1; log_every is accepted and prints nothing; fsdp_in_use must be False."""
+
+    def __init__(self, params, lr=1.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, log_every=0,
+                 decouple=False, use_bias_correction=False, d0=1e-6, growth_rate=float("inf"), fsdp_in_use=False,
+                 **options):
+        if not 0.0 < d0:
+            raise ValueError(f"Invalid d0 value: {d0}")
+        if not 0.0 < lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 < eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if fsdp_in_use:
+            raise ValueError("fsdp_in_use: optgen.torch's DAdaptAdam sums D's estimate over one process's params")
+        super().__init__(params, _builtin("dadapt_adam"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, decouple=decouple,
+                              use_bias_correction=use_bias_correction, d0=d0, growth_rate=growth_rate), **options)
+
+
 class LAMB(Optimizer):
     """LAMB as NVIDIA APEX's FusedLAMB computes it (specs/lamb.yaml): FusedLAMB's arguments and defaults,
     but for max_grad_norm, which is the clipping every optgen optimizer has (default 0: off; FusedLAMB
@@ -221,6 +248,51 @@ class NAdam(Optimizer):
                               decoupled_weight_decay=decoupled_weight_decay, maximize=maximize), **options)
 
 
+class Prodigy(Optimizer):
+    """Prodigy (Mishchenko and Defazio, 2024) as its authors' prodigyopt computes it
+    (konstmish/prodigy prodigyopt/prodigy.py; specs/prodigy.yaml): its arguments and defaults, Adam
+    whose step size D is estimated as it trains (leave lr at 1). D, d_max and d_numerator are
+    scalar state, kept on the device and updated there each step from two sums over the param
+    group (state[p]["d"] after state_dict(), not param_groups[i]["d"]): Prodigy shares one D among
+    all groups, optgen keeps one per group (the same with one group). slice_p must be 1 (the
+    exact estimate) and fsdp_in_use False. A step whose gradients are all zero before any was not
+    (Prodigy returns early there) still counts in the step count that use_bias_correction reads."""
+
+    _tuples = {**_TUPLES, "betas": (("beta1", "beta2"),)}  # betas is a pair: beta3 stands beside it
+
+    def __init__(self, params, lr=1.0, betas=(0.9, 0.999), beta3=None, eps=1e-8, weight_decay=0.0, decouple=True,
+                 use_bias_correction=False, safeguard_warmup=False, d0=1e-6, d_coef=1.0, growth_rate=float("inf"),
+                 fsdp_in_use=False, slice_p=1, **options):
+        if not 0.0 < d0:
+            raise ValueError(f"Invalid d0 value: {d0}")
+        if not 0.0 < lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 < eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if fsdp_in_use:
+            raise ValueError("fsdp_in_use: optgen.torch's Prodigy sums D's estimate over one process's params")
+        if beta3 is not None and not 0.0 <= beta3 < 1.0:
+            raise ValueError(f"Invalid beta3 value: {beta3}")
+        if slice_p != 1:
+            raise ValueError(f"slice_p={slice_p}: optgen.torch's Prodigy computes D's estimate from every element "
+                             "(slice_p=1)")
+        super().__init__(params, _builtin("prodigy"),
+                         dict(lr=lr, betas=betas, beta3=beta3, eps=eps, weight_decay=weight_decay, decouple=decouple,
+                              use_bias_correction=use_bias_correction, safeguard_warmup=safeguard_warmup, d0=d0,
+                              d_coef=d_coef, growth_rate=growth_rate), **options)
+
+    def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
+        """The group's values, beta3's None as the spec's -1 (sqrt(beta2), as Prodigy's None)."""
+        values = _spec_values(group, self._spec_names, optional=("beta3",), tuples=self._tuples)
+        if "beta3" in group and group["beta3"] is None:
+            values["beta3"] = -1.0
+        return values
+
+    def _check_ranges(self, values: _Dict[str, float]) -> None:
+        """torch's checks but on beta3, which Prodigy leaves unchecked (__init__ checks it here)."""
+        super()._check_ranges({k: v for k, v in values.items() if k != "beta3"})
+
+
 class RAdam(Optimizer):
     """torch.optim.RAdam (specs/radam.yaml)."""
 
@@ -260,4 +332,5 @@ class SGD(Optimizer):
 
 
 __all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD",
-           "CautiousAdamW", "CautiousLion", "LAMB", "LARS", "Lion", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD"]
+           "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "NAdam", "Prodigy", "RAdam",
+           "RMSprop", "Rprop", "SGD"]

@@ -40,7 +40,7 @@ import torch.optim.optimizer as _torch_optimizer
 from .. import _capi
 from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, Storage,
                      TensorBinding)
-from .._hyperparameters import check_ranges, number, spec_values, torch_defaults
+from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
 _STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
@@ -252,6 +252,9 @@ class Optimizer(torch.optim.Optimizer):
     """
 
     _step_supports_amp_scaling = True  # torch.amp.GradScaler passes grad_scale and found_inf
+    # torch's tuple arguments and the spec names they unpack into (_hyperparameters.TUPLES); a
+    # subclass whose published class pairs them otherwise (Prodigy: betas and beta3) has its own.
+    _tuples = TUPLES
 
     def __init__(self, params, engine_factory: Callable[[Storage], Engine], defaults: Optional[Dict[str, Any]] = None,
                  *, state_dtype: Union[torch.dtype, Mapping[str, torch.dtype], None] = None,
@@ -270,7 +273,7 @@ class Optimizer(torch.optim.Optimizer):
         self._master = self._storage.param_write == _capi.MASTER
         types = {h.name: _TYPE_NAMES[h.type] for h in self._describe.hyperparameters}
         self._spec_names = [h.name for h in self._describe.hyperparameters if not h.derived]
-        spec_defaults = torch_defaults(self._describe.defaults(), types)
+        spec_defaults = torch_defaults(self._describe.defaults(), types, self._tuples)
         given = dict(defaults or {})
         if max_grad_norm is not None:
             if "max_grad_norm" in given:
@@ -281,7 +284,7 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError(f"{self._describe.name} has no hyperparameter {', '.join(map(repr, sorted(unknown)))} "
                             f"(it has: {', '.join(spec_defaults)})")
         full = {**spec_defaults, **given}
-        check_ranges(self._group_values(full, None))
+        self._check_ranges(self._group_values(full, None))
         full.update(foreach=foreach, fused=fused, capturable=capturable, differentiable=differentiable)
         self._engine: Optional[Engine] = None
         self._bindings: List[_Binding] = []
@@ -367,7 +370,12 @@ class Optimizer(torch.optim.Optimizer):
         """A param group's hyperparameters (all of them, or those of a partial dict: one that
         changed) under the spec's names, every value a float. `dtype`: that of the group's first
         parameter with a gradient, None where unknown, for a subclass whose defaults depend on it."""
-        return spec_values(group, self._spec_names)
+        return spec_values(group, self._spec_names, tuples=self._tuples)
+
+    def _check_ranges(self, values: Dict[str, float]) -> None:
+        """torch.optim's argument checks (check_ranges) on the spec's values; a subclass whose
+        published class checks otherwise (Prodigy's beta3, whose None the spec says as -1) has its own."""
+        check_ranges(values)
 
     def _index_of(self, group: dict) -> int:
         return next(i for i, g in enumerate(self.param_groups) if g is group)

@@ -184,6 +184,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
     const unsigned r = o + lane_first();
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
+      if (!stores<Update>(op, step.first_step)) continue;  // uniform: every lane skips it
       const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::kNearest;  // the tensor's element
       void* const base = by_index ? ptr[op] : chunk_ops.at[op];
       const long long i = by_index ? start + r : static_cast<long long>(r);
@@ -222,7 +223,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
     store_block(v, o, count, aligned && count == V, codes);
   }
 
-  end_update(groups, step, g);
+  end_update(groups, red, step, t, g);
 }
 
 }  // namespace optgen

@@ -33,16 +33,38 @@ __device__ void write_values(const GroupTable& groups, int slot, int group) {
       Group::step(groups.hyperparameters + static_cast<long long>(group) * groups.num_hyperparameters, state, step);
 }
 
+/// The finished results of a plan's reductions that a block of tensor `t` in group `g` reads:
+/// of_tensor(r) and of_group(r) for reduction r (kernel_abi::ReductionTable).
+struct Results {
+  const double* tensor;
+  const double* group;
+  long long num_tensors;
+  long long num_groups;
+  __device__ __forceinline__ double of_tensor(int r) const { return __ldcg(tensor + r * num_tensors); }
+  __device__ __forceinline__ double of_group(int r) const { return __ldcg(group + r * num_groups); }
+};
+__device__ __forceinline__ Results results(const ReductionTable& red, int t, int g) {
+  return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups};
+}
+
 /// A step's results, written by the block with its first ticket into the slot the step does not
-/// read: the step count and scalar state after it, and the values of the step after.
+/// read: the step count and scalar state after it (per_step's; where `update` assigns scalar state
+/// from the group's reductions, Group::advance computes both), and the values of the step after.
 template <typename Group>
-__device__ void commit_step(const GroupTable& groups, int slot, int group) {
+__device__ void commit_step(const GroupTable& groups, int slot, int group, [[maybe_unused]] const Results& results) {
   const int next = slot ^ 1;
   double state[Group::kScalarStates + 1];
   const double* from = groups.scalar_state + slot_entry(groups, slot, group) * groups.num_scalar_states;
   for (int i = 0; i < Group::kScalarStates; ++i) state[i] = from[i];
   const long long step = groups.steps[slot_entry(groups, slot, group)] + 1;
-  Group::step(groups.hyperparameters + static_cast<long long>(group) * groups.num_hyperparameters, state, step);
+  const double* h = groups.hyperparameters + static_cast<long long>(group) * groups.num_hyperparameters;
+  if constexpr (Group::kCommits) {
+    double old_state[Group::kScalarStates + 1];
+    for (int i = 0; i < Group::kScalarStates; ++i) old_state[i] = state[i];
+    Group::advance(h, old_state, step, results, state);
+  } else {
+    Group::step(h, state, step);
+  }
   double* to = groups.scalar_state + slot_entry(groups, next, group) * groups.num_scalar_states;
   for (int i = 0; i < Group::kScalarStates; ++i) to[i] = state[i];
   groups.steps[slot_entry(groups, next, group)] = step;

@@ -37,20 +37,6 @@ __device__ T block_combine(bool is_max, T x) {
   return x;
 }
 
-/// The finished results of a plan's reductions that a block of tensor `t` in group `g` reads:
-/// of_tensor(r) and of_group(r) for reduction r (kernel_abi::ReductionTable).
-struct Results {
-  const double* tensor;
-  const double* group;
-  long long num_tensors;
-  long long num_groups;
-  __device__ __forceinline__ double of_tensor(int r) const { return __ldcg(tensor + r * num_tensors); }
-  __device__ __forceinline__ double of_group(int r) const { return __ldcg(group + r * num_groups); }
-};
-__device__ __forceinline__ Results results(const ReductionTable& red, int t, int g) {
-  return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups};
-}
-
 /// Whether this block is the last to arrive at `counter`, which counts to `expected` and which this
 /// block advances by `count`; the last block resets it (for the next step, or the next replay of a
 /// captured one). Block-uniform. The writes the block's thread 0 made before are visible to the

@@ -577,7 +577,7 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
   const ParamStore ps = param_store<Ops>(table, groups, slot, t, g);
   shaped_elements<Update, Ops, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ps,
                                             [&](const ElementIndex& ix, float (&x)[kOps]) { Update::apply(k, tv, sh, ix, x); });
-  if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g);
+  if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g, results(red, t, g));
 }
 
 }  // namespace optgen

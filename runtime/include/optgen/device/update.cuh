@@ -65,7 +65,7 @@ __device__ __forceinline__ bool update_operands(const TableView& table, int t, v
 
 /// What an Update stage's elements need beyond their operands, read once its block holds the
 /// tensor's ticket (begin_update): the group's values `k`, the tensor's `tv`, how the parameter is
-/// written, and AMP's gradient scale.
+/// written, AMP's gradient scale, and whether this is the group's first step.
 template <typename Update, typename Group>
 struct UpdateStep {
   Ticket ticket;
@@ -74,7 +74,16 @@ struct UpdateStep {
   ParamStore ps;
   bool scaled;
   float grad_scale;
+  bool first_step;
 };
+
+/// Whether the Update stage writes operand `op` back: an output of the step (Update::kStores), or
+/// a state the step only reads, with `init: param`, at its group's first step
+/// (Update::kFirstStepStores). The gradient and other read-only states are never written.
+template <typename Update>
+__device__ __forceinline__ constexpr bool stores(int op, bool first_step) {
+  return ((Update::kStores >> op) & 1u) != 0 || (first_step && ((Update::kFirstStepStores >> op) & 1u) != 0);
+}
 
 /// Waits for the kernel before (a Reduce stage still reads the group table's tickets, and its
 /// results are not all written yet), takes the block's ticket and reads its UpdateStep. Every
@@ -91,13 +100,15 @@ __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableVie
   step.ps = param_store<Ops>(table, groups, step.ticket.slot, t, g);
   step.scaled = inputs.grad_scale != 0;
   step.grad_scale = step.scaled ? *inputs.grad_scale : 1.0f;
+  step.first_step = groups.steps[slot_entry(groups, step.ticket.slot, g)] == 0;
   return step;
 }
 
 /// An Update stage's block is done: the group's last one publishes the step.
 template <typename Update, typename Group>
-__device__ __forceinline__ void end_update(const GroupTable& groups, const UpdateStep<Update, Group>& step, int g) {
-  if (threadIdx.x == 0 && step.ticket.commits()) commit_step<Group>(groups, step.ticket.slot, g);
+__device__ __forceinline__ void end_update(const GroupTable& groups, const ReductionTable& red,
+                                           const UpdateStep<Update, Group>& step, int t, int g) {
+  if (threadIdx.x == 0 && step.ticket.commits()) commit_step<Group>(groups, step.ticket.slot, g, results(red, t, g));
 }
 
 /// An Update stage's block, once it has read the plan's own tables (which no kernel writes) and
@@ -188,10 +199,19 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       if (i >= vector_end) continue;
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
-        if constexpr (kWords)
+        if (!Update::loads(op)) {  // written, or only stored at the first step: never read
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            if constexpr (kWords)
+              raw[u][op][e] = 0u;
+            else
+              v[u][op][e] = 0.0f;
+          }
+        } else if constexpr (kWords) {
           load_operand_words<Ops, V>(op, ptr[op], i, raw[u][op]);
-        else
+        } else {
           load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
+        }
       }
     }
   };
@@ -232,6 +252,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       }
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
+        if (!stores<Update>(op, step.first_step)) continue;
         if constexpr (kWords)
           store_operand<Ops, V>(op, ptr[op], i, out[op], step.ps);
         else
@@ -246,15 +267,19 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
     float x[kOps];
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
+    for (int op = 0; op < kOps; ++op) {
+      x[op] = 0.0f;
+      if (Update::loads(op)) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
+    }
     if (step.scaled) x[1] = x[1] / step.grad_scale;
     IeeeMath math;
     Update::apply(step.k, step.tv, x, math);
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
+    for (int op = 0; op < kOps; ++op)
+      if (stores<Update>(op, step.first_step)) store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
   }
 
-  end_update(groups, step, g);
+  end_update(groups, red, step, t, g);
 }
 
 }  // namespace optgen

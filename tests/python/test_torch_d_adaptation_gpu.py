@@ -1,0 +1,145 @@
+"""optgen.torch.Prodigy and optgen.torch.DAdaptAdam on a GPU against their authors' code (PyPI's
+prodigyopt and dadaptation, carried into .pylibs on the GPU machine: bench/README.md; each test
+is skipped where its package is missing): the parameters, the states and D after every step, for
+one param group and for groups each stepped as the published class steps a single group (optgen
+keeps one D per group, the published classes one for all)."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import optgen.torch as ot  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(33, 17), (5,), (1000,), (4, 3, 3, 3)]
+STEPS = 12
+# Both sides compute in float32 on the GPU and sum D's estimate in different orders (the published
+# code a float32 dot per tensor, optgen float partials combined in double): D, and so every step,
+# agrees to a few float32 roundings.
+RTOL, ATOL = 1e-4, 1e-6
+
+# (optgen.torch class, published module, published class, configurations, their states)
+OPTIMIZERS = {
+    "Prodigy": ("prodigyopt", "Prodigy", [
+        dict(),
+        dict(weight_decay=0.1),
+        dict(weight_decay=0.1, decouple=False),
+        dict(use_bias_correction=True, betas=(0.8, 0.95)),
+        dict(safeguard_warmup=True, lr=0.5),
+        dict(d0=1e-3, d_coef=0.5, growth_rate=1.02),
+        dict(beta3=0.9, betas=(0.5, 0.9), eps=1e-4),
+        dict(betas=(0.0, 0.99), weight_decay=0.1),
+    ], ("exp_avg_sq", "s")),
+    "DAdaptAdam": ("dadaptation", "DAdaptAdam", [
+        dict(),
+        dict(weight_decay=0.1),
+        dict(weight_decay=0.1, decouple=True),
+        dict(use_bias_correction=True, betas=(0.8, 0.95)),
+        dict(d0=1e-3, growth_rate=1.02, lr=0.5),
+        dict(betas=(0.5, 0.9), eps=1e-4),
+    ], ("exp_avg", "exp_avg_sq", "s")),
+}
+CASES = [(name, config) for name, (_, _, configs, _) in OPTIMIZERS.items() for config in configs]
+
+
+def published(name):
+    module, cls, _, _ = OPTIMIZERS[name]
+    return getattr(pytest.importorskip(module, reason=f"needs {module} (pip install {module})"), cls)
+
+
+def make_params(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in SHAPES]
+
+
+def gradients(step):
+    g = torch.Generator(device="cuda").manual_seed(1000 + step)
+    return [torch.randn(s, generator=g, device="cuda") for s in SHAPES]
+
+
+def close(a, b, what):
+    torch.testing.assert_close(a.float(), b.float(), rtol=RTOL, atol=ATOL, msg=lambda m: f"{what}: {m}")
+
+
+def d_of(opt, p):
+    opt.state_dict()  # brings the step counts and scalar state from the device into opt.state
+    return float(opt.state[p]["d"])
+
+
+@pytest.mark.parametrize("name,config", CASES,
+                         ids=[f"{n}-" + (",".join(f"{k}={v}" for k, v in c.items()) or "defaults") for n, c in CASES])
+def test_matches_the_published_class_step_by_step(name, config):
+    theirs_cls = published(name)
+    ours_p, theirs_p = make_params(1), make_params(1)
+    ours = getattr(ot, name)(ours_p, **config)
+    theirs = theirs_cls(theirs_p, **config)
+    for step in range(STEPS):
+        for p, q, g in zip(ours_p, theirs_p, gradients(step)):
+            p.grad, q.grad = g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+        for i, (p, q) in enumerate(zip(ours_p, theirs_p)):
+            close(p, q, f"step {step + 1}, param {i}")
+            for s in OPTIMIZERS[name][3]:
+                close(ours.state[p][s].flatten(), theirs.state[q][s].flatten(), f"step {step + 1}, {s} of param {i}")
+        d = d_of(ours, ours_p[0])
+        assert d == pytest.approx(theirs.param_groups[0]["d"], rel=RTOL), f"D after step {step + 1}"
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_each_param_group_has_its_own_d(name):
+    """Two groups: each evolves as the published class evolves that group alone."""
+    theirs_cls = published(name)
+    ours_p, theirs_p = make_params(2), make_params(2)
+    h0, h1 = dict(weight_decay=0.1), dict(d0=1e-4, betas=(0.8, 0.99))
+    ours = getattr(ot, name)([dict(params=ours_p[:2], **h0), dict(params=ours_p[2:], **h1)])
+    theirs = [theirs_cls(theirs_p[:2], **h0), theirs_cls(theirs_p[2:], **h1)]
+    for step in range(STEPS):
+        for p, q, g in zip(ours_p, theirs_p, gradients(step)):
+            p.grad, q.grad = g.clone(), g.clone()
+        ours.step()
+        for t in theirs:
+            t.step()
+    for i, (p, q) in enumerate(zip(ours_p, theirs_p)):
+        close(p, q, f"param {i}")
+    for group, (p, t) in enumerate(zip((ours_p[0], ours_p[2]), theirs)):
+        assert d_of(ours, p) == pytest.approx(t.param_groups[0]["d"], rel=RTOL), f"D of group {group}"
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_state_dict_round_trip_resumes_the_same_steps(name):
+    params, copies = make_params(3), make_params(3)
+    opt = getattr(ot, name)(params, weight_decay=0.05)
+    for step in range(4):
+        for p, g in zip(params, gradients(step)):
+            p.grad = g
+        opt.step()
+    saved = copy.deepcopy(opt.state_dict())  # the live states otherwise, which opt keeps stepping
+    for p, q in zip(params, copies):
+        q.data.copy_(p.data)
+    resumed = getattr(ot, name)(copies, weight_decay=0.05)
+    resumed.load_state_dict(saved)
+    for step in range(4, 8):
+        for p, q, g in zip(params, copies, gradients(step)):
+            p.grad, q.grad = g.clone(), g.clone()
+        opt.step()
+        resumed.step()
+    for i, (p, q) in enumerate(zip(params, copies)):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=lambda m: f"param {i}: {m}")
+    assert d_of(opt, params[0]) == d_of(resumed, copies[0])
+
+
+def test_prodigy_takes_beta3_none_and_refuses_what_it_cannot_do():
+    params = make_params(4)
+    assert ot.Prodigy(params, beta3=None).param_groups[0]["beta3"] is None
+    with pytest.raises(ValueError, match="beta3"):
+        ot.Prodigy(params, beta3=1.5)
+    with pytest.raises(ValueError, match="slice_p"):
+        ot.Prodigy(params, slice_p=11)
+    with pytest.raises(ValueError, match="fsdp_in_use"):
+        ot.DAdaptAdam(params, fsdp_in_use=True)
+    with pytest.raises(ValueError, match="d0"):
+        ot.Prodigy(params, d0=0.0)
