@@ -5,9 +5,10 @@
 # a GPU), then the `optgen` command on a spec. Logs go to LOG_DIR (default: the temporary directory).
 #
 # Usage: scripts/test_wheel.sh [--offline] [--examples] WHEEL [LOG_DIR]
-#   --offline   for a machine without the package index (the GPU machine): the environment sees the
-#               system's packages (torch, the CUDA wheels, pytest) and pip installs the wheel alone.
-#               Without it, pip installs the wheel and pytest from the index into a bare environment.
+#   --offline   for a machine without the package index (the GPU machine): pip installs the wheel
+#               alone (--no-deps --no-index) into a directory of its own (--target), which python3,
+#               with the system's packages (torch, the CUDA wheels, pytest), imports it from.
+#               Without it, pip installs the wheel and pytest from the index into a new venv.
 #   --examples  then examples/python/run_gpu.sh on the installed package (needs torch and a GPU):
 #               LOG_DIR/examples/
 set -euo pipefail
@@ -32,15 +33,21 @@ mkdir -p "$logs"
 logs=$(realpath "$logs")
 unset OPTGEN_LIBRARY PYTHONPATH
 
-venv="$scratch/venv"
 if [ $offline = 1 ]; then
-  make_venv "$venv" --system-site-packages
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps "$wheel"
+  installed="$scratch/site"
+  python3 -m pip install -q --disable-pip-version-check --no-index --no-deps \
+    --target "$installed" "$wheel"
+  export PYTHONPATH="$installed"
+  python=python3
+  bin="$installed/bin"
 else
-  make_venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel" pytest
+  installed="$scratch/venv"
+  make_venv "$installed"
+  "$installed/bin/python" -m pip install -q --disable-pip-version-check "$wheel" pytest
+  python="$installed/bin/python"
+  bin="$installed/bin"
 fi
-echo "== $(basename "$wheel") installed into $venv"
+echo "== $(basename "$wheel") installed into $installed"
 
 # What the tests read besides the package (specs, examples' specs, c_api.h), without python/.
 mkdir -p "$scratch/root/runtime"
@@ -48,36 +55,38 @@ cp -r tests specs examples CMakeLists.txt "$scratch/root/"
 cp -r runtime/include "$scratch/root/runtime/"
 cd "$scratch/root"
 # The package must be the installed one, with its own liboptgen.so.
-"$venv/bin/python" - "$venv" <<'EOF'
+"$python" - "$installed" <<'EOF'
 import os, sys
 import optgen
-venv = os.path.realpath(sys.argv[1])
+installed = os.path.realpath(sys.argv[1])
 where = os.path.realpath(optgen.__file__)
-assert where.startswith(venv + os.sep), f"optgen imported from {where}, not from the environment {venv}"
-assert os.path.realpath(optgen.library_path()).startswith(venv + os.sep), optgen.library_path()
+assert where.startswith(installed + os.sep), f"optgen imported from {where}, not from {installed}"
+assert os.path.realpath(optgen.library_path()).startswith(installed + os.sep), optgen.library_path()
 print("optgen", optgen.version(), "from", os.path.dirname(where), "with", len(optgen.builtin_specs()), "built-in specs")
 EOF
 
+# Every check runs even when one fails; the exit status says whether any did.
+set +e
 status=0
 echo "== pytest tests/python against the installed package"
-"$venv/bin/python" -m pytest -q -rs -p no:cacheprovider tests/python 2>&1 | tee "$logs/wheel_pytest.log" | tail -30
+"$python" -m pytest -q -rs -p no:cacheprovider tests/python 2>&1 | tee "$logs/wheel_pytest.log" | tail -30
 status=$((status | PIPESTATUS[0]))
 
 echo "== the optgen command"
 {
-  "$venv/bin/optgen" --version
-  "$venv/bin/optgen" check "$repo/specs/adamw.yaml"
-  "$venv/bin/optgen" emit "$repo/specs/sgd.yaml" --out "$scratch/sgd"
+  "$bin/optgen" --version
+  "$bin/optgen" check "$repo/specs/adamw.yaml"
+  "$bin/optgen" emit "$repo/specs/sgd.yaml" --out "$scratch/sgd"
   # NVRTC: the CUDA wheels' (what the package finds), else the toolkit's.
-  echo "NVRTC from the CUDA wheels: $("$venv/bin/python" -c 'from optgen import _nvrtc; print(_nvrtc.wheel_nvrtc())')"
-  "$venv/bin/optgen" compile "$repo/specs/sgd.yaml" --out "$scratch/sgd" --arch 90
+  echo "NVRTC from the CUDA wheels: $("$python" -c 'from optgen import _nvrtc; print(_nvrtc.wheel_nvrtc())')"
+  "$bin/optgen" compile "$repo/specs/sgd.yaml" --out "$scratch/sgd" --arch 90
   ls "$scratch/sgd"
 } 2>&1 | tee "$logs/wheel_command.log"
 status=$((status | PIPESTATUS[0]))
 
 if [ $examples = 1 ]; then
   echo "== examples/python/run_gpu.sh against the installed package"
-  PATH="$venv/bin:$PATH" OPTGEN_INSTALLED=1 bash "$repo/examples/python/run_gpu.sh" "$logs/examples" | tail -30
+  PATH="$bin:$PATH" OPTGEN_INSTALLED=1 bash "$repo/examples/python/run_gpu.sh" "$logs/examples" | tail -30
   status=$((status | PIPESTATUS[0]))
 fi
 
