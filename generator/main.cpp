@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -221,7 +222,9 @@ std::string arch_list(const std::vector<int>& archs) {
 
 /// Compiles a spec's kernels for each architecture and writes <name>_images.cpp: a cubin each,
 /// then the PTX of the newest, which NVRTC made on the way to its cubin (one compilation per
-/// architecture). ptxas's report is read: spills are reported as warnings.
+/// architecture, all at once on threads of their own: NVRTC compiles programs concurrently, and a
+/// build's longest step is one spec's kernels). ptxas's report is read: spills are reported as
+/// warnings.
 void compile(const optgen::Spec& spec, const std::string& source, const Arguments& args,
              const std::filesystem::path& out) {
   const auto start = std::chrono::steady_clock::now();
@@ -239,10 +242,15 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
   }
   if (!args.quiet)
     std::cout << "optgen: compiling " << name << " with NVRTC for " << arch_list(args.archs) << std::endl;
+  std::vector<std::future<optgen::nvrtc::Compiled>> compilations;
+  for (int arch : args.archs)
+    compilations.push_back(
+        std::async(std::launch::async, [&, arch] { return optgen::nvrtc::compile(source, name, options, arch); }));
   std::vector<optgen::CompiledImage> images;
   std::vector<char> newest_ptx;
-  for (int arch : args.archs) {
-    auto compiled = optgen::nvrtc::compile(source, name, options, arch);
+  for (size_t i = 0; i < args.archs.size(); ++i) {
+    const int arch = args.archs[i];
+    auto compiled = compilations[i].get();
     auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
     if (report.spill_store_bytes > 0 || report.spill_load_bytes > 0)
       std::cerr << "optgen: warning: " << name << " for sm_" << arch << ": " << report.spill_store_bytes

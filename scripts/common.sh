@@ -36,24 +36,34 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
 
+# pip's builds (scikit-build-core) run `cmake --build` without -j: as many jobs as cores.
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+
+# A virtual environment at the path given, unless there is one; extra arguments go to `python3 -m
+# venv` (e.g. --system-site-packages).
+make_venv() {
+  local venv=$1
+  shift
+  [ -x "$venv/bin/python" ] && return 0
+  python3 -m venv "$@" "$venv" 2>/dev/null || {
+    install_packages python3 python3-venv
+    /usr/bin/python3 -m venv "$@" "$venv"
+  }
+}
+
 # The Python package (pyproject.toml), installed with pip into the virtual environment
-# BUILD_DIR/venv (made first, with pytest). scikit-build-core builds its one native target,
-# optgen_python (liboptgen.so), in BUILD_DIR itself, so nothing is compiled twice; extra arguments
+# BUILD_DIR/venv (made first, with pytest). scikit-build-core builds its native targets,
+# liboptgen.so and the generator, in BUILD_DIR itself, so nothing is compiled twice; extra arguments
 # are CMake definitions for that configure, e.g. OPTGEN_BUILD_TESTS=ON to keep a test build's.
 install_python_package() {
   local build_dir=$1
   shift
   local venv="$build_dir/venv"
-  if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv" 2>/dev/null || {
-      install_packages python3 python3-venv
-      /usr/bin/python3 -m venv "$venv"
-    }
-  fi
+  make_venv "$venv"
   local defines=()
   for define in "$@"; do defines+=(-C "cmake.define.$define"); done
   echo "== pip install .[test] into $venv (liboptgen.so built in $build_dir)"
-  CMAKE_GENERATOR="Unix Makefiles" "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     -C build-dir="$(cd "$build_dir" && pwd)" "${defines[@]}" ".[test]"
 }
 

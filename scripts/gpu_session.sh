@@ -30,6 +30,10 @@
 #            sources in python/
 #   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
 #   examples examples/python/run_gpu.sh: real training, optgen.torch beside torch (JSON in $OUT)
+#   wheel    the wheel in build-pack/wheel/ (carried; scripts/build_wheel.sh made it) installed into a
+#            new environment that sees the system's torch, no source tree, no OPTGEN_LIBRARY: the
+#            Python tests (GPU ones included) and examples/python against it (scripts/test_wheel.sh;
+#            logs in $OUT/wheel)
 #   fsdp2    examples/python/run_gpu.sh fsdp2: optgen.torch against torch on FSDP2 shards (2 GPUs)
 #   sweep    every build-run/optgen_bench_<tuning> (built with OPTGEN_BUILTIN_OPTIONS, see
 #            bench/README.md) and optgen_bench, over chunk sizes: a tuning sweep
@@ -38,7 +42,9 @@ out=${OUT:-/tmp/optgen_out}
 mkdir -p "$out"
 # What was built here: build-run, or another folder (OPTGEN_RUN) when the carry limit splits it.
 run=${OPTGEN_RUN:-build-run}
-# liboptgen.so needs libyaml-cpp.so.0.7, which the GPU machine lacks: build-run carries it.
+# liboptgen.so needs libyaml-cpp.so.0.7, which the GPU machine lacks: build-run carries it (the
+# wheel bundles its own, and its step runs without this).
+library_path_before=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$PWD/$run${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test binary reads tests/data through the source path it was built in (OPTGEN_SOURCE_DIR).
 source_dir=${OPTGEN_BUILT_IN:-/work/main}
@@ -170,6 +176,13 @@ for what in $steps; do
         tee "$out/examples.log" | tail -30
       status=$((status | PIPESTATUS[0]))
       ;;
+    wheel)
+      echo "== scripts/test_wheel.sh --offline --examples build-pack/wheel/optgen-*.whl"
+      LD_LIBRARY_PATH="$library_path_before" scripts/test_wheel.sh --offline --examples build-pack/wheel/optgen-*.whl \
+        "$out/wheel" 2>&1 |
+        tee "$out/wheel.log" | tail -40
+      status=$((status | PIPESTATUS[0]))
+      ;;
     fsdp2)
       echo "== examples/python/run_gpu.sh fsdp2"
       OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python bash examples/python/run_gpu.sh fsdp2 "$out/examples" \
@@ -184,7 +197,7 @@ for what in $steps; do
           --modes eager,graph --chunk-sizes 2048,4096,8192 --host-tensors 0 2>&1 | tee "$out/sweep_$(basename "$bench").log" | tail -19
       done
       ;;
-    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, compare8, storage, compare_clip, adafactor, adafactor_compile, python, pystep, examples, fsdp2, sweep)"; exit 2 ;;
+    *) echo "unknown step '$what' (record, tests, nccl, bench, compare, compare8, storage, compare_clip, adafactor, adafactor_compile, python, pystep, examples, wheel, fsdp2, sweep)"; exit 2 ;;
   esac
 done
 exit "$status"

@@ -5,13 +5,16 @@
 #                            then compare.py: DIR/<model>_<optimizer>.json and DIR/run.log (one H200: about 3 minutes)
 #   run_gpu.sh fsdp2 [DIR]   fsdp2_check.py on 2 GPUs through torchrun: DIR/fsdp2.log
 #
-# DIR defaults to $OUT. optgen's Python package is taken from python/ at the top of the repository. Every run is
+# DIR defaults to $OUT. optgen's Python package is taken from python/ at the top of the repository, or with
+# OPTGEN_INSTALLED=1 the one python3 has installed (scripts/test_wheel.sh --examples: a wheel's). Every run is
 # made even when one fails; the exit status is 1 when any failed (or the curves do not match), else 0.
 set -uo pipefail  # no -e: a failed run must not stop the others
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+if [[ ${OPTGEN_INSTALLED:-0} != 1 ]]; then
+  export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONUNBUFFERED=1
 status=0
 

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _nvrtc
+
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
 ABI_VERSION = 7
 
@@ -191,6 +193,7 @@ class _Library:
     """The loaded library, with every function's argument and result types declared."""
 
     def __init__(self, path: str):
+        _nvrtc.preload()  # NVRTC from the CUDA wheels, for a machine without the toolkit
         try:
             self.dll = ctypes.CDLL(path)
         except OSError as e:

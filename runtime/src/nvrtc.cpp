@@ -21,8 +21,9 @@ namespace {
 
 constexpr const char* kLoadCall = "dlopen(libnvrtc)";
 constexpr const char* kInstallNvrtc =
-    "install NVRTC, CUDA 12 or newer (the CUDA toolkit's cuda-nvrtc package), or set OPTGEN_NVRTC_LIBRARY to "
-    "the path of its libnvrtc.so";
+    "install NVRTC, CUDA 12 or newer: pip install nvidia-cuda-nvrtc-cu12 (or nvidia-cuda-nvrtc for CUDA 13; the "
+    "optgen Python package finds these wheels), or the CUDA toolkit's cuda-nvrtc package; or set "
+    "OPTGEN_NVRTC_LIBRARY to the path of a libnvrtc.so";
 constexpr const char* kLibraryVariable = "OPTGEN_NVRTC_LIBRARY";
 constexpr const char* kFileNames[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
 constexpr int kOldestMajor = 12;
