@@ -1,9 +1,13 @@
 // Every built-in spec's kernels (each variant's Update stage for every storage type optgen offers,
 // and its group kernel) compile with NVRTC for sm_80 and sm_90 with no register spills and no
-// stack frame (ptxas's own report). Needs no GPU.
+// stack frame (ptxas's own report). Needs no GPU. The compilations run on a thread per core (NVRTC
+// compiles separate programs concurrently); Catch2's checks run on the test's thread afterwards.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "emit_cuda.h"
 #include "emit_images.h"
@@ -20,6 +24,16 @@ std::vector<std::string> builtin_specs() {
   return specs;
 }
 
+// One spec's kernels for one architecture: what the test checks of the compilation.
+struct Compilation {
+  std::string spec;
+  int arch = 0;
+  int expected_kernels = 0;
+  std::string log;
+  std::string error;  ///< what compile() threw: a compile error's whole log
+  optgen::nvrtc::SpillReport report;
+};
+
 }  // namespace
 
 TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_80 and sm_90 without spills", "[nvrtc]") {
@@ -33,7 +47,8 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_80 and sm_90 
   const std::vector<std::string> every_storage_text = {
       "f32", "bf16", "f16", "bf16:bf16", "f32:bf16", "f32:f16", "bf16+master", "f16+master:bf16", "bf16+sr:bf16"};
   const std::vector<std::string> blockwise_storage_text = {"f32:q8", "bf16:uq8"};
-  int kernels = 0;
+  std::vector<std::string> sources;
+  std::vector<Compilation> compilations;
   for (const auto& path : builtin_specs()) {
     optgen::Spec spec = optgen::load_spec(path);
     auto variants = optgen::compile_spec(spec);
@@ -50,22 +65,46 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_80 and sm_90 
       if (!spec.storage_problem(*canonical, text).empty()) continue;  // adafactor's states of rows and columns
       every_storage.push_back(*canonical);
     }
-    const std::string source = optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning());
-    for (int arch : {80, 90}) {
+    // One kernel per stage of each variant and storage type, and one group kernel per variant.
+    int expected = 0;
+    for (const auto& v : variants) expected += static_cast<int>(v.stages.size() * every_storage.size() + 1);
+    sources.push_back(optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning()));
+    for (int arch : {80, 90}) compilations.push_back({spec.name, arch, expected, {}, {}, {}});
+  }
+
+  // The largest sources first, so that no long compilation starts last.
+  std::vector<size_t> order(compilations.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sources[a / 2].size() > sources[b / 2].size(); });
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < order.size(); k = next++) {
+      Compilation& c = compilations[order[k]];
       auto options = optgen::kernel_compile_options();
       options.push_back("-Xptxas=-v");
-      auto compiled = optgen::nvrtc::compile(source, spec.name + "_kernels.cu", options, arch);
-      auto report = optgen::nvrtc::parse_ptxas_report(compiled.log);
-      INFO(spec.name << " for sm_" << arch << ":\n" << compiled.log);
-      // One kernel per stage of each variant and storage type, and one group kernel per variant.
-      int expected = 0;
-      for (const auto& v : variants) expected += static_cast<int>(v.stages.size() * every_storage.size() + 1);
-      CHECK(report.kernels == expected);
-      CHECK(report.spill_store_bytes == 0);
-      CHECK(report.spill_load_bytes == 0);
-      CHECK(report.max_stack_frame_bytes == 0);
-      kernels += report.kernels;
+      try {
+        auto compiled = optgen::nvrtc::compile(sources[order[k] / 2], c.spec + "_kernels.cu", options, c.arch);
+        c.log = compiled.log;
+        c.report = optgen::nvrtc::parse_ptxas_report(compiled.log);
+      } catch (const std::exception& e) {
+        c.error = e.what();
+      }
     }
+  };
+  std::vector<std::thread> threads(std::max(1u, std::thread::hardware_concurrency()));
+  for (auto& t : threads) t = std::thread(work);
+  for (auto& t : threads) t.join();
+
+  int kernels = 0;
+  for (const Compilation& c : compilations) {
+    INFO(c.spec << " for sm_" << c.arch << ":\n" << c.log << c.error);
+    CHECK(c.error.empty());
+    CHECK(c.report.kernels == c.expected_kernels);
+    CHECK(c.report.spill_store_bytes == 0);
+    CHECK(c.report.spill_load_bytes == 0);
+    CHECK(c.report.max_stack_frame_bytes == 0);
+    kernels += c.report.kernels;
   }
   CHECK(kernels >= 2 * 18 * ((5 + 1) + (2 * 5 + 1)));  // the 18 variants of the 12 torch.optim specs, clipped or not
 }
