@@ -49,15 +49,20 @@ __device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)
 /// The lane's first element of a block: (threadIdx.x % 32) * 8.
 __device__ __forceinline__ unsigned lane_first() { return (threadIdx.x & 31u) * (blockwise8::kBlockSize / 32); }
 
-/// Loads the lane's V elements of the block at offset o of every operand into `tile`. kCodes: the
-/// tensor's 8-bit states are codes (their absmax are not null), else f32 (a tensor too small for 8
-/// bits: blockwise8::uses_8bit_states holds for all its states or none).
-template <typename Ops, bool kCodes, int kOps, int V>
+/// Loads the lane's V elements of the block at offset o of every operand the update reads
+/// (Update::loads) into `tile`; the others' words are 0. kCodes: the tensor's 8-bit states are codes
+/// (their absmax are not null), else f32 (a tensor too small for 8 bits:
+/// blockwise8::uses_8bit_states holds for all its states or none).
+template <typename Update, typename Ops, bool kCodes, int kOps, int V>
 __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, const ChunkOperands<kOps>& chunk_ops,
                                                 unsigned o) {
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
-    if (!Ops::blockwise(op)) {
+    if (!Update::loads(op)) {  // written, or only stored at the first step: never read
+#pragma unroll
+      for (int w = 0; w < V; ++w) tile.words[op][w] = 0u;
+      tile.scale[op] = 0.0f;
+    } else if (!Ops::blockwise(op)) {
       load_operand_words<Ops, V>(op, chunk_ops.at[op], o + lane_first(), tile.words[op]);
     } else if (kCodes) {
       load_words<unsigned char, V>(chunk_ops.at[op], o + lane_first(), tile.words[op]);
@@ -106,12 +111,12 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
   for (; o < whole_end; o += kBlock) {
     float v[kOps][V];
     decode_block_tile<Ops, kCodes>(tile, v);
-    if (o + kBlock < whole_end) load_block_tile<Ops, kCodes>(tile, chunk_ops, o + kBlock);
+    if (o + kBlock < whole_end) load_block_tile<Update, Ops, kCodes>(tile, chunk_ops, o + kBlock);
     CheckedMath checked;
     update_elements(step, v, V, checked);
     if (!checked.exact()) {
       BlockTile<kOps, V> again;
-      load_block_tile<Ops, kCodes>(again, chunk_ops, o);
+      load_block_tile<Update, Ops, kCodes>(again, chunk_ops, o);
       decode_block_tile<Ops, kCodes>(again, v);
       IeeeMath ieee;
       update_elements(step, v, V, ieee);
@@ -168,9 +173,9 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
   BlockTile<kOps, V> tile;
   if (o < whole_end) {
     if (codes)
-      load_block_tile<Ops, true>(tile, chunk_ops, o);
+      load_block_tile<Update, Ops, true>(tile, chunk_ops, o);
     else
-      load_block_tile<Ops, false>(tile, chunk_ops, o);
+      load_block_tile<Update, Ops, false>(tile, chunk_ops, o);
   }
   const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
 
@@ -216,7 +221,8 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         v[op][e] = 0.0f;
-        if (e < count) load_operand<Ops, 1>(op, chunk_ops.at[op], r + e, &v[op][e], chunk_ops.absmax[op]);
+        if (e < count && Update::loads(op))
+          load_operand<Ops, 1>(op, chunk_ops.at[op], r + e, &v[op][e], chunk_ops.absmax[op]);
       }
     IeeeMath ieee;
     update_elements(step, v, count, ieee);

@@ -58,13 +58,10 @@ __device__ void commit_step(const GroupTable& groups, int slot, int group, [[may
   for (int i = 0; i < Group::kScalarStates; ++i) state[i] = from[i];
   const long long step = groups.steps[slot_entry(groups, slot, group)] + 1;
   const double* h = groups.hyperparameters + static_cast<long long>(group) * groups.num_hyperparameters;
-  if constexpr (Group::kCommits) {
-    double old_state[Group::kScalarStates + 1];
-    for (int i = 0; i < Group::kScalarStates; ++i) old_state[i] = state[i];
-    Group::advance(h, old_state, step, results, state);
-  } else {
+  if constexpr (Group::kCommits)
+    Group::advance(h, from, step, results, state);  // reads the slot's state, writes the copy
+  else
     Group::step(h, state, step);
-  }
   double* to = groups.scalar_state + slot_entry(groups, next, group) * groups.num_scalar_states;
   for (int i = 0; i < Group::kScalarStates; ++i) to[i] = state[i];
   groups.steps[slot_entry(groups, next, group)] = step;
