@@ -207,6 +207,7 @@ class _Library:
                               f"ABI {ABI_VERSION}; install the package and the library from one build")
         self.dll.optgen_last_error.restype = ctypes.c_char_p
         self.dll.optgen_version.restype = ctypes.c_char_p
+        self.dll.optgen_builtin_specs.restype = ctypes.c_char_p
         for name in ("optgen_name", "optgen_spec"):
             getattr(self.dll, name).restype = ctypes.c_char_p
             getattr(self.dll, name).argtypes = [_P]
@@ -254,16 +255,10 @@ def library() -> _Library:
     return _library
 
 
-# The built-in specs (specs/*.yaml), each with its optgen_<spec>_create in the library.
-_BUILTIN_SPECS = ("adadelta", "adafactor", "adagrad", "adam", "adamax", "adamw", "adan", "ademamix", "asgd",
-                  "cautious_adamw", "cautious_lion", "dadapt_adam", "lamb", "lars", "lion", "nadam", "prodigy", "radam",
-                  "rmsprop", "rprop", "sgd")
-
-
 def builtin_specs() -> list:
     """The built-in optimizers the library holds, by spec name."""
-    dll = library().dll
-    return [spec for spec in _BUILTIN_SPECS if hasattr(dll, f"optgen_{spec}_create")]
+    names = library().dll.optgen_builtin_specs().decode()
+    return names.split(",") if names else []
 
 
 def version() -> str:

@@ -30,6 +30,10 @@ extern "C" {
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
+/* The built-in optimizers of a library that links them all (liboptgen.so for Python,
+ * liboptgen_builtin.so): their spec names in name order, comma-separated, e.g. "adadelta,adafactor,...",
+ * each with its optgen_<name>_create. A launcher library of one spec does not define it. */
+const char* optgen_builtin_specs(void);
 
 typedef struct optgen_optimizer optgen_optimizer;
 
