@@ -43,19 +43,6 @@ function(optgen_add_optimizer target)
     set(archs ${ARG_ARCHS})
   endif()
   list(JOIN archs "," arch_list)
-  # bf16 kernels convert with cvt.rn.bf16.f32 (sm_80 and newer); without STORAGE the storage types
-  # are the spec's, which `optgen compile` checks against --arch itself.
-  list(SORT archs COMPARE NATURAL)
-  list(GET archs 0 oldest)
-  if(oldest LESS 80 AND ARG_STORAGE MATCHES "bf16")
-    set(bf16_storage ${ARG_STORAGE})
-    list(FILTER bf16_storage INCLUDE REGEX "bf16")
-    list(JOIN bf16_storage " " bf16_storage)
-    # Indented: CMake prints the line as it is, not wrapped.
-    message(FATAL_ERROR "  optgen_add_optimizer(${target}): STORAGE ${bf16_storage} needs sm_80 or newer, but ARCHS "
-                        "has ${oldest}; leave bf16 out of STORAGE (e.g. STORAGE f32 f16) or list ARCHS of 80 and newer")
-  endif()
-
   set(sources "${out}/${name}.cpp" "${out}/${name}.h" "${out}/${name}_kernels.cu" "${out}/${name}_reference.h")
   add_custom_command(
     OUTPUT ${sources}

@@ -325,7 +325,9 @@ adadelta_f32_f32_update(const optgen::TableView table, const optgen::GroupTable 
 /// adadelta, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adadelta_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adadelta::Update, variants::adadelta::Group, variants::adadelta::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adadelta: writes a value into the group table and recomputes the values the next step reads.
@@ -349,13 +351,17 @@ adadelta_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optg
 /// adadelta_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adadelta_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adadelta_clip_grad_norm::Reduce, variants::adadelta_clip_grad_norm::Group, variants::adadelta_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adadelta_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adadelta_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adadelta_clip_grad_norm::Update, variants::adadelta_clip_grad_norm::Group, variants::adadelta_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adadelta_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -901,25 +901,33 @@ adafactor_f32_f32_update(const optgen::TableView table, const optgen::GroupTable
 /// adafactor, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor, reduce stage, storage f16.
@@ -985,31 +993,41 @@ adafactor_clip_grad_norm_f32_f32_update(const optgen::TableView table, const opt
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::shaped_update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f16.

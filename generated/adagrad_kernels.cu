@@ -301,7 +301,9 @@ adagrad_f32_f32_update(const optgen::TableView table, const optgen::GroupTable g
 /// adagrad, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adagrad_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adagrad::Update, variants::adagrad::Group, variants::adagrad::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adagrad: writes a value into the group table and recomputes the values the next step reads.
@@ -325,13 +327,17 @@ adagrad_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optge
 /// adagrad_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adagrad_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adagrad_clip_grad_norm::Reduce, variants::adagrad_clip_grad_norm::Group, variants::adagrad_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adagrad_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adagrad_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adagrad_clip_grad_norm::Update, variants::adagrad_clip_grad_norm::Group, variants::adagrad_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adagrad_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -323,7 +323,9 @@ adamax_f32_f32_update(const optgen::TableView table, const optgen::GroupTable gr
 /// adamax, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamax_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamax::Update, variants::adamax::Group, variants::adamax::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamax: writes a value into the group table and recomputes the values the next step reads.
@@ -347,13 +349,17 @@ adamax_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen
 /// adamax_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamax_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamax_clip_grad_norm::Reduce, variants::adamax_clip_grad_norm::Group, variants::adamax_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamax_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamax_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamax_clip_grad_norm::Update, variants::adamax_clip_grad_norm::Group, variants::adamax_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamax_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -1180,7 +1180,9 @@ adamw_f32_f32_update(const optgen::TableView table, const optgen::GroupTable gro
 /// adamw, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw, update stage, storage f16.
@@ -1192,19 +1194,25 @@ adamw_f16_f32_update(const optgen::TableView table, const optgen::GroupTable gro
 /// adamw, update stage, storage bf16:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw, update stage, storage f32:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_f32_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_f32_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw, update stage, storage bf16+master.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_master_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_master_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw, update stage, storage f16+master.
@@ -1216,13 +1224,17 @@ adamw_f16_master_f32_update(const optgen::TableView table, const optgen::GroupTa
 /// adamw, update stage, storage bf16+sr:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_sr_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_sr_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw, update stage, storage bf16:bf16:exp_avg_sq=f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_bf16_exp_avg_sq_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw, update stage, storage f32:q8:exp_avg_sq=uq8.
@@ -1234,7 +1246,9 @@ adamw_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::
 /// adamw, update stage, storage bf16:q8:exp_avg_sq=uq8.
 extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
 adamw_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw: writes a value into the group table and recomputes the values the next step reads.
@@ -1252,7 +1266,9 @@ adamw_amsgrad_f32_f32_update(const optgen::TableView table, const optgen::GroupT
 /// adamw_amsgrad, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad, update stage, storage f16.
@@ -1264,19 +1280,25 @@ adamw_amsgrad_f16_f32_update(const optgen::TableView table, const optgen::GroupT
 /// adamw_amsgrad, update stage, storage bf16:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad, update stage, storage f32:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_f32_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_f32_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad, update stage, storage bf16+master.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_master_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_master_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad, update stage, storage f16+master.
@@ -1288,13 +1310,17 @@ adamw_amsgrad_f16_master_f32_update(const optgen::TableView table, const optgen:
 /// adamw_amsgrad, update stage, storage bf16+sr:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_sr_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_sr_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad, update stage, storage bf16:bf16:exp_avg_sq=f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_bf16_exp_avg_sq_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad, update stage, storage f32:q8:exp_avg_sq=uq8.
@@ -1306,7 +1332,9 @@ adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const 
 /// adamw_amsgrad, update stage, storage bf16:q8:exp_avg_sq=uq8.
 extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
 adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad: writes a value into the group table and recomputes the values the next step reads.
@@ -1330,13 +1358,17 @@ adamw_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen:
 /// adamw_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, reduce stage, storage f16.
@@ -1354,37 +1386,49 @@ adamw_clip_grad_norm_f16_f32_update(const optgen::TableView table, const optgen:
 /// adamw_clip_grad_norm, reduce stage, storage bf16:bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_bf16_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, reduce stage, storage f32:bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_f32_bf16_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_f32_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage f32:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_clip_grad_norm_f32_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_f32_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, reduce stage, storage bf16+master.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_master_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_master_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16+master.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_master_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_master_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, reduce stage, storage f16+master.
@@ -1402,25 +1446,33 @@ adamw_clip_grad_norm_f16_master_f32_update(const optgen::TableView table, const 
 /// adamw_clip_grad_norm, reduce stage, storage bf16+sr:bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_sr_bf16_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_sr_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16+sr:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_sr_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_sr_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, reduce stage, storage bf16:bf16:exp_avg_sq=f32.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_bf16_exp_avg_sq_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16:bf16:exp_avg_sq=f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_bf16_exp_avg_sq_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, reduce stage, storage f32:q8:exp_avg_sq=uq8.
@@ -1438,13 +1490,17 @@ adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table,
 /// adamw_clip_grad_norm, reduce stage, storage bf16:q8:exp_avg_sq=uq8.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_clip_grad_norm::Reduce, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
 extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
 adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -1468,13 +1524,17 @@ adamw_amsgrad_clip_grad_norm_f32_f32_update(const optgen::TableView table, const
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage f16.
@@ -1492,37 +1552,49 @@ adamw_amsgrad_clip_grad_norm_f16_f32_update(const optgen::TableView table, const
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage bf16:bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_bf16_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage f32:bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_f32_bf16_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_f32_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage f32:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_f32_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_f32_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage bf16+master.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_master_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_master_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16+master.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_master_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_master_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage f16+master.
@@ -1540,25 +1612,33 @@ adamw_amsgrad_clip_grad_norm_f16_master_f32_update(const optgen::TableView table
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage bf16+sr:bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_sr_bf16_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_sr_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16+sr:bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_sr_bf16_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_sr_bf16>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage bf16:bf16:exp_avg_sq=f32.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_bf16_exp_avg_sq_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16:bf16:exp_avg_sq=f32.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_bf16_exp_avg_sq_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage f32:q8:exp_avg_sq=uq8.
@@ -1576,13 +1656,17 @@ adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableVie
 /// adamw_amsgrad_clip_grad_norm, reduce stage, storage bf16:q8:exp_avg_sq=uq8.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adamw_amsgrad_clip_grad_norm::Reduce, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
 extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
 adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adamw_amsgrad_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

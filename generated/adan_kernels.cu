@@ -427,7 +427,9 @@ adan_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 /// adan, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adan_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adan::Update, variants::adan::Group, variants::adan::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adan: writes a value into the group table and recomputes the values the next step reads.
@@ -451,13 +453,17 @@ adan_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 /// adan_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adan_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adan_clip_grad_norm::Reduce, variants::adan_clip_grad_norm::Group, variants::adan_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adan_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adan_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adan_clip_grad_norm::Update, variants::adan_clip_grad_norm::Group, variants::adan_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// adan_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

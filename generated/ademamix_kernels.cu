@@ -746,7 +746,9 @@ ademamix_f32_f32_update(const optgen::TableView table, const optgen::GroupTable 
 /// ademamix, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 ademamix_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::ademamix::Update, variants::ademamix::Group, variants::ademamix::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// ademamix: writes a value into the group table and recomputes the values the next step reads.
@@ -764,7 +766,9 @@ ademamix_fast_ema_f32_f32_update(const optgen::TableView table, const optgen::Gr
 /// ademamix_fast_ema, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 ademamix_fast_ema_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::ademamix_fast_ema::Update, variants::ademamix_fast_ema::Group, variants::ademamix_fast_ema::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// ademamix_fast_ema: writes a value into the group table and recomputes the values the next step reads.
@@ -788,13 +792,17 @@ ademamix_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optg
 /// ademamix_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 ademamix_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::ademamix_clip_grad_norm::Reduce, variants::ademamix_clip_grad_norm::Group, variants::ademamix_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// ademamix_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 ademamix_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::ademamix_clip_grad_norm::Update, variants::ademamix_clip_grad_norm::Group, variants::ademamix_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// ademamix_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -818,13 +826,17 @@ ademamix_fast_ema_clip_grad_norm_f32_f32_update(const optgen::TableView table, c
 /// ademamix_fast_ema_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 ademamix_fast_ema_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::ademamix_fast_ema_clip_grad_norm::Reduce, variants::ademamix_fast_ema_clip_grad_norm::Group, variants::ademamix_fast_ema_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// ademamix_fast_ema_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 ademamix_fast_ema_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::ademamix_fast_ema_clip_grad_norm::Update, variants::ademamix_fast_ema_clip_grad_norm::Group, variants::ademamix_fast_ema_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// ademamix_fast_ema_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

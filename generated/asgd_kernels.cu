@@ -331,7 +331,9 @@ asgd_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 /// asgd, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 asgd_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::asgd::Update, variants::asgd::Group, variants::asgd::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// asgd: writes a value into the group table and recomputes the values the next step reads.
@@ -355,13 +357,17 @@ asgd_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 /// asgd_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 asgd_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::asgd_clip_grad_norm::Reduce, variants::asgd_clip_grad_norm::Group, variants::asgd_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// asgd_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 asgd_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::asgd_clip_grad_norm::Update, variants::asgd_clip_grad_norm::Group, variants::asgd_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// asgd_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -406,13 +406,17 @@ cautious_lion_f32_f32_update(const optgen::TableView table, const optgen::GroupT
 /// cautious_lion, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 cautious_lion_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::cautious_lion::Reduce, variants::cautious_lion::Group, variants::cautious_lion::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// cautious_lion, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 cautious_lion_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::cautious_lion::Update, variants::cautious_lion::Group, variants::cautious_lion::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// cautious_lion: writes a value into the group table and recomputes the values the next step reads.
@@ -442,19 +446,25 @@ cautious_lion_clip_grad_norm_f32_f32_update(const optgen::TableView table, const
 /// cautious_lion_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 cautious_lion_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::cautious_lion_clip_grad_norm::Reduce1, variants::cautious_lion_clip_grad_norm::Group, variants::cautious_lion_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// cautious_lion_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 cautious_lion_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::cautious_lion_clip_grad_norm::Reduce2, variants::cautious_lion_clip_grad_norm::Group, variants::cautious_lion_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// cautious_lion_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 cautious_lion_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::cautious_lion_clip_grad_norm::Update, variants::cautious_lion_clip_grad_norm::Group, variants::cautious_lion_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// cautious_lion_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -579,13 +579,17 @@ dadapt_adam_f32_f32_update(const optgen::TableView table, const optgen::GroupTab
 /// dadapt_adam, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 dadapt_adam_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::dadapt_adam::Reduce, variants::dadapt_adam::Group, variants::dadapt_adam::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// dadapt_adam, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 dadapt_adam_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::dadapt_adam::Update, variants::dadapt_adam::Group, variants::dadapt_adam::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// dadapt_adam, reduce stage, storage f16.
@@ -627,19 +631,25 @@ dadapt_adam_clip_grad_norm_f32_f32_update(const optgen::TableView table, const o
 /// dadapt_adam_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 dadapt_adam_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::dadapt_adam_clip_grad_norm::Reduce1, variants::dadapt_adam_clip_grad_norm::Group, variants::dadapt_adam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// dadapt_adam_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 dadapt_adam_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::dadapt_adam_clip_grad_norm::Reduce2, variants::dadapt_adam_clip_grad_norm::Group, variants::dadapt_adam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// dadapt_adam_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 dadapt_adam_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::dadapt_adam_clip_grad_norm::Update, variants::dadapt_adam_clip_grad_norm::Group, variants::dadapt_adam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// dadapt_adam_clip_grad_norm, reduce stage, storage f16.

@@ -544,13 +544,17 @@ lamb_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 /// lamb, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lamb_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lamb::Reduce, variants::lamb::Group, variants::lamb::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lamb, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lamb_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lamb::Update, variants::lamb::Group, variants::lamb::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lamb, reduce stage, storage f32:q8:exp_avg_sq=uq8.
@@ -592,19 +596,25 @@ lamb_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 /// lamb_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lamb_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lamb_clip_grad_norm::Reduce1, variants::lamb_clip_grad_norm::Group, variants::lamb_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lamb_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lamb_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lamb_clip_grad_norm::Reduce2, variants::lamb_clip_grad_norm::Group, variants::lamb_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lamb_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lamb_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lamb_clip_grad_norm::Update, variants::lamb_clip_grad_norm::Group, variants::lamb_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lamb_clip_grad_norm, reduce stage, storage f32:q8:exp_avg_sq=uq8.

@@ -804,13 +804,17 @@ lars_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 /// lars, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lars::Reduce, variants::lars::Group, variants::lars::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lars_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lars::Update, variants::lars::Group, variants::lars::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars: writes a value into the group table and recomputes the values the next step reads.
@@ -834,13 +838,17 @@ lars_use_momentum_f32_f32_update(const optgen::TableView table, const optgen::Gr
 /// lars_use_momentum, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lars_use_momentum::Reduce, variants::lars_use_momentum::Group, variants::lars_use_momentum::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_use_momentum, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lars_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lars_use_momentum::Update, variants::lars_use_momentum::Group, variants::lars_use_momentum::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_use_momentum: writes a value into the group table and recomputes the values the next step reads.
@@ -870,19 +878,25 @@ lars_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 /// lars_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lars_clip_grad_norm::Reduce1, variants::lars_clip_grad_norm::Group, variants::lars_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lars_clip_grad_norm::Reduce2, variants::lars_clip_grad_norm::Group, variants::lars_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lars_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lars_clip_grad_norm::Update, variants::lars_clip_grad_norm::Group, variants::lars_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -912,19 +926,25 @@ lars_use_momentum_clip_grad_norm_f32_f32_update(const optgen::TableView table, c
 /// lars_use_momentum_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lars_use_momentum_clip_grad_norm::Reduce1, variants::lars_use_momentum_clip_grad_norm::Group, variants::lars_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_use_momentum_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lars_use_momentum_clip_grad_norm::Reduce2, variants::lars_use_momentum_clip_grad_norm::Group, variants::lars_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_use_momentum_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lars_use_momentum_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lars_use_momentum_clip_grad_norm::Update, variants::lars_use_momentum_clip_grad_norm::Group, variants::lars_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lars_use_momentum_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

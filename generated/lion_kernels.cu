@@ -307,7 +307,9 @@ lion_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 /// lion, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lion_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lion::Update, variants::lion::Group, variants::lion::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lion: writes a value into the group table and recomputes the values the next step reads.
@@ -331,13 +333,17 @@ lion_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 /// lion_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 lion_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::lion_clip_grad_norm::Reduce, variants::lion_clip_grad_norm::Group, variants::lion_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lion_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 lion_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::lion_clip_grad_norm::Update, variants::lion_clip_grad_norm::Group, variants::lion_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// lion_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -389,7 +389,9 @@ nadam_f32_f32_update(const optgen::TableView table, const optgen::GroupTable gro
 /// nadam, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::nadam::Update, variants::nadam::Group, variants::nadam::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// nadam: writes a value into the group table and recomputes the values the next step reads.
@@ -413,13 +415,17 @@ nadam_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen:
 /// nadam_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 nadam_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::nadam_clip_grad_norm::Reduce, variants::nadam_clip_grad_norm::Group, variants::nadam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// nadam_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 nadam_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::nadam_clip_grad_norm::Update, variants::nadam_clip_grad_norm::Group, variants::nadam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// nadam_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

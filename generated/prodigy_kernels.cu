@@ -1302,13 +1302,17 @@ prodigy_f32_f32_update(const optgen::TableView table, const optgen::GroupTable g
 /// prodigy, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 prodigy_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::prodigy::Reduce, variants::prodigy::Group, variants::prodigy::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 prodigy_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::prodigy::Update, variants::prodigy::Group, variants::prodigy::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy, reduce stage, storage f16.
@@ -1344,13 +1348,17 @@ prodigy_first_moment_f32_f32_update(const optgen::TableView table, const optgen:
 /// prodigy_first_moment, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 prodigy_first_moment_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::prodigy_first_moment::Reduce, variants::prodigy_first_moment::Group, variants::prodigy_first_moment::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_first_moment, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 prodigy_first_moment_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::prodigy_first_moment::Update, variants::prodigy_first_moment::Group, variants::prodigy_first_moment::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_first_moment, reduce stage, storage f16.
@@ -1392,19 +1400,25 @@ prodigy_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optge
 /// prodigy_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 prodigy_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::prodigy_clip_grad_norm::Reduce1, variants::prodigy_clip_grad_norm::Group, variants::prodigy_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 prodigy_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::prodigy_clip_grad_norm::Reduce2, variants::prodigy_clip_grad_norm::Group, variants::prodigy_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 prodigy_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::prodigy_clip_grad_norm::Update, variants::prodigy_clip_grad_norm::Group, variants::prodigy_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_clip_grad_norm, reduce stage, storage f16.
@@ -1452,19 +1466,25 @@ prodigy_first_moment_clip_grad_norm_f32_f32_update(const optgen::TableView table
 /// prodigy_first_moment_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 prodigy_first_moment_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::prodigy_first_moment_clip_grad_norm::Reduce1, variants::prodigy_first_moment_clip_grad_norm::Group, variants::prodigy_first_moment_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_first_moment_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 prodigy_first_moment_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::prodigy_first_moment_clip_grad_norm::Reduce2, variants::prodigy_first_moment_clip_grad_norm::Group, variants::prodigy_first_moment_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_first_moment_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 prodigy_first_moment_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::prodigy_first_moment_clip_grad_norm::Update, variants::prodigy_first_moment_clip_grad_norm::Group, variants::prodigy_first_moment_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// prodigy_first_moment_clip_grad_norm, reduce stage, storage f16.

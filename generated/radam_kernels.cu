@@ -405,7 +405,9 @@ radam_f32_f32_update(const optgen::TableView table, const optgen::GroupTable gro
 /// radam, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 radam_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::radam::Update, variants::radam::Group, variants::radam::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// radam: writes a value into the group table and recomputes the values the next step reads.
@@ -429,13 +431,17 @@ radam_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen:
 /// radam_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 radam_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::radam_clip_grad_norm::Reduce, variants::radam_clip_grad_norm::Group, variants::radam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// radam_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 radam_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::radam_clip_grad_norm::Update, variants::radam_clip_grad_norm::Group, variants::radam_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// radam_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -1184,7 +1184,9 @@ rmsprop_f32_f32_update(const optgen::TableView table, const optgen::GroupTable g
 /// rmsprop, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop::Update, variants::rmsprop::Group, variants::rmsprop::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop: writes a value into the group table and recomputes the values the next step reads.
@@ -1202,7 +1204,9 @@ rmsprop_centered_f32_f32_update(const optgen::TableView table, const optgen::Gro
 /// rmsprop_centered, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_centered::Update, variants::rmsprop_centered::Group, variants::rmsprop_centered::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_centered: writes a value into the group table and recomputes the values the next step reads.
@@ -1220,7 +1224,9 @@ rmsprop_use_momentum_f32_f32_update(const optgen::TableView table, const optgen:
 /// rmsprop_use_momentum, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_use_momentum::Update, variants::rmsprop_use_momentum::Group, variants::rmsprop_use_momentum::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_use_momentum: writes a value into the group table and recomputes the values the next step reads.
@@ -1238,7 +1244,9 @@ rmsprop_centered_use_momentum_f32_f32_update(const optgen::TableView table, cons
 /// rmsprop_centered_use_momentum, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_centered_use_momentum::Update, variants::rmsprop_centered_use_momentum::Group, variants::rmsprop_centered_use_momentum::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_centered_use_momentum: writes a value into the group table and recomputes the values the next step reads.
@@ -1262,13 +1270,17 @@ rmsprop_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optge
 /// rmsprop_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 rmsprop_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::rmsprop_clip_grad_norm::Reduce, variants::rmsprop_clip_grad_norm::Group, variants::rmsprop_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_clip_grad_norm::Update, variants::rmsprop_clip_grad_norm::Group, variants::rmsprop_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -1292,13 +1304,17 @@ rmsprop_centered_clip_grad_norm_f32_f32_update(const optgen::TableView table, co
 /// rmsprop_centered_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 rmsprop_centered_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::rmsprop_centered_clip_grad_norm::Reduce, variants::rmsprop_centered_clip_grad_norm::Group, variants::rmsprop_centered_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_centered_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_centered_clip_grad_norm::Update, variants::rmsprop_centered_clip_grad_norm::Group, variants::rmsprop_centered_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_centered_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -1322,13 +1338,17 @@ rmsprop_use_momentum_clip_grad_norm_f32_f32_update(const optgen::TableView table
 /// rmsprop_use_momentum_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 rmsprop_use_momentum_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::rmsprop_use_momentum_clip_grad_norm::Reduce, variants::rmsprop_use_momentum_clip_grad_norm::Group, variants::rmsprop_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_use_momentum_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_use_momentum_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_use_momentum_clip_grad_norm::Update, variants::rmsprop_use_momentum_clip_grad_norm::Group, variants::rmsprop_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_use_momentum_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -1352,13 +1372,17 @@ rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_update(const optgen::TableV
 /// rmsprop_centered_use_momentum_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::rmsprop_centered_use_momentum_clip_grad_norm::Reduce, variants::rmsprop_centered_use_momentum_clip_grad_norm::Group, variants::rmsprop_centered_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_centered_use_momentum_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rmsprop_centered_use_momentum_clip_grad_norm::Update, variants::rmsprop_centered_use_momentum_clip_grad_norm::Group, variants::rmsprop_centered_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rmsprop_centered_use_momentum_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -317,7 +317,9 @@ rprop_f32_f32_update(const optgen::TableView table, const optgen::GroupTable gro
 /// rprop, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rprop_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rprop::Update, variants::rprop::Group, variants::rprop::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rprop: writes a value into the group table and recomputes the values the next step reads.
@@ -341,13 +343,17 @@ rprop_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen:
 /// rprop_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 rprop_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::rprop_clip_grad_norm::Reduce, variants::rprop_clip_grad_norm::Group, variants::rprop_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rprop_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 rprop_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::rprop_clip_grad_norm::Update, variants::rprop_clip_grad_norm::Group, variants::rprop_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// rprop_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -556,7 +556,9 @@ sgd_f32_f32_update(const optgen::TableView table, const optgen::GroupTable group
 /// sgd, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::sgd::Update, variants::sgd::Group, variants::sgd::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// sgd: writes a value into the group table and recomputes the values the next step reads.
@@ -574,7 +576,9 @@ sgd_use_momentum_f32_f32_update(const optgen::TableView table, const optgen::Gro
 /// sgd_use_momentum, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_use_momentum_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::sgd_use_momentum::Update, variants::sgd_use_momentum::Group, variants::sgd_use_momentum::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// sgd_use_momentum: writes a value into the group table and recomputes the values the next step reads.
@@ -598,13 +602,17 @@ sgd_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::G
 /// sgd_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 sgd_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::sgd_clip_grad_norm::Reduce, variants::sgd_clip_grad_norm::Group, variants::sgd_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// sgd_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::sgd_clip_grad_norm::Update, variants::sgd_clip_grad_norm::Group, variants::sgd_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// sgd_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.
@@ -628,13 +636,17 @@ sgd_use_momentum_clip_grad_norm_f32_f32_update(const optgen::TableView table, co
 /// sgd_use_momentum_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 sgd_use_momentum_clip_grad_norm_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::sgd_use_momentum_clip_grad_norm::Reduce, variants::sgd_use_momentum_clip_grad_norm::Group, variants::sgd_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// sgd_use_momentum_clip_grad_norm, update stage, storage bf16.
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 sgd_use_momentum_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::sgd_use_momentum_clip_grad_norm::Update, variants::sgd_use_momentum_clip_grad_norm::Group, variants::sgd_use_momentum_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
 }
 
 /// sgd_use_momentum_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

@@ -45,10 +45,10 @@ std::string KernelTuning::check() const {
   return "";
 }
 
-int minimum_arch(const Storage& s) {
-  bool bf16 = s.param == DType::BF16 || s.states == DType::BF16;
-  for (const auto& [state, dtype] : s.state_dtypes) bf16 = bf16 || dtype == DType::BF16;
-  return bf16 ? 80 : 0;
+int minimum_arch(const Program& variant, const Storage& s) {
+  int arch = minimum_compute_capability(s.param);
+  for (const auto& state : variant.states) arch = std::max(arch, minimum_compute_capability(s.state_dtype(state)));
+  return arch;
 }
 
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage) {
@@ -945,6 +945,11 @@ class CudaEmitter {
     const std::string types =
         "variants::" + p.variant + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
     const std::string driver = uses_shapes(p) ? "optgen::shaped_" : "optgen::";
+    // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
+    // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).
+    const int arch = minimum_arch(p, s);
+    const bool guarded = arch > kOldestComputeCapability;
+    if (guarded) w.line("#if __CUDA_ARCH__ >= " + std::to_string(arch * 10));
     switch (stage.kind) {
       case StageKind::Reduce:
         w.line(driver + "reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
@@ -955,6 +960,7 @@ class CudaEmitter {
                ">(table, groups, inputs, reductions);");
         break;
     }
+    if (guarded) w.line("#endif");
   }
 
   void group_kernel(CodeWriter& w, const Program& p) {

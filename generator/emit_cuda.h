@@ -62,10 +62,11 @@ std::string kernel_name(const Program& variant, const Storage& storage, const St
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s);
 /// `<variant>_group`: the variant's group kernel.
 std::string group_kernel_name(const Program& variant);
-/// The oldest GPU architecture (compute capability x 10, e.g. 80) that kernels of storage `s`
-/// compile for: 80 where any operand is bf16 (its conversions are PTX's cvt.rn.bf16.f32, sm_80 and
-/// newer); 0 for the others (f32, f16 and 8-bit states), which run on whatever NVRTC compiles for.
-int minimum_arch(const Storage& s);
+/// The oldest GPU (compute capability x 10, e.g. 80) that the variant's kernels in storage `s` run
+/// on: the newest minimum_compute_capability of the params' dtype and of its states' (80 where any is
+/// bf16), as the runtime's minimum_compute_capability(OptimizerInfo, KernelInfo) computes it. Below
+/// it those stage kernels are compiled empty, and the runtime refuses to launch them.
+int minimum_arch(const Program& variant, const Storage& s);
 
 /// A variant's group values as the fields of its GroupValues struct: floats first, then bools,
 /// each in hoisting order.

@@ -265,26 +265,6 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
   if (!args.quiet) std::cout << "optgen: compiled " << name << " in " << time_since(start) << std::endl;
 }
 
-/// Refuses --arch below what a storage type's kernels need (bf16: sm_80) with one line naming both,
-/// before NVRTC would fail with a page of ptxas errors.
-void check_archs(const optgen::Spec& spec, const std::vector<optgen::Storage>& storage, const std::vector<int>& archs) {
-  std::string needing;
-  int needed = 0, count = 0;
-  for (const auto& s : storage)
-    if (int minimum = optgen::minimum_arch(s); minimum > archs.front()) {
-      needing += (needing.empty() ? "" : ", ") + s.text();
-      needed = std::max(needed, minimum);
-      ++count;
-    }
-  if (needed == 0) return;
-  throw UsageError(spec.file->path + (count == 1 ? ": storage " : ": storage types ") + needing +
-                   (count == 1 ? " needs sm_" : " need sm_") + std::to_string(needed) +
-                   " or newer, but --arch asks for sm_" + std::to_string(archs.front()) +
-                   "; leave bf16 out of the storage types (--storage, e.g. --storage f32,f16; STORAGE in "
-                   "optgen_add_optimizer) or compile for sm_" +
-                   std::to_string(needed) + " and newer only");
-}
-
 /// The variants named by --variants (all when none is), checked against the spec's.
 std::vector<optgen::Program> kernel_variants(const std::vector<optgen::Program>& variants,
                                              const std::set<std::string>& names, const std::string& path) {
@@ -357,7 +337,6 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);
   if (args.command == "compile") {
-    check_archs(spec, storage, args.archs);
     compile(spec, kernels, args, out);
     return;
   }

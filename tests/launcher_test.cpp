@@ -14,6 +14,7 @@
 
 #include "optgen/c_api.h"
 #include "optgen/kernel_abi.h"
+#include "optgen/tuning.h"
 #include "optimizer_harness.h"
 
 using namespace optgen_test;
@@ -260,6 +261,21 @@ TEST_CASE("the C ABI and the generator say which version they are", "[launcher]"
   CHECK(std::string(optgen_version()) == OPTGEN_VERSION);
   CHECK(optgen::Adam::info().abi_version == optgen::kernel_abi::kVersion);
   CHECK(std::string(optgen::Adam::info().generator) == "optgen " OPTGEN_VERSION);
+}
+
+TEST_CASE("a kernel set with a bf16 operand needs compute capability 8.0, the others 7.5", "[launcher]") {
+  // prepare() refuses the first on older GPUs, whose module holds it compiled empty.
+  const auto& info = optgen::Adam::info();
+  int bf16_sets = 0, others = 0;
+  for (int k = 0; k < info.num_kernels; ++k) {
+    const std::string name = optgen::tuning_name(info, info.kernels[k]);  // e.g. adam_bf16_f32_update
+    const bool bf16 = name.find("bf16") != std::string::npos;
+    INFO(name);
+    CHECK(optgen::minimum_compute_capability(info, info.kernels[k]) == (bf16 ? 80 : 75));
+    ++(bf16 ? bf16_sets : others);
+  }
+  CHECK(bf16_sets > 0);
+  CHECK(others > 0);
 }
 
 TEST_CASE("without a CUDA driver, binding tensors says so and what to do", "[launcher]") {

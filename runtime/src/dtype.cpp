@@ -39,6 +39,8 @@ bool is_blockwise(DType type) {
   return false;
 }
 
+int minimum_compute_capability(DType type) { return type == DType::BF16 ? 80 : kOldestComputeCapability; }
+
 DType stored_dtype(DType type, std::int64_t numel) {
   return is_blockwise(type) && !blockwise8::uses_8bit_states(numel) ? DType::F32 : type;
 }

@@ -835,6 +835,11 @@ DeviceGroups build_group_table(const FusedOptimizer::Impl& m, const std::vector<
   return d;
 }
 
+/// 80 as "8.0".
+std::string capability_text(int compute_capability) {
+  return std::to_string(compute_capability / 10) + "." + std::to_string(compute_capability % 10);
+}
+
 }  // namespace
 
 void FusedOptimizer::prepare(CUstream stream) {
@@ -848,8 +853,18 @@ void FusedOptimizer::prepare(CUstream stream) {
     throw Error(m.call("prepare"),
                 "the stream is being captured into a CUDA graph, and prepare() allocates and synchronizes",
                 "call prepare() (or take one step) before beginning the capture");
+  const int compute_capability = driver::compute_capability(driver::current_device());
+  for (std::size_t g = 0; g < m.groups.size(); ++g) {
+    const KernelInfo& kernel = m.info->kernels[m.groups[g].kernel];
+    if (const int needed = minimum_compute_capability(*m.info, kernel); needed > compute_capability)
+      throw Error(m.call("prepare"),
+                  "param group " + std::to_string(g) + " steps with kernel set " + tuning_name(*m.info, kernel) +
+                      ", whose bf16 values need a GPU of compute capability " + capability_text(needed) +
+                      " or newer; this one is " + capability_text(compute_capability),
+                  "keep the group's params and states in f32 or f16 on this GPU");
+  }
   if (!m.module_loaded) {
-    m.module = load_module(*m.info->images, driver::compute_capability(driver::current_device()));
+    m.module = load_module(*m.info->images, compute_capability);
     m.module_loaded = true;
   }
   m.early_start = driver::early_start_supported(driver::current_device());
@@ -1313,6 +1328,16 @@ const Module& FusedOptimizer::Impl::module_for(LaunchShape shape) {
       load_module(*info->images, driver::compute_capability(driver::current_device()), shape_definitions(shape)));
   shaped_modules.emplace_back(shape, std::move(loaded));
   return *shaped_modules.back().second;
+}
+
+int minimum_compute_capability(const OptimizerInfo& info, const KernelInfo& kernel) {
+  int needed = minimum_compute_capability(kernel.param);
+  if (kernel.state_dtypes) {
+    const VariantInfo& variant = info.variants[kernel.variant];
+    for (int j = 0; j < variant.num_states; ++j)
+      needed = std::max(needed, minimum_compute_capability(kernel.state_dtypes[variant.states[j]]));
+  }
+  return needed;
 }
 
 bool compile_launch_shape(const OptimizerInfo& info, LaunchShape shape, int compute_capability) {

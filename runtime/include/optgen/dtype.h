@@ -20,6 +20,12 @@ const char* to_string(DType type);  ///< "f32", "bf16", "f16", "q8", "uq8"
 std::size_t size_of(DType type);
 /// Whether `type` is 8-bit blockwise (Q8, UQ8).
 bool is_blockwise(DType type);
+/// The oldest GPU optgen's kernels compile for (major * 10 + minor): CUDA 13's NVRTC knows nothing older.
+constexpr int kOldestComputeCapability = 75;
+/// The oldest GPU whose kernels may hold `type`: 80 for BF16 (PTX's cvt.rn.bf16.f32), else
+/// kOldestComputeCapability. Kernel sets with a bf16 operand are compiled empty below 80
+/// (generator/emit_cuda.cpp), and the runtime refuses to launch them there.
+int minimum_compute_capability(DType type);
 /// The dtype a state of dtype `type` is stored in for a tensor of `numel` values: F32 for a
 /// blockwise state of a tensor under blockwise8::kMin8bitSize elements, else `type`.
 DType stored_dtype(DType type, std::int64_t numel);

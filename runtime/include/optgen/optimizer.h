@@ -185,6 +185,12 @@ struct OptimizerInfo {
   long long chunk_size;  ///< elements per block of f32 kernel sets (KernelInfo::chunk_size: each set's)
 };
 
+/// The oldest GPU (major * 10 + minor) kernel set `kernel` of `info` runs on: the newest
+/// minimum_compute_capability (optgen/dtype.h) of its params' dtype and its variant's states' (80
+/// where any is bf16). The generator compiles its stage kernels empty for older GPUs
+/// (generator/emit_cuda.h, minimum_arch), and prepare() refuses a group of it there.
+int minimum_compute_capability(const OptimizerInfo& info, const KernelInfo& kernel);
+
 /// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).
 std::vector<double> default_hyperparameters(const OptimizerInfo& info);
 
