@@ -132,6 +132,38 @@ def test_state_dict_round_trip_resumes_the_same_steps(name):
     assert d_of(opt, params[0]) == d_of(resumed, copies[0])
 
 
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("direction", ["published_to_optgen", "optgen_to_published"])
+def test_checkpoints_move_between_optgen_and_the_published_class(name, direction):
+    """A checkpoint of either side, taken after 4 steps, loads into the other, and both then take
+    the same 4 steps: D, d's companions and the parameters as the published class steps them."""
+    theirs_cls = published(name)
+    config = dict(weight_decay=0.05, use_bias_correction=True)
+    source_p, target_p = make_params(5), make_params(5)
+    make = {"optgen": lambda ps: getattr(ot, name)(ps, **config), "published": lambda ps: theirs_cls(ps, **config)}
+    source_kind, target_kind = direction.split("_to_")
+    source = make[source_kind](source_p)
+    for step in range(4):
+        for p, g in zip(source_p, gradients(step)):
+            p.grad = g
+        source.step()
+    saved = copy.deepcopy(source.state_dict())
+    for p, q in zip(source_p, target_p):
+        q.data.copy_(p.data)
+    target = make[target_kind](target_p)
+    target.load_state_dict(saved)
+    for step in range(4, 8):
+        for p, q, g in zip(source_p, target_p, gradients(step)):
+            p.grad, q.grad = g.clone(), g.clone()
+        source.step()
+        target.step()
+    for i, (p, q) in enumerate(zip(source_p, target_p)):
+        close(q, p, f"param {i}")
+    ours, ours_p, theirs = (target, target_p, source) if target_kind == "optgen" else (source, source_p, target)
+    assert d_of(ours, ours_p[0]) == pytest.approx(theirs.param_groups[0]["d"], rel=RTOL)
+    assert theirs.param_groups[0]["k"] == 8
+
+
 def test_prodigy_takes_beta3_none_and_refuses_what_it_cannot_do():
     params = make_params(4)
     assert ot.Prodigy(params, beta3=None).param_groups[0]["beta3"] is None

@@ -36,6 +36,29 @@ def _builtin(spec: str):
     return lambda storage: _Engine.builtin(spec, storage=storage)
 
 
+def _as_published(state_dict: _Dict[str, _Any], scalar_states, extra: _Dict[str, _Any], flat=()) -> _Dict[str, _Any]:
+    """`state_dict` (optgen's, torch's layout) as a class that keeps its scalar state in each param
+    group also reads it: each group gets its scalar state (its first parameter's with state: the
+    same for all of them) and `k` (its step count), and `extra` where it lacks them; the states named in
+    `flat` are flattened (views). load_state_dict reads both forms."""
+    states = dict(state_dict["state"])
+    groups = []
+    for saved in state_dict["param_groups"]:
+        group = dict(saved)
+        first = next((states[i] for i in group["params"] if i in states), None)
+        if first is not None:
+            for name in scalar_states:
+                group[name] = float(first[name])
+            group["k"] = int(first["step"])
+        for key, value in extra.items():
+            group.setdefault(key, value)
+        for i in group["params"]:
+            if i in states and any(name in states[i] for name in flat):
+                states[i] = {k: v.flatten() if k in flat else v for k, v in states[i].items()}
+        groups.append(group)
+    return {"state": states, "param_groups": groups}
+
+
 class Adadelta(Optimizer):
     """torch.optim.Adadelta (specs/adadelta.yaml)."""
 
@@ -184,7 +207,8 @@ class DAdaptAdam(Optimizer):
     (facebookresearch/dadaptation dadaptation/dadapt_adam.py, release 3.2; specs/dadapt_adam.yaml):
     its arguments and defaults, Adam whose step size D is estimated as it trains (leave lr at 1).
     D and numerator_weighted are scalar state, kept on the device and updated there each step from
-    two sums over the param group (state[p]["d"] after state_dict(), not param_groups[i]["d"]):
+    two sums over the param group (state[p]["d"] after state_dict(), and each group's "d" in
+    state_dict()'s param_groups, not in self.param_groups):
     DAdaptAdam shares one D among all groups, optgen keeps one per group (the same with one group).
     A group's layer_scale is 1; log_every is accepted and prints nothing; fsdp_in_use must be False."""
 
@@ -202,6 +226,14 @@ class DAdaptAdam(Optimizer):
         super().__init__(params, _builtin("dadapt_adam"),
                          dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, decouple=decouple,
                               use_bias_correction=use_bias_correction, d0=d0, growth_rate=growth_rate), **options)
+
+    def state_dict(self) -> _Dict[str, _Any]:
+        """torch's layout, which dadaptation's DAdaptAdam loads too: each group also holds its d,
+        numerator_weighted and k (its step count), and layer_scale, log_every and fsdp_in_use as
+        DAdaptAdam's do. A DAdaptAdam checkpoint loads here (its groups' d and numerator_weighted
+        become each parameter's)."""
+        return _as_published(super().state_dict(), ("d", "numerator_weighted"),
+                             dict(layer_scale=1.0, log_every=0, fsdp_in_use=False))
 
 
 class LAMB(Optimizer):
@@ -253,7 +285,8 @@ class Prodigy(Optimizer):
     (konstmish/prodigy prodigyopt/prodigy.py; specs/prodigy.yaml): its arguments and defaults, Adam
     whose step size D is estimated as it trains (leave lr at 1). D, d_max and d_numerator are
     scalar state, kept on the device and updated there each step from two sums over the param
-    group (state[p]["d"] after state_dict(), not param_groups[i]["d"]): Prodigy shares one D among
+    group (state[p]["d"] after state_dict(), and each group's "d" in state_dict()'s param_groups, not
+    in self.param_groups): Prodigy shares one D among
     all groups, optgen keeps one per group (the same with one group). slice_p must be 1 (the
     exact estimate) and fsdp_in_use False. A step whose gradients are all zero before any was not
     (Prodigy returns early there) still counts in the step count that use_bias_correction reads."""
@@ -280,6 +313,14 @@ class Prodigy(Optimizer):
                          dict(lr=lr, betas=betas, beta3=beta3, eps=eps, weight_decay=weight_decay, decouple=decouple,
                               use_bias_correction=use_bias_correction, safeguard_warmup=safeguard_warmup, d0=d0,
                               d_coef=d_coef, growth_rate=growth_rate), **options)
+
+    def state_dict(self) -> _Dict[str, _Any]:
+        """torch's layout, which prodigyopt's Prodigy loads too: each group also holds its d, d_max,
+        d_numerator and k (its step count), and slice_p and fsdp_in_use; s and p0 are flat, as
+        Prodigy keeps them. A Prodigy checkpoint (slice_p=1) loads here (its groups' d, d_max and
+        d_numerator become each parameter's; s and p0 take the parameter's shape)."""
+        return _as_published(super().state_dict(), ("d", "d_max", "d_numerator"),
+                             dict(slice_p=1, fsdp_in_use=False), flat=("s", "p0"))
 
     def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
         """The group's values, beta3's None as the spec's -1 (sqrt(beta2), as Prodigy's None)."""
