@@ -3,7 +3,7 @@
 # generator, stripped) in BUILD_DIR, then auditwheel repair makes it a manylinux wheel, with the
 # shared libraries it needs beyond the manylinux set (libyaml-cpp) bundled, in build-pack/wheel/.
 # The wheel needs no compiler and no CUDA toolkit where it is installed: torch and the NVIDIA
-# driver (README.md, "Installing the wheel").
+# driver (README.md, "Python: the wheel").
 #
 # Usage: scripts/build_wheel.sh [--release] [BUILD_DIR [DEFINE...]]
 #   --release  kernels for every GPU generation optgen supports: cubins for sm_80, sm_86, sm_89,
