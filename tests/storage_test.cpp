@@ -12,6 +12,7 @@
 
 #include "builtin_launchers.h"
 #include "optgen/blockwise8.h"
+#include "optgen/driver.h"
 #include "optgen/random.h"
 #include "optgen/storage.h"
 #include "optimizer_harness.h"
@@ -333,4 +334,23 @@ TEST_CASE("storage: 8-bit states match bitsandbytes' quantisation of the referen
       CHECK(result.worst == 0);
     }
   }
+}
+
+TEST_CASE("storage: below sm_80, prepare refuses a bf16 group in one line naming both capabilities", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(10);
+  DeviceGroup bf16(DType::BF16, {1000}, {false}, rng);
+  optgen::driver::simulate_compute_capability_for_testing(75);
+  optgen::AdamW adamw;
+  adamw.add_param_group(bf16.tensors);
+  CHECK_THROWS_WITH(
+      adamw.engine().prepare(nullptr),
+      Catch::Contains("param group 0 steps with kernel set adamw_bf16_f32_update, whose bf16 values need a "
+                      "GPU of compute capability 8.0 or newer; this one is 7.5") &&
+          Catch::Contains("keep the group's params and states in f32 or f16 on this GPU"));
+  optgen::driver::simulate_compute_capability_for_testing(0);
+  // The device's own capability again: the same optimizer prepares and steps.
+  adamw.step();
+  synchronize();
+  CHECK(adamw.step_count(0) == 1);
 }

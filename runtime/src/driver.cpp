@@ -315,8 +315,13 @@ CUdevice current_device(int fallback_ordinal) {
   return device;
 }
 
+namespace {
+std::atomic<int> simulated_compute_capability{0};  // simulate_compute_capability_for_testing's
+}  // namespace
+
 int compute_capability(CUdevice device) {
   const Api& driver = api();
+  if (const int simulated = simulated_compute_capability.load()) return simulated;
   int major = 0;
   int minor = 0;
   check(driver.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
@@ -372,6 +377,8 @@ bool is_capturing(CUstream stream) {
   check(result, "cuStreamIsCapturing");
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
+
+void simulate_compute_capability_for_testing(int capability) { simulated_compute_capability = capability; }
 
 void simulate_missing_driver_for_testing(bool missing) {
   State& s = state();

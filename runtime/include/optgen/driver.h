@@ -106,5 +106,8 @@ bool is_capturing(CUstream stream);
 /// For tests: pretend libcuda.so.1 is not installed (the next api() call fails as dlopen would).
 /// Only effective before the first successful api() call.
 void simulate_missing_driver_for_testing(bool missing);
+/// For tests: compute_capability() answers `capability` (e.g. 75) for every device; 0 restores the
+/// devices' own.
+void simulate_compute_capability_for_testing(int capability);
 
 }  // namespace optgen::driver
