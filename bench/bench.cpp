@@ -580,6 +580,7 @@ int main(int argc, char** argv) {
                 continue;
               }
               const bool is_default = chunk == 0 && shape.block_size == 0;
+              opt->prepare(stream);  // the default chunk size is the plan's (FusedOptimizer::chunk_size)
               chunk = opt->chunk_size(0);
               const optgen::LaunchShape measured = opt->launch_shape(0);
               kernel = optgen::tuning_name(opt->info(), opt->kernel_set(0));

@@ -742,7 +742,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   std::vector<long long> numel;
   for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
   std::vector<int> chunks_per_tensor;
-  const long long chunk_size = m.chunk_size_of(plan.kernel);  // sums the plan's elements, may read a table
+  const long long chunk_size = m.plan_chunk_size(plan.kernel, numel);
   plan.shape = m.launch_shape_of(plan.kernel);
   const std::vector<kernel_abi::Chunk> chunks =
       chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
@@ -1261,7 +1261,9 @@ void FusedOptimizer::set_chunk_size(long long elements) {
 }
 
 long long FusedOptimizer::chunk_size(std::size_t group) const {
-  return impl_->chunk_size_of(impl_->group_at(group, "chunk_size").kernel);
+  const Group& g = impl_->group_at(group, "chunk_size");
+  if (impl_->prepared && g.plan >= 0) return impl_->plans[static_cast<std::size_t>(g.plan)].table.chunk_size;
+  return impl_->chunk_size_of(g.kernel);
 }
 
 const KernelInfo& FusedOptimizer::kernel_set(std::size_t group) const {
@@ -1282,6 +1284,21 @@ const Tuning::Entry* FusedOptimizer::Impl::tuned(int kernel) const {
     if (g.kernel == kernel)
       for (const BoundTensor& t : g.tensors) elements += t.numel;
   return tuning->find(tuning_name(*info, info->kernels[kernel]), elements);
+}
+
+long long FusedOptimizer::Impl::plan_chunk_size(int kernel, const std::vector<long long>& numel) const {
+  long long chunk = chunk_size_of(kernel);
+  if (chunk_size > 0 || tuned(kernel)) return chunk;
+  // The generator's chunks (32768 elements for 8-bit states) can be too long for a small model:
+  // less work than two full chunks per multiprocessor leaves most of them idle (ghostnet_100's 5.2M
+  // parameters make 158 chunks' worth of 32768 on an H200's 132; its small tensors' chunks, one
+  // each, hold little). Halved, down to the f32 sets' default, until the plan's elements fill that
+  // many: a multiple of 256 still, as 8-bit sets need.
+  const long long wanted = 2LL * driver::multiprocessor_count(driver::current_device());
+  long long elements = 0;
+  for (long long n : numel) elements += n;
+  while (chunk > kSmallestFittedChunk && elements / chunk < wanted) chunk /= 2;
+  return chunk;
 }
 
 long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {

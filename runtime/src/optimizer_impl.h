@@ -175,6 +175,11 @@ struct FusedOptimizer::Impl {
   /// Elements per block of kernel set `kernel`, which steps the groups that run it (a plan):
   /// set_chunk_size's, else the tuning table's for a plan of their size, else the generator's.
   long long chunk_size_of(int kernel) const;
+  /// The elements per block prepare() gives the plan of kernel set `kernel`, of tensors of `numel`
+  /// elements: chunk_size_of's, but that the generator's is halved, down to kSmallestFittedChunk,
+  /// until the plan's elements fill two chunks per multiprocessor (needs the device).
+  long long plan_chunk_size(int kernel, const std::vector<long long>& numel) const;
+  static constexpr long long kSmallestFittedChunk = 2048;
   /// Launch shape of kernel set `kernel`: set_launch_shape's, else the tuning table's, else the
   /// generator's.
   LaunchShape launch_shape_of(int kernel) const;

@@ -129,7 +129,8 @@ int optgen_grad_norm(const optgen_optimizer* optimizer, size_t group, const floa
  * a multiple of 64 up to 2^30, of 256 where a set has 8-bit states. The next step prepares again. */
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);
 /* Elements per block of the kernel set that steps `group` (FusedOptimizer::chunk_size): the one
- * set above, else the tuning table's (OPTGEN_TUNING), else the generator's. (ABI 7) */
+ * set above, else the tuning table's (OPTGEN_TUNING), else the generator's, halved once prepared
+ * while the plan's elements would fill fewer chunks than two per multiprocessor. (ABI 7) */
 int optgen_chunk_size(const optgen_optimizer* optimizer, size_t group, int64_t* elements);
 /* Threads per block and elements per thread of every kernel set (FusedOptimizer::set_launch_shape):
  * powers of two, 32 to 1024 threads and up to 64 elements; 0, 0 gives each set back its own. A

@@ -355,7 +355,8 @@ class FusedOptimizer {
   /// Elements per block of the kernel set that steps `group`: set_chunk_size's; else, where the
   /// environment variable OPTGEN_TUNING names a table for this device (optgen/tuning.h), the
   /// table's for a plan of as many elements as the groups of that kernel set hold; else the
-  /// generator's (KernelInfo::chunk_size).
+  /// generator's (KernelInfo::chunk_size), which prepare() halves, down to 2048, while the plan's
+  /// elements would fill fewer chunks than two per multiprocessor (a small model's 8-bit states).
   long long chunk_size(std::size_t group) const;
   /// Compiles every kernel set for `shape` instead of each one's own; the optimizer must be
   /// prepared again. A shape other than the generator's (OptimizerInfo::block_size,
