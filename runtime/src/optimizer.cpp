@@ -1293,11 +1293,19 @@ long long FusedOptimizer::Impl::plan_chunk_size(int kernel, const std::vector<lo
   // less work than two full chunks per multiprocessor leaves most of them idle (ghostnet_100's 5.2M
   // parameters make 158 chunks' worth of 32768 on an H200's 132; its small tensors' chunks, one
   // each, hold little). Halved, down to the f32 sets' default, until the plan's elements fill that
-  // many: a multiple of 256 still, as 8-bit sets need.
+  // many, while the half is still a chunk size the set takes (set_chunk_size's rule: a multiple of
+  // 64, of 256 where a state is 8-bit), which a compiled-in size that is not a power of two may not be.
+  const KernelInfo& set = info->kernels[kernel];
   const long long wanted = 2LL * driver::multiprocessor_count(driver::current_device());
   long long elements = 0;
   for (long long n : numel) elements += n;
-  while (chunk > kSmallestFittedChunk && elements / chunk < wanted) chunk /= 2;
+  while (chunk > kSmallestFittedChunk && elements / chunk < wanted) {
+    const long long half = chunk / 2;
+    if (half % 64 != 0 ||
+        (set.state_dtypes && !holds_whole_blocks(half, set.state_dtypes, static_cast<std::size_t>(info->num_states))))
+      break;
+    chunk = half;
+  }
   return chunk;
 }
 
