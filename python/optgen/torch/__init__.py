@@ -36,6 +36,18 @@ def _builtin(spec: str):
     return lambda storage: _Engine.builtin(spec, storage=storage)
 
 
+def _check_d_adaptation(name: str, lr: float, eps: float, d0: float, fsdp_in_use: bool) -> None:
+    """The argument checks Prodigy and DAdaptAdam share (their published classes' own)."""
+    if not 0.0 < d0:
+        raise ValueError(f"Invalid d0 value: {d0}")
+    if not 0.0 < lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 < eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if fsdp_in_use:
+        raise ValueError(f"fsdp_in_use: optgen.torch's {name} sums D's estimate over one process's params")
+
+
 def _as_published(state_dict: _Dict[str, _Any], scalar_states, extra: _Dict[str, _Any], flat=()) -> _Dict[str, _Any]:
     """`state_dict` (optgen's, torch's layout) as a class that keeps its scalar state in each param
     group also reads it: each group gets its scalar state (its first parameter's with state: the
@@ -215,14 +227,7 @@ class DAdaptAdam(Optimizer):
     def __init__(self, params, lr=1.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, log_every=0,
                  decouple=False, use_bias_correction=False, d0=1e-6, growth_rate=float("inf"), fsdp_in_use=False,
                  **options):
-        if not 0.0 < d0:
-            raise ValueError(f"Invalid d0 value: {d0}")
-        if not 0.0 < lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 < eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if fsdp_in_use:
-            raise ValueError("fsdp_in_use: optgen.torch's DAdaptAdam sums D's estimate over one process's params")
+        _check_d_adaptation("DAdaptAdam", lr, eps, d0, fsdp_in_use)
         super().__init__(params, _builtin("dadapt_adam"),
                          dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, decouple=decouple,
                               use_bias_correction=use_bias_correction, d0=d0, growth_rate=growth_rate), **options)
@@ -296,14 +301,7 @@ class Prodigy(Optimizer):
     def __init__(self, params, lr=1.0, betas=(0.9, 0.999), beta3=None, eps=1e-8, weight_decay=0.0, decouple=True,
                  use_bias_correction=False, safeguard_warmup=False, d0=1e-6, d_coef=1.0, growth_rate=float("inf"),
                  fsdp_in_use=False, slice_p=1, **options):
-        if not 0.0 < d0:
-            raise ValueError(f"Invalid d0 value: {d0}")
-        if not 0.0 < lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 < eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if fsdp_in_use:
-            raise ValueError("fsdp_in_use: optgen.torch's Prodigy sums D's estimate over one process's params")
+        _check_d_adaptation("Prodigy", lr, eps, d0, fsdp_in_use)
         if beta3 is not None and not 0.0 <= beta3 < 1.0:
             raise ValueError(f"Invalid beta3 value: {beta3}")
         if slice_p != 1:

@@ -725,17 +725,15 @@ class Optimizer(torch.optim.Optimizer):
                 if "step" not in state[p] and states.keys() & state[p].keys():
                     # torch's SGD counts no steps: a momentum buffer means it has taken one at least
                     state[p]["step"] = torch.tensor(1.0)
-        # A checkpoint that keeps scalar state per param group (prodigyopt's and dadaptation's d)
-        # gives it to each parameter of the group that has none of its own.
-        scalar_names = [s.name for s in self._describe.scalar_states]
-        for group, saved in zip(self.param_groups, saved_groups):
-            for name in scalar_names:
-                if name in saved:
-                    value = torch.tensor(number(saved[name], name), dtype=torch.float64)
-                    for p in group["params"]:
-                        state[p].setdefault(name, value.clone())
         groups = []
         for group, saved in zip(self.param_groups, saved_groups):
+            # A checkpoint that keeps scalar state per param group (prodigyopt's and dadaptation's d)
+            # gives it to each parameter of the group that has none of its own.
+            for s in self._describe.scalar_states:
+                if s.name in saved:
+                    value = torch.tensor(number(saved[s.name], s.name), dtype=torch.float64)
+                    for p in group["params"]:
+                        state[p].setdefault(s.name, value.clone())
             # A hyperparameter the saved group lacks (dadaptation's groups keep no d0) keeps this one's.
             new = {k: v for k, v in group.items() if k != "params"}
             new.update({k: v for k, v in saved.items() if k != "params"})
