@@ -1,7 +1,8 @@
 // The reduction hook (FusedOptimizer::set_reduction_hook) on two GPUs: two ranks, each holding one
 // half of every tensor (as ZeRO and FSDP shard them), all-reduce the results of each Reduce stage
-// with NCCL and reproduce the trajectory of one GPU holding whole tensors: LAMB (per-tensor norms)
-// and clipped AdamW (a global norm). NCCL is loaded at run time (libnccl.so.2, as torch's wheels
+// with NCCL and reproduce the trajectory of one GPU holding whole tensors: LAMB (per-tensor norms),
+// clipped AdamW (a global norm) and cautious AdamW (a mean over each whole tensor, of
+// Tensor::whole_numel elements). NCCL is loaded at run time (libnccl.so.2, as torch's wheels
 // ship it); the test skips itself without two GPUs or without NCCL.
 #include <dlfcn.h>
 
@@ -130,6 +131,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
     tensor.param = params.back()->at(0);
     tensor.grad = grads.back()->at(0);
     tensor.numel = static_cast<std::int64_t>(end - begin);
+    tensor.whole_numel = problem.sizes[t];  // what cautious AdamW's mean counts
     tensors.push_back(tensor);
   }
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
@@ -165,7 +167,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
 
 }  // namespace
 
-TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW", "[gpu][nccl]") {
+TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW, cautious AdamW", "[gpu][nccl]") {
   OPTGEN_REQUIRE_GPU();
   const auto& api = optgen::driver::api();
   int devices = 0;
@@ -186,6 +188,7 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
       {"lamb", {{"lr", 0.01}, {"weight_decay", 0.1}}},
       {"adamw", {{"lr", 0.01}, {"max_grad_norm", 5.0}}},
       {"lamb", {{"lr", 0.01}, {"max_grad_norm", 5.0}}},  // three stages: the norm, then LAMB's two
+      {"cautious_adamw", {{"lr", 0.01}}},                // a mean over each tensor: whole_numel
   };
   for (const auto& [spec, overrides] : runs) {
     INFO(spec << (overrides.size() > 1 ? " with " + overrides[1].first : std::string()));

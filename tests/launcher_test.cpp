@@ -49,6 +49,10 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   negative.numel = -1;
   CHECK_THAT(error_of([&] { opt.add_param_group({negative}, optgen::FusedOptimizer::Overrides{}); }),
              Catch::Contains("negative numel"));
+  optgen::Tensor bigger_than_whole = t;
+  bigger_than_whole.whole_numel = 7;
+  CHECK_THAT(error_of([&] { opt.add_param_group({bigger_than_whole}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("tensor 0 of the group is a shard of 7 elements (whole_numel) but holds 8"));
 
   optgen::Tensor wrong_shape = t;
   wrong_shape.shape = {3, 2};
@@ -141,7 +145,8 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
                   OPTGEN_F32,
                   nullptr,
                   2,
-                  nullptr};
+                  nullptr,
+                  0};
   CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("tensor 0 has ndim 2 but a NULL shape"));
   const int64_t shape[] = {4, 3};
@@ -491,7 +496,7 @@ TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
   const double values[] = {0.5};
   REQUIRE(optgen_sgd_create(names, values, 1, nullptr, &opt) == 0);
   optgen_tensor t{
-      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr};
+      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0};
   size_t index = 99;
   REQUIRE(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, &index) == 0);
   CHECK(index == 0);

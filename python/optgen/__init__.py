@@ -5,13 +5,15 @@
   with an optgen.Storage (DType F32, BF16, F16, and for states the 8-bit Q8, UQ8; ParamWrite
   NEAREST, MASTER, STOCHASTIC); Engine.add_param_group takes optgen.TensorBinding's. Engine
   describes itself with Hyperparameter's (their ValueType) and State's (their Shape, and per
-  group their Presence). The enums are ints of the C ABI that print by name.
+  group their Presence). Engine.set_reduction_hook hands a hook ReductionResults (its Reduction's)
+  where ranks holding shards of one model combine them. The enums are ints of the C ABI that print
+  by name.
 """
 
 from ._capi import (ABI_VERSION, BF16, F16, F32, MASTER, NEAREST, Q8, STOCHASTIC, UQ8, DType, Engine, Hyperparameter,
-                    OptgenError, ParamWrite, Presence, Shape, State, StateBuffer, Storage, TensorBinding, ValueType,
-                    builtin_specs, library_path, version)
+                    OptgenError, ParamWrite, Presence, Reduction, ReductionResults, Shape, State, StateBuffer, Storage,
+                    TensorBinding, ValueType, builtin_specs, library_path, version)
 
 __all__ = ["ABI_VERSION", "BF16", "DType", "Engine", "F16", "F32", "Hyperparameter", "MASTER", "NEAREST", "OptgenError",
-           "ParamWrite", "Presence", "Q8", "STOCHASTIC", "Shape", "State", "StateBuffer", "Storage", "TensorBinding",
-           "UQ8", "ValueType", "builtin_specs", "library_path", "version"]
+           "ParamWrite", "Presence", "Q8", "Reduction", "ReductionResults", "STOCHASTIC", "Shape", "State",
+           "StateBuffer", "Storage", "TensorBinding", "UQ8", "ValueType", "builtin_specs", "library_path", "version"]

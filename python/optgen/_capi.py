@@ -10,12 +10,12 @@ import ctypes
 import enum
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 
 class _Enum(enum.IntEnum):
@@ -107,7 +107,29 @@ class _Tensor(ctypes.Structure):
         ("states", ctypes.POINTER(ctypes.c_void_p)),
         ("ndim", ctypes.c_int32),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("whole_numel", ctypes.c_int64),  # ABI 8
     ]
+
+
+class _Reduction(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("is_max", ctypes.c_int32), ("stage", ctypes.c_int32),
+                ("over_group", ctypes.c_int32)]
+
+
+class _ReductionResults(ctypes.Structure):
+    _fields_ = [
+        ("stage", ctypes.c_int32),
+        ("num_reductions", ctypes.c_int32),
+        ("reductions", ctypes.POINTER(_Reduction)),
+        ("tensor_results", ctypes.c_void_p),
+        ("num_tensors", ctypes.c_int64),
+        ("group_results", ctypes.c_void_p),
+        ("num_groups", ctypes.c_int64),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+_REDUCTION_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ReductionResults), ctypes.c_void_p)
 
 
 class _Storage(ctypes.Structure):
@@ -179,6 +201,7 @@ _CHECKED = {
     "optgen_master_weights": [_P, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_void_p)],
     "optgen_state_buffer": [_P, ctypes.c_char_p, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_void_p),
                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(_SIZE)],
+    "optgen_set_reduction_hook": [_P, _REDUCTION_HOOK, ctypes.c_void_p],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage),
                                 ctypes.POINTER(_P)],
 }
@@ -392,6 +415,30 @@ class StateBuffer:
         return (self.numel + 15) // 16 * 16
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """One reduction of an engine's variant, as a reduction hook sees it (optgen_reduction)."""
+    name: str
+    is_max: bool  # else a sum
+    stage: int  # the Reduce stage that computes it, from 1
+    over_group: bool  # over every tensor of a group (its results also in group_results), else per tensor
+
+
+@dataclass
+class ReductionResults:
+    """Where a Reduce stage just launched left its results (optgen_reduction_results): reduction r's
+    result for tensor t at tensor_results + 8 * (r * num_tensors + t), for group g at group_results +
+    8 * (r * num_groups + g), raw sums and maxima as float64 in device memory, written by work
+    enqueued on `stream`. The stage's own reductions are those whose stage is `stage`."""
+    stage: int
+    reductions: List[Reduction]  # every reduction of the variant, by index r
+    tensor_results: int
+    num_tensors: int
+    group_results: int
+    num_groups: int
+    stream: int
+
+
 @dataclass
 class TensorBinding:
     """One tensor as an Engine binds it: device addresses, its element count and dtype, and its
@@ -405,6 +452,9 @@ class TensorBinding:
     # or COLS state holds State.numel(shape) values.
     states: Optional[Sequence[int]] = None
     shape: Optional[Sequence[int]] = None  # dimensions, outermost first; None: not given
+    # For a rank's shard of a larger tensor: the whole tensor's element count, which the spec's numel
+    # and mean read (Engine.set_reduction_hook combines the ranks' reductions); 0: the tensor is whole.
+    whole_numel: int = 0
 
 
 _INTEGERS = (ctypes.c_size_t, ctypes.c_int64, ctypes.c_int32, ctypes.c_int)
@@ -591,7 +641,7 @@ class Engine:
             array[i] = _Tensor(t.param, t.grad, t.numel, -1, t.dtype, t.dtype,
                                ctypes.cast(states, ctypes.POINTER(ctypes.c_void_p)) if states else None,
                                len(shape) if shape else 0,
-                               ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if shape else None)
+                               ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if shape else None, t.whole_numel)
         overrides = {h.name: v for h, v in zip(self.hyperparameters, self.full_values(values)) if not h.derived}
         group = _SIZE()
         self._lib.call("optgen_add_param_group", self._handle, array, len(tensors), _strings(overrides),
@@ -607,8 +657,45 @@ class Engine:
         self._lib.call("optgen_prepare", self._handle, stream)
 
     def step(self, stream: int = 0, grad_scale: int = 0, found_inf: int = 0) -> None:
-        """One step of every group on `stream`; AMP's device pointers (0: not given)."""
-        self._lib.call("optgen_step_amp", self._handle, stream, grad_scale, found_inf)
+        """One step of every group on `stream`; AMP's device pointers (0: not given). An exception
+        the reduction hook raised is raised here, from the step's error."""
+        try:
+            self._lib.call("optgen_step_amp", self._handle, stream, grad_scale, found_inf)
+        except OptgenError as e:
+            failure, self._hook_failure = self._hook_failure, None
+            if failure is not None:
+                raise failure from e
+            raise
+
+    _hook_failure: Optional[BaseException] = None
+    _hook = None  # the ctypes callback, alive as long as the library may call it
+
+    def set_reduction_hook(self, hook: Optional[Callable[[ReductionResults], None]]) -> None:
+        """Calls `hook` after each Reduce stage's launch, eagerly and during a CUDA graph capture
+        (optgen_set_reduction_hook): where ranks whose tensors are shards of one model combine the
+        stage's results (an all-reduce of each of its reductions on the results' stream) before the
+        stages that read them; bind each shard with TensorBinding.whole_numel. None removes it.
+        Raises OptgenError for a spec that reduces over rows, columns or matrices (Adafactor)."""
+        if hook is None:
+            self._lib.call("optgen_set_reduction_hook", self._handle, _REDUCTION_HOOK(), None)
+            self._hook = None
+            return
+
+        def call(results, _):
+            r = results.contents
+            try:
+                reductions = [Reduction(x.name.decode(), bool(x.is_max), x.stage, bool(x.over_group))
+                              for x in r.reductions[:r.num_reductions]]
+                hook(ReductionResults(r.stage, reductions, r.tensor_results or 0, r.num_tensors,
+                                      r.group_results or 0, r.num_groups, r.stream or 0))
+                return 0
+            except BaseException as e:  # noqa: BLE001 - raised again by step(), which the library returns to
+                self._hook_failure = e
+                return 1
+
+        callback = _REDUCTION_HOOK(call)
+        self._lib.call("optgen_set_reduction_hook", self._handle, callback, None)
+        self._hook = callback
 
     def set(self, name: str, value: float, group: int = -1) -> None:
         self._lib.call("optgen_set", self._handle, name.encode(), float(value), group)

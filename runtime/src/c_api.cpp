@@ -2,6 +2,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "optgen/error.h"
 
@@ -142,6 +143,7 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
     for (size_t i = 0; i < count; ++i) {
       const optgen_tensor& t = tensors[i];
       list[i] = {t.param, t.grad, t.numel, tensor_dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
+      list[i].whole_numel = t.whole_numel;
       if (t.ndim < 0 || (t.ndim > 0 && !t.shape))
         throw optgen::Error("optgen_add_param_group",
                             "tensor " + std::to_string(i) + " has ndim " + std::to_string(t.ndim) +
@@ -283,6 +285,24 @@ int optgen_grad_norm(const optgen_optimizer* optimizer, size_t group, const floa
   return guarded([&] {
     require(optimizer && norm, "optgen_grad_norm", "optimizer or norm is NULL");
     *norm = optimizer->engine.grad_norm(group);
+  });
+}
+
+int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook hook, void* user_data) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_set_reduction_hook", "optimizer is NULL");
+    if (!hook) return optimizer->engine.set_reduction_hook({});
+    optimizer->engine.set_reduction_hook([hook, user_data](const optgen::ReductionResults& r) {
+      std::vector<optgen_reduction> reductions;
+      for (int i = 0; i < r.num_slots; ++i)
+        reductions.push_back({r.slots[i].name, r.slots[i].is_max ? 1 : 0, r.slots[i].stage,
+                              r.slots[i].scope == optgen::Domain::Group ? 1 : 0});
+      const optgen_reduction_results results{r.stage,       r.num_slots,     reductions.data(), r.tensor_results,
+                                             r.num_tensors, r.group_results, r.num_groups,      r.stream};
+      if (const int status = hook(&results, user_data); status != 0)
+        throw optgen::Error("optgen_step", "the reduction hook failed after Reduce stage " + std::to_string(r.stage) +
+                                               " (it returned " + std::to_string(status) + ")");
+    });
   });
 }
 

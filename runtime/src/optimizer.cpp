@@ -222,6 +222,11 @@ struct Binder {
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {
     const std::string which = "tensor " + std::to_string(i) + " of the group";
     if (t.numel < 0) throw Error(m.call(method), which + " has a negative numel (" + std::to_string(t.numel) + ")");
+    if (t.whole_numel != 0 && t.whole_numel < t.numel)
+      throw Error(m.call(method),
+                  which + " is a shard of " + std::to_string(t.whole_numel) + " elements (whole_numel) but holds " +
+                      std::to_string(t.numel),
+                  "pass the whole tensor's element count as whole_numel, or 0 for a tensor that is whole");
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
       throw Error(m.call(method),
                   which + " has " + std::to_string(t.numel) + " parameter elements but " +
@@ -369,6 +374,7 @@ struct Binder {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const Tensor& t = tensors[i];
       BoundTensor b{t.param, t.grad, t.numel, std::vector<void*>(m.info->num_states, nullptr), t.shape, dims[i]};
+      b.whole_numel = t.whole_numel > 0 ? t.whole_numel : t.numel;
       for (int j = 0; j < variant.num_states; ++j) {
         if (!state_present(variant, j, dims[i].factored)) continue;
         const int s = variant.states[j];
@@ -509,16 +515,20 @@ struct PlanTensor {
 };
 
 /// The tensors of a plan's groups in order, with a 0-element placeholder for a group that has no
-/// elements, so that its step still runs and counts.
-std::vector<PlanTensor> plan_tensors(const FusedOptimizer::Impl& m, const Plan& plan, const BoundTensor& placeholder) {
+/// elements, so that its step still runs and counts. A plan that reduces gives each empty tensor a
+/// chunk of its own (chunk_table), so it needs a placeholder only for a group of no tensors: ranks
+/// that hold shards of the same tensors, some of them empty, then number the same tensors alike,
+/// as a reduction hook that combines their results needs.
+std::vector<PlanTensor> plan_tensors(const FusedOptimizer::Impl& m, const Plan& plan, const BoundTensor& placeholder,
+                                     bool reduces) {
   std::vector<PlanTensor> tensors;
   for (std::size_t g : plan.groups) {
-    bool has_elements = false;
+    bool has_chunk = false;
     for (const BoundTensor& t : m.groups[g].tensors) {
       tensors.push_back({&t, static_cast<int>(g), false});
-      has_elements = has_elements || t.numel > 0;
+      has_chunk = has_chunk || t.numel > 0 || reduces;
     }
-    if (!has_elements) tensors.push_back({&placeholder, static_cast<int>(g), true});
+    if (!has_chunk) tensors.push_back({&placeholder, static_cast<int>(g), true});
   }
   return tensors;
 }
@@ -737,10 +747,13 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const KernelInfo& kernel = info.kernels[plan.kernel];
   const VariantInfo& variant = info.variants[kernel.variant];
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
-  const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder);
+  const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, variant.num_reductions > 0);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
-  std::vector<long long> numel;
-  for (const PlanTensor& t : tensors) numel.push_back(t.tensor->numel);
+  std::vector<long long> numel, whole_numel;
+  for (const PlanTensor& t : tensors) {
+    numel.push_back(t.tensor->numel);
+    whole_numel.push_back(t.tensor->whole_numel);
+  }
   std::vector<int> chunks_per_tensor;
   const long long chunk_size = m.plan_chunk_size(plan.kernel, numel);
   plan.shape = m.launch_shape_of(plan.kernel);
@@ -750,6 +763,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
   const std::size_t chunks_at = upload.add(chunks);
+  const std::size_t whole_numel_at = upload.add(whole_numel);
   plan.table_memory = upload.upload();
   PackedUpload pointers;
   pointers.add(plan.pointers = operand_pointers(tensors, variant, kernel.param_write == ParamWrite::Master));
@@ -761,7 +775,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 static_cast<int>(tensors.size()),
                 static_cast<int>(chunks.size()),
                 nullptr,
-                m.storage.seed};
+                m.storage.seed,
+                device_pointer<const long long>(plan.table_memory, whole_numel_at)};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions);
   plan.shape_memory = DeviceBuffer();
   ShapeLayout shapes;

@@ -79,6 +79,7 @@ struct BoundTensor {
   std::vector<std::int64_t> shape;  ///< as the caller gave it (empty: not given)
   TensorDims dims;                  ///< its matrices, rows and columns (from shape)
   void* master = nullptr;           ///< the fp32 master copy of the param (ParamWrite::Master), else null
+  std::int64_t whole_numel = 0;     ///< what the spec's numel reads (Tensor::whole_numel, else numel)
 };
 
 struct Group {

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 7
+#define OPTGEN_ABI_VERSION 8
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -61,7 +61,10 @@ typedef struct {
  * entries for states the tensor does not have are ignored. `ndim` and `shape`: the tensor's
  * dimensions, outermost first, whose product must equal `numel`; ndim 0 (shape NULL): not given,
  * which only a spec that factors tensors by their shape (Adafactor's rows and columns) refuses for
- * a tensor of more than one element. Read during the call only. (ABI 3 added them.) */
+ * a tensor of more than one element. `whole_numel`: for a rank's shard of a larger tensor, the
+ * whole tensor's element count, which the spec's numel and mean read (optgen::Tensor::whole_numel;
+ * see optgen_set_reduction_hook); 0: the tensor is whole. Read during the call only. (ABI 3 added
+ * ndim and shape, ABI 8 whole_numel.) */
 typedef struct {
   void* param;
   const void* grad;
@@ -72,6 +75,7 @@ typedef struct {
   void* const* states;
   int32_t ndim;
   const int64_t* shape;
+  int64_t whole_numel;
 } optgen_tensor;
 
 /* The message of the calling thread's last failure ("" if none). */
@@ -140,6 +144,41 @@ int optgen_set_launch_shape(optgen_optimizer* optimizer, int block_size, int ele
 /* The launch shape of the kernel set that steps `group` (FusedOptimizer::launch_shape): the one set
  * above, else the tuning table's, else the generator's. (ABI 7) */
 int optgen_launch_shape(const optgen_optimizer* optimizer, size_t group, int* block_size, int* elements_per_thread);
+
+/* ---- Sharded tensors: reductions across ranks (ABI 8) ----
+ * A reduction of the optimizer's variant (optgen::ReductionSlot), as a reduction hook sees it. */
+typedef struct {
+  const char* name;   /* the generator's name for it, e.g. sum_param_times_param */
+  int32_t is_max;     /* 1: a maximum, 0: a sum */
+  int32_t stage;      /* the Reduce stage that computes it, from 1 */
+  int32_t over_group; /* 1: over all tensors of a group (results in group_results), 0: per tensor */
+} optgen_reduction;
+
+/* What a reduction hook is handed after the launch of a Reduce stage (optgen::ReductionResults):
+ * reduction r's result for tensor t of the plan at tensor_results[r * num_tensors + t], for group g
+ * at group_results[r * num_groups + g]; raw sums and maxima in double, device memory, written by
+ * work enqueued on `stream`. The stage's reductions are those of `reductions` whose stage is `stage`. */
+typedef struct {
+  int32_t stage;
+  int32_t num_reductions;
+  const optgen_reduction* reductions; /* every reduction of the variant, by index r */
+  double* tensor_results;
+  int64_t num_tensors;
+  double* group_results;
+  int64_t num_groups;
+  void* stream;
+} optgen_reduction_results;
+
+/* Returns 0, or nonzero when it failed: the step then fails with optgen_last_error() saying so. */
+typedef int (*optgen_reduction_hook)(const optgen_reduction_results* results, void* user_data);
+
+/* Calls `hook` with `user_data` after each Reduce stage's launch, eagerly and while a step is
+ * captured (FusedOptimizer::set_reduction_hook): where ranks whose tensors are shards of one model
+ * combine their results (e.g. one ncclAllReduce per reduction of the stage on `stream`, over its
+ * tensor results and, for a group reduction, its group results) before the stages that read them.
+ * Bind each shard with its whole tensor's element count (optgen_tensor::whole_numel). NULL removes
+ * the hook. Fails for a spec that reduces over rows, columns or matrices (Adafactor). */
+int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook hook, void* user_data);
 
 /* Points tensors of a group at other param and grad memory of the same sizes and dtype
  * (FusedOptimizer::rebind): tensor tensors[i] of `group` gets params[i] and grads[i]. No

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 8 };
+enum { kVersion = 9 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -47,6 +47,9 @@ struct TableView {
   const ShapeTable* shapes;
   /// The seed of stochastic rounding's random stream (optgen/random.h); unused by other kernels.
   unsigned long long seed;
+  /// [tensor]: the element count a spec's `numel` (and `mean`) reads: the whole tensor's, of which
+  /// the bound one is a rank's shard (Tensor::whole_numel), else equal to `numel`.
+  const long long* whole_numel;
 };
 
 // ---- Rows, columns and matrices (Adafactor's factored second moment). A tensor of two or more
@@ -294,7 +297,8 @@ static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_tensors) == 32, "TableView::num
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, num_chunks) == 36, "TableView::num_chunks moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, shapes) == 40, "TableView::shapes moved");
 static_assert(OPTGEN_ABI_OFFSETOF(TableView, seed) == 48, "TableView::seed moved");
-static_assert(sizeof(TableView) == 56 && alignof(TableView) == 8, "TableView changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(TableView, whole_numel) == 56, "TableView::whole_numel moved");
+static_assert(sizeof(TableView) == 64 && alignof(TableView) == 8, "TableView changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, rows) == 0, "ShapeTable::rows moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, cols) == 8, "ShapeTable::cols moved");

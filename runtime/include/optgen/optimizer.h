@@ -56,6 +56,10 @@ struct Tensor {
   /// product must equal numel. Only a spec that factors tensors by their shape (rows and columns,
   /// as Adafactor's second moment) needs it; it refuses a tensor bound without one.
   std::vector<std::int64_t> shape = {};
+  /// For a rank's shard of a larger tensor (ZeRO, FSDP; combined across ranks by a reduction hook,
+  /// FusedOptimizer::set_reduction_hook): the whole tensor's element count, which a spec's `numel`
+  /// and `mean` then read. 0: the tensor is whole (its own numel).
+  std::int64_t whole_numel = 0;
 };
 
 /// A state buffer of one tensor.
@@ -338,8 +342,9 @@ class FusedOptimizer {
   /// of the same model (ZeRO, FSDP) before the stages that read them, e.g. with one
   /// ncclAllReduce per reduction of the stage (ncclSum or ncclMax, on `stream`) over its tensor
   /// results and, for a group reduction, its group results. Every rank must then hold the same
-  /// groups with the same number of tensors, each its own part of every tensor. A mean or numel
-  /// in a spec counts the rank's own elements. The hook may change the results only: the next
+  /// groups with the same number of tensors, each its own part of every tensor (an empty part
+  /// too), bound with the whole tensor's element count (Tensor::whole_numel), which a spec's mean
+  /// and numel count. The hook may change the results only: the next
   /// stage may start loading its operands (params, gradients, states) before the hook's work on
   /// the stream has ended, and waits only before it reads the results (on GPUs of compute
   /// capability 9.0 and later, stages overlap: programmatic dependent launch). An empty function

@@ -226,7 +226,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
       aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
     }
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.numel[t], results(red, t, g));
+    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.whole_numel[t], results(red, t, g));
     // Read per run rather than held across the loop: one register fewer where it counts.
     const bool scaled = inputs.grad_scale != 0;
     const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;

@@ -211,7 +211,7 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const Ta
   s.k = *group_values<Values>(groups, current_slot(groups, g), g);
   s.sh = shaped<Ops>(table, t);
   s.numel = table.numel[t];
-  s.tv = Reduce::tensor(s.k, s.numel, results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
+  s.tv = Reduce::tensor(s.k, table.whole_numel[t], results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
   s.scaled = inputs.grad_scale != 0;
   s.grad_scale = s.scaled ? *inputs.grad_scale : 1.0f;
   return s;
@@ -316,7 +316,7 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
     const Shaped<Ops, false> sh = shaped<Ops>(table, t);
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
     const typename Reduce::TensorValues tv =
-        Reduce::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
+        Reduce::tensor(k, table.whole_numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
     float acc[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
@@ -567,7 +567,7 @@ __device__ __forceinline__ void shaped_update_stage(const TableView& table, cons
   const int slot = ticket.slot;
   const Values k = *group_values<Values>(groups, slot, g);
   const Shaped<Ops, true> sh = shaped<Ops, true>(table, t);
-  const typename Update::TensorValues tv = Update::tensor(k, table.numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
+  const typename Update::TensorValues tv = Update::tensor(k, table.whole_numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
   const bool scaled = inputs.grad_scale != 0;
   const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
   void* ptr[kOps];

@@ -96,7 +96,7 @@ __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableVie
   UpdateStep<Update, Group> step;
   step.ticket = take_ticket<Update>(groups, red, t, g);
   step.k = *group_values<typename Group::Values>(groups, step.ticket.slot, g);
-  step.tv = Update::tensor(step.k, table.numel[t], results(red, t, g));
+  step.tv = Update::tensor(step.k, table.whole_numel[t], results(red, t, g));
   step.ps = param_store<Ops>(table, groups, step.ticket.slot, t, g);
   step.scaled = inputs.grad_scale != 0;
   step.grad_scale = step.scaled ? *inputs.grad_scale : 1.0f;
