@@ -171,7 +171,9 @@ def test_prodigy_takes_beta3_none_and_refuses_what_it_cannot_do():
         ot.Prodigy(params, beta3=1.5)
     with pytest.raises(ValueError, match="slice_p"):
         ot.Prodigy(params, slice_p=11)
-    with pytest.raises(ValueError, match="fsdp_in_use"):
-        ot.DAdaptAdam(params, fsdp_in_use=True)
+    with pytest.raises(TypeError, match="fsdp_in_use"):
+        ot.DAdaptAdam(params, fsdp_in_use="yes")
+    # DTensor params are summed over the ranks whatever it says; it is kept for state_dict().
+    assert ot.DAdaptAdam(params, fsdp_in_use=True).state_dict()["param_groups"][0]["fsdp_in_use"] is True
     with pytest.raises(ValueError, match="d0"):
         ot.Prodigy(params, d0=0.0)

@@ -210,6 +210,26 @@ def test_an_optgen_checkpoint_resumes_bit_identically():
         assert torch.equal(a, b)
 
 
+def test_a_checkpoint_loaded_into_an_optimizer_that_stepped_resumes_from_the_checkpoint():
+    """Its step counts and Prodigy's d are the checkpoint's, not those of the steps taken before
+    the load (which the next step's rebuild once pulled over them from the engine)."""
+    straight_p, resumed_p = make_params(5), make_params(5)
+    straight = ot.Prodigy(straight_p, weight_decay=0.01)
+    run(straight, straight_p, 6, schedule=False)
+    first = ot.Prodigy(resumed_p, weight_decay=0.01)
+    run(first, resumed_p, 3, schedule=False)
+    saved, saved_p = copy.deepcopy(first.state_dict()), [p.detach().clone() for p in resumed_p]
+    run(first, resumed_p, 2, first_step=3, schedule=False)  # steps the checkpoint does not know
+    first.load_state_dict(saved)
+    with torch.no_grad():
+        for p, q in zip(resumed_p, saved_p):
+            p.copy_(q)
+    run(first, resumed_p, 3, first_step=3, schedule=False)
+    assert [int(v["step"]) for v in first.state_dict()["state"].values()] == [6] * len(resumed_p)
+    for a, b in zip(straight_p, resumed_p):
+        assert torch.equal(a, b)
+
+
 def test_a_parameter_without_a_gradient_is_skipped_and_keeps_its_own_step_count():
     ours_p, theirs_p = make_params(4), make_params(4)
     ours = ot.Adam(ours_p, lr=1e-2, weight_decay=0.1)

@@ -44,15 +44,20 @@ def _check_d_adaptation(name: str, lr: float, eps: float, d0: float, fsdp_in_use
         raise ValueError(f"Invalid learning rate: {lr}")
     if not 0.0 < eps:
         raise ValueError(f"Invalid epsilon value: {eps}")
-    if fsdp_in_use:
-        raise ValueError(f"fsdp_in_use: optgen.torch's {name} sums D's estimate over one process's params")
+    if not isinstance(fsdp_in_use, bool):
+        raise TypeError(f"fsdp_in_use must be True or False; got {fsdp_in_use!r}")
+
+
+def _is_dtensor(t: _Any) -> bool:
+    return getattr(t, "_local_tensor", None) is not None
 
 
 def _as_published(state_dict: _Dict[str, _Any], scalar_states, extra: _Dict[str, _Any], flat=()) -> _Dict[str, _Any]:
     """`state_dict` (optgen's, torch's layout) as a class that keeps its scalar state in each param
     group also reads it: each group gets its scalar state (its first parameter's with state: the
     same for all of them) and `k` (its step count), and `extra` where it lacks them; the states named in
-    `flat` are flattened (views). load_state_dict reads both forms."""
+    `flat` are flattened (views), but for a DTensor's (a shard does not flatten into the whole's
+    order; torch.distributed.checkpoint reshards them as they are). load_state_dict reads both forms."""
     states = dict(state_dict["state"])
     groups = []
     for saved in state_dict["param_groups"]:
@@ -66,7 +71,7 @@ def _as_published(state_dict: _Dict[str, _Any], scalar_states, extra: _Dict[str,
             group.setdefault(key, value)
         for i in group["params"]:
             if i in states and any(name in states[i] for name in flat):
-                states[i] = {k: v.flatten() if k in flat else v for k, v in states[i].items()}
+                states[i] = {k: v.flatten() if k in flat and not _is_dtensor(v) else v for k, v in states[i].items()}
         groups.append(group)
     return {"state": states, "param_groups": groups}
 
@@ -222,12 +227,15 @@ class DAdaptAdam(Optimizer):
     two sums over the param group (state[p]["d"] after state_dict(), and each group's "d" in
     state_dict()'s param_groups, not in self.param_groups):
     DAdaptAdam shares one D among all groups, optgen keeps one per group (the same with one group).
-    A group's layer_scale is 1; log_every is accepted and prints nothing; fsdp_in_use must be False."""
+    A group's layer_scale is 1; log_every is accepted and prints nothing. With DTensor params (FSDP2)
+    D's sums cover every rank's shards whatever fsdp_in_use says (Optimizer: DTensor params);
+    fsdp_in_use is kept for state_dict()."""
 
     def __init__(self, params, lr=1.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, log_every=0,
                  decouple=False, use_bias_correction=False, d0=1e-6, growth_rate=float("inf"), fsdp_in_use=False,
                  **options):
         _check_d_adaptation("DAdaptAdam", lr, eps, d0, fsdp_in_use)
+        self._fsdp_in_use = fsdp_in_use
         super().__init__(params, _builtin("dadapt_adam"),
                          dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, decouple=decouple,
                               use_bias_correction=use_bias_correction, d0=d0, growth_rate=growth_rate), **options)
@@ -238,7 +246,7 @@ class DAdaptAdam(Optimizer):
         DAdaptAdam's do. A DAdaptAdam checkpoint loads here (its groups' d and numerator_weighted
         become each parameter's)."""
         return _as_published(super().state_dict(), ("d", "numerator_weighted"),
-                             dict(layer_scale=1.0, log_every=0, fsdp_in_use=False))
+                             dict(layer_scale=1.0, log_every=0, fsdp_in_use=self._fsdp_in_use))
 
 
 class LAMB(Optimizer):
@@ -291,9 +299,10 @@ class Prodigy(Optimizer):
     whose step size D is estimated as it trains (leave lr at 1). D, d_max and d_numerator are
     scalar state, kept on the device and updated there each step from two sums over the param
     group (state[p]["d"] after state_dict(), and each group's "d" in state_dict()'s param_groups, not
-    in self.param_groups): Prodigy shares one D among
-    all groups, optgen keeps one per group (the same with one group). slice_p must be 1 (the
-    exact estimate) and fsdp_in_use False. A step whose gradients are all zero before any was not
+    in self.param_groups): Prodigy shares one D among all groups, optgen keeps one per group (the
+    same with one group). slice_p must be 1 (the exact estimate). With DTensor params (FSDP2) D's
+    sums cover every rank's shards whatever fsdp_in_use says (Optimizer: DTensor params);
+    fsdp_in_use is kept for state_dict(). A step whose gradients are all zero before any was not
     (Prodigy returns early there) still counts in the step count that use_bias_correction reads."""
 
     _tuples = {**_TUPLES, "betas": (("beta1", "beta2"),)}  # betas is a pair: beta3 stands beside it
@@ -302,6 +311,7 @@ class Prodigy(Optimizer):
                  use_bias_correction=False, safeguard_warmup=False, d0=1e-6, d_coef=1.0, growth_rate=float("inf"),
                  fsdp_in_use=False, slice_p=1, **options):
         _check_d_adaptation("Prodigy", lr, eps, d0, fsdp_in_use)
+        self._fsdp_in_use = fsdp_in_use
         if beta3 is not None and not 0.0 <= beta3 < 1.0:
             raise ValueError(f"Invalid beta3 value: {beta3}")
         if slice_p != 1:
@@ -318,7 +328,7 @@ class Prodigy(Optimizer):
         Prodigy keeps them. A Prodigy checkpoint (slice_p=1) loads here (its groups' d, d_max and
         d_numerator become each parameter's; s and p0 take the parameter's shape)."""
         return _as_published(super().state_dict(), ("d", "d_max", "d_numerator"),
-                             dict(slice_p=1, fsdp_in_use=False), flat=("s", "p0"))
+                             dict(slice_p=1, fsdp_in_use=self._fsdp_in_use), flat=("s", "p0"))
 
     def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
         """The group's values, beta3's None as the spec's -1 (sqrt(beta2), as Prodigy's None)."""

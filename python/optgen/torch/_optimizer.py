@@ -41,6 +41,7 @@ from .. import _capi
 from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, Storage,
                      TensorBinding)
 from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
+from ._ranks import RankReductions, shard_groups
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
 _STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
@@ -246,6 +247,13 @@ class Optimizer(torch.optim.Optimizer):
         (computed on the device, gradients left unchanged; grad_norm() returns the norm); 0: off.
         A hyperparameter of every spec, settable per group; a group that clips must hold params of
         one dtype that all have gradients from its first step on.
+    DTensor params (FSDP2's fully_shard): each rank steps its own shards, and every reduction the
+        spec makes (a per-tensor norm, max_grad_norm's global norm, Prodigy's sums; a mean counts
+        the whole tensor's elements) is all-reduced over the mesh dimensions the params are sharded
+        along, through torch.distributed on the step's stream, so every rank steps as one GPU
+        holding whole tensors would. Such an optimizer needs every param a DTensor of one mesh and
+        placement; Adafactor's rows and columns are not combined across ranks, so it refuses
+        DTensor params (ValueError).
     foreach, fused, capturable: accepted for torch's signature and ignored: optgen's step is always
         one fused launch and can always be captured in a CUDA graph.
     differentiable: must be False.
@@ -532,6 +540,8 @@ class Optimizer(torch.optim.Optimizer):
                     masters.extend((g, t, binding.params[i]) for t, i in enumerate(indices))
             binding.bind(list(map(_grad_of, binding.params)))
             bindings.append(binding)
+        if any(b.distributed for b in bindings):
+            self._reduce_across_ranks(engine, [b.params[i] for b in bindings for i in b.where])
         if self._device is not None:
             with torch.cuda.device(self._device):
                 copied = self._bind_masters(engine, masters)
@@ -540,6 +550,15 @@ class Optimizer(torch.optim.Optimizer):
                     torch.cuda.current_stream(self._device).synchronize()
         self._engine, self._bindings = engine, bindings
         self._structure_changed = False
+
+    def _reduce_across_ranks(self, engine: Engine, params: List[torch.Tensor]) -> None:
+        """DTensor params: each rank steps its shards, and every reduction (a norm, a global gradient
+        norm, a sum over the group) is all-reduced over the ranks between the engine's stages."""
+        groups, error = shard_groups(params)
+        try:
+            engine.set_reduction_hook(RankReductions(groups, error, self._device))
+        except OptgenError as e:
+            raise ValueError(f"optgen.torch.{self.__class__.__name__} cannot step DTensor params: {e}") from None
 
     def _bind_masters(self, engine: Engine, masters: List[tuple]) -> bool:
         """state[p]["master_param"] becomes a view of the new engine's master copy of p (for each
@@ -661,7 +680,7 @@ class Optimizer(torch.optim.Optimizer):
         return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
                              [_local(state[s.name]).data_ptr() if _capi.present(x, local.dim()) else 0
                               for s, x in zip(self._describe.states, presence)],
-                             shape=tuple(local.shape))
+                             shape=tuple(local.shape), whole_numel=p.numel() if local is not p else 0)
 
     def _pull_progress(self) -> None:
         """Step counts and scalar state from the engine into self.state (synchronizes)."""
@@ -741,6 +760,9 @@ class Optimizer(torch.optim.Optimizer):
             self._group_values(new, None)
             groups.append(_GroupDict(new, self._hyperparameter_set))
         self.state, self.param_groups = state, groups
+        # The loaded step counts and scalar state are the optimizer's progress now: the rebuild at
+        # the next step must not pull the current engine's over them.
+        self._engine = None
         self._structure_changed = True
 
     def _loaded(self, p: torch.Tensor, name: str, value: Any, states: Dict[str, State]) -> Any:

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""One rank of tests/python/test_torch_ranks_gpu.py: optgen.torch optimizers on DTensor shards against
+the same optimizers on whole tensors, and distributed checkpoints. Prints one JSON line per check
+(rank 0 only).
+
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py trajectories [--no-reduce]
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py save DIR
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py load DIR   # or 1: one rank's mesh
+    python3 ranks_worker.py load DIR       # one process, one GPU, plain tensors ("ranks": 0)
+
+The model holds tensors that two ranks shard unevenly along dimension 0 (torch.chunk's split, as
+fully_shard and distribute_tensor make it): w1 37x19 (19 and 18 rows), b1 37, w2 5x37 (3 and 2
+rows), emb 3x4 (2 and 1) and scale 1 (1 and 0: rank 1's shard is empty), in three param groups, the
+last holding only scale (a group with no elements on rank 1). Gradients are whole tensors drawn
+from a seed per step, the same in every process; each rank takes its shard of them.
+
+trajectories: every case steps a sharded copy (fully_shard) and a whole copy (each rank holds one,
+as one GPU would) from the same init with the same gradients; after every step each param's
+gathered shards (full_tensor()) must equal the whole copy's within |a - b| <= ATOL + RTOL * |b|
+(the same arithmetic; only the order in which a reduction's partial sums are added differs). It
+reports the worst ratio |a - b| / (ATOL + RTOL * |b|) ("violation", at most 1 to pass) and the
+largest difference. --no-reduce removes the hook that combines the ranks' reductions, so each rank
+reads its own shards' norms: the check must then fail for every case that reduces.
+
+save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
+torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
+and keeps the final params whole in DIR/<case>.final.pt. load: a new copy (sharded under torchrun,
+plain tensors in one process) loads DIR, steps from SAVE_AT to STEPS and must end where save did.
+Prodigy's state_dict keeps s and p0 flat for plain tensors (prodigyopt's layout) but in the param's
+shape for DTensors, so its sharded checkpoint does not load into plain tensors: reported as an error.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+import optgen.torch as ot
+
+SHAPES = {"w1": (37, 19), "b1": (37,), "w2": (5, 37), "emb": (3, 4), "scale": (1,)}
+GROUPS = (("w1", "w2", "emb"), ("b1",), ("scale",))
+STEPS, SAVE_AT = 8, 4
+RTOL, ATOL = 1e-5, 1e-6
+
+CASES = {
+    "adamw": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1),
+    "adamw_clipped": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1, max_grad_norm=1.0),
+    "lamb": lambda groups: ot.LAMB(groups, lr=1e-2, weight_decay=0.1),
+    "lamb_clipped": lambda groups: ot.LAMB(groups, lr=1e-2, weight_decay=0.1, max_grad_norm=1.0),
+    "lars": lambda groups: ot.LARS(groups, lr=0.1, momentum=0.9, weight_decay=1e-2),
+    "prodigy": lambda groups: ot.Prodigy(groups, lr=1.0, weight_decay=0.01),
+    "dadapt_adam": lambda groups: ot.DAdaptAdam(groups, lr=1.0),
+    "cautious_adamw": lambda groups: ot.CautiousAdamW(groups, lr=1e-2),
+}
+REDUCING = sorted(set(CASES) - {"adamw"})  # those whose step reads a reduction
+CHECKPOINTED = ("adamw_clipped", "prodigy")
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        for name, shape in SHAPES.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.randn(shape, generator=generator)))
+
+    def groups(self):
+        return [{"params": [getattr(self, name) for name in names]} for names in GROUPS]
+
+
+def whole_grads(step, device):
+    generator = torch.Generator().manual_seed(1000 + step)
+    return {name: torch.randn(shape, generator=generator).to(device) for name, shape in SHAPES.items()}
+
+
+def set_grads(model, step, device):
+    for name, g in whole_grads(step, device).items():
+        p = getattr(model, name)
+        p.grad = distribute_tensor(g, p.device_mesh, p.placements) if isinstance(p, DTensor) else g
+
+
+def whole(t):
+    return (t.full_tensor() if isinstance(t, DTensor) else t).detach()
+
+
+def compare(a_model, b_model):
+    """The worst violation of the tolerance and the largest difference, over every param."""
+    violation, largest = 0.0, 0.0
+    for name in SHAPES:
+        a, b = whole(getattr(a_model, name)).double(), whole(getattr(b_model, name)).double()
+        diff = (a - b).abs()
+        violation = max(violation, (diff / (ATOL + RTOL * b.abs())).max().item())
+        largest = max(largest, diff.max().item())
+    return violation, largest
+
+
+def report(rank, **fields):
+    if rank == 0:
+        print(json.dumps(fields), flush=True)
+
+
+def sharded_model(device, mesh):
+    model = Model().to(device)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def trajectories(rank, device, mesh, no_reduce):
+    if no_reduce:  # each rank reads its own shards' reductions
+        ot.Optimizer._reduce_across_ranks = lambda self, engine, params: None
+    for case, make in CASES.items():
+        sharded, reference = sharded_model(device, mesh), Model().to(device)
+        opt, ref = make(sharded.groups()), make(reference.groups())
+        violation, largest, norms = 0.0, 0.0, 0.0
+        for step in range(STEPS):
+            set_grads(sharded, step, device)
+            set_grads(reference, step, device)
+            opt.step()
+            ref.step()
+            v, d = compare(sharded, reference)
+            violation, largest = max(violation, v), max(largest, d)
+            if "clipped" in case:  # the published global norms: the whole tensors'
+                for g in range(len(GROUPS)):
+                    a, b = opt.grad_norm(g).item(), ref.grad_norm(g).item()
+                    norms = max(norms, abs(a - b) / b)
+        report(rank, check="trajectory", case=case, violation=violation, largest=largest, grad_norm_rel=norms)
+    # The step captured in a CUDA graph (NCCL's all-reduces inside it), gradients in place.
+    sharded, reference = sharded_model(device, mesh), Model().to(device)
+    opt, ref = CASES["lamb_clipped"](sharded.groups()), CASES["lamb_clipped"](reference.groups())
+    set_grads(sharded, 0, device)
+    set_grads(reference, 0, device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # torch's recipe: a first (real) step on a side stream
+        opt.step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    ref.step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    violation = 0.0
+    for step in range(1, STEPS):
+        for name, g in whole_grads(step, device).items():
+            p = getattr(sharded, name)
+            p.grad.to_local().copy_(distribute_tensor(g, p.device_mesh, p.placements).to_local())
+        graph.replay()
+        set_grads(reference, step, device)
+        ref.step()
+        violation = max(violation, compare(sharded, reference)[0])
+    report(rank, check="trajectory", case="lamb_clipped_graph", violation=violation)
+    # Adafactor's rows and columns are not combined across ranks: refused with a message.
+    sharded = sharded_model(device, mesh)
+    opt = ot.Adafactor([getattr(sharded, "b1"), getattr(sharded, "scale")])
+    set_grads(sharded, 0, device)
+    try:
+        opt.step()
+        report(rank, check="refusal", case="adafactor", error=None)
+    except ValueError as e:
+        report(rank, check="refusal", case="adafactor", error=str(e))
+
+
+def save(rank, device, mesh, directory):
+    for case in CHECKPOINTED:
+        model = sharded_model(device, mesh)
+        opt = CASES[case](model.groups())
+        for step in range(STEPS):
+            if step == SAVE_AT:
+                dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
+                         checkpoint_id=os.path.join(directory, case))
+            set_grads(model, step, device)
+            opt.step()
+        final = {name: whole(getattr(model, name)).cpu() for name in SHAPES}
+        if rank == 0:
+            torch.save(final, os.path.join(directory, f"{case}.final.pt"))
+        report(rank, check="save", case=case)
+
+
+def load(rank, device, mesh, directory):
+    for case in CHECKPOINTED:
+        model = sharded_model(device, mesh) if mesh is not None else Model().to(device)
+        opt = CASES[case](model.groups())
+        state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
+        try:
+            dcp.load(state, checkpoint_id=os.path.join(directory, case))
+        except (Exception, CheckpointException) as e:  # reported: Prodigy's flat s and p0 in plain tensors
+            report(rank, check="load", case=case, ranks=0, error=str(e)[-2000:])
+            continue
+        set_model_state_dict(model, state["model"])
+        set_optimizer_state_dict(model, opt, state["optim"])
+        for step in range(SAVE_AT, STEPS):
+            set_grads(model, step, device)
+            opt.step()
+        final = torch.load(os.path.join(directory, f"{case}.final.pt"))
+        expected = Model()
+        with torch.no_grad():
+            for name in SHAPES:
+                getattr(expected, name).copy_(final[name])
+        violation, largest = compare(model, expected.to(device))
+        report(rank, check="load", case=case, ranks=dist.get_world_size() if mesh is not None else 0,
+               violation=violation, largest=largest)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("trajectories", "save", "load"))
+    parser.add_argument("directory", nargs="?")
+    parser.add_argument("--no-reduce", action="store_true")
+    args = parser.parse_args()
+    distributed = "LOCAL_RANK" in os.environ
+    rank, device, mesh = 0, torch.device("cuda", 0), None
+    if distributed:
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    elif args.mode != "load":
+        sys.exit("trajectories and save run under torchrun")
+    if args.mode == "trajectories":
+        trajectories(rank, device, mesh, args.no_reduce)
+    elif args.mode == "save":
+        save(rank, device, mesh, args.directory)
+    else:
+        load(rank, device, mesh, args.directory)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
