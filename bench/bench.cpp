@@ -3,7 +3,7 @@
 // here; and the host time spent inside step() for a model of many tensors.
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
-//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam]
+//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam,adam_mini]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //                [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8] [--tune FILE]
 //
@@ -45,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adafactor.h"
+#include "adam_mini.h"
 #include "adam.h"
 #include "adamw.h"
 #include "dadapt_adam.h"
@@ -264,6 +265,11 @@ std::vector<OptimizerCase> optimizer_cases() {
       {"dadapt_adam",
        {2, 1, 2, {{"exp_avg", 2}, {"exp_avg_sq", 3}, {"s", 3}}},
        with_defaults(optgen::DAdaptAdam::info(), {})},
+      // Two launches: the mean of g^2 over each row, a block of Adam-mini's (reads g), then the
+      // update (reads p, g, m; writes p, m). A row per tensor's first dimension, as its neurons'
+      // rule binds a matrix; the second moment per row is negligible, and 1-D tensors' `v` per
+      // element is not counted.
+      {"adam_mini", {1, 1, 2, {{"m", 2}}}, with_defaults(optgen::AdamMini::info(), {})},
   };
 }
 
@@ -458,10 +464,11 @@ void add_options(CLI::App& app, Arguments& args) {
   app.add_option("--workloads", args.workloads, "workloads: DIR/<name>.json, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  std::vector<std::string> optimizers;  // every case optimizer_cases() has
+  for (const OptimizerCase& c : optimizer_cases()) optimizers.push_back(c.name);
   app.add_option("--optimizers", args.optimizers, "optimizers, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember(
-          {"adam", "adamw", "sgd", "adamw_clip", "lamb", "lamb_clip", "adafactor", "prodigy", "dadapt_adam"}))
+      ->check(CLI::IsMember(optimizers))
       ->capture_default_str();
   app.add_option("--modes", args.modes,
                  "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "

@@ -6,7 +6,8 @@ What it records
 ---------------
 For every optimizer in ``PUBLISHED`` below, this script runs a line-by-line transcription of the
 authors' published optimizer class for a fixed number of steps on three parameter tensors of
-shapes [1], [5] and [3, 4], and writes ``<out>/<spec>.json`` in the format of
+shapes [1], [5] and [3, 4] (or the entry's own, ``Published.shapes``: Adam-mini's four, named as
+its partition reads them), and writes ``<out>/<spec>.json`` in the format of
 tests/record_trajectories.py (read by tests/reference_test.cpp), containing, per case (one
 combination of hyperparameters):
 
@@ -87,11 +88,13 @@ SHAPES = [[1], [5], [3, 4]]  # as record_trajectories.py
 
 
 class Param:
-    """A parameter: its value (float64, updated in place) and its gradient."""
+    """A parameter: its value (float64, updated in place), its gradient, and (Published.names) its
+    name in the model."""
 
     def __init__(self, data: np.ndarray):
         self.data = data
         self.grad: Optional[np.ndarray] = None
+        self.name = ""
 
 
 class Optimizer:
@@ -908,6 +911,132 @@ class Prodigy(Optimizer):
             group['k'] = k + 1
 
 
+# ---- Adam-mini -----------------------------------------------------------------------------------
+# Transcribed from adam-mini 1.1.1 (PyPI; zyushun/Adam-mini), adam_mini/adam_mini.py: class
+# Adam_mini (__init__, step). Adam_mini takes model.named_parameters() and makes a param group of
+# each parameter, named by it (weight_decay 0 for names holding "norm", "ln" or "bias"); here the
+# parameters come in the harness's groups, each Param named by Published.names, and the groups
+# are checked to hold the weight decay the name rule gives. world_size is 1 (one process: Adam_mini
+# reads torch.cuda.device_count() and all-gathers a norm's numel when it is more). The embedding,
+# output, value, projection and MLP rules are one rule in step (a mean over each row).
+
+ADAM_MINI_SOURCE = ("adam-mini 1.1.1 (PyPI; zyushun/Adam-mini) adam_mini/adam_mini.py (class Adam_mini, "
+                    "__init__ and step), transcribed with numpy")
+
+
+class AdamMini(Optimizer):
+    published_name = "Adam_mini"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, dim=2048, n_heads=32,
+                 n_kv_heads=None):
+        self.dim = dim
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads if n_kv_heads is not None else n_heads
+        self.world_size = 1
+        self.head_numel = self.dim * self.dim // self.n_heads
+        self.embd_names = {"embed", "embd", "wte"}
+        self.output_names = {"lm_head", "output", "final_layer"}
+        self.wqk_names = {"k_proj", "q_proj", "wq", "wk", "query", "key"}
+        self.wv_names = {"v_proj", "wv", "value"}
+        self.attn_proj_names = {"o_proj", "wo", "attn.proj"}
+        self.mlp_names = {"feed_forward", "linear", "mlp"}
+        self.adam_block_names = {"bias"}
+        groups = []
+        for group in params:
+            for param in group["params"]:
+                name = param.name.lower()
+                decay = 0.0 if "norm" in name or "ln" in name or "bias" in name else weight_decay
+                if group.get("weight_decay", weight_decay) != decay:
+                    raise ValueError(f"{name}: the harness's group has weight_decay {group['weight_decay']}, "
+                                     f"Adam_mini's rule {decay}")
+                groups.append({"name": name, "params": [param], "weight_decay": decay})
+        defaults = dict(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps)
+        super().__init__(groups, defaults)
+
+    def _adam_step(self, p, group, beta1, beta2, lr, eps):  # bias terms
+        state = self.state[p]
+        if len(state) == 0:
+            state["m"] = np.zeros_like(p.data)
+            state["step"] = 0
+            state["v"] = np.zeros_like(p.data)
+        grad = p.grad
+        state["v"] *= beta2  # state["v"].mul_(beta2).addcmul_(grad, grad.conj(), value=1 - beta2)
+        state["v"] += (1 - beta2) * (grad * grad)
+        state["step"] += 1
+        if group["weight_decay"] > 0.0:
+            p.data *= 1 - lr * group["weight_decay"]
+        state["m"] += (1 - beta1) * (grad - state["m"])  # state["m"].lerp_(grad, 1 - beta1)
+        bias_correction_1 = 1 - beta1 ** state["step"]
+        bias_correction_2 = 1 - beta2 ** state["step"]
+        bias_correction_2_sqrt = math.sqrt(bias_correction_2)
+        h = np.sqrt(state["v"]) / bias_correction_2_sqrt + eps  # (state["v"].sqrt() / ...).add_(eps)
+        stepsize = lr / bias_correction_1
+        p.data += -stepsize * (state["m"] / h)  # p.addcdiv_(state["m"], h, value=-stepsize)
+
+    def _rows_step(self, p, group, beta1, beta2, lr, eps, rows):  # a second moment per row of `rows` rows
+        state = self.state[p]
+        if len(state) == 0:
+            state["m"] = np.zeros_like(p.data).reshape(rows, -1)
+            state["step"] = 0
+            state["vmean"] = np.zeros((rows, 1))
+        grad = p.grad.reshape(rows, -1)
+        tmp_lr = np.mean(grad * grad, axis=1, keepdims=True)  # torch.mean(grad * grad, dim=1, keepdim=True)
+        state["vmean"] *= beta2  # state["vmean"].mul_(beta2).add_(tmp_lr, alpha=1 - beta2)
+        state["vmean"] += (1 - beta2) * tmp_lr
+        state["step"] += 1
+        if group["weight_decay"] > 0.0:
+            p.data *= 1 - lr * group["weight_decay"]
+        state["m"] += (1 - beta1) * (grad - state["m"])
+        bias_correction_1 = 1 - beta1 ** state["step"]
+        bias_correction_2 = 1 - beta2 ** state["step"]
+        bias_correction_2_sqrt = math.sqrt(bias_correction_2)
+        h = np.sqrt(state["vmean"]) / bias_correction_2_sqrt + eps
+        stepsize = ((1 / bias_correction_1) / h).reshape(rows, 1)
+        update = (state["m"] * stepsize).reshape(p.data.shape)
+        update *= lr  # update.mul_(lr)
+        p.data += -update  # p.add_(-update)
+
+    def _block_step(self, p, group, beta1, beta2, lr, eps):  # other blocks (norms): one for the tensor
+        state = self.state[p]
+        if len(state) == 0:
+            state["m"] = np.zeros_like(p.data)
+            state["step"] = 0
+            state["reduced"] = False
+            state["vmean"] = np.zeros(())
+            state["block_numel"] = float(p.data.size)
+        grad = p.grad
+        tmp_lr = float(np.sum(grad * grad)) / state["block_numel"]
+        if group["weight_decay"] > 0.0:
+            p.data *= 1 - lr * group["weight_decay"]
+        state["step"] += 1
+        state["m"] += (1 - beta1) * (grad - state["m"])
+        bias_correction_1 = 1 - beta1 ** state["step"]
+        bias_correction_2 = 1 - beta2 ** state["step"]
+        bias_correction_2_sqrt = math.sqrt(bias_correction_2)
+        state["vmean"] = beta2 * state["vmean"] + (1 - beta2) * tmp_lr
+        h = np.sqrt(state["vmean"]) / bias_correction_2_sqrt + eps
+        stepsize = (1 / bias_correction_1) / h
+        update = state["m"] * stepsize
+        update *= lr
+        p.data += -update
+
+    def step(self):
+        for group in self.param_groups:
+            beta1, beta2, lr, name, eps = group["beta1"], group["beta2"], group["lr"], group["name"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if any(n in name for n in self.adam_block_names):
+                    self._adam_step(p, group, beta1, beta2, lr, eps)
+                elif any(n in name for n in self.wqk_names):
+                    self._rows_step(p, group, beta1, beta2, lr, eps, p.data.size // self.head_numel)
+                elif any(n in name for names in (self.embd_names, self.output_names, self.wv_names, self.mlp_names,
+                                                 self.attn_proj_names) for n in names):
+                    self._rows_step(p, group, beta1, beta2, lr, eps, p.data.shape[0])
+                else:
+                    self._block_step(p, group, beta1, beta2, lr, eps)
+
+
 # ---- the optimizers recorded --------------------------------------------------------------------
 
 
@@ -926,6 +1055,14 @@ class Published(NamedTuple):
     two_groups: Optional[Tuple[Dict[str, object], Dict[str, object]]]
     states: Callable[[Dict, Dict], List[str]]  # (hyperparameters, a param's state) -> names to record
     fixed: Dict[str, object] = {}  # keywords passed to the class besides the hyperparameters
+    # The tensors' shapes (default SHAPES): as optgen binds them, where the class's blocks follow
+    # its parameters' names (Adam-mini: a row per block).
+    shapes: Optional[List[List[int]]] = None
+    names: Optional[List[str]] = None  # Param.name of each tensor, for a class that reads names
+    # (case hyperparameters) -> [(tensor indices, hyperparameters)]: a case's groups when the class
+    # decides some hyperparameters per parameter (Adam-mini's weight decay by name); the class
+    # checks them. Default: one group of every tensor.
+    groups: Optional[Callable[[Dict], List[Tuple[List[int], Dict]]]] = None
 
 
 PUBLISHED = {
@@ -1075,6 +1212,31 @@ PUBLISHED = {
         two_groups=None,
         states=lambda h, state: ["exp_avg", "exp_avg_sq", "s"],
     ),
+    "adam_mini": Published(
+        cls=AdamMini,
+        source=ADAM_MINI_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "eps", "weight_decay"],
+        tuples={"betas": ("beta1", "beta2")},
+        none_is={},
+        ints=[],
+        bools=[],
+        base=dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0),
+        cases=[
+            {},
+            {"weight_decay": 0.1},
+            {"beta1": 0.5, "beta2": 0.9, "eps": 1e-3, "weight_decay": 0.5, "lr": 0.05},
+            {"beta1": 0.0},
+            {"weight_decay": 0.1, "zero_grads": [[1, 2], [4, 3]]},  # a row mean of zero: h is eps
+        ],
+        two_groups=None,
+        states=lambda h, state: ["m"],  # vmean (per row or block) and v (a bias's) differ between tensors
+        fixed={"dim": 4, "n_heads": 2},
+        # A bias (Adam, per element), a norm's weight (one block: bound as one row), an MLP weight (a
+        # row per neuron) and a 4 x 4 query of 2 heads (a row of 8 per head).
+        names=["bias", "ln.weight", "mlp.weight", "wq.weight"],
+        shapes=[[3], [1, 5], [3, 4], [2, 8]],
+        groups=lambda h: [([2, 3], h), ([0, 1], {**h, "weight_decay": 0.0})],
+    ),
     "lars": Published(
         cls=Lars,
         source=LARS_SOURCE,
@@ -1193,7 +1355,10 @@ def run_case(spec, entry, index, groups, steps, edges, dtype=np.float64):
     zero_params0 and zero_grads (EDGES); dtype: what the transcription computes in (the same
     draws, rounded to float32 for float32_deviation)."""
     rng = np.random.default_rng(zlib.crc32(f"{spec}:{index}".encode("ascii")))
-    params = [Param(rng.standard_normal(s).astype(dtype)) for s in SHAPES]
+    shapes = entry.shapes or SHAPES
+    params = [Param(rng.standard_normal(s).astype(dtype)) for s in shapes]
+    for param, name in zip(params, entry.names or []):
+        param.name = name
     for t in edges.get("zero_params0", []):
         params[t].data[...] = 0.0
     params0 = [flat(p.data) for p in params]
@@ -1204,15 +1369,15 @@ def run_case(spec, entry, index, groups, steps, edges, dtype=np.float64):
         g.update(to_kwargs(spec, entry, hps))
         published_groups.append(g)
     opt = entry.cls(published_groups, **to_kwargs(spec, entry, groups[0][1]), **entry.fixed)
-    for (idxs, hps), group in zip(groups, opt.param_groups):  # every hyperparameter kept as given
-        for k, v in to_kwargs(spec, entry, hps).items():
+    for (idxs, hps), group in zip(groups, opt.param_groups if entry.groups is None else []):
+        for k, v in to_kwargs(spec, entry, hps).items():  # every hyperparameter kept as given
             if group[k] != v:
                 fail(f"{spec} case {index}: the group has {k}={group[k]!r}, expected {v!r}")
 
     group_of = {t: hps for idxs, hps in groups for t in idxs}
     grads_rec, params_rec, states_rec = [], [], {}
     for step in range(steps):
-        grads = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+        grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
         for zero_step, t in edges.get("zero_grads", []):
             if zero_step == step + 1:
                 grads[t][...] = 0.0
@@ -1231,7 +1396,7 @@ def run_case(spec, entry, index, groups, steps, edges, dtype=np.float64):
 
     case = {
         "groups": [{"tensors": list(idxs), "hyperparameters": hps} for idxs, hps in groups],
-        "shapes": SHAPES,
+        "shapes": shapes,
         "params0": params0,
         "grads": grads_rec,
         "params": params_rec,
@@ -1273,26 +1438,29 @@ def float32_deviation(exact, rounded):
 EDGES = ("zero_params0", "zero_grads")
 
 
-def split_edges(spec, overrides):
+def split_edges(spec, overrides, tensors):
     """A case's overrides -> (hyperparameters, edges)."""
     edges = {k: v for k, v in overrides.items() if k in EDGES}
     for t in edges.get("zero_params0", []):
-        if not 0 <= t < len(SHAPES):
-            fail(f"{spec}: zero_params0 names tensor {t}; there are {len(SHAPES)}")
+        if not 0 <= t < tensors:
+            fail(f"{spec}: zero_params0 names tensor {t}; there are {tensors}")
     for step, t in edges.get("zero_grads", []):
-        if not (0 <= t < len(SHAPES) and step >= 1):
-            fail(f"{spec}: zero_grads names step {step} (from 1) of tensor {t}; there are {len(SHAPES)} tensors")
+        if not (0 <= t < tensors and step >= 1):
+            fail(f"{spec}: zero_grads names step {step} (from 1) of tensor {t}; there are {tensors} tensors")
     return {k: v for k, v in overrides.items() if k not in EDGES}, edges
 
 
 def build_cases(spec, entry):
     """[(name, groups, edges)]: the single-group cases, then the two-group case."""
     out = []
+    tensors = len(entry.shapes or SHAPES)
     for ov in entry.cases:
-        hps, edges = split_edges(spec, ov)
-        out.append((case_name(ov), [([0, 1, 2], normalize(spec, entry, {**entry.base, **hps}))], edges))
+        hps, edges = split_edges(spec, ov, tensors)
+        h = normalize(spec, entry, {**entry.base, **hps})
+        groups = entry.groups(h) if entry.groups else [(list(range(tensors)), h)]
+        out.append((case_name(ov), groups, edges))
     if entry.two_groups is not None:
-        (ov0, edges0), (ov1, edges1) = (split_edges(spec, ov) for ov in entry.two_groups)
+        (ov0, edges0), (ov1, edges1) = (split_edges(spec, ov, tensors) for ov in entry.two_groups)
         h0 = normalize(spec, entry, {**entry.base, **ov0})
         h1 = normalize(spec, entry, {**entry.base, **ov1})
         name = "two_groups:[0,1]:" + case_name(entry.two_groups[0]) + ";[2]:" + case_name(entry.two_groups[1])

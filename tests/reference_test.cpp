@@ -268,10 +268,10 @@ TEST_CASE("CPU reference matches torch's clip_grad_norm_ followed by the step", 
 
 TEST_CASE("CPU reference matches published implementations", "[reference]") {
   // tests/data/published: optimizers torch lacks, against transcriptions of their authors' code:
-  // adan, ademamix, cautious_adamw, cautious_lion, dadapt_adam, lars and prodigy
+  // adam_mini, adan, ademamix, cautious_adamw, cautious_lion, dadapt_adam, lars and prodigy
   // (tests/record_published.py), lamb (tests/record_lamb.py).
   const auto files = trajectory_files("published");
-  REQUIRE(files.size() == 8);
+  REQUIRE(files.size() == 9);
   const auto results = run_files(files);
   for (const auto& r : results)
     WARN(r.spec << ": " << r.cases << " published trajectories, worst relative error " << r.worst_double

@@ -6,7 +6,7 @@ master_weights, stochastic_rounding, seed, static_grads, max_grad_norm). Those t
 the arguments of their authors' code: Lion its paper's, LAMB APEX's FusedLAMB's, Adan
 sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and CautiousLion
 kyleliang919/C-Optim's; LARS those of timm's Lars; Prodigy konstmish/prodigy's; DAdaptAdam
-facebookresearch/dadaptation's.
+facebookresearch/dadaptation's; AdamMini zyushun/Adam-mini's (named parameters).
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -115,6 +115,97 @@ class Adafactor(Optimizer):
         if isinstance(eps, (tuple, list)) and len(eps) == 2 and eps[0] is None and dtype is not None:
             values["eps1"] = _torch.finfo(dtype).eps
         return values
+
+
+class AdamMini(Optimizer):
+    """Adam-mini (Zhang et al., 2024) as its authors' adam-mini 1.1.1 computes it (zyushun/Adam-mini
+    adam_mini/adam_mini.py, class Adam_mini; specs/adam_mini.yaml): its arguments and defaults,
+    Adam with one second moment per block of parameters. It takes named parameters and partitions
+    them by name as Adam_mini does: a block per attention head for queries and keys (names with
+    k_proj, q_proj, wq, wk, query, key: rows of dim * dim / n_heads), a block per output neuron
+    (a row) for embeddings, output layers, values, attention projections and MLPs, Adam's second
+    moment per element for biases, and one block for any other parameter (norms); weight decay 0
+    for names with norm, ln or bias. The name sets are attributes (embd_names, output_names,
+    wqk_names, wv_names, attn_proj_names, mlp_names, adam_block_names) that may be changed before
+    the first step, as Adam_mini's. Each parameter is a param group of its own, named, as in
+    Adam_mini; state_dict() is Adam_mini's layout (a query's m as (heads, dim * dim / n_heads), a
+    norm's vmean a scalar, step an int, and its bookkeeping), and checkpoints move both ways.
+    model_sharding and verbose are accepted; nothing is printed. DTensor params are refused (their
+    blocks are rows, which the all-reduce of reductions does not cover)."""
+
+    _tuples = {}  # Adam_mini's groups hold beta1 and beta2
+
+    def __init__(self, named_parameters, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *,
+                 model_sharding=None, dim=2048, n_heads=32, n_kv_heads=None, verbose=True, **options):
+        if not 0.0 <= lr:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError("Invalid beta parameter at index 0: {}".format(betas[0]))
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError("Invalid beta parameter at index 1: {}".format(betas[1]))
+        if not 0.0 <= weight_decay:
+            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+        if n_kv_heads is not None and n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        self.dim, self.n_heads = int(dim), int(n_heads)
+        self.n_kv_heads = self.n_heads if n_kv_heads is None else int(n_kv_heads)
+        self.head_numel = self.dim * self.dim // self.n_heads
+        self.embd_names = {"embed", "embd", "wte"}
+        self.output_names = {"lm_head", "output", "final_layer"}
+        self.wqk_names = {"k_proj", "q_proj", "wq", "wk", "query", "key"}
+        self.wv_names = {"v_proj", "wv", "value"}
+        self.attn_proj_names = {"o_proj", "wo", "attn.proj"}
+        self.mlp_names = {"feed_forward", "linear", "mlp"}
+        self.adam_block_names = {"bias"}
+        groups = []
+        for name, p in named_parameters:
+            name = name.lower()
+            if not p.requires_grad:
+                continue
+            decay = 0.0 if "norm" in name or "ln" in name or "bias" in name else weight_decay
+            groups.append({"name": name, "params": [p], "weight_decay": decay})
+        super().__init__(groups, _builtin("adam_mini"),
+                         dict(lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay), **options)
+
+    def _block(self, p: _torch.Tensor) -> tuple:
+        """Adam_mini's rule for p, by its group's name, and the rows (blocks) it gives: ("adam",
+        numel), ("heads", heads), ("neurons", rows) or ("one", 1)."""
+        name = next(g.get("name", "") for g in self.param_groups if any(q is p for q in g["params"]))
+        if any(n in name for n in self.adam_block_names):
+            return "adam", p.numel()
+        if any(n in name for n in self.wqk_names):
+            if p.numel() % self.head_numel:
+                raise ValueError(f"{name} has {p.numel()} elements, not a whole number of heads of dim * dim / "
+                                 f"n_heads = {self.head_numel}: give AdamMini the model's dim and n_heads")
+            return "heads", p.numel() // self.head_numel
+        rules = (self.embd_names, self.output_names, self.wv_names, self.mlp_names, self.attn_proj_names)
+        if any(n in name for names in rules for n in names):
+            return "neurons", p.shape[0] if p.dim() > 0 else 1
+        return "one", 1
+
+    def _bound_shape(self, p: _torch.Tensor) -> tuple:
+        """A bias per element (one dimension: Adam's second moment), anything else as a matrix of
+        a row per block."""
+        rule, rows = self._block(p)
+        return (p.numel(),) if rule == "adam" else (rows, p.numel() // max(rows, 1))
+
+    def state_dict(self) -> _Dict[str, _Any]:
+        """Adam_mini's layout (class docstring), which Adam_mini loads too."""
+        saved = super().state_dict()
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, p in enumerate(params):
+            if not saved["state"].get(i):
+                continue
+            state = dict(saved["state"][i], step=int(saved["state"][i]["step"]))
+            rule, rows = self._block(p)
+            if rule == "heads":
+                state.update(m=state["m"].view(rows, -1), head_per_gpu=rows)
+            elif rule == "neurons":
+                state["neuron_per_gpu"] = rows
+            elif rule == "one":
+                state.update(vmean=state["vmean"].view(()), reduced=False, block_numel=float(p.numel()))
+            saved["state"][i] = state
+        return saved
 
 
 class Adagrad(Optimizer):
@@ -380,6 +471,6 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Adan", "AdEMAMix", "ASGD",
-           "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "NAdam", "Prodigy", "RAdam",
+__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamMini", "AdamW", "Adamax", "Adan", "AdEMAMix",
+           "ASGD", "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "NAdam", "Prodigy", "RAdam",
            "RMSprop", "Rprop", "SGD"]

@@ -606,13 +606,12 @@ class Optimizer(torch.optim.Optimizer):
             raise ValueError(f"state {MASTER_PARAM!r} of a parameter of shape {tuple(p.shape)} must be a tensor of "
                              f"that shape; got {shape}")
 
-    @staticmethod
-    def _check_factorable(p: torch.Tensor) -> None:
+    def _check_factorable(self, p: torch.Tensor) -> None:
         """A parameter of a group whose variant factors tensors (states per row or column, or
         states only for some tensors): the engine reads a tensor of two or more dimensions as B
         matrices of its last two, in row-major order, so such a parameter must be a whole,
         contiguous tensor."""
-        if p.dim() < 2:
+        if len(self._bound_shape(p)) < 2:
             return
         if _local(p) is not p:
             raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, but this optimizer factors tensors "
@@ -629,7 +628,7 @@ class Optimizer(torch.optim.Optimizer):
         (`presence`: engine.state_presence), 'step', the scalar states."""
         state = self.state[p]
         state.setdefault("step", torch.tensor(0.0))
-        ndim = _local(p).dim()
+        ndim = len(self._bound_shape(p))
         for s, x in zip(self._describe.states, presence):
             if _capi.present(x, ndim):
                 state[s.name] = self._as_state(p, s, state.get(s.name), s.initial_value(values))
@@ -656,7 +655,7 @@ class Optimizer(torch.optim.Optimizer):
             fitted = torch.empty_like(p, dtype=dtype)
             fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
             return fitted
-        shape = _state_shape(p, s)
+        shape = _state_shape(self._bound_shape(p), s)
         if value is None:
             return torch.full(shape, initial, dtype=dtype, device=p.device)
         if value.dtype == dtype and tuple(value.shape) == shape and value.is_contiguous() and value.device == p.device:
@@ -674,13 +673,20 @@ class Optimizer(torch.optim.Optimizer):
             raise ValueError(f"state {s.name!r} of a parameter of shape {tuple(p.shape)} must have shape {shape}{per}; "
                              f"got one of shape {tuple(value.shape)}")
 
+    def _bound_shape(self, p: torch.Tensor) -> tuple:
+        """The shape p is bound with: its own (its local shard's), which a spec's rows and columns
+        follow; a subclass whose blocks are declared per parameter (AdamMini) binds another of as
+        many elements."""
+        return tuple(_local(p).shape)
+
     def _tensor_binding(self, p: torch.Tensor, presence: List[int]) -> TensorBinding:
         local = _local(p)
         state = self.state[p]
+        shape = self._bound_shape(p)
         return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
-                             [_local(state[s.name]).data_ptr() if _capi.present(x, local.dim()) else 0
+                             [_local(state[s.name]).data_ptr() if _capi.present(x, len(shape)) else 0
                               for s, x in zip(self._describe.states, presence)],
-                             shape=tuple(local.shape), whole_numel=p.numel() if local is not p else 0)
+                             shape=shape, whole_numel=p.numel() if local is not p else 0)
 
     def _pull_progress(self) -> None:
         """Step counts and scalar state from the engine into self.state (synchronizes)."""
@@ -776,7 +782,7 @@ class Optimizer(torch.optim.Optimizer):
         if name == "step":
             return torch.tensor(float(value))
         if name in states:
-            if states[name].shape != ELEMENTS and p.dim() < 2:
+            if states[name].shape != ELEMENTS and len(self._bound_shape(p)) < 2:
                 raise ValueError(f"state {name!r} has one value per {_capi.SHAPE_NAMES[states[name].shape][:-1]} of a "
                                  f"tensor's last two dimensions, but the state_dict gives it for a parameter of shape "
                                  f"{tuple(p.shape)}")
@@ -790,11 +796,10 @@ def _torch_dtype(dtype: int) -> torch.dtype:
     return next(t for t, d in _STATE_DTYPES.items() if d == dtype)
 
 
-def _state_shape(p: torch.Tensor, s: State) -> tuple:
-    """The torch shape of state `s` for parameter p (of two or more dimensions, for ROWS and COLS):
-    torch.optim.Adafactor's, p's last dimension (rows: one value per row) or second to last
-    (columns) made 1."""
-    shape = tuple(p.shape)
+def _state_shape(shape: tuple, s: State) -> tuple:
+    """The torch shape of state `s` for a parameter bound with `shape` (of two or more dimensions,
+    for ROWS and COLS): torch.optim.Adafactor's, the last dimension (rows: one value per row) or
+    second to last (columns) made 1."""
     if s.shape == ELEMENTS:
         return shape
     if len(shape) < 2:
