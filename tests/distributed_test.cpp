@@ -1,11 +1,10 @@
 // The reduction hook (FusedOptimizer::set_reduction_hook) on two GPUs: two ranks, each holding one
 // half of every tensor (as ZeRO and FSDP shard them), all-reduce the results of each Reduce stage
-// with NCCL and reproduce the trajectory of one GPU holding whole tensors: LAMB (per-tensor norms),
-// clipped AdamW (a global norm) and cautious AdamW (a mean over each whole tensor, of
-// Tensor::whole_numel elements). NCCL is loaded at run time (libnccl.so.2, as torch's wheels
-// ship it); the test skips itself without two GPUs or without NCCL.
-#include <dlfcn.h>
-
+// with NCCL (optgen::nccl::all_reduce_hook) and reproduce the trajectory of one GPU holding whole
+// tensors: LAMB (per-tensor norms), clipped AdamW (a global norm) and cautious AdamW (a mean over
+// each whole tensor, of Tensor::whole_numel elements). NCCL is loaded at run time (optgen/nccl.h:
+// libnccl.so.2, as torch's wheels ship it, or $OPTGEN_NCCL); the test skips itself without two
+// GPUs or without NCCL.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -16,70 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "optgen/nccl.h"
 #include "optimizer_harness.h"
 
 using namespace optgen_test;
 
 namespace {
-
-// The few NCCL entry points the test needs, with nccl.h's types (a stable C ABI).
-struct NcclUniqueId {
-  char internal[128];
-};
-using NcclComm = void*;
-enum { kNcclFloat64 = 8, kNcclSum = 0, kNcclMax = 2 };
-
-struct Nccl {
-  void* library = nullptr;
-  int (*comm_init_all)(NcclComm*, int, const int*) = nullptr;
-  int (*all_reduce)(const void*, void*, size_t, int, int, NcclComm, CUstream) = nullptr;
-  int (*group_start)() = nullptr;
-  int (*group_end)() = nullptr;
-  int (*comm_destroy)(NcclComm) = nullptr;
-  const char* (*error_string)(int) = nullptr;
-
-  /// Loads libnccl.so.2 (from the library path or OPTGEN_NCCL); false when it cannot.
-  bool load(std::string* why) {
-    const char* path = std::getenv("OPTGEN_NCCL");
-    library = dlopen(path ? path : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-      *why = std::string("no NCCL: ") + dlerror() + " (set OPTGEN_NCCL to libnccl.so.2)";
-      return false;
-    }
-    comm_init_all = reinterpret_cast<decltype(comm_init_all)>(dlsym(library, "ncclCommInitAll"));
-    all_reduce = reinterpret_cast<decltype(all_reduce)>(dlsym(library, "ncclAllReduce"));
-    group_start = reinterpret_cast<decltype(group_start)>(dlsym(library, "ncclGroupStart"));
-    group_end = reinterpret_cast<decltype(group_end)>(dlsym(library, "ncclGroupEnd"));
-    comm_destroy = reinterpret_cast<decltype(comm_destroy)>(dlsym(library, "ncclCommDestroy"));
-    error_string = reinterpret_cast<decltype(error_string)>(dlsym(library, "ncclGetErrorString"));
-    if (!comm_init_all || !all_reduce || !group_start || !group_end || !comm_destroy || !error_string) {
-      *why = "libnccl.so.2 lacks an entry point the test needs";
-      return false;
-    }
-    return true;
-  }
-  void check(int result, const char* what) const {
-    if (result != 0) throw std::runtime_error(std::string(what) + ": " + error_string(result));
-  }
-};
-
-/// The hook that makes a rank's results global: one all-reduce per reduction of the stage, over
-/// its tensor results and, for a group reduction, its group results.
-void all_reduce_stage(const Nccl& nccl, NcclComm comm, const optgen::ReductionResults& r) {
-  nccl.check(nccl.group_start(), "ncclGroupStart");
-  for (int i = 0; i < r.num_slots; ++i) {
-    if (r.slots[i].stage != r.stage) continue;
-    const int op = r.slots[i].is_max ? kNcclMax : kNcclSum;
-    double* tensors = r.tensor_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_tensors);
-    nccl.check(nccl.all_reduce(tensors, tensors, static_cast<size_t>(r.num_tensors), kNcclFloat64, op, comm, r.stream),
-               "ncclAllReduce");
-    if (r.slots[i].scope != optgen::Domain::Group) continue;
-    double* groups = r.group_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_groups);
-    nccl.check(nccl.all_reduce(groups, groups, static_cast<size_t>(r.num_groups), kNcclFloat64, op, comm, r.stream),
-               "ncclAllReduce");
-  }
-  nccl.check(nccl.group_end(), "ncclGroupEnd");
-}
 
 /// Whole tensors, their values per step: initial params and the gradients of every step.
 struct Problem {
@@ -117,7 +58,7 @@ std::pair<size_t, size_t> shard(std::int64_t n, int rank, int ranks) {
 /// ([step][tensor]) and the published norms of group 0 (clipping only).
 std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_rank(
     const std::string& spec, const optgen::FusedOptimizer::Overrides& overrides, const Problem& problem, int rank,
-    int ranks, const Nccl* nccl, NcclComm comm) {
+    int ranks, optgen::nccl::Comm comm) {
   const auto& info = launcher(spec);
   std::vector<std::unique_ptr<DeviceMemory>> params, grads;
   std::vector<optgen::Tensor> tensors;
@@ -136,7 +77,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   }
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   opt.add_param_group(tensors, overrides);
-  if (nccl) opt.set_reduction_hook([&](const optgen::ReductionResults& r) { all_reduce_stage(*nccl, comm, r); });
+  if (comm) opt.set_reduction_hook(optgen::nccl::all_reduce_hook(comm));
   // A blocking stream: it waits for the uploads, whose copies from pageable memory may still be in
   // flight on the legacy stream when cuMemcpyHtoD returns.
   CUstream stream = nullptr;
@@ -176,9 +117,8 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
     record_skip(Catch::getResultCapture().getCurrentTestName(), "fewer than two GPUs");
     return;
   }
-  Nccl nccl;
   std::string why;
-  if (!nccl.load(&why)) {
+  if (!optgen::nccl::available(&why)) {
     record_skip(Catch::getResultCapture().getCurrentTestName(), why);
     return;
   }
@@ -198,12 +138,12 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
     optgen::driver::check(api.cuDeviceGet(&device0, 0), "cuDeviceGet");
     optgen::driver::check(api.cuDevicePrimaryCtxRetain(&first, device0), "cuDevicePrimaryCtxRetain");
     optgen::driver::check(api.cuCtxSetCurrent(first), "cuCtxSetCurrent");
-    const auto whole = run_rank(spec, overrides, problem, 0, 1, nullptr, nullptr);
+    const auto whole = run_rank(spec, overrides, problem, 0, 1, nullptr);
 
     // Two GPUs, a thread each, halves.
-    NcclComm comms[2] = {nullptr, nullptr};
+    optgen::nccl::Comm comms[2] = {nullptr, nullptr};
     const int list[2] = {0, 1};
-    nccl.check(nccl.comm_init_all(comms, 2, list), "ncclCommInitAll");
+    optgen::nccl::check(optgen::nccl::api().CommInitAll(comms, 2, list), "ncclCommInitAll");
     std::vector<std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>>> halves(2);
     std::vector<std::string> errors(2);
     std::vector<std::thread> threads;
@@ -216,7 +156,7 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
           optgen::driver::check(api.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
           optgen::driver::check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
           halves[static_cast<size_t>(rank)] =
-              run_rank(spec, overrides, problem, rank, 2, &nccl, comms[static_cast<size_t>(rank)]);
+              run_rank(spec, overrides, problem, rank, 2, comms[static_cast<size_t>(rank)]);
         } catch (const std::exception& e) {
           errors[static_cast<size_t>(rank)] = e.what();
         } catch (...) {  // nothing may leave a thread
@@ -224,7 +164,7 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
         }
       });
     for (auto& t : threads) t.join();
-    for (NcclComm c : comms) nccl.comm_destroy(c);
+    for (optgen::nccl::Comm c : comms) optgen::nccl::api().CommDestroy(c);
     REQUIRE(errors[0] == "");
     REQUIRE(errors[1] == "");
 
@@ -246,4 +186,34 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
       CHECK(halves[1].second[s] == Approx(whole.second[s]).epsilon(1e-6));
     }
   }
+}
+
+TEST_CASE("one rank through the NCCL hook steps as without it", "[gpu][nccl]") {
+  // The hook's mechanics on any GPU: an all-reduce over one rank leaves every result as it was, so
+  // the trajectory is the one without the hook, bit for bit (two ranks: the test above).
+  OPTGEN_REQUIRE_GPU();
+  std::string why;
+  if (!optgen::nccl::available(&why)) {
+    record_skip(Catch::getResultCapture().getCurrentTestName(), why);
+    return;
+  }
+  const auto& api = optgen::driver::api();
+  CUcontext context = nullptr;
+  CUdevice device = 0;
+  optgen::driver::check(api.cuDeviceGet(&device, 0), "cuDeviceGet");
+  optgen::driver::check(api.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  optgen::driver::check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  optgen::nccl::Comm comm = nullptr;
+  const int list[1] = {0};
+  optgen::nccl::check(optgen::nccl::api().CommInitAll(&comm, 1, list), "ncclCommInitAll");
+  const Problem problem = make_problem(3);
+  for (const auto& [spec, overrides] : std::vector<std::pair<std::string, optgen::FusedOptimizer::Overrides>>{
+           {"lamb", {{"lr", 0.01}, {"max_grad_norm", 5.0}}}, {"cautious_adamw", {{"lr", 0.01}}}}) {
+    INFO(spec);
+    const auto alone = run_rank(spec, overrides, problem, 0, 1, nullptr);
+    const auto hooked = run_rank(spec, overrides, problem, 0, 1, comm);
+    CHECK(hooked.first == alone.first);
+    CHECK(hooked.second == alone.second);
+  }
+  optgen::nccl::api().CommDestroy(comm);
 }

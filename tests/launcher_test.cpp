@@ -14,6 +14,7 @@
 
 #include "optgen/c_api.h"
 #include "optgen/kernel_abi.h"
+#include "optgen/nccl.h"
 #include "optgen/tuning.h"
 #include "optimizer_harness.h"
 
@@ -196,6 +197,28 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
   size_t groups = 7;
   CHECK(optgen_num_groups(opt, &groups) == 0);
   CHECK(groups == 0);
+  optgen_destroy(opt);
+}
+
+TEST_CASE("without NCCL the NCCL reduction hook is refused, saying how to get it", "[launcher]") {
+  // ctest's nccl.missing runs this with OPTGEN_NCCL naming a file that is not there.
+  const char* given = std::getenv("OPTGEN_NCCL");
+  const bool told_missing = given != nullptr && std::string(given).find("/nonexistent/") != std::string::npos;
+  std::string why;
+  if (optgen::nccl::available(&why)) {
+    REQUIRE_FALSE(told_missing);
+    record_skip(Catch::getResultCapture().getCurrentTestName(),
+                "NCCL is installed here (ctest's nccl.missing hides it)");
+    return;
+  }
+  CHECK_THAT(why, Catch::Contains("dlopen(") && Catch::Contains("OPTGEN_NCCL"));
+  optgen_optimizer* opt = nullptr;
+  REQUIRE(optgen_adam_create(nullptr, nullptr, 0, nullptr, &opt) == 0);
+  int comm = 0;  // never used: loading NCCL fails first
+  CHECK(optgen_set_nccl_reduction_hook(opt, &comm) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("OPTGEN_NCCL"));
+  CHECK(optgen_set_nccl_reduction_hook(opt, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("nccl_comm is NULL"));
   optgen_destroy(opt);
 }
 

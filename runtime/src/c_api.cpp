@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "optgen/error.h"
+#include "optgen/nccl.h"
 
 struct optgen_optimizer {
   /// What engine's OptimizerInfo points into when that is not a launcher's static tables (a spec
@@ -303,6 +304,13 @@ int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook
         throw optgen::Error("optgen_step", "the reduction hook failed after Reduce stage " + std::to_string(r.stage) +
                                                " (it returned " + std::to_string(status) + ")");
     });
+  });
+}
+
+int optgen_set_nccl_reduction_hook(optgen_optimizer* optimizer, void* nccl_comm) {
+  return guarded([&] {
+    require(optimizer && nccl_comm, "optgen_set_nccl_reduction_hook", "optimizer or nccl_comm is NULL");
+    optimizer->engine.set_reduction_hook(optgen::nccl::all_reduce_hook(nccl_comm));
   });
 }
 

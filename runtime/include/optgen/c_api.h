@@ -179,6 +179,11 @@ typedef int (*optgen_reduction_hook)(const optgen_reduction_results* results, vo
  * Bind each shard with its whole tensor's element count (optgen_tensor::whole_numel). NULL removes
  * the hook. Fails for a spec that reduces over rows, columns or matrices (Adafactor). */
 int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook hook, void* user_data);
+/* The same with optgen's own hook over an NCCL communicator (`nccl_comm`, an ncclComm_t of the
+ * ranks holding the shards; optgen::nccl::all_reduce_hook): one ncclAllReduce per reduction of each
+ * Reduce stage, on the step's stream. NCCL is loaded at run time (libnccl.so.2, or $OPTGEN_NCCL);
+ * fails, saying so, without it. */
+int optgen_set_nccl_reduction_hook(optgen_optimizer* optimizer, void* nccl_comm);
 
 /* Points tensors of a group at other param and grad memory of the same sizes and dtype
  * (FusedOptimizer::rebind): tensor tensors[i] of `group` gets params[i] and grads[i]. No

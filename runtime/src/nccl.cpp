@@ -1,0 +1,99 @@
+#include "optgen/nccl.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <type_traits>
+
+#include "optgen/error.h"
+
+namespace optgen::nccl {
+namespace {
+
+constexpr const char* kLibrary = "libnccl.so.2";
+constexpr const char* kInstall =
+    "install NCCL (torch's wheels ship it as nvidia/nccl/lib/libnccl.so.2; Debian's libnccl2), put it on the "
+    "library path, or set OPTGEN_NCCL to its path";
+
+/// The library's path: $OPTGEN_NCCL, else libnccl.so.2 from the library path.
+const char* path() {
+  const char* given = std::getenv("OPTGEN_NCCL");
+  return given != nullptr && *given != '\0' ? given : kLibrary;
+}
+
+Api load() {
+  void* library = dlopen(path(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    const char* reason = dlerror();
+    throw Error(std::string("dlopen(") + path() + ")", reason != nullptr ? reason : "unknown error", kInstall);
+  }
+  Api api{};
+  auto get = [&](auto& function, const char* name) {
+    function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, name));
+    if (function == nullptr)
+      throw Error(std::string("dlsym(") + name + ")", std::string(path()) + " has no " + name, kInstall);
+  };
+  get(api.GetUniqueId, "ncclGetUniqueId");
+  get(api.CommInitRank, "ncclCommInitRank");
+  get(api.CommInitAll, "ncclCommInitAll");
+  get(api.CommDestroy, "ncclCommDestroy");
+  get(api.AllReduce, "ncclAllReduce");
+  get(api.GroupStart, "ncclGroupStart");
+  get(api.GroupEnd, "ncclGroupEnd");
+  get(api.GetErrorString, "ncclGetErrorString");
+  return api;  // the library stays loaded for the process
+}
+
+}  // namespace
+
+const Api& api() {
+  static std::once_flag once;
+  static Api loaded{};
+  static std::exception_ptr failure;  // the first attempt's, thrown again at every call
+  std::call_once(once, [] {
+    try {
+      loaded = load();
+    } catch (const Error&) {
+      failure = std::current_exception();
+    }
+  });
+  if (failure) std::rethrow_exception(failure);
+  return loaded;
+}
+
+bool available(std::string* why) {
+  try {
+    api();
+    return true;
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
+}
+
+void check(int result, const char* call) {
+  if (result != 0) throw Error(call, api().GetErrorString(result));
+}
+
+std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm) {
+  const Api& nccl = api();  // loaded now: a missing NCCL fails here, not inside a step
+  return [&nccl, comm](const ReductionResults& r) {
+    check(nccl.GroupStart(), "ncclGroupStart");
+    for (int i = 0; i < r.num_slots; ++i) {
+      if (r.slots[i].stage != r.stage) continue;
+      const int op = r.slots[i].is_max ? kMax : kSum;
+      double* tensors = r.tensor_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_tensors);
+      check(nccl.AllReduce(tensors, tensors, static_cast<size_t>(r.num_tensors), kFloat64, op, comm, r.stream),
+            "ncclAllReduce");
+      if (r.slots[i].scope != Domain::Group) continue;
+      double* groups = r.group_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_groups);
+      check(nccl.AllReduce(groups, groups, static_cast<size_t>(r.num_groups), kFloat64, op, comm, r.stream),
+            "ncclAllReduce");
+    }
+    check(nccl.GroupEnd(), "ncclGroupEnd");
+  };
+}
+
+}  // namespace optgen::nccl
