@@ -3,20 +3,26 @@
 the same optimizers on whole tensors, and distributed checkpoints. Prints one JSON line per check
 (rank 0 only).
 
-    torchrun --standalone --nproc_per_node 2 ranks_worker.py trajectories [--no-reduce]
-    torchrun --standalone --nproc_per_node 2 ranks_worker.py save DIR
-    torchrun --standalone --nproc_per_node 2 ranks_worker.py load DIR   # or 1: one rank's mesh
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py trajectories [--no-reduce] [--backend gloo]
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py save DIR [--backend gloo]
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py load DIR [--backend gloo]  # or 1: one rank's mesh
     python3 ranks_worker.py load DIR       # one process, one GPU, plain tensors ("ranks": 0)
 
-The model holds tensors that two ranks shard unevenly along dimension 0 (torch.chunk's split, as
-fully_shard and distribute_tensor make it): w1 37x19 (19 and 18 rows), b1 37, w2 5x37 (3 and 2
+--backend nccl (the default) puts each rank on a GPU of its own; gloo puts every rank on the first
+GPU (a process standing in for each rank, on a machine of one GPU), where the all-reduces are
+gloo's on CUDA tensors and nothing is captured in a CUDA graph (gloo's collectives are not). No
+other collective runs: each rank takes its shard of the whole gradients itself, and compares its
+own shards with the same part of the whole tensors (the worst violation all-reduced).
+
+The model holds tensors that two ranks shard unevenly along dimension 0 (rows of ceil(n / 2), as
+fully_shard splits them): w1 37x19 (19 and 18 rows), b1 37, w2 5x37 (3 and 2
 rows), emb 3x4 (2 and 1) and scale 1 (1 and 0: rank 1's shard is empty), in three param groups, the
 last holding only scale (a group with no elements on rank 1). Gradients are whole tensors drawn
 from a seed per step, the same in every process; each rank takes its shard of them.
 
 trajectories: every case steps a sharded copy (fully_shard) and a whole copy (each rank holds one,
-as one GPU would) from the same init with the same gradients; after every step each param's
-gathered shards (full_tensor()) must equal the whole copy's within |a - b| <= ATOL + RTOL * |b|
+as one GPU would) from the same init with the same gradients; after every step each rank's
+shards must equal the same rows of the whole copy's within |a - b| <= ATOL + RTOL * |b|
 (the same arithmetic; only the order in which a reduction's partial sums are added differs). It
 reports the worst ratio |a - b| / (ATOL + RTOL * |b|) ("violation", at most 1 to pass) and the
 largest difference. --no-reduce removes the hook that combines the ranks' reductions, so each rank
@@ -24,7 +30,7 @@ reads its own shards' norms: the check must then fail for every case that reduce
 
 save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
 torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
-and keeps the final params whole in DIR/<case>.final.pt. load: a new copy (sharded under torchrun,
+and keeps each rank's final shards in DIR/<case>.final.<rank>.pt. load: a new copy (sharded under torchrun,
 plain tensors in one process) loads DIR, steps from SAVE_AT to STEPS and must end where save did.
 Prodigy's state_dict keeps s and p0 flat for plain tensors (prodigyopt's layout) but in the param's
 shape for DTensors, so its sharded checkpoint does not load into plain tensors: reported as an error.
@@ -43,13 +49,14 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_o
                                                      set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor
 
 import optgen.torch as ot
 
 SHAPES = {"w1": (37, 19), "b1": (37,), "w2": (5, 37), "emb": (3, 4), "scale": (1,)}
 GROUPS = (("w1", "w2", "emb"), ("b1",), ("scale",))
 STEPS, SAVE_AT = 8, 4
+SAVED_RANKS = 2  # save runs on two ranks
 RTOL, ATOL = 1e-5, 1e-6
 
 CASES = {
@@ -82,24 +89,44 @@ def whole_grads(step, device):
     return {name: torch.randn(shape, generator=generator).to(device) for name, shape in SHAPES.items()}
 
 
+def ranks():
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def part(t):
+    """This rank's part of whole tensor t as Shard(0) splits it over the ranks: rows of ceil(n /
+    ranks) each, the last rank's fewer, an empty part past the end (fully_shard's split)."""
+    rank, world = ranks()
+    size = -(-t.shape[0] // world)
+    begin = min(rank * size, t.shape[0])
+    return t[begin:min(begin + size, t.shape[0])]
+
+
 def set_grads(model, step, device):
     for name, g in whole_grads(step, device).items():
         p = getattr(model, name)
-        p.grad = distribute_tensor(g, p.device_mesh, p.placements) if isinstance(p, DTensor) else g
-
-
-def whole(t):
-    return (t.full_tensor() if isinstance(t, DTensor) else t).detach()
+        if isinstance(p, DTensor):
+            g = DTensor.from_local(part(g).contiguous(), p.device_mesh, p.placements, run_check=False, shape=g.shape,
+                                   stride=g.stride())
+        p.grad = g
 
 
 def compare(a_model, b_model):
-    """The worst violation of the tolerance and the largest difference, over every param."""
+    """The worst violation of the tolerance and the largest difference over every param of a_model
+    (sharded or whole) against b_model's (whole): each rank its own part, then the worst of all."""
     violation, largest = 0.0, 0.0
     for name in SHAPES:
-        a, b = whole(getattr(a_model, name)).double(), whole(getattr(b_model, name)).double()
-        diff = (a - b).abs()
-        violation = max(violation, (diff / (ATOL + RTOL * b.abs())).max().item())
-        largest = max(largest, diff.max().item())
+        a, b = getattr(a_model, name).detach(), getattr(b_model, name).detach()
+        if isinstance(a, DTensor):
+            a, b = a.to_local(), part(b)
+        diff = (a.double() - b.double()).abs()
+        if diff.numel():
+            violation = max(violation, (diff / (ATOL + RTOL * b.double().abs())).max().item())
+            largest = max(largest, diff.max().item())
+    if dist.is_initialized():
+        worst = torch.tensor([violation, largest], dtype=torch.float64, device=a.device)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        violation, largest = worst.tolist()
     return violation, largest
 
 
@@ -114,7 +141,7 @@ def sharded_model(device, mesh):
     return model
 
 
-def trajectories(rank, device, mesh, no_reduce):
+def trajectories(rank, device, mesh, no_reduce, backend):
     if no_reduce:  # each rank reads its own shards' reductions
         ot.Optimizer._reduce_across_ranks = lambda self, engine, params: None
     for case, make in CASES.items():
@@ -133,7 +160,21 @@ def trajectories(rank, device, mesh, no_reduce):
                     a, b = opt.grad_norm(g).item(), ref.grad_norm(g).item()
                     norms = max(norms, abs(a - b) / b)
         report(rank, check="trajectory", case=case, violation=violation, largest=largest, grad_norm_rel=norms)
-    # The step captured in a CUDA graph (NCCL's all-reduces inside it), gradients in place.
+    if backend == "nccl":  # gloo's collectives cannot be captured
+        captured(rank, device, mesh)
+    # Adafactor's rows and columns are not combined across ranks: refused with a message.
+    sharded = sharded_model(device, mesh)
+    opt = ot.Adafactor([getattr(sharded, "b1"), getattr(sharded, "scale")])
+    set_grads(sharded, 0, device)
+    try:
+        opt.step()
+        report(rank, check="refusal", case="adafactor", error=None)
+    except ValueError as e:
+        report(rank, check="refusal", case="adafactor", error=str(e))
+
+
+def captured(rank, device, mesh):
+    """The step captured in a CUDA graph (NCCL's all-reduces inside it), gradients in place."""
     sharded, reference = sharded_model(device, mesh), Model().to(device)
     opt, ref = CASES["lamb_clipped"](sharded.groups()), CASES["lamb_clipped"](reference.groups())
     set_grads(sharded, 0, device)
@@ -150,22 +191,12 @@ def trajectories(rank, device, mesh, no_reduce):
     violation = 0.0
     for step in range(1, STEPS):
         for name, g in whole_grads(step, device).items():
-            p = getattr(sharded, name)
-            p.grad.to_local().copy_(distribute_tensor(g, p.device_mesh, p.placements).to_local())
+            getattr(sharded, name).grad.to_local().copy_(part(g))
         graph.replay()
         set_grads(reference, step, device)
         ref.step()
         violation = max(violation, compare(sharded, reference)[0])
     report(rank, check="trajectory", case="lamb_clipped_graph", violation=violation)
-    # Adafactor's rows and columns are not combined across ranks: refused with a message.
-    sharded = sharded_model(device, mesh)
-    opt = ot.Adafactor([getattr(sharded, "b1"), getattr(sharded, "scale")])
-    set_grads(sharded, 0, device)
-    try:
-        opt.step()
-        report(rank, check="refusal", case="adafactor", error=None)
-    except ValueError as e:
-        report(rank, check="refusal", case="adafactor", error=str(e))
 
 
 def save(rank, device, mesh, directory):
@@ -178,9 +209,9 @@ def save(rank, device, mesh, directory):
                          checkpoint_id=os.path.join(directory, case))
             set_grads(model, step, device)
             opt.step()
-        final = {name: whole(getattr(model, name)).cpu() for name in SHAPES}
-        if rank == 0:
-            torch.save(final, os.path.join(directory, f"{case}.final.pt"))
+        # Each rank keeps its shards; load joins them (the rows of every rank, in rank order).
+        torch.save({name: getattr(model, name).detach().to_local().cpu() for name in SHAPES},
+                   os.path.join(directory, f"{case}.final.{rank}.pt"))
         report(rank, check="save", case=case)
 
 
@@ -199,11 +230,11 @@ def load(rank, device, mesh, directory):
         for step in range(SAVE_AT, STEPS):
             set_grads(model, step, device)
             opt.step()
-        final = torch.load(os.path.join(directory, f"{case}.final.pt"))
+        shards = [torch.load(os.path.join(directory, f"{case}.final.{r}.pt")) for r in range(SAVED_RANKS)]
         expected = Model()
         with torch.no_grad():
             for name in SHAPES:
-                getattr(expected, name).copy_(final[name])
+                getattr(expected, name).copy_(torch.cat([shard[name] for shard in shards]))
         violation, largest = compare(model, expected.to(device))
         report(rank, check="load", case=case, ranks=dist.get_world_size() if mesh is not None else 0,
                violation=violation, largest=largest)
@@ -214,19 +245,20 @@ def main():
     parser.add_argument("mode", choices=("trajectories", "save", "load"))
     parser.add_argument("directory", nargs="?")
     parser.add_argument("--no-reduce", action="store_true")
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
     args = parser.parse_args()
     distributed = "LOCAL_RANK" in os.environ
     rank, device, mesh = 0, torch.device("cuda", 0), None
     if distributed:
-        dist.init_process_group("nccl")
+        dist.init_process_group(args.backend)
         rank = dist.get_rank()
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) if args.backend == "nccl" else 0)
         torch.cuda.set_device(device)
         mesh = init_device_mesh("cuda", (dist.get_world_size(),))
     elif args.mode != "load":
         sys.exit("trajectories and save run under torchrun")
     if args.mode == "trajectories":
-        trajectories(rank, device, mesh, args.no_reduce)
+        trajectories(rank, device, mesh, args.no_reduce, args.backend)
     elif args.mode == "save":
         save(rank, device, mesh, args.directory)
     else:
