@@ -1,6 +1,7 @@
 // The C ABI's "Specs at run time" (optgen/c_api.h): optgen_create_from_spec, over
 // load_spec_at_run_time. The handle owns the loaded spec its engine points into.
 #include <memory>
+#include <string>
 
 #include "optgen/c_api.h"
 #include "optgen/error.h"
@@ -12,6 +13,9 @@ extern "C" int optgen_create_from_spec(const char* path, const char* const* name
     const char* call = "optgen_create_from_spec";
     if (path == nullptr || out == nullptr) throw optgen::Error(call, "path or out is NULL");
     auto spec = std::make_shared<const optgen::RuntimeSpec>(optgen::load_spec_at_run_time(path));
-    *out = optgen::new_optimizer_for_c(call, spec->info(), spec->defaults(), names, values, count, storage, spec);
+    std::string warnings;
+    for (const std::string& warning : spec->warnings()) warnings += warning;
+    *out = optgen::new_optimizer_for_c(call, spec->info(), spec->defaults(), names, values, count, storage, spec,
+                                       warnings);
   });
 }

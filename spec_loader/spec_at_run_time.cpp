@@ -29,6 +29,7 @@ struct RuntimeSpec::Impl {
   SpecTables spec_tables;
   KernelTables kernel_tables;
   std::string source_name, source;
+  std::vector<std::string> warnings;  ///< Spec::warnings, as optgen check prints them
 
   // The runtime's tables, pointing into the above.
   std::vector<reference::HyperparameterInfo> hyperparameters;
@@ -121,7 +122,8 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
       spec_tables(optgen::spec_tables(spec, compiled.front())),
       kernel_tables(optgen::kernel_tables(compiled, storage, KernelTuning{})),
       source_name(spec.name + "_kernels.cu"),
-      source(emit_cuda(spec, compiled, storage, KernelTuning{})) {
+      source(emit_cuda(spec, compiled, storage, KernelTuning{})),
+      warnings(spec.warnings) {
   describe_spec();
   describe_kernels();
   describe_images();
@@ -217,6 +219,7 @@ RuntimeSpec::~RuntimeSpec() = default;
 const OptimizerInfo& RuntimeSpec::info() const { return impl_->info; }
 const std::vector<double>& RuntimeSpec::defaults() const { return impl_->defaults; }
 const std::string& RuntimeSpec::kernel_source() const { return impl_->source; }
+const std::vector<std::string>& RuntimeSpec::warnings() const { return impl_->warnings; }
 
 RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& options) {
   const std::vector<Storage> requested = requested_storage(options, path);

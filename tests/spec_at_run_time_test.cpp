@@ -329,6 +329,21 @@ TEST_CASE("optgen_create_from_spec reports a bad spec through optgen_last_error"
   CHECK(std::string(optgen_last_error()) == "optgen_create_from_spec failed: path or out is NULL");
 }
 
+TEST_CASE("a spec loaded at run time keeps the warnings optgen check prints", "[spec_at_run_time]") {
+  const std::string path = (kSourceDir / "tests" / "specs" / "literals_and_text.yaml").string();
+  const optgen::RuntimeSpec spec = optgen::load_spec_at_run_time(path);
+  REQUIRE(spec.warnings().size() == 2);
+  CHECK_THAT(spec.warnings()[0], Catch::StartsWith(path + ":12:16: warning: '1e39' is beyond float range"));
+  optgen_optimizer* opt = nullptr;
+  REQUIRE(optgen_create_from_spec(path.c_str(), nullptr, nullptr, 0, nullptr, &opt) == 0);
+  CHECK(std::string(optgen_warnings(opt)) == spec.warnings()[0] + spec.warnings()[1]);
+  optgen_destroy(opt);
+  REQUIRE(optgen_adamw_create(nullptr, nullptr, 0, nullptr, &opt) == 0);
+  CHECK(std::string(optgen_warnings(opt)).empty());  // a launcher's build printed them
+  optgen_destroy(opt);
+  CHECK(optgen_warnings(nullptr) == nullptr);
+}
+
 TEST_CASE("optgen_create_from_spec makes an optimizer with the spec's defaults and the overrides",
           "[spec_at_run_time]") {
   const std::string adamw = builtin_spec("adamw");

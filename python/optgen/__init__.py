@@ -11,9 +11,10 @@
 """
 
 from ._capi import (ABI_VERSION, BF16, F16, F32, MASTER, NEAREST, Q8, STOCHASTIC, UQ8, DType, Engine, Hyperparameter,
-                    OptgenError, ParamWrite, Presence, Reduction, ReductionResults, Shape, State, StateBuffer, Storage,
-                    TensorBinding, ValueType, builtin_specs, library_path, version)
+                    OptgenError, ParamWrite, Presence, Reduction, ReductionResults, Shape, SpecWarning, State,
+                    StateBuffer, Storage, TensorBinding, ValueType, builtin_specs, library_path, version)
 
 __all__ = ["ABI_VERSION", "BF16", "DType", "Engine", "F16", "F32", "Hyperparameter", "MASTER", "NEAREST", "OptgenError",
-           "ParamWrite", "Presence", "Q8", "Reduction", "ReductionResults", "STOCHASTIC", "Shape", "State",
-           "StateBuffer", "Storage", "TensorBinding", "UQ8", "ValueType", "builtin_specs", "library_path", "version"]
+           "ParamWrite", "Presence", "Q8", "Reduction", "ReductionResults", "STOCHASTIC", "Shape", "SpecWarning",
+           "State", "StateBuffer", "Storage", "TensorBinding", "UQ8", "ValueType", "builtin_specs", "library_path",
+           "version"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -94,6 +95,11 @@ STATE_PRESENCE = "optgen_state_presence"
 
 class OptgenError(RuntimeError):
     """A failure reported by the optgen library: which call failed, the error, what to do."""
+
+
+class SpecWarning(UserWarning):
+    """What a spec loaded at run time does that is allowed but likely not meant (a literal beyond
+    float range): the text `optgen check` prints, `file:line:col: warning: ...`, the line, a caret."""
 
 
 class _Tensor(ctypes.Structure):
@@ -231,7 +237,7 @@ class _Library:
         self.dll.optgen_last_error.restype = ctypes.c_char_p
         self.dll.optgen_version.restype = ctypes.c_char_p
         self.dll.optgen_builtin_specs.restype = ctypes.c_char_p
-        for name in ("optgen_name", "optgen_spec"):
+        for name in ("optgen_name", "optgen_spec", "optgen_warnings"):
             getattr(self.dll, name).restype = ctypes.c_char_p
             getattr(self.dll, name).argtypes = [_P]
         self.dll.optgen_destroy.argtypes = [_P]
@@ -503,6 +509,8 @@ class Engine:
         self._lib = library()
         self._handle = ctypes.c_void_p(handle)
         self.name = self._lib.dll.optgen_name(self._handle).decode()
+        # What loading its spec warned of (a spec loaded at run time; "" for a built-in).
+        self.spec_warnings = self._lib.dll.optgen_warnings(self._handle).decode()
         self.spec = self._lib.dll.optgen_spec(self._handle).decode()
         self.hyperparameters = [self._describe_hyperparameter(i)
                                 for i in range(self._count("optgen_num_hyperparameters"))]
@@ -528,13 +536,17 @@ class Engine:
         """An optimizer from a YAML spec loaded now: generated in this process and compiled by NVRTC
         at prepare() through the disk cache, with no C++ compiler; kernels for the spec's `storage:`
         list (else f32 and bf16 params with f32 states). A mistake in the spec raises OptgenError
-        with optgen check's text: file:line:col: error: ..., the line and a caret."""
+        with optgen check's text: file:line:col: error: ..., the line and a caret; what it warns of
+        is a SpecWarning (warnings.warn), its text also in Engine.spec_warnings."""
         lib = library()
         handle = ctypes.c_void_p()
         struct = _storage_struct(storage)
         lib.call("optgen_create_from_spec", os.fsencode(path), _strings(overrides), _doubles(overrides.values()),
                  len(overrides), ctypes.byref(struct[0]) if struct else None, ctypes.byref(handle))
-        return cls(handle.value)
+        engine = cls(handle.value)
+        if engine.spec_warnings:
+            warnings.warn(SpecWarning(engine.spec_warnings.rstrip("\n")), stacklevel=2)
+        return engine
 
     def close(self) -> None:
         if self._handle:

@@ -12,6 +12,7 @@ struct optgen_optimizer {
   /// loaded at run time); declared first, so it outlives the engine.
   std::shared_ptr<const void> owner;
   optgen::FusedOptimizer engine;
+  std::string warnings;  ///< optgen_warnings: the spec's, for one loaded at run time
 };
 
 namespace {
@@ -113,14 +114,15 @@ int guarded_for_c(const std::function<void()>& body) { return guarded(body); }
 
 optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& info, std::vector<double> defaults,
                                       const char* const* names, const double* values, size_t count,
-                                      const optgen_storage* storage, std::shared_ptr<const void> owner) {
+                                      const optgen_storage* storage, std::shared_ptr<const void> owner,
+                                      std::string warnings) {
   require(count == 0 || (names && values), call, "names or values is NULL");
   FusedOptimizer engine(info, std::move(defaults), storage_of(storage, call));
   for (size_t i = 0; i < count; ++i) {
     require(names[i] != nullptr, call, "a hyperparameter name is NULL");
     engine.set(names[i], values[i]);  // with no group yet: the defaults, checked like any setter
   }
-  return new optgen_optimizer{std::move(owner), std::move(engine)};
+  return new optgen_optimizer{std::move(owner), std::move(engine), std::move(warnings)};
 }
 }  // namespace optgen
 
@@ -360,6 +362,10 @@ const char* optgen_name(const optgen_optimizer* optimizer) {
 
 const char* optgen_spec(const optgen_optimizer* optimizer) {
   return optimizer ? optimizer->engine.info().spec : nullptr;
+}
+
+const char* optgen_warnings(const optgen_optimizer* optimizer) {
+  return optimizer ? optimizer->warnings.c_str() : nullptr;
 }
 
 int optgen_num_hyperparameters(const optgen_optimizer* optimizer, size_t* count) {

@@ -3,6 +3,7 @@
 import os
 import pathlib
 import re
+import warnings
 
 import pytest
 
@@ -123,6 +124,17 @@ def test_a_users_spec_loads_at_run_time():
     assert e.state_dtypes == {"exp_avg": BF16, "exp_avg_var": BF16}
     assert [s.name for s in e.states] == ["exp_avg", "exp_avg_var"]
     assert e.defaults()["eps"] == 1e-16
+
+
+def test_a_spec_loaded_at_run_time_warns_as_optgen_check_does():
+    spec = REPO / "tests" / "specs" / "literals_and_text.yaml"
+    with pytest.warns(optgen.SpecWarning, match=r"literals_and_text.yaml:12:16: warning: '1e39' is beyond float range"):
+        e = Engine.from_spec(spec)
+    assert e.spec_warnings.count("warning:") == 2 and "'1e-50'" in e.spec_warnings
+    assert Engine.builtin("adamw").spec_warnings == ""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a spec without any warns of nothing
+        assert Engine.from_spec(REPO / "specs" / "adamw.yaml").spec_warnings == ""
 
 
 def test_a_spec_error_at_run_time_carries_its_location(tmp_path):

@@ -265,12 +265,18 @@ void optgen_destroy(optgen_optimizer* optimizer);
  * (liboptgen.so has it; the runtime alone does not). */
 int optgen_create_from_spec(const char* path, const char* const* names, const double* values, size_t count,
                             const optgen_storage* storage, optgen_optimizer** out);
+/* What loading the optimizer's spec warned of (a literal beyond float range, ...): each warning as
+ * `optgen check` prints it, `file:line:col: warning: ...` with the line and a caret, one after the
+ * other; "" for none, and for a generated launcher's optimizer (its build printed them). NULL for a
+ * NULL optimizer. Lives as long as the optimizer. (ABI 8.) */
+const char* optgen_warnings(const optgen_optimizer* optimizer);
 
 #ifdef __cplusplus
 } /* extern "C" */
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "optgen/optimizer.h"
 
@@ -286,10 +292,12 @@ int create_for_c(const OptimizerInfo& info, std::vector<double> defaults, const 
 int guarded_for_c(const std::function<void()>& body);
 /// What create_for_c makes, for such functions: a new optimizer as a C handle, which keeps `owner`
 /// alive until optgen_destroy (what `info` points into, when that is not a launcher's static
-/// tables). Throws; `call` names the C function in messages.
+/// tables), and answers optgen_warnings with `warnings`. Throws; `call` names the C function in
+/// messages.
 optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& info, std::vector<double> defaults,
                                       const char* const* names, const double* values, size_t count,
-                                      const optgen_storage* storage, std::shared_ptr<const void> owner);
+                                      const optgen_storage* storage, std::shared_ptr<const void> owner,
+                                      std::string warnings = "");
 }  // namespace optgen
 #endif
 

@@ -51,6 +51,9 @@ class RuntimeSpec {
   const std::vector<double>& defaults() const;
   /// The kernels' CUDA source, as `optgen emit` writes it to <spec>_kernels.cu.
   const std::string& kernel_source() const;
+  /// What the spec does that is allowed but likely not meant (a literal beyond float range), each
+  /// as `optgen check` prints it: `file:line:col: warning: ...`, the line and a caret.
+  const std::vector<std::string>& warnings() const;
 
   struct Impl;  ///< defined by the loader's sources
   explicit RuntimeSpec(std::unique_ptr<const Impl> impl);
