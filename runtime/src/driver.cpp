@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "optgen/error.h"
+#include "shared_library.h"
 
 namespace optgen::driver {
 
@@ -136,31 +137,19 @@ std::string hint(CUresult code) {
   return known != nullptr ? known->fix : "";
 }
 
+/// The driver's entry point `name` into `slot`: a driver without it is older than this program.
 template <typename Function>
 void load_symbol(void* library, Function& slot, const char* name) {
-  dlerror();
-  void* symbol = dlsym(library, name);
-  if (symbol == nullptr) {
-    const char* reason = dlerror();
-    throw Error(std::string("dlsym(") + name + ")",
-                std::string(kLibrary) + " has no " + name + (reason != nullptr ? std::string(" (") + reason + ")" : ""),
-                "the NVIDIA driver is too old for this program; update it to one that supports CUDA " +
-                    std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10));
-  }
-  slot = reinterpret_cast<Function>(symbol);
+  shared_library::load(library, kLibrary, slot, name,
+                       "the NVIDIA driver is too old for this program; update it to one that supports CUDA " +
+                           std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10));
 }
 
 /// Opens libcuda.so.1, resolves every entry point of Api by its exported name, and runs cuInit.
 /// cuda.h #defines several names to versioned ones (cuMemAlloc to cuMemAlloc_v2); the member names
 /// below are expanded the same way as in driver.h, and the strings are the symbols libcuda exports.
 Api load_api() {
-  dlerror();
-  void* library = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* reason = dlerror();
-    throw Error(std::string("dlopen(") + kLibrary + ")", reason != nullptr ? reason : "unknown error", kInstallDriver);
-  }
-  // The library stays open for the life of the process: its functions are used until exit.
+  void* library = shared_library::open(kLibrary, kInstallDriver);
   Api api{};
   load_symbol(library, api.cuInit, "cuInit");
   load_symbol(library, api.cuGetErrorName, "cuGetErrorName");

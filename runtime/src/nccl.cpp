@@ -1,13 +1,11 @@
 #include "optgen/nccl.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <type_traits>
 
 #include "optgen/error.h"
+#include "shared_library.h"
 
 namespace optgen::nccl {
 namespace {
@@ -24,17 +22,10 @@ const char* path() {
 }
 
 Api load() {
-  void* library = dlopen(path(), RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* reason = dlerror();
-    throw Error(std::string("dlopen(") + path() + ")", reason != nullptr ? reason : "unknown error", kInstall);
-  }
+  const std::string library_path = path();
+  void* library = shared_library::open(library_path, kInstall);
   Api api{};
-  auto get = [&](auto& function, const char* name) {
-    function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(library, name));
-    if (function == nullptr)
-      throw Error(std::string("dlsym(") + name + ")", std::string(path()) + " has no " + name, kInstall);
-  };
+  auto get = [&](auto& slot, const char* name) { shared_library::load(library, library_path, slot, name, kInstall); };
   get(api.GetUniqueId, "ncclGetUniqueId");
   get(api.CommInitRank, "ncclCommInitRank");
   get(api.CommInitAll, "ncclCommInitAll");
@@ -43,7 +34,7 @@ Api load() {
   get(api.GroupStart, "ncclGroupStart");
   get(api.GroupEnd, "ncclGroupEnd");
   get(api.GetErrorString, "ncclGetErrorString");
-  return api;  // the library stays loaded for the process
+  return api;
 }
 
 }  // namespace
