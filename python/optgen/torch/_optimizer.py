@@ -41,6 +41,7 @@ from .. import _capi
 from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, Storage,
                      TensorBinding)
 from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
+from ._device_array import DeviceArray
 from ._ranks import RankReductions, shard_groups
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
@@ -73,23 +74,6 @@ def _observed(optimizer: "Optimizer") -> bool:
     return bool(optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks or
                 _torch_optimizer._global_optimizer_pre_hooks or _torch_optimizer._global_optimizer_post_hooks or
                 torch.autograd._profiler_enabled())
-
-
-class _DeviceFloat:
-    """One float32 in device memory, as torch.as_tensor takes it (__cuda_array_interface__)."""
-
-    def __init__(self, address: int):
-        self.__cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (address, False), "version": 2}
-
-
-class _EngineFloats:
-    """float32 values in an engine's memory (a master copy), as torch.as_tensor takes them: the
-    tensor made from it holds it, and it holds the engine, whose memory lives as long as both."""
-
-    def __init__(self, address: int, shape: tuple, strides: tuple, owner: Engine):
-        self.owner = owner
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": "<f4", "data": (address, False),
-                                         "strides": tuple(4 * s for s in strides), "version": 2}
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -580,7 +564,7 @@ class Optimizer(torch.optim.Optimizer):
         local = _local(p)
         address = engine.master_weights(group, tensor)
         if address:
-            view = torch.as_tensor(_EngineFloats(address, tuple(local.shape), local.stride(), engine),
+            view = torch.as_tensor(DeviceArray(address, local.shape, "<f4", local.stride(), engine),
                                    device=local.device)
         elif local.numel() == 0:
             view = torch.empty_like(local, dtype=torch.float32)
@@ -713,7 +697,7 @@ class Optimizer(torch.optim.Optimizer):
         if not engine_groups:
             raise RuntimeError(f"grad_norm(): param group {group} had no gradients at the last step")
         address = self._engine.grad_norm(engine_groups[0])  # one engine group when it clips (_rebuild)
-        return torch.as_tensor(_DeviceFloat(address), device=self._device).clone().reshape(())
+        return torch.as_tensor(DeviceArray(address, (1,), "<f4"), device=self._device).clone().reshape(())
 
     # ---- checkpoints ----
 

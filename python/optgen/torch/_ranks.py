@@ -18,13 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .._capi import ReductionResults
-
-
-class _DeviceDoubles:
-    """float64 values in device memory, as torch.as_tensor takes them (__cuda_array_interface__)."""
-
-    def __init__(self, address: int, count: int):
-        self.__cuda_array_interface__ = {"shape": (count,), "typestr": "<f8", "data": (address, False), "version": 2}
+from ._device_array import DeviceArray
 
 
 def shard_groups(params: List[torch.Tensor]) -> Tuple[list, Optional[str]]:
@@ -74,7 +68,8 @@ class RankReductions:
     def _doubles(self, address: int, count: int) -> torch.Tensor:
         view = self._views.get((address, count))
         if view is None:
-            view = self._views[(address, count)] = torch.as_tensor(_DeviceDoubles(address, count), device=self.device)
+            view = torch.as_tensor(DeviceArray(address, (count,), "<f8"), device=self.device)
+            self._views[(address, count)] = view
         return view
 
     def __call__(self, r: ReductionResults) -> None:
