@@ -319,9 +319,13 @@ namespace variants::adafactor {
   struct Update {
     static constexpr int kOperands = 5;
     static constexpr int kGradNormSlot = -1;
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    /// The element operands, loaded and stored per element (row and column states go through sh_).
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x11u;  // written back: param, variance
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       bool not_factored;
@@ -740,9 +744,13 @@ namespace variants::adafactor_clip_grad_norm {
   struct Update {
     static constexpr int kOperands = 5;
     static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    /// The element operands, loaded and stored per element (row and column states go through sh_).
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x11u;  // written back: param, variance
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       bool not_factored;
@@ -893,9 +901,9 @@ adafactor_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adafactor, update stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage, storage bf16.
@@ -923,10 +931,10 @@ adafactor_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTab
 }
 
 /// adafactor, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -949,9 +957,9 @@ adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adafactor, update stage, storage f16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor: writes a value into the group table and recomputes the values the next step reads.
@@ -985,9 +993,9 @@ adafactor_clip_grad_norm_f32_f32_reduce4(const optgen::TableView table, const op
 }
 
 /// adafactor_clip_grad_norm, update stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
@@ -1023,10 +1031,10 @@ adafactor_clip_grad_norm_bf16_f32_reduce4(const optgen::TableView table, const o
 }
 
 /// adafactor_clip_grad_norm, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -1055,9 +1063,9 @@ adafactor_clip_grad_norm_f16_f32_reduce4(const optgen::TableView table, const op
 }
 
 /// adafactor_clip_grad_norm, update stage, storage f16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

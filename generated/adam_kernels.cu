@@ -161,6 +161,7 @@ namespace variants::adam {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -407,6 +408,7 @@ namespace variants::adam_amsgrad {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, max_exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -688,6 +690,7 @@ namespace variants::adam_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -971,6 +974,7 @@ namespace variants::adam_amsgrad_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, max_exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -142,9 +142,13 @@ namespace variants::adam_mini {
   struct Update {
     static constexpr int kOperands = 5;
     static constexpr int kGradNormSlot = -1;
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    /// The element operands, loaded and stored per element (row and column states go through sh_).
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       bool not_factored;
@@ -378,9 +382,13 @@ namespace variants::adam_mini_clip_grad_norm {
   struct Update {
     static constexpr int kOperands = 5;
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+    static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    /// The element operands, loaded and stored per element (row and column states go through sh_).
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
+    static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float clip_coef;
@@ -485,9 +493,9 @@ adam_mini_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable
 }
 
 /// adam_mini, update stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adam_mini, reduce stage, storage bf16.
@@ -499,10 +507,10 @@ adam_mini_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adam_mini, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -525,9 +533,9 @@ adam_mini_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const op
 }
 
 /// adam_mini_clip_grad_norm, update stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adam_mini_clip_grad_norm, reduce stage, storage bf16.
@@ -547,10 +555,10 @@ adam_mini_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const o
 }
 
 /// adam_mini_clip_grad_norm, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 

@@ -126,6 +126,7 @@ namespace variants::ademamix {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_slow, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -278,6 +279,7 @@ namespace variants::ademamix_fast_ema {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg_fast, exp_avg_slow, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -463,6 +465,7 @@ namespace variants::ademamix_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_slow, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -652,6 +655,7 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg_fast, exp_avg_slow, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -136,6 +136,7 @@ namespace variants::lars {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -297,6 +298,7 @@ namespace variants::lars_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -494,6 +496,7 @@ namespace variants::lars_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -699,6 +702,7 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -233,6 +233,7 @@ namespace variants::prodigy {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x10u;  // written at the group's first step only: p0
@@ -516,6 +517,7 @@ namespace variants::prodigy_first_moment {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x20u;  // written at the group's first step only: p0
@@ -835,6 +837,7 @@ namespace variants::prodigy_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x10u;  // written at the group's first step only: p0
@@ -1162,6 +1165,7 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x20u;  // written at the group's first step only: p0

@@ -112,6 +112,7 @@ namespace variants::rmsprop {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -226,6 +227,7 @@ namespace variants::rmsprop_centered {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -347,6 +349,7 @@ namespace variants::rmsprop_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -469,6 +472,7 @@ namespace variants::rmsprop_centered_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -623,6 +627,7 @@ namespace variants::rmsprop_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -774,6 +779,7 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -932,6 +938,7 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -1091,6 +1098,7 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -88,6 +88,7 @@ namespace variants::sgd {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -194,6 +195,7 @@ namespace variants::sgd_use_momentum {
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -330,6 +332,7 @@ namespace variants::sgd_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -473,6 +476,7 @@ namespace variants::sgd_use_momentum_clip_grad_norm {
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

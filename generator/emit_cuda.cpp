@@ -31,7 +31,7 @@ std::string KernelTuning::check() const {
     return "min blocks per SM of the Reduce stages " + std::to_string(reduce_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
   if (shaped_min_blocks_per_sm < 0 || shaped_min_blocks_per_sm > 32)
-    return "min blocks per SM of the stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
+    return "min blocks per SM of the Reduce stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
   if (blockwise_min_blocks_per_sm < 0 || blockwise_min_blocks_per_sm > 32)
     return "min blocks per SM of the Update stages with 8-bit states " + std::to_string(blockwise_min_blocks_per_sm) +
@@ -465,6 +465,28 @@ class CudaEmitter {
            ";  // no Reduce stage before this one");
   }
 
+  /// An Update stage's operand masks (read by update.cuh's update_stage): the element operands
+  /// its code `roots` reads, those it writes back (its element outputs), and the read-only states
+  /// that start as the parameter, written at the group's first step only.
+  static void operand_masks(CodeWriter& w, const Program& p, const std::vector<Expr>& roots) {
+    const auto names = operand_names(p);
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
+           " >> op_) & 1u; }");
+    unsigned stores = 0, first_step_stores = 0;
+    std::string stored, first_step_stored;
+    for (const auto& o : p.element_outputs) {
+      if (o.level != Domain::Element) continue;  // a row or column state: stored by apply
+      const unsigned bit = 1u << (std::find(names.begin(), names.end(), o.name) - names.begin());
+      (o.first_step_only ? first_step_stores : stores) |= bit;
+      std::string& list = o.first_step_only ? first_step_stored : stored;
+      list += (list.empty() ? "" : ", ") + o.name;
+    }
+    w.line("static constexpr unsigned kStores = " + hex(stores) + ";  // written back: " + stored);
+    w.line("static constexpr unsigned kFirstStepStores = " + hex(first_step_stores) + ";  // " +
+           (first_step_stored.empty() ? std::string("no read-only state starts as the parameter")
+                                      : "written at the group's first step only: " + first_step_stored));
+  }
+
   void update_struct(CodeWriter& w, const Program& variant) {
     // A state the step only reads that starts as the parameter is written at the group's first
     // step only, when it reads as the parameter: the stage writes it the parameter and never loads it.
@@ -486,20 +508,8 @@ class CudaEmitter {
     first_stage(w, p);
     // The operands it reads, and those it writes back: the outputs, and the read-only states that
     // start as the parameter at the group's first step only.
-    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
-           " >> op_) & 1u; }");
-    unsigned stores = 0, first_step_stores = 0;
-    std::string stored, first_step_stored;
-    for (const auto& o : p.element_outputs) {
-      const unsigned bit = 1u << (std::find(names.begin(), names.end(), o.name) - names.begin());
-      (o.first_step_only ? first_step_stores : stores) |= bit;
-      std::string& list = o.first_step_only ? first_step_stored : stored;
-      list += (list.empty() ? "" : ", ") + o.name;
-    }
-    w.line("static constexpr unsigned kStores = " + hex(stores) + ";  // written back: " + stored);
-    w.line("static constexpr unsigned kFirstStepStores = " + hex(first_step_stores) + ";  // " +
-           (first_step_stored.empty() ? std::string("no read-only state starts as the parameter")
-                                      : "written at the group's first step only: " + first_step_stored));
+    w.line("static constexpr bool kShaped = false;  // element-wise code: no rows or columns");
+    operand_masks(w, p, roots);
     w.line();
     const std::set<std::string> taken = taken_names(p);
     tensor_values(w, p, read, taken);
@@ -660,12 +670,11 @@ class CudaEmitter {
     w.line("return tv_;");
   }
 
-  // ---- Variants with rows and columns (uses_shapes): shaped_reduce_stage and shaped_update_stage
-  // (optgen/device/shaped.cuh) drive the structs below. Element code sees its row, column and matrix
-  // (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are computed where they are
-  // read, in float (the reference computes them once per row in double and rounds: in double here,
-  // per element, their divisions took most of a stage's time), from the results of earlier stages
-  // and the row and column states. ----
+  // ---- Variants with rows and columns (uses_shapes): shaped_reduce_stage (optgen/device/shaped.cuh)
+  // and update_stage (update.cuh, through its Position) drive the structs below. Element code sees its row, column and
+  // matrix (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are computed where they are read, in float
+  // (the reference computes them once per row in double and rounds: in double here, per element, their divisions took
+  // most of a stage's time), from the results of earlier stages and the row and column states. ----
 
   /// The names a shaped stage's code must not declare.
   static std::set<std::string> shaped_taken_names(const Program& p) {
@@ -866,22 +875,20 @@ class CudaEmitter {
       outputs[o.level].push_back(&o);
       all.push_back(o.value);
     }
-    const auto element_states = states_of_shape(p, StateShape::Elements);
-    unsigned loads = 0;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (i < 2 || std::find(element_states.begin(), element_states.end(), names[i]) != element_states.end())
-        loads |= 1u << i;
     w.line("/// The Update stage's code (rows and columns): every output from the operands.");
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
     grad_norm_slot(w, p);
+    const auto read = tensor_values_read(p, with_shaped_values(p, all));
+    w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
+           ";  // reads values computed per tensor");
     first_stage(w, p);
-    w.line("/// The element operands, loaded and stored per element (row and column states go through sh_).");
-    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(loads) +
-           " >> op_) & 1u; }");
+    w.line("static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_");
+    w.line("/// Element operands (row and column states go through sh_).");
+    operand_masks(w, p, with_shaped_values(p, all));
     w.line();
     std::set<std::string> taken = shaped_taken_names(p);
-    tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, all)), taken, true);
+    tensor_values(w, p, read, taken, true);
     w.line();
     w.line("template <typename Sh_>");
     auto fn = w.block(
@@ -933,10 +940,10 @@ class CudaEmitter {
   void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
     w.line();
     w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage, storage " + s.text() + ".");
-    const char* bounds = uses_shapes(p)                    ? "OPTGEN_SHAPED_LAUNCH_BOUNDS"
-                         : stage.kind == StageKind::Reduce ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
-                         : has_blockwise_state(p, s)       ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
-                                                           : "OPTGEN_LAUNCH_BOUNDS";
+    const char* bounds = stage.kind == StageKind::Reduce
+                             ? (uses_shapes(p) ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
+                         : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
+                                                     : "OPTGEN_LAUNCH_BOUNDS";
     w.line(std::string("extern \"C\" __global__ void ") + bounds);
     auto fn =
         w.block(kernel_name(p, s, stage) +
@@ -944,7 +951,7 @@ class CudaEmitter {
                 "const optgen::ReductionTable reductions)");
     const std::string types =
         "variants::" + p.variant + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
-    const std::string driver = uses_shapes(p) ? "optgen::shaped_" : "optgen::";
+    const std::string driver = uses_shapes(p) && stage.kind == StageKind::Reduce ? "optgen::shaped_" : "optgen::";
     // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
     // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).
     const int arch = minimum_arch(p, s);

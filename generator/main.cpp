@@ -83,7 +83,7 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
       ->check(CLI::Range(0, 32));
   command
       .add_option("--shaped-min-blocks-per-sm", args.tuning.shaped_min_blocks_per_sm,
-                  "the same for every stage of a spec with rows and columns (0: ptxas chooses; default 2)")
+                  "the same for the Reduce stages of a spec with rows and columns (0: ptxas chooses; default 2)")
       ->check(CLI::Range(0, 32));
   command
       .add_option("--blockwise-min-blocks-per-sm", args.tuning.blockwise_min_blocks_per_sm,

@@ -6,9 +6,10 @@
 ///   operands.cuh          loading and storing operands of every codec
 ///   group.cuh             the group table, the group kernel, stage overlap
 ///   reduce.cuh            reductions and the Reduce stage
-///   update.cuh            the element-wise Update stage
+///   shape.cuh             where an element is among rows, columns and matrices
+///   update.cuh            the Update stage (element by element, with rows and columns)
 ///   blockwise_update.cuh  the Update stage of 8-bit blockwise states
-///   shaped.cuh            rows, columns and matrices (their Reduce and Update stages)
+///   shaped.cuh            the Reduce stages of rows, columns and matrices
 /// The runtime compiles these headers in (nvrtc::device_library) and hands them to NVRTC as
 /// in-memory headers, so a kernel source needs no include path. A source defines OPTGEN_BLOCK_SIZE,
 /// OPTGEN_ELEMENTS_PER_THREAD and the OPTGEN_*_LAUNCH_BOUNDS macros before it includes this.

@@ -1,133 +1,10 @@
 #pragma once
-/// optgen's device library: rows, columns and matrices, the Reduce and Update stages of a variant
-/// with matrix, row or column code (kernel_abi::ShapeTable; generator/shapes.h).
+/// optgen's device library: the Reduce stages of a variant with matrix, row or column code
+/// (kernel_abi::ShapeTable; generator/shapes.h). Its Update stage is update.cuh's.
 
 #include "optgen/device/update.cuh"
 
 namespace optgen {
-
-using kernel_abi::ShapeTable;
-
-/// Where element i of a tensor of B matrices of R rows and C columns is: its row p = b * R + r,
-/// its column q = b * C + c and its matrix b, counted over the tensor's rows, columns, matrices.
-struct ElementIndex {
-  long long i, p, q, b, r, c;
-};
-
-__device__ __forceinline__ ElementIndex element_index(long long i, long long R, long long C) {
-  ElementIndex x;
-  x.i = i;
-  const long long matrix = R * C;
-  if (i < 0xffffffffLL && matrix < 0xffffffffLL) {  // 32-bit division where it suffices
-    const unsigned ui = static_cast<unsigned>(i), um = static_cast<unsigned>(matrix), uc = static_cast<unsigned>(C);
-    const unsigned b = ui / um, rest = ui - b * um, r = rest / uc;
-    x.b = b;
-    x.r = r;
-    x.c = rest - r * uc;
-  } else {
-    x.b = i / matrix;
-    const long long rest = i - x.b * matrix;
-    x.r = rest / C;
-    x.c = rest - x.r * C;
-  }
-  x.p = x.b * R + x.r;
-  x.q = x.b * C + x.c;
-  return x;
-}
-
-/// The index of the element after x.
-__device__ __forceinline__ void advance(ElementIndex& x, long long R, long long C) {
-  ++x.i;
-  ++x.c;
-  ++x.q;
-  if (x.c == C) {
-    x.c = 0;
-    x.q -= C;
-    ++x.r;
-    ++x.p;
-    if (x.r == R) {
-      x.r = 0;
-      ++x.b;
-      x.q += C;
-    }
-  }
-}
-
-/// What the shaped code of one tensor reads besides its elements: its shape, the row, column and
-/// matrix results of earlier stages, and its row and column states (S), which the Update stage
-/// reads from the snapshot the first Reduce stage took. An absent state reads as 0.
-template <typename Ops, bool kFromSnapshot>
-struct Shaped {
-  static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
-  void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
-  long long num_tensors;
-  bool factored;
-  long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor)
-  long long row0, col0, matrix0;
-  // The tensor's part of the results and snapshots, resolved once per block: per-element code
-  // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
-  // read the same values, which earlier stages wrote, visible once wait_for_previous_kernel
-  // returned).
-  const float* row_results;
-  const float* col_results;
-  const float* matrix_results;
-  const float* row_snapshot;
-  const float* col_snapshot;
-  long long num_rows, num_cols, num_matrices;
-
-  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors]; }
-  __device__ __forceinline__ float row_result(int s, long long p) const { return row_results[s * num_rows + p]; }
-  __device__ __forceinline__ float col_result(int s, long long q) const { return col_results[s * num_cols + q]; }
-  __device__ __forceinline__ float matrix_result(int s, long long b) const {
-    return matrix_results[s * num_matrices + b];
-  }
-  /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
-  __device__ __forceinline__ float row_state(int op, int j, long long p) const {
-    const void* data = pointer(op);
-    if (!data) return 0.0f;
-    if (from_snapshot) return row_snapshot[j * num_rows + p];
-    float x;
-    load_codec<1>(Ops::codec(op), data, p, &x);
-    return x;
-  }
-  __device__ __forceinline__ float col_state(int op, int j, long long q) const {
-    const void* data = pointer(op);
-    if (!data) return 0.0f;
-    if (from_snapshot) return col_snapshot[j * num_cols + q];
-    float x;
-    load_codec<1>(Ops::codec(op), data, q, &x);
-    return x;
-  }
-  /// Stores a row or column state's new value (Update stage): nothing for an absent state.
-  __device__ __forceinline__ void store_state(int op, long long index, float x) const {
-    void* data = pointer(op);
-    if (data) store_codec<1>(Ops::codec(op), data, index, &x);
-  }
-};
-
-template <typename Ops, bool kFromSnapshot = false>
-__device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& table, int t) {
-  const ShapeTable* st = table.shapes;
-  Shaped<Ops, kFromSnapshot> s;
-  s.pointers = table.pointers + t;
-  s.num_tensors = table.num_tensors;
-  s.factored = st->factored[t] != 0;
-  s.R = st->rows[t];
-  s.C = st->cols[t];
-  s.B = s.R * s.C == 0 ? 0 : table.numel[t] / (s.R * s.C);
-  s.row0 = st->row_offset[t];
-  s.col0 = st->col_offset[t];
-  s.matrix0 = st->matrix_offset[t];
-  s.num_rows = st->num_rows;
-  s.num_cols = st->num_cols;
-  s.num_matrices = st->num_matrices;
-  s.row_results = st->row_results + s.row0;
-  s.col_results = st->col_results + s.col0;
-  s.matrix_results = st->matrix_results + s.matrix0;
-  s.row_snapshot = st->row_snapshot + s.row0;
-  s.col_snapshot = st->col_snapshot + s.col0;
-  return s;
-}
 
 /// Which tensor's blocks of `kind` hold block b of that kind (the last t with block_offset[t] <= b),
 /// and which of them it is.
@@ -217,23 +94,19 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const Ta
   return s;
 }
 
-/// Elements [start, end) of a tensor in a shaped stage, each thread V consecutive ones (16 bytes of
-/// the parameter) in U tiles of the block's width, as update_stage reads them: `visit(ix, x)` sees
-/// each element's index and operands (Code::loads, 0 from an absent state, the gradient divided
-/// by AMP's scale) and may change them; `kStore` stores the loaded operands back (Update stage).
-/// An element's row, column and matrix take one division per V elements. `ps`: how the Update
-/// stage writes the parameter (unused by a Reduce stage).
-template <typename Code, typename Ops, int kOps, bool kStore, typename Visit>
+/// Elements [start, end) of a tensor in a shaped Reduce stage, each thread V consecutive ones (16
+/// bytes of the parameter) in U tiles of the block's width: `visit(ix, x)` sees each element's
+/// index and operands (Code::loads, 0 from an absent state, the gradient divided by AMP's scale).
+/// An element's row, column and matrix take one division per V elements.
+template <typename Code, typename Ops, int kOps, typename Visit>
 __device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long long start, long long end, long long R,
-                                                long long C, bool scaled, float grad_scale, const ParamStore& ps,
-                                                const Visit& visit) {
-  constexpr int V = kStore ? update_vector<Ops>() : reduce_vector<Ops>();
+                                                long long C, bool scaled, float grad_scale, const Visit& visit) {
+  constexpr int V = reduce_vector<Ops>();
   constexpr int U = element_tiles<V>();
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
   bool aligned = true;
 #pragma unroll
   for (int op = 0; op < kOps; ++op) aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
-  if (kStore && Ops::kParamWrite == ParamWrite::kMaster) aligned = aligned && reinterpret_cast<uintptr>(ps.param) % 16 == 0;
   const long long vector_end = aligned ? start + (end - start) / V * V : start;
   for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
     float v[U][kOps][V];
@@ -263,14 +136,7 @@ __device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long l
         for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
         if (scaled) x[1] = x[1] / grad_scale;
         visit(ix, x);
-#pragma unroll
-        for (int op = 0; op < kOps; ++op) v[u][op][e] = x[op];
         advance(ix, R, C);
-      }
-      if (kStore) {
-#pragma unroll
-        for (int op = 0; op < kOps; ++op)
-          if (Code::loads(op) && ptr[op]) store_operand<Ops, V>(op, ptr[op], i, v[u][op], ps);
       }
     }
   }
@@ -279,11 +145,6 @@ __device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long l
     float x[kOps];
     load_element<Code, Ops, kOps>(ptr, i, x, scaled, grad_scale);
     visit(element_index(i, R, C), x);
-    if (kStore) {
-#pragma unroll
-      for (int op = 0; op < kOps; ++op)
-        if (Code::loads(op) && ptr[op]) store_operand<Ops, 1>(op, ptr[op], i, &x[op], ps);
-    }
   }
 }
 
@@ -320,8 +181,8 @@ __device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const 
     float acc[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    shaped_elements<Code, Ops, kOps, false>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ParamStore{},
-                                             [&](const ElementIndex& ix, float (&x)[kOps]) {
+    shaped_elements<Code, Ops, kOps>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
+                                      [&](const ElementIndex& ix, float (&x)[kOps]) {
                                                float value[kR];
                                                Code::apply(k, tv, sh, ix, x, value);
 #pragma unroll
@@ -544,40 +405,6 @@ __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, cons
   if constexpr ((Reduce::kBlocks >> kernel_abi::kSnapshot) & 1u) {
     if (b < total(kernel_abi::kSnapshot)) return shaped_snapshot<Reduce, Ops>(table, b);
   }
-}
-
-/// The Update stage of a variant with rows and columns: update_stage's, element by element with
-/// each element's row, column and matrix; Update::apply also stores a row's (column's) new state
-/// at its column (row) 0, reading the old one from the snapshot.
-template <typename Update, typename Group, typename Ops>
-__device__ __forceinline__ void shaped_update_stage(const TableView& table, const GroupTable& groups,
-                                                    const StepInputs& inputs, const ReductionTable& red) {
-  static_assert(Ops::kBlockwise == 0, "8-bit states are for element-wise variants (Spec::storage_problem)");
-  typedef typename Group::Values Values;
-  constexpr int kOps = Update::kOperands;
-  const Chunk chunk = table.chunks[blockIdx.x];
-  const int t = chunk.tensor;
-  const int g = chunk.group;
-  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-  const long long end = start + chunk.count;
-  allow_next_kernel();
-  wait_for_previous_kernel();  // the kernel before: a Reduce stage's results, or (a first stage) anything
-  if (skips_step(inputs)) return;
-  const Ticket ticket = take_ticket<Update>(groups, red, t, g);
-  const int slot = ticket.slot;
-  const Values k = *group_values<Values>(groups, slot, g);
-  const Shaped<Ops, true> sh = shaped<Ops, true>(table, t);
-  const typename Update::TensorValues tv = Update::tensor(k, table.whole_numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
-  const bool scaled = inputs.grad_scale != 0;
-  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
-  void* ptr[kOps];
-#pragma unroll
-  for (int op = 0; op < kOps; ++op)
-    ptr[op] = Update::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
-  const ParamStore ps = param_store<Ops>(table, groups, slot, t, g);
-  shaped_elements<Update, Ops, kOps, true>(ptr, start, end, sh.R, sh.C, scaled, grad_scale, ps,
-                                            [&](const ElementIndex& ix, float (&x)[kOps]) { Update::apply(k, tv, sh, ix, x); });
-  if (threadIdx.x == 0 && ticket.commits()) commit_step<Group>(groups, slot, g, results(red, t, g));
 }
 
 }  // namespace optgen

@@ -1,9 +1,11 @@
 #pragma once
-/// optgen's device library: the element-wise Update stage (tickets, the group's step committed by
-/// its last block), which hands variants with 8-bit states to blockwise_update.cuh.
+/// optgen's device library: the Update stage (tickets, the group's step committed by its last
+/// block), element by element, with each element's row, column and matrix where the variant has
+/// rows and columns; it hands variants with 8-bit states to blockwise_update.cuh.
 
 #include "optgen/element_math.h"
 #include "optgen/device/reduce.cuh"
+#include "optgen/device/shape.cuh"
 
 namespace optgen {
 
@@ -63,6 +65,52 @@ __device__ __forceinline__ bool update_operands(const TableView& table, int t, v
   return aligned;
 }
 
+/// Where the Update stage's elements are, as their code needs it: nothing for element-wise code;
+/// for a variant with rows and columns (Update::kShaped), its tensor (Shaped: the shape, the
+/// results of earlier stages, the row and column states as the first Reduce stage's snapshot
+/// holds them) and the element's row, column and matrix, found once per vector (seek) and
+/// advanced element by element (next).
+template <typename Update, typename Ops, bool kShaped = Update::kShaped>
+struct Position {
+  __device__ __forceinline__ Position(const TableView&, int) {}
+  template <typename Values>
+  __device__ __forceinline__ typename Update::TensorValues tensor(const Values& k, long long numel,
+                                                                  const Results& r) const {
+    return Update::tensor(k, numel, r);
+  }
+  /// Whether an operand exists for this tensor (every one does here).
+  __device__ __forceinline__ bool present(const void*) const { return true; }
+  __device__ __forceinline__ void seek(long long) {}
+  __device__ __forceinline__ void next() {}
+  template <typename Values, int kOps, typename Math>
+  __device__ __forceinline__ void apply(const Values& k, const typename Update::TensorValues& tv, float (&x)[kOps],
+                                        Math& math) const {
+    Update::apply(k, tv, x, math);
+  }
+};
+
+template <typename Update, typename Ops>
+struct Position<Update, Ops, true> {
+  Shaped<Ops, true> sh;
+  ElementIndex ix;
+  __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, true>(table, t)) {}
+  template <typename Values>
+  __device__ __forceinline__ typename Update::TensorValues tensor(const Values& k, long long numel,
+                                                                  const Results& r) const {
+    return Update::tensor(k, numel, r, sh.factored, sh.R, sh.C);
+  }
+  /// A state that exists for factored tensors only, or for the others only, has no pointer where
+  /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
+  __device__ __forceinline__ bool present(const void* data) const { return data != nullptr; }
+  __device__ __forceinline__ void seek(long long i) { ix = element_index(i, sh.R, sh.C); }
+  __device__ __forceinline__ void next() { advance(ix, sh.R, sh.C); }
+  template <typename Values, int kOps, typename Math>
+  __device__ __forceinline__ void apply(const Values& k, const typename Update::TensorValues& tv, float (&x)[kOps],
+                                        Math&) const {
+    Update::apply(k, tv, sh, ix, x);
+  }
+};
+
 /// What an Update stage's elements need beyond their operands, read once its block holds the
 /// tensor's ticket (begin_update): the group's values `k`, the tensor's `tv`, how the parameter is
 /// written, AMP's gradient scale, and whether this is the group's first step.
@@ -91,12 +139,12 @@ __device__ __forceinline__ constexpr bool stores(int op, bool first_step) {
 template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableView& table, const GroupTable& groups,
                                                                   const StepInputs& inputs, const ReductionTable& red,
-                                                                  int t, int g) {
+                                                                  const Position<Update, Ops>& at, int t, int g) {
   wait_for_previous_kernel();
   UpdateStep<Update, Group> step;
   step.ticket = take_ticket<Update>(groups, red, t, g);
   step.k = *group_values<typename Group::Values>(groups, step.ticket.slot, g);
-  step.tv = Update::tensor(step.k, table.whole_numel[t], results(red, t, g));
+  step.tv = at.tensor(step.k, table.whole_numel[t], results(red, t, g));
   step.ps = param_store<Ops>(table, groups, step.ticket.slot, t, g);
   step.scaled = inputs.grad_scale != 0;
   step.grad_scale = step.scaled ? *inputs.grad_scale : 1.0f;
@@ -151,8 +199,10 @@ __device__ __forceinline__ void update_elements(const UpdateStep<Update, Group>&
 
 /// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
 /// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
-/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); every
-/// other operand is written back.
+/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); the
+/// step's outputs are written back (stores). A variant with rows and columns reads its row and
+/// column states through Position and stores each row's (column's) new state at the row's
+/// column 0 (the column's row 0), in Update::apply.
 template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ void blockwise_update_stage(const TableView& table, const GroupTable& groups,
                                                        const StepInputs& inputs, const ReductionTable& red);
@@ -173,6 +223,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const long long end = start + chunk.count;
   void* ptr[kOps];
   const bool aligned = update_operands<Ops>(table, t, ptr);
+  Position<Update, Ops> at(table, t);
   enter_update_stage<Update>();
   // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
   const bool skip = skips_step(inputs);
@@ -199,7 +250,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       if (i >= vector_end) continue;
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
-        if (!Update::loads(op)) {  // written, or only stored at the first step: never read
+        if (!Update::loads(op) || !at.present(ptr[op])) {  // written, only stored at the first step, or absent
 #pragma unroll
           for (int e = 0; e < V; ++e) {
             if constexpr (kWords)
@@ -217,7 +268,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   };
   if (kTileFirst) load_tile();
   if (skip) return;
-  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, t, g);
+  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, at, t, g);
 
   while (base < vector_end) {
     if (!kTileFirst) load_tile();
@@ -229,6 +280,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       // roots are IeeeMath's: CheckedMath's interleaved elements (the 8-bit stage's) cost this
       // memory-bound loop spills at its register cap (1980 bytes in adam_kernels.cu).
       float out[kWords ? kOps : 1][V];
+      at.seek(i);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         float x[kOps];
@@ -241,7 +293,8 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
         }
         if (step.scaled) x[1] = x[1] / step.grad_scale;
         IeeeMath math;
-        Update::apply(step.k, step.tv, x, math);
+        at.apply(step.k, step.tv, x, math);
+        at.next();
 #pragma unroll
         for (int op = 0; op < kOps; ++op) {
           if constexpr (kWords)
@@ -252,7 +305,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
       }
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
-        if (!stores<Update>(op, step.first_step)) continue;
+        if (!stores<Update>(op, step.first_step) || !at.present(ptr[op])) continue;
         if constexpr (kWords)
           store_operand<Ops, V>(op, ptr[op], i, out[op], step.ps);
         else
@@ -269,14 +322,16 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
       x[op] = 0.0f;
-      if (Update::loads(op)) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
+      if (Update::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
     }
     if (step.scaled) x[1] = x[1] / step.grad_scale;
     IeeeMath math;
-    Update::apply(step.k, step.tv, x, math);
+    at.seek(i);
+    at.apply(step.k, step.tv, x, math);
 #pragma unroll
     for (int op = 0; op < kOps; ++op)
-      if (stores<Update>(op, step.first_step)) store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
+      if (stores<Update>(op, step.first_step) && at.present(ptr[op]))
+        store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
   }
 
   end_update(groups, red, step, t, g);

@@ -1,0 +1,133 @@
+#pragma once
+/// optgen's device library: where an element of a tensor of rows, columns and matrices is
+/// (ElementIndex), and what code of a variant with rows and columns reads of its tensor besides
+/// the element (Shaped: its shape, the results of earlier stages, its row and column states).
+
+#include "optgen/device/operands.cuh"
+
+namespace optgen {
+
+using kernel_abi::ShapeTable;
+
+/// Where element i of a tensor of B matrices of R rows and C columns is: its row p = b * R + r,
+/// its column q = b * C + c and its matrix b, counted over the tensor's rows, columns, matrices.
+struct ElementIndex {
+  long long i, p, q, b, r, c;
+};
+
+__device__ __forceinline__ ElementIndex element_index(long long i, long long R, long long C) {
+  ElementIndex x;
+  x.i = i;
+  const long long matrix = R * C;
+  if (i < 0xffffffffLL && matrix < 0xffffffffLL) {  // 32-bit division where it suffices
+    const unsigned ui = static_cast<unsigned>(i), um = static_cast<unsigned>(matrix), uc = static_cast<unsigned>(C);
+    const unsigned b = ui / um, rest = ui - b * um, r = rest / uc;
+    x.b = b;
+    x.r = r;
+    x.c = rest - r * uc;
+  } else {
+    x.b = i / matrix;
+    const long long rest = i - x.b * matrix;
+    x.r = rest / C;
+    x.c = rest - x.r * C;
+  }
+  x.p = x.b * R + x.r;
+  x.q = x.b * C + x.c;
+  return x;
+}
+
+/// The index of the element after x.
+__device__ __forceinline__ void advance(ElementIndex& x, long long R, long long C) {
+  ++x.i;
+  ++x.c;
+  ++x.q;
+  if (x.c == C) {
+    x.c = 0;
+    x.q -= C;
+    ++x.r;
+    ++x.p;
+    if (x.r == R) {
+      x.r = 0;
+      ++x.b;
+      x.q += C;
+    }
+  }
+}
+
+/// What the shaped code of one tensor reads besides its elements: its shape, the row, column and
+/// matrix results of earlier stages, and its row and column states (S), which the Update stage
+/// reads from the snapshot the first Reduce stage took. An absent state reads as 0.
+template <typename Ops, bool kFromSnapshot>
+struct Shaped {
+  static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
+  void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
+  long long num_tensors;
+  bool factored;
+  long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor)
+  long long row0, col0, matrix0;
+  // The tensor's part of the results and snapshots, resolved once per block: per-element code
+  // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
+  // read the same values, which earlier stages wrote, visible once wait_for_previous_kernel
+  // returned).
+  const float* row_results;
+  const float* col_results;
+  const float* matrix_results;
+  const float* row_snapshot;
+  const float* col_snapshot;
+  long long num_rows, num_cols, num_matrices;
+
+  __device__ __forceinline__ void* pointer(int op) const { return pointers[op * num_tensors]; }
+  __device__ __forceinline__ float row_result(int s, long long p) const { return row_results[s * num_rows + p]; }
+  __device__ __forceinline__ float col_result(int s, long long q) const { return col_results[s * num_cols + q]; }
+  __device__ __forceinline__ float matrix_result(int s, long long b) const {
+    return matrix_results[s * num_matrices + b];
+  }
+  /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
+  __device__ __forceinline__ float row_state(int op, int j, long long p) const {
+    const void* data = pointer(op);
+    if (!data) return 0.0f;
+    if (from_snapshot) return row_snapshot[j * num_rows + p];
+    float x;
+    load_codec<1>(Ops::codec(op), data, p, &x);
+    return x;
+  }
+  __device__ __forceinline__ float col_state(int op, int j, long long q) const {
+    const void* data = pointer(op);
+    if (!data) return 0.0f;
+    if (from_snapshot) return col_snapshot[j * num_cols + q];
+    float x;
+    load_codec<1>(Ops::codec(op), data, q, &x);
+    return x;
+  }
+  /// Stores a row or column state's new value (Update stage): nothing for an absent state.
+  __device__ __forceinline__ void store_state(int op, long long index, float x) const {
+    void* data = pointer(op);
+    if (data) store_codec<1>(Ops::codec(op), data, index, &x);
+  }
+};
+
+template <typename Ops, bool kFromSnapshot = false>
+__device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& table, int t) {
+  const ShapeTable* st = table.shapes;
+  Shaped<Ops, kFromSnapshot> s;
+  s.pointers = table.pointers + t;
+  s.num_tensors = table.num_tensors;
+  s.factored = st->factored[t] != 0;
+  s.R = st->rows[t];
+  s.C = st->cols[t];
+  s.B = s.R * s.C == 0 ? 0 : table.numel[t] / (s.R * s.C);
+  s.row0 = st->row_offset[t];
+  s.col0 = st->col_offset[t];
+  s.matrix0 = st->matrix_offset[t];
+  s.num_rows = st->num_rows;
+  s.num_cols = st->num_cols;
+  s.num_matrices = st->num_matrices;
+  s.row_results = st->row_results + s.row0;
+  s.col_results = st->col_results + s.col0;
+  s.matrix_results = st->matrix_results + s.matrix0;
+  s.row_snapshot = st->row_snapshot + s.row0;
+  s.col_snapshot = st->col_snapshot + s.col0;
+  return s;
+}
+
+}  // namespace optgen
