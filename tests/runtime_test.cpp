@@ -16,6 +16,7 @@
 #include "scoped_resources.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
+#include "optgen/files.h"
 #include "optgen/kernel_cache.h"
 #include "optgen/kernel_images.h"
 #include "optgen/nvrtc.h"
@@ -23,6 +24,7 @@
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 using optgen::KernelCache;
+using optgen::read_regular_file;
 using optgen_test::ScopedEnvironment;
 using optgen_test::TemporaryDirectory;
 
@@ -336,6 +338,27 @@ TEST_CASE("a cache entry larger than any kernel image is corrupt: a miss, and re
   CHECK_FALSE(cache.load(key).has_value());
   CHECK(cache.last_outcome() == KernelCache::Outcome::Corrupt);
   CHECK_FALSE(fs::exists(entry));
+}
+
+TEST_CASE("read_regular_file says whether a failure found no regular file there", "[runtime]") {
+  // The kernel cache tells a missing entry from a broken one by it: looking at the path again
+  // after a failed read raced with another process renaming its entry into place, and load()
+  // removed that whole entry as corrupt (the processes test found it under load).
+  TemporaryDirectory temporary("optgen_runtime_test");
+  std::string error;
+  bool absent = false;
+  CHECK_FALSE(read_regular_file(temporary.path() + "/missing", 16, &error, &absent).has_value());
+  CHECK(absent);
+  CHECK_FALSE(read_regular_file(temporary.path() + "/missing/below", 16, &error, &absent).has_value());
+  CHECK(absent);
+  CHECK_FALSE(read_regular_file(temporary.path(), 16, &error, &absent).has_value());
+  CHECK(absent);
+  write_bytes(temporary.path() + "/large", std::vector<char>(17, 'x'));
+  CHECK_FALSE(read_regular_file(temporary.path() + "/large", 16, &error, &absent).has_value());
+  CHECK_FALSE(absent);
+  CHECK(error.find("more than the 16") != std::string::npos);
+  CHECK(read_regular_file(temporary.path() + "/large", 17, &error, &absent) == std::string(17, 'x'));
+  CHECK_FALSE(absent);
 }
 
 TEST_CASE("the cache directory comes from OPTGEN_CACHE_DIR, XDG_CACHE_HOME or HOME", "[runtime]") {

@@ -40,9 +40,14 @@ const char* file_type(mode_t mode) {
 
 }  // namespace
 
-std::optional<std::string> read_regular_file(const std::string& path, std::uint64_t max_bytes, std::string* error) {
+std::optional<std::string> read_regular_file(const std::string& path, std::uint64_t max_bytes, std::string* error,
+                                             bool* absent) {
+  bool ignored = false;
+  bool& nothing_regular = absent != nullptr ? *absent : ignored;
+  nothing_regular = false;
   FileDescriptor file(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (file.get() < 0) {
+    nothing_regular = errno == ENOENT || errno == ENOTDIR;
     *error = std::string("cannot open the file: ") + std::strerror(errno);
     return std::nullopt;
   }
@@ -52,6 +57,7 @@ std::optional<std::string> read_regular_file(const std::string& path, std::uint6
     return std::nullopt;
   }
   if (!S_ISREG(info.st_mode)) {
+    nothing_regular = true;
     *error = std::string("this is ") + file_type(info.st_mode) + ", not a regular file";
     return std::nullopt;
   }

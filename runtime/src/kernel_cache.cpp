@@ -91,14 +91,16 @@ constexpr std::uint64_t kMaxEntryBytes = std::uint64_t{1} << 30;
 /// regular file (a directory, a FIFO, a device: checked on the opened descriptor, which a FIFO does
 /// not wait on). A regular file that cannot be read (larger than any kernel image, more than memory
 /// holds) comes back empty, so that load() takes it for corrupt and removes it: it threw
-/// std::bad_alloc out of every load.
+/// std::bad_alloc out of every load. Which of the two is decided by what the read saw, not by a
+/// second look at the path: between a read that found no entry and that look, another process
+/// could rename its whole entry into place, which load() then removed as corrupt.
 std::optional<std::vector<char>> read_entry(const std::string& path) {
   std::string error;
-  std::optional<std::string> bytes = read_regular_file(path, kMaxEntryBytes, &error);
+  bool absent = false;
+  std::optional<std::string> bytes = read_regular_file(path, kMaxEntryBytes, &error, &absent);
   if (!bytes) {
-    std::error_code ignored;
-    if (fs::is_regular_file(path, ignored)) return std::vector<char>();
-    return std::nullopt;
+    if (absent) return std::nullopt;
+    return std::vector<char>();
   }
   return std::vector<char>(bytes->begin(), bytes->end());
 }

@@ -13,8 +13,12 @@ namespace optgen {
 /// The whole content of the regular file at `path`; nullopt, with why not in `error`, when it
 /// cannot be opened, is something other than a regular file (a directory, a FIFO, a device: checked
 /// on the opened descriptor, opened without waiting for a FIFO's writer) or holds more than
-/// `max_bytes` (checked before reading).
-std::optional<std::string> read_regular_file(const std::string& path, std::uint64_t max_bytes, std::string* error);
+/// `max_bytes` (checked before reading). `absent`, where given, tells a failure because no regular
+/// file is there (the path names nothing, or something else) from one of a file that is (too
+/// large, unreadable): from what the one open and fstat saw, so that a file another process renames
+/// into place meanwhile is never taken for a broken one.
+std::optional<std::string> read_regular_file(const std::string& path, std::uint64_t max_bytes, std::string* error,
+                                             bool* absent = nullptr);
 
 /// Replaces `path` with `pieces`, one after the other, atomically: written to a temporary of its own in the same
 /// directory (created exclusively, so that writers of one path never share one), flushed to disk,
