@@ -46,8 +46,8 @@ namespace variants::adadelta_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0, -1, nullptr, nullptr},
-    {"adadelta_clip_grad_norm", variants::adadelta_clip_grad_norm::kStates, 2, 28, "adadelta_clip_grad_norm_group", 2, variants::adadelta_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adadelta", variants::adadelta::kStates, 2, 24, "adadelta_group", 1, variants::adadelta::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adadelta_clip_grad_norm", variants::adadelta_clip_grad_norm::kStates, 2, 28, "adadelta_clip_grad_norm_group", 2, variants::adadelta_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const Adadelta::Options& o) { return {o.lr, o.rho,
 
 const OptimizerInfo& Adadelta::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Adadelta", "adadelta",
+      /*abi_version=*/10, "optgen 0.2.0", "Adadelta", "adadelta",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

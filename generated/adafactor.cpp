@@ -35,7 +35,7 @@ namespace variants::adafactor {
       {"sum_u_times_u", false, 3, Domain::Tensor, 4},
   };
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
-  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
+  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2", "adafactor_f32_f32_reduce3", "adafactor_f32_f32_update"};
@@ -56,7 +56,7 @@ namespace variants::adafactor_clip_grad_norm {
       {"sum_u_times_u", false, 4, Domain::Tensor, 5},
   };
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
-  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
+  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_clip_grad_norm_f32_f32_reduce1", "adafactor_clip_grad_norm_f32_f32_reduce2", "adafactor_clip_grad_norm_f32_f32_reduce3", "adafactor_clip_grad_norm_f32_f32_reduce4", "adafactor_clip_grad_norm_f32_f32_update"};
@@ -66,8 +66,8 @@ namespace variants::adafactor_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence},
-    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence},
+    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}},
+    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 2, 2}},
 };
 
 const KernelInfo kKernels[] = {
@@ -88,7 +88,7 @@ std::vector<double> values_of(const Adafactor::Options& o) { return {o.lr, o.bet
 
 const OptimizerInfo& Adafactor::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Adafactor", "adafactor",
+      /*abi_version=*/10, "optgen 0.2.0", "Adafactor", "adafactor",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

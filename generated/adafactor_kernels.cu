@@ -116,13 +116,18 @@ namespace variants::adafactor {
   /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
   struct Reduce1 {
     static constexpr int kOperands = 5;
-    static constexpr unsigned kBlocks = 0x27u;  // kernel_abi::BlockKind bits
+    static constexpr unsigned kBlocks = 0x7u;  // kernel_abi::BlockKind bits
 
     struct TensorValues {
-      // (this stage reads nothing computed per tensor)
+      bool factored;
+      float cols;
+      float rows;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       TensorValues tv_;
+      tv_.factored = factored_;
+      tv_.cols = static_cast<float>(static_cast<double>(cols_));
+      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       return tv_;
     }
 
@@ -157,6 +162,23 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 2;  // values stored per line
+      template <typename Sh_>
+      static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+        const long long q_ = line_;
+        [[maybe_unused]] const long long b_ = line_ / sh_.C;
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const bool factored = tv_.factored;
+        const float rows = tv_.rows;
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
+        const float col_var_next = col_var_next_1;
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
+        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, q_);
+        sh_.store_col_value(0, q_, col_var_next);  // col_var_next
+        sh_.store_col_value(1, q_, col_var_next_3);  // col_var's new value
+      }
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -171,14 +193,6 @@ namespace variants::adafactor {
     /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
     template <int kKind>
     struct Lines;
-
-    /// The row and column states the Update stage reads from the snapshot: operands.
-    struct Snapshot {
-      static constexpr int kRowStates = 1;
-      static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 2 : -1; }
-      static constexpr int kColStates = 1;
-      static __device__ __forceinline__ constexpr int col_op(int j_) { return j_ == 0 ? 3 : -1; }
-    };
   };
 
   template <>
@@ -191,6 +205,23 @@ namespace variants::adafactor {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr int kStoredValues = 2;  // values stored per line
+    template <typename Sh_>
+    static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+      const long long p_ = line_;
+      [[maybe_unused]] const long long b_ = line_ / sh_.R;
+      const float one_minus_beta2_t = k_.one_minus_beta2_t;
+      const bool factored = tv_.factored;
+      const float cols = tv_.cols;
+      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
+      const float row_var_next = row_var_next_1;
+      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+      const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
+      const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, p_);
+      sh_.store_row_value(0, p_, row_var_next);  // row_var_next
+      sh_.store_row_value(1, p_, row_var_next_3);  // row_var's new value
+    }
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -209,10 +240,12 @@ namespace variants::adafactor {
 
     struct TensorValues {
       float cols;
+      float rows;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       TensorValues tv_;
       tv_.cols = static_cast<float>(static_cast<double>(cols_));
+      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       return tv_;
     }
 
@@ -231,6 +264,15 @@ namespace variants::adafactor {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x0u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr int kStoredValues = 1;  // values stored per line
+    template <typename Sh_>
+    static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+      const long long b_ = line_;
+      const float eps1 = k_.eps1;
+      const float rows = tv_.rows;
+      const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, b_) / rows, eps1);
+      sh_.store_matrix_value(0, b_, max_sum_row_var_next_over_rows_eps1);  // max_sum_row_var_next_over_rows_eps1
+    }
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] long long p_, long long b_, float (&r_)[kReductions]) {
@@ -250,15 +292,11 @@ namespace variants::adafactor {
     struct TensorValues {
       bool not_factored;
       bool factored;
-      float cols;
-      float rows;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       TensorValues tv_;
       tv_.not_factored = !factored_;
       tv_.factored = factored_;
-      tv_.cols = static_cast<float>(static_cast<double>(cols_));
-      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       return tv_;
     }
 
@@ -279,28 +317,18 @@ namespace variants::adafactor {
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
         const float one_minus_beta2_t = k_.one_minus_beta2_t;
-        const float eps1 = k_.eps1;
         const float eps1_times_eps1 = k_.eps1_times_eps1;
         const bool maximize = k_.maximize;
         const bool not_factored = tv_.not_factored;
         const bool factored = tv_.factored;
-        const float cols = tv_.cols;
-        const float rows = tv_.rows;
         const float grad = v_[1];
         const float variance = v_[4];
-        const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
-        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-        const float col_var_next = col_var_next_1;
-        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-        const float row_var_next = row_var_next_1;
         // "g = maximize ? -grad : grad"
         const float g = maximize ? -grad : grad;
         // variance = lerp(variance, g * g, one_minus_beta2_t)
         const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
         // v = row_var * col_var / max(mean(row_var), eps1)
-        const float v = row_var_next * col_var_next / max_sum_row_var_next_over_rows_eps1;
+        const float v = sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q) / sh_.matrix_value(0, ix_.b);
         const float v_1 = factored ? v : 0.0f;
         // v = variance
         const float variance_next_1 = not_factored ? variance_next : v_1;
@@ -330,8 +358,6 @@ namespace variants::adafactor {
     struct TensorValues {
       bool not_factored;
       bool factored;
-      float cols;
-      float rows;
       float alpha_over_denom;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
@@ -346,8 +372,6 @@ namespace variants::adafactor {
       TensorValues tv_;
       tv_.not_factored = !factored_;
       tv_.factored = factored_;
-      tv_.cols = static_cast<float>(static_cast<double>(cols_));
-      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       tv_.alpha_over_denom = static_cast<float>(alpha / denom);
       return tv_;
     }
@@ -356,24 +380,14 @@ namespace variants::adafactor {
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands]) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
-      const float eps1 = k_.eps1;
       const float eps1_times_eps1 = k_.eps1_times_eps1;
       const bool maximize = k_.maximize;
       const bool not_factored = tv_.not_factored;
       const bool factored = tv_.factored;
-      const float cols = tv_.cols;
-      const float rows = tv_.rows;
       const float alpha_over_denom = tv_.alpha_over_denom;
       const float param = v_[0];
       const float grad = v_[1];
       const float variance = v_[4];
-      const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
-      // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-      const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-      const float col_var_next = col_var_next_1;
-      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-      const float row_var_next = row_var_next_1;
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
       // "g = maximize ? -grad : grad"
@@ -381,7 +395,7 @@ namespace variants::adafactor {
       // variance = lerp(variance, g * g, one_minus_beta2_t)
       const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
       // v = row_var * col_var / max(mean(row_var), eps1)
-      const float v = row_var_next * col_var_next / max_sum_row_var_next_over_rows_eps1;
+      const float v = sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q) / sh_.matrix_value(0, ix_.b);
       const float v_1 = factored ? v : 0.0f;
       // v = variance
       const float variance_next_1 = not_factored ? variance_next : v_1;
@@ -395,17 +409,11 @@ namespace variants::adafactor {
       v_[4] = variance_next_2;  // variance
       // Each row's new state, stored once: at its column 0.
       if (ix_.c == 0) {
-        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-        const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, ix_.p);
-        sh_.store_state(2, ix_.p, row_var_next_3);  // row_var
+        sh_.store_state(2, ix_.p, sh_.row_value(1, ix_.p));  // row_var
       }
       // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
-        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, ix_.q);
-        sh_.store_state(3, ix_.q, col_var_next_3);  // col_var
+        sh_.store_state(3, ix_.q, sh_.col_value(1, ix_.q));  // col_var
       }
     }
   };
@@ -505,7 +513,7 @@ namespace variants::adafactor_clip_grad_norm {
   /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
   struct Reduce1 {
     static constexpr int kOperands = 5;
-    static constexpr unsigned kBlocks = 0x21u;  // kernel_abi::BlockKind bits
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -542,14 +550,6 @@ namespace variants::adafactor_clip_grad_norm {
     /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
     template <int kKind>
     struct Lines;
-
-    /// The row and column states the Update stage reads from the snapshot: operands.
-    struct Snapshot {
-      static constexpr int kRowStates = 1;
-      static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 2 : -1; }
-      static constexpr int kColStates = 1;
-      static __device__ __forceinline__ constexpr int col_op(int j_) { return j_ == 0 ? 3 : -1; }
-    };
   };
 
   /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
@@ -559,6 +559,9 @@ namespace variants::adafactor_clip_grad_norm {
 
     struct TensorValues {
       float clip_coef;
+      bool factored;
+      float cols;
+      float rows;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       const double max_grad_norm = k_.max_grad_norm;
@@ -566,6 +569,9 @@ namespace variants::adafactor_clip_grad_norm {
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
       TensorValues tv_;
       tv_.clip_coef = static_cast<float>(clip_coef_1);
+      tv_.factored = factored_;
+      tv_.cols = static_cast<float>(static_cast<double>(cols_));
+      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       return tv_;
     }
 
@@ -579,6 +585,23 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 2;  // values stored per line
+      template <typename Sh_>
+      static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+        const long long q_ = line_;
+        [[maybe_unused]] const long long b_ = line_ / sh_.C;
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const bool factored = tv_.factored;
+        const float rows = tv_.rows;
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
+        const float col_var_next = col_var_next_1;
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
+        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, q_);
+        sh_.store_col_value(0, q_, col_var_next);  // col_var_next
+        sh_.store_col_value(1, q_, col_var_next_3);  // col_var's new value
+      }
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -607,6 +630,23 @@ namespace variants::adafactor_clip_grad_norm {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr int kStoredValues = 2;  // values stored per line
+    template <typename Sh_>
+    static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+      const long long p_ = line_;
+      [[maybe_unused]] const long long b_ = line_ / sh_.R;
+      const float one_minus_beta2_t = k_.one_minus_beta2_t;
+      const bool factored = tv_.factored;
+      const float cols = tv_.cols;
+      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
+      const float row_var_next = row_var_next_1;
+      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+      const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
+      const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, p_);
+      sh_.store_row_value(0, p_, row_var_next);  // row_var_next
+      sh_.store_row_value(1, p_, row_var_next_3);  // row_var's new value
+    }
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -627,10 +667,12 @@ namespace variants::adafactor_clip_grad_norm {
 
     struct TensorValues {
       float cols;
+      float rows;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       TensorValues tv_;
       tv_.cols = static_cast<float>(static_cast<double>(cols_));
+      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       return tv_;
     }
 
@@ -649,6 +691,15 @@ namespace variants::adafactor_clip_grad_norm {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x0u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr int kStoredValues = 1;  // values stored per line
+    template <typename Sh_>
+    static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+      const long long b_ = line_;
+      const float eps1 = k_.eps1;
+      const float rows = tv_.rows;
+      const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, b_) / rows, eps1);
+      sh_.store_matrix_value(0, b_, max_sum_row_var_next_over_rows_eps1);  // max_sum_row_var_next_over_rows_eps1
+    }
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] long long p_, long long b_, float (&r_)[kReductions]) {
@@ -669,8 +720,6 @@ namespace variants::adafactor_clip_grad_norm {
       bool not_factored;
       float clip_coef;
       bool factored;
-      float cols;
-      float rows;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       const double max_grad_norm = k_.max_grad_norm;
@@ -680,8 +729,6 @@ namespace variants::adafactor_clip_grad_norm {
       tv_.not_factored = !factored_;
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       tv_.factored = factored_;
-      tv_.cols = static_cast<float>(static_cast<double>(cols_));
-      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       return tv_;
     }
 
@@ -702,30 +749,20 @@ namespace variants::adafactor_clip_grad_norm {
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
         const float one_minus_beta2_t = k_.one_minus_beta2_t;
-        const float eps1 = k_.eps1;
         const float eps1_times_eps1 = k_.eps1_times_eps1;
         const bool maximize = k_.maximize;
         const bool not_factored = tv_.not_factored;
         const float clip_coef = tv_.clip_coef;
         const bool factored = tv_.factored;
-        const float cols = tv_.cols;
-        const float rows = tv_.rows;
         const float grad = v_[1];
         const float variance = v_[4];
-        const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
-        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-        const float col_var_next = col_var_next_1;
-        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-        const float row_var_next = row_var_next_1;
         const float clipped_grad = grad * clip_coef;
         // "g = maximize ? -grad : grad"
         const float g = maximize ? -clipped_grad : clipped_grad;
         // variance = lerp(variance, g * g, one_minus_beta2_t)
         const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
         // v = row_var * col_var / max(mean(row_var), eps1)
-        const float v = row_var_next * col_var_next / max_sum_row_var_next_over_rows_eps1;
+        const float v = sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q) / sh_.matrix_value(0, ix_.b);
         const float v_1 = factored ? v : 0.0f;
         // v = variance
         const float variance_next_1 = not_factored ? variance_next : v_1;
@@ -756,8 +793,6 @@ namespace variants::adafactor_clip_grad_norm {
       bool not_factored;
       float clip_coef;
       bool factored;
-      float cols;
-      float rows;
       float alpha_over_denom;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
@@ -776,8 +811,6 @@ namespace variants::adafactor_clip_grad_norm {
       tv_.not_factored = !factored_;
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       tv_.factored = factored_;
-      tv_.cols = static_cast<float>(static_cast<double>(cols_));
-      tv_.rows = static_cast<float>(static_cast<double>(rows_));
       tv_.alpha_over_denom = static_cast<float>(alpha / denom);
       return tv_;
     }
@@ -786,25 +819,15 @@ namespace variants::adafactor_clip_grad_norm {
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands]) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
-      const float eps1 = k_.eps1;
       const float eps1_times_eps1 = k_.eps1_times_eps1;
       const bool maximize = k_.maximize;
       const bool not_factored = tv_.not_factored;
       const float clip_coef = tv_.clip_coef;
       const bool factored = tv_.factored;
-      const float cols = tv_.cols;
-      const float rows = tv_.rows;
       const float alpha_over_denom = tv_.alpha_over_denom;
       const float param = v_[0];
       const float grad = v_[1];
       const float variance = v_[4];
-      const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
-      // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-      const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-      const float col_var_next = col_var_next_1;
-      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-      const float row_var_next = row_var_next_1;
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
       const float clipped_grad = grad * clip_coef;
@@ -813,7 +836,7 @@ namespace variants::adafactor_clip_grad_norm {
       // variance = lerp(variance, g * g, one_minus_beta2_t)
       const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
       // v = row_var * col_var / max(mean(row_var), eps1)
-      const float v = row_var_next * col_var_next / max_sum_row_var_next_over_rows_eps1;
+      const float v = sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q) / sh_.matrix_value(0, ix_.b);
       const float v_1 = factored ? v : 0.0f;
       // v = variance
       const float variance_next_1 = not_factored ? variance_next : v_1;
@@ -827,17 +850,11 @@ namespace variants::adafactor_clip_grad_norm {
       v_[4] = variance_next_2;  // variance
       // Each row's new state, stored once: at its column 0.
       if (ix_.c == 0) {
-        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-        const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
-        const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, ix_.p);
-        sh_.store_state(2, ix_.p, row_var_next_3);  // row_var
+        sh_.store_state(2, ix_.p, sh_.row_value(1, ix_.p));  // row_var
       }
       // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
-        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
-        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, ix_.q);
-        sh_.store_state(3, ix_.q, col_var_next_3);  // col_var
+        sh_.store_state(3, ix_.q, sh_.col_value(1, ix_.q));  // col_var
       }
     }
   };

@@ -46,8 +46,8 @@ namespace variants::adagrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0, -1, nullptr, nullptr},
-    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_de
 
 const OptimizerInfo& Adagrad::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Adagrad", "adagrad",
+      /*abi_version=*/10, "optgen 0.2.0", "Adagrad", "adagrad",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -113,10 +113,10 @@ namespace variants::adam_amsgrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0, -1, nullptr, nullptr},
-    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0, -1, nullptr, nullptr},
-    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", 2, variants::adam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", 2, variants::adam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -175,7 +175,7 @@ std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Adam", "adam",
+      /*abi_version=*/10, "optgen 0.2.0", "Adam", "adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -30,7 +30,7 @@ namespace variants::adam_mini {
       {"sum_grad_times_grad", false, 1, Domain::Row, 0},
   };
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
-  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kRowLines | 1u << kernel_abi::kSnapshot, 0u};
+  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kRowLines, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Always, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_mini_f32_f32_reduce", "adam_mini_f32_f32_update"};
@@ -46,7 +46,7 @@ namespace variants::adam_mini_clip_grad_norm {
       {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Row, 0},
   };
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
-  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kRowLines, 0u};
+  [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kRowLines, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Always, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_mini_clip_grad_norm_f32_f32_reduce1", "adam_mini_clip_grad_norm_f32_f32_reduce2", "adam_mini_clip_grad_norm_f32_f32_update"};
@@ -55,8 +55,8 @@ namespace variants::adam_mini_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence},
-    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence},
+    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 2, 0}},
+    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 2, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -75,7 +75,7 @@ std::vector<double> values_of(const AdamMini::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdamMini::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "AdamMini", "adam_mini",
+      /*abi_version=*/10, "optgen 0.2.0", "AdamMini", "adam_mini",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -97,27 +97,22 @@ namespace variants::adam_mini {
   /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
   struct Reduce {
     static constexpr int kOperands = 5;
-    static constexpr unsigned kBlocks = 0x22u;  // kernel_abi::BlockKind bits
+    static constexpr unsigned kBlocks = 0x2u;  // kernel_abi::BlockKind bits
 
     struct TensorValues {
-      // (this stage reads nothing computed per tensor)
+      bool factored;
+      float cols;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       TensorValues tv_;
+      tv_.factored = factored_;
+      tv_.cols = static_cast<float>(static_cast<double>(cols_));
       return tv_;
     }
 
     /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
     template <int kKind>
     struct Lines;
-
-    /// The row and column states the Update stage reads from the snapshot: operands.
-    struct Snapshot {
-      static constexpr int kRowStates = 1;
-      static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 3 : -1; }
-      static constexpr int kColStates = 0;
-      static __device__ __forceinline__ constexpr int col_op(int j_) { return -1; }
-    };
   };
 
   template <>
@@ -130,6 +125,26 @@ namespace variants::adam_mini {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr int kStoredValues = 2;  // values stored per line
+    template <typename Sh_>
+    static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+      const long long p_ = line_;
+      [[maybe_unused]] const long long b_ = line_ / sh_.R;
+      const float beta2 = k_.beta2;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const bool factored = tv_.factored;
+      const float cols = tv_.cols;
+      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+      const float vmean_next_1 = beta2 * sh_.row_state(3, 0, p_) + one_minus_beta2 * (sh_.row_result(0, p_) / cols);
+      // second = vmean
+      const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
+      const float vmean_next = vmean_next_2;
+      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+      const float vmean_next_3 = beta2 * sh_.row_state(3, 0, p_) + one_minus_beta2 * (sh_.row_result(0, p_) / cols);
+      const float vmean_next_4 = factored ? vmean_next_3 : sh_.row_state(3, 0, p_);
+      sh_.store_row_value(0, p_, vmean_next);  // vmean_next
+      sh_.store_row_value(1, p_, vmean_next_4);  // vmean's new value
+    }
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -152,14 +167,10 @@ namespace variants::adam_mini {
 
     struct TensorValues {
       bool not_factored;
-      bool factored;
-      float cols;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       TensorValues tv_;
       tv_.not_factored = !factored_;
-      tv_.factored = factored_;
-      tv_.cols = static_cast<float>(static_cast<double>(cols_));
       return tv_;
     }
 
@@ -174,17 +185,10 @@ namespace variants::adam_mini {
       const float eps = k_.eps;
       const float lr = k_.lr;
       const bool not_factored = tv_.not_factored;
-      const bool factored = tv_.factored;
-      const float cols = tv_.cols;
       const float param = v_[0];
       const float grad = v_[1];
       const float m = v_[2];
       const float v = v_[4];
-      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
-      const float vmean_next_1 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
-      // second = vmean
-      const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
-      const float vmean_next = vmean_next_2;
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
       // m = lerp(m, grad, 1 - beta1)
@@ -192,7 +196,7 @@ namespace variants::adam_mini {
       // v = beta2 * v + (1 - beta2) * grad * grad
       const float v_next = beta2 * v + one_minus_beta2 * grad * grad;
       // second = v
-      const float v_next_1 = not_factored ? v_next : vmean_next;
+      const float v_next_1 = not_factored ? v_next : sh_.row_value(0, ix_.p);
       // h = sqrt(second) / bias_correction_2_sqrt + eps
       const float h = ::sqrtf(v_next_1) / bias_correction_2_sqrt + eps;
       // param = decayed - m * (1 / bias_correction_1 / h) * lr
@@ -204,10 +208,7 @@ namespace variants::adam_mini {
       v_[4] = v_next_2;  // v
       // Each row's new state, stored once: at its column 0.
       if (ix_.c == 0) {
-        // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
-        const float vmean_next_3 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
-        const float vmean_next_4 = factored ? vmean_next_3 : sh_.row_state(3, 0, ix_.p);
-        sh_.store_state(3, ix_.p, vmean_next_4);  // vmean
+        sh_.store_state(3, ix_.p, sh_.row_value(1, ix_.p));  // vmean
       }
     }
   };
@@ -292,7 +293,7 @@ namespace variants::adam_mini_clip_grad_norm {
   /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
   struct Reduce1 {
     static constexpr int kOperands = 5;
-    static constexpr unsigned kBlocks = 0x21u;  // kernel_abi::BlockKind bits
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -326,14 +327,6 @@ namespace variants::adam_mini_clip_grad_norm {
     /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
     template <int kKind>
     struct Lines;
-
-    /// The row and column states the Update stage reads from the snapshot: operands.
-    struct Snapshot {
-      static constexpr int kRowStates = 1;
-      static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 3 : -1; }
-      static constexpr int kColStates = 0;
-      static __device__ __forceinline__ constexpr int col_op(int j_) { return -1; }
-    };
   };
 
   /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
@@ -343,6 +336,8 @@ namespace variants::adam_mini_clip_grad_norm {
 
     struct TensorValues {
       float clip_coef;
+      bool factored;
+      float cols;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       const double max_grad_norm = k_.max_grad_norm;
@@ -350,6 +345,8 @@ namespace variants::adam_mini_clip_grad_norm {
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
       TensorValues tv_;
       tv_.clip_coef = static_cast<float>(clip_coef_1);
+      tv_.factored = factored_;
+      tv_.cols = static_cast<float>(static_cast<double>(cols_));
       return tv_;
     }
 
@@ -368,6 +365,26 @@ namespace variants::adam_mini_clip_grad_norm {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr int kStoredValues = 2;  // values stored per line
+    template <typename Sh_>
+    static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
+      const long long p_ = line_;
+      [[maybe_unused]] const long long b_ = line_ / sh_.R;
+      const float beta2 = k_.beta2;
+      const float one_minus_beta2 = k_.one_minus_beta2;
+      const bool factored = tv_.factored;
+      const float cols = tv_.cols;
+      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+      const float vmean_next_1 = beta2 * sh_.row_state(3, 0, p_) + one_minus_beta2 * (sh_.row_result(0, p_) / cols);
+      // second = vmean
+      const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
+      const float vmean_next = vmean_next_2;
+      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+      const float vmean_next_3 = beta2 * sh_.row_state(3, 0, p_) + one_minus_beta2 * (sh_.row_result(0, p_) / cols);
+      const float vmean_next_4 = factored ? vmean_next_3 : sh_.row_state(3, 0, p_);
+      sh_.store_row_value(0, p_, vmean_next);  // vmean_next
+      sh_.store_row_value(1, p_, vmean_next_4);  // vmean's new value
+    }
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -393,8 +410,6 @@ namespace variants::adam_mini_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
       bool not_factored;
-      bool factored;
-      float cols;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       const double max_grad_norm = k_.max_grad_norm;
@@ -403,8 +418,6 @@ namespace variants::adam_mini_clip_grad_norm {
       TensorValues tv_;
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       tv_.not_factored = !factored_;
-      tv_.factored = factored_;
-      tv_.cols = static_cast<float>(static_cast<double>(cols_));
       return tv_;
     }
 
@@ -420,17 +433,10 @@ namespace variants::adam_mini_clip_grad_norm {
       const float lr = k_.lr;
       const float clip_coef = tv_.clip_coef;
       const bool not_factored = tv_.not_factored;
-      const bool factored = tv_.factored;
-      const float cols = tv_.cols;
       const float param = v_[0];
       const float grad = v_[1];
       const float m = v_[2];
       const float v = v_[4];
-      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
-      const float vmean_next_1 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
-      // second = vmean
-      const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
-      const float vmean_next = vmean_next_2;
       // decayed = param * (1 - lr * weight_decay)
       const float decayed = param * one_minus_lr_times_weight_decay;
       const float clipped_grad = grad * clip_coef;
@@ -439,7 +445,7 @@ namespace variants::adam_mini_clip_grad_norm {
       // v = beta2 * v + (1 - beta2) * grad * grad
       const float v_next = beta2 * v + one_minus_beta2 * clipped_grad * clipped_grad;
       // second = v
-      const float v_next_1 = not_factored ? v_next : vmean_next;
+      const float v_next_1 = not_factored ? v_next : sh_.row_value(0, ix_.p);
       // h = sqrt(second) / bias_correction_2_sqrt + eps
       const float h = ::sqrtf(v_next_1) / bias_correction_2_sqrt + eps;
       // param = decayed - m * (1 / bias_correction_1 / h) * lr
@@ -451,10 +457,7 @@ namespace variants::adam_mini_clip_grad_norm {
       v_[4] = v_next_2;  // v
       // Each row's new state, stored once: at its column 0.
       if (ix_.c == 0) {
-        // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
-        const float vmean_next_3 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
-        const float vmean_next_4 = factored ? vmean_next_3 : sh_.row_state(3, 0, ix_.p);
-        sh_.store_state(3, ix_.p, vmean_next_4);  // vmean
+        sh_.store_state(3, ix_.p, sh_.row_value(1, ix_.p));  // vmean
       }
     }
   };

@@ -46,8 +46,8 @@ namespace variants::adamax_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adamax", variants::adamax::kStates, 2, 24, "adamax_group", 1, variants::adamax::kReductions, 0, -1, nullptr, nullptr},
-    {"adamax_clip_grad_norm", variants::adamax_clip_grad_norm::kStates, 2, 28, "adamax_clip_grad_norm_group", 2, variants::adamax_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adamax", variants::adamax::kStates, 2, 24, "adamax_group", 1, variants::adamax::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adamax_clip_grad_norm", variants::adamax_clip_grad_norm::kStates, 2, 28, "adamax_clip_grad_norm_group", 2, variants::adamax_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const Adamax::Options& o) { return {o.lr, o.beta1,
 
 const OptimizerInfo& Adamax::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Adamax", "adamax",
+      /*abi_version=*/10, "optgen 0.2.0", "Adamax", "adamax",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

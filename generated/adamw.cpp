@@ -113,10 +113,10 @@ namespace variants::adamw_amsgrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1, variants::adamw::kReductions, 0, -1, nullptr, nullptr},
-    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1, variants::adamw_amsgrad::kReductions, 0, -1, nullptr, nullptr},
-    {"adamw_clip_grad_norm", variants::adamw_clip_grad_norm::kStates, 2, 36, "adamw_clip_grad_norm_group", 2, variants::adamw_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"adamw_amsgrad_clip_grad_norm", variants::adamw_amsgrad_clip_grad_norm::kStates, 3, 36, "adamw_amsgrad_clip_grad_norm_group", 2, variants::adamw_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1, variants::adamw::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1, variants::adamw_amsgrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adamw_clip_grad_norm", variants::adamw_clip_grad_norm::kStates, 2, 36, "adamw_clip_grad_norm_group", 2, variants::adamw_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adamw_amsgrad_clip_grad_norm", variants::adamw_amsgrad_clip_grad_norm::kStates, 3, 36, "adamw_amsgrad_clip_grad_norm_group", 2, variants::adamw_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -175,7 +175,7 @@ std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& AdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "AdamW", "adamw",
+      /*abi_version=*/10, "optgen 0.2.0", "AdamW", "adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -46,8 +46,8 @@ namespace variants::adan_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adan", variants::adan::kStates, 4, 52, "adan_group", 1, variants::adan::kReductions, 0, -1, nullptr, nullptr},
-    {"adan_clip_grad_norm", variants::adan_clip_grad_norm::kStates, 4, 56, "adan_clip_grad_norm_group", 2, variants::adan_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"adan", variants::adan::kStates, 4, 52, "adan_group", 1, variants::adan::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adan_clip_grad_norm", variants::adan_clip_grad_norm::kStates, 4, 56, "adan_clip_grad_norm_group", 2, variants::adan_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const Adan::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adan::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Adan", "adan",
+      /*abi_version=*/10, "optgen 0.2.0", "Adan", "adan",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -68,10 +68,10 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"ademamix", variants::ademamix::kStates, 2, 40, "ademamix_group", 1, variants::ademamix::kReductions, 0, -1, nullptr, nullptr},
-    {"ademamix_fast_ema", variants::ademamix_fast_ema::kStates, 3, 48, "ademamix_fast_ema_group", 1, variants::ademamix_fast_ema::kReductions, 0, -1, nullptr, nullptr},
-    {"ademamix_clip_grad_norm", variants::ademamix_clip_grad_norm::kStates, 2, 44, "ademamix_clip_grad_norm_group", 2, variants::ademamix_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"ademamix_fast_ema_clip_grad_norm", variants::ademamix_fast_ema_clip_grad_norm::kStates, 3, 52, "ademamix_fast_ema_clip_grad_norm_group", 2, variants::ademamix_fast_ema_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"ademamix", variants::ademamix::kStates, 2, 40, "ademamix_group", 1, variants::ademamix::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix_fast_ema", variants::ademamix_fast_ema::kStates, 3, 48, "ademamix_fast_ema_group", 1, variants::ademamix_fast_ema::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix_clip_grad_norm", variants::ademamix_clip_grad_norm::kStates, 2, 44, "ademamix_clip_grad_norm_group", 2, variants::ademamix_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix_fast_ema_clip_grad_norm", variants::ademamix_fast_ema_clip_grad_norm::kStates, 3, 52, "ademamix_fast_ema_clip_grad_norm_group", 2, variants::ademamix_fast_ema_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -94,7 +94,7 @@ std::vector<double> values_of(const AdEMAMix::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdEMAMix::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "AdEMAMix", "ademamix",
+      /*abi_version=*/10, "optgen 0.2.0", "AdEMAMix", "ademamix",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

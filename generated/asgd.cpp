@@ -46,8 +46,8 @@ namespace variants::asgd_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", 1, variants::asgd::kReductions, 0, -1, nullptr, nullptr},
-    {"asgd_clip_grad_norm", variants::asgd_clip_grad_norm::kStates, 1, 24, "asgd_clip_grad_norm_group", 2, variants::asgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", 1, variants::asgd::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"asgd_clip_grad_norm", variants::asgd_clip_grad_norm::kStates, 1, 24, "asgd_clip_grad_norm_group", 2, variants::asgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const ASGD::Options& o) { return {o.lr, o.lambd, o
 
 const OptimizerInfo& ASGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "ASGD", "asgd",
+      /*abi_version=*/10, "optgen 0.2.0", "ASGD", "asgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -47,8 +47,8 @@ namespace variants::cautious_adamw_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"cautious_adamw", variants::cautious_adamw::kStates, 2, 32, "cautious_adamw_group", 2, variants::cautious_adamw::kReductions, 1, -1, nullptr, nullptr},
-    {"cautious_adamw_clip_grad_norm", variants::cautious_adamw_clip_grad_norm::kStates, 2, 36, "cautious_adamw_clip_grad_norm_group", 3, variants::cautious_adamw_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr},
+    {"cautious_adamw", variants::cautious_adamw::kStates, 2, 32, "cautious_adamw_group", 2, variants::cautious_adamw::kReductions, 1, -1, nullptr, nullptr, {0, 0, 0}},
+    {"cautious_adamw_clip_grad_norm", variants::cautious_adamw_clip_grad_norm::kStates, 2, 36, "cautious_adamw_clip_grad_norm_group", 3, variants::cautious_adamw_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -67,7 +67,7 @@ std::vector<double> values_of(const CautiousAdamW::Options& o) { return {o.lr, o
 
 const OptimizerInfo& CautiousAdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
+      /*abi_version=*/10, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

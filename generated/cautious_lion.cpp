@@ -47,8 +47,8 @@ namespace variants::cautious_lion_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"cautious_lion", variants::cautious_lion::kStates, 1, 24, "cautious_lion_group", 2, variants::cautious_lion::kReductions, 1, -1, nullptr, nullptr},
-    {"cautious_lion_clip_grad_norm", variants::cautious_lion_clip_grad_norm::kStates, 1, 28, "cautious_lion_clip_grad_norm_group", 3, variants::cautious_lion_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr},
+    {"cautious_lion", variants::cautious_lion::kStates, 1, 24, "cautious_lion_group", 2, variants::cautious_lion::kReductions, 1, -1, nullptr, nullptr, {0, 0, 0}},
+    {"cautious_lion_clip_grad_norm", variants::cautious_lion_clip_grad_norm::kStates, 1, 28, "cautious_lion_clip_grad_norm_group", 3, variants::cautious_lion_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -67,7 +67,7 @@ std::vector<double> values_of(const CautiousLion::Options& o) { return {o.lr, o.
 
 const OptimizerInfo& CautiousLion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "CautiousLion", "cautious_lion",
+      /*abi_version=*/10, "optgen 0.2.0", "CautiousLion", "cautious_lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

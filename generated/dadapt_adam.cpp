@@ -52,8 +52,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"dadapt_adam", variants::dadapt_adam::kStates, 3, 40, "dadapt_adam_group", 2, variants::dadapt_adam::kReductions, 2, -1, nullptr, nullptr},
-    {"dadapt_adam_clip_grad_norm", variants::dadapt_adam_clip_grad_norm::kStates, 3, 44, "dadapt_adam_clip_grad_norm_group", 3, variants::dadapt_adam_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
+    {"dadapt_adam", variants::dadapt_adam::kStates, 3, 40, "dadapt_adam_group", 2, variants::dadapt_adam::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"dadapt_adam_clip_grad_norm", variants::dadapt_adam_clip_grad_norm::kStates, 3, 44, "dadapt_adam_clip_grad_norm_group", 3, variants::dadapt_adam_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -74,7 +74,7 @@ std::vector<double> values_of(const DAdaptAdam::Options& o) { return {o.lr, o.be
 
 const OptimizerInfo& DAdaptAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
+      /*abi_version=*/10, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -52,8 +52,8 @@ namespace variants::lamb_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lamb", variants::lamb::kStates, 2, 40, "lamb_group", 2, variants::lamb::kReductions, 2, -1, nullptr, nullptr},
-    {"lamb_clip_grad_norm", variants::lamb_clip_grad_norm::kStates, 2, 44, "lamb_clip_grad_norm_group", 3, variants::lamb_clip_grad_norm::kReductions, 3, 1, nullptr, nullptr},
+    {"lamb", variants::lamb::kStates, 2, 40, "lamb_group", 2, variants::lamb::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lamb_clip_grad_norm", variants::lamb_clip_grad_norm::kStates, 2, 44, "lamb_clip_grad_norm_group", 3, variants::lamb_clip_grad_norm::kReductions, 3, 1, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -74,7 +74,7 @@ std::vector<double> values_of(const LAMB::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& LAMB::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "LAMB", "lamb",
+      /*abi_version=*/10, "optgen 0.2.0", "LAMB", "lamb",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -74,10 +74,10 @@ namespace variants::lars_use_momentum_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lars", variants::lars::kStates, 0, 20, "lars_group", 2, variants::lars::kReductions, 2, -1, nullptr, nullptr},
-    {"lars_use_momentum", variants::lars_use_momentum::kStates, 1, 28, "lars_use_momentum_group", 2, variants::lars_use_momentum::kReductions, 2, -1, nullptr, nullptr},
-    {"lars_clip_grad_norm", variants::lars_clip_grad_norm::kStates, 0, 24, "lars_clip_grad_norm_group", 3, variants::lars_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
-    {"lars_use_momentum_clip_grad_norm", variants::lars_use_momentum_clip_grad_norm::kStates, 1, 32, "lars_use_momentum_clip_grad_norm_group", 3, variants::lars_use_momentum_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
+    {"lars", variants::lars::kStates, 0, 20, "lars_group", 2, variants::lars::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lars_use_momentum", variants::lars_use_momentum::kStates, 1, 28, "lars_use_momentum_group", 2, variants::lars_use_momentum::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lars_clip_grad_norm", variants::lars_clip_grad_norm::kStates, 0, 24, "lars_clip_grad_norm_group", 3, variants::lars_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"lars_use_momentum_clip_grad_norm", variants::lars_use_momentum_clip_grad_norm::kStates, 1, 32, "lars_use_momentum_clip_grad_norm_group", 3, variants::lars_use_momentum_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -100,7 +100,7 @@ std::vector<double> values_of(const LARS::Options& o) { return {o.lr, o.momentum
 
 const OptimizerInfo& LARS::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "LARS", "lars",
+      /*abi_version=*/10, "optgen 0.2.0", "LARS", "lars",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

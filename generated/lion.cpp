@@ -46,8 +46,8 @@ namespace variants::lion_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1, variants::lion::kReductions, 0, -1, nullptr, nullptr},
-    {"lion_clip_grad_norm", variants::lion_clip_grad_norm::kStates, 1, 24, "lion_clip_grad_norm_group", 2, variants::lion_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"lion", variants::lion::kStates, 1, 20, "lion_group", 1, variants::lion::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lion_clip_grad_norm", variants::lion_clip_grad_norm::kStates, 1, 24, "lion_clip_grad_norm_group", 2, variants::lion_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const Lion::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Lion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Lion", "lion",
+      /*abi_version=*/10, "optgen 0.2.0", "Lion", "lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

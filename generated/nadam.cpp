@@ -46,8 +46,8 @@ namespace variants::nadam_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1, variants::nadam::kReductions, 0, -1, nullptr, nullptr},
-    {"nadam_clip_grad_norm", variants::nadam_clip_grad_norm::kStates, 2, 44, "nadam_clip_grad_norm_group", 2, variants::nadam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"nadam", variants::nadam::kStates, 2, 40, "nadam_group", 1, variants::nadam::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"nadam_clip_grad_norm", variants::nadam_clip_grad_norm::kStates, 2, 44, "nadam_clip_grad_norm_group", 2, variants::nadam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const NAdam::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& NAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "NAdam", "nadam",
+      /*abi_version=*/10, "optgen 0.2.0", "NAdam", "nadam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -79,10 +79,10 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"prodigy", variants::prodigy::kStates, 3, 60, "prodigy_group", 2, variants::prodigy::kReductions, 2, -1, nullptr, nullptr},
-    {"prodigy_first_moment", variants::prodigy_first_moment::kStates, 4, 68, "prodigy_first_moment_group", 2, variants::prodigy_first_moment::kReductions, 2, -1, nullptr, nullptr},
-    {"prodigy_clip_grad_norm", variants::prodigy_clip_grad_norm::kStates, 3, 64, "prodigy_clip_grad_norm_group", 3, variants::prodigy_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
-    {"prodigy_first_moment_clip_grad_norm", variants::prodigy_first_moment_clip_grad_norm::kStates, 4, 72, "prodigy_first_moment_clip_grad_norm_group", 3, variants::prodigy_first_moment_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr},
+    {"prodigy", variants::prodigy::kStates, 3, 60, "prodigy_group", 2, variants::prodigy::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy_first_moment", variants::prodigy_first_moment::kStates, 4, 68, "prodigy_first_moment_group", 2, variants::prodigy_first_moment::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy_clip_grad_norm", variants::prodigy_clip_grad_norm::kStates, 3, 64, "prodigy_clip_grad_norm_group", 3, variants::prodigy_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy_first_moment_clip_grad_norm", variants::prodigy_first_moment_clip_grad_norm::kStates, 4, 72, "prodigy_first_moment_clip_grad_norm_group", 3, variants::prodigy_first_moment_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -109,7 +109,7 @@ std::vector<double> values_of(const Prodigy::Options& o) { return {o.lr, o.beta1
 
 const OptimizerInfo& Prodigy::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Prodigy", "prodigy",
+      /*abi_version=*/10, "optgen 0.2.0", "Prodigy", "prodigy",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -46,8 +46,8 @@ namespace variants::radam_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1, variants::radam::kReductions, 0, -1, nullptr, nullptr},
-    {"radam_clip_grad_norm", variants::radam_clip_grad_norm::kStates, 2, 48, "radam_clip_grad_norm_group", 2, variants::radam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"radam", variants::radam::kStates, 2, 44, "radam_group", 1, variants::radam::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"radam_clip_grad_norm", variants::radam_clip_grad_norm::kStates, 2, 48, "radam_clip_grad_norm_group", 2, variants::radam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const RAdam::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& RAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "RAdam", "radam",
+      /*abi_version=*/10, "optgen 0.2.0", "RAdam", "radam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

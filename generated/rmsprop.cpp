@@ -112,14 +112,14 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0, -1, nullptr, nullptr},
-    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0, -1, nullptr, nullptr},
-    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0, -1, nullptr, nullptr},
-    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1, nullptr, nullptr},
-    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -150,7 +150,7 @@ std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha
 
 const OptimizerInfo& RMSprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "RMSprop", "rmsprop",
+      /*abi_version=*/10, "optgen 0.2.0", "RMSprop", "rmsprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -46,8 +46,8 @@ namespace variants::rprop_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1, variants::rprop::kReductions, 0, -1, nullptr, nullptr},
-    {"rprop_clip_grad_norm", variants::rprop_clip_grad_norm::kStates, 2, 24, "rprop_clip_grad_norm_group", 2, variants::rprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"rprop", variants::rprop::kStates, 2, 20, "rprop_group", 1, variants::rprop::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rprop_clip_grad_norm", variants::rprop_clip_grad_norm::kStates, 2, 24, "rprop_clip_grad_norm_group", 2, variants::rprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +66,7 @@ std::vector<double> values_of(const Rprop::Options& o) { return {o.lr, o.etaminu
 
 const OptimizerInfo& Rprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "Rprop", "rprop",
+      /*abi_version=*/10, "optgen 0.2.0", "Rprop", "rprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

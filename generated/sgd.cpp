@@ -68,10 +68,10 @@ namespace variants::sgd_use_momentum_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0, -1, nullptr, nullptr},
-    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0, -1, nullptr, nullptr},
-    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", 2, variants::sgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
-    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr},
+    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", 2, variants::sgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -94,7 +94,7 @@ std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum,
 
 const OptimizerInfo& SGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/9, "optgen 0.2.0", "SGD", "sgd",
+      /*abi_version=*/10, "optgen 0.2.0", "SGD", "sgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

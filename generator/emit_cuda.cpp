@@ -95,11 +95,16 @@ class CudaPrinter : public ExprPrinter {
       : double_(double_precision), program_(program) {}
 
   /// Where the shaped code of a variant with rows and columns finds an element's row, column and
-  /// matrix (`ix_.p`, or `p_` in row code); empty where that code has none.
+  /// matrix (`ix_.p`, or `p_` in row code); empty where that code has none. `order`: the stage
+  /// whose code it is (shapes.h's loaded_value), which loads the values earlier stages stored.
   struct ShapedIndices {
     std::string row, col, matrix;
+    int order = 0;
   };
-  void set_shaped(const ShapedIndices& indices) { shaped_ = indices; }
+  void set_shaped(const ShapedIndices& indices) {
+    shaped_ = indices;
+    stored_ = program_ && indices.order > 0 ? stored_values(*program_) : std::vector<StoredValue>();
+  }
   /// Prints float division and square root as calls of `object`'s div and sqrt (element_math.h's
   /// IeeeMath or CheckedMath: the Update stage's `m_`) rather than `/` and `::sqrtf`.
   void set_math(std::string object) { math_ = std::move(object); }
@@ -117,6 +122,8 @@ class CudaPrinter : public ExprPrinter {
     if (var.var == VarKind::Cols) return double_ ? "static_cast<double>(cols_)" : "static_cast<float>(cols_)";
     if (var.var == VarKind::Reduced) return reduced(var);
     if (var.var == VarKind::State && var.level != Domain::Element) return shaped_state(var);
+    if (var.var == VarKind::Hoisted)
+      if (const StoredValue* v = loaded_value(stored_, var.name, var.level, shaped_.order)) return load(*v);
     return var.name;
   }
   std::string call(Builtin fn, const std::vector<std::string>& args) const override {
@@ -168,12 +175,26 @@ class CudaPrinter : public ExprPrinter {
     return double_ ? "static_cast<double>(" + value + ")" : value;
   }
 
+  /// A value an earlier stage stored: sh_.row_value(slot, row), ... (Shaped).
+  std::string load(const StoredValue& v) const {
+    const std::string slot = std::to_string(v.slot);
+    std::string value;
+    switch (v.level) {
+      case Domain::Row: value = "sh_.row_value(" + slot + ", " + index(shaped_.row, *v.value) + ")"; break;
+      case Domain::Column: value = "sh_.col_value(" + slot + ", " + index(shaped_.col, *v.value) + ")"; break;
+      case Domain::Matrix: value = "sh_.matrix_value(" + slot + ", " + index(shaped_.matrix, *v.value) + ")"; break;
+      default: throw InternalError("emit_cuda: stored value '" + v.name + "' of a domain without values");
+    }
+    return double_ ? "static_cast<double>(" + value + ")" : value;
+  }
+
   static const std::string& index(const std::string& text, const Node& var) {
     if (text.empty()) throw InternalError("emit_cuda: '" + var.name + "' read where its row or column is unknown");
     return text;
   }
 
   ShapedIndices shaped_;
+  std::vector<StoredValue> stored_;
   std::string math_;
 
   bool double_;
@@ -687,10 +708,11 @@ class CudaEmitter {
     return taken;
   }
 
-  /// Every root `roots` computes with, through the matrix, row and column values they read.
-  static std::vector<Expr> with_shaped_values(const Program& p, const std::vector<Expr>& roots) {
+  /// Every root `roots` computes with in code of stage `order`, through the matrix, row and column
+  /// values they read (but those it loads).
+  static std::vector<Expr> with_shaped_values(const Program& p, const std::vector<Expr>& roots, int order) {
     std::vector<Expr> all = roots;
-    for (const auto& [level, list] : shaped_values_read(p, roots))
+    for (const auto& [level, list] : shaped_values_read(p, roots, order))
       for (const HoistedValue* v : list) all.push_back(v->value);
     return all;
   }
@@ -700,7 +722,7 @@ class CudaEmitter {
   /// temporaries, all in float; returns the roots' values.
   std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Domain level,
                                        const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
-    element_prologue(w, p, with_shaped_values(p, roots));
+    element_prologue(w, p, with_shaped_values(p, roots, indices.order));
     shaped_values(w, p, roots, indices, taken);
     CudaPrinter printer(false, &p);
     printer.set_shaped(indices);
@@ -713,7 +735,7 @@ class CudaEmitter {
   /// (a row value may read a matrix value), each after the values it reads.
   void shaped_values(CodeWriter& w, const Program& p, const std::vector<Expr>& roots,
                      const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
-    auto values = shaped_values_read(p, roots);
+    auto values = shaped_values_read(p, roots, indices.order);
     for (Domain at : {Domain::Matrix, Domain::Column, Domain::Row}) {
       if (values[at].empty()) continue;
       std::vector<Expr> code;
@@ -728,7 +750,7 @@ class CudaEmitter {
     }
   }
 
-  static CudaPrinter::ShapedIndices element_indices() { return {"ix_.p", "ix_.q", "ix_.b"}; }
+  static CudaPrinter::ShapedIndices element_indices(int order) { return {"ix_.p", "ix_.q", "ix_.b", order}; }
 
   /// A mask of the operands that element code of `roots` loads (row and column states are not
   /// element operands: code reads them through sh_).
@@ -754,14 +776,15 @@ class CudaEmitter {
   /// The code of one kind of block of a shaped Reduce stage: its reductions' operands and where
   /// their results go (`Elements`: chunk runs, results by index r, finished by finish_tensor;
   /// the others by their index among the reductions of their scope).
-  void shaped_reduction_kind(CodeWriter& w, const Program& p, const std::string& name, bool specialization,
-                             const std::vector<std::pair<int, const ReductionValue*>>& list, Domain level,
-                             bool elements) {
+  void shaped_reduction_kind(CodeWriter& w, const Program& p, const Stage& stage, int kind, const std::string& name,
+                             bool specialization, const std::vector<std::pair<int, const ReductionValue*>>& list,
+                             Domain level, bool elements) {
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
     if (specialization) w.line("template <>");
     auto st = w.block("struct " + name, "};");
     reduction_constants(w, p, list, roots, elements);
+    if (!elements) stored_values_finish(w, p, stage, kind);
     w.line();
     w.line("template <typename Sh_>");
     std::string index_parameters;
@@ -777,9 +800,10 @@ class CudaEmitter {
         break;
       default:
         index_parameters = "const optgen::ElementIndex& ix_, const float (&v_)[kOperands]";
-        indices = element_indices();
+        indices = element_indices(stage.number);
         break;
     }
+    indices.order = stage.number;
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
         "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] " +
@@ -789,6 +813,52 @@ class CudaEmitter {
     for (size_t i = 0; i < values.size(); ++i) {
       w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
     }
+  }
+
+  /// `kStoredValues` and `finish`: the values (shapes.h's stored_values) that the lines of `kind` of
+  /// `stage` compute once per line, where the line's first thread has stored its results, for
+  /// later stages to load (shaped.cuh calls finish with the line's row, column or matrix).
+  void stored_values_finish(CodeWriter& w, const Program& p, const Stage& stage, int kind) {
+    std::vector<const StoredValue*> list;
+    const std::vector<StoredValue> stored = stored_values(p);
+    for (const auto& v : stored)
+      if (v.stage == stage.number && v.kind == kind) list.push_back(&v);
+    w.line("static constexpr int kStoredValues = " + std::to_string(list.size()) + ";  // values stored per line");
+    if (list.empty()) return;
+    const Domain level = list.front()->level;
+    CudaPrinter::ShapedIndices indices;
+    std::vector<std::string> defined;  // the line's row, column or matrix, and the matrix of a row or column
+    switch (level) {
+      case Domain::Row:
+        indices = {"p_", "", "b_", stage.number};
+        defined = {"const long long p_ = line_;", "[[maybe_unused]] const long long b_ = line_ / sh_.R;"};
+        break;
+      case Domain::Column:
+        indices = {"", "q_", "b_", stage.number};
+        defined = {"const long long q_ = line_;", "[[maybe_unused]] const long long b_ = line_ / sh_.C;"};
+        break;
+      default:
+        indices = {"", "", "b_", stage.number};
+        defined = {"const long long b_ = line_;"};
+        break;
+    }
+    const char* prefix = level == Domain::Row ? "row" : level == Domain::Column ? "col" : "matrix";
+    const char* index = level == Domain::Row ? "p_" : level == Domain::Column ? "q_" : "b_";
+    w.line("template <typename Sh_>");
+    auto fn = w.block(
+        "static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
+        "TensorValues& tv_, const Sh_& sh_, long long line_)");
+    for (const std::string& line : defined) w.line(line);
+    // A hoisted value is computed as its name (once, if another stored value reads it too).
+    std::vector<Expr> roots;
+    for (const StoredValue* v : list)
+      roots.push_back(v->new_state ? v->value : Node::make_hoisted(v->name, v->value->type, level));
+    std::set<std::string> taken = shaped_taken_names(p);
+    taken.insert("line_");
+    auto texts = shaped_code(w, p, roots, level, indices, taken);
+    for (size_t i = 0; i < list.size(); ++i)
+      w.line(std::string("sh_.store_") + prefix + "_value(" + std::to_string(list[i]->slot) + ", " + index + ", " +
+             texts[i] + ");  // " + list[i]->name + (list[i]->new_state ? "'s new value" : ""));
   }
 
   /// A Reduce stage of a variant with rows and columns: a struct per kind of block it launches
@@ -809,6 +879,8 @@ class CudaEmitter {
         kind = r.operand->level == Domain::Column ? Kind::kMatrixColumnLines : Kind::kMatrixRowLines;
       by_kind[kind].push_back(item);
     }
+    for (const auto& v : stored_values(p))
+      if (v.stage == stage.number) roots.push_back(v.value);
     const std::string name = reduce_struct_name(stage);
     w.line("/// Reduce stage " + std::to_string(stage.number) +
            " (rows and columns): per kind of block, the operands of its reductions.");
@@ -817,16 +889,19 @@ class CudaEmitter {
       w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
       w.line("static constexpr unsigned kBlocks = " + hex(blocks) + ";  // kernel_abi::BlockKind bits");
       w.line();
-      tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, roots)), shaped_taken_names(p), true);
+      tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, roots, stage.number)), shaped_taken_names(p),
+                    true);
       if (by_kind.count(Kind::kChunkRuns)) {
         w.line();
         w.line("/// Over each tensor or group: chunk runs.");
-        shaped_reduction_kind(w, p, "Elements", false, by_kind[Kind::kChunkRuns], Domain::Element, true);
+        shaped_reduction_kind(w, p, stage, Kind::kChunkRuns, "Elements", false, by_kind[Kind::kChunkRuns],
+                              Domain::Element, true);
       }
       if (by_kind.count(Kind::kColumnSegments)) {
         w.line();
         w.line("/// Over each column: column segments.");
-        shaped_reduction_kind(w, p, "Cols", false, by_kind[Kind::kColumnSegments], Domain::Element, false);
+        shaped_reduction_kind(w, p, stage, Kind::kColumnSegments, "Cols", false, by_kind[Kind::kColumnSegments],
+                              Domain::Element, false);
       }
       w.line();
       w.line("/// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).");
@@ -843,7 +918,8 @@ class CudaEmitter {
     for (const auto& [kind, level] : lines) {
       if (!by_kind.count(kind)) continue;
       w.line();
-      shaped_reduction_kind(w, p, name + "::Lines<" + std::to_string(kind) + ">", true, by_kind[kind], level, false);
+      shaped_reduction_kind(w, p, stage, kind, name + "::Lines<" + std::to_string(kind) + ">", true, by_kind[kind],
+                            level, false);
     }
   }
 
@@ -866,26 +942,29 @@ class CudaEmitter {
   }
 
   /// The Update stage of a variant with rows and columns: the element outputs into v_, and each row
-  /// (column) state's new value, stored by the element at column (row) 0.
+  /// (column) state's new value, stored by the element at column (row) 0: loaded where the Reduce
+  /// stage that finished it stored it (shapes.h's stored_values), else computed there.
   void shaped_update_struct(CodeWriter& w, const Program& p) {
+    const int order = static_cast<int>(p.stages.size());
+    const std::vector<StoredValue> stored = stored_values(p);
     const auto names = operand_names(p);
     std::map<Domain, std::vector<const Output*>> outputs;
-    std::vector<Expr> all;
+    std::vector<Expr> all;  // the code the stage computes
     for (const auto& o : p.element_outputs) {
       outputs[o.level].push_back(&o);
-      all.push_back(o.value);
+      if (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)) all.push_back(o.value);
     }
     w.line("/// The Update stage's code (rows and columns): every output from the operands.");
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
     grad_norm_slot(w, p);
-    const auto read = tensor_values_read(p, with_shaped_values(p, all));
+    const auto read = tensor_values_read(p, with_shaped_values(p, all, order));
     w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
            ";  // reads values computed per tensor");
     first_stage(w, p);
     w.line("static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_");
     w.line("/// Element operands (row and column states go through sh_).");
-    operand_masks(w, p, with_shaped_values(p, all));
+    operand_masks(w, p, with_shaped_values(p, all, order));
     w.line();
     std::set<std::string> taken = shaped_taken_names(p);
     tensor_values(w, p, read, taken, true);
@@ -894,20 +973,15 @@ class CudaEmitter {
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
         "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands])");
-    // The element outputs, with every matrix, column and row value any output reads.
+    // The prologue and the matrix, column and row values of all the code, row and column outputs'
+    // included; then the element outputs.
+    element_prologue(w, p, with_shaped_values(p, all, order));
+    shaped_values(w, p, all, element_indices(order), taken);
     std::vector<Expr> element_roots;
     for (const Output* o : outputs[Domain::Element]) element_roots.push_back(o->value);
     {
-      // Prologue over all outputs: values the row and column outputs read are computed here too.
-      std::vector<Expr> roots = element_roots;
-      for (Domain at : {Domain::Row, Domain::Column})
-        for (const Output* o : outputs[at]) roots.push_back(o->value);
-      element_prologue(w, p, with_shaped_values(p, roots));
-    }
-    shaped_values(w, p, all, element_indices(), taken);
-    {
       CudaPrinter printer(false, &p);
-      printer.set_shaped(element_indices());
+      printer.set_shaped(element_indices(order));
       auto texts = write_level_code(w, element_roots, Domain::Element, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
       for (size_t j = 0; j < texts.size(); ++j) {
@@ -923,16 +997,21 @@ class CudaEmitter {
       w.line("// Each " + std::string(at == Domain::Row ? "row's" : "column's") + " new state, stored once: at its " +
              (at == Domain::Row ? "column 0." : "row 0."));
       auto block = w.block(std::string("if (") + condition + ")");
-      std::vector<Expr> roots;
-      for (const Output* o : outputs[at]) roots.push_back(o->value);
+      std::vector<Expr> roots;  // the new values computed here
+      for (const Output* o : outputs[at])
+        if (!loaded_value(stored, o->name, at, order, true)) roots.push_back(o->value);
       CudaPrinter printer(false, &p);
-      printer.set_shaped(element_indices());
+      printer.set_shaped(element_indices(order));
       auto texts = write_level_code(w, roots, at, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
-      for (size_t j = 0; j < texts.size(); ++j) {
-        const std::string& out = outputs[at][j]->name;
-        const size_t op = std::find(names.begin(), names.end(), out) - names.begin();
-        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", " + texts[j] + ");  // " + out);
+      size_t computed = 0;
+      for (const Output* o : outputs[at]) {
+        const size_t op = std::find(names.begin(), names.end(), o->name) - names.begin();
+        const StoredValue* v = loaded_value(stored, o->name, at, order, true);
+        const std::string value = v ? std::string(at == Domain::Row ? "sh_.row_value(" : "sh_.col_value(") +
+                                          std::to_string(v->slot) + ", " + index + ")"
+                                    : texts[computed++];
+        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", " + value + ");  // " + o->name);
       }
     }
   }

@@ -149,7 +149,9 @@ std::string variant_row(const VariantRow& v) {
          ", variants::" + v.name + "::kReductions, " + std::to_string(v.reductions.size()) + ", " +
          std::to_string(v.grad_norm_slot) + ", " +
          (v.stage_blocks.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStageBlocks") + ", " +
-         (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + "},";
+         (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + ", {" +
+         std::to_string(v.stored_matrix_values) + ", " + std::to_string(v.stored_row_values) + ", " +
+         std::to_string(v.stored_col_values) + "}},";
 }
 
 /// The kernel's row of the launcher's kernel table.

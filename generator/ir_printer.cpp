@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "expr_printer.h"
+#include "shapes.h"
 
 namespace optgen {
 namespace {
@@ -126,6 +127,10 @@ std::string dump(const Program& program) {
     out << "stages:";
     for (const auto& stage : program.stages) out << " " << stage.name << " (" << to_string(stage.kind) << ")";
     out << "\n";
+    // Values computed once by the lines that finish them, loaded by later stages (shapes.h).
+    for (const StoredValue& v : stored_values(program))
+      out << "stored: " << to_string(v.level) << " " << v.name << (v.new_state ? " (new state)" : "") << " by stage "
+          << v.stage << "\n";
   }
   return out.str();
 }

@@ -84,6 +84,8 @@ struct VariantRow {
   /// Per entry of `states`, when the state exists (shapes.h's state_presence); empty when every
   /// state exists for every tensor.
   std::vector<Presence> state_presence;
+  /// How many values it stores per matrix, row and column (shapes.h's stored_values).
+  int stored_matrix_values = 0, stored_row_values = 0, stored_col_values = 0;
 };
 
 /// A variant's kernels in one storage type.

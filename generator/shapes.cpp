@@ -1,11 +1,103 @@
 #include "shapes.h"
 
+#include <algorithm>
 #include <set>
 
 #include "evaluate.h"
 #include "optgen/kernel_abi.h"
 
 namespace optgen {
+
+namespace {
+
+/// The kind of block that finishes reduction r's results (kernel_abi::BlockKind).
+int line_kind(const ReductionValue& r) {
+  switch (r.scope) {
+    case Domain::Row: return kernel_abi::kRowLines;
+    case Domain::Column: return kernel_abi::kColumnSegments;
+    case Domain::Matrix:
+      return r.operand->level == Domain::Column ? kernel_abi::kMatrixColumnLines : kernel_abi::kMatrixRowLines;
+    default: return kernel_abi::kChunkRuns;
+  }
+}
+
+/// When the reductions code of `level` reads are finished: the latest stage of those of `level`
+/// read directly or through values of `level` (`own`), with the kinds of line that finish them at
+/// that stage; and the latest stage of every other reduction it reads (`other`), through values
+/// of any domain.
+struct Finish {
+  int own = 0;
+  std::set<int> kinds;
+  int other = 0;
+};
+
+Finish finish_of(const Program& p, const Expr& code, Domain level) {
+  std::map<std::string, std::pair<const HoistedValue*, Domain>> values;
+  for (Domain d : {Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
+    for (const auto& v : p.values[d]) values.emplace(v.name, std::pair{&v, d});
+  Finish f;
+  std::set<std::pair<std::string, bool>> visited;
+  std::vector<std::pair<Expr, bool>> work{{code, true}};  // code, and whether it is of `level`'s own path
+  while (!work.empty()) {
+    auto [root, own] = work.back();
+    work.pop_back();
+    for_each_node(root, [&, own = own](const Expr& e) {
+      if (e->kind != NodeKind::Var) return;
+      if (e->var == VarKind::Reduced) {
+        for (const auto& r : p.reductions) {
+          if (r.name != e->name) continue;
+          if (own && r.scope == level) {
+            if (r.stage > f.own) f.kinds.clear();
+            if (r.stage >= f.own) {
+              f.own = r.stage;
+              f.kinds.insert(line_kind(r));
+            }
+          } else {
+            f.other = std::max(f.other, r.stage);
+          }
+        }
+      } else if (e->var == VarKind::Hoisted) {
+        auto it = values.find(e->name);
+        if (it == values.end()) return;
+        const bool through_own = own && it->second.second == level;
+        if (visited.insert({e->name, through_own}).second) work.push_back({it->second.first->value, through_own});
+      }
+    });
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<StoredValue> stored_values(const Program& variant) {
+  std::vector<StoredValue> stored;
+  if (!uses_shapes(variant)) return stored;
+  for (Domain level : {Domain::Matrix, Domain::Row, Domain::Column}) {
+    int slot = 0;
+    auto consider = [&](const std::string& name, const Expr& value, bool new_state) {
+      const Finish f = finish_of(variant, value, level);
+      if (f.own == 0 || f.other >= f.own || f.kinds.size() != 1) return;
+      stored.push_back({name, value, level, f.own, *f.kinds.begin(), slot++, new_state});
+    };
+    for (const auto& v : variant.values[level]) consider(v.name, v.value, false);
+    for (const auto& o : variant.element_outputs)
+      if (o.level == level) consider(o.name, o.value, true);
+  }
+  return stored;
+}
+
+int stored_count(const Program& variant, Domain level) {
+  int count = 0;
+  for (const auto& v : stored_values(variant)) count += v.level == level ? 1 : 0;
+  return count;
+}
+
+const StoredValue* loaded_value(const std::vector<StoredValue>& stored, const std::string& name, Domain level,
+                                int order, bool new_state) {
+  for (const auto& v : stored)
+    if (v.name == name && v.level == level && v.new_state == new_state && v.stage < order) return &v;
+  return nullptr;
+}
 
 unsigned stage_blocks(const Program& variant, const Stage& stage) {
   if (stage.kind != StageKind::Reduce || !uses_shapes(variant)) return 0;
@@ -25,9 +117,7 @@ unsigned stage_blocks(const Program& variant, const Stage& stage) {
     }
   }
   // The first Reduce stage copies the row and column states the Update stage reads.
-  const bool shaped_states =
-      !states_of_shape(variant, StateShape::Rows).empty() || !states_of_shape(variant, StateShape::Cols).empty();
-  if (stage.number == 1 && shaped_states) add(kernel_abi::kSnapshot);
+  if (stage.number == 1 && update_reads_shaped_states(variant)) add(kernel_abi::kSnapshot);
   return mask;
 }
 
@@ -53,10 +143,12 @@ std::vector<std::string> states_of_shape(const Program& variant, StateShape shap
   return list;
 }
 
-std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& p, std::vector<Expr> roots) {
-  std::map<std::string, const HoistedValue*> definitions;
+std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& p, std::vector<Expr> roots,
+                                                                      int order) {
+  const std::vector<StoredValue> stored = order > 0 ? stored_values(p) : std::vector<StoredValue>();
+  std::map<std::string, std::pair<const HoistedValue*, Domain>> definitions;
   for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
-    for (const auto& v : p.values[d]) definitions.emplace(v.name, &v);
+    for (const auto& v : p.values[d]) definitions.emplace(v.name, std::pair{&v, d});
   std::set<std::string> read;
   while (!roots.empty()) {
     Expr root = roots.back();
@@ -64,7 +156,8 @@ std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Prog
     for_each_node(root, [&](const Expr& e) {
       if (e->kind != NodeKind::Var || e->var != VarKind::Hoisted) return;
       auto it = definitions.find(e->name);
-      if (it != definitions.end() && read.insert(e->name).second) roots.push_back(it->second->value);
+      if (it == definitions.end() || loaded_value(stored, e->name, it->second.second, order)) return;
+      if (read.insert(e->name).second) roots.push_back(it->second.first->value);
     });
   }
   std::map<Domain, std::vector<const HoistedValue*>> by_level;
@@ -72,6 +165,23 @@ std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Prog
     for (const auto& v : p.values[level])
       if (read.count(v.name)) by_level[level].push_back(&v);
   return by_level;
+}
+
+bool update_reads_shaped_states(const Program& variant) {
+  if (!uses_shapes(variant)) return false;
+  const int order = static_cast<int>(variant.stages.size());
+  const std::vector<StoredValue> stored = stored_values(variant);
+  std::vector<Expr> roots;
+  for (const auto& o : variant.element_outputs)
+    if (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)) roots.push_back(o.value);
+  for (const auto& [level, list] : shaped_values_read(variant, roots, order))
+    for (const HoistedValue* v : list) roots.push_back(v->value);
+  bool reads = false;
+  for (const auto& root : roots)
+    for_each_node(root, [&](const Expr& e) {
+      reads = reads || (e->kind == NodeKind::Var && e->var == VarKind::State && e->level != Domain::Element);
+    });
+  return reads;
 }
 
 Presence state_presence(const Program& variant, const std::string& state) {

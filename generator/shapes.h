@@ -13,6 +13,40 @@
 
 namespace optgen {
 
+/// A matrix, row or column value computed once per matrix, row or column where the reductions it
+/// reads are finished, and loaded by the code of later stages instead of computed per element: by
+/// the lines (`kind`: kRowLines, kColumnSegments, kMatrixRowLines or kMatrixColumnLines) of Reduce
+/// stage `stage` that finish the latest results of its own domain it reads, each line's first
+/// thread right after it stored them, when every other result it reads is of an earlier stage.
+/// Stored as a float in slot `slot` of its domain's values (kernel_abi::ShapeTable::row_values,
+/// ...). A row or column state's new value is one too (`new_state`): the Update stage stores the
+/// state from there, so that it reads no state of rows or columns.
+struct StoredValue {
+  std::string name;  ///< the hoisted value's, or for a state's new value the state's
+  Expr value;        ///< code of `level`
+  Domain level;      ///< Matrix, Row or Column
+  int stage;
+  int kind;  ///< a kernel_abi::BlockKind
+  int slot;
+  bool new_state;
+};
+
+/// The variant's stored values: matrix, then row, then column ones, each level's hoisted values in
+/// program order, then its states' new values in operand order (their slots count up so). A value
+/// whose inputs no one line finishes (a row value of a column result, or of a tensor result of its
+/// own stage) is not stored: code computes it where it reads it.
+std::vector<StoredValue> stored_values(const Program& variant);
+
+/// How many of the variant's stored values are of `level`.
+int stored_count(const Program& variant, Domain level);
+
+/// The stored value `name` of `level` that code of stage `order` loads (stored by an earlier
+/// stage), or null; `new_state` picks a state's new value. `order`: a Reduce stage's number, the
+/// Update stage's one more than the last Reduce stage's (Program::stages.size()), 0 for code outside
+/// the stages (the CPU reference), which loads nothing.
+const StoredValue* loaded_value(const std::vector<StoredValue>& stored, const std::string& name, Domain level,
+                                int order, bool new_state = false);
+
 /// The kinds of block Reduce stage `stage` of a variant with shapes launches, a mask of
 /// kernel_abi::BlockKind bits; 0 for the Update stage and for a variant without shapes.
 unsigned stage_blocks(const Program& variant, const Stage& stage);
@@ -26,9 +60,16 @@ int scope_count(const Program& variant, Domain scope);
 /// The variant's states of `shape`, in operand order (the snapshot's numbering).
 std::vector<std::string> states_of_shape(const Program& variant, StateShape shape);
 
-/// The matrix, row and column values `roots` read, directly or through each other, by level, each
-/// list in the program's order (which computes a value after the values it reads).
-std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& variant, std::vector<Expr> roots);
+/// The matrix, row and column values code of stage `order` (as for loaded_value) computes for
+/// `roots`: those they read, directly or through each other, but the stored values of earlier
+/// stages (loaded, not computed); by level, each list in the program's order (which computes a
+/// value after the values it reads).
+std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& variant, std::vector<Expr> roots,
+                                                                      int order = 0);
+
+/// Whether the Update stage's code reads a row or column state itself (not through a stored value),
+/// which it then reads from the snapshot the first Reduce stage takes (kernel_abi::kSnapshot).
+bool update_reads_shaped_states(const Program& variant);
 
 /// When a state of the variant exists: for every tensor, or for factored ones only, or for the
 /// others only (its `when:` reads `factored`).

@@ -149,11 +149,18 @@ void RuntimeSpec::Impl::describe_kernels() {
   }
   for (size_t i = 0; i < kernel_tables.variants.size(); ++i) {
     const VariantRow& v = kernel_tables.variants[i];
-    variants.push_back({v.name.c_str(), v.states.data(), static_cast<int>(v.states.size()), v.group_values_size,
-                        v.group_kernel.c_str(), v.num_stages, reduction_slots[i].data(),
-                        static_cast<int>(reduction_slots[i].size()), v.grad_norm_slot,
+    variants.push_back({v.name.c_str(),
+                        v.states.data(),
+                        static_cast<int>(v.states.size()),
+                        v.group_values_size,
+                        v.group_kernel.c_str(),
+                        v.num_stages,
+                        reduction_slots[i].data(),
+                        static_cast<int>(reduction_slots[i].size()),
+                        v.grad_norm_slot,
                         v.stage_blocks.empty() ? nullptr : v.stage_blocks.data(),
-                        state_presence[i].empty() ? nullptr : state_presence[i].data()});
+                        state_presence[i].empty() ? nullptr : state_presence[i].data(),
+                        {v.stored_matrix_values, v.stored_row_values, v.stored_col_values}});
   }
   for (const KernelRow& k : kernel_tables.kernels) {
     std::vector<const char*> names;

@@ -301,7 +301,7 @@ TEST_CASE("rows and columns: levels, per-tensor states and the stages of Adafact
   // the new row_var and col_var and each matrix's mean of row_var (stage 2), the update's norm
   // (stage 3), the update. Row and column values are their own levels; a row state is written per
   // row; `factored` is per tensor, and the states that exist for some tensors only stay in the
-  // variant.
+  // variant. The lines that finish the row, column and matrix values store them (stored:).
   CHECK_PASS("plan_stages", R"ir(
 hyperparameters:
   beta: {type: float, default: 0.5}
@@ -361,5 +361,10 @@ update:
   let variance_next_2 = @not_factored ? variance_next : variance
   variance <- variance_next_2
 stages: reduce1 (reduce) reduce2 (reduce) reduce3 (reduce) update (update)
+stored: matrix max_sum_row_var_next_over_rows_c1em30 by stage 2
+stored: row row_var_next by stage 1
+stored: row row_var (new state) by stage 1
+stored: column col_var_next by stage 1
+stored: column col_var (new state) by stage 1
 )ir");
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "optimizer_tables.h"
 #include "pipeline.h"
 #include "shape_layout.h"
+#include "shapes.h"
 
 using namespace optgen_test;
 using optgen::StatePresence;
@@ -79,17 +81,20 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
   const optgen::VariantRow& v = row_named(tables, "adafactor");
   INFO("variant " << v.name);
 
-  // Stage 1: norm(param) over chunks, row and column means of g * g, and the snapshot of row_var
-  // and col_var; stage 2 the new row_var and col_var per row and column and mean(row_var) per
-  // matrix; stage 3 norm(u) over chunks; then the update, which launches one block per chunk.
+  // Stage 1: norm(param) over chunks, row and column means of g * g (whose lines store the new
+  // row_var and col_var); stage 2 mean(row_var) per matrix; stage 3 norm(u) over chunks; then the
+  // update, which launches one block per chunk and reads no state itself: no snapshot.
   REQUIRE(v.num_stages == 4);
   REQUIRE(v.stage_blocks.size() == 4);
-  CHECK(v.stage_blocks[0] ==
-        (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot)));
-  CHECK((v.stage_blocks[1] & bit(abi::kMatrixRowLines)) != 0);
-  CHECK((v.stage_blocks[1] & bit(abi::kSnapshot)) == 0);  // the first stage's only
+  CHECK(v.stage_blocks[0] == (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments)));
+  CHECK(v.stage_blocks[1] == bit(abi::kMatrixRowLines));
   CHECK(v.stage_blocks[2] == bit(abi::kChunkRuns));
   CHECK(v.stage_blocks[3] == 0u);
+  // max(mean(row_var), eps1) per matrix; row_var_next and row_var's new value per row; the same
+  // per column.
+  CHECK(v.stored_matrix_values == 1);
+  CHECK(v.stored_row_values == 2);
+  CHECK(v.stored_col_values == 2);
 
   // Each scope numbers its own reductions from 0, in the order of r; tensor and group
   // reductions keep r.
@@ -113,6 +118,49 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
   }
 }
 
+TEST_CASE("values are stored by the lines that finish their results, and the snapshot taken only where read",
+          "[shapes]") {
+  auto compiled = [](const std::string& path) {
+    static std::vector<std::unique_ptr<optgen::Spec>> specs;  // the programs point into their spec
+    specs.push_back(std::make_unique<optgen::Spec>(optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + path)));
+    return optgen::compile_spec(*specs.back(), {}).front();  // the variant without clipping
+  };
+  auto describe = [](const optgen::Program& p) {
+    std::vector<std::string> list;
+    for (const optgen::StoredValue& v : optgen::stored_values(p))
+      list.push_back(std::string(optgen::to_string(v.level)) + " " + v.name + (v.new_state ? " (new state)" : "") +
+                     ": stage " + std::to_string(v.stage) + ", kind " + std::to_string(v.kind) + ", slot " +
+                     std::to_string(v.slot));
+    return list;
+  };
+  using Strings = std::vector<std::string>;
+
+  const optgen::Program adafactor = compiled("/specs/adafactor.yaml");
+  CHECK(describe(adafactor) ==
+        Strings{"matrix max_sum_row_var_next_over_rows_eps1: stage 2, kind 3, slot 0",
+                "row row_var_next: stage 1, kind 1, slot 0", "row row_var (new state): stage 1, kind 1, slot 1",
+                "column col_var_next: stage 1, kind 2, slot 0", "column col_var (new state): stage 1, kind 2, slot 1"});
+  CHECK_FALSE(optgen::update_reads_shaped_states(adafactor));
+  // Code of a later stage loads what an earlier one stored; the stage that stores it computes it.
+  CHECK(optgen::loaded_value(optgen::stored_values(adafactor), "row_var_next", optgen::Domain::Row, 2) != nullptr);
+  CHECK(optgen::loaded_value(optgen::stored_values(adafactor), "row_var_next", optgen::Domain::Row, 1) == nullptr);
+  CHECK(optgen::loaded_value(optgen::stored_values(adafactor), "row_var_next", optgen::Domain::Row, 0) == nullptr);
+
+  const optgen::Program adam_mini = compiled("/specs/adam_mini.yaml");
+  CHECK(describe(adam_mini) ==
+        Strings{"row vmean_next: stage 1, kind 1, slot 0", "row vmean (new state): stage 1, kind 1, slot 1"});
+  CHECK_FALSE(optgen::update_reads_shaped_states(adam_mini));
+
+  // r's new value reads a row mean and a tensor norm of the same stage: no one line finishes both,
+  // so the Update stage computes it, from the snapshot of r; c's are stored.
+  const optgen::Program row_inline = compiled("/tests/specs/row_inline.yaml");
+  CHECK(describe(row_inline) ==
+        Strings{"column one_plus_c_next: stage 1, kind 2, slot 0", "column c (new state): stage 1, kind 2, slot 1"});
+  CHECK(optgen::update_reads_shaped_states(row_inline));
+  CHECK(optgen::stage_blocks(row_inline, row_inline.stages.front()) ==
+        (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot)));
+}
+
 TEST_CASE("a variant without rows or columns has no stage blocks and no state presence", "[shapes]") {
   const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/lamb.yaml");
   const optgen::KernelTables tables =
@@ -130,11 +178,11 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
   const std::vector<optgen::Program> variants = adafactor_variants(spec);
   const std::string source = optgen::emit_launcher_source(spec, variants, {optgen::Storage{}}, optgen::KernelTuning{});
   CHECK_THAT(source, Catch::Contains("const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << "
-                                     "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << "
-                                     "kernel_abi::kSnapshot, "));
+                                     "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, "));
   CHECK_THAT(source, Catch::Contains("const StatePresence kStatePresence[] = {StatePresence::Factored, "
                                      "StatePresence::Factored, StatePresence::NotFactored};"));
-  CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence},"));
+  CHECK_THAT(source,
+             Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}},"));
   CHECK_THAT(source, Catch::Contains(", Domain::Row, 0},"));
   CHECK_THAT(source, Catch::Contains(", Domain::Column, 0},"));
   CHECK_THAT(source, Catch::Contains(", Domain::Matrix, 0},"));
@@ -144,7 +192,7 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
   const optgen::Spec adam = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/adam.yaml");
   const std::string plain =
       optgen::emit_launcher_source(adam, optgen::compile_spec(adam), {optgen::Storage{}}, optgen::KernelTuning{});
-  CHECK_THAT(plain, Catch::Contains("variants::adam::kReductions, 0, -1, nullptr, nullptr},"));
+  CHECK_THAT(plain, Catch::Contains("variants::adam::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},"));
   CHECK_THAT(plain, !Catch::Contains("kStageBlocks") && !Catch::Contains("kStatePresence"));
 }
 

@@ -1,6 +1,7 @@
 // Rows, columns and matrices on the GPU: torch's Adafactor (specs/adafactor.yaml) against its CPU
 // reference with several groups, conv-shaped and tall tensors, 10,000 tensors, zero gradients and
-// gradient clipping; and its Reduce stages' determinism, eager and replayed from a graph. (Every
+// gradient clipping; and its Reduce stages' determinism, eager and replayed from a graph; a spec
+// whose row values no line finishes (tests/specs/row_inline.yaml). (Every
 // built-in x storage, Adafactor included, is also in launcher_test.cpp, and under AMP in
 // amp_test.cpp; its reference against torch's recorded trajectories is in reference_test.cpp.)
 
@@ -14,6 +15,8 @@
 #include "adafactor_reference.h"
 #include "capture.h"
 #include "optimizer_harness.h"
+#include "row_inline.h"
+#include "row_inline_reference.h"
 
 using namespace optgen_test;
 
@@ -21,14 +24,19 @@ namespace {
 
 using Shapes = std::vector<std::vector<std::int64_t>>;
 
-/// Groups of one Adafactor, each checked against the reference after every step.
+/// Groups of one optimizer (Adafactor unless told), each checked against the reference after every
+/// step.
 struct Run {
-  const optgen::OptimizerInfo& info = optgen::Adafactor::info();
-  const optgen::reference::Optimizer& ref = optgen::reference::adafactor::optimizer();
+  const optgen::OptimizerInfo& info;
+  const optgen::reference::Optimizer& ref;
   optgen::FusedOptimizer opt{info, optgen::default_hyperparameters(info)};
   std::vector<std::unique_ptr<DeviceGroup>> groups;
   std::vector<std::vector<double>> scalar_states;
   Comparison result;
+
+  explicit Run(const optgen::OptimizerInfo& i = optgen::Adafactor::info(),
+               const optgen::reference::Optimizer& r = optgen::reference::adafactor::optimizer())
+      : info(i), ref(r) {}
 
   DeviceGroup& add(const Shapes& shapes, std::vector<double> h, std::mt19937& rng) {
     groups.push_back(
@@ -150,6 +158,19 @@ TEST_CASE("Adafactor is deterministic: the same inputs give the same bits, eager
     CHECK(state_bytes(*opts[1]) == state_bytes(*opts[0]));
     CHECK(state_bytes(*opts[2]) == state_bytes(*opts[0]));
   }
+}
+
+TEST_CASE("row values no line finishes are computed where read, beside stored column values", "[gpu]") {
+  // tests/specs/row_inline.yaml: r's new value reads a row mean and a tensor norm of one stage, so
+  // the Update stage computes it per element from the snapshot of r; c's is stored by its column.
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  Run run(optgen::RowInline::info(), optgen::reference::row_inline::optimizer());
+  run.add({{300, 70}, {5, 3, 3}, {1, 257}, {257, 1}, {40}}, hyperparameters(run.info, {}), rng);
+  run.add({{64, 65}}, hyperparameters(run.info, {{"max_grad_norm", 0.3}}), rng);
+  for (std::int64_t step = 1; step <= 3; ++step) run.step(step, rng);
+  INFO("worst relative error " << run.result.worst << " in " << run.result.where);
+  CHECK(run.result.worst <= tolerance(DType::F32, {DType::F32}));
 }
 
 TEST_CASE("Adafactor refuses a tensor bound without its shape", "[gpu]") {

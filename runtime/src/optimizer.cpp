@@ -669,14 +669,17 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   const Part row_results = part(floats(l.num_row_reductions, l.num_rows));
   const Part col_results = part(floats(l.num_col_reductions, l.num_cols));
   const Part matrix_results = part(floats(l.num_matrix_reductions, l.num_matrices));
+  const Part row_values = part(floats(l.stored_values.row, l.num_rows));
+  const Part col_values = part(floats(l.stored_values.col, l.num_cols));
+  const Part matrix_values = part(floats(l.stored_values.matrix, l.num_matrices));
   const Part col_partials = part(floats(l.num_col_reductions, l.col_partial_units));
   const Part col_partial_offset = array(l.col_partial_offset);
   // Arrivals count the segments of a tile of columns, which only column reductions have.
   const bool columns = l.num_col_reductions > 0;
   const Part col_arrivals = part(columns ? static_cast<std::size_t>(l.col_tiles) * sizeof(unsigned) : 0);
   const Part col_tile_offset = array(l.col_tile_offset);
-  const Part row_snapshot = part(floats(l.num_row_states, l.num_rows));
-  const Part col_snapshot = part(floats(l.num_col_states, l.num_cols));
+  const Part row_snapshot = part(l.snapshot ? floats(l.num_row_states, l.num_rows) : 0);
+  const Part col_snapshot = part(l.snapshot ? floats(l.num_col_states, l.num_cols) : 0);
   plan.shape_memory = DeviceBuffer(upload.size());
   const DeviceBuffer& d = plan.shape_memory;
   auto at = [&](const Part& p) { return p.bytes ? d.get() + p.at : CUdeviceptr{0}; };
@@ -690,6 +693,9 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                                        reinterpret_cast<float*>(at(row_results)),
                                        reinterpret_cast<float*>(at(col_results)),
                                        reinterpret_cast<float*>(at(matrix_results)),
+                                       reinterpret_cast<float*>(at(row_values)),
+                                       reinterpret_cast<float*>(at(col_values)),
+                                       reinterpret_cast<float*>(at(matrix_values)),
                                        reinterpret_cast<float*>(at(col_partials)),
                                        reinterpret_cast<const long long*>(at(col_partial_offset)),
                                        reinterpret_cast<unsigned*>(at(col_arrivals)),

@@ -46,6 +46,9 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     l.num_col_reductions += scope == Domain::Column ? 1 : 0;
     l.num_matrix_reductions += scope == Domain::Matrix ? 1 : 0;
   }
+  l.stored_values = variant.stored_values;
+  for (int s = 0; s < variant.num_stages && variant.stage_blocks; ++s)
+    l.snapshot = l.snapshot || (variant.stage_blocks[s] >> kSnapshot & 1u) != 0;
   std::vector<int> shaped_states;  // entries j of variant.states of shape Rows or Cols
   for (int j = 0; j < variant.num_states; ++j) {
     const reference::StateShape shape = info.states[variant.states[j]].shape;

@@ -48,9 +48,11 @@ struct ShapeLayout {
   std::vector<long long> col_tile_offset;
   long long num_rows = 0, num_cols = 0, num_matrices = 0;
   int num_row_reductions = 0, num_col_reductions = 0, num_matrix_reductions = 0;
+  StoredValueCounts stored_values;             ///< the variant's: slots of the value buffers
   long long col_partial_units = 0;             ///< col_partials' size in units of num_col_reductions floats
   long long col_tiles = 0;                     ///< col_arrivals' size: tiles of tensors of several segments
   int num_row_states = 0, num_col_states = 0;  ///< the snapshots' states (the variant's Rows, Cols states)
+  bool snapshot = false;                       ///< whether a stage takes the snapshot (kSnapshot)
 
   /// The blocks of `kind` over all tensors (block_offset's last entry of the kind).
   long long blocks(int kind) const {

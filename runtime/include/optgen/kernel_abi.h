@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 9 };
+enum { kVersion = 10 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -75,9 +75,11 @@ struct TableView {
 // - kMatrixRowLines: reductions of row code over each matrix (a line of R rows per matrix).
 // - kMatrixColumnLines: reductions of column code over each matrix (a line of C columns).
 // - kSnapshot: copies the row and column states into ShapeTable::row_snapshot and
-//   col_snapshot (stage 1 only; see there).
+//   col_snapshot (stage 1 only, where the Update stage reads a state; see there).
 // A line is reduced by line_lanes(length) consecutive threads of a block (a power of two up to
-// the block size), block_size / lanes lines per block: line_blocks() blocks per tensor.
+// the block size), block_size / lanes lines per block: line_blocks() blocks per tensor. A line's
+// (a column segment's) first thread, once it stored the line's results, computes and stores the
+// values they finish (ShapeTable::row_values, ...).
 enum BlockKind {
   kChunkRuns = 0,
   kRowLines = 1,
@@ -147,12 +149,18 @@ OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns,
 /// column or matrix of each reduction of that scope, numbered by the scope's own index s
 /// (ReductionSlot::scope_index): [s * num_rows + row_offset[tensor] + p], and likewise.
 ///
-/// Row and column states are read by element code in every stage, but written by the Update stage
-/// (by the element at column 0 of a row, at row 0 of a column), whose other blocks may still read
-/// them: so the Update stage reads them from a snapshot, which the first Reduce stage's kSnapshot
-/// blocks copy (as floats): the j-th row state of the variant (in operand order) at
-/// row_snapshot[j * num_rows + row], the j-th column state at col_snapshot[j * num_cols + column].
-/// A state absent for a tensor (a null pointer) reads as 0 and is never written.
+/// Values (generator/shapes.h's StoredValue): a matrix, row or column value computed once, by the
+/// first thread of the line that finished the results it reads, for later stages to load, in slot
+/// j of its domain: [j * num_rows + row], and likewise; a row or column state's new value among
+/// them, which the Update stage stores into the state.
+///
+/// Row and column states are read by Reduce stages, and written by the Update stage (by the element
+/// at column 0 of a row, at row 0 of a column), whose other blocks may still read them: so an
+/// Update stage that reads one (not through a stored value) reads it from a snapshot, which the
+/// first Reduce stage's kSnapshot blocks copy (as floats): the j-th row state of the variant (in
+/// operand order) at row_snapshot[j * num_rows + row], the j-th column state at
+/// col_snapshot[j * num_cols + column]. A state absent for a tensor (a null pointer) reads as 0 and
+/// is never written.
 struct ShapeTable {
   const long long* rows;           ///< [tensor]: R
   const long long* cols;           ///< [tensor]: C
@@ -164,6 +172,9 @@ struct ShapeTable {
   float* row_results;              ///< [s * num_rows + row]
   float* col_results;              ///< [s * num_cols + column]
   float* matrix_results;           ///< [s * num_matrices + matrix]
+  float* row_values;               ///< [j * num_rows + row]
+  float* col_values;               ///< [j * num_cols + column]
+  float* matrix_values;            ///< [j * num_matrices + matrix]
   /// [(col_partial_offset[tensor] + segment * B * C + column) * num_col_reductions + s]: the
   /// partial sums of the column segments of tensors with more than one (column_segments > 1).
   float* col_partials;
@@ -310,18 +321,21 @@ static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, block_offset) == 48, "ShapeTable::
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_results) == 56, "ShapeTable::row_results moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_results) == 64, "ShapeTable::col_results moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, matrix_results) == 72, "ShapeTable::matrix_results moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partials) == 80, "ShapeTable::col_partials moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partial_offset) == 88, "ShapeTable::col_partial_offset moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_arrivals) == 96, "ShapeTable::col_arrivals moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_tile_offset) == 104, "ShapeTable::col_tile_offset moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_snapshot) == 112, "ShapeTable::row_snapshot moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_snapshot) == 120, "ShapeTable::col_snapshot moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_rows) == 128, "ShapeTable::num_rows moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 136, "ShapeTable::num_cols moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 144, "ShapeTable::num_matrices moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 152, "ShapeTable::num_col_reductions moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 156, "ShapeTable::num_tensors moved");
-static_assert(sizeof(ShapeTable) == 160 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_values) == 80, "ShapeTable::row_values moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_values) == 88, "ShapeTable::col_values moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, matrix_values) == 96, "ShapeTable::matrix_values moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partials) == 104, "ShapeTable::col_partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_partial_offset) == 112, "ShapeTable::col_partial_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_arrivals) == 120, "ShapeTable::col_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_tile_offset) == 128, "ShapeTable::col_tile_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_snapshot) == 136, "ShapeTable::row_snapshot moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_snapshot) == 144, "ShapeTable::col_snapshot moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_rows) == 152, "ShapeTable::num_rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 160, "ShapeTable::num_cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 168, "ShapeTable::num_matrices moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 176, "ShapeTable::num_col_reductions moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 180, "ShapeTable::num_tensors moved");
+static_assert(sizeof(ShapeTable) == 184 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");

@@ -100,6 +100,11 @@ struct ReductionSlot {
 enum class StatePresence { Always, Factored, NotFactored };
 
 /// One kernel variant of a spec (a combination of specialized flags).
+/// How many values a variant stores per matrix, per row and per column (generator/shapes.h).
+struct StoredValueCounts {
+  int matrix = 0, row = 0, col = 0;
+};
+
 struct VariantInfo {
   const char* name;   ///< e.g. adam_amsgrad
   const int* states;  ///< the spec's state indices it uses, in operand order
@@ -115,6 +120,9 @@ struct VariantInfo {
   const unsigned* stage_blocks = nullptr;
   /// Null when every state exists for every tensor; else per entry of `states`, when it does.
   const StatePresence* state_presence = nullptr;
+  /// The values it stores once per matrix, row and column for later stages
+  /// (kernel_abi::ShapeTable::matrix_values, row_values, col_values: their slots).
+  StoredValueCounts stored_values = {};
 };
 
 /// Threads per block and elements in flight per thread of a kernel set's stage kernels, compiled

@@ -55,8 +55,8 @@ __device__ __forceinline__ void advance(ElementIndex& x, long long R, long long 
 }
 
 /// What the shaped code of one tensor reads besides its elements: its shape, the row, column and
-/// matrix results of earlier stages, and its row and column states (S), which the Update stage
-/// reads from the snapshot the first Reduce stage took. An absent state reads as 0.
+/// matrix results and values of earlier stages, and its row and column states, which the Update
+/// stage reads from the snapshot the first Reduce stage took. An absent state reads as 0.
 template <typename Ops, bool kFromSnapshot>
 struct Shaped {
   static constexpr bool from_snapshot = kFromSnapshot;  ///< the Update stage
@@ -72,6 +72,9 @@ struct Shaped {
   const float* row_results;
   const float* col_results;
   const float* matrix_results;
+  float* row_values;
+  float* col_values;
+  float* matrix_values;
   const float* row_snapshot;
   const float* col_snapshot;
   long long num_rows, num_cols, num_matrices;
@@ -81,6 +84,18 @@ struct Shaped {
   __device__ __forceinline__ float col_result(int s, long long q) const { return col_results[s * num_cols + q]; }
   __device__ __forceinline__ float matrix_result(int s, long long b) const {
     return matrix_results[s * num_matrices + b];
+  }
+  /// Value j of row p (ShapeTable::row_values), column q and matrix b; and storing one (the line
+  /// that finishes it).
+  __device__ __forceinline__ float row_value(int j, long long p) const { return row_values[j * num_rows + p]; }
+  __device__ __forceinline__ float col_value(int j, long long q) const { return col_values[j * num_cols + q]; }
+  __device__ __forceinline__ float matrix_value(int j, long long b) const {
+    return matrix_values[j * num_matrices + b];
+  }
+  __device__ __forceinline__ void store_row_value(int j, long long p, float x) const { row_values[j * num_rows + p] = x; }
+  __device__ __forceinline__ void store_col_value(int j, long long q, float x) const { col_values[j * num_cols + q] = x; }
+  __device__ __forceinline__ void store_matrix_value(int j, long long b, float x) const {
+    matrix_values[j * num_matrices + b] = x;
   }
   /// Row state `op` (the j-th row state of the variant) of row p, and the same for columns.
   __device__ __forceinline__ float row_state(int op, int j, long long p) const {
@@ -125,6 +140,9 @@ __device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& ta
   s.row_results = st->row_results + s.row0;
   s.col_results = st->col_results + s.col0;
   s.matrix_results = st->matrix_results + s.matrix0;
+  s.row_values = st->row_values + s.row0;
+  s.col_values = st->col_values + s.col0;
+  s.matrix_values = st->matrix_values + s.matrix0;
   s.row_snapshot = st->row_snapshot + s.row0;
   s.col_snapshot = st->col_snapshot + s.col0;
   return s;

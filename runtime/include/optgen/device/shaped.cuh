@@ -267,6 +267,9 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
     const float total = line_combine(Code::is_max(r), acc[r], lanes);
     if (lane == 0 && line < lines) out[Code::slot(r) * stride + line] = total;
   }
+  // The values these results finish (the line's first thread stored them: it reads its own writes).
+  if constexpr (Code::kStoredValues > 0)
+    if (lane == 0 && line < lines) Code::finish(s.k, s.tv, s.sh, line);
 }
 
 /// The column segments of a shaped Reduce stage: a thread per column (of any matrix of the
@@ -325,6 +328,8 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
 #pragma unroll
     for (int r = 0; r < kR; ++r)
       if (q < columns) out[Code::slot(r) * st.num_cols + q] = acc[r];
+    if constexpr (Code::kStoredValues > 0)
+      if (q < columns) Code::finish(s.k, s.tv, s.sh, q);
     return;
   }
   const long long n = st.num_col_reductions;
@@ -342,6 +347,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
     for (long long j = 0; j < segments; ++j) x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
     out[Code::slot(r) * st.num_cols + q] = x;
   }
+  if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
 }
 
 /// kSnapshot: copies the tensor's row and column states (as floats) for the Update stage.
