@@ -222,29 +222,67 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
   for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
   if (line < lines) {
     if constexpr (kKind == kernel_abi::kRowLines) {
-      // Elements of row `line`, kBatch loads in flight per thread.
+      // Elements of row `line`: V consecutive ones per access (16 bytes of the parameter), kBatch
+      // accesses in flight per thread, where the row's operands allow vectors (every row starts
+      // at a multiple of V, the operands at 16 bytes); else one element per access.
+      constexpr int V = reduce_vector<Ops>();
       constexpr int kBatch = 4;
       ElementIndex x;
       x.p = line;
       x.b = line / s.sh.R;
       x.r = line - x.b * s.sh.R;
-      for (long long j0 = lane; j0 < length; j0 += kBatch * lanes) {
-        float v[kBatch][kOps];
+      const long long first = line * s.sh.C;
+      bool vectors = length % V == 0;
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u)
-          if (j0 + u * lanes < length)
-            load_element<Code, Ops, kOps>(ptr, line * s.sh.C + j0 + u * lanes, v[u], s.scaled, s.grad_scale);
+      for (int op = 0; op < kOps; ++op) vectors = vectors && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+      auto visit = [&](long long j, float (&operands)[kOps]) {
+        if (s.scaled) operands[1] = operands[1] / s.grad_scale;
+        x.c = j;
+        x.q = x.b * s.sh.C + j;
+        x.i = first + j;
+        float value[kR];
+        Code::apply(s.k, s.tv, s.sh, x, operands, value);
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const long long j = j0 + u * lanes;
-          if (j >= length) continue;
-          x.c = j;
-          x.q = x.b * s.sh.C + j;
-          x.i = line * s.sh.C + j;
-          float value[kR];
-          Code::apply(s.k, s.tv, s.sh, x, v[u], value);
+        for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+      };
+      if (vectors) {
+        for (long long j0 = static_cast<long long>(lane) * V; j0 < length; j0 += kBatch * lanes * V) {
+          float v[kBatch][kOps][V];
 #pragma unroll
-          for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+          for (int u = 0; u < kBatch; ++u) {
+            const long long j = j0 + static_cast<long long>(u) * lanes * V;
+#pragma unroll
+            for (int op = 0; op < kOps; ++op) {
+              if (j < length && Code::loads(op) && ptr[op]) {
+                load_operand<Ops, V>(op, ptr[op], first + j, v[u][op]);
+              } else {
+#pragma unroll
+                for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
+              }
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const long long j = j0 + static_cast<long long>(u) * lanes * V;
+            if (j >= length) continue;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              float operands[kOps];
+#pragma unroll
+              for (int op = 0; op < kOps; ++op) operands[op] = v[u][op][e];
+              visit(j + e, operands);
+            }
+          }
+        }
+      } else {
+        for (long long j0 = lane; j0 < length; j0 += kBatch * lanes) {
+          float v[kBatch][kOps];
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u)
+            if (j0 + u * lanes < length) load_element<Code, Ops, kOps>(ptr, first + j0 + u * lanes, v[u], false, 1.0f);
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u)
+            if (j0 + u * lanes < length) visit(j0 + u * lanes, v[u]);
         }
       }
     } else {
@@ -304,7 +342,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
     x.q = q;
     const long long first = segment * kernel_abi::kColumnSegmentRows;
     const long long last = first + kernel_abi::kColumnSegmentRows < R ? first + kernel_abi::kColumnSegmentRows : R;
-    constexpr int kUnroll = 4;
+    constexpr int kUnroll = 8;  // rows in flight per thread
     for (long long r0 = first; r0 < last; r0 += kUnroll) {
       float v[kUnroll][kOps];
 #pragma unroll
