@@ -375,7 +375,7 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   const long long rows[] = {abi::line_blocks(300, 1000, 256), abi::line_blocks(72, 5, 256),
                             abi::line_blocks(1, 5000, 256), 0};
   CHECK(rows[0] == 38);  // 1000 columns: 32 lanes a row (at most 32 values each), 8 rows a block
-  CHECK(rows[1] == 1);    // 5 columns: 1 lane a row, 256 rows a block
+  CHECK(rows[1] == 1);   // 5 columns: 1 lane a row, 256 rows a block
   CHECK(offsets(abi::kRowLines) == std::vector<long long>{0, rows[0], rows[0] + rows[1], rows[0] + rows[1] + rows[2],
                                                           rows[0] + rows[1] + rows[2]});
   CHECK(abi::column_blocks(1000, 300, 256) == 8);  // 4 tiles of 256 columns, 2 segments each
