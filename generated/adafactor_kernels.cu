@@ -376,8 +376,9 @@ namespace variants::adafactor {
       return tv_;
     }
 
-    template <typename Sh_>
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands]) {
+    /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
+    template <typename Sh_, typename Math>
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
       const float eps1_times_eps1 = k_.eps1_times_eps1;
@@ -815,8 +816,9 @@ namespace variants::adafactor_clip_grad_norm {
       return tv_;
     }
 
-    template <typename Sh_>
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands]) {
+    /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
+    template <typename Sh_, typename Math>
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
       const float eps1_times_eps1 = k_.eps1_times_eps1;

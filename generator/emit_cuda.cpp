@@ -969,10 +969,12 @@ class CudaEmitter {
     std::set<std::string> taken = shaped_taken_names(p);
     tensor_values(w, p, read, taken, true);
     w.line();
-    w.line("template <typename Sh_>");
+    w.line("/// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).");
+    w.line("template <typename Sh_, typename Math>");
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-        "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands])");
+        "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], "
+        "[[maybe_unused]] Math& m_)");
     // The prologue and the matrix, column and row values of all the code, row and column outputs'
     // included; then the element outputs.
     element_prologue(w, p, with_shaped_values(p, all, order));

@@ -177,7 +177,7 @@ __device__ __forceinline__ void blockwise_update_stage(const TableView& table, c
     else
       load_block_tile<Update, Ops, false>(tile, chunk_ops, o);
   }
-  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, Position<Update, Ops>(table, t), t, g);
+  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, UpdatePosition<Update, Ops>(table, t), t, g);
 
   // The updated values `v` of the block at offset o stored; `count` of the lane's V are the
   // tensor's, `whole` when they are all its and every operand is aligned (aligned && count == V),

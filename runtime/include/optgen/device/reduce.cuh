@@ -3,6 +3,7 @@
 /// group) and the chunk-parallel Reduce stage.
 
 #include "optgen/device/group.cuh"
+#include "optgen/device/shape.cuh"
 
 namespace optgen {
 
@@ -166,47 +167,40 @@ __device__ __forceinline__ constexpr int loaded_operands() {
   return n > 0 ? n : 1;
 }
 
-/// A Reduce stage: block b reduces the chunks [b * chunks_per_block, ...) of the chunk table, a run
-/// at a time: the consecutive chunks of one tensor among them, which are consecutive parts of it,
-/// read as one range (the operands of `Reduce`'s reductions, element by element, from the operands
-/// Reduce::loads). It writes the run's partial results as the first chunk's (the identity as the
-/// others') and counts the run's chunks as arrived at once; the last block of each tensor, then of
-/// each group, finishes them (kernel_abi::ReductionTable). A run is read as one range so that a
+/// The chunk runs of a Reduce stage's block `block`: the chunks [block * chunks_per_block, ...) of
+/// the chunk table, a run at a time: the consecutive chunks of one tensor among them, which are
+/// consecutive parts of it, read as one range (the operands of `Code`'s reductions, element by
+/// element, from the operands Code::loads; with each element's row, column and matrix where
+/// kShaped, Position). It writes the run's partial results as the first chunk's (the identity as
+/// the others') and counts the run's chunks as arrived at once; the last block of each tensor, then
+/// of each group, finishes them (kernel_abi::ReductionTable). A run is read as one range so that a
 /// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
-/// fence, an atomic) is paid once per run. Nothing else is written, and the step is not advanced:
-/// that is the Update stage's.
-///
-/// It waits for the kernel before it and only then lets the next one start. The Update stage after
-/// it loads params, grads and states before its own wait, and a wait covers only the kernel just
-/// before (programmatic dependent launch is not transitive): let start first, that Update stage
-/// could run under the tail of the kernel before this one, the last step's Update stage, which
-/// writes them.
-template <typename Reduce, typename Group, typename Ops>
-__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
-                                             const ReductionTable& red) {
+/// fence, an atomic) is paid once per run. `Stage` computes the tensor values.
+template <typename Code, typename Stage, typename Group, typename Ops, bool kShaped>
+__device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                           const ReductionTable& red, long long block) {
   typedef typename Group::Values Values;
-  constexpr int kOps = Reduce::kOperands;
-  constexpr int kR = Reduce::kReductions;
+  constexpr int kOps = Code::kOperands;
+  constexpr int kR = Code::kReductions;
   constexpr int V = reduce_vector<Ops>();
   // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
   // gradient norm) holds four times the Update stage's count, with little math per element; one
   // of several (LAMB's norms read four, and recompute the update) twice, which keeps its registers
-  // within the launch bounds (NVRTC's no-spill test checks every built-in).
-  constexpr int kLoaded = loaded_operands<Reduce>();
+  // within the launch bounds (NVRTC's no-spill test checks every built-in). Code of rows and
+  // columns, which advances each element's index, holds the Update stage's count: with more,
+  // Adafactor's steps took 5% (gpt2) to 21% (ghostnet_100) longer.
+  constexpr int kLoaded = loaded_operands<Code>();
   constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
-  constexpr int U = kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded) : 1;
+  constexpr int U = kShaped                               ? element_tiles<V>()
+                    : kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded)
+                                                    : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
-  wait_for_previous_kernel();  // the results of the Reduce stage before, which this one may read
-  allow_next_kernel();
 
-  // AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
-  // norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only
-  // its results.
   // The block's entries of the chunk table are read at once: finding its runs then costs no round
   // trip to memory per chunk.
   __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
-  if constexpr (reads_blockwise<Reduce, Ops>()) load_blockwise_maps();
-  const int count = read_block_chunks(table, red, blockIdx.x, block_chunks);
+  if constexpr (reads_blockwise<Code, Ops>()) load_blockwise_maps();
+  const int count = read_block_chunks(table, red, block, block_chunks);
   for (int c = 0; c < count;) {
     const Chunk chunk = block_chunks[c];
     const int t = chunk.tensor;
@@ -216,29 +210,31 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
     const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
 
+    Position<Stage, Ops, kShaped> at(table, t);
     void* ptr[kOps];
     const float* absmax[kOps];
     bool aligned = true;
 #pragma unroll
     for (int op = 0; op < kOps; ++op) {
-      ptr[op] = Reduce::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+      ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
       absmax[op] = Ops::blockwise(op) && ptr[op] ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
       aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
     }
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-    const typename Reduce::TensorValues tv = Reduce::tensor(k, table.whole_numel[t], results(red, t, g));
+    const typename Stage::TensorValues tv = at.tensor(k, table.whole_numel[t], results(red, t, g));
     // Read per run rather than held across the loop: one register fewer where it counts.
     const bool scaled = inputs.grad_scale != 0;
     const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
     float acc[kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Reduce::is_max(r));
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
     auto add = [&](float (&x)[kOps]) {
       if (scaled) x[1] = x[1] / grad_scale;
       float value[kR];
-      Reduce::apply(k, tv, x, value);
+      at.template apply<Code>(k, tv, x, value);
+      at.next();
 #pragma unroll
-      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Reduce::is_max(r), acc[r], value[r]);
+      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
     };
 
     const long long vector_end = aligned ? start + (end - start) / V * V : start;
@@ -249,17 +245,24 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
         const long long i = base + u * kStride;
         if (i >= vector_end) continue;
 #pragma unroll
-        for (int op = 0; op < kOps; ++op)
-          if (Reduce::loads(op)) load_operand<Ops, V>(op, ptr[op], i, v[u][op], absmax[op]);
+        for (int op = 0; op < kOps; ++op) {
+          if (Code::loads(op) && at.present(ptr[op])) {  // an absent state reads as 0
+            load_operand<Ops, V>(op, ptr[op], i, v[u][op], absmax[op]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
+          }
+        }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (base + u * kStride >= vector_end) continue;
+        at.seek(base + u * kStride);
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           float x[kOps];
 #pragma unroll
-          for (int op = 0; op < kOps; ++op) x[op] = Reduce::loads(op) ? v[u][op][e] : 0.0f;
+          for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
           add(x);
         }
       }
@@ -269,14 +272,35 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
         x[op] = 0.0f;
-        if (Reduce::loads(op)) load_operand<Ops, 1>(op, ptr[op], i, &x[op], absmax[op]);
+        if (Code::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op], absmax[op]);
       }
+      at.seek(i);
       add(x);
     }
 
-    finish_run<Reduce>(red, acc, chunk, run);
+    finish_run<Code>(red, acc, chunk, run);
     c = last + 1;
   }
+}
+
+/// A Reduce stage: its blocks' chunk runs (chunk_runs). Nothing else is written, and the step is
+/// not advanced: that is the Update stage's.
+///
+/// It waits for the kernel before it and only then lets the next one start. The Update stage after
+/// it loads params, grads and states before its own wait, and a wait covers only the kernel just
+/// before (programmatic dependent launch is not transitive): let start first, that Update stage
+/// could run under the tail of the kernel before this one, the last step's Update stage, which
+/// writes them.
+///
+/// AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
+/// norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only its
+/// results.
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                             const ReductionTable& red) {
+  wait_for_previous_kernel();  // the results of the Reduce stage before, which this one may read
+  allow_next_kernel();
+  chunk_runs<Reduce, Reduce, Group, Ops, false>(table, groups, inputs, red, blockIdx.x);
 }
 
 }  // namespace optgen

@@ -148,4 +148,48 @@ __device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& ta
   return s;
 }
 
+/// Where a stage's elements are, as their code needs it: nothing for element-wise code; for code
+/// of rows and columns (kShaped), its tensor (Shaped; the row and column states from the snapshot
+/// where kFromSnapshot: the Update stage's) and the element's row, column and matrix, found once
+/// per vector (seek) and advanced element by element (next). `Stage` is the struct whose tensor()
+/// computes the stage's tensor values; apply() calls a code struct's apply with what it reads.
+template <typename Stage, typename Ops, bool kShaped, bool kFromSnapshot = false>
+struct Position {
+  __device__ __forceinline__ Position(const TableView&, int) {}
+  template <typename Values, typename Results>
+  __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
+                                                                 const Results& r) const {
+    return Stage::tensor(k, numel, r);
+  }
+  /// Whether an operand exists for this tensor (every one does here).
+  __device__ __forceinline__ bool present(const void*) const { return true; }
+  __device__ __forceinline__ void seek(long long) {}
+  __device__ __forceinline__ void next() {}
+  template <typename Code, typename Values, typename TensorValues, typename A, typename B>
+  __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b) const {
+    Code::apply(k, tv, a, b);
+  }
+};
+
+template <typename Stage, typename Ops, bool kFromSnapshot>
+struct Position<Stage, Ops, true, kFromSnapshot> {
+  Shaped<Ops, kFromSnapshot> sh;
+  ElementIndex ix;
+  __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, kFromSnapshot>(table, t)) {}
+  template <typename Values, typename Results>
+  __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
+                                                                 const Results& r) const {
+    return Stage::tensor(k, numel, r, sh.factored, sh.R, sh.C);
+  }
+  /// A state that exists for factored tensors only, or for the others only, has no pointer where
+  /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
+  __device__ __forceinline__ bool present(const void* data) const { return data != nullptr; }
+  __device__ __forceinline__ void seek(long long i) { ix = element_index(i, sh.R, sh.C); }
+  __device__ __forceinline__ void next() { advance(ix, sh.R, sh.C); }
+  template <typename Code, typename Values, typename TensorValues, typename A, typename B>
+  __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b) const {
+    Code::apply(k, tv, sh, ix, a, b);
+  }
+};
+
 }  // namespace optgen

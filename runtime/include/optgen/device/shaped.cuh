@@ -94,106 +94,6 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const Ta
   return s;
 }
 
-/// Elements [start, end) of a tensor in a shaped Reduce stage, each thread V consecutive ones (16
-/// bytes of the parameter) in U tiles of the block's width: `visit(ix, x)` sees each element's
-/// index and operands (Code::loads, 0 from an absent state, the gradient divided by AMP's scale).
-/// An element's row, column and matrix take one division per V elements.
-template <typename Code, typename Ops, int kOps, typename Visit>
-__device__ __forceinline__ void shaped_elements(void* const (&ptr)[kOps], long long start, long long end, long long R,
-                                                long long C, bool scaled, float grad_scale, const Visit& visit) {
-  constexpr int V = reduce_vector<Ops>();
-  constexpr int U = element_tiles<V>();
-  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
-  bool aligned = true;
-#pragma unroll
-  for (int op = 0; op < kOps; ++op) aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
-  const long long vector_end = aligned ? start + (end - start) / V * V : start;
-  for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
-    float v[U][kOps][V];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long i = base + u * kStride;
-      if (i >= vector_end) continue;
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) {
-        if (Code::loads(op) && ptr[op]) {
-          load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long i = base + u * kStride;
-      if (i >= vector_end) continue;
-      ElementIndex ix = element_index(i, R, C);
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        float x[kOps];
-#pragma unroll
-        for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
-        if (scaled) x[1] = x[1] / grad_scale;
-        visit(ix, x);
-        advance(ix, R, C);
-      }
-    }
-  }
-  // Misaligned tensors entirely, and the last few elements of aligned ones.
-  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
-    float x[kOps];
-    load_element<Code, Ops, kOps>(ptr, i, x, scaled, grad_scale);
-    visit(element_index(i, R, C), x);
-  }
-}
-
-/// The chunk runs of a shaped Reduce stage: its reductions over each tensor or group (Reduce::
-/// Elements), as reduce_stage's, each element with its row, column and matrix at hand.
-template <typename Reduce, typename Group, typename Ops>
-__device__ __forceinline__ void shaped_chunk_runs(const TableView& table, const GroupTable& groups,
-                                                  const StepInputs& inputs, const ReductionTable& red,
-                                                  long long block) {
-  typedef typename Group::Values Values;
-  typedef typename Reduce::Elements Code;
-  constexpr int kOps = Reduce::kOperands;
-  constexpr int kR = Code::kReductions;
-  __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
-  const int count = read_block_chunks(table, red, block, block_chunks);
-  const bool scaled = inputs.grad_scale != 0;
-  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
-  for (int c = 0; c < count;) {
-    const Chunk chunk = block_chunks[c];
-    const int t = chunk.tensor;
-    const int g = chunk.group;
-    const int last = run_end(block_chunks, count, c);
-    const unsigned int run = static_cast<unsigned int>(last - c + 1);
-    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-    const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
-    void* ptr[kOps];
-#pragma unroll
-    for (int op = 0; op < kOps; ++op)
-      ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
-    const Shaped<Ops, false> sh = shaped<Ops>(table, t);
-    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-    const typename Reduce::TensorValues tv =
-        Reduce::tensor(k, table.whole_numel[t], results(red, t, g), sh.factored, sh.R, sh.C);
-    float acc[kR];
-#pragma unroll
-    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    shaped_elements<Code, Ops, kOps>(ptr, start, end, sh.R, sh.C, scaled, grad_scale,
-                                      [&](const ElementIndex& ix, float (&x)[kOps]) {
-                                               float value[kR];
-                                               Code::apply(k, tv, sh, ix, x, value);
-#pragma unroll
-                                               for (int r = 0; r < kR; ++r)
-                                                 acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
-                                             });
-    finish_run<Code>(red, acc, chunk, run);
-    c = last + 1;
-  }
-}
-
 /// The line kinds of a shaped Reduce stage (kRowLines, kMatrixRowLines, kMatrixColumnLines):
 /// `lanes` consecutive threads reduce each line (a row's C elements, a matrix's R row values or C
 /// column values), block_size / lanes lines per block, into one result per line.
@@ -424,7 +324,7 @@ __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, cons
   };
   if constexpr ((Reduce::kBlocks >> kernel_abi::kChunkRuns) & 1u) {
     const long long n = (table.num_chunks + red.chunks_per_block - 1) / red.chunks_per_block;
-    if (b < n) return shaped_chunk_runs<Reduce, Group, Ops>(table, groups, inputs, red, b);
+    if (b < n) return chunk_runs<typename Reduce::Elements, Reduce, Group, Ops, true>(table, groups, inputs, red, b);
     b -= n;
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kRowLines) & 1u) {

@@ -5,7 +5,6 @@
 
 #include "optgen/element_math.h"
 #include "optgen/device/reduce.cuh"
-#include "optgen/device/shape.cuh"
 
 namespace optgen {
 
@@ -65,51 +64,10 @@ __device__ __forceinline__ bool update_operands(const TableView& table, int t, v
   return aligned;
 }
 
-/// Where the Update stage's elements are, as their code needs it: nothing for element-wise code;
-/// for a variant with rows and columns (Update::kShaped), its tensor (Shaped: the shape, the
-/// results of earlier stages, the row and column states as the first Reduce stage's snapshot
-/// holds them) and the element's row, column and matrix, found once per vector (seek) and
-/// advanced element by element (next).
-template <typename Update, typename Ops, bool kShaped = Update::kShaped>
-struct Position {
-  __device__ __forceinline__ Position(const TableView&, int) {}
-  template <typename Values>
-  __device__ __forceinline__ typename Update::TensorValues tensor(const Values& k, long long numel,
-                                                                  const Results& r) const {
-    return Update::tensor(k, numel, r);
-  }
-  /// Whether an operand exists for this tensor (every one does here).
-  __device__ __forceinline__ bool present(const void*) const { return true; }
-  __device__ __forceinline__ void seek(long long) {}
-  __device__ __forceinline__ void next() {}
-  template <typename Values, int kOps, typename Math>
-  __device__ __forceinline__ void apply(const Values& k, const typename Update::TensorValues& tv, float (&x)[kOps],
-                                        Math& math) const {
-    Update::apply(k, tv, x, math);
-  }
-};
-
+/// Where an Update stage's elements are: its row and column states, where its code reads them, as
+/// the first Reduce stage's snapshot holds them.
 template <typename Update, typename Ops>
-struct Position<Update, Ops, true> {
-  Shaped<Ops, true> sh;
-  ElementIndex ix;
-  __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, true>(table, t)) {}
-  template <typename Values>
-  __device__ __forceinline__ typename Update::TensorValues tensor(const Values& k, long long numel,
-                                                                  const Results& r) const {
-    return Update::tensor(k, numel, r, sh.factored, sh.R, sh.C);
-  }
-  /// A state that exists for factored tensors only, or for the others only, has no pointer where
-  /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
-  __device__ __forceinline__ bool present(const void* data) const { return data != nullptr; }
-  __device__ __forceinline__ void seek(long long i) { ix = element_index(i, sh.R, sh.C); }
-  __device__ __forceinline__ void next() { advance(ix, sh.R, sh.C); }
-  template <typename Values, int kOps, typename Math>
-  __device__ __forceinline__ void apply(const Values& k, const typename Update::TensorValues& tv, float (&x)[kOps],
-                                        Math&) const {
-    Update::apply(k, tv, sh, ix, x);
-  }
-};
+using UpdatePosition = Position<Update, Ops, Update::kShaped, true>;
 
 /// What an Update stage's elements need beyond their operands, read once its block holds the
 /// tensor's ticket (begin_update): the group's values `k`, the tensor's `tv`, how the parameter is
@@ -139,7 +97,7 @@ __device__ __forceinline__ constexpr bool stores(int op, bool first_step) {
 template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableView& table, const GroupTable& groups,
                                                                   const StepInputs& inputs, const ReductionTable& red,
-                                                                  const Position<Update, Ops>& at, int t, int g) {
+                                                                  const UpdatePosition<Update, Ops>& at, int t, int g) {
   wait_for_previous_kernel();
   UpdateStep<Update, Group> step;
   step.ticket = take_ticket<Update>(groups, red, t, g);
@@ -223,7 +181,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const long long end = start + chunk.count;
   void* ptr[kOps];
   const bool aligned = update_operands<Ops>(table, t, ptr);
-  Position<Update, Ops> at(table, t);
+  UpdatePosition<Update, Ops> at(table, t);
   enter_update_stage<Update>();
   // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
   const bool skip = skips_step(inputs);
@@ -293,7 +251,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
         }
         if (step.scaled) x[1] = x[1] / step.grad_scale;
         IeeeMath math;
-        at.apply(step.k, step.tv, x, math);
+        at.template apply<Update>(step.k, step.tv, x, math);
         at.next();
 #pragma unroll
         for (int op = 0; op < kOps; ++op) {
@@ -327,7 +285,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
     if (step.scaled) x[1] = x[1] / step.grad_scale;
     IeeeMath math;
     at.seek(i);
-    at.apply(step.k, step.tv, x, math);
+    at.template apply<Update>(step.k, step.tv, x, math);
 #pragma unroll
     for (int op = 0; op < kOps; ++op)
       if (stores<Update>(op, step.first_step) && at.present(ptr[op]))
