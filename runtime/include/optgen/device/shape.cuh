@@ -1,7 +1,8 @@
 #pragma once
 /// optgen's device library: where an element of a tensor of rows, columns and matrices is
-/// (ElementIndex), and what code of a variant with rows and columns reads of its tensor besides
-/// the element (Shaped: its shape, the results of earlier stages, its row and column states).
+/// (ElementIndex), what code of a variant with rows and columns reads of its tensor besides the
+/// element (Shaped: its shape, the results and stored values of earlier stages, its row and column
+/// states), and the Position a stage's element loop (chunk_runs, update_stage) hands its code.
 
 #include "optgen/device/operands.cuh"
 

@@ -1,6 +1,7 @@
 #pragma once
 /// optgen's device library: the Reduce stages of a variant with matrix, row or column code
-/// (kernel_abi::ShapeTable; generator/shapes.h). Its Update stage is update.cuh's.
+/// (kernel_abi::ShapeTable; generator/shapes.h): its lines, column segments and snapshot; its
+/// chunk runs are reduce.cuh's and its Update stage update.cuh's.
 
 #include "optgen/device/update.cuh"
 
