@@ -105,6 +105,19 @@ class CudaPrinter : public ExprPrinter {
     shaped_ = indices;
     stored_ = program_ && indices.order > 0 ? stored_values(*program_) : std::vector<StoredValue>();
   }
+  /// A value an earlier stage stored: sh_.row_value(slot, row), ... (Shaped).
+  std::string load(const StoredValue& v) const {
+    const std::string slot = std::to_string(v.slot);
+    std::string value;
+    switch (v.level) {
+      case Domain::Row: value = "sh_.row_value(" + slot + ", " + index(shaped_.row, *v.value) + ")"; break;
+      case Domain::Column: value = "sh_.col_value(" + slot + ", " + index(shaped_.col, *v.value) + ")"; break;
+      case Domain::Matrix: value = "sh_.matrix_value(" + slot + ", " + index(shaped_.matrix, *v.value) + ")"; break;
+      default: throw InternalError("emit_cuda: stored value '" + v.name + "' of a domain without values");
+    }
+    return double_ ? "static_cast<double>(" + value + ")" : value;
+  }
+
   /// Prints float division and square root as calls of `object`'s div and sqrt (element_math.h's
   /// IeeeMath or CheckedMath: the Update stage's `m_`) rather than `/` and `::sqrtf`.
   void set_math(std::string object) { math_ = std::move(object); }
@@ -172,19 +185,6 @@ class CudaPrinter : public ExprPrinter {
       throw InternalError("emit_cuda: '" + var.name + "' is not a row or column state of the variant");
     const std::string value = std::string(row ? "sh_.row_state(" : "sh_.col_state(") + std::to_string(op + 2) + ", " +
                               std::to_string(j) + ", " + index(row ? shaped_.row : shaped_.col, var) + ")";
-    return double_ ? "static_cast<double>(" + value + ")" : value;
-  }
-
-  /// A value an earlier stage stored: sh_.row_value(slot, row), ... (Shaped).
-  std::string load(const StoredValue& v) const {
-    const std::string slot = std::to_string(v.slot);
-    std::string value;
-    switch (v.level) {
-      case Domain::Row: value = "sh_.row_value(" + slot + ", " + index(shaped_.row, *v.value) + ")"; break;
-      case Domain::Column: value = "sh_.col_value(" + slot + ", " + index(shaped_.col, *v.value) + ")"; break;
-      case Domain::Matrix: value = "sh_.matrix_value(" + slot + ", " + index(shaped_.matrix, *v.value) + ")"; break;
-      default: throw InternalError("emit_cuda: stored value '" + v.name + "' of a domain without values");
-    }
     return double_ ? "static_cast<double>(" + value + ")" : value;
   }
 
@@ -870,14 +870,8 @@ class CudaEmitter {
     std::map<int, std::vector<std::pair<int, const ReductionValue*>>> by_kind;
     std::vector<Expr> roots;
     for (const auto& item : list) {
-      const ReductionValue& r = *item.second;
-      roots.push_back(r.operand);
-      Kind kind = Kind::kChunkRuns;
-      if (r.scope == Domain::Row) kind = Kind::kRowLines;
-      if (r.scope == Domain::Column) kind = Kind::kColumnSegments;
-      if (r.scope == Domain::Matrix)
-        kind = r.operand->level == Domain::Column ? Kind::kMatrixColumnLines : Kind::kMatrixRowLines;
-      by_kind[kind].push_back(item);
+      roots.push_back(item.second->operand);
+      by_kind[block_kind(*item.second)].push_back(item);
     }
     for (const auto& v : stored_values(p))
       if (v.stage == stage.number) roots.push_back(v.value);
@@ -949,11 +943,10 @@ class CudaEmitter {
     const std::vector<StoredValue> stored = stored_values(p);
     const auto names = operand_names(p);
     std::map<Domain, std::vector<const Output*>> outputs;
+    for (const auto& o : p.element_outputs) outputs[o.level].push_back(&o);
+    const std::vector<const Output*> computed = update_computes(p, stored);
     std::vector<Expr> all;  // the code the stage computes
-    for (const auto& o : p.element_outputs) {
-      outputs[o.level].push_back(&o);
-      if (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)) all.push_back(o.value);
-    }
+    for (const Output* o : computed) all.push_back(o->value);
     w.line("/// The Update stage's code (rows and columns): every output from the operands.");
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
@@ -999,21 +992,19 @@ class CudaEmitter {
       w.line("// Each " + std::string(at == Domain::Row ? "row's" : "column's") + " new state, stored once: at its " +
              (at == Domain::Row ? "column 0." : "row 0."));
       auto block = w.block(std::string("if (") + condition + ")");
-      std::vector<Expr> roots;  // the new values computed here
+      std::vector<Expr> roots;  // the new values computed here; the others are loaded
       for (const Output* o : outputs[at])
-        if (!loaded_value(stored, o->name, at, order, true)) roots.push_back(o->value);
+        if (std::find(computed.begin(), computed.end(), o) != computed.end()) roots.push_back(o->value);
       CudaPrinter printer(false, &p);
       printer.set_shaped(element_indices(order));
       auto texts = write_level_code(w, roots, at, printer, "float", taken);
       for (const auto& [node, name] : printer.names) taken.insert(name);
-      size_t computed = 0;
+      size_t next = 0;
       for (const Output* o : outputs[at]) {
         const size_t op = std::find(names.begin(), names.end(), o->name) - names.begin();
         const StoredValue* v = loaded_value(stored, o->name, at, order, true);
-        const std::string value = v ? std::string(at == Domain::Row ? "sh_.row_value(" : "sh_.col_value(") +
-                                          std::to_string(v->slot) + ", " + index + ")"
-                                    : texts[computed++];
-        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", " + value + ");  // " + o->name);
+        w.line("sh_.store_state(" + std::to_string(op) + ", " + index + ", " + (v ? printer.load(*v) : texts[next++]) +
+               ");  // " + o->name);
       }
     }
   }

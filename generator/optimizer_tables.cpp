@@ -75,9 +75,10 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     const bool always = std::all_of(row.state_presence.begin(), row.state_presence.end(),
                                     [](Presence presence) { return presence == Presence::Always; });
     if (always) row.state_presence.clear();
-    row.stored_matrix_values = stored_count(p, Domain::Matrix);
-    row.stored_row_values = stored_count(p, Domain::Row);
-    row.stored_col_values = stored_count(p, Domain::Column);
+    for (const StoredValue& v : stored_values(p))
+      ++(v.level == Domain::Matrix ? row.stored_matrix_values
+         : v.level == Domain::Row  ? row.stored_row_values
+                                   : row.stored_col_values);
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     for (const Storage& s : storage) {

@@ -8,18 +8,20 @@
 
 namespace optgen {
 
-namespace {
-
-/// The kind of block that finishes reduction r's results (kernel_abi::BlockKind).
-int line_kind(const ReductionValue& r) {
+kernel_abi::BlockKind block_kind(const ReductionValue& r) {
   switch (r.scope) {
+    case Domain::Tensor:
+    case Domain::Group: return kernel_abi::kChunkRuns;
     case Domain::Row: return kernel_abi::kRowLines;
     case Domain::Column: return kernel_abi::kColumnSegments;
     case Domain::Matrix:
       return r.operand->level == Domain::Column ? kernel_abi::kMatrixColumnLines : kernel_abi::kMatrixRowLines;
-    default: return kernel_abi::kChunkRuns;
+    case Domain::Element: break;
   }
+  throw InternalError("block_kind: reduction '" + r.name + "' into the element domain");
 }
+
+namespace {
 
 /// When the reductions code of `level` reads are finished: the latest stage of those of `level`
 /// read directly or through values of `level` (`own`), with the kinds of line that finish them at
@@ -50,7 +52,7 @@ Finish finish_of(const Program& p, const Expr& code, Domain level) {
             if (r.stage > f.own) f.kinds.clear();
             if (r.stage >= f.own) {
               f.own = r.stage;
-              f.kinds.insert(line_kind(r));
+              f.kinds.insert(block_kind(r));
             }
           } else {
             f.other = std::max(f.other, r.stage);
@@ -86,12 +88,6 @@ std::vector<StoredValue> stored_values(const Program& variant) {
   return stored;
 }
 
-int stored_count(const Program& variant, Domain level) {
-  int count = 0;
-  for (const auto& v : stored_values(variant)) count += v.level == level ? 1 : 0;
-  return count;
-}
-
 const StoredValue* loaded_value(const std::vector<StoredValue>& stored, const std::string& name, Domain level,
                                 int order, bool new_state) {
   for (const auto& v : stored)
@@ -102,22 +98,10 @@ const StoredValue* loaded_value(const std::vector<StoredValue>& stored, const st
 unsigned stage_blocks(const Program& variant, const Stage& stage) {
   if (stage.kind != StageKind::Reduce || !uses_shapes(variant)) return 0;
   unsigned mask = 0;
-  auto add = [&](kernel_abi::BlockKind kind) { mask |= 1u << kind; };
-  for (const auto& r : variant.reductions) {
-    if (r.stage != stage.number) continue;
-    switch (r.scope) {
-      case Domain::Tensor:
-      case Domain::Group: add(kernel_abi::kChunkRuns); break;
-      case Domain::Row: add(kernel_abi::kRowLines); break;
-      case Domain::Column: add(kernel_abi::kColumnSegments); break;
-      case Domain::Matrix:
-        add(r.operand->level == Domain::Column ? kernel_abi::kMatrixColumnLines : kernel_abi::kMatrixRowLines);
-        break;
-      case Domain::Element: throw InternalError("stage_blocks: a reduction into the element domain");
-    }
-  }
+  for (const auto& r : variant.reductions)
+    if (r.stage == stage.number) mask |= 1u << block_kind(r);
   // The first Reduce stage copies the row and column states the Update stage reads.
-  if (stage.number == 1 && update_reads_shaped_states(variant)) add(kernel_abi::kSnapshot);
+  if (stage.number == 1 && update_reads_shaped_states(variant)) mask |= 1u << kernel_abi::kSnapshot;
   return mask;
 }
 
@@ -167,14 +151,19 @@ std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Prog
   return by_level;
 }
 
+std::vector<const Output*> update_computes(const Program& variant, const std::vector<StoredValue>& stored) {
+  const int order = static_cast<int>(variant.stages.size());
+  std::vector<const Output*> list;
+  for (const auto& o : variant.element_outputs)
+    if (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)) list.push_back(&o);
+  return list;
+}
+
 bool update_reads_shaped_states(const Program& variant) {
   if (!uses_shapes(variant)) return false;
-  const int order = static_cast<int>(variant.stages.size());
-  const std::vector<StoredValue> stored = stored_values(variant);
   std::vector<Expr> roots;
-  for (const auto& o : variant.element_outputs)
-    if (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)) roots.push_back(o.value);
-  for (const auto& [level, list] : shaped_values_read(variant, roots, order))
+  for (const Output* o : update_computes(variant, stored_values(variant))) roots.push_back(o->value);
+  for (const auto& [level, list] : shaped_values_read(variant, roots, static_cast<int>(variant.stages.size())))
     for (const HoistedValue* v : list) roots.push_back(v->value);
   bool reads = false;
   for (const auto& root : roots)

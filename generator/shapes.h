@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir.h"
+#include "optgen/kernel_abi.h"
 
 namespace optgen {
 
@@ -37,15 +38,22 @@ struct StoredValue {
 /// own stage) is not stored: code computes it where it reads it.
 std::vector<StoredValue> stored_values(const Program& variant);
 
-/// How many of the variant's stored values are of `level`.
-int stored_count(const Program& variant, Domain level);
-
 /// The stored value `name` of `level` that code of stage `order` loads (stored by an earlier
 /// stage), or null; `new_state` picks a state's new value. `order`: a Reduce stage's number, the
 /// Update stage's one more than the last Reduce stage's (Program::stages.size()), 0 for code outside
 /// the stages (the CPU reference), which loads nothing.
 const StoredValue* loaded_value(const std::vector<StoredValue>& stored, const std::string& name, Domain level,
                                 int order, bool new_state = false);
+
+/// The kind of block that computes and finishes reduction r's results in a variant with shapes:
+/// chunk runs for a tensor or group, row lines, column segments, or matrix lines of row or column
+/// code.
+kernel_abi::BlockKind block_kind(const ReductionValue& r);
+
+/// The outputs whose new values the Update stage computes: every element output, and each row or
+/// column state's that no Reduce stage stored (`stored`: the variant's stored_values); it loads the
+/// others.
+std::vector<const Output*> update_computes(const Program& variant, const std::vector<StoredValue>& stored);
 
 /// The kinds of block Reduce stage `stage` of a variant with shapes launches, a mask of
 /// kernel_abi::BlockKind bits; 0 for the Update stage and for a variant without shapes.
