@@ -144,6 +144,9 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -313,6 +316,9 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 4 : -1; }
+      static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -350,6 +356,9 @@ namespace variants::adafactor {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+    // The stored values its element code loads, by slot: Position loads them once per vector.
+    static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
     /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x11u;  // written back: param, variance
@@ -378,7 +387,7 @@ namespace variants::adafactor {
 
     /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
     template <typename Sh_, typename Math>
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
       const float eps1_times_eps1 = k_.eps1_times_eps1;
@@ -408,11 +417,14 @@ namespace variants::adafactor {
       const float variance_next_2 = not_factored ? variance_next : variance;
       v_[0] = param_next;  // param
       v_[4] = variance_next_2;  // variance
-      // Each row's new state, stored once: at its column 0.
+    }
+
+    /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+    template <typename Sh_>
+    static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
         sh_.store_state(2, ix_.p, sh_.row_value(1, ix_.p));  // row_var
       }
-      // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
         sh_.store_state(3, ix_.q, sh_.col_value(1, ix_.q));  // col_var
       }
@@ -538,6 +550,9 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x2u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -746,6 +761,9 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 5 : -1; }
+      static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -785,6 +803,9 @@ namespace variants::adafactor_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+    // The stored values its element code loads, by slot: Position loads them once per vector.
+    static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
     /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x11u;  // written back: param, variance
@@ -818,7 +839,7 @@ namespace variants::adafactor_clip_grad_norm {
 
     /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
     template <typename Sh_, typename Math>
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
       const float eps1_times_eps1 = k_.eps1_times_eps1;
@@ -850,11 +871,14 @@ namespace variants::adafactor_clip_grad_norm {
       const float variance_next_2 = not_factored ? variance_next : variance;
       v_[0] = param_next;  // param
       v_[4] = variance_next_2;  // variance
-      // Each row's new state, stored once: at its column 0.
+    }
+
+    /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+    template <typename Sh_>
+    static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
         sh_.store_state(2, ix_.p, sh_.row_value(1, ix_.p));  // row_var
       }
-      // Each column's new state, stored once: at its row 0.
       if (ix_.r == 0) {
         sh_.store_state(3, ix_.q, sh_.col_value(1, ix_.q));  // col_var
       }

@@ -160,6 +160,9 @@ namespace variants::adam_mini {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+    // The stored values its element code loads, by slot: Position loads them once per vector.
+    static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
     /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
@@ -176,7 +179,7 @@ namespace variants::adam_mini {
 
     /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
     template <typename Sh_, typename Math>
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta1 = k_.one_minus_beta1;
       const float one_over_bias_correction_1 = k_.one_over_bias_correction_1;
@@ -207,7 +210,11 @@ namespace variants::adam_mini {
       v_[0] = param_next;  // param
       v_[2] = m_next;  // m
       v_[4] = v_next_2;  // v
-      // Each row's new state, stored once: at its column 0.
+    }
+
+    /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+    template <typename Sh_>
+    static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
         sh_.store_state(3, ix_.p, sh_.row_value(1, ix_.p));  // vmean
       }
@@ -317,6 +324,9 @@ namespace variants::adam_mini_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
       template <typename Sh_>
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
@@ -403,6 +413,9 @@ namespace variants::adam_mini_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+    // The stored values its element code loads, by slot: Position loads them once per vector.
+    static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
     /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
@@ -424,7 +437,7 @@ namespace variants::adam_mini_clip_grad_norm {
 
     /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
     template <typename Sh_, typename Math>
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
       const float one_minus_beta1 = k_.one_minus_beta1;
       const float one_over_bias_correction_1 = k_.one_over_bias_correction_1;
@@ -457,7 +470,11 @@ namespace variants::adam_mini_clip_grad_norm {
       v_[0] = param_next;  // param
       v_[2] = m_next;  // m
       v_[4] = v_next_2;  // v
-      // Each row's new state, stored once: at its column 0.
+    }
+
+    /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+    template <typename Sh_>
+    static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
         sh_.store_state(3, ix_.p, sh_.row_value(1, ix_.p));  // vmean
       }

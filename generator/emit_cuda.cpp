@@ -784,6 +784,7 @@ class CudaEmitter {
     if (specialization) w.line("template <>");
     auto st = w.block("struct " + name, "};");
     reduction_constants(w, p, list, roots, elements);
+    if (elements) loaded_slot_masks(w, p, roots, stage.number, reads_position(p, roots, stage.number));
     if (!elements) stored_values_finish(w, p, stage, kind);
     w.line();
     w.line("template <typename Sh_>");
@@ -813,6 +814,19 @@ class CudaEmitter {
     for (size_t i = 0; i < values.size(); ++i) {
       w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
     }
+  }
+
+  /// What Position (device/shape.cuh) finds for element code of `roots` in stage `order`: whether it
+  /// needs each element's index (`indexed`), and the stored values it loads for every element, by
+  /// slot.
+  static void loaded_slot_masks(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, int order,
+                                bool indexed) {
+    const LoadedSlots slots = loaded_slots(p, roots, order);
+    w.line(std::string("static constexpr bool kIndexed = ") + (indexed ? "true" : "false") +
+           ";  // reads its element's row, column or matrix (ix_)");
+    w.line("// The stored values its element code loads, by slot: Position loads them once per vector.");
+    w.line("static constexpr unsigned kRowValues = " + hex(slots.row) + ", kColValues = " + hex(slots.col) +
+           ", kMatrixValues = " + hex(slots.matrix) + ";");
   }
 
   /// `kStoredValues` and `finish`: the values (shapes.h's stored_values) that the lines of `kind` of
@@ -947,6 +961,8 @@ class CudaEmitter {
     const std::vector<const Output*> computed = update_computes(p, stored);
     std::vector<Expr> all;  // the code the stage computes
     for (const Output* o : computed) all.push_back(o->value);
+    std::vector<Expr> element_roots;  // apply's: the element outputs
+    for (const Output* o : outputs[Domain::Element]) element_roots.push_back(o->value);
     w.line("/// The Update stage's code (rows and columns): every output from the operands.");
     auto st = w.block("struct Update", "};");
     w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
@@ -956,29 +972,24 @@ class CudaEmitter {
            ";  // reads values computed per tensor");
     first_stage(w, p);
     w.line("static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_");
+    // Indexed where it stores a row or column state too (store_states reads the element's index).
+    const bool stores_states = !outputs[Domain::Row].empty() || !outputs[Domain::Column].empty();
+    loaded_slot_masks(w, p, element_roots, order, stores_states || reads_position(p, all, order));
     w.line("/// Element operands (row and column states go through sh_).");
     operand_masks(w, p, with_shaped_values(p, all, order));
     w.line();
     std::set<std::string> taken = shaped_taken_names(p);
     tensor_values(w, p, read, taken, true);
     w.line();
-    w.line("/// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).");
-    w.line("template <typename Sh_, typename Math>");
-    auto fn = w.block(
-        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-        "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, const optgen::ElementIndex& ix_, float (&v_)[kOperands], "
-        "[[maybe_unused]] Math& m_)");
-    // The prologue and the matrix, column and row values of all the code, row and column outputs'
-    // included; then the element outputs.
-    element_prologue(w, p, with_shaped_values(p, all, order));
-    shaped_values(w, p, all, element_indices(order), taken);
-    std::vector<Expr> element_roots;
-    for (const Output* o : outputs[Domain::Element]) element_roots.push_back(o->value);
     {
-      CudaPrinter printer(false, &p);
-      printer.set_shaped(element_indices(order));
-      auto texts = write_level_code(w, element_roots, Domain::Element, printer, "float", taken);
-      for (const auto& [node, name] : printer.names) taken.insert(name);
+      w.line("/// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).");
+      w.line("template <typename Sh_, typename Math>");
+      auto fn = w.block(
+          "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
+          "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float "
+          "(&v_)[kOperands], [[maybe_unused]] Math& m_)");
+      std::set<std::string> names_taken = taken;
+      auto texts = shaped_code(w, p, element_roots, Domain::Element, element_indices(order), names_taken);
       for (size_t j = 0; j < texts.size(); ++j) {
         const std::string& out = outputs[Domain::Element][j]->name;
         const size_t index = std::find(names.begin(), names.end(), out) - names.begin();
@@ -986,19 +997,26 @@ class CudaEmitter {
         w.line("v_[" + std::to_string(index) + "] = " + texts[j] + ";  // " + out);
       }
     }
+    w.line();
+    // The row and column states: apart from apply, so that a vector's elements compute with no
+    // branch between them (Position::store_states calls this for each once they are stored).
+    w.line("/// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).");
+    w.line("template <typename Sh_>");
+    auto fn = w.block(
+        "static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, "
+        "[[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const "
+        "optgen::ElementIndex& ix_)");
     for (const auto& [at, condition, index] :
          {std::tuple{Domain::Row, "ix_.c == 0", "ix_.p"}, std::tuple{Domain::Column, "ix_.r == 0", "ix_.q"}}) {
       if (outputs[at].empty()) continue;
-      w.line("// Each " + std::string(at == Domain::Row ? "row's" : "column's") + " new state, stored once: at its " +
-             (at == Domain::Row ? "column 0." : "row 0."));
       auto block = w.block(std::string("if (") + condition + ")");
       std::vector<Expr> roots;  // the new values computed here; the others are loaded
       for (const Output* o : outputs[at])
         if (std::find(computed.begin(), computed.end(), o) != computed.end()) roots.push_back(o->value);
+      std::set<std::string> names_taken = taken;
+      auto texts = shaped_code(w, p, roots, at, element_indices(order), names_taken);
       CudaPrinter printer(false, &p);
       printer.set_shaped(element_indices(order));
-      auto texts = write_level_code(w, roots, at, printer, "float", taken);
-      for (const auto& [node, name] : printer.names) taken.insert(name);
       size_t next = 0;
       for (const Output* o : outputs[at]) {
         const size_t op = std::find(names.begin(), names.end(), o->name) - names.begin();

@@ -151,6 +151,37 @@ std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Prog
   return by_level;
 }
 
+LoadedSlots loaded_slots(const Program& variant, const std::vector<Expr>& roots, int order) {
+  const std::vector<StoredValue> stored = stored_values(variant);
+  std::vector<Expr> all = roots;
+  for (const auto& [level, list] : shaped_values_read(variant, roots, order))
+    for (const HoistedValue* v : list) all.push_back(v->value);
+  LoadedSlots slots;
+  for (const auto& root : all)
+    for_each_node(root, [&](const Expr& e) {
+      if (e->kind != NodeKind::Var || e->var != VarKind::Hoisted) return;
+      const StoredValue* v = loaded_value(stored, e->name, e->level, order);
+      if (!v) return;
+      if (v->slot >= 32) throw InternalError("loaded_slots: more than 32 stored values of one level");
+      (v->level == Domain::Row ? slots.row : v->level == Domain::Column ? slots.col : slots.matrix) |= 1u << v->slot;
+    });
+  return slots;
+}
+
+bool reads_position(const Program& variant, const std::vector<Expr>& roots, int order) {
+  bool reads = !shaped_values_read(variant, roots, order).empty();
+  for (const auto& root : roots)
+    for_each_node(root, [&](const Expr& e) {
+      if (e->kind != NodeKind::Var) return;
+      const bool shaped_level = e->level == Domain::Row || e->level == Domain::Column || e->level == Domain::Matrix;
+      if ((e->var == VarKind::Hoisted || e->var == VarKind::State) && shaped_level) reads = true;
+      if (e->var == VarKind::Reduced)
+        for (const auto& r : variant.reductions)
+          if (r.name == e->name && r.scope != Domain::Tensor && r.scope != Domain::Group) reads = true;
+    });
+  return reads;
+}
+
 std::vector<const Output*> update_computes(const Program& variant, const std::vector<StoredValue>& stored) {
   const int order = static_cast<int>(variant.stages.size());
   std::vector<const Output*> list;

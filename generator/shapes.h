@@ -75,6 +75,19 @@ std::vector<std::string> states_of_shape(const Program& variant, StateShape shap
 std::map<Domain, std::vector<const HoistedValue*>> shaped_values_read(const Program& variant, std::vector<Expr> roots,
                                                                       int order = 0);
 
+/// The stored values code of stage `order` loads for `roots` (directly or through the values it
+/// computes), as masks of their slots per level: what Position (device/shape.cuh) loads once per
+/// vector of elements (Code::kRowValues, kColValues, kMatrixValues).
+struct LoadedSlots {
+  unsigned row = 0, col = 0, matrix = 0;
+};
+LoadedSlots loaded_slots(const Program& variant, const std::vector<Expr>& roots, int order);
+
+/// Whether element code of `roots` in stage `order` reads anything of its element's row, column or
+/// matrix (a value, a result or a state), directly or through the values it computes: Position then
+/// finds each element's index (ix_).
+bool reads_position(const Program& variant, const std::vector<Expr>& roots, int order);
+
 /// Whether the Update stage's code reads a row or column state itself (not through a stored value),
 /// which it then reads from the snapshot the first Reduce stage takes (kernel_abi::kSnapshot).
 bool update_reads_shaped_states(const Program& variant);

@@ -161,6 +161,53 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
         (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot)));
 }
 
+TEST_CASE("element code loads each stored value it reads through Position, and finds no index it does not read",
+          "[shapes]") {
+  auto compiled = [](const std::string& path) {
+    static std::vector<std::unique_ptr<optgen::Spec>> specs;  // the programs point into their spec
+    specs.push_back(std::make_unique<optgen::Spec>(optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + path)));
+    return optgen::compile_spec(*specs.back(), {}).front();  // the variant without clipping
+  };
+  // The roots of stage `order`'s chunk runs (a Reduce stage), or of the Update stage's element code.
+  auto roots = [](const optgen::Program& p, int order) {
+    std::vector<optgen::Expr> list;
+    if (order > static_cast<int>(p.stages.size()) - 1) {
+      for (const auto& o : p.element_outputs)
+        if (o.level == optgen::Domain::Element) list.push_back(o.value);
+    } else {
+      for (const auto& r : p.reductions)
+        if (r.stage == order && optgen::block_kind(r) == abi::kChunkRuns) list.push_back(r.operand);
+    }
+    return list;
+  };
+  auto slots = [&](const optgen::Program& p, int order) {
+    const optgen::LoadedSlots s = optgen::loaded_slots(p, roots(p, order), order);
+    return std::vector<unsigned>{s.row, s.col, s.matrix};
+  };
+  using Masks = std::vector<unsigned>;
+
+  // Adafactor: stage 1's chunk runs (the parameter's norm) read nothing of rows or columns; stage 3
+  // (the update's norm) and the Update stage load row_var_next, col_var_next and the matrix mean
+  // (slot 0 of each). The new states (slot 1) are not among them: store_states loads those as
+  // stored, for the elements that store them.
+  const optgen::Program adafactor = compiled("/specs/adafactor.yaml");
+  REQUIRE(adafactor.stages.size() == 4);
+  CHECK_FALSE(optgen::reads_position(adafactor, roots(adafactor, 1), 1));
+  CHECK(slots(adafactor, 1) == Masks{0, 0, 0});
+  CHECK(optgen::reads_position(adafactor, roots(adafactor, 3), 3));
+  CHECK(slots(adafactor, 3) == Masks{1, 1, 1});
+  CHECK(slots(adafactor, 4) == Masks{1, 1, 1});
+
+  const optgen::Program adam_mini = compiled("/specs/adam_mini.yaml");
+  CHECK(slots(adam_mini, static_cast<int>(adam_mini.stages.size())) == Masks{1, 0, 0});
+
+  // row_inline's r is computed per element from the snapshot (no slot), c's value is loaded.
+  const optgen::Program row_inline = compiled("/tests/specs/row_inline.yaml");
+  const int update = static_cast<int>(row_inline.stages.size());
+  CHECK(optgen::reads_position(row_inline, roots(row_inline, update), update));
+  CHECK(slots(row_inline, update) == Masks{0, 1, 0});
+}
+
 TEST_CASE("a variant without rows or columns has no stage blocks and no state presence", "[shapes]") {
   const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/lamb.yaml");
   const optgen::KernelTables tables =

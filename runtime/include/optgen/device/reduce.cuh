@@ -187,8 +187,9 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
   // gradient norm) holds four times the Update stage's count, with little math per element; one
   // of several (LAMB's norms read four, and recompute the update) twice, which keeps its registers
   // within the launch bounds (NVRTC's no-spill test checks every built-in). Code of rows and
-  // columns, which advances each element's index, holds the Update stage's count: with more,
-  // Adafactor's steps took 5% (gpt2) to 21% (ghostnet_100) longer.
+  // columns holds the Update stage's count: its kernel's row lines and column segments are held
+  // to the registers its chunk runs take, and with more, Adafactor's steps took 5% (gpt2) to 21%
+  // (ghostnet_100) longer (72 registers against 106 in its first Reduce stage).
   constexpr int kLoaded = loaded_operands<Code>();
   constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
   constexpr int U = kShaped                               ? element_tiles<V>()
@@ -210,7 +211,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
     const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
     const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
 
-    Position<Stage, Ops, kShaped> at(table, t);
+    Position<Stage, Code, Ops, kShaped, V> at(table, t);
     void* ptr[kOps];
     const float* absmax[kOps];
     bool aligned = true;
@@ -228,13 +229,23 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
     float acc[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    auto add = [&](float (&x)[kOps]) {
+    auto add = [&](float (&x)[kOps], int e, bool in_row) {
       if (scaled) x[1] = x[1] / grad_scale;
       float value[kR];
-      at.template apply<Code>(k, tv, x, value);
-      at.next();
+      at.apply(k, tv, x, value);
+      at.next(e, in_row);
 #pragma unroll
       for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+    };
+    // A vector's elements; with no branch between them where they share a row (in_row constant).
+    auto add_vector = [&](const float (&operands)[kOps][V], bool in_row) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float x[kOps];
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) x[op] = operands[op][e];
+        add(x, e, in_row);
+      }
     };
 
     const long long vector_end = aligned ? start + (end - start) / V * V : start;
@@ -258,13 +269,10 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       for (int u = 0; u < U; ++u) {
         if (base + u * kStride >= vector_end) continue;
         at.seek(base + u * kStride);
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          float x[kOps];
-#pragma unroll
-          for (int op = 0; op < kOps; ++op) x[op] = v[u][op][e];
-          add(x);
-        }
+        if (at.in_row())
+          add_vector(v[u], true);
+        else
+          add_vector(v[u], false);
       }
     }
     for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
@@ -274,8 +282,8 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
         x[op] = 0.0f;
         if (Code::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op], absmax[op]);
       }
-      at.seek(i);
-      add(x);
+      at.seek(i, false);
+      add(x, 0, false);
     }
 
     finish_run<Code>(red, acc, chunk, run);

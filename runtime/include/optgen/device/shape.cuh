@@ -149,12 +149,52 @@ __device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& ta
   return s;
 }
 
+/// How many slots a mask of stored-value slots spans (at least one: arrays are not empty).
+__host__ __device__ constexpr int slot_span(unsigned mask) {
+  int n = 1;
+  for (int j = 0; j < 32; ++j)
+    if ((mask >> j) & 1u) n = j + 1;
+  return n;
+}
+
+/// What the code of one element reads of its tensor (the `sh_` of generated code): Shaped's, but the
+/// stored values in kRows, kCols and kMatrices (masks of slots), which Position loaded for it
+/// through the read-only cache (a row's and a matrix's once per vector of elements of one row).
+template <typename Sh, unsigned kRows, unsigned kCols, unsigned kMatrices>
+struct ElementValues {
+  const Sh& sh;
+  float row[slot_span(kRows)], col[slot_span(kCols)], matrix[slot_span(kMatrices)];
+
+  __device__ __forceinline__ float row_value(int j, long long p) const {
+    return (kRows >> j) & 1u ? row[j] : sh.row_value(j, p);
+  }
+  __device__ __forceinline__ float col_value(int j, long long q) const {
+    return (kCols >> j) & 1u ? col[j] : sh.col_value(j, q);
+  }
+  __device__ __forceinline__ float matrix_value(int j, long long b) const {
+    return (kMatrices >> j) & 1u ? matrix[j] : sh.matrix_value(j, b);
+  }
+  __device__ __forceinline__ float row_result(int s, long long p) const { return sh.row_result(s, p); }
+  __device__ __forceinline__ float col_result(int s, long long q) const { return sh.col_result(s, q); }
+  __device__ __forceinline__ float matrix_result(int s, long long b) const { return sh.matrix_result(s, b); }
+  __device__ __forceinline__ float row_state(int op, int j, long long p) const { return sh.row_state(op, j, p); }
+  __device__ __forceinline__ float col_state(int op, int j, long long q) const { return sh.col_state(op, j, q); }
+  __device__ __forceinline__ void store_state(int op, long long index, float x) const { sh.store_state(op, index, x); }
+};
+
 /// Where a stage's elements are, as their code needs it: nothing for element-wise code; for code
 /// of rows and columns (kShaped), its tensor (Shaped; the row and column states from the snapshot
-/// where kFromSnapshot: the Update stage's) and the element's row, column and matrix, found once
-/// per vector (seek) and advanced element by element (next). `Stage` is the struct whose tensor()
-/// computes the stage's tensor values; apply() calls a code struct's apply with what it reads.
-template <typename Stage, typename Ops, bool kShaped, bool kFromSnapshot = false>
+/// where kFromSnapshot: the Update stage's), the element's row, column and matrix, and the stored
+/// values `Code` reads (Code::kRowValues, kColValues, kMatrixValues), where it reads any of them
+/// (Code::kIndexed: else its tensor's values and shape only). A loop visits V consecutive
+/// elements at a time: seek finds the first (two divisions) and loads its row's and matrix's
+/// values, once for all V where they lie in one row (the tensor's rows are a multiple of V long);
+/// next advances to the following one and, outside a row of vectors, loads its row's and matrix's
+/// values again. `Stage` is the struct whose tensor() computes the stage's tensor values; apply()
+/// calls Code::apply with what it reads (its column's values loaded there: held for a whole
+/// vector, they spilled in Adafactor's stochastic-rounding kernels); store_states and
+/// finish_vector store the Update stage's row and column states.
+template <typename Stage, typename Code, typename Ops, bool kShaped, int V, bool kFromSnapshot = false>
 struct Position {
   __device__ __forceinline__ Position(const TableView&, int) {}
   template <typename Values, typename Results>
@@ -164,19 +204,32 @@ struct Position {
   }
   /// Whether an operand exists for this tensor (every one does here).
   __device__ __forceinline__ bool present(const void*) const { return true; }
-  __device__ __forceinline__ void seek(long long) {}
-  __device__ __forceinline__ void next() {}
-  template <typename Code, typename Values, typename TensorValues, typename A, typename B>
+  __device__ __forceinline__ void seek(long long, bool = true) {}
+  __device__ __forceinline__ bool in_row() const { return true; }
+  __device__ __forceinline__ void next(int, bool) {}
+  template <typename Values, typename TensorValues, typename A, typename B>
   __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b) const {
     Code::apply(k, tv, a, b);
   }
+  template <typename Values, typename TensorValues>
+  __device__ __forceinline__ void store_states(const Values&, const TensorValues&, bool) const {}
+  template <typename Values, typename TensorValues>
+  __device__ __forceinline__ void finish_vector(const Values&, const TensorValues&) const {}
 };
 
-template <typename Stage, typename Ops, bool kFromSnapshot>
-struct Position<Stage, Ops, true, kFromSnapshot> {
-  Shaped<Ops, kFromSnapshot> sh;
+template <typename Stage, typename Code, typename Ops, int V, bool kFromSnapshot>
+struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
+  typedef Shaped<Ops, kFromSnapshot> Sh;
+  static constexpr unsigned kRows = Code::kRowValues, kCols = Code::kColValues, kMatrices = Code::kMatrixValues;
+  Sh sh;
   ElementIndex ix;
-  __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, kFromSnapshot>(table, t)) {}
+  bool rows_of_vectors;  ///< every row holds whole vectors: a vector's elements share their row
+  bool in_row_;          ///< the vector since the last seek lies in one row (its values are loaded)
+  float row[slot_span(kRows)], matrix[slot_span(kMatrices)];
+
+  __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, kFromSnapshot>(table, t)) {
+    rows_of_vectors = sh.C % V == 0;
+  }
   template <typename Values, typename Results>
   __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
                                                                  const Results& r) const {
@@ -185,11 +238,79 @@ struct Position<Stage, Ops, true, kFromSnapshot> {
   /// A state that exists for factored tensors only, or for the others only, has no pointer where
   /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
   __device__ __forceinline__ bool present(const void* data) const { return data != nullptr; }
-  __device__ __forceinline__ void seek(long long i) { ix = element_index(i, sh.R, sh.C); }
-  __device__ __forceinline__ void next() { advance(ix, sh.R, sh.C); }
-  template <typename Code, typename Values, typename TensorValues, typename A, typename B>
+
+  /// Element i, the first of the V a vector loop visits (`vector`), or one on its own.
+  __device__ __forceinline__ void seek(long long i, bool vector = true) {
+    in_row_ = vector && rows_of_vectors;
+    if (!Code::kIndexed) return;
+    ix = element_index(i, sh.R, sh.C);
+    load_row();
+  }
+  /// Whether the vector since the last seek lies in one row. A loop over its elements branches on
+  /// it once and hands next() the constant: `if (at.in_row()) body(true); else body(false);`, each
+  /// copy of the body then runs its elements with no branch between them.
+  __device__ __forceinline__ bool in_row() const { return in_row_; }
+  /// From element e of the vector to element e + 1 (in_row: as in_row() said, a constant).
+  __device__ __forceinline__ void next(int e, bool in_row) {
+    if (!Code::kIndexed) return;
+    if (in_row) {
+      ++ix.i;
+      ++ix.c;
+      ++ix.q;
+      return;
+    }
+    advance(ix, sh.R, sh.C);
+    if (e + 1 < V) load_row();
+  }
+  template <typename Values, typename TensorValues, typename A, typename B>
   __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b) const {
-    Code::apply(k, tv, sh, ix, a, b);
+    ElementValues<Sh, kRows, kCols, kMatrices> at{sh};
+#pragma unroll
+    for (int j = 0; j < slot_span(kRows); ++j)
+      if ((kRows >> j) & 1u) at.row[j] = row[j];
+#pragma unroll
+    for (int j = 0; j < slot_span(kCols); ++j)
+      if ((kCols >> j) & 1u) at.col[j] = __ldg(sh.col_values + j * sh.num_cols + ix.q);
+#pragma unroll
+    for (int j = 0; j < slot_span(kMatrices); ++j)
+      if ((kMatrices >> j) & 1u) at.matrix[j] = matrix[j];
+    Code::apply(k, tv, at, ix, a, b);
+  }
+  /// The row and column states of the element (the Update stage's Code::store_states stores those
+  /// of a row's column 0 and a column's row 0): stored now outside a row of vectors (in_row, a
+  /// constant as for next), else by finish_vector once the vector's elements are computed.
+  template <typename Values, typename TensorValues>
+  __device__ __forceinline__ void store_states(const Values& k, const TensorValues& tv, bool in_row) const {
+    if (!in_row) Code::store_states(k, tv, sh, ix);
+  }
+  /// The row and column states of a vector in one row, once its elements are computed (next has
+  /// passed them: the vector starts V elements back).
+  template <typename Values, typename TensorValues>
+  __device__ __forceinline__ void finish_vector(const Values& k, const TensorValues& tv) const {
+    if (!in_row_) return;
+    ElementIndex x = ix;
+    x.i -= V;
+    x.c -= V;
+    x.q -= V;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      Code::store_states(k, tv, sh, x);
+      ++x.i;
+      ++x.c;
+      ++x.q;
+    }
+  }
+
+ private:
+  // The row's and matrix's values, through the read-only data cache (the stage that loads them does
+  // not write them), as apply() loads the column's.
+  __device__ __forceinline__ void load_row() {
+#pragma unroll
+    for (int j = 0; j < slot_span(kRows); ++j)
+      if ((kRows >> j) & 1u) row[j] = __ldg(sh.row_values + j * sh.num_rows + ix.p);
+#pragma unroll
+    for (int j = 0; j < slot_span(kMatrices); ++j)
+      if ((kMatrices >> j) & 1u) matrix[j] = __ldg(sh.matrix_values + j * sh.num_matrices + ix.b);
   }
 };
 
