@@ -693,9 +693,9 @@ class CudaEmitter {
 
   // ---- Variants with rows and columns (uses_shapes): shaped_reduce_stage (optgen/device/shaped.cuh)
   // and update_stage (update.cuh, through its Position) drive the structs below. Element code sees its row, column and
-  // matrix (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are computed where they are read, in float
-  // (the reference computes them once per row in double and rounds: in double here, per element, their divisions took
-  // most of a stage's time), from the results of earlier stages and the row and column states. ----
+  // matrix (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are loaded where an earlier stage stored
+  // them (shapes.h's stored_values; Position loads them, kRowValues, ...), else computed where they are read, in float,
+  // from the results of earlier stages and the row and column states. ----
 
   /// The names a shaped stage's code must not declare.
   static std::set<std::string> shaped_taken_names(const Program& p) {

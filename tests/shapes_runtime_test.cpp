@@ -37,6 +37,14 @@ std::vector<optgen::Program> adafactor_variants(optgen::Spec& spec) {
   return optgen::compile_spec(spec, {});
 }
 
+/// The variant without clipping of the spec at `path` (under the source tree), compiled; its spec
+/// is kept for the program to point into.
+optgen::Program first_variant(const std::string& path) {
+  static std::vector<std::unique_ptr<optgen::Spec>> specs;
+  specs.push_back(std::make_unique<optgen::Spec>(optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + path)));
+  return optgen::compile_spec(*specs.back(), {}).front();
+}
+
 const optgen::VariantRow& row_named(const optgen::KernelTables& tables, const std::string& name) {
   for (const auto& v : tables.variants)
     if (v.name == name) return v;
@@ -120,11 +128,6 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
 
 TEST_CASE("values are stored by the lines that finish their results, and the snapshot taken only where read",
           "[shapes]") {
-  auto compiled = [](const std::string& path) {
-    static std::vector<std::unique_ptr<optgen::Spec>> specs;  // the programs point into their spec
-    specs.push_back(std::make_unique<optgen::Spec>(optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + path)));
-    return optgen::compile_spec(*specs.back(), {}).front();  // the variant without clipping
-  };
   auto describe = [](const optgen::Program& p) {
     std::vector<std::string> list;
     for (const optgen::StoredValue& v : optgen::stored_values(p))
@@ -135,7 +138,7 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
   };
   using Strings = std::vector<std::string>;
 
-  const optgen::Program adafactor = compiled("/specs/adafactor.yaml");
+  const optgen::Program adafactor = first_variant("/specs/adafactor.yaml");
   CHECK(describe(adafactor) ==
         Strings{"matrix max_sum_row_var_next_over_rows_eps1: stage 2, kind 3, slot 0",
                 "row row_var_next: stage 1, kind 1, slot 0", "row row_var (new state): stage 1, kind 1, slot 1",
@@ -146,14 +149,14 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
   CHECK(optgen::loaded_value(optgen::stored_values(adafactor), "row_var_next", optgen::Domain::Row, 1) == nullptr);
   CHECK(optgen::loaded_value(optgen::stored_values(adafactor), "row_var_next", optgen::Domain::Row, 0) == nullptr);
 
-  const optgen::Program adam_mini = compiled("/specs/adam_mini.yaml");
+  const optgen::Program adam_mini = first_variant("/specs/adam_mini.yaml");
   CHECK(describe(adam_mini) ==
         Strings{"row vmean_next: stage 1, kind 1, slot 0", "row vmean (new state): stage 1, kind 1, slot 1"});
   CHECK_FALSE(optgen::update_reads_shaped_states(adam_mini));
 
   // r's new value reads a row mean and a tensor norm of the same stage: no one line finishes both,
   // so the Update stage computes it, from the snapshot of r; c's are stored.
-  const optgen::Program row_inline = compiled("/tests/specs/row_inline.yaml");
+  const optgen::Program row_inline = first_variant("/tests/specs/row_inline.yaml");
   CHECK(describe(row_inline) ==
         Strings{"column one_plus_c_next: stage 1, kind 2, slot 0", "column c (new state): stage 1, kind 2, slot 1"});
   CHECK(optgen::update_reads_shaped_states(row_inline));
@@ -163,11 +166,6 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
 
 TEST_CASE("element code loads each stored value it reads through Position, and finds no index it does not read",
           "[shapes]") {
-  auto compiled = [](const std::string& path) {
-    static std::vector<std::unique_ptr<optgen::Spec>> specs;  // the programs point into their spec
-    specs.push_back(std::make_unique<optgen::Spec>(optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + path)));
-    return optgen::compile_spec(*specs.back(), {}).front();  // the variant without clipping
-  };
   // The roots of stage `order`'s chunk runs (a Reduce stage), or of the Update stage's element code.
   auto roots = [](const optgen::Program& p, int order) {
     std::vector<optgen::Expr> list;
@@ -190,7 +188,7 @@ TEST_CASE("element code loads each stored value it reads through Position, and f
   // (the update's norm) and the Update stage load row_var_next, col_var_next and the matrix mean
   // (slot 0 of each). The new states (slot 1) are not among them: store_states loads those as
   // stored, for the elements that store them.
-  const optgen::Program adafactor = compiled("/specs/adafactor.yaml");
+  const optgen::Program adafactor = first_variant("/specs/adafactor.yaml");
   REQUIRE(adafactor.stages.size() == 4);
   CHECK_FALSE(optgen::reads_position(adafactor, roots(adafactor, 1), 1));
   CHECK(slots(adafactor, 1) == Masks{0, 0, 0});
@@ -198,11 +196,11 @@ TEST_CASE("element code loads each stored value it reads through Position, and f
   CHECK(slots(adafactor, 3) == Masks{1, 1, 1});
   CHECK(slots(adafactor, 4) == Masks{1, 1, 1});
 
-  const optgen::Program adam_mini = compiled("/specs/adam_mini.yaml");
+  const optgen::Program adam_mini = first_variant("/specs/adam_mini.yaml");
   CHECK(slots(adam_mini, static_cast<int>(adam_mini.stages.size())) == Masks{1, 0, 0});
 
   // row_inline's r is computed per element from the snapshot (no slot), c's value is loaded.
-  const optgen::Program row_inline = compiled("/tests/specs/row_inline.yaml");
+  const optgen::Program row_inline = first_variant("/tests/specs/row_inline.yaml");
   const int update = static_cast<int>(row_inline.stages.size());
   CHECK(optgen::reads_position(row_inline, roots(row_inline, update), update));
   CHECK(slots(row_inline, update) == Masks{0, 1, 0});
