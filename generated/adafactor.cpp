@@ -34,6 +34,8 @@ namespace variants::adafactor {
       {"sum_row_var_next", false, 2, Domain::Matrix, 0},
       {"sum_u_times_u", false, 3, Domain::Tensor, 4},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
   /// Per state (kStates), the tensors it exists for.
@@ -55,6 +57,8 @@ namespace variants::adafactor_clip_grad_norm {
       {"sum_row_var_next", false, 3, Domain::Matrix, 0},
       {"sum_u_times_u", false, 4, Domain::Tensor, 5},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
   /// Per state (kStates), the tensors it exists for.
@@ -66,15 +70,15 @@ namespace variants::adafactor_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}},
-    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 2, 2}},
+    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}},
+    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 2, 2}},
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
     {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
-    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
     {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
     {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
 };
@@ -88,13 +92,13 @@ std::vector<double> values_of(const Adafactor::Options& o) { return {o.lr, o.bet
 
 const OptimizerInfo& Adafactor::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "Adafactor", "adafactor",
+      /*abi_version=*/11, "optgen 0.2.0", "Adafactor", "adafactor",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 2, kKernels, 6, &kernel_images::adafactor(),
-      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/2048};
+      /*block_size=*/128, /*elements_per_thread=*/8, /*chunk_size=*/2048};
   return info;
 }
 

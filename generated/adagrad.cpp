@@ -29,6 +29,8 @@ namespace variants::adagrad {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_bf16_f32_update"};
 }  // namespace variants::adagrad
@@ -40,14 +42,16 @@ namespace variants::adagrad_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adagrad_clip_grad_norm_f32_f32_reduce", "adagrad_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adagrad_clip_grad_norm_bf16_f32_reduce", "adagrad_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::adagrad_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", 1, variants::adagrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adagrad", variants::adagrad::kStates, 1, 16, "adagrad_group", variants::adagrad::kStageKinds, 1, variants::adagrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adagrad_clip_grad_norm", variants::adagrad_clip_grad_norm::kStates, 1, 20, "adagrad_clip_grad_norm_group", variants::adagrad_clip_grad_norm::kStageKinds, 2, variants::adagrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +70,7 @@ std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_de
 
 const OptimizerInfo& Adagrad::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "Adagrad", "adagrad",
+      /*abi_version=*/11, "optgen 0.2.0", "Adagrad", "adagrad",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -38,6 +38,8 @@ namespace variants::adam {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_f16_f32_update"};
@@ -58,6 +60,8 @@ namespace variants::adam_amsgrad {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_f16_f32_update"};
@@ -78,6 +82,8 @@ namespace variants::adam_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_clip_grad_norm_f32_f32_reduce", "adam_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_clip_grad_norm_bf16_f32_reduce", "adam_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_clip_grad_norm_f16_f32_reduce", "adam_clip_grad_norm_f16_f32_update"};
@@ -98,6 +104,8 @@ namespace variants::adam_amsgrad_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_amsgrad_clip_grad_norm_f32_f32_reduce", "adam_amsgrad_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_amsgrad_clip_grad_norm_bf16_f32_reduce", "adam_amsgrad_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adam_amsgrad_clip_grad_norm_f16_f32_reduce", "adam_amsgrad_clip_grad_norm_f16_f32_update"};
@@ -113,10 +121,10 @@ namespace variants::adam_amsgrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam", variants::adam::kStates, 2, 32, "adam_group", 1, variants::adam::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", 1, variants::adam_amsgrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", 2, variants::adam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adam", variants::adam::kStates, 2, 32, "adam_group", variants::adam::kStageKinds, 1, variants::adam::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adam_amsgrad", variants::adam_amsgrad::kStates, 3, 32, "adam_amsgrad_group", variants::adam_amsgrad::kStageKinds, 1, variants::adam_amsgrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adam_clip_grad_norm", variants::adam_clip_grad_norm::kStates, 2, 36, "adam_clip_grad_norm_group", variants::adam_clip_grad_norm::kStageKinds, 2, variants::adam_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adam_amsgrad_clip_grad_norm", variants::adam_amsgrad_clip_grad_norm::kStates, 3, 36, "adam_amsgrad_clip_grad_norm_group", variants::adam_amsgrad_clip_grad_norm::kStageKinds, 2, variants::adam_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -175,7 +183,7 @@ std::vector<double> values_of(const Adam::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "Adam", "adam",
+      /*abi_version=*/11, "optgen 0.2.0", "Adam", "adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -29,6 +29,8 @@ namespace variants::adam_mini {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"sum_grad_times_grad", false, 1, Domain::Row, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kRowLines, 0u};
   /// Per state (kStates), the tensors it exists for.
@@ -45,6 +47,8 @@ namespace variants::adam_mini_clip_grad_norm {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
       {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Row, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kRowLines, 0u};
   /// Per state (kStates), the tensors it exists for.
@@ -55,14 +59,14 @@ namespace variants::adam_mini_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 2, 0}},
-    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 2, 0}},
+    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 2, 0}},
+    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 2, 0}},
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
     {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 2048},
+    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
     {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
 };
 
@@ -75,13 +79,13 @@ std::vector<double> values_of(const AdamMini::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdamMini::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "AdamMini", "adam_mini",
+      /*abi_version=*/11, "optgen 0.2.0", "AdamMini", "adam_mini",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 2, kKernels, 4, &kernel_images::adam_mini(),
-      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/2048};
+      /*block_size=*/128, /*elements_per_thread=*/8, /*chunk_size=*/2048};
   return info;
 }
 

@@ -38,6 +38,8 @@ namespace variants::adamw {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_f16_f32_update"};
@@ -58,6 +60,8 @@ namespace variants::adamw_amsgrad {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_amsgrad_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_amsgrad_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_amsgrad_f16_f32_update"};
@@ -78,6 +82,8 @@ namespace variants::adamw_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_clip_grad_norm_f32_f32_reduce", "adamw_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_clip_grad_norm_bf16_f32_reduce", "adamw_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_clip_grad_norm_f16_f32_reduce", "adamw_clip_grad_norm_f16_f32_update"};
@@ -98,6 +104,8 @@ namespace variants::adamw_amsgrad_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adamw_amsgrad_clip_grad_norm_f32_f32_reduce", "adamw_amsgrad_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adamw_amsgrad_clip_grad_norm_bf16_f32_reduce", "adamw_amsgrad_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adamw_amsgrad_clip_grad_norm_f16_f32_reduce", "adamw_amsgrad_clip_grad_norm_f16_f32_update"};
@@ -113,10 +121,10 @@ namespace variants::adamw_amsgrad_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", 1, variants::adamw::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", 1, variants::adamw_amsgrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"adamw_clip_grad_norm", variants::adamw_clip_grad_norm::kStates, 2, 36, "adamw_clip_grad_norm_group", 2, variants::adamw_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"adamw_amsgrad_clip_grad_norm", variants::adamw_amsgrad_clip_grad_norm::kStates, 3, 36, "adamw_amsgrad_clip_grad_norm_group", 2, variants::adamw_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adamw", variants::adamw::kStates, 2, 32, "adamw_group", variants::adamw::kStageKinds, 1, variants::adamw::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adamw_amsgrad", variants::adamw_amsgrad::kStates, 3, 32, "adamw_amsgrad_group", variants::adamw_amsgrad::kStageKinds, 1, variants::adamw_amsgrad::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adamw_clip_grad_norm", variants::adamw_clip_grad_norm::kStates, 2, 36, "adamw_clip_grad_norm_group", variants::adamw_clip_grad_norm::kStageKinds, 2, variants::adamw_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adamw_amsgrad_clip_grad_norm", variants::adamw_amsgrad_clip_grad_norm::kStates, 3, 36, "adamw_amsgrad_clip_grad_norm_group", variants::adamw_amsgrad_clip_grad_norm::kStageKinds, 2, variants::adamw_amsgrad_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -175,7 +183,7 @@ std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& AdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "AdamW", "adamw",
+      /*abi_version=*/11, "optgen 0.2.0", "AdamW", "adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -29,6 +29,8 @@ namespace variants::adan {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adan_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adan_bf16_f32_update"};
 }  // namespace variants::adan
@@ -40,14 +42,16 @@ namespace variants::adan_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"adan_clip_grad_norm_f32_f32_reduce", "adan_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adan_clip_grad_norm_bf16_f32_reduce", "adan_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::adan_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adan", variants::adan::kStates, 4, 52, "adan_group", 1, variants::adan::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"adan_clip_grad_norm", variants::adan_clip_grad_norm::kStates, 4, 56, "adan_clip_grad_norm_group", 2, variants::adan_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"adan", variants::adan::kStates, 4, 52, "adan_group", variants::adan::kStageKinds, 1, variants::adan::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"adan_clip_grad_norm", variants::adan_clip_grad_norm::kStates, 4, 56, "adan_clip_grad_norm_group", variants::adan_clip_grad_norm::kStageKinds, 2, variants::adan_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +70,7 @@ std::vector<double> values_of(const Adan::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Adan::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "Adan", "adan",
+      /*abi_version=*/11, "optgen 0.2.0", "Adan", "adan",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -29,6 +29,8 @@ namespace variants::ademamix {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_bf16_f32_update"};
 }  // namespace variants::ademamix
@@ -40,6 +42,8 @@ namespace variants::ademamix_fast_ema {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_fast_ema_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_fast_ema_bf16_f32_update"};
 }  // namespace variants::ademamix_fast_ema
@@ -51,6 +55,8 @@ namespace variants::ademamix_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_clip_grad_norm_f32_f32_reduce", "ademamix_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_clip_grad_norm_bf16_f32_reduce", "ademamix_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::ademamix_clip_grad_norm
@@ -62,16 +68,18 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"ademamix_fast_ema_clip_grad_norm_f32_f32_reduce", "ademamix_fast_ema_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"ademamix_fast_ema_clip_grad_norm_bf16_f32_reduce", "ademamix_fast_ema_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::ademamix_fast_ema_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"ademamix", variants::ademamix::kStates, 2, 40, "ademamix_group", 1, variants::ademamix::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"ademamix_fast_ema", variants::ademamix_fast_ema::kStates, 3, 48, "ademamix_fast_ema_group", 1, variants::ademamix_fast_ema::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"ademamix_clip_grad_norm", variants::ademamix_clip_grad_norm::kStates, 2, 44, "ademamix_clip_grad_norm_group", 2, variants::ademamix_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"ademamix_fast_ema_clip_grad_norm", variants::ademamix_fast_ema_clip_grad_norm::kStates, 3, 52, "ademamix_fast_ema_clip_grad_norm_group", 2, variants::ademamix_fast_ema_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix", variants::ademamix::kStates, 2, 40, "ademamix_group", variants::ademamix::kStageKinds, 1, variants::ademamix::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix_fast_ema", variants::ademamix_fast_ema::kStates, 3, 48, "ademamix_fast_ema_group", variants::ademamix_fast_ema::kStageKinds, 1, variants::ademamix_fast_ema::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix_clip_grad_norm", variants::ademamix_clip_grad_norm::kStates, 2, 44, "ademamix_clip_grad_norm_group", variants::ademamix_clip_grad_norm::kStageKinds, 2, variants::ademamix_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"ademamix_fast_ema_clip_grad_norm", variants::ademamix_fast_ema_clip_grad_norm::kStates, 3, 52, "ademamix_fast_ema_clip_grad_norm_group", variants::ademamix_fast_ema_clip_grad_norm::kStageKinds, 2, variants::ademamix_fast_ema_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -94,7 +102,7 @@ std::vector<double> values_of(const AdEMAMix::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdEMAMix::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "AdEMAMix", "ademamix",
+      /*abi_version=*/11, "optgen 0.2.0", "AdEMAMix", "ademamix",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -29,6 +29,8 @@ namespace variants::asgd {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"asgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"asgd_bf16_f32_update"};
 }  // namespace variants::asgd
@@ -40,14 +42,16 @@ namespace variants::asgd_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"asgd_clip_grad_norm_f32_f32_reduce", "asgd_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"asgd_clip_grad_norm_bf16_f32_reduce", "asgd_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::asgd_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", 1, variants::asgd::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"asgd_clip_grad_norm", variants::asgd_clip_grad_norm::kStates, 1, 24, "asgd_clip_grad_norm_group", 2, variants::asgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"asgd", variants::asgd::kStates, 1, 20, "asgd_group", variants::asgd::kStageKinds, 1, variants::asgd::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"asgd_clip_grad_norm", variants::asgd_clip_grad_norm::kStates, 1, 24, "asgd_clip_grad_norm_group", variants::asgd_clip_grad_norm::kStageKinds, 2, variants::asgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -66,7 +70,7 @@ std::vector<double> values_of(const ASGD::Options& o) { return {o.lr, o.lambd, o
 
 const OptimizerInfo& ASGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "ASGD", "asgd",
+      /*abi_version=*/11, "optgen 0.2.0", "ASGD", "asgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

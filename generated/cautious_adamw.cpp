@@ -29,6 +29,8 @@ namespace variants::cautious_adamw {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"sum_mask", false, 1, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_adamw_f32_f32_reduce", "cautious_adamw_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_adamw_bf16_f32_reduce", "cautious_adamw_bf16_f32_update"};
 }  // namespace variants::cautious_adamw
@@ -41,14 +43,16 @@ namespace variants::cautious_adamw_clip_grad_norm {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
       {"sum_mask", false, 2, Domain::Tensor, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_adamw_clip_grad_norm_f32_f32_reduce1", "cautious_adamw_clip_grad_norm_f32_f32_reduce2", "cautious_adamw_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_adamw_clip_grad_norm_bf16_f32_reduce1", "cautious_adamw_clip_grad_norm_bf16_f32_reduce2", "cautious_adamw_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::cautious_adamw_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"cautious_adamw", variants::cautious_adamw::kStates, 2, 32, "cautious_adamw_group", 2, variants::cautious_adamw::kReductions, 1, -1, nullptr, nullptr, {0, 0, 0}},
-    {"cautious_adamw_clip_grad_norm", variants::cautious_adamw_clip_grad_norm::kStates, 2, 36, "cautious_adamw_clip_grad_norm_group", 3, variants::cautious_adamw_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr, {0, 0, 0}},
+    {"cautious_adamw", variants::cautious_adamw::kStates, 2, 32, "cautious_adamw_group", variants::cautious_adamw::kStageKinds, 2, variants::cautious_adamw::kReductions, 1, -1, nullptr, nullptr, {0, 0, 0}},
+    {"cautious_adamw_clip_grad_norm", variants::cautious_adamw_clip_grad_norm::kStates, 2, 36, "cautious_adamw_clip_grad_norm_group", variants::cautious_adamw_clip_grad_norm::kStageKinds, 3, variants::cautious_adamw_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -67,7 +71,7 @@ std::vector<double> values_of(const CautiousAdamW::Options& o) { return {o.lr, o
 
 const OptimizerInfo& CautiousAdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
+      /*abi_version=*/11, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

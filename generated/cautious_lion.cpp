@@ -29,6 +29,8 @@ namespace variants::cautious_lion {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"sum_mask", false, 1, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_lion_f32_f32_reduce", "cautious_lion_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_lion_bf16_f32_reduce", "cautious_lion_bf16_f32_update"};
 }  // namespace variants::cautious_lion
@@ -41,14 +43,16 @@ namespace variants::cautious_lion_clip_grad_norm {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
       {"sum_mask", false, 2, Domain::Tensor, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"cautious_lion_clip_grad_norm_f32_f32_reduce1", "cautious_lion_clip_grad_norm_f32_f32_reduce2", "cautious_lion_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"cautious_lion_clip_grad_norm_bf16_f32_reduce1", "cautious_lion_clip_grad_norm_bf16_f32_reduce2", "cautious_lion_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::cautious_lion_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"cautious_lion", variants::cautious_lion::kStates, 1, 24, "cautious_lion_group", 2, variants::cautious_lion::kReductions, 1, -1, nullptr, nullptr, {0, 0, 0}},
-    {"cautious_lion_clip_grad_norm", variants::cautious_lion_clip_grad_norm::kStates, 1, 28, "cautious_lion_clip_grad_norm_group", 3, variants::cautious_lion_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr, {0, 0, 0}},
+    {"cautious_lion", variants::cautious_lion::kStates, 1, 24, "cautious_lion_group", variants::cautious_lion::kStageKinds, 2, variants::cautious_lion::kReductions, 1, -1, nullptr, nullptr, {0, 0, 0}},
+    {"cautious_lion_clip_grad_norm", variants::cautious_lion_clip_grad_norm::kStates, 1, 28, "cautious_lion_clip_grad_norm_group", variants::cautious_lion_clip_grad_norm::kStageKinds, 3, variants::cautious_lion_clip_grad_norm::kReductions, 2, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -67,7 +71,7 @@ std::vector<double> values_of(const CautiousLion::Options& o) { return {o.lr, o.
 
 const OptimizerInfo& CautiousLion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "CautiousLion", "cautious_lion",
+      /*abi_version=*/11, "optgen 0.2.0", "CautiousLion", "cautious_lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

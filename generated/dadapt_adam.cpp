@@ -31,6 +31,8 @@ namespace variants::dadapt_adam {
       {"sk_l1", false, 1, Domain::Group, 0},
       {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 1, Domain::Group, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"dadapt_adam_f32_f32_reduce", "dadapt_adam_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"dadapt_adam_bf16_f32_reduce", "dadapt_adam_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"dadapt_adam_f16_f32_reduce", "dadapt_adam_f16_f32_update"};
@@ -45,6 +47,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
       {"sk_l1", false, 2, Domain::Group, 1},
       {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 2, Domain::Group, 2},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"dadapt_adam_clip_grad_norm_f32_f32_reduce1", "dadapt_adam_clip_grad_norm_f32_f32_reduce2", "dadapt_adam_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"dadapt_adam_clip_grad_norm_bf16_f32_reduce1", "dadapt_adam_clip_grad_norm_bf16_f32_reduce2", "dadapt_adam_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"dadapt_adam_clip_grad_norm_f16_f32_reduce1", "dadapt_adam_clip_grad_norm_f16_f32_reduce2", "dadapt_adam_clip_grad_norm_f16_f32_update"};
@@ -52,8 +56,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"dadapt_adam", variants::dadapt_adam::kStates, 3, 40, "dadapt_adam_group", 2, variants::dadapt_adam::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"dadapt_adam_clip_grad_norm", variants::dadapt_adam_clip_grad_norm::kStates, 3, 44, "dadapt_adam_clip_grad_norm_group", 3, variants::dadapt_adam_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"dadapt_adam", variants::dadapt_adam::kStates, 3, 40, "dadapt_adam_group", variants::dadapt_adam::kStageKinds, 2, variants::dadapt_adam::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"dadapt_adam_clip_grad_norm", variants::dadapt_adam_clip_grad_norm::kStates, 3, 44, "dadapt_adam_clip_grad_norm_group", variants::dadapt_adam_clip_grad_norm::kStageKinds, 3, variants::dadapt_adam_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -74,7 +78,7 @@ std::vector<double> values_of(const DAdaptAdam::Options& o) { return {o.lr, o.be
 
 const OptimizerInfo& DAdaptAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
+      /*abi_version=*/11, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

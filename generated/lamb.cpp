@@ -31,6 +31,8 @@ namespace variants::lamb {
       {"sum_param_times_param", false, 1, Domain::Tensor, 0},
       {"sum_u_times_u", false, 1, Domain::Tensor, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_f32_f32_reduce", "lamb_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_bf16_f32_reduce", "lamb_bf16_f32_update"};
   [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"lamb_f32_q8_exp_avg_sq_uq8_reduce", "lamb_f32_q8_exp_avg_sq_uq8_update"};
@@ -45,6 +47,8 @@ namespace variants::lamb_clip_grad_norm {
       {"grad_norm_squared", false, 1, Domain::Group, 1},
       {"sum_u_times_u", false, 2, Domain::Tensor, 2},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"lamb_clip_grad_norm_f32_f32_reduce1", "lamb_clip_grad_norm_f32_f32_reduce2", "lamb_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lamb_clip_grad_norm_bf16_f32_reduce1", "lamb_clip_grad_norm_bf16_f32_reduce2", "lamb_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf32_q8_exp_avg_sq_uq8[] = {"lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce1", "lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce2", "lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update"};
@@ -52,8 +56,8 @@ namespace variants::lamb_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lamb", variants::lamb::kStates, 2, 40, "lamb_group", 2, variants::lamb::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"lamb_clip_grad_norm", variants::lamb_clip_grad_norm::kStates, 2, 44, "lamb_clip_grad_norm_group", 3, variants::lamb_clip_grad_norm::kReductions, 3, 1, nullptr, nullptr, {0, 0, 0}},
+    {"lamb", variants::lamb::kStates, 2, 40, "lamb_group", variants::lamb::kStageKinds, 2, variants::lamb::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lamb_clip_grad_norm", variants::lamb_clip_grad_norm::kStates, 2, 44, "lamb_clip_grad_norm_group", variants::lamb_clip_grad_norm::kStageKinds, 3, variants::lamb_clip_grad_norm::kReductions, 3, 1, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -74,7 +78,7 @@ std::vector<double> values_of(const LAMB::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& LAMB::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "LAMB", "lamb",
+      /*abi_version=*/11, "optgen 0.2.0", "LAMB", "lamb",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

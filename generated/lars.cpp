@@ -30,6 +30,8 @@ namespace variants::lars {
       {"sum_param_times_param", false, 1, Domain::Tensor, 0},
       {"sum_grad_times_grad", false, 1, Domain::Tensor, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_f32_f32_reduce", "lars_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_bf16_f32_reduce", "lars_bf16_f32_update"};
 }  // namespace variants::lars
@@ -42,6 +44,8 @@ namespace variants::lars_use_momentum {
       {"sum_param_times_param", false, 1, Domain::Tensor, 0},
       {"sum_grad_times_grad", false, 1, Domain::Tensor, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_use_momentum_f32_f32_reduce", "lars_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_use_momentum_bf16_f32_reduce", "lars_use_momentum_bf16_f32_update"};
 }  // namespace variants::lars_use_momentum
@@ -55,6 +59,8 @@ namespace variants::lars_clip_grad_norm {
       {"sum_param_times_param", false, 1, Domain::Tensor, 1},
       {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_clip_grad_norm_f32_f32_reduce1", "lars_clip_grad_norm_f32_f32_reduce2", "lars_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_clip_grad_norm_bf16_f32_reduce1", "lars_clip_grad_norm_bf16_f32_reduce2", "lars_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::lars_clip_grad_norm
@@ -68,16 +74,18 @@ namespace variants::lars_use_momentum_clip_grad_norm {
       {"sum_param_times_param", false, 1, Domain::Tensor, 1},
       {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"lars_use_momentum_clip_grad_norm_f32_f32_reduce1", "lars_use_momentum_clip_grad_norm_f32_f32_reduce2", "lars_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"lars_use_momentum_clip_grad_norm_bf16_f32_reduce1", "lars_use_momentum_clip_grad_norm_bf16_f32_reduce2", "lars_use_momentum_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::lars_use_momentum_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"lars", variants::lars::kStates, 0, 20, "lars_group", 2, variants::lars::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"lars_use_momentum", variants::lars_use_momentum::kStates, 1, 28, "lars_use_momentum_group", 2, variants::lars_use_momentum::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"lars_clip_grad_norm", variants::lars_clip_grad_norm::kStates, 0, 24, "lars_clip_grad_norm_group", 3, variants::lars_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
-    {"lars_use_momentum_clip_grad_norm", variants::lars_use_momentum_clip_grad_norm::kStates, 1, 32, "lars_use_momentum_clip_grad_norm_group", 3, variants::lars_use_momentum_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"lars", variants::lars::kStates, 0, 20, "lars_group", variants::lars::kStageKinds, 2, variants::lars::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lars_use_momentum", variants::lars_use_momentum::kStates, 1, 28, "lars_use_momentum_group", variants::lars_use_momentum::kStageKinds, 2, variants::lars_use_momentum::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"lars_clip_grad_norm", variants::lars_clip_grad_norm::kStates, 0, 24, "lars_clip_grad_norm_group", variants::lars_clip_grad_norm::kStageKinds, 3, variants::lars_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"lars_use_momentum_clip_grad_norm", variants::lars_use_momentum_clip_grad_norm::kStates, 1, 32, "lars_use_momentum_clip_grad_norm_group", variants::lars_use_momentum_clip_grad_norm::kStageKinds, 3, variants::lars_use_momentum_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -100,7 +108,7 @@ std::vector<double> values_of(const LARS::Options& o) { return {o.lr, o.momentum
 
 const OptimizerInfo& LARS::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "LARS", "lars",
+      /*abi_version=*/11, "optgen 0.2.0", "LARS", "lars",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -31,6 +31,8 @@ namespace variants::prodigy {
       {"denominator", false, 1, Domain::Group, 0},
       {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"prodigy_f32_f32_reduce", "prodigy_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"prodigy_bf16_f32_reduce", "prodigy_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"prodigy_f16_f32_reduce", "prodigy_f16_f32_update"};
@@ -44,6 +46,8 @@ namespace variants::prodigy_first_moment {
       {"denominator", false, 1, Domain::Group, 0},
       {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"prodigy_first_moment_f32_f32_reduce", "prodigy_first_moment_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"prodigy_first_moment_bf16_f32_reduce", "prodigy_first_moment_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"prodigy_first_moment_f16_f32_reduce", "prodigy_first_moment_f16_f32_update"};
@@ -58,6 +62,8 @@ namespace variants::prodigy_clip_grad_norm {
       {"denominator", false, 2, Domain::Group, 1},
       {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"prodigy_clip_grad_norm_f32_f32_reduce1", "prodigy_clip_grad_norm_f32_f32_reduce2", "prodigy_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"prodigy_clip_grad_norm_bf16_f32_reduce1", "prodigy_clip_grad_norm_bf16_f32_reduce2", "prodigy_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"prodigy_clip_grad_norm_f16_f32_reduce1", "prodigy_clip_grad_norm_f16_f32_reduce2", "prodigy_clip_grad_norm_f16_f32_update"};
@@ -72,6 +78,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       {"denominator", false, 2, Domain::Group, 1},
       {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"prodigy_first_moment_clip_grad_norm_f32_f32_reduce1", "prodigy_first_moment_clip_grad_norm_f32_f32_reduce2", "prodigy_first_moment_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"prodigy_first_moment_clip_grad_norm_bf16_f32_reduce1", "prodigy_first_moment_clip_grad_norm_bf16_f32_reduce2", "prodigy_first_moment_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"prodigy_first_moment_clip_grad_norm_f16_f32_reduce1", "prodigy_first_moment_clip_grad_norm_f16_f32_reduce2", "prodigy_first_moment_clip_grad_norm_f16_f32_update"};
@@ -79,10 +87,10 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"prodigy", variants::prodigy::kStates, 3, 60, "prodigy_group", 2, variants::prodigy::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"prodigy_first_moment", variants::prodigy_first_moment::kStates, 4, 68, "prodigy_first_moment_group", 2, variants::prodigy_first_moment::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"prodigy_clip_grad_norm", variants::prodigy_clip_grad_norm::kStates, 3, 64, "prodigy_clip_grad_norm_group", 3, variants::prodigy_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
-    {"prodigy_first_moment_clip_grad_norm", variants::prodigy_first_moment_clip_grad_norm::kStates, 4, 72, "prodigy_first_moment_clip_grad_norm_group", 3, variants::prodigy_first_moment_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy", variants::prodigy::kStates, 3, 60, "prodigy_group", variants::prodigy::kStageKinds, 2, variants::prodigy::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy_first_moment", variants::prodigy_first_moment::kStates, 4, 68, "prodigy_first_moment_group", variants::prodigy_first_moment::kStageKinds, 2, variants::prodigy_first_moment::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy_clip_grad_norm", variants::prodigy_clip_grad_norm::kStates, 3, 64, "prodigy_clip_grad_norm_group", variants::prodigy_clip_grad_norm::kStageKinds, 3, variants::prodigy_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"prodigy_first_moment_clip_grad_norm", variants::prodigy_first_moment_clip_grad_norm::kStates, 4, 72, "prodigy_first_moment_clip_grad_norm_group", variants::prodigy_first_moment_clip_grad_norm::kStageKinds, 3, variants::prodigy_first_moment_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -109,7 +117,7 @@ std::vector<double> values_of(const Prodigy::Options& o) { return {o.lr, o.beta1
 
 const OptimizerInfo& Prodigy::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "Prodigy", "prodigy",
+      /*abi_version=*/11, "optgen 0.2.0", "Prodigy", "prodigy",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -29,6 +29,8 @@ namespace variants::rmsprop {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_bf16_f32_update"};
 }  // namespace variants::rmsprop
@@ -40,6 +42,8 @@ namespace variants::rmsprop_centered {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered
@@ -51,6 +55,8 @@ namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_use_momentum
@@ -62,6 +68,8 @@ namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered_use_momentum
@@ -73,6 +81,8 @@ namespace variants::rmsprop_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_clip_grad_norm_f32_f32_reduce", "rmsprop_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_clip_grad_norm_bf16_f32_reduce", "rmsprop_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::rmsprop_clip_grad_norm
@@ -84,6 +94,8 @@ namespace variants::rmsprop_centered_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered_clip_grad_norm
@@ -95,6 +107,8 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_use_momentum_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::rmsprop_use_momentum_clip_grad_norm
@@ -106,20 +120,22 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_reduce", "rmsprop_centered_use_momentum_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::rmsprop_centered_use_momentum_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", 1, variants::rmsprop::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", 1, variants::rmsprop_centered::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", 1, variants::rmsprop_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop", variants::rmsprop::kStates, 1, 24, "rmsprop_group", variants::rmsprop::kStageKinds, 1, variants::rmsprop::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered", variants::rmsprop_centered::kStates, 2, 24, "rmsprop_centered_group", variants::rmsprop_centered::kStageKinds, 1, variants::rmsprop_centered::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_use_momentum", variants::rmsprop_use_momentum::kStates, 2, 28, "rmsprop_use_momentum_group", variants::rmsprop_use_momentum::kStageKinds, 1, variants::rmsprop_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered_use_momentum", variants::rmsprop_centered_use_momentum::kStates, 3, 28, "rmsprop_centered_use_momentum_group", variants::rmsprop_centered_use_momentum::kStageKinds, 1, variants::rmsprop_centered_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_clip_grad_norm", variants::rmsprop_clip_grad_norm::kStates, 1, 28, "rmsprop_clip_grad_norm_group", variants::rmsprop_clip_grad_norm::kStageKinds, 2, variants::rmsprop_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered_clip_grad_norm", variants::rmsprop_centered_clip_grad_norm::kStates, 2, 28, "rmsprop_centered_clip_grad_norm_group", variants::rmsprop_centered_clip_grad_norm::kStageKinds, 2, variants::rmsprop_centered_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_use_momentum_clip_grad_norm", variants::rmsprop_use_momentum_clip_grad_norm::kStates, 2, 32, "rmsprop_use_momentum_clip_grad_norm_group", variants::rmsprop_use_momentum_clip_grad_norm::kStageKinds, 2, variants::rmsprop_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"rmsprop_centered_use_momentum_clip_grad_norm", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStates, 3, 32, "rmsprop_centered_use_momentum_clip_grad_norm_group", variants::rmsprop_centered_use_momentum_clip_grad_norm::kStageKinds, 2, variants::rmsprop_centered_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -150,7 +166,7 @@ std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha
 
 const OptimizerInfo& RMSprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "RMSprop", "rmsprop",
+      /*abi_version=*/11, "optgen 0.2.0", "RMSprop", "rmsprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

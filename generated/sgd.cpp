@@ -29,6 +29,8 @@ namespace variants::sgd {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_bf16_f32_update"};
 }  // namespace variants::sgd
@@ -40,6 +42,8 @@ namespace variants::sgd_use_momentum {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"", false, 0, Domain::Tensor, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_bf16_f32_update"};
 }  // namespace variants::sgd_use_momentum
@@ -51,6 +55,8 @@ namespace variants::sgd_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_clip_grad_norm_f32_f32_reduce", "sgd_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_clip_grad_norm_bf16_f32_reduce", "sgd_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::sgd_clip_grad_norm
@@ -62,16 +68,18 @@ namespace variants::sgd_use_momentum_clip_grad_norm {
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0},
   };
+  /// Its stages in launch order.
+  [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   [[maybe_unused]] const char* const kf32_f32[] = {"sgd_use_momentum_clip_grad_norm_f32_f32_reduce", "sgd_use_momentum_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"sgd_use_momentum_clip_grad_norm_bf16_f32_reduce", "sgd_use_momentum_clip_grad_norm_bf16_f32_update"};
 }  // namespace variants::sgd_use_momentum_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", 1, variants::sgd::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", 1, variants::sgd_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
-    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", 2, variants::sgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
-    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"sgd", variants::sgd::kStates, 0, 12, "sgd_group", variants::sgd::kStageKinds, 1, variants::sgd::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"sgd_use_momentum", variants::sgd_use_momentum::kStates, 1, 20, "sgd_use_momentum_group", variants::sgd_use_momentum::kStageKinds, 1, variants::sgd_use_momentum::kReductions, 0, -1, nullptr, nullptr, {0, 0, 0}},
+    {"sgd_clip_grad_norm", variants::sgd_clip_grad_norm::kStates, 0, 16, "sgd_clip_grad_norm_group", variants::sgd_clip_grad_norm::kStageKinds, 2, variants::sgd_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
+    {"sgd_use_momentum_clip_grad_norm", variants::sgd_use_momentum_clip_grad_norm::kStates, 1, 24, "sgd_use_momentum_clip_grad_norm_group", variants::sgd_use_momentum_clip_grad_norm::kStageKinds, 2, variants::sgd_use_momentum_clip_grad_norm::kReductions, 1, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -94,7 +102,7 @@ std::vector<double> values_of(const SGD::Options& o) { return {o.lr, o.momentum,
 
 const OptimizerInfo& SGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/10, "optgen 0.2.0", "SGD", "sgd",
+      /*abi_version=*/11, "optgen 0.2.0", "SGD", "sgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

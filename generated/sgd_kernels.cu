@@ -27,11 +27,11 @@
 // It includes optgen's device library (runtime/include/optgen/device/kernels.cuh), which optgen's
 // runtime hands NVRTC as in-memory headers: no include path, at build time or at load time.
 
-// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,
-// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,
-// --blockwise-min-blocks-per-sm); the launcher launches with the same values. The runtime may
-// compile this source for another launch shape (kernel_abi.h, "Launch shape"): defined
-// beforehand, the block size and elements per thread are that shape's.
+// Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,
+// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm,
+// --shaped-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the
+// same values. The runtime may compile this source for another launch shape (kernel_abi.h,
+// "Launch shape"): defined beforehand, the block size and elements per thread are that shape's.
 #ifndef OPTGEN_BLOCK_SIZE
 #define OPTGEN_BLOCK_SIZE 256  // threads per block
 #endif
@@ -43,10 +43,10 @@
 // (threads per block * blocks).
 #define OPTGEN_BLOCKS_PER_SM(threads) \
   ((threads) >= 2 * OPTGEN_BLOCK_SIZE ? (threads) / OPTGEN_BLOCK_SIZE : 1)
-#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(768))  // 3 blocks of 256
-#define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 4 blocks of 256
-#define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 2 blocks of 256
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 2 blocks of 256
+#define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(768))  // 768 threads per SM
+#define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
+#define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 
 #include "optgen/device/kernels.cuh"
 

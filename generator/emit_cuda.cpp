@@ -36,7 +36,11 @@ std::string KernelTuning::check() const {
   if (blockwise_min_blocks_per_sm < 0 || blockwise_min_blocks_per_sm > 32)
     return "min blocks per SM of the Update stages with 8-bit states " + std::to_string(blockwise_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
-  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size, blockwise_chunk_size})
+  if (!kernel_abi::valid_block_size(shaped_block_size))
+    return "block size " + std::to_string(shaped_block_size) +
+           " of specs with rows and columns must be a power of "
+           "two from 32 to 1024";
+  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size, shaped_chunk_size, blockwise_chunk_size})
     if (size < 64 || size % 64 != 0 || size > (1LL << 30))
       return "chunk size " + std::to_string(size) + " must be a multiple of 64 up to 2^30";
   if (blockwise_chunk_size % blockwise8::kBlockSize != 0)
@@ -63,8 +67,14 @@ long long chunk_size_for(const KernelTuning& tuning, const Program& variant, con
     if (is_blockwise(s.state_dtype(state))) return tuning.blockwise_chunk_size;
     f32 = f32 && s.state_dtype(state) == DType::F32;
   }
+  if (uses_shapes(variant)) return tuning.shaped_chunk_size;
   if (!f32) return tuning.narrow_chunk_size;
-  return variant.stages.size() > 1 && !uses_shapes(variant) ? tuning.reduce_chunk_size : tuning.chunk_size;
+  return variant.stages.size() > 1 ? tuning.reduce_chunk_size : tuning.chunk_size;
+}
+
+int KernelTuning::block_size_for(const std::vector<Program>& variants) const {
+  const bool shaped = !variants.empty() && std::all_of(variants.begin(), variants.end(), uses_shapes);
+  return shaped ? shaped_block_size : block_size;
 }
 
 std::vector<GroupValueField> group_value_fields(const Program& variant) {
@@ -208,12 +218,12 @@ class CudaEmitter {
   std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage) {
     for (const auto& v : variants) check_blockwise(v, storage);
     CodeWriter w;
-    w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --elements-per-thread,");
-    w.line("// --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,");
-    w.line("// --blockwise-min-blocks-per-sm); the launcher launches with the same values. The runtime may");
-    w.line("// compile this source for another launch shape (kernel_abi.h, \"Launch shape\"): defined");
-    w.line("// beforehand, the block size and elements per thread are that shape's.");
-    define_unless_given(w, kernel_abi::kBlockSizeMacro, tuning_.block_size, "threads per block");
+    w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,");
+    w.line("// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm,");
+    w.line("// --shaped-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the");
+    w.line("// same values. The runtime may compile this source for another launch shape (kernel_abi.h,");
+    w.line("// \"Launch shape\"): defined beforehand, the block size and elements per thread are that shape's.");
+    define_unless_given(w, kernel_abi::kBlockSizeMacro, tuning_.block_size_for(variants), "threads per block");
     define_unless_given(w, kernel_abi::kElementsPerThreadMacro, tuning_.elements_per_thread,
                         "elements in flight per thread and iteration");
     w.line("// Blocks per SM a stage kernel must fit, given as threads per SM so that another block size");
@@ -266,8 +276,9 @@ class CudaEmitter {
     w.line("#endif");
   }
 
-  /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, blocks)`, which caps the registers: at the
-  /// emitted block size `min_blocks` blocks per SM, at another as many threads (OPTGEN_BLOCKS_PER_SM).
+  /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, blocks)`, which caps the registers: at
+  /// KernelTuning::block_size `min_blocks` blocks per SM, at any other block size (the spec's own,
+  /// block_size_for; a launch shape's) as many threads (OPTGEN_BLOCKS_PER_SM).
   void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks) const {
     if (min_blocks == 0) {
       w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses the registers");
@@ -275,7 +286,7 @@ class CudaEmitter {
     }
     const int threads = min_blocks * tuning_.block_size;
     w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(" + std::to_string(threads) +
-           "))  // " + std::to_string(min_blocks) + " blocks of " + std::to_string(tuning_.block_size));
+           "))  // " + std::to_string(threads) + " threads per SM");
   }
 
   void variant(CodeWriter& w, const Program& p, const std::vector<Storage>& storage) {

@@ -17,11 +17,18 @@ namespace optgen {
 
 /// Parameters of the emitted kernels, chosen per build (`optgen emit --block-size ...`).
 struct KernelTuning {
-  int block_size = 256;         ///< threads per block
+  int block_size = 256;  ///< threads per block
+  /// Threads per block of a spec whose every variant has rows and columns (Adafactor, Adam-mini):
+  /// their blocks end unevenly (each thread finds its elements' rows, a row line ends with its
+  /// row), and half as many threads per block, with as many per SM, finish sooner (bench/RESULTS.md,
+  /// 2026-11-29: Adafactor on llama-1b 10% faster, ghostnet_100 11%; Adam-mini 5% on llama-1b).
+  /// block_size_for picks.
+  int shaped_block_size = 128;
   int elements_per_thread = 8;  ///< elements a thread has in flight per loop iteration
   /// Blocks each SM must fit (the second argument of __launch_bounds__): it caps the registers of
-  /// the stage kernels at 65536 / (block_size * min_blocks_per_sm). 0 leaves it to ptxas, which
-  /// may then spill.
+  /// the stage kernels at 65536 / (block_size * min_blocks_per_sm), as many threads per SM at any
+  /// other block size (shaped_block_size, a launch shape's). 0 leaves it to ptxas, which may then
+  /// spill.
   int min_blocks_per_sm = 3;
   /// The same for the Reduce stages' kernels: their loop holds only the operands of their
   /// reductions, and four blocks per SM keep more of them in flight (bench/RESULTS.md, 2026-11-24).
@@ -46,19 +53,28 @@ struct KernelTuning {
   /// norms): a Reduce stage's block reads runs of chunks, and fewer, longer chunks halve the runs
   /// and arrivals (bench/RESULTS.md, 2026-11-25: clipped AdamW on gpt2 1026 µs at 2048, 996 at 4096).
   long long reduce_chunk_size = 4096;
+  /// Elements per block of every kernel set of a variant with rows and columns: each block finds
+  /// its tensor's shape, results and stored values first, which longer chunks amortise
+  /// (bench/RESULTS.md, 2026-11-29: Adam-mini on gpt2 840 µs with 2048, 795 with 8192; 16384 no
+  /// faster there, 20% slower on ghostnet_100).
+  long long shaped_chunk_size = 8192;
   // The defaults are the best of a sweep on an H200 (bench/RESULTS.md): 256 x 8 elements and
   // chunks of 2048, one loop iteration per thread.
 
   /// Empty when valid, else what is wrong.
   std::string check() const;
+  /// Threads per block of the kernels of `variants` (those of one spec): shaped_block_size where
+  /// every one has rows and columns, else block_size. The CUDA emitter compiles it in, the
+  /// launcher and a spec loaded at run time report it (OptimizerInfo::block_size).
+  int block_size_for(const std::vector<Program>& variants) const;
 };
 
 /// `<variant>_<param storage>_<state storage>_<stage>`, e.g. adam_amsgrad_bf16_f32_update.
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage);
 /// Elements per block of the variant's kernels in storage `s`: blockwise_chunk_size where a state
-/// is 8-bit, narrow_chunk_size where any other operand the variant has is not f32; else
-/// reduce_chunk_size for a variant with Reduce stages (but rows and columns), chunk_size for the
-/// others.
+/// is 8-bit, shaped_chunk_size for a variant with rows and columns, narrow_chunk_size where any
+/// other operand the variant has is not f32; else reduce_chunk_size for a variant with Reduce
+/// stages, chunk_size for the others.
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s);
 /// `<variant>_group`: the variant's group kernel.
 std::string group_kernel_name(const Program& variant);

@@ -93,6 +93,14 @@ std::string state_presence(Presence presence) {
   throw InternalError("state_presence: unknown presence");
 }
 
+std::string stage_kind(StageKind kind) {
+  switch (kind) {
+    case StageKind::Reduce: return "StageKind::Reduce";
+    case StageKind::Update: return "StageKind::Update";
+  }
+  throw InternalError("stage_kind: unknown stage kind");
+}
+
 /// A stage's mask of kernel_abi::BlockKind bits as the sum of its kinds, e.g.
 /// `1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines`; 0 for none (the Update stage).
 std::string block_mask(unsigned mask) {
@@ -122,6 +130,10 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
            ", " + reduction_scope(r.scope) + ", " + std::to_string(r.scope_index) + "},");
   if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0},");
   w.line("};");
+  std::string kinds;
+  for (StageKind kind : row.stage_kinds) kinds += (kinds.empty() ? "" : ", ") + stage_kind(kind);
+  w.line("/// Its stages in launch order.");
+  w.line("[[maybe_unused]] const StageKind kStageKinds[] = {" + kinds + "};");
   if (!row.stage_blocks.empty()) {
     w.line("/// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.");
     std::string masks;
@@ -145,9 +157,9 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
 /// The variant's row of the launcher's variant table.
 std::string variant_row(const VariantRow& v) {
   return "    {\"" + v.name + "\", variants::" + v.name + "::kStates, " + std::to_string(v.states.size()) + ", " +
-         std::to_string(v.group_values_size) + ", \"" + v.group_kernel + "\", " + std::to_string(v.num_stages) +
-         ", variants::" + v.name + "::kReductions, " + std::to_string(v.reductions.size()) + ", " +
-         std::to_string(v.grad_norm_slot) + ", " +
+         std::to_string(v.group_values_size) + ", \"" + v.group_kernel + "\", variants::" + v.name + "::kStageKinds, " +
+         std::to_string(v.stage_kinds.size()) + ", variants::" + v.name + "::kReductions, " +
+         std::to_string(v.reductions.size()) + ", " + std::to_string(v.grad_norm_slot) + ", " +
          (v.stage_blocks.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStageBlocks") + ", " +
          (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + ", {" +
          std::to_string(v.stored_matrix_values) + ", " + std::to_string(v.stored_row_values) + ", " +
@@ -259,7 +271,10 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   values["num_variants"] = std::to_string(tables.variants.size());
   values["num_kernels"] = std::to_string(tables.kernels.size());
   values["abi_version"] = std::to_string(kernel_abi::kVersion);
-  values["block_size"] = std::to_string(tuning.block_size);
+  std::vector<Program> compiled;  // the variants with kernels, whose block size the kernels have
+  for (const Program& p : variants)
+    if (with_kernels.empty() || with_kernels.count(p.variant)) compiled.push_back(p);
+  values["block_size"] = std::to_string(tuning.block_size_for(compiled));
   values["elements_per_thread"] = std::to_string(tuning.elements_per_thread);
   values["chunk_size"] = std::to_string(tuning.chunk_size);
   return render_template("launcher.cpp.in", values);

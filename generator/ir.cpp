@@ -49,14 +49,6 @@ Domain result_level(Domain scope) {
   throw InternalError("result_level: a reduction into the element domain");
 }
 
-const char* to_string(StageKind kind) {
-  switch (kind) {
-    case StageKind::Reduce: return "reduce";
-    case StageKind::Update: return "update";
-  }
-  return "?";
-}
-
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Lt && op <= BinaryOp::Ne; }
 bool is_logical(BinaryOp op) { return op == BinaryOp::And || op == BinaryOp::Or; }
 

@@ -28,6 +28,7 @@
 #include "builtins.h"
 #include "diagnostic.h"
 #include "operators.h"
+#include "optgen/stage_kind.h"
 #include "reductions.h"
 #include "spec.h"
 
@@ -198,8 +199,6 @@ struct ReductionValue {
 
 /// The kinds of stage a step is split into. A stage is one kernel launch per step: the Reduce
 /// stages, chunk-parallel, each computing the reductions of its number, then the Update stage.
-enum class StageKind { Reduce, Update };
-const char* to_string(StageKind kind);
 
 /// One kernel of a variant's stage plan. The last stage of every plan is the Update stage: it
 /// writes the element outputs and advances the step counter and the scalar state.

@@ -70,6 +70,10 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
       .add_option("--block-size", args.tuning.block_size, "threads per block (a power of two, 32 to 1024; default 256)")
       ->check(CLI::Range(32, 1024));
   command
+      .add_option("--shaped-block-size", args.tuning.shaped_block_size,
+                  "threads per block of a spec whose every variant has rows and columns (default 128)")
+      ->check(CLI::Range(32, 1024));
+  command
       .add_option("--elements-per-thread", args.tuning.elements_per_thread,
                   "elements in flight per thread and loop iteration (a power of two up to 64; default 8)")
       ->check(CLI::Range(1, 64));
@@ -102,6 +106,11 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
       .add_option("--blockwise-chunk-size", args.tuning.blockwise_chunk_size,
                   "elements per block of kernel sets with 8-bit states, a multiple of 256 (default 32768)")
       ->check(CLI::Range(256LL, 1LL << 30));
+  command
+      .add_option("--shaped-chunk-size", args.tuning.shaped_chunk_size,
+                  "elements per block of every kernel set of a variant with rows and columns, a multiple of 64 "
+                  "(default 8192)")
+      ->check(CLI::Range(64LL, 1LL << 30));
   command
       .add_option("--reduce-chunk-size", args.tuning.reduce_chunk_size,
                   "elements per block of f32 kernel sets with Reduce stages (clipping, norms), a multiple of 64 "

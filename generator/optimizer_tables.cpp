@@ -54,16 +54,10 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
   KernelTables tables;
   for (size_t i = 0; i < variants.size(); ++i) {
     const Program& p = variants[i];
-    VariantRow row{p.variant,
-                   {},
-                   group_values_size(p),
-                   group_kernel_name(p),
-                   static_cast<int>(p.stages.size()),
-                   {},
-                   clipping::grad_norm_slot(p),
-                   {},
-                   {}};
+    VariantRow row{p.variant, {}, group_values_size(p), group_kernel_name(p), {}, {}, clipping::grad_norm_slot(p),
+                   {},        {}};
     for (const auto& s : p.states) row.states.push_back(p.spec->state_index(s));
+    for (const Stage& stage : p.stages) row.stage_kinds.push_back(stage.kind);
     for (size_t r = 0; r < p.reductions.size(); ++r) {
       const ReductionValue& reduction = p.reductions[r];
       row.reductions.push_back(

@@ -75,7 +75,7 @@ struct VariantRow {
   std::vector<int> states;  ///< the spec's state indices it uses, in operand order
   int group_values_size;    ///< sizeof its GroupValues on the device
   std::string group_kernel;
-  int num_stages;
+  std::vector<StageKind> stage_kinds;    ///< per stage in launch order (Stage::kind)
   std::vector<ReductionRow> reductions;  ///< in the order of their index r
   int grad_norm_slot;                    ///< the clipping's squared gradient norm, or -1 (clipping.h)
   /// Per stage in launch order, the kinds of block it launches (a mask of kernel_abi::BlockKind

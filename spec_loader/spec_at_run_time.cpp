@@ -49,7 +49,8 @@ struct RuntimeSpec::Impl {
   void describe_spec();
   void describe_kernels();
   void describe_images();
-  void describe_optimizer();
+  /// `block_size`: the threads per block the kernels were emitted with (KernelTuning::block_size_for).
+  void describe_optimizer(int block_size);
 };
 
 namespace {
@@ -127,7 +128,7 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
   describe_spec();
   describe_kernels();
   describe_images();
-  describe_optimizer();
+  describe_optimizer(KernelTuning{}.block_size_for(compiled));
 }
 
 void RuntimeSpec::Impl::describe_spec() {
@@ -154,7 +155,8 @@ void RuntimeSpec::Impl::describe_kernels() {
                         static_cast<int>(v.states.size()),
                         v.group_values_size,
                         v.group_kernel.c_str(),
-                        v.num_stages,
+                        v.stage_kinds.data(),
+                        static_cast<int>(v.stage_kinds.size()),
                         reduction_slots[i].data(),
                         static_cast<int>(reduction_slots[i].size()),
                         v.grad_norm_slot,
@@ -191,7 +193,7 @@ void RuntimeSpec::Impl::describe_images() {
             0};
 }
 
-void RuntimeSpec::Impl::describe_optimizer() {
+void RuntimeSpec::Impl::describe_optimizer(int block_size) {
   const KernelTuning tuning;
   info = {kernel_abi::kVersion,
           generator.c_str(),
@@ -212,7 +214,7 @@ void RuntimeSpec::Impl::describe_optimizer() {
           kernels.data(),
           static_cast<int>(kernels.size()),
           &images,
-          tuning.block_size,
+          block_size,
           tuning.elements_per_thread,
           tuning.chunk_size};
   defaults = default_hyperparameters(info);

@@ -118,6 +118,39 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   CHECK(opt.num_groups() == 0);
 }
 
+TEST_CASE("the runtime reads each stage's kind from the launcher's plan and refuses a plan it cannot run",
+          "[launcher]") {
+  const auto& lamb = launcher("lamb");
+  for (int v = 0; v < lamb.num_variants; ++v) {
+    const optgen::VariantInfo& variant = lamb.variants[v];
+    REQUIRE(variant.num_stages >= 2);  // the norms, then the update
+    CHECK(optgen::stage_plan_problem(variant).empty());
+    CHECK(variant.stage_kinds[0] == optgen::StageKind::Reduce);
+    CHECK(optgen::update_stage(variant) == variant.num_stages - 1);
+  }
+  for (int k = 0; k < lamb.num_kernels; ++k) {  // a tuning table names a set by its Update stage's kernel
+    const std::string name = optgen::tuning_name(lamb, lamb.kernels[k]);
+    CHECK(name.substr(name.size() - 7) == "_update");
+  }
+
+  // The same tables with one variant's plan out of order: an Update stage first, a Reduce stage last.
+  std::vector<optgen::VariantInfo> variants(lamb.variants, lamb.variants + lamb.num_variants);
+  const std::vector<optgen::StageKind> swapped = {optgen::StageKind::Update, optgen::StageKind::Reduce};
+  variants[0].stage_kinds = swapped.data();
+  variants[0].num_stages = 2;
+  optgen::OptimizerInfo broken = lamb;
+  broken.variants = variants.data();
+  CHECK_THAT(error_of([&] { optgen::FusedOptimizer(broken, optgen::default_hyperparameters(lamb)); }),
+             Catch::Contains(std::string("variant ") + variants[0].name +
+                             "'s stage plan has a stage of kind update (stage 1 of 2) before its last") &&
+                 Catch::Contains("regenerate the launcher"));
+  const std::vector<optgen::StageKind> no_update = {optgen::StageKind::Reduce};
+  variants[0].stage_kinds = no_update.data();
+  variants[0].num_stages = 1;
+  CHECK_THAT(error_of([&] { optgen::FusedOptimizer(broken, optgen::default_hyperparameters(lamb)); }),
+             Catch::Contains("has no Update stage (its last stage is of kind reduce)"));
+}
+
 TEST_CASE("a derived flag cannot be set directly", "[launcher]") {
   const auto& info = launcher("sgd");
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));

@@ -92,7 +92,9 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
   // Stage 1: norm(param) over chunks, row and column means of g * g (whose lines store the new
   // row_var and col_var); stage 2 mean(row_var) per matrix; stage 3 norm(u) over chunks; then the
   // update, which launches one block per chunk and reads no state itself: no snapshot.
-  REQUIRE(v.num_stages == 4);
+  using optgen::StageKind;
+  REQUIRE(v.stage_kinds ==
+          std::vector<StageKind>{StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update});
   REQUIRE(v.stage_blocks.size() == 4);
   CHECK(v.stage_blocks[0] == (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments)));
   CHECK(v.stage_blocks[1] == bit(abi::kMatrixRowLines));
@@ -389,7 +391,9 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   const unsigned masks[] = {
       bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot),
       bit(abi::kRowLines) | bit(abi::kMatrixRowLines), bit(abi::kChunkRuns), 0};
-  optgen::VariantInfo variant{"adafactor", variant_states, 3,       8, "adafactor_group", 4, reductions, 6,
+  using optgen::StageKind;
+  const StageKind stage_kinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
+  optgen::VariantInfo variant{"adafactor", variant_states, 3,       8, "adafactor_group", stage_kinds, 4, reductions, 6,
                               -1,          masks,          presence};
   optgen::OptimizerInfo info{};
   info.states = states;

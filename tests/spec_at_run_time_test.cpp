@@ -94,7 +94,8 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     for (int s = 0; s < x.num_states; ++s) CHECK(x.states[s] == y.states[s]);
     CHECK(x.group_values_size == y.group_values_size);
     CHECK(text(x.group_kernel) == text(y.group_kernel));
-    CHECK(x.num_stages == y.num_stages);
+    REQUIRE(x.num_stages == y.num_stages);
+    for (int s = 0; s < x.num_stages; ++s) CHECK(x.stage_kinds[s] == y.stage_kinds[s]);
     REQUIRE(x.num_reductions == y.num_reductions);
     for (int r = 0; r < x.num_reductions; ++r) {
       CHECK(text(x.reductions[r].name) == text(y.reductions[r].name));

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "optgen/blockwise8.h"
 #include "optimizer_impl.h"
@@ -454,6 +455,10 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
             std::to_string(kernel_abi::kVersion),
         "regenerate the launcher with the optgen that matches the runtime (rebuild the optgen_add_optimizer() target)");
   impl_->info = &info;
+  for (int v = 0; v < info.num_variants; ++v)
+    if (std::string problem = stage_plan_problem(info.variants[v]); !problem.empty())
+      throw Error(call, std::string("variant ") + info.variants[v].name + "'s stage plan " + problem,
+                  "regenerate the launcher with optgen: its plans end in their one Update stage");
   if (static_cast<int>(defaults.size()) != info.num_hyperparameters)
     throw Error(call, "expected " + std::to_string(info.num_hyperparameters) + " hyperparameters, got " +
                           std::to_string(defaults.size()));
@@ -713,15 +718,16 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   return l;
 }
 
-/// The blocks each stage of a plan launches: a Reduce stage's runs of chunks (chunks_per_block
-/// each) and, for a variant with matrix, row or column code, the blocks of the other kinds its
-/// stage_blocks name (a Reduce stage of only those may have none); the Update stage one per chunk.
+/// The blocks each stage of a plan launches, by its kind: a Reduce stage's runs of chunks
+/// (chunks_per_block each) and, for a variant with matrix, row or column code, the blocks of the
+/// other kinds its stage_blocks name (a Reduce stage of only those may have none); the Update stage
+/// one per chunk.
 std::vector<unsigned> stage_grids(const FusedOptimizer::Impl& m, const Plan& plan, const VariantInfo& variant,
                                   const ShapeLayout* shapes) {
   std::vector<unsigned> grids;
   const long long chunks = plan.table.num_chunks;
   for (int s = 0; s < variant.num_stages; ++s) {
-    const bool reduce = s + 1 < variant.num_stages;  // every stage but the last
+    const bool reduce = variant.stage_kinds[s] == StageKind::Reduce;
     const long long per_block = reduce ? std::max(1, plan.reductions.chunks_per_block) : 1;
     const long long chunk_runs = (chunks + per_block - 1) / per_block;
     const long long blocks =
@@ -980,6 +986,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
     plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
+    const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       // A Reduce stage of only matrix, row or column blocks has none when the plan's tensors have
       // no rows or columns (all empty): nothing to launch. The hook is still called, so that every
@@ -995,8 +1002,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
                        "check that the tensors are still allocated and that the stream belongs to the current context");
         ++m.launches_last_step;
       }
-      if (m.reduction_hook && s + 1 < plan.stages.size()) {
-        const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
+      if (m.reduction_hook && variant.stage_kinds[s] == StageKind::Reduce) {
         const kernel_abi::ReductionTable& r = plan.reductions;
         m.reduction_hook({static_cast<int>(s) + 1, variant.reductions, variant.num_reductions, r.tensor_results,
                           r.num_tensors, r.group_results, r.num_groups, stream});
@@ -1389,6 +1395,24 @@ int minimum_compute_capability(const OptimizerInfo& info, const KernelInfo& kern
 bool compile_launch_shape(const OptimizerInfo& info, LaunchShape shape, int compute_capability) {
   if (is_generated_shape(info, shape)) return false;
   return compile_into_cache(*info.images, compute_capability, shape_definitions(shape));
+}
+
+std::string stage_plan_problem(const VariantInfo& variant) {
+  if (variant.num_stages < 1 || !variant.stage_kinds) return "has no stages";
+  for (int s = 0; s + 1 < variant.num_stages; ++s)
+    if (variant.stage_kinds[s] != StageKind::Reduce)
+      return std::string("has a stage of kind ") + to_string(variant.stage_kinds[s]) + " (stage " +
+             std::to_string(s + 1) + " of " + std::to_string(variant.num_stages) + ") before its last";
+  if (variant.stage_kinds[variant.num_stages - 1] != StageKind::Update)
+    return "has no Update stage (its last stage is of kind " +
+           std::string(to_string(variant.stage_kinds[variant.num_stages - 1])) + ")";
+  return "";
+}
+
+int update_stage(const VariantInfo& variant) {
+  for (int s = 0; s < variant.num_stages; ++s)
+    if (variant.stage_kinds[s] == StageKind::Update) return s;
+  throw std::logic_error(std::string("update_stage: variant ") + variant.name + " has no Update stage");
 }
 
 std::string to_string(LaunchShape shape) {

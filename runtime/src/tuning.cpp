@@ -41,7 +41,7 @@ const nlohmann::json& member(const nlohmann::json& object, const char* key, nloh
 }  // namespace
 
 std::string tuning_name(const OptimizerInfo& info, const KernelInfo& kernel) {
-  return kernel.stages[info.variants[kernel.variant].num_stages - 1];
+  return kernel.stages[update_stage(info.variants[kernel.variant])];
 }
 
 Tuning Tuning::parse(const std::string& text, const std::string& origin) {

@@ -31,6 +31,7 @@
 
 #include "optgen/checkpoint.h"
 #include "optgen/domain.h"
+#include "optgen/stage_kind.h"
 #include "optgen/dtype.h"
 #include "optgen/storage.h"
 #include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
@@ -111,7 +112,10 @@ struct VariantInfo {
   int num_states;
   int group_values_size;     ///< sizeof its GroupValues on the device
   const char* group_kernel;  ///< e.g. adam_amsgrad_group
-  int num_stages;            ///< kernel launches per step: its Reduce stages, then the Update stage
+  /// Its stage plan: per kernel launch of a step, in launch order, the stage's kind (its Reduce
+  /// stages, then the one Update stage, last: the FusedOptimizer constructor checks it).
+  const StageKind* stage_kinds;
+  int num_stages;
   const ReductionSlot* reductions;
   int num_reductions;
   int grad_norm_slot;  ///< the reduction whose root is the published gradient norm, or -1: no clipping
@@ -124,6 +128,14 @@ struct VariantInfo {
   /// (kernel_abi::ShapeTable::matrix_values, row_values, col_values: their slots).
   StoredValueCounts stored_values = {};
 };
+
+/// Empty when the variant's stage plan is one the runtime runs (its Reduce stages, then its one
+/// Update stage, last: only that stage takes the group's tickets and commits the step), else what
+/// is wrong, e.g. "has no Update stage".
+std::string stage_plan_problem(const VariantInfo& variant);
+/// The index of the variant's Update stage (in a plan stage_plan_problem accepts, the last);
+/// throws std::logic_error where it has none.
+int update_stage(const VariantInfo& variant);
 
 /// Threads per block and elements in flight per thread of a kernel set's stage kernels, compiled
 /// into them (kernel_abi.h, "Launch shape"). Printed as 256x8.
