@@ -16,6 +16,7 @@
 #include "group_code.h"
 #include "optgen/blockwise8.h"
 #include "optgen/kernel_abi.h"
+#include "optimizer_tables.h"
 #include "shapes.h"
 
 namespace optgen {
@@ -215,7 +216,9 @@ class CudaEmitter {
  public:
   CudaEmitter(const Spec& spec, const KernelTuning& tuning) : spec_(spec), tuning_(tuning) {}
 
-  std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage) {
+  /// `tables`: the kernel plan of `variants` in `storage` (kernel_tables), whose kernels it emits.
+  std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage,
+                   const KernelTables& tables) {
     for (const auto& v : variants) check_blockwise(v, storage);
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,");
@@ -223,7 +226,7 @@ class CudaEmitter {
     w.line("// --shaped-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the");
     w.line("// same values. The runtime may compile this source for another launch shape (kernel_abi.h,");
     w.line("// \"Launch shape\"): defined beforehand, the block size and elements per thread are that shape's.");
-    define_unless_given(w, kernel_abi::kBlockSizeMacro, tuning_.block_size_for(variants), "threads per block");
+    define_unless_given(w, kernel_abi::kBlockSizeMacro, tables.block_size, "threads per block");
     define_unless_given(w, kernel_abi::kElementsPerThreadMacro, tuning_.elements_per_thread,
                         "elements in flight per thread and iteration");
     w.line("// Blocks per SM a stage kernel must fit, given as threads per SM so that another block size");
@@ -239,10 +242,12 @@ class CudaEmitter {
     w.line("#include \"optgen/device/kernels.cuh\"");
     w.line();
     for (const auto& v : variants) variant(w, v, storage);
-    for (const auto& v : variants) {
-      for (const auto& s : storage)
-        for (const auto& stage : v.stages) stage_kernel(w, v, s, stage);
-      group_kernel(w, v);
+    for (std::size_t i = 0; i < variants.size(); ++i) {
+      for (const KernelRow& k : tables.kernels)
+        if (k.variant == static_cast<int>(i))
+          for (std::size_t s = 0; s < k.stages.size(); ++s)
+            stage_kernel(w, variants[i], k, variants[i].stages[s], k.stages[s]);
+      group_kernel(w, variants[i], tables.variants[i].group_kernel);
     }
     return w.str();
   }
@@ -1038,7 +1043,9 @@ class CudaEmitter {
     }
   }
 
-  void stage_kernel(CodeWriter& w, const Program& p, const Storage& s, const Stage& stage) {
+  /// Stage `stage` of kernel set `k` (of variant p), named `name`.
+  void stage_kernel(CodeWriter& w, const Program& p, const KernelRow& k, const Stage& stage, const std::string& name) {
+    const Storage& s = k.storage;
     w.line();
     w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage, storage " + s.text() + ".");
     const char* bounds = stage.kind == StageKind::Reduce
@@ -1047,7 +1054,7 @@ class CudaEmitter {
                                                      : "OPTGEN_LAUNCH_BOUNDS";
     w.line(std::string("extern \"C\" __global__ void ") + bounds);
     auto fn =
-        w.block(kernel_name(p, s, stage) +
+        w.block(name +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
                 "const optgen::ReductionTable reductions)");
     const std::string types =
@@ -1071,11 +1078,11 @@ class CudaEmitter {
     if (guarded) w.line("#endif");
   }
 
-  void group_kernel(CodeWriter& w, const Program& p) {
+  void group_kernel(CodeWriter& w, const Program& p, const std::string& name) {
     w.line();
     w.line("/// " + p.variant + ": writes a value into the group table and recomputes the values the next step reads.");
     w.line("extern \"C\" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)");
-    auto fn = w.block(group_kernel_name(p) + "(const optgen::GroupTable groups, const optgen::GroupWrite write)");
+    auto fn = w.block(name + "(const optgen::GroupTable groups, const optgen::GroupWrite write)");
     w.line("optgen::group_kernel<variants::" + p.variant + "::Group>(groups, write);");
   }
 
@@ -1088,13 +1095,15 @@ class CudaEmitter {
 std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
                       const KernelTuning& tuning) {
   if (variants.empty() || storage.empty()) throw InternalError("emit_cuda: no variants or no storage types");
+  const KernelTables tables = kernel_tables(variants, storage, tuning);
   std::string kernels;
-  for (const auto& v : variants) {
-    for (const auto& s : storage)
-      for (const auto& stage : v.stages) kernels += "//   " + kernel_name(v, s, stage) + "\n";
-    kernels += "//   " + group_kernel_name(v) + "\n";
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    for (const KernelRow& k : tables.kernels)
+      if (k.variant == static_cast<int>(i))
+        for (const std::string& name : k.stages) kernels += "//   " + name + "\n";
+    kernels += "//   " + tables.variants[i].group_kernel + "\n";
   }
-  std::string body = CudaEmitter(spec, tuning).emit(variants, storage);
+  std::string body = CudaEmitter(spec, tuning).emit(variants, storage, tables);
   return render_template("kernels.cu.in", {{"spec_file", spec_file_name(spec)},
                                            {"optimizer", spec.optimizer},
                                            {"generator", generator_banner()},

@@ -95,7 +95,8 @@ std::vector<GroupValueField> group_value_fields(const Program& variant);
 /// sizeof(GroupValues) on the device (floats 4 bytes, bools 1, padded to 4).
 int group_values_size(const Program& variant);
 
-/// The whole kernel source for a spec.
+/// The whole kernel source for a spec: the kernels of its kernel plan (optimizer_tables.h's
+/// kernel_tables of `variants` in `storage`), named and sized as the plan says.
 std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, const std::vector<Storage>& storage,
                       const KernelTuning& tuning);
 

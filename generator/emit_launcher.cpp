@@ -271,10 +271,7 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   values["num_variants"] = std::to_string(tables.variants.size());
   values["num_kernels"] = std::to_string(tables.kernels.size());
   values["abi_version"] = std::to_string(kernel_abi::kVersion);
-  std::vector<Program> compiled;  // the variants with kernels, whose block size the kernels have
-  for (const Program& p : variants)
-    if (with_kernels.empty() || with_kernels.count(p.variant)) compiled.push_back(p);
-  values["block_size"] = std::to_string(tuning.block_size_for(compiled));
+  values["block_size"] = std::to_string(tables.block_size);
   values["elements_per_thread"] = std::to_string(tuning.elements_per_thread);
   values["chunk_size"] = std::to_string(tuning.chunk_size);
   return render_template("launcher.cpp.in", values);

@@ -52,6 +52,7 @@ SpecTables spec_tables(const Spec& spec, const Program& variant) {
 KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
                            const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
   KernelTables tables;
+  std::vector<Program> compiled;  // the variants with kernels
   for (size_t i = 0; i < variants.size(); ++i) {
     const Program& p = variants[i];
     VariantRow row{p.variant, {}, group_values_size(p), group_kernel_name(p), {}, {}, clipping::grad_norm_slot(p),
@@ -75,12 +76,14 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
                                    : row.stored_col_values);
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
+    compiled.push_back(p);
     for (const Storage& s : storage) {
       KernelRow kernel{{}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
       for (const Stage& stage : p.stages) kernel.stages.push_back(kernel_name(p, s, stage));
       tables.kernels.push_back(kernel);
     }
   }
+  tables.block_size = tuning.block_size_for(compiled);
   return tables;
 }
 

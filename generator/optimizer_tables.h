@@ -99,8 +99,13 @@ struct KernelRow {
 struct KernelTables {
   std::vector<VariantRow> variants;  ///< every variant, in the order of their flag bits
   std::vector<KernelRow> kernels;    ///< by variant, then in the order of `storage`
+  /// Threads per block of every kernel (KernelTuning::block_size_for the variants with kernels).
+  int block_size = 0;
 };
 
+/// The kernel plan of a spec: every kernel's name, variant, storage and chunk size, and the block
+/// size they are compiled for. The CUDA emitter emits its kernels, the launcher emitter and a spec
+/// loaded at run time describe them to the runtime: one source for all three.
 /// `variants`: every variant of the spec, in the order compile_spec returns them; `with_kernels`:
 /// the names of the variants kernels are generated for (all when empty).
 KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,

@@ -49,8 +49,7 @@ struct RuntimeSpec::Impl {
   void describe_spec();
   void describe_kernels();
   void describe_images();
-  /// `block_size`: the threads per block the kernels were emitted with (KernelTuning::block_size_for).
-  void describe_optimizer(int block_size);
+  void describe_optimizer();
 };
 
 namespace {
@@ -128,7 +127,7 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
   describe_spec();
   describe_kernels();
   describe_images();
-  describe_optimizer(KernelTuning{}.block_size_for(compiled));
+  describe_optimizer();
 }
 
 void RuntimeSpec::Impl::describe_spec() {
@@ -193,7 +192,7 @@ void RuntimeSpec::Impl::describe_images() {
             0};
 }
 
-void RuntimeSpec::Impl::describe_optimizer(int block_size) {
+void RuntimeSpec::Impl::describe_optimizer() {
   const KernelTuning tuning;
   info = {kernel_abi::kVersion,
           generator.c_str(),
@@ -214,7 +213,7 @@ void RuntimeSpec::Impl::describe_optimizer(int block_size) {
           kernels.data(),
           static_cast<int>(kernels.size()),
           &images,
-          block_size,
+          kernel_tables.block_size,
           tuning.elements_per_thread,
           tuning.chunk_size};
   defaults = default_hyperparameters(info);
