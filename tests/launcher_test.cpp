@@ -151,6 +151,22 @@ TEST_CASE("the runtime reads each stage's kind from the launcher's plan and refu
              Catch::Contains("has no Update stage (its last stage is of kind reduce)"));
 }
 
+TEST_CASE("a spec whose every variant has rows and columns launches 128-thread blocks of 8192-element chunks",
+          "[launcher]") {
+  for (const auto& [name, info] : optgen::builtin_launchers()) {
+    INFO("spec " << name);
+    bool shaped = true;  // every variant has stage blocks (matrix, row or column code)
+    for (int v = 0; v < info->num_variants; ++v) shaped = shaped && info->variants[v].stage_blocks != nullptr;
+    CHECK(info->block_size == (shaped ? 128 : 256));
+    CHECK(info->elements_per_thread == 8);
+    if (!shaped) continue;
+    for (int k = 0; k < info->num_kernels; ++k) CHECK(info->kernels[k].chunk_size == 8192);
+  }
+  CHECK(launcher("adafactor").block_size == 128);
+  CHECK(launcher("adam_mini").block_size == 128);
+  CHECK(launcher("lamb").block_size == 256);
+}
+
 TEST_CASE("a derived flag cannot be set directly", "[launcher]") {
   const auto& info = launcher("sgd");
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
