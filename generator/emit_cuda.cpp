@@ -243,10 +243,9 @@ class CudaEmitter {
     w.line();
     for (const auto& v : variants) variant(w, v, storage);
     for (std::size_t i = 0; i < variants.size(); ++i) {
-      for (const KernelRow& k : tables.kernels)
-        if (k.variant == static_cast<int>(i))
-          for (std::size_t s = 0; s < k.stages.size(); ++s)
-            stage_kernel(w, variants[i], k, variants[i].stages[s], k.stages[s]);
+      for (const KernelRow* k : tables.kernels_of(static_cast<int>(i)))
+        for (std::size_t s = 0; s < k->stages.size(); ++s)
+          stage_kernel(w, variants[i], *k, variants[i].stages[s], k->stages[s]);
       group_kernel(w, variants[i], tables.variants[i].group_kernel);
     }
     return w.str();
@@ -1098,9 +1097,8 @@ std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, co
   const KernelTables tables = kernel_tables(variants, storage, tuning);
   std::string kernels;
   for (std::size_t i = 0; i < variants.size(); ++i) {
-    for (const KernelRow& k : tables.kernels)
-      if (k.variant == static_cast<int>(i))
-        for (const std::string& name : k.stages) kernels += "//   " + name + "\n";
+    for (const KernelRow* k : tables.kernels_of(static_cast<int>(i)))
+      for (const std::string& name : k->stages) kernels += "//   " + name + "\n";
     kernels += "//   " + tables.variants[i].group_kernel + "\n";
   }
   std::string body = CudaEmitter(spec, tuning).emit(variants, storage, tables);

@@ -146,11 +146,10 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     for (Presence when : row.state_presence) presence += (presence.empty() ? "" : ", ") + state_presence(when);
     w.line("[[maybe_unused]] const StatePresence kStatePresence[] = {" + presence + "};");
   }
-  for (const KernelRow& kernel : tables.kernels) {
-    if (kernel.variant != index) continue;
+  for (const KernelRow* kernel : tables.kernels_of(index)) {
     std::string names;
-    for (const auto& stage : kernel.stages) names += (names.empty() ? "" : ", ") + ("\"" + stage + "\"");
-    w.line("[[maybe_unused]] const char* const k" + kernel.storage.name() + "[] = {" + names + "};");
+    for (const auto& stage : kernel->stages) names += (names.empty() ? "" : ", ") + ("\"" + stage + "\"");
+    w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "[] = {" + names + "};");
   }
 }
 

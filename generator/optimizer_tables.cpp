@@ -49,6 +49,13 @@ SpecTables spec_tables(const Spec& spec, const Program& variant) {
   return tables;
 }
 
+std::vector<const KernelRow*> KernelTables::kernels_of(int variant) const {
+  std::vector<const KernelRow*> rows;
+  for (const KernelRow& k : kernels)
+    if (k.variant == variant) rows.push_back(&k);
+  return rows;
+}
+
 KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
                            const KernelTuning& tuning, const std::set<std::string>& with_kernels) {
   KernelTables tables;

@@ -101,6 +101,10 @@ struct KernelTables {
   std::vector<KernelRow> kernels;    ///< by variant, then in the order of `storage`
   /// Threads per block of every kernel (KernelTuning::block_size_for the variants with kernels).
   int block_size = 0;
+
+  /// The kernel sets of variant `variant` (an index into `variants`), in the order of `storage`;
+  /// none for a variant without kernels.
+  std::vector<const KernelRow*> kernels_of(int variant) const;
 };
 
 /// The kernel plan of a spec: every kernel's name, variant, storage and chunk size, and the block
