@@ -374,6 +374,25 @@ TEST_CASE("state_presence says for which tensors each state exists, in C++ and t
 
 // ---- A plan's ShapeTable and grids ----
 
+TEST_CASE("a thread takes several short lines, up to 32 values, so that a block of them does a block's work",
+          "[shapes]") {
+  // 1x1 conv weights have rows and columns of one value; a block of 128 of them spent its time
+  // finding its tensor (ghostnet_100's Adafactor: 61,775 blocks in its first Reduce stage).
+  CHECK(abi::short_lines(0) == 32);  // an empty line counts as one value
+  CHECK(abi::short_lines(1) == 32);
+  CHECK(abi::short_lines(3) == 8);
+  CHECK(abi::short_lines(9) == 2);
+  CHECK(abi::short_lines(16) == 2);
+  CHECK(abi::short_lines(17) == 1);
+  CHECK(abi::short_lines(1000) == 1);
+  CHECK(abi::lines_per_block(1, 128) == 4096);
+  CHECK(abi::lines_per_block(3, 128) == 1024);
+  CHECK(abi::lines_per_block(768, 128) == 4);  // 32 lanes a row of 768 (24 values each), one round
+  CHECK(abi::line_blocks(100000, 1, 128) == 25);
+  CHECK(abi::column_blocks(100000, 1, 128) == 25);
+  CHECK(abi::column_blocks(100000, 300, 128) == 782 * 2);  // segments: tiles of 128, one round
+}
+
 TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts each kind's blocks", "[shapes]") {
   using optgen::reference::StateShape;
   // Adafactor's states and reductions as a launcher of it will describe them: a row, a column and
@@ -424,11 +443,13 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   const long long rows[] = {abi::line_blocks(300, 1000, 256), abi::line_blocks(72, 5, 256),
                             abi::line_blocks(1, 5000, 256), 0};
   CHECK(rows[0] == 38);  // 1000 columns: 32 lanes a row (at most 32 values each), 8 rows a block
-  CHECK(rows[1] == 1);   // 5 columns: 1 lane a row, 256 rows a block
+  CHECK(rows[1] == 1);   // 5 columns: 1 lane a row, 4 rows a lane, 1024 rows a block
   CHECK(offsets(abi::kRowLines) == std::vector<long long>{0, rows[0], rows[0] + rows[1], rows[0] + rows[1] + rows[2],
                                                           rows[0] + rows[1] + rows[2]});
   CHECK(abi::column_blocks(1000, 300, 256) == 8);  // 4 tiles of 256 columns, 2 segments each
-  CHECK(offsets(abi::kColumnSegments) == std::vector<long long>{0, 8, 9, 9 + 20, 9 + 20});
+  // A column of one row is short: a thread takes 32 of them, a block 8192 (the vector's 5000).
+  CHECK(abi::column_blocks(5000, 1, 256) == 1);
+  CHECK(offsets(abi::kColumnSegments) == std::vector<long long>{0, 8, 9, 10, 10});
   CHECK(offsets(abi::kMatrixRowLines) ==
         std::vector<long long>{0, 1, 1 + abi::line_blocks(24, 3, 256), 2 + abi::line_blocks(1, 1, 256), 3});
   CHECK(offsets(abi::kMatrixColumnLines) == std::vector<long long>{0, 1, 2, 3, 3});

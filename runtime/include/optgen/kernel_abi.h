@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 11 };
+enum { kVersion = 12 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -127,19 +127,34 @@ OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size) {
   while (lanes < block_size && static_cast<long long>(lanes) * kLineValuesPerLane < length) lanes *= 2;
   return lanes;
 }
+/// Lines of `length` values that one thread takes, one after another: 1 for a line of more than
+/// kLineValuesPerLane / 2, else the most (a power of two) that hold at most kLineValuesPerLane
+/// values together. A block of short lines (a 1x1 conv weight's rows and columns are one value
+/// long) then does a block's worth of work for what finding its tensor costs it.
+OPTGEN_ABI_FUNCTION int short_lines(long long length) {
+  int n = 1;
+  while (static_cast<long long>(2 * n) * (length > 0 ? length : 1) <= kLineValuesPerLane) n *= 2;
+  return n;
+}
+/// Lines a block reduces: block_size / line_lanes lines at a time, short_lines times.
+OPTGEN_ABI_FUNCTION long long lines_per_block(long long length, int block_size) {
+  return static_cast<long long>(block_size / line_lanes(length, block_size)) * short_lines(length);
+}
 /// Blocks that reduce `lines` lines of `length` values each.
 OPTGEN_ABI_FUNCTION long long line_blocks(long long lines, long long length, int block_size) {
-  const long long per_block = block_size / line_lanes(length, block_size);
+  const long long per_block = lines_per_block(length, block_size);
   return (lines + per_block - 1) / per_block;
 }
 /// Row segments of a column of `rows` rows.
 OPTGEN_ABI_FUNCTION long long column_segments(long long rows) {
   return rows <= kColumnSegmentRows ? 1 : (rows + kColumnSegmentRows - 1) / kColumnSegmentRows;
 }
-/// Blocks of a tensor's columns: tiles of block_size consecutive columns (of any of its matrices),
-/// times the segments of each.
+/// Blocks of a tensor's columns: tiles of block_size * short_lines(rows) consecutive columns (of
+/// any of its matrices; a thread takes short_lines(rows) of them, block_size apart), times the
+/// segments of each (short_lines is 1 where there are several).
 OPTGEN_ABI_FUNCTION long long column_blocks(long long columns, long long rows, int block_size) {
-  return (columns + block_size - 1) / block_size * column_segments(rows);
+  const long long tile = static_cast<long long>(block_size) * short_lines(rows);
+  return (columns + tile - 1) / tile * column_segments(rows);
 }
 /// Blocks that copy a tensor's row and column states (kSnapshot): one entry per thread.
 OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns, int block_size) {

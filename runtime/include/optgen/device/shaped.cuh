@@ -18,8 +18,10 @@ __device__ __forceinline__ KindBlock block_of_kind(const ShapeTable& st, int kin
   int lo = 0, hi = st.num_tensors;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (__ldg(offset + mid) <= b) lo = mid;
-    else hi = mid;
+    if (__ldg(offset + mid) <= b)
+      lo = mid;
+    else
+      hi = mid;
   }
   return {lo, b - offset[lo]};
 }
@@ -74,30 +76,79 @@ struct ShapedBlock {
   typename Group::Values k;
   typename Reduce::TensorValues tv;
   Shaped<Ops, false> sh;
-  long long numel;
   bool scaled;
   float grad_scale;
 };
 
 template <typename Reduce, typename Group, typename Ops>
-__device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const TableView& table, const GroupTable& groups,
-                                                                       const StepInputs& inputs,
-                                                                       const ReductionTable& red, int t) {
+__device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const TableView& table,
+                                                                        const GroupTable& groups,
+                                                                        const StepInputs& inputs,
+                                                                        const ReductionTable& red, int t) {
   typedef typename Group::Values Values;
   ShapedBlock<Reduce, Group, Ops> s;
   const int g = group_of_tensor(red, t);
   s.k = *group_values<Values>(groups, current_slot(groups, g), g);
   s.sh = shaped<Ops>(table, t);
-  s.numel = table.numel[t];
   s.tv = Reduce::tensor(s.k, table.whole_numel[t], results(red, t, g), s.sh.factored, s.sh.R, s.sh.C);
   s.scaled = inputs.grad_scale != 0;
   s.grad_scale = s.scaled ? *inputs.grad_scale : 1.0f;
   return s;
 }
 
+/// Short lines of a shaped Reduce stage (kernel_abi::short_lines(length) > 1, a line of one lane):
+/// each thread reduces short_lines lines, block_size apart (consecutive threads, consecutive lines),
+/// element by element: apart from shaped_lines' code for longer ones, which holds a line's
+/// vectors in flight and would hold more registers for a loop around it.
+template <int kKind, typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void reduce_short_lines(const ShapedBlock<Reduce, Group, Ops>& s,
+                                                   void* const (&ptr)[Reduce::kOperands], long long local,
+                                                   long long lines, long long length, float* out, long long stride) {
+  typedef typename Reduce::template Lines<kKind> Code;
+  constexpr int kOps = Reduce::kOperands;
+  constexpr int kR = Code::kReductions;
+  const int rounds = kernel_abi::short_lines(length);
+  for (int round = 0; round < rounds; ++round) {
+    const long long line = (local * rounds + round) * OPTGEN_BLOCK_SIZE + threadIdx.x;
+    if (line >= lines) return;  // the later rounds' lines are further on
+    float acc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+    ElementIndex x;  // row lines: the line's first element
+    if constexpr (kKind == kernel_abi::kRowLines) {
+      x.p = line;
+      x.b = line / s.sh.R;
+      x.r = line - x.b * s.sh.R;
+      x.c = 0;
+      x.q = x.b * s.sh.C;
+      x.i = line * s.sh.C;
+    }
+#pragma unroll 1
+    for (int j = 0; j < static_cast<int>(length); ++j) {  // at most 16
+      float value[kR];
+      if constexpr (kKind == kernel_abi::kRowLines) {
+        float operands[kOps];
+        load_element<Code, Ops, kOps>(ptr, x.i, operands, s.scaled, s.grad_scale);
+        Code::apply(s.k, s.tv, s.sh, x, operands, value);
+        ++x.c;
+        ++x.q;
+        ++x.i;
+      } else {
+        Code::apply(s.k, s.tv, s.sh, line * length + j, line, value);
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) out[Code::slot(r) * stride + line] = acc[r];
+    if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, line);
+  }
+}
+
 /// The line kinds of a shaped Reduce stage (kRowLines, kMatrixRowLines, kMatrixColumnLines):
 /// `lanes` consecutive threads reduce each line (a row's C elements, a matrix's R row values or C
-/// column values), block_size / lanes lines per block, into one result per line.
+/// column values), kernel_abi::lines_per_block lines per block, into one result per line; lines of
+/// one lane go to reduce_short_lines.
 template <int kKind, typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_lines(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red, long long block) {
@@ -116,8 +167,11 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
   const int lane = threadIdx.x % lanes;
   void* ptr[kOps];
 #pragma unroll
-  for (int op = 0; op < kOps; ++op)
-    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  for (int op = 0; op < kOps; ++op) ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  float* out = kKind == kernel_abi::kRowLines ? st.row_results + s.sh.row0 : st.matrix_results + s.sh.matrix0;
+  const long long stride = kKind == kernel_abi::kRowLines ? st.num_rows : st.num_matrices;
+  if (kernel_abi::short_lines(length) > 1)  // the block's threads all take this branch: no barrier in it
+    return reduce_short_lines<kKind>(s, ptr, local, lines, length, out, stride);
   float acc[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
@@ -136,7 +190,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
       bool vectors = length % V == 0;
 #pragma unroll
       for (int op = 0; op < kOps; ++op) vectors = vectors && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
-      auto visit = [&](long long j, float (&operands)[kOps]) {
+      auto visit = [&](long long j, float(&operands)[kOps]) {
         if (s.scaled) operands[1] = operands[1] / s.grad_scale;
         x.c = j;
         x.q = x.b * s.sh.C + j;
@@ -199,8 +253,6 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
       }
     }
   }
-  float* out = kKind == kernel_abi::kRowLines ? st.row_results + s.sh.row0 : st.matrix_results + s.sh.matrix0;
-  const long long stride = kKind == kernel_abi::kRowLines ? st.num_rows : st.num_matrices;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const float total = line_combine(Code::is_max(r), acc[r], lanes);
@@ -228,15 +280,14 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
   const long long R = s.sh.R, C = s.sh.C, columns = s.sh.B * C;
   const long long segments = kernel_abi::column_segments(R);
   const long long tile = local / segments, segment = local - tile * segments;
-  const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
   void* ptr[kOps];
 #pragma unroll
-  for (int op = 0; op < kOps; ++op)
-    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
-  float acc[kR];
+  for (int op = 0; op < kOps; ++op) ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  // Column q's reductions over the segment's rows, into acc.
+  auto sum_column = [&](long long q, float(&acc)[kR]) {
 #pragma unroll
-  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-  if (q < columns) {
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+    if (q >= columns) return;
     ElementIndex x;
     x.b = q / C;
     x.c = q - x.b * C;
@@ -248,7 +299,8 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
       float v[kUnroll][kOps];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (r0 + u < last) load_element<Code, Ops, kOps>(ptr, (x.b * R + r0 + u) * C + x.c, v[u], s.scaled, s.grad_scale);
+        if (r0 + u < last)
+          load_element<Code, Ops, kOps>(ptr, (x.b * R + r0 + u) * C + x.c, v[u], s.scaled, s.grad_scale);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (r0 + u >= last) continue;
@@ -261,16 +313,26 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
         for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
       }
     }
-  }
+  };
   float* out = st.col_results + s.sh.col0;
+  float acc[kR];
   if (segments == 1) {
+    // A tile of short_lines(R) rounds of block_size columns (kernel_abi::column_blocks).
+    const int rounds = kernel_abi::short_lines(R);
+#pragma unroll 1
+    for (int round = 0; round < rounds; ++round) {
+      const long long q = (tile * rounds + round) * OPTGEN_BLOCK_SIZE + threadIdx.x;
+      sum_column(q, acc);
+      if (q >= columns) continue;
 #pragma unroll
-    for (int r = 0; r < kR; ++r)
-      if (q < columns) out[Code::slot(r) * st.num_cols + q] = acc[r];
-    if constexpr (Code::kStoredValues > 0)
-      if (q < columns) Code::finish(s.k, s.tv, s.sh, q);
+      for (int r = 0; r < kR; ++r) out[Code::slot(r) * st.num_cols + q] = acc[r];
+      if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
+    }
     return;
   }
+  // Several segments: short_lines(R) is 1 (R > kColumnSegmentRows), a tile is block_size columns.
+  const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
+  sum_column(q, acc);
   const long long n = st.num_col_reductions;
   float* partials = st.col_partials + st.col_partial_offset[t] * n;
 #pragma unroll
@@ -283,7 +345,8 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     float x = reduce_identity<float>(Code::is_max(r));
-    for (long long j = 0; j < segments; ++j) x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
+    for (long long j = 0; j < segments; ++j)
+      x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
     out[Code::slot(r) * st.num_cols + q] = x;
   }
   if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
@@ -317,7 +380,7 @@ __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, cons
                                                     const StepInputs& inputs, const ReductionTable& red) {
   static_assert(Ops::kBlockwise == 0, "8-bit states are for element-wise variants (Spec::storage_problem)");
   wait_for_previous_kernel();  // earlier stages' results; and the last step's states
-  allow_next_kernel();          // after the wait, as in reduce_stage
+  allow_next_kernel();         // after the wait, as in reduce_stage
   const ShapeTable& st = *table.shapes;
   long long b = blockIdx.x;
   auto total = [&](int kind) {
@@ -334,7 +397,8 @@ __device__ __forceinline__ void shaped_reduce_stage(const TableView& table, cons
     b -= total(kernel_abi::kRowLines);
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kColumnSegments) & 1u) {
-    if (b < total(kernel_abi::kColumnSegments)) return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, b);
+    if (b < total(kernel_abi::kColumnSegments))
+      return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, b);
     b -= total(kernel_abi::kColumnSegments);
   }
   if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixRowLines) & 1u) {
