@@ -117,6 +117,7 @@ namespace variants::adafactor {
   struct Reduce1 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x7u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       bool factored;
@@ -240,6 +241,7 @@ namespace variants::adafactor {
   struct Reduce2 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x8u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       float cols;
@@ -291,6 +293,7 @@ namespace variants::adafactor {
   struct Reduce3 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       bool not_factored;
@@ -527,6 +530,7 @@ namespace variants::adafactor_clip_grad_norm {
   struct Reduce1 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -572,6 +576,7 @@ namespace variants::adafactor_clip_grad_norm {
   struct Reduce2 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x6u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       float clip_coef;
@@ -680,6 +685,7 @@ namespace variants::adafactor_clip_grad_norm {
   struct Reduce3 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x8u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       float cols;
@@ -731,6 +737,7 @@ namespace variants::adafactor_clip_grad_norm {
   struct Reduce4 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       bool not_factored;
@@ -928,19 +935,19 @@ namespace variants::adafactor_clip_grad_norm {
 /// adafactor, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, update stage, storage f32.
@@ -953,7 +960,7 @@ adafactor_f32_f32_update(const optgen::TableView table, const optgen::GroupTable
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -961,7 +968,7 @@ adafactor_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTab
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -969,7 +976,7 @@ adafactor_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTab
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -984,19 +991,19 @@ adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTabl
 /// adafactor, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, update stage, storage f16.
@@ -1014,25 +1021,25 @@ adafactor_group(const optgen::GroupTable groups, const optgen::GroupWrite write)
 /// adafactor_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, update stage, storage f32.
@@ -1045,7 +1052,7 @@ adafactor_clip_grad_norm_f32_f32_update(const optgen::TableView table, const opt
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -1053,7 +1060,7 @@ adafactor_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const o
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -1061,7 +1068,7 @@ adafactor_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const o
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -1069,7 +1076,7 @@ adafactor_clip_grad_norm_bf16_f32_reduce3(const optgen::TableView table, const o
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -1084,25 +1091,25 @@ adafactor_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const op
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, update stage, storage f16.

@@ -98,6 +98,7 @@ namespace variants::adam_mini {
   struct Reduce {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x2u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       bool factored;
@@ -302,6 +303,7 @@ namespace variants::adam_mini_clip_grad_norm {
   struct Reduce1 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -344,6 +346,7 @@ namespace variants::adam_mini_clip_grad_norm {
   struct Reduce2 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x2u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
 
     struct TensorValues {
       float clip_coef;
@@ -511,7 +514,7 @@ namespace variants::adam_mini_clip_grad_norm {
 /// adam_mini, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adam_mini::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adam_mini::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adam_mini, update stage, storage f32.
@@ -524,7 +527,7 @@ adam_mini_f32_f32_update(const optgen::TableView table, const optgen::GroupTable
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adam_mini::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adam_mini::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -545,13 +548,13 @@ adam_mini_group(const optgen::GroupTable groups, const optgen::GroupWrite write)
 /// adam_mini_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adam_mini_clip_grad_norm::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adam_mini_clip_grad_norm, reduce stage, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
-  optgen::shaped_reduce_stage<variants::adam_mini_clip_grad_norm::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adam_mini_clip_grad_norm, update stage, storage f32.
@@ -564,7 +567,7 @@ adam_mini_clip_grad_norm_f32_f32_update(const optgen::TableView table, const opt
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adam_mini_clip_grad_norm::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -572,7 +575,7 @@ adam_mini_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const o
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
-  optgen::shaped_reduce_stage<variants::adam_mini_clip_grad_norm::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 

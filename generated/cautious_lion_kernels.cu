@@ -88,16 +88,8 @@ namespace variants::cautious_lion {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: sum_mask, sum over each tensor (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x6u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -107,17 +99,32 @@ namespace variants::cautious_lion {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float beta1 = k_.beta1;
-      const float one_minus_beta1 = k_.one_minus_beta1;
-      const float grad = v_[1];
-      const float exp_avg = v_[2];
-      // direction = sign(beta1 * exp_avg + (1 - beta1) * grad)
-      const float direction = ::optgen::sign(beta1 * exp_avg + one_minus_beta1 * grad);
-      // "mask = direction * grad > 0 ? 1 : 0"
-      const float mask = direction * grad > 0.0f ? 1.0f : 0.0f;
-      r_[0] = mask;  // sum_mask
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: sum_mask, sum over each tensor (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x6u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float beta1 = k_.beta1;
+        const float one_minus_beta1 = k_.one_minus_beta1;
+        const float grad = v_[1];
+        const float exp_avg = v_[2];
+        // direction = sign(beta1 * exp_avg + (1 - beta1) * grad)
+        const float direction = ::optgen::sign(beta1 * exp_avg + one_minus_beta1 * grad);
+        // "mask = direction * grad > 0 ? 1 : 0"
+        const float mask = direction * grad > 0.0f ? 1.0f : 0.0f;
+        r_[0] = mask;  // sum_mask
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -242,16 +249,8 @@ namespace variants::cautious_lion_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -261,25 +260,32 @@ namespace variants::cautious_lion_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: sum_mask, sum over each tensor (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x6u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -293,19 +299,34 @@ namespace variants::cautious_lion_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float beta1 = k_.beta1;
-      const float one_minus_beta1 = k_.one_minus_beta1;
-      const float clip_coef = tv_.clip_coef;
-      const float grad = v_[1];
-      const float exp_avg = v_[2];
-      const float clipped_grad = grad * clip_coef;
-      // direction = sign(beta1 * exp_avg + (1 - beta1) * grad)
-      const float direction = ::optgen::sign(beta1 * exp_avg + one_minus_beta1 * clipped_grad);
-      // "mask = direction * grad > 0 ? 1 : 0"
-      const float mask = direction * clipped_grad > 0.0f ? 1.0f : 0.0f;
-      r_[0] = mask;  // sum_mask
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: sum_mask, sum over each tensor (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x6u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float beta1 = k_.beta1;
+        const float one_minus_beta1 = k_.one_minus_beta1;
+        const float clip_coef = tv_.clip_coef;
+        const float grad = v_[1];
+        const float exp_avg = v_[2];
+        const float clipped_grad = grad * clip_coef;
+        // direction = sign(beta1 * exp_avg + (1 - beta1) * grad)
+        const float direction = ::optgen::sign(beta1 * exp_avg + one_minus_beta1 * clipped_grad);
+        // "mask = direction * grad > 0 ? 1 : 0"
+        const float mask = direction * clipped_grad > 0.0f ? 1.0f : 0.0f;
+        r_[0] = mask;  // sum_mask
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.

@@ -143,17 +143,8 @@ namespace variants::dadapt_adam {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: sk_l1, sum over each group (result 0)
-    // 1: group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over each group (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -163,23 +154,39 @@ namespace variants::dadapt_adam {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float sqrt_beta2 = k_.sqrt_beta2;
-      const float dlr_times_one_minus_sqrt_beta2 = k_.dlr_times_one_minus_sqrt_beta2;
-      const float weight_decay = k_.weight_decay;
-      const float eps = k_.eps;
-      const bool decouple = k_.decouple;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float exp_avg_sq = v_[3];
-      const float s = v_[4];
-      // "g = decouple ? grad : grad + weight_decay * param"
-      const float g = decouple ? grad : grad + weight_decay * param;
-      // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
-      const float s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
-      r_[0] = ::fabsf(s_next);  // sk_l1
-      r_[1] = g * (s / (::sqrtf(exp_avg_sq) + eps));  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: sk_l1, sum over each group (result 0)
+      // 1: group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over each group (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float sqrt_beta2 = k_.sqrt_beta2;
+        const float dlr_times_one_minus_sqrt_beta2 = k_.dlr_times_one_minus_sqrt_beta2;
+        const float weight_decay = k_.weight_decay;
+        const float eps = k_.eps;
+        const bool decouple = k_.decouple;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float exp_avg_sq = v_[3];
+        const float s = v_[4];
+        // "g = decouple ? grad : grad + weight_decay * param"
+        const float g = decouple ? grad : grad + weight_decay * param;
+        // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
+        const float s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
+        r_[0] = ::fabsf(s_next);  // sk_l1
+        r_[1] = g * (s / (::sqrtf(exp_avg_sq) + eps));  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -381,16 +388,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -400,26 +399,32 @@ namespace variants::dadapt_adam_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: sk_l1, sum over each group (result 1)
-    // 1: group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over each group (result 2)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -433,25 +438,41 @@ namespace variants::dadapt_adam_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float sqrt_beta2 = k_.sqrt_beta2;
-      const float dlr_times_one_minus_sqrt_beta2 = k_.dlr_times_one_minus_sqrt_beta2;
-      const float weight_decay = k_.weight_decay;
-      const float eps = k_.eps;
-      const bool decouple = k_.decouple;
-      const float clip_coef = tv_.clip_coef;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float exp_avg_sq = v_[3];
-      const float s = v_[4];
-      const float clipped_grad = grad * clip_coef;
-      // "g = decouple ? grad : grad + weight_decay * param"
-      const float g = decouple ? clipped_grad : clipped_grad + weight_decay * param;
-      // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
-      const float s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
-      r_[0] = ::fabsf(s_next);  // sk_l1
-      r_[1] = g * (s / (::sqrtf(exp_avg_sq) + eps));  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: sk_l1, sum over each group (result 1)
+      // 1: group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over each group (result 2)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float sqrt_beta2 = k_.sqrt_beta2;
+        const float dlr_times_one_minus_sqrt_beta2 = k_.dlr_times_one_minus_sqrt_beta2;
+        const float weight_decay = k_.weight_decay;
+        const float eps = k_.eps;
+        const bool decouple = k_.decouple;
+        const float clip_coef = tv_.clip_coef;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float exp_avg_sq = v_[3];
+        const float s = v_[4];
+        const float clipped_grad = grad * clip_coef;
+        // "g = decouple ? grad : grad + weight_decay * param"
+        const float g = decouple ? clipped_grad : clipped_grad + weight_decay * param;
+        // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
+        const float s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
+        r_[0] = ::fabsf(s_next);  // sk_l1
+        r_[1] = g * (s / (::sqrtf(exp_avg_sq) + eps));  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.

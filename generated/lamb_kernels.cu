@@ -114,17 +114,8 @@ namespace variants::lamb {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 4;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: sum_param_times_param, sum over each tensor (result 0)
-    // 1: sum_u_times_u, sum over each tensor (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -134,34 +125,50 @@ namespace variants::lamb {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float beta1 = k_.beta1;
-      const float beta3 = k_.beta3;
-      const float weight_decay = k_.weight_decay;
-      const float bias_correction1 = k_.bias_correction1;
-      const float beta2 = k_.beta2;
-      const float one_minus_beta2 = k_.one_minus_beta2;
-      const float bias_correction2 = k_.bias_correction2;
-      const float eps = k_.eps;
-      const bool adam_w_mode = k_.adam_w_mode;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float exp_avg = v_[2];
-      const float exp_avg_sq = v_[3];
-      const float weight_decay_times_param = weight_decay * param;
-      // "g = adam_w_mode ? grad : grad + weight_decay * param"
-      const float g = adam_w_mode ? grad : grad + weight_decay_times_param;
-      // exp_avg = beta1 * exp_avg + beta3 * g
-      const float exp_avg_next = beta1 * exp_avg + beta3 * g;
-      // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
-      const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
-      // denom = sqrt(exp_avg_sq / bias_correction2) + eps
-      const float denom = ::sqrtf(exp_avg_sq_next / bias_correction2) + eps;
-      // "u = exp_avg / bias_correction1 / denom + (adam_w_mode ? weight_decay * param : 0)"
-      const float u = exp_avg_next / bias_correction1 / denom + (adam_w_mode ? weight_decay_times_param : 0.0f);
-      r_[0] = param * param;  // sum_param_times_param
-      r_[1] = u * u;  // sum_u_times_u
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 4;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: sum_param_times_param, sum over each tensor (result 0)
+      // 1: sum_u_times_u, sum over each tensor (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float beta1 = k_.beta1;
+        const float beta3 = k_.beta3;
+        const float weight_decay = k_.weight_decay;
+        const float bias_correction1 = k_.bias_correction1;
+        const float beta2 = k_.beta2;
+        const float one_minus_beta2 = k_.one_minus_beta2;
+        const float bias_correction2 = k_.bias_correction2;
+        const float eps = k_.eps;
+        const bool adam_w_mode = k_.adam_w_mode;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float exp_avg = v_[2];
+        const float exp_avg_sq = v_[3];
+        const float weight_decay_times_param = weight_decay * param;
+        // "g = adam_w_mode ? grad : grad + weight_decay * param"
+        const float g = adam_w_mode ? grad : grad + weight_decay_times_param;
+        // exp_avg = beta1 * exp_avg + beta3 * g
+        const float exp_avg_next = beta1 * exp_avg + beta3 * g;
+        // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+        const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
+        // denom = sqrt(exp_avg_sq / bias_correction2) + eps
+        const float denom = ::sqrtf(exp_avg_sq_next / bias_correction2) + eps;
+        // "u = exp_avg / bias_correction1 / denom + (adam_w_mode ? weight_decay * param : 0)"
+        const float u = exp_avg_next / bias_correction1 / denom + (adam_w_mode ? weight_decay_times_param : 0.0f);
+        r_[0] = param * param;  // sum_param_times_param
+        r_[1] = u * u;  // sum_u_times_u
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -334,17 +341,8 @@ namespace variants::lamb_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 4;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
-    // 0: sum_param_times_param, sum over each tensor (result 0)
-    // 1: grad_norm_squared, sum over each group (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x2u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -354,27 +352,35 @@ namespace variants::lamb_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float param = v_[0];
-      const float grad = v_[1];
-      r_[0] = param * param;  // sum_param_times_param
-      r_[1] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 4;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+      // 0: sum_param_times_param, sum over each tensor (result 0)
+      // 1: grad_norm_squared, sum over each group (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x2u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float param = v_[0];
+        const float grad = v_[1];
+        r_[0] = param * param;  // sum_param_times_param
+        r_[1] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 4;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
-    // 0: sum_u_times_u, sum over each tensor (result 2)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -388,35 +394,50 @@ namespace variants::lamb_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float beta1 = k_.beta1;
-      const float beta3 = k_.beta3;
-      const float weight_decay = k_.weight_decay;
-      const float bias_correction1 = k_.bias_correction1;
-      const float beta2 = k_.beta2;
-      const float one_minus_beta2 = k_.one_minus_beta2;
-      const float bias_correction2 = k_.bias_correction2;
-      const float eps = k_.eps;
-      const bool adam_w_mode = k_.adam_w_mode;
-      const float clip_coef = tv_.clip_coef;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float exp_avg = v_[2];
-      const float exp_avg_sq = v_[3];
-      const float clipped_grad = grad * clip_coef;
-      const float weight_decay_times_param = weight_decay * param;
-      // "g = adam_w_mode ? grad : grad + weight_decay * param"
-      const float g = adam_w_mode ? clipped_grad : clipped_grad + weight_decay_times_param;
-      // exp_avg = beta1 * exp_avg + beta3 * g
-      const float exp_avg_next = beta1 * exp_avg + beta3 * g;
-      // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
-      const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
-      // denom = sqrt(exp_avg_sq / bias_correction2) + eps
-      const float denom = ::sqrtf(exp_avg_sq_next / bias_correction2) + eps;
-      // "u = exp_avg / bias_correction1 / denom + (adam_w_mode ? weight_decay * param : 0)"
-      const float u = exp_avg_next / bias_correction1 / denom + (adam_w_mode ? weight_decay_times_param : 0.0f);
-      r_[0] = u * u;  // sum_u_times_u
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 4;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+      // 0: sum_u_times_u, sum over each tensor (result 2)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float beta1 = k_.beta1;
+        const float beta3 = k_.beta3;
+        const float weight_decay = k_.weight_decay;
+        const float bias_correction1 = k_.bias_correction1;
+        const float beta2 = k_.beta2;
+        const float one_minus_beta2 = k_.one_minus_beta2;
+        const float bias_correction2 = k_.bias_correction2;
+        const float eps = k_.eps;
+        const bool adam_w_mode = k_.adam_w_mode;
+        const float clip_coef = tv_.clip_coef;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float exp_avg = v_[2];
+        const float exp_avg_sq = v_[3];
+        const float clipped_grad = grad * clip_coef;
+        const float weight_decay_times_param = weight_decay * param;
+        // "g = adam_w_mode ? grad : grad + weight_decay * param"
+        const float g = adam_w_mode ? clipped_grad : clipped_grad + weight_decay_times_param;
+        // exp_avg = beta1 * exp_avg + beta3 * g
+        const float exp_avg_next = beta1 * exp_avg + beta3 * g;
+        // exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+        const float exp_avg_sq_next = beta2 * exp_avg_sq + one_minus_beta2 * g * g;
+        // denom = sqrt(exp_avg_sq / bias_correction2) + eps
+        const float denom = ::sqrtf(exp_avg_sq_next / bias_correction2) + eps;
+        // "u = exp_avg / bias_correction1 / denom + (adam_w_mode ? weight_decay * param : 0)"
+        const float u = exp_avg_next / bias_correction1 / denom + (adam_w_mode ? weight_decay_times_param : 0.0f);
+        r_[0] = u * u;  // sum_u_times_u
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.

@@ -102,17 +102,8 @@ namespace variants::lars {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 2;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: sum_param_times_param, sum over each tensor (result 0)
-    // 1: sum_grad_times_grad, sum over each tensor (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -122,12 +113,28 @@ namespace variants::lars {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float param = v_[0];
-      const float grad = v_[1];
-      r_[0] = param * param;  // sum_param_times_param
-      r_[1] = grad * grad;  // sum_grad_times_grad
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 2;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: sum_param_times_param, sum over each tensor (result 0)
+      // 1: sum_grad_times_grad, sum over each tensor (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float param = v_[0];
+        const float grad = v_[1];
+        r_[0] = param * param;  // sum_param_times_param
+        r_[1] = grad * grad;  // sum_grad_times_grad
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -264,17 +271,8 @@ namespace variants::lars_use_momentum {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: sum_param_times_param, sum over each tensor (result 0)
-    // 1: sum_grad_times_grad, sum over each tensor (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -284,12 +282,28 @@ namespace variants::lars_use_momentum {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float param = v_[0];
-      const float grad = v_[1];
-      r_[0] = param * param;  // sum_param_times_param
-      r_[1] = grad * grad;  // sum_grad_times_grad
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: sum_param_times_param, sum over each tensor (result 0)
+      // 1: sum_grad_times_grad, sum over each tensor (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float param = v_[0];
+        const float grad = v_[1];
+        r_[0] = param * param;  // sum_param_times_param
+        r_[1] = grad * grad;  // sum_grad_times_grad
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -428,17 +442,8 @@ namespace variants::lars_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 2;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    // 1: sum_param_times_param, sum over each tensor (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -448,27 +453,35 @@ namespace variants::lars_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float param = v_[0];
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-      r_[1] = param * param;  // sum_param_times_param
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 2;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      // 1: sum_param_times_param, sum over each tensor (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float param = v_[0];
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+        r_[1] = param * param;  // sum_param_times_param
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 2;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: sum_clipped_grad_times_clipped_grad, sum over each tensor (result 2)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -482,12 +495,27 @@ namespace variants::lars_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float clip_coef = tv_.clip_coef;
-      const float grad = v_[1];
-      const float clipped_grad = grad * clip_coef;
-      r_[0] = clipped_grad * clipped_grad;  // sum_clipped_grad_times_clipped_grad
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 2;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: sum_clipped_grad_times_clipped_grad, sum over each tensor (result 2)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float clip_coef = tv_.clip_coef;
+        const float grad = v_[1];
+        const float clipped_grad = grad * clip_coef;
+        r_[0] = clipped_grad * clipped_grad;  // sum_clipped_grad_times_clipped_grad
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -634,17 +662,8 @@ namespace variants::lars_use_momentum_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    // 1: sum_param_times_param, sum over each tensor (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -654,27 +673,35 @@ namespace variants::lars_use_momentum_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float param = v_[0];
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-      r_[1] = param * param;  // sum_param_times_param
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      // 1: sum_param_times_param, sum over each tensor (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float param = v_[0];
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+        r_[1] = param * param;  // sum_param_times_param
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = false;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: sum_clipped_grad_times_clipped_grad, sum over each tensor (result 2)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -688,12 +715,27 @@ namespace variants::lars_use_momentum_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float clip_coef = tv_.clip_coef;
-      const float grad = v_[1];
-      const float clipped_grad = grad * clip_coef;
-      r_[0] = clipped_grad * clipped_grad;  // sum_clipped_grad_times_clipped_grad
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = false;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: sum_clipped_grad_times_clipped_grad, sum over each tensor (result 2)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float clip_coef = tv_.clip_coef;
+        const float grad = v_[1];
+        const float clipped_grad = grad * clip_coef;
+        r_[0] = clipped_grad * clipped_grad;  // sum_clipped_grad_times_clipped_grad
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.

@@ -186,17 +186,8 @@ namespace variants::prodigy {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: denominator, sum over each group (result 0)
-    // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -206,25 +197,41 @@ namespace variants::prodigy {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float b3 = k_.b3;
-      const float group_value_1 = k_.group_value_1;
-      const float coupled_decay = k_.coupled_decay;
-      const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
-      const bool step_eq_one = k_.step_eq_one;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float s = v_[3];
-      const float p0 = v_[4];
-      // g = grad + coupled_decay * param
-      const float g = grad + coupled_decay * param;
-      // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
-      const float s_next = b3 * s + group_value_1 * g;
-      // p0:         {init: param}   # only read: the parameter at the first step
-      const float p0_1 = step_eq_one ? param : p0;
-      r_[0] = ::fabsf(s_next);  // denominator
-      r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: denominator, sum over each group (result 0)
+      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float b3 = k_.b3;
+        const float group_value_1 = k_.group_value_1;
+        const float coupled_decay = k_.coupled_decay;
+        const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
+        const bool step_eq_one = k_.step_eq_one;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float s = v_[3];
+        const float p0 = v_[4];
+        // g = grad + coupled_decay * param
+        const float g = grad + coupled_decay * param;
+        // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
+        const float s_next = b3 * s + group_value_1 * g;
+        // p0:         {init: param}   # only read: the parameter at the first step
+        const float p0_1 = step_eq_one ? param : p0;
+        r_[0] = ::fabsf(s_next);  // denominator
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -470,17 +477,8 @@ namespace variants::prodigy_first_moment {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 6;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = -1;
-    // 0: denominator, sum over each group (result 0)
-    // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 1)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x33u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -490,25 +488,41 @@ namespace variants::prodigy_first_moment {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float b3 = k_.b3;
-      const float group_value_1 = k_.group_value_1;
-      const float coupled_decay = k_.coupled_decay;
-      const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
-      const bool step_eq_one = k_.step_eq_one;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float s = v_[4];
-      const float p0 = v_[5];
-      // g = grad + coupled_decay * param
-      const float g = grad + coupled_decay * param;
-      // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
-      const float s_next = b3 * s + group_value_1 * g;
-      // p0:         {init: param}   # only read: the parameter at the first step
-      const float p0_1 = step_eq_one ? param : p0;
-      r_[0] = ::fabsf(s_next);  // denominator
-      r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 6;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = -1;
+      // 0: denominator, sum over each group (result 0)
+      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 1)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x33u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float b3 = k_.b3;
+        const float group_value_1 = k_.group_value_1;
+        const float coupled_decay = k_.coupled_decay;
+        const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
+        const bool step_eq_one = k_.step_eq_one;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float s = v_[4];
+        const float p0 = v_[5];
+        // g = grad + coupled_decay * param
+        const float g = grad + coupled_decay * param;
+        // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
+        const float s_next = b3 * s + group_value_1 * g;
+        // p0:         {init: param}   # only read: the parameter at the first step
+        const float p0_1 = step_eq_one ? param : p0;
+        r_[0] = ::fabsf(s_next);  // denominator
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -756,16 +770,8 @@ namespace variants::prodigy_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -775,26 +781,32 @@ namespace variants::prodigy_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: denominator, sum over each group (result 1)
-    // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 2)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -808,27 +820,43 @@ namespace variants::prodigy_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float b3 = k_.b3;
-      const float group_value_1 = k_.group_value_1;
-      const float coupled_decay = k_.coupled_decay;
-      const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
-      const bool step_eq_one = k_.step_eq_one;
-      const float clip_coef = tv_.clip_coef;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float s = v_[3];
-      const float p0 = v_[4];
-      const float clipped_grad = grad * clip_coef;
-      // g = grad + coupled_decay * param
-      const float g = clipped_grad + coupled_decay * param;
-      // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
-      const float s_next = b3 * s + group_value_1 * g;
-      // p0:         {init: param}   # only read: the parameter at the first step
-      const float p0_1 = step_eq_one ? param : p0;
-      r_[0] = ::fabsf(s_next);  // denominator
-      r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: denominator, sum over each group (result 1)
+      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 2)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float b3 = k_.b3;
+        const float group_value_1 = k_.group_value_1;
+        const float coupled_decay = k_.coupled_decay;
+        const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
+        const bool step_eq_one = k_.step_eq_one;
+        const float clip_coef = tv_.clip_coef;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float s = v_[3];
+        const float p0 = v_[4];
+        const float clipped_grad = grad * clip_coef;
+        // g = grad + coupled_decay * param
+        const float g = clipped_grad + coupled_decay * param;
+        // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
+        const float s_next = b3 * s + group_value_1 * g;
+        // p0:         {init: param}   # only read: the parameter at the first step
+        const float p0_1 = step_eq_one ? param : p0;
+        r_[0] = ::fabsf(s_next);  // denominator
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -1084,16 +1112,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 6;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -1103,26 +1123,32 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 6;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 6;
-    static constexpr int kReductions = 2;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: denominator, sum over each group (result 1)
-    // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 2)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x33u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
@@ -1136,27 +1162,43 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float b3 = k_.b3;
-      const float group_value_1 = k_.group_value_1;
-      const float coupled_decay = k_.coupled_decay;
-      const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
-      const bool step_eq_one = k_.step_eq_one;
-      const float clip_coef = tv_.clip_coef;
-      const float param = v_[0];
-      const float grad = v_[1];
-      const float s = v_[4];
-      const float p0 = v_[5];
-      const float clipped_grad = grad * clip_coef;
-      // g = grad + coupled_decay * param
-      const float g = clipped_grad + coupled_decay * param;
-      // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
-      const float s_next = b3 * s + group_value_1 * g;
-      // p0:         {init: param}   # only read: the parameter at the first step
-      const float p0_1 = step_eq_one ? param : p0;
-      r_[0] = ::fabsf(s_next);  // denominator
-      r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 6;
+      static constexpr int kReductions = 2;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: denominator, sum over each group (result 1)
+      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 2)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x33u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float b3 = k_.b3;
+        const float group_value_1 = k_.group_value_1;
+        const float coupled_decay = k_.coupled_decay;
+        const float d_over_d0_times_dlr = k_.d_over_d0_times_dlr;
+        const bool step_eq_one = k_.step_eq_one;
+        const float clip_coef = tv_.clip_coef;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float s = v_[4];
+        const float p0 = v_[5];
+        const float clipped_grad = grad * clip_coef;
+        // g = grad + coupled_decay * param
+        const float g = clipped_grad + coupled_decay * param;
+        // "s = b3 * s + (safeguard_warmup ? d / d0 * d : d / d0 * dlr) * g"
+        const float s_next = b3 * s + group_value_1 * g;
+        // p0:         {init: param}   # only read: the parameter at the first step
+        const float p0_1 = step_eq_one ? param : p0;
+        r_[0] = ::fabsf(s_next);  // denominator
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.

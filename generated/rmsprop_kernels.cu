@@ -596,16 +596,8 @@ namespace variants::rmsprop_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 3;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -615,10 +607,25 @@ namespace variants::rmsprop_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 3;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -748,16 +755,8 @@ namespace variants::rmsprop_centered_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 4;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -767,10 +766,25 @@ namespace variants::rmsprop_centered_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 4;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -907,16 +921,8 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 4;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -926,10 +932,25 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 4;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.
@@ -1067,16 +1088,8 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 5;
-    static constexpr int kReductions = 1;
-    static constexpr bool kGroupScope = true;  // a reduction over the whole group
-    static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-    // 0: grad_norm_squared, sum over each group (result 0)
-    /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
-    /// where its result goes (kernel_abi::ReductionTable's r).
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
-    static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+    static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
@@ -1086,10 +1099,25 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
       return tv_;
     }
 
-    static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
-      const float grad = v_[1];
-      r_[0] = grad * grad;  // grad_norm_squared
-    }
+    /// Over each tensor or group: chunk runs.
+    struct Elements {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      static constexpr bool kGroupScope = true;  // a reduction over the whole group
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      // 0: grad_norm_squared, sum over each group (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+      /// where its result goes (kernel_abi::ReductionTable's r).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // grad_norm_squared
+      }
+    };
   };
 
   /// The Update stage's code: every element output from the operands, in place.

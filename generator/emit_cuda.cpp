@@ -304,10 +304,7 @@ class CudaEmitter {
     for (const auto& stage : p.stages) {
       if (stage.kind != StageKind::Reduce) continue;
       w.line();
-      if (shaped)
-        shaped_reduce_struct(w, p, stage);
-      else
-        reduce_struct(w, p, stage);
+      reduce_struct(w, p, stage);
     }
     w.line();
     if (shaped)
@@ -621,31 +618,6 @@ class CudaEmitter {
     return stage.name == "reduce" ? "Reduce" : "Reduce" + std::to_string(stage.number);
   }
 
-  /// A Reduce stage's code: the operand of each of its reductions, element by element, and how
-  /// the driver (reduce_stage) combines and stores them.
-  void reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
-    const auto list = stage_reductions(p, stage);
-    std::vector<Expr> roots;
-    for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
-    w.line("/// Reduce stage " + std::to_string(stage.number) +
-           ": the operands of its reductions, element by element.");
-    auto st = w.block("struct " + reduce_struct_name(stage), "};");
-    reduction_constants(w, p, list, roots, true);
-    w.line();
-    const std::set<std::string> taken = taken_names(p);
-    tensor_values(w, p, tensor_values_read(p, roots), taken);
-    w.line();
-    auto fn = w.block(
-        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-        "TensorValues& tv_, "
-        "const float (&v_)[kOperands], float (&r_)[kReductions])");
-    element_prologue(w, p, roots);
-    CudaPrinter printer(false);
-    auto values = write_level_code(w, roots, Domain::Element, printer, "float", taken);
-    for (size_t i = 0; i < values.size(); ++i)
-      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
-  }
-
   /// The reads of a stage's element code: the group values, tensor values and operands `roots` use.
   void element_prologue(CodeWriter& w, const Program& p, const std::vector<Expr>& roots) {
     read_group_values(w, p, roots);
@@ -706,7 +678,7 @@ class CudaEmitter {
     w.line("return tv_;");
   }
 
-  // ---- Variants with rows and columns (uses_shapes): shaped_reduce_stage (optgen/device/shaped.cuh)
+  // ---- Variants with rows and columns (uses_shapes): reduce_stage (optgen/device/reduce_stage.cuh)
   // and update_stage (update.cuh, through its Position) drive the structs below. Element code sees its row, column and
   // matrix (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are loaded where an earlier stage stored
   // them (shapes.h's stored_values; Position loads them, kRowValues, ...), else computed where they are read, in float,
@@ -788,42 +760,49 @@ class CudaEmitter {
     return text;
   }
 
-  /// The code of one kind of block of a shaped Reduce stage: its reductions' operands and where
-  /// their results go (`Elements`: chunk runs, results by index r, finished by finish_tensor;
-  /// the others by their index among the reductions of their scope).
-  void shaped_reduction_kind(CodeWriter& w, const Program& p, const Stage& stage, int kind, const std::string& name,
-                             bool specialization, const std::vector<std::pair<int, const ReductionValue*>>& list,
-                             Domain level, bool elements) {
+  /// The code of one kind of block of a Reduce stage: its reductions' operands and where their
+  /// results go (`Elements`: chunk runs, results by index r, finished by finish_tensor; the others
+  /// by their index among the reductions of their scope). `level` is what its apply reads an
+  /// element's operands at: Element (with the element's row, column and matrix where the variant
+  /// has them), or a Row or Column of a matrix line.
+  void reduction_kind(CodeWriter& w, const Program& p, const Stage& stage, int kind, const std::string& name,
+                      bool specialization, const std::vector<std::pair<int, const ReductionValue*>>& list, Domain level,
+                      bool elements) {
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
     if (specialization) w.line("template <>");
     auto st = w.block("struct " + name, "};");
     reduction_constants(w, p, list, roots, elements);
-    if (elements) loaded_slot_masks(w, p, roots, stage.number, reads_position(p, roots, stage.number));
+    const bool shaped = uses_shapes(p);
+    if (elements && shaped) loaded_slot_masks(w, p, roots, stage.number, reads_position(p, roots, stage.number));
     if (!elements) stored_values_finish(w, p, stage, kind);
     w.line();
-    w.line("template <typename Sh_>");
-    std::string index_parameters;
+    // What apply reads besides the group and tensor values: element-wise code its operands only.
+    std::string parameters = "const float (&v_)[kOperands]";
     CudaPrinter::ShapedIndices indices;
-    switch (level) {
-      case Domain::Row:
-        index_parameters = "long long p_, long long b_";
-        indices = {"p_", "", "b_"};
-        break;
-      case Domain::Column:
-        index_parameters = "long long q_, long long b_";
-        indices = {"", "q_", "b_"};
-        break;
-      default:
-        index_parameters = "const optgen::ElementIndex& ix_, const float (&v_)[kOperands]";
-        indices = element_indices(stage.number);
-        break;
+    if (shaped) {
+      switch (level) {
+        case Domain::Row:
+          parameters = "long long p_, long long b_";
+          indices = {"p_", "", "b_"};
+          break;
+        case Domain::Column:
+          parameters = "long long q_, long long b_";
+          indices = {"", "q_", "b_"};
+          break;
+        default:
+          parameters = "const optgen::ElementIndex& ix_, " + parameters;
+          indices = element_indices(stage.number);
+          break;
+      }
+      parameters = "[[maybe_unused]] const Sh_& sh_, [[maybe_unused]] " + parameters;
+      w.line("template <typename Sh_>");
     }
     indices.order = stage.number;
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-        "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] " +
-        index_parameters + ", float (&r_)[kReductions])");
+        "TensorValues& tv_, " +
+        parameters + ", float (&r_)[kReductions])");
     std::set<std::string> taken = shaped_taken_names(p);
     auto values = shaped_code(w, p, roots, level, indices, taken);
     for (size_t i = 0; i < values.size(); ++i) {
@@ -890,10 +869,12 @@ class CudaEmitter {
              texts[i] + ");  // " + list[i]->name + (list[i]->new_state ? "'s new value" : ""));
   }
 
-  /// A Reduce stage of a variant with rows and columns: a struct per kind of block it launches
-  /// (kBlocks, kernel_abi::BlockKind), and the snapshot of the row and column states (stage 1).
-  void shaped_reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
-    const unsigned blocks = stage_blocks(p, stage);
+  /// A Reduce stage's code, which reduce_stage (device/reduce_stage.cuh) drives: a struct per kind
+  /// of block it launches (kBlocks, kernel_abi::BlockKind; an element-wise variant's chunk runs
+  /// only), and the snapshot of the row and column states (stage 1).
+  void reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
+    const bool shaped = uses_shapes(p);
+    const unsigned blocks = shaped ? stage_blocks(p, stage) : 1u << kernel_abi::kChunkRuns;
     const auto list = stage_reductions(p, stage);
     using Kind = kernel_abi::BlockKind;
     std::map<int, std::vector<std::pair<int, const ReductionValue*>>> by_kind;
@@ -906,30 +887,35 @@ class CudaEmitter {
       if (v.stage == stage.number) roots.push_back(v.value);
     const std::string name = reduce_struct_name(stage);
     w.line("/// Reduce stage " + std::to_string(stage.number) +
-           " (rows and columns): per kind of block, the operands of its reductions.");
+           (shaped ? " (rows and columns): per kind of block, the operands of its reductions."
+                   : ": the operands of its reductions, element by element."));
     {
       auto st = w.block("struct " + name, "};");
       w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
       w.line("static constexpr unsigned kBlocks = " + hex(blocks) + ";  // kernel_abi::BlockKind bits");
+      w.line(std::string("static constexpr bool kShaped = ") +
+             (shaped ? "true;  // rows and columns: apply reads sh_ and ix_" : "false;  // element-wise code"));
       w.line();
       tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, roots, stage.number)), shaped_taken_names(p),
-                    true);
+                    shaped);
       if (by_kind.count(Kind::kChunkRuns)) {
         w.line();
         w.line("/// Over each tensor or group: chunk runs.");
-        shaped_reduction_kind(w, p, stage, Kind::kChunkRuns, "Elements", false, by_kind[Kind::kChunkRuns],
-                              Domain::Element, true);
+        reduction_kind(w, p, stage, Kind::kChunkRuns, "Elements", false, by_kind[Kind::kChunkRuns], Domain::Element,
+                       true);
       }
       if (by_kind.count(Kind::kColumnSegments)) {
         w.line();
         w.line("/// Over each column: column segments.");
-        shaped_reduction_kind(w, p, stage, Kind::kColumnSegments, "Cols", false, by_kind[Kind::kColumnSegments],
-                              Domain::Element, false);
+        reduction_kind(w, p, stage, Kind::kColumnSegments, "Cols", false, by_kind[Kind::kColumnSegments],
+                       Domain::Element, false);
       }
-      w.line();
-      w.line("/// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).");
-      w.line("template <int kKind>");
-      w.line("struct Lines;");
+      if (shaped) {
+        w.line();
+        w.line("/// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).");
+        w.line("template <int kKind>");
+        w.line("struct Lines;");
+      }
       if (blocks & (1u << Kind::kSnapshot)) {
         w.line();
         snapshot_struct(w, p);
@@ -941,8 +927,8 @@ class CudaEmitter {
     for (const auto& [kind, level] : lines) {
       if (!by_kind.count(kind)) continue;
       w.line();
-      shaped_reduction_kind(w, p, stage, kind, name + "::Lines<" + std::to_string(kind) + ">", true, by_kind[kind],
-                            level, false);
+      reduction_kind(w, p, stage, kind, name + "::Lines<" + std::to_string(kind) + ">", true, by_kind[kind], level,
+                     false);
     }
   }
 
@@ -1058,7 +1044,6 @@ class CudaEmitter {
                 "const optgen::ReductionTable reductions)");
     const std::string types =
         "variants::" + p.variant + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
-    const std::string driver = uses_shapes(p) && stage.kind == StageKind::Reduce ? "optgen::shaped_" : "optgen::";
     // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
     // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).
     const int arch = minimum_arch(p, s);
@@ -1066,11 +1051,11 @@ class CudaEmitter {
     if (guarded) w.line("#if __CUDA_ARCH__ >= " + std::to_string(arch * 10));
     switch (stage.kind) {
       case StageKind::Reduce:
-        w.line(driver + "reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
+        w.line("optgen::reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
                ">(table, groups, inputs, reductions);");
         break;
       case StageKind::Update:
-        w.line(driver + "update_stage<variants::" + p.variant + "::Update, " + types +
+        w.line("optgen::update_stage<variants::" + p.variant + "::Update, " + types +
                ">(table, groups, inputs, reductions);");
         break;
     }

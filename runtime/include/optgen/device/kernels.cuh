@@ -5,14 +5,15 @@
 ///   math.cuh              storage number types, the spec language's functions
 ///   operands.cuh          loading and storing operands of every codec
 ///   group.cuh             the group table, the group kernel, stage overlap
-///   reduce.cuh            reductions and the Reduce stage
+///   reduce.cuh            reductions and the Reduce stage's chunk runs
 ///   shape.cuh             where an element is among rows, columns and matrices
+///   shaped.cuh            a Reduce stage's lines, column segments and snapshot
+///   reduce_stage.cuh      the Reduce stage: its blocks of each kind
 ///   update.cuh            the Update stage (element by element, with rows and columns)
 ///   blockwise_update.cuh  the Update stage of 8-bit blockwise states
-///   shaped.cuh            the Reduce stages of rows, columns and matrices
 /// The runtime compiles these headers in (nvrtc::device_library) and hands them to NVRTC as
 /// in-memory headers, so a kernel source needs no include path. A source defines OPTGEN_BLOCK_SIZE,
 /// OPTGEN_ELEMENTS_PER_THREAD and the OPTGEN_*_LAUNCH_BOUNDS macros before it includes this.
 
 #include "optgen/device/blockwise_update.cuh"
-#include "optgen/device/shaped.cuh"
+#include "optgen/device/reduce_stage.cuh"

@@ -1,6 +1,6 @@
 #pragma once
 /// optgen's device library: reductions (sums and maxima in a fixed order, results per tensor and
-/// group) and the chunk-parallel Reduce stage.
+/// group) and the Reduce stage's chunk runs.
 
 #include "optgen/device/group.cuh"
 #include "optgen/device/shape.cuh"
@@ -289,26 +289,6 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
     finish_run<Code>(red, acc, chunk, run);
     c = last + 1;
   }
-}
-
-/// A Reduce stage: its blocks' chunk runs (chunk_runs). Nothing else is written, and the step is
-/// not advanced: that is the Update stage's.
-///
-/// It waits for the kernel before it and only then lets the next one start. The Update stage after
-/// it loads params, grads and states before its own wait, and a wait covers only the kernel just
-/// before (programmatic dependent launch is not transitive): let start first, that Update stage
-/// could run under the tail of the kernel before this one, the last step's Update stage, which
-/// writes them.
-///
-/// AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
-/// norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only its
-/// results.
-template <typename Reduce, typename Group, typename Ops>
-__device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
-                                             const ReductionTable& red) {
-  wait_for_previous_kernel();  // the results of the Reduce stage before, which this one may read
-  allow_next_kernel();
-  chunk_runs<Reduce, Reduce, Group, Ops, false>(table, groups, inputs, red, blockIdx.x);
 }
 
 }  // namespace optgen

@@ -1,9 +1,9 @@
 #pragma once
-/// optgen's device library: the Reduce stages of a variant with matrix, row or column code
-/// (kernel_abi::ShapeTable; generator/shapes.h): its lines, column segments and snapshot; its
-/// chunk runs are reduce.cuh's and its Update stage update.cuh's.
+/// optgen's device library: the blocks of a Reduce stage of matrix, row or column code
+/// (kernel_abi::ShapeTable; generator/shapes.h): its lines, column segments and snapshot. Its
+/// chunk runs are reduce.cuh's, its driver reduce_stage.cuh's.
 
-#include "optgen/device/update.cuh"
+#include "optgen/device/reduce.cuh"
 
 namespace optgen {
 
@@ -371,49 +371,6 @@ __device__ __forceinline__ void shaped_snapshot(const TableView& table, long lon
   for (int j = 0; j < Code::kColStates; ++j)
     if (e < B * sh.C && sh.pointer(Code::col_op(j)))
       st.col_snapshot[j * st.num_cols + sh.col0 + e] = sh.col_state(Code::col_op(j), j, e);
-}
-
-/// A Reduce stage of a variant with rows and columns: block b is a block of the first kind in
-/// Reduce::kBlocks while b is below that kind's count, and so on (kernel_abi::BlockKind).
-template <typename Reduce, typename Group, typename Ops>
-__device__ __forceinline__ void shaped_reduce_stage(const TableView& table, const GroupTable& groups,
-                                                    const StepInputs& inputs, const ReductionTable& red) {
-  static_assert(Ops::kBlockwise == 0, "8-bit states are for element-wise variants (Spec::storage_problem)");
-  wait_for_previous_kernel();  // earlier stages' results; and the last step's states
-  allow_next_kernel();         // after the wait, as in reduce_stage
-  const ShapeTable& st = *table.shapes;
-  long long b = blockIdx.x;
-  auto total = [&](int kind) {
-    return st.block_offset[static_cast<long long>(kind) * (st.num_tensors + 1) + st.num_tensors];
-  };
-  if constexpr ((Reduce::kBlocks >> kernel_abi::kChunkRuns) & 1u) {
-    const long long n = (table.num_chunks + red.chunks_per_block - 1) / red.chunks_per_block;
-    if (b < n) return chunk_runs<typename Reduce::Elements, Reduce, Group, Ops, true>(table, groups, inputs, red, b);
-    b -= n;
-  }
-  if constexpr ((Reduce::kBlocks >> kernel_abi::kRowLines) & 1u) {
-    if (b < total(kernel_abi::kRowLines))
-      return shaped_lines<kernel_abi::kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
-    b -= total(kernel_abi::kRowLines);
-  }
-  if constexpr ((Reduce::kBlocks >> kernel_abi::kColumnSegments) & 1u) {
-    if (b < total(kernel_abi::kColumnSegments))
-      return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, b);
-    b -= total(kernel_abi::kColumnSegments);
-  }
-  if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixRowLines) & 1u) {
-    if (b < total(kernel_abi::kMatrixRowLines))
-      return shaped_lines<kernel_abi::kMatrixRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
-    b -= total(kernel_abi::kMatrixRowLines);
-  }
-  if constexpr ((Reduce::kBlocks >> kernel_abi::kMatrixColumnLines) & 1u) {
-    if (b < total(kernel_abi::kMatrixColumnLines))
-      return shaped_lines<kernel_abi::kMatrixColumnLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
-    b -= total(kernel_abi::kMatrixColumnLines);
-  }
-  if constexpr ((Reduce::kBlocks >> kernel_abi::kSnapshot) & 1u) {
-    if (b < total(kernel_abi::kSnapshot)) return shaped_snapshot<Reduce, Ops>(table, b);
-  }
 }
 
 }  // namespace optgen
