@@ -354,7 +354,7 @@ namespace variants::adafactor {
 
   /// The Update stage's code (rows and columns): every output from the operands.
   struct Update {
-    static constexpr int kOperands = 5;
+    static constexpr int kOperands = 5;  // param, grad, row_var, col_var, variance
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
@@ -362,7 +362,6 @@ namespace variants::adafactor {
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
-    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x11u;  // written back: param, variance
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -388,7 +387,8 @@ namespace variants::adafactor {
       return tv_;
     }
 
-    /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
+    /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+    /// caller computes the elements again with IeeeMath where it was not exact).
     template <typename Sh_, typename Math>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
@@ -408,7 +408,7 @@ namespace variants::adafactor {
       // variance = lerp(variance, g * g, one_minus_beta2_t)
       const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
       // v = row_var * col_var / max(mean(row_var), eps1)
-      const float v = sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q) / sh_.matrix_value(0, ix_.b);
+      const float v = m_.div(sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q), sh_.matrix_value(0, ix_.b));
       const float v_1 = factored ? v : 0.0f;
       // v = variance
       const float variance_next_1 = not_factored ? variance_next : v_1;
@@ -805,7 +805,7 @@ namespace variants::adafactor_clip_grad_norm {
 
   /// The Update stage's code (rows and columns): every output from the operands.
   struct Update {
-    static constexpr int kOperands = 5;
+    static constexpr int kOperands = 5;  // param, grad, row_var, col_var, variance
     static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
@@ -813,7 +813,6 @@ namespace variants::adafactor_clip_grad_norm {
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
-    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x11u;  // written back: param, variance
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -844,7 +843,8 @@ namespace variants::adafactor_clip_grad_norm {
       return tv_;
     }
 
-    /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
+    /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+    /// caller computes the elements again with IeeeMath where it was not exact).
     template <typename Sh_, typename Math>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
@@ -866,7 +866,7 @@ namespace variants::adafactor_clip_grad_norm {
       // variance = lerp(variance, g * g, one_minus_beta2_t)
       const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
       // v = row_var * col_var / max(mean(row_var), eps1)
-      const float v = sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q) / sh_.matrix_value(0, ix_.b);
+      const float v = m_.div(sh_.row_value(0, ix_.p) * sh_.col_value(0, ix_.q), sh_.matrix_value(0, ix_.b));
       const float v_1 = factored ? v : 0.0f;
       // v = variance
       const float variance_next_1 = not_factored ? variance_next : v_1;

@@ -156,7 +156,7 @@ namespace variants::adam_mini {
 
   /// The Update stage's code (rows and columns): every output from the operands.
   struct Update {
-    static constexpr int kOperands = 5;
+    static constexpr int kOperands = 5;  // param, grad, m, vmean, v
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
@@ -164,7 +164,6 @@ namespace variants::adam_mini {
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
-    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -178,7 +177,8 @@ namespace variants::adam_mini {
       return tv_;
     }
 
-    /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
+    /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+    /// caller computes the elements again with IeeeMath where it was not exact).
     template <typename Sh_, typename Math>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
@@ -203,9 +203,9 @@ namespace variants::adam_mini {
       // second = v
       const float v_next_1 = not_factored ? v_next : sh_.row_value(0, ix_.p);
       // h = sqrt(second) / bias_correction_2_sqrt + eps
-      const float h = ::sqrtf(v_next_1) / bias_correction_2_sqrt + eps;
+      const float h = m_.div(m_.sqrt(v_next_1), bias_correction_2_sqrt) + eps;
       // param = decayed - m * (1 / bias_correction_1 / h) * lr
-      const float param_next = decayed - m_next * (one_over_bias_correction_1 / h) * lr;
+      const float param_next = decayed - m_next * m_.div(one_over_bias_correction_1, h) * lr;
       // v = beta2 * v + (1 - beta2) * grad * grad
       const float v_next_2 = not_factored ? v_next : v;
       v_[0] = param_next;  // param
@@ -411,7 +411,7 @@ namespace variants::adam_mini_clip_grad_norm {
 
   /// The Update stage's code (rows and columns): every output from the operands.
   struct Update {
-    static constexpr int kOperands = 5;
+    static constexpr int kOperands = 5;  // param, grad, m, vmean, v
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
@@ -419,7 +419,6 @@ namespace variants::adam_mini_clip_grad_norm {
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
-    /// Element operands (row and column states go through sh_).
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -438,7 +437,8 @@ namespace variants::adam_mini_clip_grad_norm {
       return tv_;
     }
 
-    /// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).
+    /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+    /// caller computes the elements again with IeeeMath where it was not exact).
     template <typename Sh_, typename Math>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
@@ -465,9 +465,9 @@ namespace variants::adam_mini_clip_grad_norm {
       // second = v
       const float v_next_1 = not_factored ? v_next : sh_.row_value(0, ix_.p);
       // h = sqrt(second) / bias_correction_2_sqrt + eps
-      const float h = ::sqrtf(v_next_1) / bias_correction_2_sqrt + eps;
+      const float h = m_.div(m_.sqrt(v_next_1), bias_correction_2_sqrt) + eps;
       // param = decayed - m * (1 / bias_correction_1 / h) * lr
-      const float param_next = decayed - m_next * (one_over_bias_correction_1 / h) * lr;
+      const float param_next = decayed - m_next * m_.div(one_over_bias_correction_1, h) * lr;
       // v = beta2 * v + (1 - beta2) * grad * grad
       const float v_next_2 = not_factored ? v_next : v;
       v_[0] = param_next;  // param

@@ -155,13 +155,13 @@ namespace variants::adamw {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, exp_avg, exp_avg_sq
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -402,13 +402,13 @@ namespace variants::adamw_amsgrad {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, max_exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -691,13 +691,13 @@ namespace variants::adamw_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, exp_avg, exp_avg_sq
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg, exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -982,13 +982,13 @@ namespace variants::adamw_amsgrad_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, max_exp_avg_sq
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -189,13 +189,13 @@ namespace variants::dadapt_adam {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, exp_avg, exp_avg_sq, s
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -475,13 +475,13 @@ namespace variants::dadapt_adam_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, exp_avg, exp_avg_sq, s
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

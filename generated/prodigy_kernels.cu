@@ -234,13 +234,13 @@ namespace variants::prodigy {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, exp_avg_sq, s, p0
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x10u;  // written at the group's first step only: p0
@@ -525,13 +525,13 @@ namespace variants::prodigy_first_moment {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 6;  // param, grad, exp_avg, exp_avg_sq, s, p0
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x20u;  // written at the group's first step only: p0
@@ -859,13 +859,13 @@ namespace variants::prodigy_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, exp_avg_sq, s, p0
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x10u;  // written at the group's first step only: p0
@@ -1201,13 +1201,13 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 6;  // param, grad, exp_avg, exp_avg_sq, s, p0
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x20u;  // written at the group's first step only: p0

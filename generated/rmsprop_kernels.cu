@@ -106,13 +106,13 @@ namespace variants::rmsprop {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, square_avg
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -221,13 +221,13 @@ namespace variants::rmsprop_centered {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, square_avg, grad_avg
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -343,13 +343,13 @@ namespace variants::rmsprop_use_momentum {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, square_avg, momentum_buffer
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -466,13 +466,13 @@ namespace variants::rmsprop_centered_use_momentum {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, square_avg, momentum_buffer, grad_avg
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -628,13 +628,13 @@ namespace variants::rmsprop_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, square_avg
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -787,13 +787,13 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, square_avg, grad_avg
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -953,13 +953,13 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 4;  // param, grad, square_avg, momentum_buffer
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -1120,13 +1120,13 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 5;  // param, grad, square_avg, momentum_buffer, grad_avg
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

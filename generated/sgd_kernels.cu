@@ -82,13 +82,13 @@ namespace variants::sgd {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 2;  // param, grad
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -189,13 +189,13 @@ namespace variants::sgd_use_momentum {
     }
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, momentum_buffer
     static constexpr int kGradNormSlot = -1;
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -333,13 +333,13 @@ namespace variants::sgd_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 2;  // param, grad
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -484,13 +484,13 @@ namespace variants::sgd_use_momentum_clip_grad_norm {
     };
   };
 
-  /// The Update stage's code: every element output from the operands, in place.
+  /// The Update stage's code: every output from the operands.
   struct Update {
     static constexpr int kOperands = 3;  // param, grad, momentum_buffer
     static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
-    static constexpr bool kShaped = false;  // element-wise code: no rows or columns
+    static constexpr bool kShaped = false;  // element-wise code
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -300,17 +300,13 @@ class CudaEmitter {
     group_values_struct(w, p);
     w.line();
     group_struct(w, p);
-    const bool shaped = uses_shapes(p);
     for (const auto& stage : p.stages) {
       if (stage.kind != StageKind::Reduce) continue;
       w.line();
       reduce_struct(w, p, stage);
     }
     w.line();
-    if (shaped)
-      shaped_update_struct(w, p);
-    else
-      update_struct(w, p);
+    update_struct(w, p);
     for (const auto& s : storage) {
       w.line();
       operands_struct(w, p, s);
@@ -520,51 +516,6 @@ class CudaEmitter {
                                       : "written at the group's first step only: " + first_step_stored));
   }
 
-  void update_struct(CodeWriter& w, const Program& variant) {
-    // A state the step only reads that starts as the parameter is written at the group's first
-    // step only, when it reads as the parameter: the stage writes it the parameter and never loads it.
-    Program p = variant;
-    for (auto& o : p.element_outputs)
-      if (o.first_step_only) o.value = Node::make_var(VarKind::Param, "param", ValueType::Float);
-    const auto names = operand_names(p);
-    std::string operands;
-    for (const auto& n : names) operands += (operands.empty() ? "" : ", ") + n;
-    std::vector<Expr> roots;
-    for (const auto& o : p.element_outputs) roots.push_back(o.value);
-    w.line("/// The Update stage's code: every element output from the operands, in place.");
-    auto st = w.block("struct Update", "};");
-    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";  // " + operands);
-    grad_norm_slot(w, p);
-    const auto read = tensor_values_read(p, roots);
-    w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
-           ";  // reads values computed per tensor");
-    first_stage(w, p);
-    // The operands it reads, and those it writes back: the outputs, and the read-only states that
-    // start as the parameter at the group's first step only.
-    w.line("static constexpr bool kShaped = false;  // element-wise code: no rows or columns");
-    operand_masks(w, p, roots);
-    w.line();
-    const std::set<std::string> taken = taken_names(p);
-    tensor_values(w, p, read, taken);
-    w.line();
-    w.line("/// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose");
-    w.line("/// caller computes the elements again with IeeeMath where it was not exact).");
-    w.line("template <typename Math>");
-    auto fn = w.block(
-        "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-        "TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_)");
-    element_prologue(w, p, roots);
-    CudaPrinter printer(false);
-    printer.set_math("m_");
-    auto values = write_element_temporaries(w, p, printer, "float", taken);
-    for (size_t j = 0; j < values.size(); ++j) {
-      const std::string& out = p.element_outputs[j].name;
-      size_t index = std::find(names.begin(), names.end(), out) - names.begin();
-      if (index == names.size()) throw InternalError("emit_cuda: output '" + out + "' is not an operand");
-      w.line("v_[" + std::to_string(index) + "] = " + values[j] + ";  // " + out);
-    }
-  }
-
   /// The reductions of Reduce stage `stage`, in the program's order, with their index r.
   static std::vector<std::pair<int, const ReductionValue*>> stage_reductions(const Program& p, const Stage& stage) {
     std::vector<std::pair<int, const ReductionValue*>> list;
@@ -708,11 +659,13 @@ class CudaEmitter {
   /// tensor values and operands, the matrix, column and row values read, then the roots'
   /// temporaries, all in float; returns the roots' values.
   std::vector<std::string> shaped_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, Domain level,
-                                       const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken) {
+                                       const CudaPrinter::ShapedIndices& indices, std::set<std::string>& taken,
+                                       const std::string& math = "") {
     element_prologue(w, p, with_shaped_values(p, roots, indices.order));
     shaped_values(w, p, roots, indices, taken);
     CudaPrinter printer(false, &p);
     printer.set_shaped(indices);
+    if (!math.empty()) printer.set_math(math);
     auto texts = write_level_code(w, roots, level, printer, "float", taken);
     for (const auto& [node, name] : printer.names) taken.insert(name);
     return texts;
@@ -950,10 +903,17 @@ class CudaEmitter {
     }
   }
 
-  /// The Update stage of a variant with rows and columns: the element outputs into v_, and each row
-  /// (column) state's new value, stored by the element at column (row) 0: loaded where the Reduce
-  /// stage that finished it stored it (shapes.h's stored_values), else computed there.
-  void shaped_update_struct(CodeWriter& w, const Program& p) {
+  /// The Update stage's code, which update_stage (device/update.cuh) drives: the element outputs
+  /// into v_; with rows and columns, each row (column) state's new value too, stored by the element
+  /// at column (row) 0: loaded where the Reduce stage that finished it stored it (shapes.h's
+  /// stored_values), else computed there.
+  void update_struct(CodeWriter& w, const Program& variant) {
+    // A state the step only reads that starts as the parameter is written at the group's first
+    // step only, when it reads as the parameter: the stage writes it the parameter and never loads it.
+    Program p = variant;
+    for (auto& o : p.element_outputs)
+      if (o.first_step_only) o.value = Node::make_var(VarKind::Param, "param", ValueType::Float);
+    const bool shaped = uses_shapes(p);
     const int order = static_cast<int>(p.stages.size());
     const std::vector<StoredValue> stored = stored_values(p);
     const auto names = operand_names(p);
@@ -964,33 +924,41 @@ class CudaEmitter {
     for (const Output* o : computed) all.push_back(o->value);
     std::vector<Expr> element_roots;  // apply's: the element outputs
     for (const Output* o : outputs[Domain::Element]) element_roots.push_back(o->value);
-    w.line("/// The Update stage's code (rows and columns): every output from the operands.");
+    std::string operands;
+    for (const auto& n : names) operands += (operands.empty() ? "" : ", ") + n;
+    w.line(std::string("/// The Update stage's code") + (shaped ? " (rows and columns)" : "") +
+           ": every output from the operands.");
     auto st = w.block("struct Update", "};");
-    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";");
+    w.line("static constexpr int kOperands = " + std::to_string(names.size()) + ";  // " + operands);
     grad_norm_slot(w, p);
     const auto read = tensor_values_read(p, with_shaped_values(p, all, order));
     w.line(std::string("static constexpr bool kTensorValues = ") + (read.empty() ? "false" : "true") +
            ";  // reads values computed per tensor");
     first_stage(w, p);
-    w.line("static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_");
+    w.line(std::string("static constexpr bool kShaped = ") +
+           (shaped ? "true;  // rows and columns: apply reads sh_ and ix_" : "false;  // element-wise code"));
     // Indexed where it stores a row or column state too (store_states reads the element's index).
     const bool stores_states = !outputs[Domain::Row].empty() || !outputs[Domain::Column].empty();
-    loaded_slot_masks(w, p, element_roots, order, stores_states || reads_position(p, all, order));
-    w.line("/// Element operands (row and column states go through sh_).");
+    if (shaped) loaded_slot_masks(w, p, element_roots, order, stores_states || reads_position(p, all, order));
+    // The operands it reads (row and column states go through sh_), and those it writes back: the
+    // outputs, and the read-only states that start as the parameter at the group's first step only.
     operand_masks(w, p, with_shaped_values(p, all, order));
     w.line();
     std::set<std::string> taken = shaped_taken_names(p);
-    tensor_values(w, p, read, taken, true);
+    tensor_values(w, p, read, taken, shaped);
     w.line();
     {
-      w.line("/// `m_`: as the element-wise Update stage's (unused: this code divides with `/`).");
-      w.line("template <typename Sh_, typename Math>");
+      w.line("/// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose");
+      w.line("/// caller computes the elements again with IeeeMath where it was not exact).");
+      w.line(shaped ? "template <typename Sh_, typename Math>" : "template <typename Math>");
       auto fn = w.block(
           "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
-          "TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float "
-          "(&v_)[kOperands], [[maybe_unused]] Math& m_)");
+          "TensorValues& tv_, " +
+          std::string(shaped ? "[[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, "
+                             : "") +
+          "float (&v_)[kOperands], [[maybe_unused]] Math& m_)");
       std::set<std::string> names_taken = taken;
-      auto texts = shaped_code(w, p, element_roots, Domain::Element, element_indices(order), names_taken);
+      auto texts = shaped_code(w, p, element_roots, Domain::Element, element_indices(order), names_taken, "m_");
       for (size_t j = 0; j < texts.size(); ++j) {
         const std::string& out = outputs[Domain::Element][j]->name;
         const size_t index = std::find(names.begin(), names.end(), out) - names.begin();
@@ -998,6 +966,7 @@ class CudaEmitter {
         w.line("v_[" + std::to_string(index) + "] = " + texts[j] + ";  // " + out);
       }
     }
+    if (!shaped) return;
     w.line();
     // The row and column states: apart from apply, so that a vector's elements compute with no
     // branch between them (Position::store_states calls this for each once they are stored).
