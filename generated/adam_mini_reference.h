@@ -118,7 +118,8 @@ namespace variants::adam_mini {
     }
   }
 
-  /// The Update stage: per matrix, row, column and element, writes the tensor's buffers in place.
+  /// The Update stage: per matrix, row, column and element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, ::std::size_t rows_, [[maybe_unused]] ::std::size_t cols_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_, [[maybe_unused]] ::std::vector<double>* shaped_) {
     // A factored tensor is B_ matrices of R_ rows and C_ columns; any other one matrix of one row.
@@ -268,7 +269,8 @@ namespace variants::adam_mini_clip_grad_norm {
     }
   }
 
-  /// The Update stage: per matrix, row, column and element, writes the tensor's buffers in place.
+  /// The Update stage: per matrix, row, column and element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, ::std::size_t rows_, [[maybe_unused]] ::std::size_t cols_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_, [[maybe_unused]] ::std::vector<double>* shaped_) {
     // A factored tensor is B_ matrices of R_ rows and C_ columns; any other one matrix of one row.

@@ -119,9 +119,8 @@ namespace variants::ademamix {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);
@@ -215,9 +214,8 @@ namespace variants::ademamix_fast_ema {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);
@@ -318,8 +316,8 @@ namespace variants::ademamix_clip_grad_norm {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -330,9 +328,8 @@ namespace variants::ademamix_clip_grad_norm {
     tensor_[0] = grad_norm_squared_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);
@@ -434,8 +431,8 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -446,9 +443,8 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
     tensor_[0] = grad_norm_squared_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);

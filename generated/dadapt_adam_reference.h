@@ -135,8 +135,8 @@ namespace variants::dadapt_adam {
     scalar_state_[1] = numerator_weighted_next;  // numerator_weighted
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ sqrt_beta2 = T_(k_[0]);
@@ -164,9 +164,8 @@ namespace variants::dadapt_adam {
     tensor_[1] = group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ sqrt_beta2 = T_(k_[0]);
@@ -289,8 +288,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
     scalar_state_[1] = numerator_weighted_next;  // numerator_weighted
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -301,8 +300,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
     tensor_[0] = grad_norm_squared_;
   }
 
-  /// Reduce stage 2: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 2: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce2(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ sqrt_beta2 = T_(k_[0]);
@@ -336,9 +335,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
     tensor_[2] = group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ sqrt_beta2 = T_(k_[0]);

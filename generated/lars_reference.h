@@ -90,8 +90,8 @@ namespace variants::lars {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double sum_param_times_param_ = 0.0;
@@ -106,9 +106,8 @@ namespace variants::lars {
     tensor_[1] = sum_grad_times_grad_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);
@@ -178,8 +177,8 @@ namespace variants::lars_use_momentum {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double sum_param_times_param_ = 0.0;
@@ -194,9 +193,8 @@ namespace variants::lars_use_momentum {
     tensor_[1] = sum_grad_times_grad_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);
@@ -272,8 +270,8 @@ namespace variants::lars_clip_grad_norm {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -288,8 +286,8 @@ namespace variants::lars_clip_grad_norm {
     tensor_[1] = sum_param_times_param_;
   }
 
-  /// Reduce stage 2: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 2: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce2(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ max_grad_norm = T_(k_[2]);
@@ -306,9 +304,8 @@ namespace variants::lars_clip_grad_norm {
     tensor_[2] = sum_clipped_grad_times_clipped_grad_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);
@@ -385,8 +382,8 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     for (::std::size_t i_ = 0; i_ < kNumGroupValues; ++i_) out_[i_] = values_[i_];
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -401,8 +398,8 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     tensor_[1] = sum_param_times_param_;
   }
 
-  /// Reduce stage 2: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 2: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce2(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ max_grad_norm = T_(k_[3]);
@@ -419,9 +416,8 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     tensor_[2] = sum_clipped_grad_times_clipped_grad_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ lr = T_(k_[0]);

@@ -164,8 +164,8 @@ namespace variants::prodigy {
     scalar_state_[2] = d_numerator_next;  // d_numerator
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -195,9 +195,8 @@ namespace variants::prodigy {
     tensor_[1] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -357,8 +356,8 @@ namespace variants::prodigy_first_moment {
     scalar_state_[2] = d_numerator_next;  // d_numerator
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -388,9 +387,8 @@ namespace variants::prodigy_first_moment {
     tensor_[1] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -556,8 +554,8 @@ namespace variants::prodigy_clip_grad_norm {
     scalar_state_[2] = d_numerator_next;  // d_numerator
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -568,8 +566,8 @@ namespace variants::prodigy_clip_grad_norm {
     tensor_[0] = grad_norm_squared_;
   }
 
-  /// Reduce stage 2: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 2: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce2(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -605,9 +603,8 @@ namespace variants::prodigy_clip_grad_norm {
     tensor_[2] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -774,8 +771,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     scalar_state_[2] = d_numerator_next;  // d_numerator
   }
 
-  /// Reduce stage 1: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 1: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce1(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     double grad_norm_squared_ = 0.0;
@@ -786,8 +783,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     tensor_[0] = grad_norm_squared_;
   }
 
-  /// Reduce stage 2: its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (a group reduction's part from this tensor).
+  /// Reduce stage 2: its reductions, in double, into tensor_[r] (a group
+  /// reduction's part from this tensor).
   template <typename T_>
   void reduce2(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);
@@ -823,9 +820,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     tensor_[2] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
-  /// Per tensor (in double) and per element (in T_): reads the group values, the results of the
-  /// reductions and the tensor's buffers, writes them in place. The gradient is divided by
-  /// `grad_scale_` as it is read.
+  /// The Update stage: per element, writes the tensor's buffers in place;
+  /// the gradient divided by `grad_scale_` as it is read.
   template <typename T_>
   void update(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const double* tensor_, [[maybe_unused]] const double* group_) {
     const T_ b3 = T_(k_[0]);

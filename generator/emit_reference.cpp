@@ -207,14 +207,8 @@ class ReferenceEmitter {
     per_step(w, p);
     int stages = 0;
     for (const auto& r : p.reductions) stages = std::max(stages, r.stage);
-    if (uses_shapes(p)) {
-      for (int stage = 1; stage <= stages; ++stage) shaped_stage(w, p, stage);
-      shaped_stage(w, p, 0);
-      return;
-    }
-    for (int stage = 1; stage <= stages; ++stage) reduce(w, p, stage);
-    w.line();
-    update(w, p);
+    for (int stage = 1; stage <= stages; ++stage) stage_function(w, p, stage);
+    stage_function(w, p, 0);
   }
 
   /// Whether some variant's state exists for some tensors only (its condition reads `factored`).
@@ -225,15 +219,19 @@ class ReferenceEmitter {
     return found;
   }
 
-  /// A stage of a variant with rows and columns: Reduce stage `stage`, or the Update stage (0). It
-  /// loops over each matrix of the tensor (a tensor that is not factored is one matrix of one row),
-  /// computing per matrix its matrix values, then every column's column values (kept for the
-  /// matrix), then per row its row values and the row's elements, all in double but the element
-  /// code (T_), as the tensor values are. A row or column state is written by the code of its level
-  /// once per row or column, after every value that reads it was computed, and is read as 0 (written
-  /// nowhere) for a tensor that has none, as an element state that exists for some tensors only.
-  void shaped_stage(CodeWriter& w, const Program& p, int stage) {
+  /// Reduce stage `stage`, or the Update stage (0), of one tensor: a loop over its elements, in T_,
+  /// after its tensor values, in double. With rows and columns it loops over each matrix of the
+  /// tensor (a tensor that is not factored is one matrix of one row), computing per matrix its
+  /// matrix values, then every column's column values (kept for the matrix), then per row its row
+  /// values and the row's elements, all in double but the element code (T_), as the tensor values
+  /// are. A row or column state is written by the code of its level once per row or column, after
+  /// every value that reads it was computed, and is read as 0 (written nowhere) for a tensor that
+  /// has none, as an element state that exists for some tensors only. A Reduce stage's results go
+  /// to tensor_[r] (a group reduction's part from this tensor; `step` combines the parts) or
+  /// shaped_[r] (one per row, column or matrix).
+  void stage_function(CodeWriter& w, const Program& p, int stage) {
     const bool update = stage == 0;
+    const bool shaped = uses_shapes(p);
     // What the stage computes, by the level of its code.
     std::map<Domain, std::vector<Expr>> roots;
     std::map<Domain, std::vector<std::string>> sinks;  // what each root becomes (a statement's text)
@@ -258,18 +256,23 @@ class ReferenceEmitter {
 
     w.line();
     if (update) {
-      w.line("/// The Update stage: per matrix, row, column and element, writes the tensor's buffers in place.");
+      w.line(std::string("/// The Update stage: per ") + (shaped ? "matrix, row, column and " : "") +
+             "element, writes the tensor's buffers in place;");
+      w.line("/// the gradient divided by `grad_scale_` as it is read.");
     } else {
       w.line("/// Reduce stage " + std::to_string(stage) + ": its reductions, in double, into tensor_[r] (a group");
-      w.line("/// reduction's part from this tensor) or shaped_[r] (one per row, column or matrix).");
+      w.line(std::string("/// reduction's part from this tensor)") +
+             (shaped ? " or shaped_[r] (one per row, column or matrix)." : "."));
     }
     w.line("template <typename T_>");
     auto fn = w.block(std::string("void ") + (update ? "update" : "reduce" + std::to_string(stage)) +
-                      shaped_stage_parameters(!update));
-    w.line("// A factored tensor is B_ matrices of R_ rows and C_ columns; any other one matrix of one row.");
-    w.line("const bool factored_ = rows_ != 0;");
-    w.line("const ::std::size_t R_ = factored_ ? rows_ : 1, C_ = factored_ ? cols_ : numel_;");
-    w.line("const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);");
+                      stage_parameters(!update, shaped));
+    if (shaped) {
+      w.line("// A factored tensor is B_ matrices of R_ rows and C_ columns; any other one matrix of one row.");
+      w.line("const bool factored_ = rows_ != 0;");
+      w.line("const ::std::size_t R_ = factored_ ? rows_ : 1, C_ = factored_ ? cols_ : numel_;");
+      w.line("const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);");
+    }
     std::set<std::string> taken;
     stage_prologue(w, p, prologue_roots, update, taken);
     for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
@@ -295,9 +298,10 @@ class ReferenceEmitter {
         for (const auto& o : p.element_outputs) {
           if (o.level != level) continue;
           const std::string index = level == Domain::Row ? "row_i_" : level == Domain::Column ? "col_i_" : "i_";
-          const bool maybe_absent = o.name != "param";
+          const bool maybe_absent = shaped && o.name != "param";  // a state some tensors lack
+          const std::string value = shaped ? "T_(" + texts[j++] + ")" : texts[j++];
           w.line((maybe_absent ? "if (" + o.name + "_data_) " : std::string()) + o.name + "_data_[" + index +
-                 "] = T_(" + texts[j++] + ");");
+                 "] = " + value + ";");
         }
         return;
       }
@@ -305,7 +309,7 @@ class ReferenceEmitter {
         const auto& reduction = p.reductions[r];
         const Domain at = reduction.scope == Domain::Matrix ? reduction.operand->level : Domain::Element;
         if (at != level) continue;
-        const std::string value = "static_cast<double>(T_(" + texts[j++] + "))";
+        const std::string value = "static_cast<double>(" + (shaped ? "T_(" + texts[j++] + ")" : texts[j++]) + ")";
         std::string target;
         switch (reduction.scope) {
           case Domain::Tensor:
@@ -341,7 +345,12 @@ class ReferenceEmitter {
     };
 
     CppPrinter element_printer(true, &p);
-    {
+    if (!shaped) {
+      auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
+      element_loads(w, roots[Domain::Element], p);
+      finish(Domain::Element,
+             write_level_code(w, roots[Domain::Element], Domain::Element, element_printer, "T_", taken));
+    } else {
       auto matrices = w.block("for (::std::size_t b_ = 0; b_ < B_; ++b_)");
       level_code(Domain::Matrix, "");
       // Every column's values first, kept for the rows of the matrix.
@@ -369,7 +378,7 @@ class ReferenceEmitter {
           if (read.count(v->name))
             w.line(std::string("const ") + (v->value->type == ValueType::Bool ? "bool " : "T_ ") + v->name + " = " +
                    v->name + "_col_[c_];");
-        shaped_element_loads(w, roots[Domain::Element], p);
+        element_loads(w, roots[Domain::Element], p);
         auto texts = write_level_code(w, roots[Domain::Element], Domain::Element, element_printer, "T_", taken);
         finish(Domain::Element, texts);
       }
@@ -379,8 +388,9 @@ class ReferenceEmitter {
         w.line("tensor_[" + std::to_string(r) + "] = " + p.reductions[r].name + "_;");
   }
 
-  /// Element loads of a variant with rows and columns: a state absent for this tensor reads as 0.
-  static void shaped_element_loads(CodeWriter& w, const std::vector<Expr>& roots, const Program& p) {
+  /// `const T_ param = param_data_[i_];` for each element input `roots` read; with rows and columns
+  /// a state absent for this tensor reads as 0.
+  static void element_loads(CodeWriter& w, const std::vector<Expr>& roots, const Program& p) {
     std::set<std::string> read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
@@ -389,16 +399,20 @@ class ReferenceEmitter {
     if (read.count("param")) w.line("const T_ param = param_data_[i_];");
     if (read.count("grad")) w.line("const T_ grad = grad_data_[i_] / grad_scale_;");
     for (const auto& s : p.states)
-      if (read.count(s)) w.line("const T_ " + s + " = " + s + "_data_ ? " + s + "_data_[i_] : T_(0);");
+      if (read.count(s))
+        w.line("const T_ " + s + " = " + s + "_data_" + (uses_shapes(p) ? " ? " + s + "_data_[i_] : T_(0)" : "[i_]") +
+               ";");
   }
 
-  static std::string shaped_stage_parameters(bool writes_results) {
-    return std::string(
-               "(::std::size_t numel_, ::std::size_t rows_, [[maybe_unused]] ::std::size_t cols_, [[maybe_unused]] "
-               "T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* state_data_, "
-               "[[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] ") +
-           (writes_results ? "" : "const ") +
-           "double* tensor_, [[maybe_unused]] const double* group_, [[maybe_unused]] ::std::vector<double>* shaped_)";
+  /// The parameters of the update and reduce functions; a Reduce stage writes its results; with rows
+  /// and columns, the tensor's shape and its results per row, column or matrix.
+  static std::string stage_parameters(bool writes_results, bool shaped) {
+    return std::string("(::std::size_t numel_, ") +
+           (shaped ? "::std::size_t rows_, [[maybe_unused]] ::std::size_t cols_, " : "") +
+           "[[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* "
+           "state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] " +
+           (writes_results ? "" : "const ") + "double* tensor_, [[maybe_unused]] const double* group_" +
+           (shaped ? ", [[maybe_unused]] ::std::vector<double>* shaped_)" : ")");
   }
 
   void per_step(CodeWriter& w, const Program& p) {
@@ -491,78 +505,6 @@ class ReferenceEmitter {
       for (const auto& o : p.element_outputs) read.insert(o.name);
     for (const auto& s : p.states)
       if (read.count(s)) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
-  }
-
-  /// The parameters of the update and reduce functions; a Reduce stage writes its results.
-  static std::string stage_parameters(bool writes_results) {
-    return std::string(
-               "(::std::size_t numel_, [[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, "
-               "[[maybe_unused]] T_* const* state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const "
-               "GroupValues& k_, [[maybe_unused]] ") +
-           (writes_results ? "" : "const ") + "double* tensor_, [[maybe_unused]] const double* group_)";
-  }
-
-  /// `const T_ param = param_data_[i_];` for each element input `roots` read.
-  static void element_loads(CodeWriter& w, const std::vector<Expr>& roots, const Program& p) {
-    std::set<std::string> read;
-    for (const auto& r : roots)
-      for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->level == Domain::Element) read.insert(e->name);
-      });
-    std::vector<std::string> names = {"param", "grad"};
-    names.insert(names.end(), p.states.begin(), p.states.end());
-    for (const auto& input : names)
-      if (read.count(input))
-        w.line("const T_ " + input + " = " + input + "_data_[i_]" + (input == "grad" ? " / grad_scale_" : "") + ";");
-  }
-
-  void update(CodeWriter& w, const Program& p) {
-    w.line("/// Per tensor (in double) and per element (in T_): reads the group values, the results of the");
-    w.line("/// reductions and the tensor's buffers, writes them in place. The gradient is divided by");
-    w.line("/// `grad_scale_` as it is read.");
-    w.line("template <typename T_>");
-    auto fn = w.block("void update" + stage_parameters(false));
-    std::vector<Expr> roots;
-    for (const auto& o : p.element_outputs) roots.push_back(o.value);
-    std::set<std::string> taken;
-    stage_prologue(w, p, roots, true, taken);
-    CppPrinter printer(true);
-    auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
-    element_loads(w, roots, p);
-    auto values = write_element_temporaries(w, p, printer, "T_", taken);
-    for (size_t j = 0; j < values.size(); ++j) w.line(p.element_outputs[j].name + "_data_[i_] = " + values[j] + ";");
-  }
-
-  /// Reduce stage `stage`: each of its reductions over the tensor's elements, in double, into
-  /// tensor_[r] (for a group reduction, the tensor's part; `step` combines the parts).
-  void reduce(CodeWriter& w, const Program& p, int stage) {
-    std::vector<Expr> roots;
-    std::vector<size_t> indices;
-    for (size_t r = 0; r < p.reductions.size(); ++r)
-      if (p.reductions[r].stage == stage) {
-        roots.push_back(p.reductions[r].operand);
-        indices.push_back(r);
-      }
-    w.line();
-    w.line("/// Reduce stage " + std::to_string(stage) +
-           ": its reductions over the tensor's elements, in double, into");
-    w.line("/// tensor_[r] (a group reduction's part from this tensor).");
-    w.line("template <typename T_>");
-    auto fn = w.block("void reduce" + std::to_string(stage) + stage_parameters(true));
-    std::set<std::string> taken;
-    stage_prologue(w, p, roots, false, taken);
-    for (size_t r : indices) w.line("double " + p.reductions[r].name + "_ = " + identity(p.reductions[r]) + ";");
-    CppPrinter printer(true);
-    {
-      auto loop = w.block("for (::std::size_t i_ = 0; i_ < numel_; ++i_)");
-      element_loads(w, roots, p);
-      auto values = write_level_code(w, roots, Domain::Element, printer, "T_", taken);
-      for (size_t j = 0; j < values.size(); ++j) {
-        const auto& r = p.reductions[indices[j]];
-        w.line(r.name + "_ = " + combine(r, r.name + "_", "static_cast<double>(" + values[j] + ")") + ";");
-      }
-    }
-    for (size_t r : indices) w.line("tensor_[" + std::to_string(r) + "] = " + p.reductions[r].name + "_;");
   }
 
   static std::string identity(const ReductionValue& r) {
