@@ -187,16 +187,14 @@ struct ElementValues {
 /// where kFromSnapshot: the Update stage's), the element's row, column and matrix, and the stored
 /// values `Code` reads (Code::kRowValues, kColValues, kMatrixValues), where it reads any of them
 /// (Code::kIndexed: else its tensor's values and shape only). A loop visits V consecutive
-/// elements at a time, a thread's vectors kStride apart: seek finds the first (two divisions;
-/// where kSkips, the thread's next vector by additions, skip) and loads its row's and matrix's
+/// elements at a time: seek finds the first (two divisions) and loads its row's and matrix's
 /// values, once for all V where they lie in one row (the tensor's rows are a multiple of V long);
 /// next advances to the following one and, outside a row of vectors, loads its row's and matrix's
 /// values again. `Stage` is the struct whose tensor() computes the stage's tensor values; apply()
 /// calls Code::apply with what it reads (its column's values loaded there: held for a whole
 /// vector, they spilled in Adafactor's stochastic-rounding kernels); store_states and
 /// finish_vector store the Update stage's row and column states.
-template <typename Stage, typename Code, typename Ops, bool kShaped, int V, bool kFromSnapshot = false,
-          bool kSkips = false>
+template <typename Stage, typename Code, typename Ops, bool kShaped, int V, bool kFromSnapshot = false>
 struct Position {
   __device__ __forceinline__ Position(const TableView&, int) {}
   template <typename Values, typename Results>
@@ -219,30 +217,18 @@ struct Position {
   __device__ __forceinline__ void finish_vector(const Values&, const TensorValues&) const {}
 };
 
-template <typename Stage, typename Code, typename Ops, int V, bool kFromSnapshot, bool kSkips>
-struct Position<Stage, Code, Ops, true, V, kFromSnapshot, kSkips> {
+template <typename Stage, typename Code, typename Ops, int V, bool kFromSnapshot>
+struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   typedef Shaped<Ops, kFromSnapshot> Sh;
   static constexpr unsigned kRows = Code::kRowValues, kCols = Code::kColValues, kMatrices = Code::kMatrixValues;
-  /// Between a thread's consecutive vectors in the loops (update_stage, chunk_runs): a block's
-  /// threads take V elements each.
-  static constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
   Sh sh;
   ElementIndex ix;
   bool rows_of_vectors;  ///< every row holds whole vectors: a vector's elements share their row
   bool in_row_;          ///< the vector since the last seek lies in one row (its values are loaded)
   float row[slot_span(kRows)], matrix[slot_span(kMatrices)];
-  int gap_b, gap_r, gap_c;  ///< kStride - V elements as matrices, rows and columns: what skip adds
-  long long next_;          ///< the element kStride after the last vector seek found, or -1
 
   __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, kFromSnapshot>(table, t)) {
     rows_of_vectors = sh.C % V == 0;
-    next_ = -1;
-    if (kSkips && Code::kIndexed && sh.R * sh.C > 0) {  // each part below kStride: an int
-      const ElementIndex gap = element_index(kStride - V, sh.R, sh.C);
-      gap_b = static_cast<int>(gap.b);
-      gap_r = static_cast<int>(gap.r);
-      gap_c = static_cast<int>(gap.c);
-    }
   }
   template <typename Values, typename Results>
   __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
@@ -253,17 +239,11 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot, kSkips> {
   /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
   __device__ __forceinline__ bool present(const void* data) const { return data != nullptr; }
 
-  /// Element i, the first of the V a vector loop visits (`vector`), or one on its own. The vector
-  /// kStride after the one the last seek found, once next() has passed that one's V elements (the
-  /// loops' order), is found by skip's additions; any other element by element_index's divisions.
+  /// Element i, the first of the V a vector loop visits (`vector`), or one on its own.
   __device__ __forceinline__ void seek(long long i, bool vector = true) {
     in_row_ = vector && rows_of_vectors;
     if (!Code::kIndexed) return;
-    if (kSkips && i == next_)
-      skip();
-    else
-      ix = element_index(i, sh.R, sh.C);
-    if (kSkips) next_ = vector ? i + kStride : -1;
+    ix = element_index(i, sh.R, sh.C);
     load_row();
   }
   /// Whether the vector since the last seek lies in one row. A loop over its elements branches on
@@ -322,30 +302,6 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot, kSkips> {
   }
 
  private:
-  /// From V elements past the start of a vector (next() has passed them; in a row of vectors its
-  /// column may be C, not yet wrapped) to the start of the vector kStride after it: `gap` added,
-  /// a column past the row's end carried into the row, a row past the matrix's into the matrix.
-  __device__ __forceinline__ void skip() {
-    ix.i += kStride - V;
-    ix.c += gap_c;
-    ix.q += gap_c;
-    ix.r += gap_r;
-    ix.p += gap_r;
-    if (ix.c >= sh.C) {  // at most 2C - 1: one carry
-      ix.c -= sh.C;
-      ix.q -= sh.C;
-      ++ix.r;
-      ++ix.p;
-    }
-    ix.b += gap_b;
-    ix.p += gap_b * sh.R;
-    ix.q += gap_b * sh.C;
-    if (ix.r >= sh.R) {  // at most 2R - 1: one carry
-      ix.r -= sh.R;
-      ++ix.b;
-      ix.q += sh.C;
-    }
-  }
   // The row's and matrix's values, through the read-only data cache (the stage that loads them does
   // not write them), as apply() loads the column's.
   __device__ __forceinline__ void load_row() {

@@ -65,10 +65,9 @@ __device__ __forceinline__ bool update_operands(const TableView& table, int t, v
 }
 
 /// Where an Update stage's elements are: its row and column states, where its code reads them, as
-/// the first Reduce stage's snapshot holds them; a thread's next vector found by additions (kSkips:
-/// not in Reduce stages, where the registers it holds cost Adafactor's norm stage a block per SM).
+/// the first Reduce stage's snapshot holds them.
 template <typename Update, typename Ops>
-using UpdatePosition = Position<Update, Update, Ops, Update::kShaped, update_vector<Ops>(), true, true>;
+using UpdatePosition = Position<Update, Update, Ops, Update::kShaped, update_vector<Ops>(), true>;
 
 /// What an Update stage's elements need beyond their operands, read once its block holds the
 /// tensor's ticket (begin_update): the group's values `k`, the tensor's `tv`, how the parameter is
