@@ -85,7 +85,7 @@ const OptimizerInfo& AdamMini::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 2, kKernels, 4, &kernel_images::adam_mini(),
-      /*block_size=*/128, /*elements_per_thread=*/8, /*chunk_size=*/2048};
+      /*block_size=*/128, /*elements_per_thread=*/8, /*chunk_size=*/8192};
   return info;
 }
 

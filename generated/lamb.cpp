@@ -84,7 +84,7 @@ const OptimizerInfo& LAMB::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 2, kKernels, 6, &kernel_images::lamb(),
-      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/2048};
+      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/4096};
   return info;
 }
 

@@ -114,7 +114,7 @@ const OptimizerInfo& LARS::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 4, kKernels, 8, &kernel_images::lars(),
-      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/2048};
+      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/4096};
   return info;
 }
 

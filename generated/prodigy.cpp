@@ -123,7 +123,7 @@ const OptimizerInfo& Prodigy::info() {
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 4, kKernels, 12, &kernel_images::prodigy(),
-      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/2048};
+      /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/4096};
   return info;
 }
 

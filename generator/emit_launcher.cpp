@@ -272,7 +272,7 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   values["abi_version"] = std::to_string(kernel_abi::kVersion);
   values["block_size"] = std::to_string(tables.block_size);
   values["elements_per_thread"] = std::to_string(tuning.elements_per_thread);
-  values["chunk_size"] = std::to_string(tuning.chunk_size);
+  values["chunk_size"] = std::to_string(tables.chunk_size);
   return render_template("launcher.cpp.in", values);
 }
 

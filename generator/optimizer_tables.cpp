@@ -91,6 +91,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     }
   }
   tables.block_size = tuning.block_size_for(compiled);
+  tables.chunk_size = variants.empty() ? tuning.chunk_size : chunk_size_for(tuning, variants.front(), Storage{});
   return tables;
 }
 

@@ -101,6 +101,9 @@ struct KernelTables {
   std::vector<KernelRow> kernels;    ///< by variant, then in the order of `storage`
   /// Threads per block of every kernel (KernelTuning::block_size_for the variants with kernels).
   int block_size = 0;
+  /// Elements per block of the default (first) variant's f32 kernel set (OptimizerInfo::chunk_size:
+  /// what the launcher reports; each set's own is its KernelRow's).
+  long long chunk_size = 0;
 
   /// The kernel sets of variant `variant` (an index into `variants`), in the order of `storage`;
   /// none for a variant without kernels.

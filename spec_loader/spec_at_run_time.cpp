@@ -215,7 +215,7 @@ void RuntimeSpec::Impl::describe_optimizer() {
           &images,
           kernel_tables.block_size,
           tuning.elements_per_thread,
-          tuning.chunk_size};
+          kernel_tables.chunk_size};
   defaults = default_hyperparameters(info);
 }
 

@@ -128,12 +128,14 @@ OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size) {
   return lanes;
 }
 /// Lines of `length` values that one thread takes, one after another: 1 for a line of more than
-/// kLineValuesPerLane / 2, else the most (a power of two) that hold at most kLineValuesPerLane
-/// values together. A block of short lines (a 1x1 conv weight's rows and columns are one value
-/// long) then does a block's worth of work for what finding its tensor costs it.
+/// kShortLineValues / 2, else the most (a power of two) that hold at most kShortLineValues values
+/// together. A block of short lines (a 1x1 conv weight's rows and columns are one value long) then
+/// does a block's worth of work for what finding its tensor costs it. (A line that short is one
+/// lane's: kShortLineValues / 2 <= kLineValuesPerLane.)
+enum { kShortLineValues = 32 };
 OPTGEN_ABI_FUNCTION int short_lines(long long length) {
   int n = 1;
-  while (static_cast<long long>(2 * n) * (length > 0 ? length : 1) <= kLineValuesPerLane) n *= 2;
+  while (static_cast<long long>(2 * n) * (length > 0 ? length : 1) <= kShortLineValues) n *= 2;
   return n;
 }
 /// Lines a block reduces: block_size / line_lanes lines at a time, short_lines times.

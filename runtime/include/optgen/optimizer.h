@@ -206,7 +206,8 @@ struct OptimizerInfo {
   /// table's, FusedOptimizer::set_launch_shape's) compiles the source again with NVRTC.
   int block_size;
   int elements_per_thread;
-  long long chunk_size;  ///< elements per block of f32 kernel sets (KernelInfo::chunk_size: each set's)
+  long long
+      chunk_size;  ///< elements per block of the default variant's f32 kernel set (KernelInfo::chunk_size: each set's)
 };
 
 /// The oldest GPU (major * 10 + minor) kernel set `kernel` of `info` runs on: the newest
