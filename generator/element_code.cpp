@@ -28,13 +28,6 @@ std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>
   return values;
 }
 
-std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program& p, ExprPrinter& printer,
-                                                   const std::string& float_type, std::set<std::string> taken) {
-  std::vector<Expr> roots;
-  for (const auto& o : p.element_outputs) roots.push_back(o.value);
-  return write_level_code(w, roots, Domain::Element, printer, float_type, std::move(taken));
-}
-
 std::vector<std::string> element_inputs_read(const Program& p) {
   std::set<std::string> read;
   for (const auto& o : p.element_outputs)

@@ -28,10 +28,6 @@ std::vector<std::string> write_level_code(CodeWriter& w, const std::vector<Expr>
                                           ExprPrinter& printer, const std::string& float_type,
                                           std::set<std::string> taken);
 
-/// The same for the element outputs of `p`, in `p.element_outputs` order.
-std::vector<std::string> write_element_temporaries(CodeWriter& w, const Program& p, ExprPrinter& printer,
-                                                   const std::string& float_type, std::set<std::string> taken);
-
 /// The per-element inputs the outputs read: "param", "grad" and state names, in that order.
 std::vector<std::string> element_inputs_read(const Program& p);
 

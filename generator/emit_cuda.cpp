@@ -629,8 +629,9 @@ class CudaEmitter {
     w.line("return tv_;");
   }
 
-  // ---- Variants with rows and columns (uses_shapes): reduce_stage (optgen/device/reduce_stage.cuh)
-  // and update_stage (update.cuh, through its Position) drive the structs below. Element code sees its row, column and
+  // ---- The Reduce and Update structs of every variant, which reduce_stage (optgen/device/reduce_stage.cuh)
+  // and update_stage (update.cuh, through its Position) drive; most of what follows is for variants with rows and
+  // columns (uses_shapes), whose element code sees its row, column and
   // matrix (ix_.p, ix_.q, ix_.b); the matrix, column and row values it reads are loaded where an earlier stage stored
   // them (shapes.h's stored_values; Position loads them, kRowValues, ...), else computed where they are read, in float,
   // from the results of earlier stages and the row and column states. ----

@@ -206,8 +206,8 @@ struct OptimizerInfo {
   /// table's, FusedOptimizer::set_launch_shape's) compiles the source again with NVRTC.
   int block_size;
   int elements_per_thread;
-  long long
-      chunk_size;  ///< elements per block of the default variant's f32 kernel set (KernelInfo::chunk_size: each set's)
+  /// Elements per block of the default variant's f32 kernel set (KernelInfo::chunk_size: each set's).
+  long long chunk_size;
 };
 
 /// The oldest GPU (major * 10 + minor) kernel set `kernel` of `info` runs on: the newest

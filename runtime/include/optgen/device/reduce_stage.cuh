@@ -7,6 +7,11 @@
 
 namespace optgen {
 
+/// Whether a Reduce stage's kBlocks has blocks of `kind`.
+__device__ __forceinline__ constexpr bool has_blocks(unsigned blocks, kernel_abi::BlockKind kind) {
+  return ((blocks >> kind) & 1u) != 0;
+}
+
 /// A Reduce stage: block b is a block of the first kind in Reduce::kBlocks (kernel_abi::BlockKind)
 /// while b is below that kind's count, and so on; chunk runs count table.num_chunks /
 /// chunks_per_block blocks, the other kinds ShapeTable::block_offset's. An element-wise variant's
@@ -22,11 +27,6 @@ namespace optgen {
 /// AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
 /// norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only its
 /// results.
-/// Whether a Reduce stage's kBlocks has blocks of `kind`.
-__device__ __forceinline__ constexpr bool has_blocks(unsigned blocks, kernel_abi::BlockKind kind) {
-  return ((blocks >> kind) & 1u) != 0;
-}
-
 template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
