@@ -359,6 +359,7 @@ namespace variants::adafactor {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
@@ -810,6 +811,7 @@ namespace variants::adafactor_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;

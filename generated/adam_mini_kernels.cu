@@ -161,6 +161,7 @@ namespace variants::adam_mini {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -416,6 +417,7 @@ namespace variants::adam_mini_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;

@@ -120,6 +120,7 @@ namespace variants::adan {
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x3du;  // written back: param, exp_avg, exp_avg_sq, exp_avg_diff, neg_pre_grad
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -328,6 +329,7 @@ namespace variants::adan_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x3du;  // written back: param, exp_avg, exp_avg_sq, exp_avg_diff, neg_pre_grad
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

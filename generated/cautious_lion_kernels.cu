@@ -134,6 +134,7 @@ namespace variants::cautious_lion {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, exp_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -336,6 +337,7 @@ namespace variants::cautious_lion_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, exp_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -42,6 +42,9 @@ inline constexpr int kNumHyperparameters = 12;
 inline constexpr int kNumStates = 1;
 inline constexpr int kNumScalarStates = 0;
 inline constexpr int kNumFlags = 2;
+/// The spec's programs beside the step (`programs:`), in declaration order.
+inline constexpr const char* kPrograms[] = {nullptr};
+inline constexpr int kNumPrograms = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

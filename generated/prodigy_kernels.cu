@@ -241,6 +241,7 @@ namespace variants::prodigy {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x10u;  // written at the group's first step only: p0
@@ -532,6 +533,7 @@ namespace variants::prodigy_first_moment {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x20u;  // written at the group's first step only: p0
@@ -866,6 +868,7 @@ namespace variants::prodigy_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x10u;  // written at the group's first step only: p0
@@ -1208,6 +1211,7 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, exp_avg, exp_avg_sq, s
     static constexpr unsigned kFirstStepStores = 0x20u;  // written at the group's first step only: p0

@@ -50,6 +50,9 @@ inline constexpr int kNumHyperparameters = 15;
 inline constexpr int kNumStates = 4;
 inline constexpr int kNumScalarStates = 3;
 inline constexpr int kNumFlags = 2;
+/// The spec's programs beside the step (`programs:`), in declaration order.
+inline constexpr const char* kPrograms[] = {nullptr};
+inline constexpr int kNumPrograms = 0;
 
 /// Computes the derived flags from the other hyperparameters.
 inline void derive_flags([[maybe_unused]] double* h_) {

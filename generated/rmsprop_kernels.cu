@@ -113,6 +113,7 @@ namespace variants::rmsprop {
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -228,6 +229,7 @@ namespace variants::rmsprop_centered {
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -350,6 +352,7 @@ namespace variants::rmsprop_use_momentum {
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -473,6 +476,7 @@ namespace variants::rmsprop_centered_use_momentum {
     static constexpr bool kTensorValues = false;  // reads values computed per tensor
     static constexpr bool kFirstStage = true;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -635,6 +639,7 @@ namespace variants::rmsprop_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x7u >> op_) & 1u; }
     static constexpr unsigned kStores = 0x5u;  // written back: param, square_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -794,6 +799,7 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -960,6 +966,7 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
     static constexpr unsigned kStores = 0xdu;  // written back: param, square_avg, momentum_buffer
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
@@ -1127,6 +1134,7 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     static constexpr bool kTensorValues = true;  // reads values computed per tensor
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = false;  // element-wise code
+    static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1fu >> op_) & 1u; }
     static constexpr unsigned kStores = 0x1du;  // written back: param, square_avg, momentum_buffer, grad_avg
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter

@@ -243,9 +243,14 @@ class CudaEmitter {
     w.line();
     for (const auto& v : variants) variant(w, v, storage);
     for (std::size_t i = 0; i < variants.size(); ++i) {
-      for (const KernelRow* k : tables.kernels_of(static_cast<int>(i)))
+      for (const KernelRow* k : tables.kernels_of(static_cast<int>(i))) {
         for (std::size_t s = 0; s < k->stages.size(); ++s)
           stage_kernel(w, variants[i], *k, variants[i].stages[s], k->stages[s]);
+        for (std::size_t j = 0; j < k->programs.size(); ++j) {
+          const Program& program = variants[i].programs[j];
+          stage_kernel(w, program, *k, program.stages.back(), k->programs[j]);
+        }
+      }
       group_kernel(w, variants[i], tables.variants[i].group_kernel);
     }
     return w.str();
@@ -310,6 +315,16 @@ class CudaEmitter {
     for (const auto& s : storage) {
       w.line();
       operands_struct(w, p, s);
+    }
+    for (const Program& program : p.programs) {
+      w.line();
+      w.line("/// Program '" + program.entry + "' (the spec's `programs:`): beside the step, over its operands.");
+      auto inner = w.block("namespace " + program.entry, "}  // namespace " + program.entry);
+      group_values_struct(w, program);
+      w.line();
+      group_struct(w, program);
+      w.line();
+      update_struct(w, program);
     }
   }
 
@@ -383,8 +398,13 @@ class CudaEmitter {
   static std::string operands_struct_name(const Storage& s) { return "Operands_" + s.name(); }
 
   void group_values_struct(CodeWriter& w, const Program& p) {
-    w.line("/// Computed once per step and param group by Group::step, kept in the group table, read by the");
-    w.line("/// tensor and element code.");
+    if (p.entry == "step") {
+      w.line("/// Computed once per step and param group by Group::step, kept in the group table, read by the");
+      w.line("/// tensor and element code.");
+    } else {
+      w.line("/// Computed by each block of the program from its group's hyperparameters and scalar state");
+      w.line("/// (Group::step), read by the element code.");
+    }
     {
       auto s = w.block("struct GroupValues", "};");
       auto fields = group_value_fields(p);
@@ -394,12 +414,14 @@ class CudaEmitter {
                ir.print(p.values[Domain::Group][f.index].value));
       if (fields.empty()) w.line("float unused;  // this variant reads no per-group value");
     }
-    w.line("static_assert(sizeof(GroupValues) == " + std::to_string(group_values_size(p)) +
-           ", \"the launcher's values_stride holds this\");");
+    if (p.entry == "step")
+      w.line("static_assert(sizeof(GroupValues) == " + std::to_string(group_values_size(p)) +
+             ", \"the launcher's values_stride holds this\");");
   }
 
   void group_struct(CodeWriter& w, const Program& p) {
-    w.line("/// The group code: the spec's per_step, in double, once per step and param group.");
+    w.line(p.entry == "step" ? "/// The group code: the spec's per_step, in double, once per step and param group."
+                             : "/// The program's group code, in double: the values its element code reads.");
     auto s = w.block("struct Group", "};");
     w.line("typedef GroupValues Values;");
     w.line("static constexpr int kScalarStates = " + std::to_string(spec_.scalar_states.size()) + ";");
@@ -938,6 +960,9 @@ class CudaEmitter {
     first_stage(w, p);
     w.line(std::string("static constexpr bool kShaped = ") +
            (shaped ? "true;  // rows and columns: apply reads sh_ and ix_" : "false;  // element-wise code"));
+    w.line(std::string("static constexpr bool kProgram = ") +
+           (p.entry == "step" ? "false;  // the step: takes a ticket, counts the step"
+                              : "true;  // a program: no ticket, no step counted"));
     // Indexed where it stores a row or column state too (store_states reads the element's index).
     const bool stores_states = !outputs[Domain::Row].empty() || !outputs[Domain::Column].empty();
     if (shaped) loaded_slot_masks(w, p, element_roots, order, stores_states || reads_position(p, all, order));
@@ -1002,7 +1027,9 @@ class CudaEmitter {
   void stage_kernel(CodeWriter& w, const Program& p, const KernelRow& k, const Stage& stage, const std::string& name) {
     const Storage& s = k.storage;
     w.line();
-    w.line("/// " + p.variant + ", " + to_string(stage.kind) + " stage, storage " + s.text() + ".");
+    w.line("/// " + p.variant + ", " +
+           (p.entry == "step" ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) + ", storage " +
+           s.text() + ".");
     const char* bounds = stage.kind == StageKind::Reduce
                              ? (uses_shapes(p) ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
                          : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
@@ -1012,8 +1039,9 @@ class CudaEmitter {
         w.block(name +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
                 "const optgen::ReductionTable reductions)");
-    const std::string types =
-        "variants::" + p.variant + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
+    // A program's Group and Update are in a namespace of its own, inside its variant's.
+    const std::string scope = "variants::" + p.variant + (p.entry == "step" ? "" : "::" + p.entry);
+    const std::string types = scope + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
     // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
     // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).
     const int arch = minimum_arch(p, s);
@@ -1025,8 +1053,7 @@ class CudaEmitter {
                ">(table, groups, inputs, reductions);");
         break;
       case StageKind::Update:
-        w.line("optgen::update_stage<variants::" + p.variant + "::Update, " + types +
-               ">(table, groups, inputs, reductions);");
+        w.line("optgen::update_stage<" + scope + "::Update, " + types + ">(table, groups, inputs, reductions);");
         break;
     }
     if (guarded) w.line("#endif");
@@ -1052,8 +1079,10 @@ std::string emit_cuda(const Spec& spec, const std::vector<Program>& variants, co
   const KernelTables tables = kernel_tables(variants, storage, tuning);
   std::string kernels;
   for (std::size_t i = 0; i < variants.size(); ++i) {
-    for (const KernelRow* k : tables.kernels_of(static_cast<int>(i)))
+    for (const KernelRow* k : tables.kernels_of(static_cast<int>(i))) {
       for (const std::string& name : k->stages) kernels += "//   " + name + "\n";
+      for (const std::string& name : k->programs) kernels += "//   " + name + "\n";
+    }
     kernels += "//   " + tables.variants[i].group_kernel + "\n";
   }
   std::string body = CudaEmitter(spec, tuning).emit(variants, storage, tables);

@@ -150,6 +150,10 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     std::string names;
     for (const auto& stage : kernel->stages) names += (names.empty() ? "" : ", ") + ("\"" + stage + "\"");
     w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "[] = {" + names + "};");
+    if (kernel->programs.empty()) continue;
+    std::string programs;
+    for (const auto& program : kernel->programs) programs += (programs.empty() ? "" : ", ") + ("\"" + program + "\"");
+    w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "_programs[] = {" + programs + "};");
   }
 }
 
@@ -171,6 +175,9 @@ std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_
          std::to_string(k.variant) + ", " + dtype_enum(k.storage.param) + ", " +
          param_write_enum(k.storage.param_write) + ", " +
          (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + ", " + std::to_string(k.chunk_size) +
+         (k.programs.empty()
+              ? std::string()
+              : ", variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + "_programs") +
          "},";
 }
 
@@ -240,7 +247,16 @@ std::string emit_launcher_header(const Spec& spec, [[maybe_unused]] const std::v
     scalar_states.line("  void set_" + s.name + "(double value, std::size_t group) { engine_.set_scalar_state(\"" +
                        s.name + "\", value, group); }");
   }
+  CodeWriter programs;
+  if (!spec.programs.empty()) {
+    programs.line("  /// The spec's programs: each runs over every tensor of every group (one launch per kernel set),");
+    programs.line("  /// in stream order with the steps, and can be captured in a CUDA graph. It counts no step.");
+  }
+  for (const ProgramSpec& program : spec.programs)
+    programs.line("  void " + program.name + "(CUstream stream = nullptr) { engine_.run(\"" + program.name +
+                  "\", stream); }");
   auto values = common(spec);
+  values["programs"] = programs.str();
   values["scalar_state_accessors"] = scalar_states.str();
   values["summary"] = comment_text(spec.summary);
   values["options"] = options.str();

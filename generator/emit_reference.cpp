@@ -92,6 +92,7 @@ class ReferenceEmitter {
     for (const auto& v : variants) variant(w, v);
     select_variant(w, variants, tables);
     dispatch(w, variants);
+    if (!spec_.programs.empty()) dispatch_programs(w, variants);
     descriptor(w, per_tensor_states(variants.front()));
     return w.str();
   }
@@ -129,6 +130,12 @@ class ReferenceEmitter {
     w.line("inline constexpr int kNumStates = " + std::to_string(tables.states.size()) + ";");
     w.line("inline constexpr int kNumScalarStates = " + std::to_string(tables.scalar_states.size()) + ";");
     w.line("inline constexpr int kNumFlags = " + std::to_string(tables.flags.size()) + ";");
+    std::string programs;
+    for (const auto& name : tables.programs) programs += (programs.empty() ? "" : ", ") + ("\"" + name + "\"");
+    w.line("/// The spec's programs beside the step (`programs:`), in declaration order.");
+    w.line("inline constexpr const char* kPrograms[] = {" + (programs.empty() ? std::string("nullptr") : programs) +
+           "};");
+    w.line("inline constexpr int kNumPrograms = " + std::to_string(tables.programs.size()) + ";");
     w.line();
   }
 
@@ -198,9 +205,22 @@ class ReferenceEmitter {
     w.line();
     w.line(variant_banner(p));
     auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
+    code(w, p);
+    for (const Program& program : p.programs) {
+      w.line();
+      w.line("/// Program '" + program.entry + "' (the spec's `programs:`): beside the step, over its operands.");
+      auto inner = w.block("namespace " + program.entry, "}  // namespace " + program.entry);
+      code(w, program);
+    }
+  }
+
+  /// The step's code (or a program's): its group code, then its stages.
+  void code(CodeWriter& w, const Program& p) {
     w.line("inline constexpr ::std::size_t kNumGroupValues = " + std::to_string(p.values[Domain::Group].size()) + ";");
     w.line("inline constexpr ::std::size_t kNumReductions = " + std::to_string(p.reductions.size()) + ";");
-    w.line("/// The values the tensor and element code read, computed once per step and param group:");
+    w.line(p.entry == "step"
+               ? "/// The values the tensor and element code read, computed once per step and param group:"
+               : "/// The values the element code reads, computed once per run and param group:");
     for (const auto& v : p.values[Domain::Group]) w.line("///   " + v.name);
     w.line("using GroupValues = ::std::array<double, kNumGroupValues>;");
     w.line();
@@ -416,8 +436,9 @@ class ReferenceEmitter {
   }
 
   void per_step(CodeWriter& w, const Program& p) {
-    w.line(
-        "/// The group code, once per step and param group: advances the scalar state and computes the group values.");
+    w.line(p.entry == "step" ? "/// The group code, once per step and param group: advances the scalar state and "
+                               "computes the group values."
+                             : "/// The program's group code: the values its element code reads.");
     {
       auto fn = w.block(
           "inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, "
@@ -591,6 +612,32 @@ class ReferenceEmitter {
     }
   }
 
+  /// The spec's programs: `run` picks the variant, then runs program `program_` over every tensor.
+  void dispatch_programs(CodeWriter& w, const std::vector<Program>& variants) {
+    w.line();
+    w.line("/// Program number `program_` (kPrograms) of one param group that has taken `steps` steps: picks");
+    w.line("/// the variant from the flags in `h`, then updates every tensor; the scalar state is only read.");
+    w.line("template <typename T_>");
+    auto fn = w.block(
+        "void run(int program_, const double* h_, const double* scalar_state_, ::std::int64_t steps, const "
+        "Tensor<T_>* tensors_, ::std::size_t count_)");
+    w.line("// The group code of a program is a step's: it reads a copy of the scalar state, and the next");
+    w.line("// step's count (a state with `init: param` reads as the parameter before the first step).");
+    w.line("::std::vector<double> state_(scalar_state_, scalar_state_ + kNumScalarStates);");
+    w.line("::std::vector<double> tensor_(1), group_(1);  // no reductions");
+    auto sw = w.block("switch (select_variant(h_) * " + std::to_string(spec_.programs.size()) + " + program_)");
+    for (size_t i = 0; i < variants.size(); ++i)
+      for (size_t j = 0; j < variants[i].programs.size(); ++j) {
+        const std::string ns = "variants::" + variants[i].variant + "::" + variants[i].programs[j].entry + "::";
+        auto branch = w.block("case " + std::to_string(i * spec_.programs.size() + j) + ":");
+        w.line("const auto k_ = " + ns + "per_step(h_, state_.data(), steps + 1);");
+        w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns +
+               "update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, T_(1), k_, "
+               "tensor_.data(), group_.data());");
+        w.line("return;");
+      }
+  }
+
   void descriptor(CodeWriter& w, bool per_tensor) {
     w.line();
     w.line("/// The descriptor generic code drives this reference through.");
@@ -599,8 +646,12 @@ class ReferenceEmitter {
            "\", kHyperparameters, kNumHyperparameters, kStates, kNumStates, kScalarStates, kNumScalarStates,");
     w.line(
         "                                   &derive_flags, &state_present, &select_variant, kVariants, kNumVariants,");
+    const bool programs = !spec_.programs.empty();
     w.line(std::string("                                   &step<float>, &step<double>") +
-           (per_tensor ? ", &state_present_in};" : "};"));
+           (per_tensor ? ", &state_present_in"
+            : programs ? ", nullptr"
+                       : "") +
+           (programs ? ", kPrograms, kNumPrograms, &run<float>, &run<double>};" : "};"));
     w.line("return instance;");
   }
 

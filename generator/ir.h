@@ -208,13 +208,19 @@ struct Stage {
   int number = 0;    ///< Reduce: which reductions it computes (ReductionValue::stage)
 };
 
-/// One optimizer step as data flow. Before `assign_levels`, element outputs read hyperparameters
-/// and scalar state directly; after it, coarser values only through `values`.
+/// One optimizer step, or one of the spec's programs beside it, as data flow. Before
+/// `assign_levels`, element outputs read hyperparameters and scalar state directly; after it,
+/// coarser values only through `values`.
 struct Program {
   const Spec* spec = nullptr;
   /// Values of specialized flags, once `specialize` has run; empty before.
   std::map<std::string, bool> flags;
   std::string variant;  ///< e.g. adam_amsgrad; the spec's name before specialization
+  /// "step", or the name of the spec's program (`programs:`) this is: one Update stage, named after
+  /// it, that writes the outputs and neither counts a step nor changes scalar state.
+  std::string entry = "step";
+  /// The step's only: the spec's programs, compiled for this variant's flags, in declaration order.
+  std::vector<Program> programs;
 
   std::vector<Output>
       scalar_state_updates;  ///< new value of each scalar state `per_step` assigns, in declaration order

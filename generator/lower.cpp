@@ -92,8 +92,25 @@ class Lowering {
     return program;
   }
 
+  /// One of the spec's programs (`programs:`), for every variant: what it assigns, from the
+  /// hyperparameters, the scalar state, param and the state buffers.
+  Program run(const ProgramSpec& code) {
+    Program program;
+    program.spec = &spec_;
+    program.variant = spec_.name;
+    program.entry = code.name;
+    bind_group_inputs();
+    lower_derived_flags(program);
+    lower_state_conditions(program);
+    bind_element_inputs();  // `step` and `grad` bound for a state's `init: param`, then taken away
+    env_.erase("step");
+    env_.erase("grad");
+    lower_program(program, code);
+    return program;
+  }
+
  private:
-  enum class Section { Flag, StateCondition, PerStep, Update };
+  enum class Section { Flag, StateCondition, PerStep, Update, Program };
 
   /// What every section reads: hyperparameters, the step counter and the scalar state.
   void bind_group_inputs() {
@@ -216,6 +233,25 @@ class Lowering {
     }
   }
 
+  /// A program's statements, and its outputs: param and the states it assigns. Every state of the
+  /// variant is an operand (the step's operand table), read or not.
+  void lower_program(Program& program, const ProgramSpec& code) {
+    section_ = Section::Program;
+    program_ = code.name;
+    targets_.clear();
+    collect_targets(code.body);
+    block(code.body);
+    const Binding& param = env_.at("param");
+    if (assigned_.count("param")) program.element_outputs.push_back({"param", param.value, param.loc});
+    for (const auto& s : spec_.states) {
+      const Binding& b = env_.at(s.name);
+      if (assigned_.count(s.name)) program.element_outputs.push_back({s.name, b.value, b.loc, level_of(s.shape)});
+      program.states.push_back(s.name);
+    }
+    if (program.element_outputs.empty())
+      throw SpecError(code.loc, "program '" + code.name + "' assigns neither 'param' nor a state");
+  }
+
   /// A scalar state `update` assigns is one value per param group: the value may read what per_step
   /// reads, per_step's values and reductions over the group, not a tensor's or an element's values.
   void check_commit(const std::string& name, const Binding& b) {
@@ -246,6 +282,13 @@ class Lowering {
   /// Names that 'update' gives a per-element or per-tensor meaning.
   bool element_or_tensor_name(const std::string& name) const {
     return name == "param" || name == "grad" || name == "numel" || spec_.state_index(name) >= 0;
+  }
+
+  /// Whether a statement of `b` (or of a block in it) assigns `name`.
+  static bool assigns(const Block& b, const std::string& name) {
+    for (const auto& item : b.items)
+      if (item.statement ? item.statement->target == name : assigns(*item.body, name)) return true;
+    return false;
   }
 
   void collect_targets(const Block& b) {
@@ -372,7 +415,12 @@ class Lowering {
       case NameKind::Step: cannot_assign(s, kind, ": it counts steps by itself");
       case NameKind::Grad: cannot_assign(s, kind, ": the gradient is read-only; assign to a new name (e.g. 'g = ...')");
       case NameKind::Numel: cannot_assign(s, kind, ": it is an input; assign to a new name instead");
-      case NameKind::ScalarState: return;
+      case NameKind::ScalarState:
+        if (section_ == Section::Program)
+          cannot_assign(
+              s, kind,
+              " in program '" + program_ + "': a program runs between steps, which alone advance scalar state");
+        return;
       case NameKind::PerStepValue:
         cannot_assign(s, kind, " in 'update': it was computed in 'per_step'; use a new name");
       case NameKind::Param:
@@ -569,6 +617,14 @@ class Lowering {
       if (auto later = targets_.find(s.text); later != targets_.end())
         throw SpecError(
             s.loc, "'" + s.text + "' is used before it is assigned (line " + std::to_string(later->second.line) + ")");
+      if (section_ == Section::Program && assigns(spec_.per_step, s.text))
+        throw SpecError(
+            s.loc, "'" + s.text + "' is computed in 'per_step', for a step: program '" + program_ + "' cannot read it",
+            "compute it in the program, from the hyperparameters and the scalar state");
+      if (section_ == Section::Program && (s.text == "grad" || s.text == "step"))
+        throw SpecError(s.loc, "'" + s.text + "' is not defined in program '" + program_ + "'",
+                        "a program runs between steps, where there is no gradient and no step being taken; it "
+                        "reads hyperparameters, scalar state, param and the states");
       if (section_ == Section::PerStep && s.text == "numel")
         throw SpecError(s.loc, "'numel' is a per-tensor value and cannot be used in 'per_step'",
                         "per_step runs once per param group, whose tensors differ in size; use numel in 'update'");
@@ -580,7 +636,7 @@ class Lowering {
       throw SpecError(s.loc, "unknown name '" + s.text + "'" + did_you_mean(s.text, candidates));
     }
     const Binding& b = it->second;
-    if (b.kind == NameKind::State && section_ == Section::Update)
+    if (b.kind == NameKind::State && (section_ == Section::Update || section_ == Section::Program))
       check_guard(spec_.states.at(spec_.state_index(s.text)), s.loc, "read");
     if (section_ == Section::Flag || section_ == Section::StateCondition) {
       const Hyperparameter* h = b.kind == NameKind::Hyperparameter ? spec_.find_hyperparameter(s.text) : nullptr;
@@ -594,6 +650,7 @@ class Lowering {
 
   const Spec& spec_;
   Section section_ = Section::Flag;
+  std::string program_;  ///< the program being lowered (Section::Program)
   Guard guard_ = Guard::None;
   std::map<std::string, Expr> state_conditions_;  ///< as Program::state_conditions
   std::map<std::string, Binding> env_;
@@ -606,5 +663,7 @@ class Lowering {
 }  // namespace
 
 Program lower(const Spec& spec) { return Lowering(spec).run(); }
+
+Program lower(const Spec& spec, const ProgramSpec& program) { return Lowering(spec).run(program); }
 
 }  // namespace optgen

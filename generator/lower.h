@@ -9,5 +9,10 @@
 namespace optgen {
 
 Program lower(const Spec& spec);
+/// The Program of one of the spec's programs (`programs:`): its element outputs (param and the
+/// states it assigns), every state of the spec as an operand, no reductions, no scalar state
+/// changed. Its `step`, never read by its statements, is the group's next step (a state with
+/// `init: param` reads as the parameter before the group's first step).
+Program lower(const Spec& spec, const ProgramSpec& program);
 
 }  // namespace optgen

@@ -46,6 +46,7 @@ SpecTables spec_tables(const Spec& spec, const Program& variant) {
       throw InternalError("optimizer tables: the derived flag '" + h.name + "' was not lowered");
     tables.derived_flags.push_back({hyperparameter_index(spec, h.name), value->second});
   }
+  for (const ProgramSpec& program : spec.programs) tables.programs.push_back(program.name);
   return tables;
 }
 
@@ -85,8 +86,10 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     compiled.push_back(p);
     for (const Storage& s : storage) {
-      KernelRow kernel{{}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
+      KernelRow kernel{{}, {}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
       for (const Stage& stage : p.stages) kernel.stages.push_back(kernel_name(p, s, stage));
+      for (const Program& program : p.programs)
+        kernel.programs.push_back(kernel_name(program, s, program.stages.back()));
       tables.kernels.push_back(kernel);
     }
   }

@@ -56,6 +56,7 @@ struct SpecTables {
   /// is the one whose flags[j] is true exactly when bit j of i is set.
   std::vector<int> flags;
   std::vector<DerivedFlagRow> derived_flags;  ///< in declaration order
+  std::vector<std::string> programs;          ///< the names of `programs:`, in declaration order
 };
 
 /// `variant`: any compiled variant of the spec (each holds the derived flags' IR).
@@ -90,8 +91,9 @@ struct VariantRow {
 
 /// A variant's kernels in one storage type.
 struct KernelRow {
-  std::vector<std::string> stages;  ///< kernel names, in launch order
-  int variant;                      ///< index into KernelTables::variants
+  std::vector<std::string> stages;    ///< kernel names, in launch order
+  std::vector<std::string> programs;  ///< kernel names of the spec's programs, in declaration order
+  int variant;                        ///< index into KernelTables::variants
   Storage storage;
   long long chunk_size;  ///< elements per block (chunk_size_for)
 };

@@ -63,8 +63,18 @@ void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& v
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each, Emitters emitters) {
   Program lowered = lower(spec);
   if (after_each) after_each("lower", lowered);
+  std::vector<Program> programs;
+  for (const ProgramSpec& code : spec.programs) programs.push_back(lower(spec, code));
   std::vector<Program> variants;
-  for (const auto& flags : enumerate_variants(spec)) variants.push_back(compile_variant(lowered, flags, after_each));
+  for (const auto& flags : enumerate_variants(spec)) {
+    variants.push_back(compile_variant(lowered, flags, after_each));
+    for (const Program& program : programs) {
+      variants.back().programs.push_back(compile_variant(program, flags));
+      if (variants.back().programs.back().states != variants.back().states)
+        throw InternalError("compile_spec: program '" + program.entry + "' of variant " + variants.back().variant +
+                            " has other operands than its step");
+    }
+  }
   check_emitters(spec, variants, emitters);
   for (size_t i = 0; i < spec.storage.size(); ++i)
     check_unsigned_states(spec, variants, spec.storage[i], spec.storage_written[i]);

@@ -77,6 +77,15 @@ struct Block {
   std::vector<BlockItem> items;
 };
 
+/// One entry of `programs:`: code beside the step that runs over the same operands when the user
+/// asks for it (schedule-free's `train` and `eval`), element by element. It reads hyperparameters,
+/// scalar state (without changing it), param and the state buffers, and assigns param and states.
+struct ProgramSpec {
+  std::string name;
+  SourceLoc loc;  ///< the name's key
+  Block body;
+};
+
 /// Specialized flags a spec may have: each doubles the kernel variants.
 constexpr std::size_t kMaxFlags = 6;
 
@@ -91,7 +100,8 @@ struct Spec {
   std::vector<ScalarState> scalar_states;
   Block per_step;
   Block update;
-  SourceLoc update_loc;  ///< the `update:` key
+  SourceLoc update_loc;               ///< the `update:` key
+  std::vector<ProgramSpec> programs;  ///< `programs:`, in declaration order
   /// Storage combinations to generate kernels for (`storage:`, each canonical_storage); empty: the
   /// build's choice, else default_storage().
   std::vector<Storage> storage;

@@ -275,6 +275,39 @@ void check_launcher_names(const Spec& spec) {
   for (const auto& s : spec.scalar_states) check(s.name, s.loc, "scalar state");
 }
 
+/// `programs:`: each a name (a launcher method, run by FusedOptimizer::run) and its statements.
+void load_programs(const Loader& loader, const YAML::Node& node, Spec& spec) {
+  // The launcher's own members, and the names a spec already gives a meaning.
+  static const std::set<std::string> members = {"step", "prepare", "options", "info",       "engine",
+                                                "save", "load",    "run",     "step_count", "set_step_count"};
+  for (auto& [key, value] : loader.entries(node, "'programs'")) {
+    const std::string name = key.Scalar();
+    const SourceLoc at = loader.loc(key);
+    if (std::string why = name_problem(name, NameUse::Value); !why.empty())
+      throw SpecError(at, "'" + name + "' cannot name a program", why);
+    if (members.count(name) || is_reserved_name(name))
+      throw SpecError(at,
+                      "program '" + name + "' would collide with " +
+                          (members.count(name) ? "the launcher's method " + name + "()" : "a reserved name"),
+                      "name it after what it does, e.g. 'eval' or 'train'");
+    auto clash = [&](const std::string& other, const std::string& what) {
+      if (name == other) throw SpecError(at, "program '" + name + "' has the name of " + what + " '" + other + "'");
+      if (name == "set_" + other)
+        throw SpecError(
+            at, "program '" + name + "' would collide with the launcher's setter of " + what + " '" + other + "'",
+            "rename one of them");
+    };
+    for (const auto& h : spec.hyperparameters) clash(h.name, "hyperparameter");
+    for (const auto& s : spec.states) clash(s.name, "state");
+    for (const auto& s : spec.scalar_states) clash(s.name, "scalar state");
+    ProgramSpec program{name, at, {}};
+    parse_block(loader, value, program.body, "programs: " + name);
+    if (program.body.items.empty()) throw SpecError(at, "program '" + name + "' has no statements");
+    warn_of_float_range(program.body, spec);
+    spec.programs.push_back(std::move(program));
+  }
+}
+
 std::string file_stem(const std::string& path) {
   size_t slash = path.find_last_of('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -536,7 +569,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   spec.file = file;
   auto top = loader.entries(root, "the spec",
                             {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
-                             "per_step", "update", "storage", "grad_clipping"});
+                             "per_step", "update", "programs", "storage", "grad_clipping"});
   for (const auto& [key, value] : top)
     if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
   for (const char* required : {"optimizer", "summary", "update"})
@@ -572,6 +605,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
+  if (YAML::Node programs = root["programs"]) load_programs(loader, programs, spec);
   check_launcher_names(spec);
   warn_of_float_range(spec.update, spec);  // per_step computes in double
   return spec;

@@ -37,8 +37,10 @@ struct RuntimeSpec::Impl {
   std::vector<std::vector<ReductionSlot>> reduction_slots;  ///< per variant
   std::vector<std::vector<StatePresence>> state_presence;   ///< per variant (empty: every state always)
   std::vector<VariantInfo> variants;
-  std::vector<std::vector<const char*>> stage_names;  ///< per kernel
-  std::vector<std::vector<DType>> state_dtypes;       ///< per kernel, per state of the spec
+  std::vector<std::vector<const char*>> stage_names;    ///< per kernel
+  std::vector<std::vector<const char*>> program_names;  ///< per kernel: its programs' kernels
+  std::vector<const char*> programs;                    ///< the spec's programs
+  std::vector<std::vector<DType>> state_dtypes;         ///< per kernel, per state of the spec
   std::vector<KernelInfo> kernels;
   std::vector<const char*> compile_options;
   KernelImages images{};
@@ -167,6 +169,9 @@ void RuntimeSpec::Impl::describe_kernels() {
     std::vector<const char*> names;
     for (const std::string& stage : k.stages) names.push_back(stage.c_str());
     stage_names.push_back(std::move(names));
+    std::vector<const char*> program_kernels;
+    for (const std::string& program : k.programs) program_kernels.push_back(program.c_str());
+    program_names.push_back(std::move(program_kernels));
   }
   for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
     const KernelRow& k = kernel_tables.kernels[i];
@@ -177,8 +182,10 @@ void RuntimeSpec::Impl::describe_kernels() {
   for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
     const KernelRow& k = kernel_tables.kernels[i];
     kernels.push_back({stage_names[i].data(), k.variant, k.storage.param, k.storage.param_write,
-                       state_dtypes[i].empty() ? nullptr : state_dtypes[i].data(), k.chunk_size});
+                       state_dtypes[i].empty() ? nullptr : state_dtypes[i].data(), k.chunk_size,
+                       program_names[i].empty() ? nullptr : program_names[i].data()});
   }
+  for (const std::string& program : spec_tables.programs) programs.push_back(program.c_str());
 }
 
 /// Source only: load_module compiles it with NVRTC for the device, through the kernel cache.
@@ -215,7 +222,9 @@ void RuntimeSpec::Impl::describe_optimizer() {
           &images,
           kernel_tables.block_size,
           tuning.elements_per_thread,
-          kernel_tables.chunk_size};
+          kernel_tables.chunk_size,
+          programs.empty() ? nullptr : programs.data(),
+          static_cast<int>(programs.size())};
   defaults = default_hyperparameters(info);
 }
 

@@ -67,9 +67,11 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_75, sm_80 and
       if (!spec.storage_problem(*canonical, text).empty()) continue;  // adafactor's states of rows and columns
       every_storage.push_back(*canonical);
     }
-    // One kernel per stage of each variant and storage type, and one group kernel per variant.
+    // One kernel per stage and program of each variant and storage type, and one group kernel per
+    // variant.
     int expected = 0;
-    for (const auto& v : variants) expected += static_cast<int>(v.stages.size() * every_storage.size() + 1);
+    for (const auto& v : variants)
+      expected += static_cast<int>((v.stages.size() + v.programs.size()) * every_storage.size() + 1);
     sources.push_back(optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning()));
     for (int arch : {75, 80, 90}) compilations.push_back({sources.size() - 1, spec.name, arch, expected, {}, {}, {}});
   }

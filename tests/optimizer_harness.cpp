@@ -279,7 +279,7 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
 /// worst relative error in `result`. Afterwards `g` holds the device's values.
 void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                  DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
-                 Comparison& result, float grad_scale) {
+                 Comparison& result, float grad_scale, int program) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
   std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
@@ -299,7 +299,10 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
     tensors.push_back(
         {static_cast<size_t>(g.sizes[t]), param, g.grads[t].data(), state_pointers[t].data(), rows, cols});
   }
-  ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
+  if (program < 0)
+    ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
+  else
+    ref.run_float(program, h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size());
 
   const double limit = tolerance(g.dtype, dtypes);
   for (size_t t = 0; t < g.sizes.size(); ++t) {
@@ -361,6 +364,14 @@ void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimize
   opt.step();
   synchronize();
   check_group(opt, ref, 0, g, states, ref_scalar_state, step, result);
+}
+
+void compare_program(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                     std::vector<double>& ref_scalar_state, std::int64_t steps, int program, Comparison& result) {
+  StateSnapshot states = snapshot_states(opt, ref, 0, g);
+  opt.run(ref.programs[program]);
+  synchronize();
+  check_group(opt, ref, 0, g, states, ref_scalar_state, steps, result, 1.0f, program);
 }
 
 std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h) {

@@ -103,10 +103,11 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
 /// After a GPU step: runs the CPU reference for `group` from the values it started from (`g`'s
 /// host copies and `states`) and compares the device's params and states with it, recording the
 /// worst relative error in `result`. Afterwards `g` holds the device's values. `grad_scale`: the
-/// factor the gradients carry (AMP).
+/// factor the gradients carry (AMP). `program`: the spec's program (an index into ref.programs)
+/// the GPU ran, after `step` steps, instead of a step (-1).
 void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                  DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
-                 Comparison& result, float grad_scale = 1.0f);
+                 Comparison& result, float grad_scale = 1.0f, int program = -1);
 
 void synchronize();
 
@@ -114,6 +115,11 @@ void synchronize();
 /// single-group optimizer.
 void compare_step(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
                   std::vector<double>& ref_scalar_state, std::int64_t step, Comparison& result);
+
+/// The spec's program `program` (an index into ref.programs) on the GPU and on the CPU reference,
+/// from the same values, for a single-group optimizer that has taken `steps` steps.
+void compare_program(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
+                     std::vector<double>& ref_scalar_state, std::int64_t steps, int program, Comparison& result);
 
 /// A group's scalar state before its first step.
 std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, const std::vector<double>& h);

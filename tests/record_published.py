@@ -1040,6 +1040,126 @@ class AdamMini(Optimizer):
 # ---- the optimizers recorded --------------------------------------------------------------------
 
 
+# ---- AdamWScheduleFree ---------------------------------------------------------------------------
+# Transcribed from facebookresearch/schedule_free, schedulefree/adamw_schedulefree.py at commit
+# 70785b53e778d0e872c0bbb75ff4ee54ee10c291 with inner_momentum=0, its default: the arithmetic of
+# PyPI schedulefree 1.4.1 (c752e61; the later commit 43e5c2d only added inner_momentum): class
+# AdamWScheduleFree (__init__, eval, train, step with foreach=False; foreach=True runs the same
+# operations on lists). The class divides p.grad in place by the denominator; here the gradient
+# is a copy, as optgen leaves it unchanged.
+
+SCHEDULE_FREE_SOURCE = ("facebookresearch/schedule_free schedulefree/adamw_schedulefree.py at "
+                        "70785b53e778d0e872c0bbb75ff4ee54ee10c291 (class AdamWScheduleFree: __init__, eval, train, "
+                        "step with foreach=False; inner_momentum=0, as schedulefree 1.4.1), transcribed with numpy")
+
+
+def lerp_(start, end, weight):  # torch.Tensor.lerp_: start + weight * (end - start), in place
+    start += weight * (end - start)
+
+
+class AdamWScheduleFree(Optimizer):
+    def __init__(self, params, lr=0.0025, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, warmup_steps=0, r=0.0,
+                 weight_lr_power=2.0):
+        defaults = dict(lr=lr, betas=betas, eps=eps, r=r, k=0, warmup_steps=warmup_steps, train_mode=False,
+                        weight_sum=0.0, lr_max=-1.0, scheduled_lr=0.0, weight_lr_power=weight_lr_power,
+                        weight_decay=weight_decay)
+        super().__init__(params, defaults)
+
+    def eval(self):
+        for group in self.param_groups:
+            train_mode = group['train_mode']
+            beta1, _ = group['betas']
+            if train_mode:
+                for p in group['params']:
+                    state = self.state[p]
+                    if 'z' in state:
+                        lerp_(p.data, state['z'], 1 - 1 / beta1)  # p.lerp_(end=state['z'].to(p.device), weight=1-1/beta1)
+                group['train_mode'] = False
+
+    def train(self):
+        for group in self.param_groups:
+            train_mode = group['train_mode']
+            beta1, _ = group['betas']
+            if not train_mode:
+                for p in group['params']:
+                    state = self.state[p]
+                    if 'z' in state:
+                        lerp_(p.data, state['z'], 1 - beta1)  # p.lerp_(end=state['z'].to(p.device), weight=1-beta1)
+                group['train_mode'] = True
+
+    def step(self):
+        if not self.param_groups[0]['train_mode']:
+            raise Exception("Optimizer was not in train mode when step is called. "
+                            "Please insert .train() and .eval() calls on the "
+                            "optimizer. See documentation for details.")
+        for group in self.param_groups:
+            eps = group['eps']
+            beta1, beta2 = group['betas']
+            decay = group['weight_decay']
+            k = group['k']
+            r = group['r']
+            warmup_steps = group['warmup_steps']
+            weight_lr_power = group['weight_lr_power']
+
+            if k < warmup_steps:
+                sched = (k + 1) / warmup_steps
+            else:
+                sched = 1.0
+
+            bias_correction2 = 1 - beta2 ** (k + 1)
+            lr = group['lr'] * sched
+            group['scheduled_lr'] = lr  # For logging purposes
+
+            lr_max = group['lr_max'] = max(lr, group['lr_max'])
+
+            weight = ((k + 1) ** r) * (lr_max ** weight_lr_power)
+            weight_sum = group['weight_sum'] = group['weight_sum'] + weight
+
+            try:
+                ckp1 = weight / weight_sum
+            except ZeroDivisionError:
+                ckp1 = 0
+
+            active_p = [p for p in group['params'] if p.grad is not None]
+
+            for p in active_p:
+                if 'z' not in self.state[p]:
+                    self.state[p]['z'] = p.data.copy()  # torch.clone(p, memory_format=torch.preserve_format)
+                    self.state[p]['exp_avg_sq'] = np.zeros_like(p.data)
+
+            for p in active_p:
+                y = p.data  # Notation to match theory
+                grad = p.grad.copy()  # p.grad, divided in place below
+
+                state = self.state[p]
+
+                z = state['z']
+                exp_avg_sq = state['exp_avg_sq']
+
+                exp_avg_sq *= beta2  # exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
+                exp_avg_sq += (1 - beta2) * (grad * grad)
+                denom = np.sqrt(exp_avg_sq / bias_correction2) + eps  # exp_avg_sq.div(bias_correction2).sqrt_().add_(eps)
+
+                # Reuse grad buffer for memory efficiency
+                grad_normalized = grad  # grad.div_(denom)
+                grad_normalized /= denom
+
+                # Weight decay calculated at y
+                if decay != 0:
+                    grad_normalized += decay * y  # grad_normalized.add_(y, alpha=decay)
+
+                # These operations update y in-place,
+                # without computing x explicitly.
+                lerp_(y, z, ckp1)  # y.lerp_(end=z, weight=ckp1)
+                y += (lr * (beta1 * (1 - ckp1) - 1)) * grad_normalized  # y.add_(grad_normalized, alpha=lr*(beta1*(1-ckp1)-1))
+
+                # z step
+                z -= lr * grad_normalized  # z.sub_(grad_normalized, alpha=lr)
+
+            group['k'] = k + 1
+
+
+
 class Published(NamedTuple):
     cls: type  # the transcription
     source: str
@@ -1237,6 +1357,31 @@ PUBLISHED = {
         shapes=[[3], [1, 5], [3, 4], [2, 8]],
         groups=lambda h: [([2, 3], h), ([0, 1], {**h, "weight_decay": 0.0})],
     ),
+    "adamw_schedule_free": Published(
+        cls=AdamWScheduleFree,
+        source=SCHEDULE_FREE_SOURCE,
+        hyperparameters=["lr", "beta1", "beta2", "eps", "weight_decay", "warmup_steps", "r", "weight_lr_power"],
+        tuples={"betas": ("beta1", "beta2")},
+        none_is={},
+        ints=["warmup_steps"],
+        bools=[],
+        base=dict(lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, warmup_steps=0, r=0.0,
+                  weight_lr_power=2.0),
+        cases=[
+            {},
+            {"weight_decay": 0.1},
+            # the programs between steps: eval (y to x) and train (x to y) mid-run, and eval last
+            {"programs": [[3, "eval"], [3, "train"], [7, "eval"], [7, "train"], [10, "eval"]]},
+            {"warmup_steps": 4, "weight_decay": 0.05, "programs": [[2, "eval"], [2, "train"], [10, "eval"]]},
+            # a warmup longer than the run, the averaging weight growing with step ** r
+            {"warmup_steps": 20, "r": 1.0, "weight_lr_power": 1.0},
+            {"beta1": 0.5, "beta2": 0.9, "eps": 1e-3, "lr": 0.05, "programs": [[5, "eval"], [5, "train"]]},
+            # eval and train before the first step move nothing (z is the parameter then)
+            {"programs": [[0, "eval"], [0, "train"], [4, "eval"], [4, "train"]]},
+        ],
+        two_groups=({"programs": [[6, "eval"], [6, "train"]]}, {"lr": 0.02, "beta1": 0.8, "weight_decay": 0.1}),
+        states=lambda h, state: ["z", "exp_avg_sq"],
+    ),
     "lars": Published(
         cls=Lars,
         source=LARS_SOURCE,
@@ -1376,6 +1521,15 @@ def run_case(spec, entry, index, groups, steps, edges, dtype=np.float64):
 
     group_of = {t: hps for idxs, hps in groups for t in idxs}
     grads_rec, params_rec, states_rec = [], [], {}
+    if hasattr(opt, "train"):
+        opt.train()  # a class with programs starts in eval mode (AdamWScheduleFree's train_mode=False)
+
+    def run_programs(after_step):
+        for at, name in edges.get("programs", []):
+            if at == after_step:
+                getattr(opt, name)()
+
+    run_programs(0)
     for step in range(steps):
         grads = [rng.standard_normal(s).astype(dtype) for s in shapes]
         for zero_step, t in edges.get("zero_grads", []):
@@ -1384,6 +1538,7 @@ def run_case(spec, entry, index, groups, steps, edges, dtype=np.float64):
         for p, g in zip(params, grads):
             p.grad = g.copy()
         opt.step()
+        run_programs(step + 1)
         grads_rec.append([flat(g) for g in grads])
         params_rec.append([flat(p.data) for p in params])
         names = [entry.states(group_of[t], opt.state[p]) for t, p in enumerate(params)]
@@ -1403,6 +1558,8 @@ def run_case(spec, entry, index, groups, steps, edges, dtype=np.float64):
     }
     if states_rec:
         case["state"] = states_rec
+    if edges.get("programs"):
+        case["programs"] = edges["programs"]
     return case
 
 
@@ -1435,7 +1592,10 @@ def float32_deviation(exact, rounded):
 
 
 # Case keys that are not hyperparameters: zeroed initial parameters and gradients (module docstring).
-EDGES = ("zero_params0", "zero_grads")
+# "programs": [[step, name], ...]: after step `step` (0: before the first), in order, call the
+# optimizer's method `name` (a spec's program: schedule-free's eval and train); the step's recorded
+# params are those after them.
+EDGES = ("zero_params0", "zero_grads", "programs")
 
 
 def split_edges(spec, overrides, tensors):
@@ -1447,6 +1607,9 @@ def split_edges(spec, overrides, tensors):
     for step, t in edges.get("zero_grads", []):
         if not (0 <= t < tensors and step >= 1):
             fail(f"{spec}: zero_grads names step {step} (from 1) of tensor {t}; there are {tensors} tensors")
+    for step, name in edges.get("programs", []):
+        if step < 0:
+            fail(f"{spec}: programs names step {step}; a program runs after a step (0: before the first)")
     return {k: v for k, v in overrides.items() if k not in EDGES}, edges
 
 

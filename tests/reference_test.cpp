@@ -110,8 +110,31 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
     }
   }
 
+  // A case's "programs": [[step, name], ...] run the spec's programs (opt.programs) after step
+  // `step` (0: before the first), in order, on every group.
+  auto run_programs = [&](int after_step) {
+    for (const auto& call : c["programs"]) {
+      if (call[0].as<int>() != after_step) continue;
+      const std::string name = call[1].as<std::string>();
+      int program = 0;
+      while (program < opt.num_programs && name != opt.programs[program]) ++program;
+      INFO("program " << name);
+      REQUIRE(program < opt.num_programs);
+      for (auto& group : groups) {
+        std::vector<optgen::reference::Tensor<T>> tensors;
+        for (int t : group.tensors)
+          tensors.push_back({params[t].size(), params[t].data(), nullptr, state_pointers[t].data(), rows[t], cols[t]});
+        if constexpr (std::is_same_v<T, float>)
+          opt.run_float(program, group.h.data(), group.scalar_state.data(), after_step, tensors.data(), tensors.size());
+        else
+          opt.run_double(program, group.h.data(), group.scalar_state.data(), after_step, tensors.data(),
+                         tensors.size());
+      }
+    }
+  };
   double worst = 0;
   std::map<std::string, double> state_scale;  // by state and tensor: the largest magnitude recorded so far
+  run_programs(0);
   for (int step = 1; step <= steps; ++step) {
     for (size_t t = 0; t < count; ++t) {
       Values g = to_values(c["grads"][step - 1][t]);
@@ -127,6 +150,7 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
       else
         opt.step_double(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size(), 1.0);
     }
+    run_programs(step);
     auto compare = [&](const std::vector<T>& ours, const Values& theirs, const std::string& what, double floor = 0) {
       double e = relative_error(Values(ours.begin(), ours.end()), theirs, floor);
       if (e > worst || std::isnan(e)) {
@@ -268,15 +292,16 @@ TEST_CASE("CPU reference matches torch's clip_grad_norm_ followed by the step", 
 
 TEST_CASE("CPU reference matches published implementations", "[reference]") {
   // tests/data/published: optimizers torch lacks, against transcriptions of their authors' code:
-  // adam_mini, adan, ademamix, cautious_adamw, cautious_lion, dadapt_adam, lars and prodigy
-  // (tests/record_published.py), lamb (tests/record_lamb.py).
+  // adam_mini, adamw_schedule_free (its programs eval and train between steps), adan, ademamix,
+  // cautious_adamw, cautious_lion, dadapt_adam, lars and prodigy (tests/record_published.py), lamb
+  // (tests/record_lamb.py).
   const auto files = trajectory_files("published");
-  REQUIRE(files.size() == 9);
+  REQUIRE(files.size() == 10);
   const auto results = run_files(files);
   for (const auto& r : results)
     WARN(r.spec << ": " << r.cases << " published trajectories, worst relative error " << r.worst_double
                 << " in double, " << r.worst_float << " in float");
-  CHECK(total(results).cases >= 65);
+  CHECK(total(results).cases >= 73);
   for (const auto& file : files) {
     const YAML::Node data = YAML::LoadFile(file.string());
     if (!data["published_defaults"]) continue;  // lamb.json records none

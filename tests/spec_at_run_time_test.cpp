@@ -119,7 +119,11 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     CHECK(x.chunk_size == y.chunk_size);
     for (int s = 0; s < a.num_states; ++s) CHECK(x.state_dtypes[s] == y.state_dtypes[s]);
     for (int s = 0; s < a.variants[x.variant].num_stages; ++s) CHECK(text(x.stages[s]) == text(y.stages[s]));
+    REQUIRE((x.programs == nullptr) == (y.programs == nullptr));
+    for (int p = 0; x.programs && p < a.num_programs; ++p) CHECK(text(x.programs[p]) == text(y.programs[p]));
   }
+  REQUIRE(a.num_programs == b.num_programs);
+  for (int p = 0; p < a.num_programs; ++p) CHECK(text(a.programs[p]) == text(b.programs[p]));
   CHECK(text(a.images->name) == text(b.images->name));
   CHECK(text(a.images->source) == text(b.images->source));
   REQUIRE(a.images->num_options == b.images->num_options);

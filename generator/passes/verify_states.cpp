@@ -36,7 +36,8 @@ Program verify_states(const Program& program) {
                       "guard the statement with `when: " + declaration(program, o.name).when_text + "`");
     written.insert(o.name);
   }
-  if (!param_written)
+  const bool step = program.entry == "step";  // a program writes what it writes, and reads no gradient
+  if (!param_written && step)
     throw SpecError(program.spec->update_loc, "variant " + program.variant + " never changes 'param'");
   for (const auto& o : program.element_outputs)
     for_each_node(o.value, [&](const Expr& e) {
@@ -65,7 +66,7 @@ Program verify_states(const Program& program) {
     if (e->kind == NodeKind::Var && e->var == VarKind::State) read.insert(e->name);
   });
   for (const auto& state : program.states)
-    if (!written.count(state) && !read.count(state))
+    if (step && !written.count(state) && !read.count(state))
       throw SpecError(declaration(program, state).loc, "state '" + state + "' is present in variant " +
                                                            program.variant + " (" + flags_text(program) +
                                                            ") but never read or written there");
@@ -77,7 +78,7 @@ Program verify_states(const Program& program) {
   };
   for (const auto& o : program.element_outputs) for_each_node(o.value, note_grad);
   for (const auto& r : program.reductions) for_each_node(r.operand, note_grad);
-  if (!reads_grad)
+  if (!reads_grad && step)
     throw SpecError(program.spec->update_loc,
                     "variant " + program.variant + " (" + flags_text(program) +
                         ") never uses 'grad': no parameter or state it writes depends on the gradient",

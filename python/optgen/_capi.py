@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 
 class _Enum(enum.IntEnum):
@@ -177,6 +177,9 @@ _CHECKED = {
     "optgen_prepare": [_P, ctypes.c_void_p],
     "optgen_step": [_P, ctypes.c_void_p],
     "optgen_step_amp": [_P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
+    "optgen_num_programs": [_P, ctypes.POINTER(_SIZE)],
+    "optgen_program_name": [_P, _SIZE, ctypes.POINTER(ctypes.c_char_p)],
+    "optgen_run": [_P, ctypes.c_char_p, ctypes.c_void_p],
     "optgen_set": [_P, ctypes.c_char_p, ctypes.c_double, ctypes.c_int64],
     "optgen_get": [_P, ctypes.c_char_p, _SIZE, _DOUBLES],
     "optgen_step_count": [_P, _SIZE, ctypes.POINTER(ctypes.c_int64)],
@@ -518,6 +521,8 @@ class Engine:
         self.scalar_states = self._describe_states("optgen_num_scalar_states", "optgen_describe_scalar_state")
         # Per state, by name, the dtype the optimizer stores it in (its storage resolved).
         self.state_dtypes = {s.name: self.state_dtype(s.name) for s in self.states}
+        # The spec's programs beside the step (`programs:`, e.g. schedule-free's eval and train).
+        self.programs = [self._program_name(i) for i in range(self._count("optgen_num_programs"))]
 
     @classmethod
     def builtin(cls, spec: str, overrides: Mapping[str, float] = {}, storage: Optional[Storage] = None) -> "Engine":
@@ -678,6 +683,16 @@ class Engine:
             if failure is not None:
                 raise failure from e
             raise
+
+    def run(self, program: str, stream: int = 0) -> None:
+        """Runs the spec's program `program` (one of Engine.programs) over every tensor of every
+        group on `stream`: no step counted; capturable in a CUDA graph once prepared."""
+        self._lib.call("optgen_run", self._handle, program.encode(), stream)
+
+    def _program_name(self, index: int) -> str:
+        name = ctypes.c_char_p()
+        self._lib.call("optgen_program_name", self._handle, index, ctypes.byref(name))
+        return name.value.decode()
 
     _hook_failure: Optional[BaseException] = None
     _hook = None  # the ctypes callback, alive as long as the library may call it

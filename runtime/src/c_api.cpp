@@ -192,6 +192,31 @@ int optgen_step_amp(optgen_optimizer* optimizer, void* stream, const float* grad
   });
 }
 
+int optgen_num_programs(const optgen_optimizer* optimizer, size_t* count) {
+  return guarded([&] {
+    require(optimizer && count, "optgen_num_programs", "optimizer or count is NULL");
+    *count = static_cast<size_t>(optimizer->engine.info().num_programs);
+  });
+}
+
+int optgen_program_name(const optgen_optimizer* optimizer, size_t index, const char** name) {
+  return guarded([&] {
+    require(optimizer && name, "optgen_program_name", "optimizer or name is NULL");
+    const optgen::OptimizerInfo& info = optimizer->engine.info();
+    const std::string range = "index " + std::to_string(index) + " is out of range: " + info.name + " has " +
+                              std::to_string(info.num_programs) + " programs";
+    require(index < static_cast<size_t>(info.num_programs), "optgen_program_name", range.c_str());
+    *name = info.programs[index];
+  });
+}
+
+int optgen_run(optgen_optimizer* optimizer, const char* name, void* stream) {
+  return guarded([&] {
+    require(optimizer && name, "optgen_run", "optimizer or name is NULL");
+    optimizer->engine.run(name, static_cast<CUstream>(stream));
+  });
+}
+
 int optgen_set(optgen_optimizer* optimizer, const char* name, double value, int64_t group) {
   return guarded([&] {
     require(optimizer && name, "optgen_set", "optimizer or name is NULL");

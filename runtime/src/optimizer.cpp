@@ -797,6 +797,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   plan.stages.clear();
   plan.module = &m.module_for(plan.shape);
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(kernel.stages[s]));
+  plan.programs.clear();
+  for (int p = 0; p < info.num_programs; ++p) plan.programs.push_back(plan.module->function(kernel.programs[p]));
 }
 
 /// The groups in plans, one per kernel (a variant and a dtype), in the order of their first group.
@@ -1008,6 +1010,36 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
                           r.num_tensors, r.group_results, r.num_groups, stream});
       }
     }
+  }
+}
+
+void FusedOptimizer::run(const std::string& program, CUstream stream) {
+  Impl& m = *impl_;
+  const OptimizerInfo& info = *m.info;
+  int index = -1;
+  std::string known;
+  for (int p = 0; p < info.num_programs; ++p) {
+    if (program == info.programs[p]) index = p;
+    known += (known.empty() ? "" : ", ") + std::string(info.programs[p]);
+  }
+  if (index < 0)
+    throw Error(m.call("run"), std::string(info.name) + " has no program '" + program + "'",
+                known.empty() ? "its spec declares no programs" : "its programs: " + known);
+  if (!m.prepared) prepare(stream);
+  const bool capturing = (m.watch_captures || stream != m.stream) && driver::is_capturing(stream);
+  if (stream != m.stream && !capturing) m.stream = stream;
+  // No gradient scale, no overflow: a program reads no gradient, and AMP skips steps only.
+  kernel_abi::StepInputs inputs{};
+  for (Plan& plan : m.plans) {
+    if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
+    plan.pointers_in_graph = plan.pointers_in_graph || capturing;
+    const unsigned grid = plan.grids.back();  // the Update stage's: one block per chunk
+    if (grid == 0) continue;
+    void* args[] = {&plan.table, &m.device_groups.view, &inputs, &plan.reductions};
+    // It waits for the kernel before it (its Update::kFirstStage), as a step's first stage does.
+    driver::launch(plan.programs[static_cast<std::size_t>(index)], grid, static_cast<unsigned>(plan.shape.block_size),
+                   stream, args, m.early_start,
+                   "check that the tensors are still allocated and that the stream belongs to the current context");
   }
 }
 

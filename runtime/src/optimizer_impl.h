@@ -125,6 +125,9 @@ struct Plan {
   std::vector<CUfunction> stages;
   /// Blocks each stage launches, in launch order (a Reduce stage of 0 blocks is not launched).
   std::vector<unsigned> grids;
+  /// The kernels of the spec's programs (OptimizerInfo::programs), one each; a program launches as
+  /// many blocks as the Update stage, one per chunk.
+  std::vector<CUfunction> programs;
 };
 
 /// The group table's device memory, laid out as kernel_abi::GroupTable describes.

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 8
+#define OPTGEN_ABI_VERSION 9
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -98,6 +98,14 @@ int optgen_step(optgen_optimizer* optimizer, void* stream);
  * (see optgen::AmpInputs): the update sees grad / *grad_scale, and a nonzero *found_inf skips the
  * whole step, step count included. */
 int optgen_step_amp(optgen_optimizer* optimizer, void* stream, const float* grad_scale, const float* found_inf);
+/* The spec's programs beside the step (`programs:`, e.g. schedule-free's "eval" and "train"): how
+ * many, and the name of number `index` (lives as long as the optimizer). (ABI 9.) */
+int optgen_num_programs(const optgen_optimizer* optimizer, size_t* count);
+int optgen_program_name(const optgen_optimizer* optimizer, size_t index, const char** name);
+/* Runs the program called `name` over every tensor of every group on `stream`
+ * (FusedOptimizer::run): one launch per kernel set, no step counted; capturable once prepared.
+ * (ABI 9.) */
+int optgen_run(optgen_optimizer* optimizer, const char* name, void* stream);
 
 /* Sets a hyperparameter of one group, or of every group when `group` is negative. */
 int optgen_set(optgen_optimizer* optimizer, const char* name, double value, int64_t group);

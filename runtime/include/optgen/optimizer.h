@@ -168,6 +168,8 @@ struct KernelInfo {
   /// Elements per block, the generator's choice for this storage (narrower operands, longer chunks);
   /// a tuning table (optgen/tuning.h) or FusedOptimizer::set_chunk_size overrides it.
   long long chunk_size;
+  /// The kernels of the spec's programs (OptimizerInfo::programs), one each; null without any.
+  const char* const* programs = nullptr;
 };
 
 /// What the engine knows about an optimizer: data, built by the generator from the spec
@@ -208,6 +210,10 @@ struct OptimizerInfo {
   int elements_per_thread;
   /// Elements per block of the default variant's f32 kernel set (KernelInfo::chunk_size: each set's).
   long long chunk_size;
+  /// The spec's programs beside the step (`programs:`, e.g. schedule-free's eval and train), by
+  /// name, in declaration order: FusedOptimizer::run runs one.
+  const char* const* programs = nullptr;
+  int num_programs = 0;
 };
 
 /// The oldest GPU (major * 10 + minor) kernel set `kernel` of `info` runs on: the newest
@@ -289,6 +295,12 @@ class FusedOptimizer {
   /// launched before it have stepped.
   void step(CUstream stream = nullptr);
   void step(CUstream stream, const AmpInputs& amp);
+  /// Runs the spec's program `program` (OptimizerInfo::programs) over every tensor of every group,
+  /// in stream order, preparing first where needed: one launch per kernel set. It reads what the
+  /// group's next step would read (hyperparameters, scalar state, states; a state with `init: param`
+  /// reads as the parameter before the group's first step), writes what it assigns, and counts no
+  /// step. Throws optgen::Error naming the spec's programs for an unknown name.
+  void run(const std::string& program, CUstream stream = nullptr);
 
   /// Sets a hyperparameter of every group, or of one. Specialized flags (and values that would
   /// change a derived flag) select kernels and state buffers, so they cannot change after the

@@ -120,6 +120,15 @@ struct Optimizer {
   /// For a spec whose states exist for some tensors only (a `when` that reads `factored`): whether
   /// state `index` exists for a tensor that is factored, or not. Null: state_present says it.
   bool (*state_present_in)(const double* h, int index, bool factored) = nullptr;
+  /// The spec's programs beside the step (`programs:`), and `run`, which runs program number
+  /// `program` of one param group that has taken `steps` steps over its tensors (the scalar state is
+  /// only read; a tensor's `grad` may be null).
+  const char* const* programs = nullptr;
+  int num_programs = 0;
+  void (*run_float)(int program, const double* h, const double* scalar_state, std::int64_t steps,
+                    const Tensor<float>* tensors, std::size_t count) = nullptr;
+  void (*run_double)(int program, const double* h, const double* scalar_state, std::int64_t steps,
+                     const Tensor<double>* tensors, std::size_t count) = nullptr;
 };
 
 }  // namespace optgen::reference

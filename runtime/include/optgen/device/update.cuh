@@ -91,17 +91,41 @@ __device__ __forceinline__ constexpr bool stores(int op, bool first_step) {
   return ((Update::kStores >> op) & 1u) != 0 || (first_step && ((Update::kFirstStepStores >> op) & 1u) != 0);
 }
 
+/// The values of a program (the spec's `programs:`) for group g, whose next step reads `slot`:
+/// computed by thread 0 from the group's hyperparameters and scalar state as a step's are
+/// (Group::step, with the next step's count: a state with `init: param` reads as the parameter
+/// before the group's first step). Every thread must call it.
+template <typename Group>
+__device__ __forceinline__ typename Group::Values program_values(const GroupTable& groups, int slot, int g) {
+  __shared__ typename Group::Values values;
+  if (threadIdx.x == 0) {
+    double state[Group::kScalarStates + 1];
+    const double* from = groups.scalar_state + slot_entry(groups, slot, g) * groups.num_scalar_states;
+    for (int i = 0; i < Group::kScalarStates; ++i) state[i] = from[i];
+    values = Group::step(groups.hyperparameters + static_cast<long long>(g) * groups.num_hyperparameters, state,
+                         groups.steps[slot_entry(groups, slot, g)] + 1);
+  }
+  __syncthreads();
+  return values;
+}
+
 /// Waits for the kernel before (a Reduce stage still reads the group table's tickets, and its
-/// results are not all written yet), takes the block's ticket and reads its UpdateStep. Every
-/// thread must call it.
+/// results are not all written yet), takes the block's ticket and reads its UpdateStep. A program's
+/// block (Update::kProgram) takes no ticket: it reads the slot of the group's next step, and
+/// commits nothing. Every thread must call it.
 template <typename Update, typename Group, typename Ops>
 __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableView& table, const GroupTable& groups,
                                                                   const StepInputs& inputs, const ReductionTable& red,
                                                                   const UpdatePosition<Update, Ops>& at, int t, int g) {
   wait_for_previous_kernel();
   UpdateStep<Update, Group> step;
-  step.ticket = take_ticket<Update>(groups, red, t, g);
-  step.k = *group_values<typename Group::Values>(groups, step.ticket.slot, g);
+  if constexpr (Update::kProgram) {
+    step.ticket = Ticket{current_slot(groups, g), nullptr};
+    step.k = program_values<Group>(groups, step.ticket.slot, g);
+  } else {
+    step.ticket = take_ticket<Update>(groups, red, t, g);
+    step.k = *group_values<typename Group::Values>(groups, step.ticket.slot, g);
+  }
   step.tv = at.tensor(step.k, table.whole_numel[t], results(red, t, g));
   step.ps = param_store<Ops>(table, groups, step.ticket.slot, t, g);
   step.scaled = inputs.grad_scale != 0;
@@ -110,10 +134,11 @@ __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableVie
   return step;
 }
 
-/// An Update stage's block is done: the group's last one publishes the step.
+/// An Update stage's block is done: the group's last one publishes the step (a program's: nothing).
 template <typename Update, typename Group>
 __device__ __forceinline__ void end_update(const GroupTable& groups, const ReductionTable& red,
                                            const UpdateStep<Update, Group>& step, int t, int g) {
+  if constexpr (Update::kProgram) return;  // a program counts no step
   if (threadIdx.x == 0 && step.ticket.commits()) commit_step<Group>(groups, step.ticket.slot, g, results(red, t, g));
 }
 
