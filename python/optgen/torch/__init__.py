@@ -6,7 +6,8 @@ master_weights, stochastic_rounding, seed, static_grads, max_grad_norm). Those t
 the arguments of their authors' code: Lion its paper's, LAMB APEX's FusedLAMB's, Adan
 sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and CautiousLion
 kyleliang919/C-Optim's; LARS those of timm's Lars; Prodigy konstmish/prodigy's; DAdaptAdam
-facebookresearch/dadaptation's; AdamMini zyushun/Adam-mini's (named parameters).
+facebookresearch/dadaptation's; AdamMini zyushun/Adam-mini's (named parameters);
+AdamWScheduleFree facebookresearch/schedule_free's (with its train() and eval()).
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -29,7 +30,7 @@ from typing import Any as _Any, Dict as _Dict, Optional as _Optional  # noqa: E4
 from .._capi import Engine as _Engine  # noqa: E402
 from .._hyperparameters import TUPLES as _TUPLES, check_adafactor as _check_adafactor  # noqa: E402
 from .._hyperparameters import spec_values as _spec_values  # noqa: E402
-from ._optimizer import Optimizer  # noqa: E402
+from ._optimizer import Optimizer, _stream_of  # noqa: E402
 
 
 def _builtin(spec: str):
@@ -239,6 +240,88 @@ class AdamW(Optimizer):
         super().__init__(params, _builtin("adamw"),
                          dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                               maximize=maximize), **options)
+
+
+class AdamWScheduleFree(Optimizer):
+    """Schedule-free AdamW (Defazio et al., 2024) as its authors' schedulefree computes it
+    (facebookresearch/schedule_free schedulefree/adamw_schedulefree.py, release 1.4.1;
+    specs/adamw_schedule_free.yaml): its arguments and defaults, no learning-rate schedule, the
+    parameters kept at y between the average x and the base sequence z (state[p]["z"]).
+
+    As with the authors' class, call train() before training steps and eval() before evaluating
+    or saving the model: they move the parameters from x to y and back, each one fused launch over
+    every parameter (the spec's programs train and eval), and step() raises while the optimizer is
+    in eval mode. Each group's train_mode is in its param group; a group that has not stepped has
+    no z and does not move. The gradient is left as it was (schedulefree divides p.grad in place by
+    the denominator). lr_max and weight_sum, schedulefree's per-group values, are scalar state:
+    state[p]["lr_max"], state[p]["weight_sum"] after state_dict(), and in each group of
+    state_dict()'s param_groups with k (the step count) and scheduled_lr, as schedulefree keeps
+    them; either's checkpoint loads into the other."""
+
+    def __init__(self, params, lr=0.0025, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, warmup_steps=0, r=0.0,
+                 weight_lr_power=2.0, **options):
+        super().__init__(params, _builtin("adamw_schedule_free"),
+                         dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, warmup_steps=warmup_steps, r=r,
+                              weight_lr_power=weight_lr_power), **options)
+        for group in self.param_groups:
+            group.setdefault("train_mode", False)
+
+    def add_param_group(self, param_group: _Dict[str, _Any]) -> None:
+        super().add_param_group(param_group)
+        self.param_groups[-1].setdefault("train_mode", False)
+
+    def step(self, closure=None):
+        if not self.param_groups[0]["train_mode"]:
+            raise Exception("Optimizer was not in train mode when step is called. Please insert .train() and "
+                            ".eval() calls on the optimizer. See documentation for details.")
+        return super().step(closure)
+
+    step.hooked = True  # as Optimizer.step: torch must not wrap it
+
+    def train(self) -> None:
+        """The parameters from x to y (p.lerp_(z, 1 - beta1)), for the groups in eval mode."""
+        self._switch(True, "train")
+
+    def eval(self) -> None:
+        """The parameters from y to x (p.lerp_(z, 1 - 1 / beta1)), for the groups in train mode."""
+        self._switch(False, "eval")
+
+    def _switch(self, train: bool, program: str) -> None:
+        moving = [group for group in self.param_groups if group["train_mode"] != train]
+        if not moving:
+            return
+        with _torch.no_grad():
+            if self._engine is not None and not self._structure_changed:
+                # Every bound group at once: the engine runs the program over all of them.
+                if len(moving) != len(self.param_groups):
+                    raise RuntimeError(f"{program}(): the param groups are in different modes (train_mode "
+                                       f"{[g['train_mode'] for g in self.param_groups]}); set them alike")
+                self._engine.run(program, _stream_of(self._device))
+            else:
+                # Not bound since the last change (a loaded state_dict, a new group): z as the state
+                # holds it, as schedulefree moves them.
+                for group in moving:
+                    beta1 = group["betas"][0]
+                    weight = 1 - beta1 if train else 1 - 1 / beta1
+                    for p in group["params"]:
+                        z = self.state[p].get("z") if p in self.state else None
+                        if z is not None:
+                            p.lerp_(z.to(p.dtype).reshape(p.shape), weight)
+        for group in moving:
+            dict.__setitem__(group, "train_mode", train)  # not a hyperparameter: nothing to send the device
+
+    def state_dict(self) -> _Dict[str, _Any]:
+        """torch's layout, which schedulefree's AdamWScheduleFree loads too: each group also holds
+        its lr_max, weight_sum, k (its step count), scheduled_lr and train_mode."""
+        published = _as_published(super().state_dict(), ("lr_max", "weight_sum"), {})
+        for group in published["param_groups"]:
+            k, warmup = group.get("k", 0), group["warmup_steps"]
+            group.setdefault("lr_max", -1.0)
+            group.setdefault("weight_sum", 0.0)
+            group.setdefault("k", 0)
+            # The last step's lr, as schedulefree logs it (k - 1 < warmup_steps: warming up).
+            group["scheduled_lr"] = 0.0 if k == 0 else group["lr"] * (k / warmup if k - 1 < warmup else 1.0)
+        return published
 
 
 class Adamax(Optimizer):
@@ -471,6 +554,6 @@ class SGD(Optimizer):
                               nesterov=nesterov, maximize=maximize), **options)
 
 
-__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamMini", "AdamW", "Adamax", "Adan", "AdEMAMix",
-           "ASGD", "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "NAdam", "Prodigy", "RAdam",
-           "RMSprop", "Rprop", "SGD"]
+__all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamMini", "AdamW", "AdamWScheduleFree", "Adamax",
+           "Adan", "AdEMAMix", "ASGD", "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "NAdam",
+           "Prodigy", "RAdam", "RMSprop", "Rprop", "SGD"]

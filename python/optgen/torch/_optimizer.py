@@ -731,11 +731,15 @@ class Optimizer(torch.optim.Optimizer):
                 p = params[key]
                 state[p] = {name: self._loaded(p, name, v, states) for name, v in values.items()
                             if name != MASTER_PARAM or self._master}
-                if "step" not in state[p] and states.keys() & state[p].keys():
-                    # torch's SGD counts no steps: a momentum buffer means it has taken one at least
-                    state[p]["step"] = torch.tensor(1.0)
         groups = []
         for group, saved in zip(self.param_groups, saved_groups):
+            for p in group["params"]:
+                if "step" in state[p] or not states.keys() & state[p].keys():
+                    continue
+                # A checkpoint that counts steps per group (k: schedulefree's, prodigyopt's,
+                # dadaptation's) gives each parameter the count; torch's SGD counts none: a momentum
+                # buffer means it has taken one at least.
+                state[p]["step"] = torch.tensor(float(number(saved["k"], "k")) if "k" in saved else 1.0)
             # A checkpoint that keeps scalar state per param group (prodigyopt's and dadaptation's d)
             # gives it to each parameter of the group that has none of its own.
             for s in self._describe.scalar_states:
