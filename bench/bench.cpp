@@ -3,7 +3,7 @@
 // here; and the host time spent inside step() for a model of many tensors.
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
-//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam,adam_mini]
+//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam,adam_mini,adamw_schedule_free]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //                [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8] [--tune FILE]
 //
@@ -48,6 +48,7 @@
 #include "adam_mini.h"
 #include "adam.h"
 #include "adamw.h"
+#include "adamw_schedule_free.h"
 #include "dadapt_adam.h"
 #include "lamb.h"
 #include "prodigy.h"
@@ -270,6 +271,11 @@ std::vector<OptimizerCase> optimizer_cases() {
       // rule binds a matrix; the second moment per row is negligible, and 1-D tensors' `v` per
       // element is not counted.
       {"adam_mini", {1, 1, 2, {{"m", 2}}}, with_defaults(optgen::AdamMini::info(), {})},
+      // One launch: schedule-free AdamW (reads p, g, z, v; writes p, z, v): AdamW's bytes, z in
+      // exp_avg's place.
+      {"adamw_schedule_free",
+       {1, 1, 1, {{"z", 2}, {"exp_avg_sq", 2}}},
+       with_defaults(optgen::AdamWScheduleFree::info(), {})},
   };
 }
 
