@@ -45,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adafactor.h"
+#include "bench_common.h"
 #include "adam_mini.h"
 #include "adam.h"
 #include "adamw.h"
@@ -64,33 +65,9 @@ namespace {
 
 using optgen::driver::api;
 using optgen::driver::check;
-
-struct Workload {
-  std::string name;
-  std::vector<std::int64_t> numels;
-  std::vector<std::vector<std::int64_t>> shapes;
-  std::int64_t parameters = 0;
-};
-
-/// Reads the "name" and "shapes" (a list of lists of sizes) of a workload file.
-Workload load_workload(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  const nlohmann::json doc = nlohmann::json::parse(in);
-  Workload w;
-  w.name = doc.value("name", path);
-  for (const auto& shape : doc.at("shapes")) {
-    std::int64_t numel = 1;
-    w.shapes.emplace_back();
-    for (const auto& d : shape) {
-      numel *= d.get<std::int64_t>();
-      w.shapes.back().push_back(d.get<std::int64_t>());
-    }
-    w.numels.push_back(numel);
-    w.parameters += numel;
-  }
-  return w;
-}
+using optgen_bench::load_workload;
+using optgen_bench::Timer;
+using optgen_bench::Workload;
 
 /// Device buffers of a model: params and grads, each tensor 256-byte aligned, random values.
 struct Model {
@@ -144,37 +121,6 @@ struct Model {
     for (std::size_t at = block; at < bytes; at += block)
       check(api().cuMemcpyDtoD(buffer + at, buffer, std::min(block, bytes - at)), "cuMemcpyDtoD");
   }
-};
-
-class Timer {
- public:
-  Timer() {
-    check(api().cuEventCreate(&start_, CU_EVENT_DEFAULT), "cuEventCreate");
-    check(api().cuEventCreate(&stop_, CU_EVENT_DEFAULT), "cuEventCreate");
-  }
-  ~Timer() {
-    api().cuEventDestroy(start_);
-    api().cuEventDestroy(stop_);
-  }
-  /// Median over `repeats` of the time per call of `f` called `count` times, in microseconds.
-  template <typename F>
-  double median_us(CUstream stream, int count, int repeats, F&& f) {
-    std::vector<double> times;
-    for (int r = 0; r < repeats; ++r) {
-      check(api().cuEventRecord(start_, stream), "cuEventRecord");
-      for (int i = 0; i < count; ++i) f();
-      check(api().cuEventRecord(stop_, stream), "cuEventRecord");
-      check(api().cuEventSynchronize(stop_), "cuEventSynchronize");
-      float ms = 0;
-      check(api().cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
-      times.push_back(1000.0 * ms / count);
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-  }
-
- private:
-  CUevent start_, stop_;
 };
 
 /// Device-to-device copy bandwidth (bytes read + written per second) of a 2 GiB copy.

@@ -1,0 +1,100 @@
+// optgen_newton_schulz_bench: the batched Newton–Schulz of Muon's step (optgen/newton_schulz.h,
+// cuBLAS) on a model's hidden matrices, against the GPU's bf16 rate: ms per orthogonalisation of
+// all of them and the TFLOP/s it achieves.
+//
+//   optgen_newton_schulz_bench [--workload-dir DIR] [--workloads gpt2,llama-1b] [--steps 10]
+//
+// A workload's hidden matrices are its 2-D tensors but those with a dimension of 32768 or more
+// (token embeddings and output heads, which Muon's users step with AdamW), batched by shape. Each
+// matrix costs ns_steps x (4 m^2 n + 2 m^3) FLOPs (m <= n: a tall one is orthogonalised
+// transposed, as torch.optim.Muon does).
+// Time: CUDA events around `steps` orthogonalisations of every batch, the median of 5.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <utility>
+
+#include "bench_common.h"
+#include "optgen/newton_schulz.h"
+
+namespace {
+
+using optgen_bench::api;
+using optgen_bench::check;
+
+/// Matrices of one shape, their bf16 values and the scratch for them.
+struct Batch {
+  int rows, cols;
+  long long count;
+  CUdeviceptr x = 0, scratch = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Times batched Newton-Schulz (Muon) on a model's hidden matrices.", "optgen_newton_schulz_bench");
+  std::string dir = "bench/workloads";
+  std::vector<std::string> workloads = {"gpt2", "llama-1b"};
+  int steps = 10;
+  app.add_option("--workload-dir", dir, "where the workloads' JSON files are")->capture_default_str();
+  app.add_option("--workloads", workloads, "workloads: DIR/<name>.json, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--steps", steps, "orthogonalisations per timed repetition")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    optgen::driver::current_device();
+    CUstream stream;
+    check(api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    const optgen::cublas::Handle handle;
+    optgen_bench::Timer timer;
+    const optgen::NewtonSchulz ns;
+    std::printf("%s\n\n", optgen::driver::device_name(optgen::driver::current_device()).c_str());
+    std::printf("| workload | matrices | batches (m x n: count) | TFLOP | ms | TFLOP/s |\n|---|---|---|---|---|---|\n");
+    for (const std::string& name : workloads) {
+      const optgen_bench::Workload w = optgen_bench::load_workload(dir + "/" + name + ".json");
+      std::map<std::pair<int, int>, long long> shapes;
+      for (const auto& s : w.shapes)
+        if (s.size() == 2 && s[0] < 32768 && s[1] < 32768) ++shapes[{static_cast<int>(s[0]), static_cast<int>(s[1])}];
+      std::vector<Batch> batches;
+      double flops = 0;
+      long long matrices = 0;
+      std::string listed;
+      for (const auto& [shape, count] : shapes) {
+        Batch b{shape.first, shape.second, count};
+        const size_t bytes = 2 * static_cast<size_t>(count) * b.rows * b.cols;
+        check(api().cuMemAlloc(&b.x, bytes), "cuMemAlloc");
+        check(api().cuMemsetD16(b.x, 0x3c00, bytes / 2), "cuMemsetD16");  // bf16 1/128
+        check(api().cuMemAlloc(&b.scratch, optgen::newton_schulz_scratch_bytes(count, b.rows, b.cols)), "cuMemAlloc");
+        batches.push_back(b);
+        const double m = std::min(b.rows, b.cols), n = std::max(b.rows, b.cols);
+        flops += static_cast<double>(count) * ns.steps * (4 * m * m * n + 2 * m * m * m);
+        matrices += count;
+        listed += (listed.empty() ? "" : ", ") + std::to_string(b.rows) + " x " + std::to_string(b.cols) + ": " +
+                  std::to_string(count);
+      }
+      auto run = [&] {
+        for (const Batch& b : batches)
+          optgen::newton_schulz(handle, b.x, b.scratch, b.count, b.rows, b.cols, ns, stream);
+      };
+      for (int i = 0; i < 3; ++i) run();
+      const double us = timer.median_us(stream, steps, 5, run);
+      std::printf("| %s | %lld | %s | %.3f | %.3f | %.1f |\n", w.name.c_str(), matrices, listed.c_str(), flops / 1e12,
+                  us / 1e3, flops / (us * 1e-6) / 1e12);
+      for (const Batch& b : batches) {
+        api().cuMemFree(b.x);
+        api().cuMemFree(b.scratch);
+      }
+    }
+    api().cuStreamDestroy(stream);
+  } catch (const std::exception& e) {
+    std::cerr << "optgen_newton_schulz_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,33 @@
+#pragma once
+/// Batched Newton–Schulz orthogonalisation of bf16 matrices through cuBLAS (optgen/cublas.h): the
+/// loop of torch.optim.Muon's _zeropower_via_newtonschulz (torch 2.11) for many matrices of one
+/// shape at once, from its normalised input on: `steps` times G = X Xᵀ, U = b G + c G G,
+/// X = a X + U X, each product one strided-batched GEMM over the matrices, bf16 in and out with fp32
+/// accumulation, as torch's products of bf16 tensors are.
+
+#include <cuda.h>
+
+#include <cstddef>
+
+#include "optgen/cublas.h"
+
+namespace optgen {
+
+/// The iteration's steps and coefficients (torch.optim.Muon's ns_steps, ns_coefficients).
+struct NewtonSchulz {
+  int steps = 5;
+  float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+};
+
+/// Bytes of scratch newton_schulz needs for `count` matrices of `rows` x `cols`: a second X, G and U.
+size_t newton_schulz_scratch_bytes(long long count, int rows, int cols);
+
+/// Orthogonalises `count` row-major `rows` x `cols` bf16 matrices, consecutive at `x`, in place, as
+/// torch does each: a matrix of more rows than columns transposed first and back after (here by
+/// reading it column-major: nothing is moved). `scratch` holds newton_schulz_scratch_bytes.
+/// Enqueued on `stream`: three GEMMs and two copies a step (cuBLAS's GEMM reads its output as an
+/// input, and its inputs may not alias it), capturable in a CUDA graph.
+void newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows,
+                   int cols, const NewtonSchulz& ns, CUstream stream);
+
+}  // namespace optgen
