@@ -385,10 +385,12 @@ TEST_CASE("a thread takes several short lines, up to 32 values, so that a block 
   CHECK(abi::short_lines(16) == 2);
   CHECK(abi::short_lines(17) == 1);
   CHECK(abi::short_lines(1000) == 1);
-  CHECK(abi::lines_per_block(1, 128) == 4096);
-  CHECK(abi::lines_per_block(3, 128) == 1024);
-  CHECK(abi::lines_per_block(768, 128) == 4);  // 32 lanes a row of 768 (24 values each), one round
-  CHECK(abi::line_blocks(100000, 1, 128) == 25);
+  CHECK(abi::lines_per_block(1, 128, 32) == 4096);
+  CHECK(abi::lines_per_block(3, 128, 32) == 1024);
+  CHECK(abi::lines_per_block(768, 128, 32) == 4);    // 32 lanes a row of 768 (24 values each), one round
+  CHECK(abi::lines_per_block(768, 128, 128) == 16);  // 8 lanes of 96 values
+  CHECK(abi::lines_per_block(3, 128, 128) == 1024);  // short lines: one lane, whatever a lane may take
+  CHECK(abi::line_blocks(100000, 1, 128, 32) == 25);
   CHECK(abi::column_blocks(100000, 1, 128) == 25);
   CHECK(abi::column_blocks(100000, 300, 128) == 782 * 2);  // segments: tiles of 128, one round
 }
@@ -422,7 +424,8 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({300, 1000}, 300000),
                                                 optgen::tensor_dims({6, 4, 3, 5}, 360), optgen::tensor_dims({}, 5000),
                                                 optgen::tensor_dims({0, 7}, 0)};
-  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 256);
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 256, 32);
+  CHECK(l.line_values == 32);
   REQUIRE(l.num_tensors == 4);
   CHECK(l.rows == std::vector<long long>{300, 3, 1, 0});
   CHECK(l.cols == std::vector<long long>{1000, 5, 5000, 7});
@@ -440,8 +443,8 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
     return std::vector<long long>(l.block_offset.begin() + kind * 5, l.block_offset.begin() + kind * 5 + 5);
   };
   CHECK(offsets(abi::kChunkRuns) == std::vector<long long>(5, 0));
-  const long long rows[] = {abi::line_blocks(300, 1000, 256), abi::line_blocks(72, 5, 256),
-                            abi::line_blocks(1, 5000, 256), 0};
+  const long long rows[] = {abi::line_blocks(300, 1000, 256, 32), abi::line_blocks(72, 5, 256, 32),
+                            abi::line_blocks(1, 5000, 256, 32), 0};
   CHECK(rows[0] == 38);  // 1000 columns: 32 lanes a row (at most 32 values each), 8 rows a block
   CHECK(rows[1] == 1);   // 5 columns: 1 lane a row, 4 rows a lane, 1024 rows a block
   CHECK(offsets(abi::kRowLines) == std::vector<long long>{0, rows[0], rows[0] + rows[1], rows[0] + rows[1] + rows[2],
@@ -451,7 +454,7 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   CHECK(abi::column_blocks(5000, 1, 256) == 1);
   CHECK(offsets(abi::kColumnSegments) == std::vector<long long>{0, 8, 9, 10, 10});
   CHECK(offsets(abi::kMatrixRowLines) ==
-        std::vector<long long>{0, 1, 1 + abi::line_blocks(24, 3, 256), 2 + abi::line_blocks(1, 1, 256), 3});
+        std::vector<long long>{0, 1, 1 + abi::line_blocks(24, 3, 256, 32), 2 + abi::line_blocks(1, 1, 256, 32), 3});
   CHECK(offsets(abi::kMatrixColumnLines) == std::vector<long long>{0, 1, 2, 3, 3});
   // Snapshots only where a row or column state exists: not the vector (variance is its state).
   CHECK(offsets(abi::kSnapshot) == std::vector<long long>{0, 4, 4 + abi::snapshot_blocks(72, 120, 256), 5, 5});
@@ -468,7 +471,26 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
         100 + l.blocks(abi::kRowLines) + l.blocks(abi::kColumnSegments) + l.blocks(abi::kSnapshot));
   CHECK(optgen::stage_grid(masks[1], 100, l) == l.blocks(abi::kRowLines) + l.blocks(abi::kMatrixRowLines));
   CHECK(optgen::stage_grid(masks[2], 100, l) == 100);
-  CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]}, 256)) == 0);
+  CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]}, 256, 32)) ==
+        0);
+}
+
+TEST_CASE("a plan's lines take more values a lane where its rows make blocks enough to fill the GPU", "[shapes]") {
+  // gpt2's hidden matrices (a layer's four, 12 layers) make 7,488 row-line blocks of 128 threads at
+  // 128 values a lane: 3.5 waves of an H200's 132 x 16 resident blocks. One layer's 624 at 128 are
+  // fewer than two waves, its 2,496 at 32 too: the fewest values a lane, the most blocks.
+  std::vector<optgen::TensorDims> gpt2, layer;
+  for (int l = 0; l < 12; ++l)
+    for (const std::vector<std::int64_t>& shape :
+         {std::vector<std::int64_t>{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}})
+      gpt2.push_back(optgen::tensor_dims(shape, shape[0] * shape[1]));
+  layer.assign(gpt2.begin(), gpt2.begin() + 4);
+  const long long h200 = 132 * 16;
+  CHECK(optgen::plan_line_values(gpt2, 128, h200) == abi::kMostLineValues);
+  CHECK(optgen::plan_line_values(layer, 128, h200) == abi::kFewestLineValues);
+  // Halved a step at a time: two waves of 7,000 are more than gpt2's rows make at 128, fewer than at 64.
+  CHECK(optgen::plan_line_values(gpt2, 128, 7000) == 64);
+  CHECK(optgen::plan_line_values({}, 128, h200) == abi::kFewestLineValues);  // no rows at all
 }
 
 // ---- On a GPU: states of rows and columns allocated, absent ones not, and checkpoints of them ----

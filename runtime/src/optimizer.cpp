@@ -657,7 +657,12 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                          const std::vector<PlanTensor>& tensors) {
   std::vector<TensorDims> dims;
   for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
-  ShapeLayout l = shape_layout(*m.info, variant, dims, plan.shape.block_size);
+  // The GPU's blocks at once, for plan_line_values: 2048 threads a multiprocessor (Ampere's A100
+  // and Hopper's; fewer elsewhere, where the rule then keeps more values a lane).
+  const long long resident =
+      static_cast<long long>(driver::multiprocessor_count(driver::current_device())) * (2048 / plan.shape.block_size);
+  ShapeLayout l = shape_layout(*m.info, variant, dims, plan.shape.block_size,
+                               plan_line_values(dims, plan.shape.block_size, resident));
   const auto floats = [](long long count, long long per) {
     return static_cast<std::size_t>(count) * static_cast<std::size_t>(per) * sizeof(float);
   };
@@ -711,7 +716,8 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                                        l.num_cols,
                                        l.num_matrices,
                                        l.num_col_reductions,
-                                       l.num_tensors};
+                                       l.num_tensors,
+                                       l.line_values};
   std::memcpy(upload.at(table.at), &view, sizeof(view));
   upload.copy_to(d);
   plan.table.shapes = reinterpret_cast<const kernel_abi::ShapeTable*>(at(table));

@@ -34,12 +34,25 @@ bool state_present(const VariantInfo& variant, int j, bool factored) {
   return true;
 }
 
+int plan_line_values(const std::vector<TensorDims>& dims, int block_size, long long resident_blocks) {
+  using namespace kernel_abi;
+  auto row_blocks = [&](int line_values) {
+    long long blocks = 0;
+    for (const TensorDims& d : dims) blocks += line_blocks(d.total_rows(), d.cols, block_size, line_values);
+    return blocks;
+  };
+  int line_values = kMostLineValues;
+  while (line_values > kFewestLineValues && row_blocks(line_values) < 2 * resident_blocks) line_values /= 2;
+  return line_values;
+}
+
 ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims,
-                         int block_size) {
+                         int block_size, int line_values) {
   using namespace kernel_abi;
   ShapeLayout l;
   const std::size_t T = dims.size();
   l.num_tensors = static_cast<int>(T);
+  l.line_values = line_values;
   for (int r = 0; r < variant.num_reductions; ++r) {
     const Domain scope = variant.reductions[r].scope;
     l.num_row_reductions += scope == Domain::Row ? 1 : 0;
@@ -75,10 +88,10 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     bool has_shaped_state = false;
     for (int j : shaped_states) has_shaped_state = has_shaped_state || state_present(variant, j, d.factored);
     long long blocks[kNumBlockKinds] = {};
-    blocks[kRowLines] = line_blocks(rows, C, block_size);
+    blocks[kRowLines] = line_blocks(rows, C, block_size, line_values);
     blocks[kColumnSegments] = column_blocks(cols, R, block_size);
-    blocks[kMatrixRowLines] = line_blocks(d.batch, R, block_size);
-    blocks[kMatrixColumnLines] = line_blocks(d.batch, C, block_size);
+    blocks[kMatrixRowLines] = line_blocks(d.batch, R, block_size, line_values);
+    blocks[kMatrixColumnLines] = line_blocks(d.batch, C, block_size, line_values);
     blocks[kSnapshot] = has_shaped_state ? snapshot_blocks(rows, cols, block_size) : 0;
     for (int kind = 1; kind < kNumBlockKinds; ++kind)
       offsets_of(kind)[static_cast<std::ptrdiff_t>(t + 1)] =

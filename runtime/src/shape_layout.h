@@ -39,6 +39,7 @@ bool state_present(const VariantInfo& variant, int j, bool factored);
 /// and the sizes of the buffers the engine allocates for it (floats, counters).
 struct ShapeLayout {
   int num_tensors = 0;
+  int line_values = kernel_abi::kFewestLineValues;  ///< kernel_abi::ShapeTable::line_values
   std::vector<long long> rows, cols;
   std::vector<unsigned char> factored;
   std::vector<long long> row_offset, col_offset, matrix_offset;
@@ -61,12 +62,19 @@ struct ShapeLayout {
   }
 };
 
+/// Values a lane takes at most in a plan's lines of `dims` (kernel_abi::line_lanes):
+/// kMostLineValues, halved down to kFewestLineValues while the plan's row lines (the most it has)
+/// would make fewer blocks of `block_size` threads than two waves of `resident_blocks` (blocks the
+/// GPU runs at once): a plan that fills the GPU takes fewer, longer blocks, one that does not
+/// spreads each line over more lanes.
+int plan_line_values(const std::vector<TensorDims>& dims, int block_size, long long resident_blocks);
+
 /// The layout for `tensors` (the plan's, in order; `dims` of each) of a variant of `info`.
 /// kSnapshot blocks go to tensors for which at least one row or column state exists; the other
 /// kinds' to every tensor, by kernel_abi.h's formulas for blocks of `block_size` threads (the
-/// plan's launch shape).
+/// plan's launch shape) whose lanes take at most `line_values` values of a line.
 ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims,
-                         int block_size);
+                         int block_size, int line_values);
 
 /// The blocks Reduce stage `stage_mask` (a mask of kernel_abi::BlockKind bits) launches: for
 /// kChunkRuns `chunk_run_blocks`, for every other kind the layout's total of that kind, one kind

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 13 };
+enum { kVersion = 14 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -116,22 +116,29 @@ OPTGEN_ABI_FUNCTION bool valid_elements_per_thread(int elements) {
   return elements >= 1 && elements <= 64 && (elements & (elements - 1)) == 0;
 }
 
+/// Values one lane of a line takes at most: a plan's own (ShapeTable::line_values, chosen by
+/// shape_layout.h's plan_line_values), a power of two from kFewestLineValues to kMostLineValues.
+/// More values a lane make fewer, longer blocks, each finding its tensor and shape once for more
+/// values: what a plan of many lines wants (gpt2's Adam-mini row means, 42,871 blocks of four
+/// 768-value rows at 32 values a lane, ran at 48% of DRAM's bandwidth; at 128, 94% of the step's
+/// floor against 88%), and what one too small to fill the GPU does not (ghostnet_100's Adafactor 8%
+/// slower at 128: its few blocks are its longest path).
+enum { kMostLineValues = 128, kFewestLineValues = 32 };
 /// Threads that reduce one line of `length` values: the least power of two that leaves each at
-/// most kLineValuesPerLane values, from 1 to `block_size`. A thread reads 16 bytes an access and
-/// keeps four accesses in flight: so a row of gpt2's 768 is a warp's, not a block's (when a block
-/// took each row, its blocks were too short to keep memory busy: 0.85 TB/s in Adam-mini's row
+/// most `line_values` values, from 1 to `block_size`. A thread reads 16 bytes an access and keeps
+/// four accesses in flight: so a row of gpt2's 768 is a few warps' lanes, not a block's (when a
+/// block took each row, its blocks were too short to keep memory busy: 0.85 TB/s in Adam-mini's row
 /// means).
-enum { kLineValuesPerLane = 32 };
-OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size) {
+OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size, int line_values) {
   int lanes = 1;
-  while (lanes < block_size && static_cast<long long>(lanes) * kLineValuesPerLane < length) lanes *= 2;
+  while (lanes < block_size && static_cast<long long>(lanes) * line_values < length) lanes *= 2;
   return lanes;
 }
 /// Lines of `length` values that one thread takes, one after another: 1 for a line of more than
 /// kShortLineValues / 2, else the most (a power of two) that hold at most kShortLineValues values
 /// together. A block of short lines (a 1x1 conv weight's rows and columns are one value long) then
 /// does a block's worth of work for what finding its tensor costs it. (A line that short is one
-/// lane's: kShortLineValues / 2 <= kLineValuesPerLane.)
+/// lane's: kShortLineValues / 2 <= kFewestLineValues.)
 enum { kShortLineValues = 32 };
 OPTGEN_ABI_FUNCTION int short_lines(long long length) {
   int n = 1;
@@ -139,12 +146,12 @@ OPTGEN_ABI_FUNCTION int short_lines(long long length) {
   return n;
 }
 /// Lines a block reduces: block_size / line_lanes lines at a time, short_lines times.
-OPTGEN_ABI_FUNCTION long long lines_per_block(long long length, int block_size) {
-  return static_cast<long long>(block_size / line_lanes(length, block_size)) * short_lines(length);
+OPTGEN_ABI_FUNCTION long long lines_per_block(long long length, int block_size, int line_values) {
+  return static_cast<long long>(block_size / line_lanes(length, block_size, line_values)) * short_lines(length);
 }
 /// Blocks that reduce `lines` lines of `length` values each.
-OPTGEN_ABI_FUNCTION long long line_blocks(long long lines, long long length, int block_size) {
-  const long long per_block = lines_per_block(length, block_size);
+OPTGEN_ABI_FUNCTION long long line_blocks(long long lines, long long length, int block_size, int line_values) {
+  const long long per_block = lines_per_block(length, block_size, line_values);
   return (lines + per_block - 1) / per_block;
 }
 /// Row segments of a column of `rows` rows.
@@ -210,6 +217,7 @@ struct ShapeTable {
   long long num_matrices;
   int num_col_reductions;
   int num_tensors;
+  int line_values;  ///< values a lane of a line takes at most (line_lanes): the plan's own
 };
 
 /// The device-resident state of every param group: hyperparameters, step counts, scalar state and
@@ -356,7 +364,8 @@ static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 160, "ShapeTable::num
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 168, "ShapeTable::num_matrices moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 176, "ShapeTable::num_col_reductions moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 180, "ShapeTable::num_tensors moved");
-static_assert(sizeof(ShapeTable) == 184 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, line_values) == 184, "ShapeTable::line_values moved");
+static_assert(sizeof(ShapeTable) == 192 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");

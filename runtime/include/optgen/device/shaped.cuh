@@ -162,7 +162,7 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
   const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
   const long long lines = kKind == kernel_abi::kRowLines ? s.sh.B * s.sh.R : s.sh.B;
   const long long length = kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C;
-  const int lanes = kernel_abi::line_lanes(length, OPTGEN_BLOCK_SIZE);
+  const int lanes = kernel_abi::line_lanes(length, OPTGEN_BLOCK_SIZE, st.line_values);
   const long long line = local * (OPTGEN_BLOCK_SIZE / lanes) + threadIdx.x / lanes;
   const int lane = threadIdx.x % lanes;
   void* ptr[kOps];
