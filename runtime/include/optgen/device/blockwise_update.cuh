@@ -1,6 +1,6 @@
 #pragma once
-/// optgen's device library: the Update stage of a kernel set with 8-bit blockwise states, a warp
-/// per 256-element quantisation block.
+/// optgen's device library: the block walk of an Update stage with 8-bit blockwise states, a warp
+/// per 256-element quantisation block. The driver is update_stage.cuh's.
 
 #include "optgen/device/update.cuh"
 
@@ -15,7 +15,7 @@ struct BlockTile {
   float scale[kOps];
 };
 
-/// The operands of a chunk of blockwise_update_stage's blocks, from the chunk's first element: a
+/// The operands of a chunk of BlockWalk's blocks, from the chunk's first element: a
 /// lane's element is then a 32-bit offset from the chunk's start, its address one multiply-add
 /// (IMAD.WIDE, on the FMA pipe), where an element index in 64 bits cost an add with carry per
 /// operand, and its shifts, on the integer pipe, the pipe whose instructions bound this stage. The
@@ -32,7 +32,7 @@ struct ChunkOperands {
 };
 
 /// The operands of the chunk that starts at element `first`: `ptr` and `absmax` as
-/// blockwise_update_stage has them, `codes` whether the 8-bit states are codes (else f32).
+/// BlockWalk has them, `codes` whether the 8-bit states are codes (else f32).
 template <typename Ops, int kOps>
 __device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)[kOps], float* const (&absmax)[kOps],
                                                               bool codes, long long first) {
@@ -94,7 +94,7 @@ __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile
     for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops, kCodes>(tile, op, e);
 }
 
-/// blockwise_update_stage's blocks wholly in the chunk, from offset o (at which the tile is
+/// BlockWalk's blocks wholly in the chunk, from offset o (at which the tile is
 /// loaded) up to whole_end, one block after another: each decoded from the tile, the next one loaded into
 /// it, then updated and stored by `store_block`. kCodes as for load_block_tile: compiled once for
 /// each, so that no element asks (asking cost a branch per element and state, which also kept the
@@ -125,111 +125,127 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
   }
 }
 
-/// The Update stage of a kernel set with 8-bit states (Ops::kBlockwise): update_stage's, except
-/// that each warp updates one quantisation block of 256 elements at a time (blockwise8::kBlockSize),
-/// each lane 8 consecutive ones (Ops::kVector), so that a block's new absmax is a maximum over the
-/// warp (shuffles; no shared memory, no barrier). Chunks are whole blocks (a multiple of 256
-/// elements). A warp loads its next block before it updates the one in hand, so that the loads'
-/// latency hides behind an update (with one block in flight a warp waited on every load: 26% of
-/// the stall samples on gpt2). A tensor's last, shorter block, and every block of a tensor whose
-/// operands are not 16-byte aligned, go element by element, masked lane by lane. A tensor too small
-/// for 8 bits (blockwise8::uses_8bit_states) has those states in f32, as bitsandbytes keeps them.
-template <typename Update, typename Group, typename Ops>
-__device__ __forceinline__ void blockwise_update_stage(const TableView& table, const GroupTable& groups,
-                                                       const StepInputs& inputs, const ReductionTable& red) {
-  constexpr int kOps = Update::kOperands;
-  constexpr int V = blockwise8::kBlockSize / 32;
+/// The block walk of an Update stage (update_stage.cuh) of a kernel set with 8-bit states
+/// (Ops::kBlockwise): each warp updates one quantisation block of 256 elements at a time
+/// (blockwise8::kBlockSize), each lane 8 consecutive ones (Ops::kVector), so that a block's new
+/// absmax is a maximum over the warp (shuffles; no shared memory, no barrier). Chunks are whole
+/// blocks (a multiple of 256 elements). A warp loads its next block before it updates the one in
+/// hand, so that the loads' latency hides behind an update (with one block in flight a warp waited
+/// on every load: 26% of the stall samples on gpt2). A tensor's last, shorter block, and every
+/// block of a tensor whose operands are not 16-byte aligned, go element by element, masked lane by
+/// lane. A tensor too small for 8 bits (blockwise8::uses_8bit_states) has those states in f32, as
+/// bitsandbytes keeps them.
+template <typename Update, typename Ops>
+struct BlockWalk {
+  static constexpr int kOps = Update::kOperands;
+  static constexpr int V = blockwise8::kBlockSize / 32;
   static_assert(Ops::kVector == V, "a lane holds 8 elements of a 256-element block");
-  constexpr unsigned kWarps = OPTGEN_BLOCK_SIZE / 32;
-  constexpr unsigned kBlock = blockwise8::kBlockSize;
+  static constexpr unsigned kWarps = OPTGEN_BLOCK_SIZE / 32;
+  static constexpr unsigned kBlock = blockwise8::kBlockSize;
 
-  const Chunk chunk = table.chunks[blockIdx.x];
-  const int t = chunk.tensor;
-  const int g = chunk.group;
-  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+  UpdatePosition<Update, Ops> at;  ///< element-wise code's: nothing (8-bit states have no rows or columns)
+  int count;                       ///< the chunk's elements
+  long long first;                 ///< the chunk's first element in the tensor
   void* ptr[kOps];
-  const bool aligned = update_operands<Ops>(table, t, ptr);
+  bool aligned;
   float* absmax[kOps];
-#pragma unroll
-  for (int op = 0; op < kOps; ++op) absmax[op] = Ops::blockwise(op) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
-  // Whether the tensor's 8-bit states are codes or (a small tensor) f32: update_whole_blocks is
-  // compiled for each, and only a block of codes needs the quantiser (the whole block decides).
-  const bool codes = blockwise8::uses_8bit_states(table.numel[t]);
-  if (codes) load_blockwise_quantiser();
-  enter_update_stage<Update>();
-  if (skips_step(inputs)) return;
-  // Each warp takes a run of consecutive blocks of the chunk, [o, warp_end) as offsets from its
-  // start (a chunk's count is an int). Blocks dealt to the warps in turn made a block of 8 warps
-  // read one place of each operand at a time, and wait on its loads four times as long as 8
-  // blocks of one warp did (bench/RESULTS.md, 2026-11-27).
-  const unsigned blocks = (static_cast<unsigned>(chunk.count) + kBlock - 1) / kBlock;
-  const unsigned per_warp = (blocks + kWarps - 1) / kWarps;
-  const unsigned warp = threadIdx.x >> 5;
-  unsigned o = ::min(warp * per_warp, blocks) * kBlock;
-  const unsigned warp_end = ::min((warp + 1) * per_warp, blocks) * kBlock;
-  // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned.
-  const unsigned whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(chunk.count) / kBlock * kBlock) : 0u;
-  const ChunkOperands<kOps> chunk_ops = chunk_operands<Ops>(ptr, absmax, codes, start);
+  /// Whether the tensor's 8-bit states are codes or (a small tensor) f32: update_whole_blocks is
+  /// compiled for each, and only a block of codes needs the quantiser (the whole block decides).
+  bool codes;
+  unsigned o, warp_end, whole_end;
+  ChunkOperands<kOps> chunk_ops;
   BlockTile<kOps, V> tile;
-  if (o < whole_end) {
-    if (codes)
-      load_block_tile<Update, Ops, true>(tile, chunk_ops, o);
-    else
-      load_block_tile<Update, Ops, false>(tile, chunk_ops, o);
-  }
-  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, UpdatePosition<Update, Ops>(table, t), t, g);
 
-  // The updated values `v` of the block at offset o stored; `count` of the lane's V are the
-  // tensor's, `whole` when they are all its and every operand is aligned (aligned && count == V),
-  // `as_codes` when its 8-bit states are codes (`codes`). Warp-uniform: every lane of a warp runs
-  // it (store_blockwise's shuffles need them all). Addressed through chunk_ops, except a parameter
-  // written from a master copy or rounded stochastically, whose store needs the element's index in
-  // the tensor (the master's parameter is another array; the random stream is the element's).
-  const auto store_block = [&](const float(&v)[kOps][V], unsigned o, int count, bool whole, bool as_codes) {
-    const unsigned r = o + lane_first();
-#pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      if (!stores<Update>(op, step.first_step)) continue;  // uniform: every lane skips it
-      const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::kNearest;  // the tensor's element
-      void* const base = by_index ? ptr[op] : chunk_ops.at[op];
-      const long long i = by_index ? start + r : static_cast<long long>(r);
-      if (Ops::blockwise(op) && as_codes) {
-        store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op], o / kBlock);
-      } else if (whole) {
-        store_operand<Ops, V>(op, base, i, v[op], step.ps);
-      } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e)
-          if (e < count) store_operand<Ops, 1>(op, base, i + e, &v[op][e], step.ps);
-      }
-    }
-  };
-
-  if (codes)
-    update_whole_blocks<Ops, true>(o, whole_end, tile, chunk_ops, step, store_block);
-  else
-    update_whole_blocks<Ops, false>(o, whole_end, tile, chunk_ops, step, store_block);
-  // The rest of the warp's blocks: the chunk's last, shorter one, or every one where an operand is
-  // misaligned.
-  for (; o < warp_end; o += kBlock) {
-    const unsigned r = o + lane_first();
-    const int left = chunk.count - static_cast<int>(r);
-    const int count = left < V ? (left > 0 ? left : 0) : V;
-    float v[kOps][V];
+  __device__ __forceinline__ BlockWalk(const TableView& table, const Chunk& chunk)
+      : at(table, chunk.tensor), count(chunk.count) {
+    const int t = chunk.tensor;
+    first = static_cast<long long>(chunk.index) * table.chunk_size;
+    aligned = update_operands<Ops>(table, t, ptr);
 #pragma unroll
     for (int op = 0; op < kOps; ++op)
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        v[op][e] = 0.0f;
-        if (e < count && Update::loads(op))
-          load_operand<Ops, 1>(op, chunk_ops.at[op], r + e, &v[op][e], chunk_ops.absmax[op]);
-      }
-    IeeeMath ieee;
-    update_elements(step, v, count, ieee);
-    store_block(v, o, count, aligned && count == V, codes);
+      absmax[op] = Ops::blockwise(op) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
+    codes = blockwise8::uses_8bit_states(table.numel[t]);
+    if (codes) load_blockwise_quantiser();
+  }
+  __device__ __forceinline__ const UpdatePosition<Update, Ops>& position() const { return at; }
+
+  /// Whether the step goes on (`skip`: AMP's overflow); if so, the warp's first block's loads on
+  /// their way.
+  __device__ __forceinline__ bool start(bool skip) {
+    if (skip) return false;
+    // Each warp takes a run of consecutive blocks of the chunk, [o, warp_end) as offsets from its
+    // start (a chunk's count is an int). Blocks dealt to the warps in turn made a block of 8 warps
+    // read one place of each operand at a time, and wait on its loads four times as long as 8
+    // blocks of one warp did (bench/RESULTS.md, 2026-11-27).
+    const unsigned blocks = (static_cast<unsigned>(count) + kBlock - 1) / kBlock;
+    const unsigned per_warp = (blocks + kWarps - 1) / kWarps;
+    const unsigned warp = threadIdx.x >> 5;
+    o = ::min(warp * per_warp, blocks) * kBlock;
+    warp_end = ::min((warp + 1) * per_warp, blocks) * kBlock;
+    // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned.
+    whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(count) / kBlock * kBlock) : 0u;
+    chunk_ops = chunk_operands<Ops>(ptr, absmax, codes, first);
+    if (o < whole_end) {
+      if (codes)
+        load_block_tile<Update, Ops, true>(tile, chunk_ops, o);
+      else
+        load_block_tile<Update, Ops, false>(tile, chunk_ops, o);
+    }
+    return true;
   }
 
-  end_update(groups, red, step, t, g);
-}
+  template <typename Group>
+  __device__ __forceinline__ void run(const UpdateStep<Update, Group>& step) {
+    // The updated values `v` of the block at offset o stored; `count` of the lane's V are the
+    // tensor's, `whole` when they are all its and every operand is aligned (aligned && count == V),
+    // `as_codes` when its 8-bit states are codes (`codes`). Warp-uniform: every lane of a warp runs
+    // it (store_blockwise's shuffles need them all). Addressed through chunk_ops, except a parameter
+    // written from a master copy or rounded stochastically, whose store needs the element's index in
+    // the tensor (the master's parameter is another array; the random stream is the element's).
+    const auto store_block = [&](const float(&v)[kOps][V], unsigned o, int count, bool whole, bool as_codes) {
+      const unsigned r = o + lane_first();
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if (!stores<Update>(op, step.first_step)) continue;  // uniform: every lane skips it
+        const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::kNearest;  // the tensor's element
+        void* const base = by_index ? ptr[op] : chunk_ops.at[op];
+        const long long i = by_index ? first + r : static_cast<long long>(r);
+        if (Ops::blockwise(op) && as_codes) {
+          store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op], o / kBlock);
+        } else if (whole) {
+          store_operand<Ops, V>(op, base, i, v[op], step.ps);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if (e < count) store_operand<Ops, 1>(op, base, i + e, &v[op][e], step.ps);
+        }
+      }
+    };
+
+    if (codes)
+      update_whole_blocks<Ops, true>(o, whole_end, tile, chunk_ops, step, store_block);
+    else
+      update_whole_blocks<Ops, false>(o, whole_end, tile, chunk_ops, step, store_block);
+    // The rest of the warp's blocks: the chunk's last, shorter one, or every one where an operand is
+    // misaligned.
+    for (; o < warp_end; o += kBlock) {
+      const unsigned r = o + lane_first();
+      const int left = count - static_cast<int>(r);
+      const int lane_count = left < V ? (left > 0 ? left : 0) : V;
+      float v[kOps][V];
+#pragma unroll
+      for (int op = 0; op < kOps; ++op)
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          v[op][e] = 0.0f;
+          if (e < lane_count && Update::loads(op))
+            load_operand<Ops, 1>(op, chunk_ops.at[op], r + e, &v[op][e], chunk_ops.absmax[op]);
+        }
+      IeeeMath ieee;
+      update_elements(step, v, lane_count, ieee);
+      store_block(v, o, lane_count, aligned && lane_count == V, codes);
+    }
+  }
+};
 
 }  // namespace optgen

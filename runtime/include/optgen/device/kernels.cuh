@@ -9,11 +9,12 @@
 ///   shape.cuh             where an element is among rows, columns and matrices
 ///   shaped.cuh            a Reduce stage's lines, column segments and snapshot
 ///   reduce_stage.cuh      the Reduce stage: its blocks of each kind
-///   update.cuh            the Update stage (element by element, with rows and columns)
-///   blockwise_update.cuh  the Update stage of 8-bit blockwise states
+///   update.cuh            what every Update stage does; its element walk (with rows and columns)
+///   blockwise_update.cuh  the Update stage's walk of 8-bit quantisation blocks
+///   update_stage.cuh      the Update stage: its walk, between the ticket and the commit
 /// The runtime compiles these headers in (nvrtc::device_library) and hands them to NVRTC as
 /// in-memory headers, so a kernel source needs no include path. A source defines OPTGEN_BLOCK_SIZE,
 /// OPTGEN_ELEMENTS_PER_THREAD and the OPTGEN_*_LAUNCH_BOUNDS macros before it includes this.
 
-#include "optgen/device/blockwise_update.cuh"
 #include "optgen/device/reduce_stage.cuh"
+#include "optgen/device/update_stage.cuh"

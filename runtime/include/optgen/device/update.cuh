@@ -1,7 +1,7 @@
 #pragma once
-/// optgen's device library: the Update stage (tickets, the group's step committed by its last
-/// block), element by element, with each element's row, column and matrix where the variant has
-/// rows and columns; it hands variants with 8-bit states to blockwise_update.cuh.
+/// optgen's device library: what every Update stage does (tickets, the group's step committed by
+/// its last block, AMP's skip, which operands it stores) and its element walk, with each element's
+/// row, column and matrix where the variant has rows and columns. The driver is update_stage.cuh's.
 
 #include "optgen/element_math.h"
 #include "optgen/device/reduce.cuh"
@@ -180,37 +180,18 @@ __device__ __forceinline__ void update_elements(const UpdateStep<Update, Group>&
   }
 }
 
-/// The Update stage: one block updates one chunk of one tensor. Operand 0 is the parameter (or its
-/// master copy) and 1 the gradient; the rest are states, each stored as the operand table `Ops`
-/// says. The gradient is only read (and, under AMP, divided by the grad scale in registers); the
-/// step's outputs are written back (stores). A variant with rows and columns reads its row and
-/// column states through Position and stores each row's (column's) new state at the row's
-/// column 0 (the column's row 0), in Update::apply.
-template <typename Update, typename Group, typename Ops>
-__device__ __forceinline__ void blockwise_update_stage(const TableView& table, const GroupTable& groups,
-                                                       const StepInputs& inputs, const ReductionTable& red);
-
-template <typename Update, typename Group, typename Ops>
-__device__ __forceinline__ void update_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
-                                             const ReductionTable& red) {
-  if constexpr (Ops::kBlockwise != 0) return blockwise_update_stage<Update, Group, Ops>(table, groups, inputs, red);
-  constexpr int kOps = Update::kOperands;
-  constexpr int V = update_vector<Ops>();
-  constexpr int U = update_tiles<Ops>();
-  constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
-
-  const Chunk chunk = table.chunks[blockIdx.x];
-  const int t = chunk.tensor;
-  const int g = chunk.group;
-  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-  const long long end = start + chunk.count;
-  void* ptr[kOps];
-  const bool aligned = update_operands<Ops>(table, t, ptr);
-  UpdatePosition<Update, Ops> at(table, t);
-  enter_update_stage<Update>();
-  // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
-  const bool skip = skips_step(inputs);
-
+/// The element walk of an Update stage (update_stage.cuh): a block's threads take V consecutive
+/// elements each, U tiles of them at a time, kStride apart, across its chunk of one tensor; each
+/// element's row, column and matrix from Position where the variant has them, and each row's
+/// (column's) new state stored at the row's column 0 (the column's row 0), in Update::apply.
+/// Constructed before the stage waits (it reads only the plan's tables); start() issues the first
+/// tile's loads, run() updates and stores the chunk.
+template <typename Update, typename Ops>
+struct ElementWalk {
+  static constexpr int kOps = Update::kOperands;
+  static constexpr int V = update_vector<Ops>();
+  static constexpr int U = update_tiles<Ops>();
+  static constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
   // The first tile's loads are issued before the block waits for its ticket, and each next tile's
   // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
   // clipping factor): then each iteration loads its own tile. The tile and that double math live
@@ -218,17 +199,35 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   // per SM (LAMB's 68 against 64), which the overlap does not win back. (Measured again for code
   // of rows and columns, 2026-11-29: loading first made Adam-mini 1.5% faster in f32 and 7-8% slower
   // with bf16 params, Adafactor 2% slower, and spilled in Adafactor's master-copy kernels.)
-  constexpr bool kTileFirst = !Update::kTensorValues;
-  const long long vector_end = aligned ? start + (end - start) / V * V : start;
-  long long base = start + static_cast<long long>(threadIdx.x) * V;
+  static constexpr bool kTileFirst = !Update::kTensorValues;
   // The tile: decoded into floats as it is loaded, or, where narrow operands take more tiles than
   // OPTGEN_ELEMENTS_PER_THREAD elements (update_tiles), held as loaded (a bf16 operand fills half
   // of its V words) and decoded as it is used. Decoding late costs registers where no more tiles
   // are taken (8 bytes of spills in adam_amsgrad_bf16_f32), so only those sets do.
-  constexpr bool kWords = U > element_tiles<V>();
+  static constexpr bool kWords = U > element_tiles<V>();
+
+  long long first, end;  ///< the chunk's elements in the tensor
+  void* ptr[kOps];
+  bool aligned;  ///< every operand (and the parameter behind a master copy) 16-byte aligned
+  UpdatePosition<Update, Ops> at;
+  long long vector_end;  ///< where the elements taken a vector at a time end (start() sets it)
+  // The tile, loaded by start() and run(); the thread's next vector is run()'s local (kept here,
+  // it cost Adam-mini's f16 Update stage for sm_75 a 4-byte spill at its register cap).
   float v[kWords ? 1 : U][kOps][V];
   unsigned raw[kWords ? U : 1][kOps][V];
-  auto load_tile = [&]() {
+
+  __device__ __forceinline__ ElementWalk(const TableView& table, const Chunk& chunk)
+      : first(static_cast<long long>(chunk.index) * table.chunk_size),
+        end(first + chunk.count),
+        aligned(update_operands<Ops>(table, chunk.tensor, ptr)),
+        at(table, chunk.tensor) {}
+  __device__ __forceinline__ const UpdatePosition<Update, Ops>& position() const { return at; }
+
+  /// The thread's first vector.
+  __device__ __forceinline__ long long thread_first() const { return first + static_cast<long long>(threadIdx.x) * V; }
+
+  /// The tile of the thread's vector at `base`: those of its U vectors before vector_end.
+  __device__ __forceinline__ void load_tile(long long base) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const long long i = base + u * kStride;
@@ -250,86 +249,93 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
         }
       }
     }
-  };
-  if (kTileFirst) load_tile();
-  if (skip) return;
-  const UpdateStep<Update, Group> step = begin_update<Update, Group, Ops>(table, groups, inputs, red, at, t, g);
+  }
 
-  while (base < vector_end) {
-    if (!kTileFirst) load_tile();
+  /// The first tile's loads on their way (where kTileFirst); whether the step goes on (`skip`: AMP's
+  /// overflow, read before them and tested after).
+  __device__ __forceinline__ bool start(bool skip) {
+    vector_end = aligned ? first + (end - first) / V * V : first;
+    if (kTileFirst) load_tile(thread_first());
+    return !skip;
+  }
+
+  template <typename Group>
+  __device__ __forceinline__ void run(const UpdateStep<Update, Group>& step) {
+    long long base = thread_first();
+    while (base < vector_end) {
+      if (!kTileFirst) load_tile(base);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long i = base + u * kStride;
-      if (i >= vector_end) continue;
-      // Tile u, updated in place (floats) or into `out` (words), then stored. Its divisions and
-      // roots are IeeeMath's: CheckedMath's interleaved elements (the 8-bit stage's) cost this
-      // memory-bound loop spills at its register cap (1980 bytes in adam_kernels.cu).
-      float out[kWords ? kOps : 1][V];
-      at.seek(i);
-      // Its elements; with no branch between them where they share a row (in_row constant).
-      auto compute = [&](bool in_row) {
+      for (int u = 0; u < U; ++u) {
+        const long long i = base + u * kStride;
+        if (i >= vector_end) continue;
+        // Tile u, updated in place (floats) or into `out` (words), then stored. Its divisions and
+        // roots are IeeeMath's: CheckedMath's interleaved elements (the 8-bit walk's) cost this
+        // memory-bound loop spills at its register cap (1980 bytes in adam_kernels.cu).
+        float out[kWords ? kOps : 1][V];
+        at.seek(i);
+        // Its elements; with no branch between them where they share a row (in_row constant).
+        auto compute = [&](bool in_row) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          float x[kOps];
+          for (int e = 0; e < V; ++e) {
+            float x[kOps];
 #pragma unroll
-          for (int op = 0; op < kOps; ++op) {
-            if constexpr (kWords)
-              x[op] = operand_word_value<Ops>(op, raw[u][op], e);
-            else
-              x[op] = v[u][op][e];
+            for (int op = 0; op < kOps; ++op) {
+              if constexpr (kWords)
+                x[op] = operand_word_value<Ops>(op, raw[u][op], e);
+              else
+                x[op] = v[u][op][e];
+            }
+            if (step.scaled) x[1] = x[1] / step.grad_scale;
+            IeeeMath math;
+            at.apply(step.k, step.tv, x, math);
+            at.store_states(step.k, step.tv, in_row);
+            at.next(e, in_row);
+#pragma unroll
+            for (int op = 0; op < kOps; ++op) {
+              if constexpr (kWords)
+                out[op][e] = x[op];
+              else
+                v[u][op][e] = x[op];
+            }
           }
-          if (step.scaled) x[1] = x[1] / step.grad_scale;
-          IeeeMath math;
-          at.apply(step.k, step.tv, x, math);
-          at.store_states(step.k, step.tv, in_row);
-          at.next(e, in_row);
+        };
+        if (at.in_row())
+          compute(true);
+        else
+          compute(false);
 #pragma unroll
-          for (int op = 0; op < kOps; ++op) {
-            if constexpr (kWords)
-              out[op][e] = x[op];
-            else
-              v[u][op][e] = x[op];
-          }
+        for (int op = 0; op < kOps; ++op) {
+          if (!stores<Update>(op, step.first_step) || !at.present(ptr[op])) continue;
+          if constexpr (kWords)
+            store_operand<Ops, V>(op, ptr[op], i, out[op], step.ps);
+          else
+            store_operand<Ops, V>(op, ptr[op], i, v[u][op], step.ps);
         }
-      };
-      if (at.in_row())
-        compute(true);
-      else
-        compute(false);
+        at.finish_vector(step.k, step.tv);
+      }
+      base += kStride * U;
+      if (kTileFirst) load_tile(base);
+    }
+
+    // Misaligned tensors entirely, and the last few elements of aligned ones.
+    for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+      float x[kOps];
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
-        if (!stores<Update>(op, step.first_step) || !at.present(ptr[op])) continue;
-        if constexpr (kWords)
-          store_operand<Ops, V>(op, ptr[op], i, out[op], step.ps);
-        else
-          store_operand<Ops, V>(op, ptr[op], i, v[u][op], step.ps);
+        x[op] = 0.0f;
+        if (Update::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
       }
-      at.finish_vector(step.k, step.tv);
-    }
-    base += kStride * U;
-    if (kTileFirst) load_tile();
-  }
-
-  // Misaligned tensors entirely, and the last few elements of aligned ones.
-  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
-    float x[kOps];
+      if (step.scaled) x[1] = x[1] / step.grad_scale;
+      IeeeMath math;
+      at.seek(i, false);
+      at.apply(step.k, step.tv, x, math);
 #pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      x[op] = 0.0f;
-      if (Update::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op]);
+      for (int op = 0; op < kOps; ++op)
+        if (stores<Update>(op, step.first_step) && at.present(ptr[op]))
+          store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
+      at.store_states(step.k, step.tv, false);
     }
-    if (step.scaled) x[1] = x[1] / step.grad_scale;
-    IeeeMath math;
-    at.seek(i, false);
-    at.apply(step.k, step.tv, x, math);
-#pragma unroll
-    for (int op = 0; op < kOps; ++op)
-      if (stores<Update>(op, step.first_step) && at.present(ptr[op]))
-        store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
-    at.store_states(step.k, step.tv, false);
   }
-
-  end_update(groups, red, step, t, g);
-}
+};
 
 }  // namespace optgen
