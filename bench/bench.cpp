@@ -529,12 +529,13 @@ int main(int argc, char** argv) {
           for (const std::string& shape_text : args.launch_shapes)
             for (long long chunk : args.chunk_sizes) {
               const optgen::LaunchShape shape = *parse_launch_shape(shape_text);
-              auto opt = c.make(options);
+              std::unique_ptr<optgen::FusedOptimizer> opt;
               try {
+                opt = c.make(options);
                 if (chunk > 0) opt->set_chunk_size(chunk);  // an 8-bit set takes multiples of 256
                 if (shape.block_size > 0) opt->set_launch_shape(shape);
                 opt->add_param_group(model.tensors, optgen::FusedOptimizer::Overrides{});
-              } catch (const optgen::Error& e) {  // no kernels for this storage
+              } catch (const optgen::Error& e) {  // no kernels for this storage, or a state it lacks
                 std::fprintf(stderr, "%s: %s\n", c.name.c_str(), e.what());
                 continue;
               }
