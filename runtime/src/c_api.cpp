@@ -203,9 +203,9 @@ int optgen_program_name(const optgen_optimizer* optimizer, size_t index, const c
   return guarded([&] {
     require(optimizer && name, "optgen_program_name", "optimizer or name is NULL");
     const optgen::OptimizerInfo& info = optimizer->engine.info();
-    const std::string range = "index " + std::to_string(index) + " is out of range: " + info.name + " has " +
-                              std::to_string(info.num_programs) + " programs";
-    require(index < static_cast<size_t>(info.num_programs), "optgen_program_name", range.c_str());
+    if (index >= static_cast<size_t>(info.num_programs))
+      throw optgen::Error("optgen_program_name", "index " + std::to_string(index) + " is out of range: " + info.name +
+                                                     " has " + std::to_string(info.num_programs) + " programs");
     *name = info.programs[index];
   });
 }

@@ -1,8 +1,6 @@
 #include "optgen/cublas.h"
 
 #include <cstdlib>
-#include <exception>
-#include <mutex>
 
 #include "optgen/driver.h"
 #include "optgen/error.h"
@@ -49,30 +47,9 @@ Api load() {
 
 }  // namespace
 
-const Api& api() {
-  static std::once_flag once;
-  static Api loaded{};
-  static std::exception_ptr failure;  // the first attempt's, thrown again at every call
-  std::call_once(once, [] {
-    try {
-      loaded = load();
-    } catch (const Error&) {
-      failure = std::current_exception();
-    }
-  });
-  if (failure) std::rethrow_exception(failure);
-  return loaded;
-}
+const Api& api() { return shared_library::loaded_once(&load); }
 
-bool available(std::string* why) {
-  try {
-    api();
-    return true;
-  } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
-    return false;
-  }
-}
+bool available(std::string* why) { return shared_library::loads(&api, why); }
 
 void check(int status, const char* call) {
   if (status != 0) throw Error(call, api().GetStatusString(status));

@@ -91,6 +91,16 @@ int FusedOptimizer::Impl::state_index(const std::string& name, const char* metho
               known.empty() ? "it keeps no per-element state" : "its states: " + known);
 }
 
+int FusedOptimizer::Impl::program_index(const std::string& name, const char* method) const {
+  std::string known;
+  for (int i = 0; i < info->num_programs; ++i) {
+    if (name == info->programs[i]) return i;
+    known += (known.empty() ? "" : ", ") + std::string(info->programs[i]);
+  }
+  throw Error(call(method), std::string(info->name) + " has no program '" + name + "'",
+              known.empty() ? "its spec declares no programs" : "its programs: " + known);
+}
+
 int FusedOptimizer::Impl::scalar_state_index(const std::string& name, const char* method) const {
   std::string known;
   for (int i = 0; i < info->num_scalar_states; ++i) {
@@ -981,18 +991,24 @@ std::vector<GroupProgress> FusedOptimizer::Impl::progress() const {
 
 void FusedOptimizer::step(CUstream stream) { step(stream, AmpInputs{}); }
 
+void FusedOptimizer::Impl::begin_launches(CUstream on) {
+  const bool capturing = (watch_captures || on != stream) && driver::is_capturing(on);
+  // A capture on a side stream does not move the optimizer there: its setters and getters stay
+  // ordered with the stream the graph is replayed on.
+  if (on != stream && !capturing) stream = on;
+  for (Plan& plan : plans) {
+    if (plan.pointers_changed) upload_pointers(plan, on, capturing);
+    plan.pointers_in_graph = plan.pointers_in_graph || capturing;
+  }
+}
+
 void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   Impl& m = *impl_;
   if (!m.prepared) prepare(stream);
-  const bool capturing = (m.watch_captures || stream != m.stream) && driver::is_capturing(stream);
-  // A capture on a side stream does not move the optimizer there: its setters and getters stay
-  // ordered with the stream the graph is replayed on.
-  if (stream != m.stream && !capturing) m.stream = stream;
+  m.begin_launches(stream);
   m.inputs = {amp.grad_scale, amp.found_inf};
   m.launches_last_step = 0;
   for (Plan& plan : m.plans) {
-    if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
-    plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
     const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
@@ -1021,30 +1037,18 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
 
 void FusedOptimizer::run(const std::string& program, CUstream stream) {
   Impl& m = *impl_;
-  const OptimizerInfo& info = *m.info;
-  int index = -1;
-  std::string known;
-  for (int p = 0; p < info.num_programs; ++p) {
-    if (program == info.programs[p]) index = p;
-    known += (known.empty() ? "" : ", ") + std::string(info.programs[p]);
-  }
-  if (index < 0)
-    throw Error(m.call("run"), std::string(info.name) + " has no program '" + program + "'",
-                known.empty() ? "its spec declares no programs" : "its programs: " + known);
+  const std::size_t index = static_cast<std::size_t>(m.program_index(program, "run"));
   if (!m.prepared) prepare(stream);
-  const bool capturing = (m.watch_captures || stream != m.stream) && driver::is_capturing(stream);
-  if (stream != m.stream && !capturing) m.stream = stream;
+  m.begin_launches(stream);
   // No gradient scale, no overflow: a program reads no gradient, and AMP skips steps only.
   kernel_abi::StepInputs inputs{};
   for (Plan& plan : m.plans) {
-    if (plan.pointers_changed) m.upload_pointers(plan, stream, capturing);
-    plan.pointers_in_graph = plan.pointers_in_graph || capturing;
     const unsigned grid = plan.grids.back();  // the Update stage's: one block per chunk
     if (grid == 0) continue;
     void* args[] = {&plan.table, &m.device_groups.view, &inputs, &plan.reductions};
     // It waits for the kernel before it (its Update::kFirstStage), as a step's first stage does.
-    driver::launch(plan.programs[static_cast<std::size_t>(index)], grid, static_cast<unsigned>(plan.shape.block_size),
-                   stream, args, m.early_start,
+    driver::launch(plan.programs[index], grid, static_cast<unsigned>(plan.shape.block_size), stream, args,
+                   m.early_start,
                    "check that the tensors are still allocated and that the stream belongs to the current context");
   }
 }

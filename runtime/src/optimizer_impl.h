@@ -195,6 +195,7 @@ struct FusedOptimizer::Impl {
   int hyperparameter_index(const std::string& name, const char* method) const;
   int state_index(const std::string& name, const char* method) const;
   int scalar_state_index(const std::string& name, const char* method) const;
+  int program_index(const std::string& name, const char* method) const;
   const Group& group_at(std::size_t group, const char* method) const;
   /// Throws optgen::Error unless `h` holds every hyperparameter, bools as 0 or 1, all finite.
   void check_hyperparameters(const std::vector<double>& h, const char* method) const;
@@ -210,6 +211,9 @@ struct FusedOptimizer::Impl {
   /// Enqueues, on `stream`, a write into the group table of groups [first, first + count) and the
   /// recomputation of the values their next step reads.
   void write_groups(std::size_t first, std::size_t count, int field, int index, double value);
+  /// What a step or a program does before it launches, once prepared: follows `on` unless it is
+  /// being captured, and uploads the pointers of rebound tensors (upload_pointers).
+  void begin_launches(CUstream on);
   /// Makes `plan.table` read the pointers of `plan.pointers`, uploaded in order on `stream`, or,
   /// while `stream` captures, into a table of the graph's own.
   void upload_pointers(Plan& plan, CUstream stream, bool capturing);

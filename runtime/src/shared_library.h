@@ -5,6 +5,8 @@
 
 #include <dlfcn.h>
 
+#include <exception>
+#include <mutex>
 #include <string>
 
 #include "optgen/error.h"
@@ -34,6 +36,36 @@ void load(void* library, const std::string& path, Function& slot, const char* na
                 path + " has no " + name + (reason != nullptr ? std::string(" (") + reason + ")" : ""), fix);
   }
   slot = reinterpret_cast<Function>(symbol);
+}
+
+/// The entry points `load` returns, loaded on the first call (thread-safe); a failure is kept and
+/// thrown again at every call. One set per type Api (NCCL's, cuBLAS's).
+template <typename Api>
+const Api& loaded_once(Api (*load)()) {
+  static std::once_flag once;
+  static Api loaded{};
+  static std::exception_ptr failure;
+  std::call_once(once, [load] {
+    try {
+      loaded = load();
+    } catch (const Error&) {
+      failure = std::current_exception();
+    }
+  });
+  if (failure) std::rethrow_exception(failure);
+  return loaded;
+}
+
+/// Whether `api` loads its library; never throws. `why`, when given, receives the reason when not.
+template <typename Api>
+bool loads(const Api& (*api)(), std::string* why) {
+  try {
+    api();
+    return true;
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
 }
 
 }  // namespace optgen::shared_library
