@@ -8,16 +8,22 @@
 // (token embeddings and output heads, which Muon's users step with AdamW), batched by shape. Each
 // matrix costs ns_steps x (4 m^2 n + 2 m^3) FLOPs (m <= n: a tall one is orthogonalised
 // transposed, as torch.optim.Muon does).
-// Time: CUDA events around `steps` orthogonalisations of every batch, the median of 5.
+// Time: CUDA events around `steps` orthogonalisations of every batch, the median of 5, on random
+// matrices of unit norm (as the step's normalisation leaves them).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <random>
 #include <utility>
+#include <vector>
 
 #include "bench_common.h"
+#include "optgen/dtype.h"
 #include "optgen/newton_schulz.h"
 
 namespace {
@@ -31,6 +37,18 @@ struct Batch {
   long long count;
   CUdeviceptr x = 0, scratch = 0;
 };
+
+/// Fills `b`'s matrices with uniform random values, each matrix scaled to a Frobenius norm of about 1
+/// as Muon's normalisation leaves it: GEMMs of real data draw more power than of a constant (H200.md:
+/// 894 against 788 TFLOP/s on zeros), and a constant matrix is of rank 1.
+void upload_random_matrices(const Batch& b, std::mt19937& rng) {
+  const long long size = static_cast<long long>(b.rows) * b.cols;
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const float scale = std::sqrt(3.0f / static_cast<float>(size));  // E[u^2] = 1/3
+  std::vector<std::uint16_t> bits(static_cast<size_t>(b.count * size));
+  for (auto& v : bits) v = optgen::float_to_bf16(uniform(rng) * scale);
+  check(api().cuMemcpyHtoD(b.x, bits.data(), bits.size() * 2), "cuMemcpyHtoD");
+}
 
 }  // namespace
 
@@ -54,6 +72,7 @@ int main(int argc, char** argv) {
     const optgen::cublas::Handle handle;
     optgen_bench::Timer timer;
     const optgen::NewtonSchulz ns;
+    std::mt19937 rng(1);
     std::printf("%s\n\n", optgen::driver::device_name(optgen::driver::current_device()).c_str());
     std::printf("| workload | matrices | batches (m x n: count) | TFLOP | ms | TFLOP/s |\n|---|---|---|---|---|---|\n");
     for (const std::string& name : workloads) {
@@ -69,7 +88,7 @@ int main(int argc, char** argv) {
         Batch b{shape.first, shape.second, count};
         const size_t bytes = 2 * static_cast<size_t>(count) * b.rows * b.cols;
         check(api().cuMemAlloc(&b.x, bytes), "cuMemAlloc");
-        check(api().cuMemsetD16(b.x, 0x3c00, bytes / 2), "cuMemsetD16");  // bf16 1/128
+        upload_random_matrices(b, rng);
         check(api().cuMemAlloc(&b.scratch, optgen::newton_schulz_scratch_bytes(count, b.rows, b.cols)), "cuMemAlloc");
         batches.push_back(b);
         const double m = std::min(b.rows, b.cols), n = std::max(b.rows, b.cols);

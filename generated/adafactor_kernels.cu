@@ -145,12 +145,15 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
       template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
         r_[0] = param * param;  // sum_param_times_param
       }
@@ -319,12 +322,15 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 4 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
 
       template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float one_minus_beta2_t = k_.one_minus_beta2_t;
         const float eps1_times_eps1 = k_.eps1_times_eps1;
         const bool maximize = k_.maximize;
@@ -555,12 +561,15 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x2u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
       template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
         const float grad = v_[1];
         r_[0] = param * param;  // sum_param_times_param
@@ -769,12 +778,15 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 5 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
 
       template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float one_minus_beta2_t = k_.one_minus_beta2_t;
         const float eps1_times_eps1 = k_.eps1_times_eps1;
         const bool maximize = k_.maximize;

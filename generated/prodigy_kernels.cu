@@ -211,8 +211,11 @@ namespace variants::prodigy {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
 
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float b3 = k_.b3;
         const float group_value_1 = k_.group_value_1;
         const float coupled_decay = k_.coupled_decay;
@@ -503,8 +506,11 @@ namespace variants::prodigy_first_moment {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
 
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float b3 = k_.b3;
         const float group_value_1 = k_.group_value_1;
         const float coupled_decay = k_.coupled_decay;
@@ -796,8 +802,11 @@ namespace variants::prodigy_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
 
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float grad = v_[1];
         r_[0] = grad * grad;  // grad_norm_squared
       }
@@ -836,8 +845,11 @@ namespace variants::prodigy_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
 
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float b3 = k_.b3;
         const float group_value_1 = k_.group_value_1;
         const float coupled_decay = k_.coupled_decay;
@@ -1139,8 +1151,11 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
 
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float grad = v_[1];
         r_[0] = grad * grad;  // grad_norm_squared
       }
@@ -1179,8 +1194,11 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x3u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 1 : i_ == 1 ? 2 : -1; }
+      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
+      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
+      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
 
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float b3 = k_.b3;
         const float group_value_1 = k_.group_value_1;
         const float coupled_decay = k_.coupled_decay;

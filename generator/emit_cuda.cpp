@@ -53,6 +53,7 @@ std::string KernelTuning::check() const {
 int minimum_arch(const Program& variant, const Storage& s) {
   int arch = minimum_compute_capability(s.param);
   for (const auto& state : variant.states) arch = std::max(arch, minimum_compute_capability(s.state_dtype(state)));
+  if (!variant.matrix_values.empty()) arch = std::max(arch, minimum_compute_capability(DType::BF16));
   return arch;
 }
 
@@ -240,6 +241,15 @@ class CudaEmitter {
     launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm);
     w.line();
     w.line("#include \"optgen/device/kernels.cuh\"");
+    const bool matrices =
+        std::any_of(variants.begin(), variants.end(), [](const Program& v) { return !v.matrix_values.empty(); });
+    if (matrices) {
+      // bf16 matrices: empty on older GPUs, as the kernel sets that use them (minimum_arch).
+      w.line("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= " +
+             std::to_string(minimum_compute_capability(DType::BF16) * 10));
+      w.line("#include \"optgen/device/matrices.cuh\"  // its matrix functions' kernels");
+      w.line("#endif");
+    }
     w.line();
     for (const auto& v : variants) variant(w, v, storage);
     for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -354,6 +364,7 @@ class CudaEmitter {
     const auto names = operand_names(p);
     std::vector<DType> dtypes = {s.param_write == ParamWrite::Master ? DType::F32 : s.param, s.param};
     for (const auto& state : p.states) dtypes.push_back(s.state_dtype(state));
+    for (size_t m = 0; m < p.matrix_values.size(); ++m) dtypes.push_back(DType::BF16);
     std::string list;
     for (size_t op = 0; op < names.size(); ++op) {
       list += (op ? ", " : "") + names[op] + " " + to_string(dtypes[op]);
@@ -463,6 +474,7 @@ class CudaEmitter {
   static std::vector<std::string> operand_names(const Program& p) {
     std::vector<std::string> names = {"param", "grad"};
     names.insert(names.end(), p.states.begin(), p.states.end());
+    for (const auto& m : p.matrix_values) names.push_back(m.name);  // bf16, the runtime's buffers
     return names;
   }
 
@@ -543,6 +555,15 @@ class CudaEmitter {
     std::vector<std::pair<int, const ReductionValue*>> list;
     for (size_t r = 0; r < p.reductions.size(); ++r)
       if (p.reductions[r].stage == stage.number) list.push_back({static_cast<int>(r), &p.reductions[r]});
+    return list;
+  }
+
+  /// The matrix values whose operands Reduce stage `stage` computes and stores, with their operand index.
+  static std::vector<std::pair<int, const MatrixValue*>> stage_matrix_values(const Program& p, const Stage& stage) {
+    std::vector<std::pair<int, const MatrixValue*>> list;
+    const int first = 2 + static_cast<int>(p.states.size());
+    for (size_t m = 0; m < p.matrix_values.size(); ++m)
+      if (p.matrix_values[m].stage == stage.number) list.push_back({first + static_cast<int>(m), &p.matrix_values[m]});
     return list;
   }
 
@@ -743,12 +764,14 @@ class CudaEmitter {
   /// has them), or a Row or Column of a matrix line.
   void reduction_kind(CodeWriter& w, const Program& p, const Stage& stage, int kind, const std::string& name,
                       bool specialization, const std::vector<std::pair<int, const ReductionValue*>>& list, Domain level,
-                      bool elements) {
+                      bool elements, const std::vector<std::pair<int, const MatrixValue*>>& matrices = {}) {
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
+    for (const auto& [op, matrix] : matrices) roots.push_back(matrix->operand);
     if (specialization) w.line("template <>");
     auto st = w.block("struct " + name, "};");
     reduction_constants(w, p, list, roots, elements);
+    if (elements) matrix_input_constants(w, matrices);
     const bool shaped = uses_shapes(p);
     if (elements && shaped) loaded_slot_masks(w, p, roots, stage.number, reads_position(p, roots, stage.number));
     if (!elements) stored_values_finish(w, p, stage, kind);
@@ -778,12 +801,27 @@ class CudaEmitter {
     auto fn = w.block(
         "static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const "
         "TensorValues& tv_, " +
-        parameters + ", float (&r_)[kReductions])");
+        parameters + ", float (&r_)[" + (elements ? "kResults" : "kReductions") + "])");
     std::set<std::string> taken = shaped_taken_names(p);
     auto values = shaped_code(w, p, roots, level, indices, taken);
     for (size_t i = 0; i < values.size(); ++i) {
-      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + list[i].second->name);
+      const std::string& what = i < list.size() ? list[i].second->name : matrices[i - list.size()].second->name;
+      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + what +
+             (i < list.size() ? "" : ", stored for its matrix function"));
     }
+  }
+
+  /// An Elements struct's matrix inputs (its apply's results after the reductions'), which the chunk
+  /// runs store, bf16, into each tensor's buffer of the matrix value for the runtime's matrix
+  /// functions: their count, kResults, and each one's operand.
+  static void matrix_input_constants(CodeWriter& w, const std::vector<std::pair<int, const MatrixValue*>>& matrices) {
+    std::string ops;
+    for (size_t j = 0; j < matrices.size(); ++j)
+      ops += "j_ == " + std::to_string(j) + " ? " + std::to_string(matrices[j].first) + " : ";
+    w.line("static constexpr int kMatrixInputs = " + std::to_string(matrices.size()) +
+           ";  // stored for the runtime's matrix functions");
+    w.line("static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;");
+    w.line("static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return " + ops + "-1; }");
   }
 
   /// What Position (device/shape.cuh) finds for element code of `roots` in stage `order`: whether it
@@ -852,6 +890,7 @@ class CudaEmitter {
     const bool shaped = uses_shapes(p);
     const unsigned blocks = shaped ? stage_blocks(p, stage) : 1u << kernel_abi::kChunkRuns;
     const auto list = stage_reductions(p, stage);
+    const auto matrices = stage_matrix_values(p, stage);
     using Kind = kernel_abi::BlockKind;
     std::map<int, std::vector<std::pair<int, const ReductionValue*>>> by_kind;
     std::vector<Expr> roots;
@@ -859,6 +898,8 @@ class CudaEmitter {
       roots.push_back(item.second->operand);
       by_kind[block_kind(*item.second)].push_back(item);
     }
+    if (!matrices.empty()) by_kind[Kind::kChunkRuns];  // chunk runs store the matrix inputs
+    for (const auto& item : matrices) roots.push_back(item.second->operand);
     for (const auto& v : stored_values(p))
       if (v.stage == stage.number) roots.push_back(v.value);
     const std::string name = reduce_struct_name(stage);
@@ -878,7 +919,7 @@ class CudaEmitter {
         w.line();
         w.line("/// Over each tensor or group: chunk runs.");
         reduction_kind(w, p, stage, Kind::kChunkRuns, "Elements", false, by_kind[Kind::kChunkRuns], Domain::Element,
-                       true);
+                       true, matrices);
       }
       if (by_kind.count(Kind::kColumnSegments)) {
         w.line();

@@ -101,6 +101,14 @@ std::string stage_kind(StageKind kind) {
   throw InternalError("stage_kind: unknown stage kind");
 }
 
+/// `function` as the launcher spells it: MatrixFunction::NewtonSchulz.
+std::string matrix_function(MatrixFunction function) {
+  switch (function) {
+    case MatrixFunction::NewtonSchulz: return "MatrixFunction::NewtonSchulz";
+  }
+  throw InternalError("matrix_function: unknown matrix function");
+}
+
 /// A stage's mask of kernel_abi::BlockKind bits as the sum of its kinds, e.g.
 /// `1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines`; 0 for none (the Update stage).
 std::string block_mask(unsigned mask) {
@@ -140,6 +148,23 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     for (unsigned mask : row.stage_blocks) masks += (masks.empty() ? "" : ", ") + block_mask(mask);
     w.line("[[maybe_unused]] const unsigned kStageBlocks[] = {" + masks + "};");
   }
+  if (!row.matrix_values.empty()) {
+    w.line("/// Its matrix values: name, function, the Reduce stage that stores its operand, its arguments after");
+    w.line("/// the matrix (a hyperparameter's index, or -1 and the number).");
+    std::string values;
+    for (size_t m = 0; m < row.matrix_values.size(); ++m) {
+      const MatrixValueRow& v = row.matrix_values[m];
+      std::string args;
+      for (const MatrixArgument& a : v.arguments)
+        args +=
+            (args.empty() ? "{" : ", {") + std::to_string(a.hyperparameter) + ", " + cpp_double_literal(a.value) + "}";
+      w.line("[[maybe_unused]] const MatrixArgument kMatrixArguments" + std::to_string(m) + "[] = {" + args + "};");
+      values += (values.empty() ? "" : ", ") + std::string("{\"") + v.name + "\", " + matrix_function(v.function) +
+                ", " + std::to_string(v.stage) + ", kMatrixArguments" + std::to_string(m) + ", " +
+                std::to_string(v.arguments.size()) + "}";
+    }
+    w.line("[[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {" + values + "};");
+  }
   if (!row.state_presence.empty()) {
     w.line("/// Per state (kStates), the tensors it exists for.");
     std::string presence;
@@ -166,7 +191,11 @@ std::string variant_row(const VariantRow& v) {
          (v.stage_blocks.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStageBlocks") + ", " +
          (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + ", {" +
          std::to_string(v.stored_matrix_values) + ", " + std::to_string(v.stored_row_values) + ", " +
-         std::to_string(v.stored_col_values) + "}},";
+         std::to_string(v.stored_col_values) + "}" +
+         (v.matrix_values.empty()
+              ? std::string()
+              : ", variants::" + v.name + "::kMatrixValues, " + std::to_string(v.matrix_values.size())) +
+         "},";
 }
 
 /// The kernel's row of the launcher's kernel table.

@@ -225,8 +225,7 @@ class ReferenceEmitter {
     w.line("using GroupValues = ::std::array<double, kNumGroupValues>;");
     w.line();
     per_step(w, p);
-    int stages = 0;
-    for (const auto& r : p.reductions) stages = std::max(stages, r.stage);
+    const int stages = static_cast<int>(p.stages.size()) - 1;  // the Reduce stages
     for (int stage = 1; stage <= stages; ++stage) stage_function(w, p, stage);
     stage_function(w, p, 0);
   }
@@ -266,6 +265,8 @@ class ReferenceEmitter {
         roots[reduction.scope == Domain::Matrix ? reduction.operand->level : Domain::Element].push_back(
             reduction.operand);
       }
+      for (const auto& m : p.matrix_values)
+        if (m.stage == stage) roots[Domain::Element].push_back(m.operand);
     }
     std::vector<Expr> all;
     for (const auto& [level, list] : roots) all.insert(all.end(), list.begin(), list.end());
@@ -282,11 +283,15 @@ class ReferenceEmitter {
     } else {
       w.line("/// Reduce stage " + std::to_string(stage) + ": its reductions, in double, into tensor_[r] (a group");
       w.line(std::string("/// reduction's part from this tensor)") +
-             (shaped ? " or shaped_[r] (one per row, column or matrix)." : "."));
+             (shaped ? " or shaped_[r] (one per row, column or matrix)" : "") +
+             (p.matrix_values.empty() ? "." : "; its matrix values' operands into their buffers."));
     }
     w.line("template <typename T_>");
     auto fn = w.block(std::string("void ") + (update ? "update" : "reduce" + std::to_string(stage)) +
-                      stage_parameters(!update, shaped));
+                      stage_parameters(!update, shaped, !p.matrix_values.empty()));
+    for (size_t m = 0; m < p.matrix_values.size(); ++m)
+      w.line("[[maybe_unused]] T_* const " + p.matrix_values[m].name + "_data_ = matrix_data_[" + std::to_string(m) +
+             "];");
     if (shaped) {
       w.line("// A factored tensor is B_ matrices of R_ rows and C_ columns; any other one matrix of one row.");
       w.line("const bool factored_ = rows_ != 0;");
@@ -341,6 +346,11 @@ class ReferenceEmitter {
             throw InternalError("emit_reference: reduction '" + reduction.name + "' into the element domain");
         }
         w.line(target + " = " + combine(reduction, target, value) + ";");
+      }
+      for (const auto& m : p.matrix_values) {
+        if (m.stage != stage || level != Domain::Element) continue;
+        w.line(m.name + "_data_[i_] = " + (shaped ? "T_(" + texts[j++] + ")" : texts[j++]) + ";  // for " +
+               matrix_function_info(m.op).name);
       }
     };
     // The values of one level: hoisted ones declared (as T_, or kept for the matrix), roots finished.
@@ -422,17 +432,21 @@ class ReferenceEmitter {
       if (read.count(s))
         w.line("const T_ " + s + " = " + s + "_data_" + (uses_shapes(p) ? " ? " + s + "_data_[i_] : T_(0)" : "[i_]") +
                ";");
+    for (const auto& m : p.matrix_values)
+      if (read.count(m.name)) w.line("const T_ " + m.name + " = " + m.name + "_data_[i_];");
   }
 
   /// The parameters of the update and reduce functions; a Reduce stage writes its results; with rows
-  /// and columns, the tensor's shape and its results per row, column or matrix.
-  static std::string stage_parameters(bool writes_results, bool shaped) {
+  /// and columns, the tensor's shape and its results per row, column or matrix; with matrix values,
+  /// the tensor's buffer of each.
+  static std::string stage_parameters(bool writes_results, bool shaped, bool matrices) {
     return std::string("(::std::size_t numel_, ") +
            (shaped ? "::std::size_t rows_, [[maybe_unused]] ::std::size_t cols_, " : "") +
            "[[maybe_unused]] T_* param_data_, [[maybe_unused]] const T_* grad_data_, [[maybe_unused]] T_* const* "
            "state_data_, [[maybe_unused]] T_ grad_scale_, [[maybe_unused]] const GroupValues& k_, [[maybe_unused]] " +
            (writes_results ? "" : "const ") + "double* tensor_, [[maybe_unused]] const double* group_" +
-           (shaped ? ", [[maybe_unused]] ::std::vector<double>* shaped_)" : ")");
+           (shaped ? ", [[maybe_unused]] ::std::vector<double>* shaped_" : "") +
+           (matrices ? ", T_* const* matrix_data_)" : ")");
   }
 
   void per_step(CodeWriter& w, const Program& p) {
@@ -577,13 +591,15 @@ class ReferenceEmitter {
       const std::string ns = "variants::" + v.variant + "::";
       const std::string stride = std::to_string(std::max<size_t>(v.reductions.size(), 1));
       const bool shaped = uses_shapes(v);
+      const std::string matrices = std::to_string(v.matrix_values.size());
+      const std::string matrix_argument = v.matrix_values.empty() ? "" : ", matrix_data_.data() + t_ * " + matrices;
       const std::string arguments =
           shaped ? "<T_>(tensors_[t_].numel, tensors_[t_].rows, tensors_[t_].cols, tensors_[t_].param, "
                    "tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * " +
-                       stride + ", group_.data(), shaped_.data() + t_ * " + stride + ");"
+                       stride + ", group_.data(), shaped_.data() + t_ * " + stride + matrix_argument + ");"
                  : "<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, "
                    "k_, tensor_.data() + t_ * " +
-                       stride + ", group_.data());";
+                       stride + ", group_.data()" + matrix_argument + ");";
       const bool commits = !v.scalar_state_commits.empty();
       if (commits) w.line("const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);");
       w.line("const auto k_ = " + ns + "per_step(h_, scalar_state_, step);");
@@ -593,10 +609,38 @@ class ReferenceEmitter {
         w.line("// Per tensor and reduction, one result per row, column or matrix: [tensor * " + stride + " + r].");
         w.line("::std::vector<::std::vector<double>> shaped_(count_ * " + stride + ");");
       }
-      int stages = 0;
-      for (const auto& r : v.reductions) stages = std::max(stages, r.stage);
+      if (!v.matrix_values.empty()) {
+        w.line("// Per tensor, a buffer for each matrix value: [tensor * " + matrices + " + m].");
+        w.line("::std::vector<::std::vector<T_>> matrices_(count_ * " + matrices + ");");
+        w.line("::std::vector<T_*> matrix_data_(count_ * " + matrices + ");");
+        w.line("for (::std::size_t m_ = 0; m_ < matrices_.size(); ++m_) {");
+        w.line("  matrices_[m_].resize(tensors_[m_ / " + matrices + "].numel);");
+        w.line("  matrix_data_[m_] = matrices_[m_].data();");
+        w.line("}");
+      }
+      const int stages = static_cast<int>(v.stages.size()) - 1;
       for (int stage = 1; stage <= stages; ++stage) {
         w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "reduce" + std::to_string(stage) + arguments);
+        for (size_t m = 0; m < v.matrix_values.size(); ++m) {
+          const MatrixValue& value = v.matrix_values[m];
+          if (value.stage != stage) continue;
+          std::string args;
+          for (const Expr& a : value.args)
+            args += ", T_(" +
+                    (a->is_const() ? cpp_double_literal(a->value)
+                                   : "h_[" + std::to_string(hyperparameter_index(a->name)) + "]") +
+                    ")";
+          args.replace(args.find("T_("), 3, "static_cast<::std::int64_t>(");  // steps
+          w.line("// " + value.name + ": " + matrix_function_info(value.op).name +
+                 " of each matrix of each tensor (a tensor of fewer than two dimensions: one row).");
+          w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) {");
+          w.line("  const ::std::size_t R_ = tensors_[t_].rows ? tensors_[t_].rows : 1;");
+          w.line("  const ::std::size_t C_ = tensors_[t_].rows ? tensors_[t_].cols : tensors_[t_].numel;");
+          w.line("  if (R_ * C_ == 0) continue;");
+          w.line("  ::optgen::reference::newton_schulz<T_>(matrix_data_[t_ * " + matrices + " + " + std::to_string(m) +
+                 "], tensors_[t_].numel / (R_ * C_), R_, C_" + args + ");");
+          w.line("}");
+        }
         for (size_t r = 0; r < v.reductions.size(); ++r) {
           const auto& reduction = v.reductions[r];
           if (reduction.stage != stage || reduction.scope != Domain::Group) continue;
@@ -653,6 +697,13 @@ class ReferenceEmitter {
                        : "") +
            (programs ? ", kPrograms, kNumPrograms, &run<float>, &run<double>};" : "};"));
     w.line("return instance;");
+  }
+
+  /// The index of hyperparameter `name` in h_.
+  int hyperparameter_index(const std::string& name) const {
+    const auto it = std::find(hyperparameters_.begin(), hyperparameters_.end(), name);
+    if (it == hyperparameters_.end()) throw InternalError("emit_reference: no hyperparameter '" + name + "'");
+    return static_cast<int>(it - hyperparameters_.begin());
   }
 
   const Spec& spec_;

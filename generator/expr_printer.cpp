@@ -97,6 +97,11 @@ std::string ExprPrinter::expand(const Node& n, int* precedence) const {
       return call(n.builtin(), args);
     }
     case NodeKind::Reduce: return reduction_name(n) + "(" + print(n.args[0]) + ")";
+    case NodeKind::Matrix: {
+      std::string text = std::string(matrix_function_info(n.matrix_op()).name) + "(";
+      for (size_t i = 0; i < n.args.size(); ++i) text += (i ? ", " : "") + print(n.args[i]);
+      return text + ")";
+    }
   }
   throw InternalError("ExprPrinter: unknown node kind");
 }
@@ -183,6 +188,11 @@ std::string composed_name(const Expr& e) {
     case NodeKind::Reduce: {
       std::string a = composed_name(e->args[0]);
       if (!a.empty()) name = reduction_name(*e) + "_" + a;
+      break;
+    }
+    case NodeKind::Matrix: {
+      std::string a = composed_name(e->args[0]);
+      if (!a.empty()) name = std::string(matrix_function_info(e->matrix_op()).name) + "_" + a;
       break;
     }
   }

@@ -98,6 +98,7 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
     case VarKind::State: n->level = Domain::Element; break;
     case VarKind::Hoisted: throw InternalError("hoisted value '" + name + "' made without its level");
     case VarKind::Reduced: throw InternalError("reduction result '" + name + "' made as an input");
+    case VarKind::MatrixValue: throw InternalError("matrix value '" + name + "' made as an input");
   }
   if (n->level == Domain::Element && type != ValueType::Float)
     throw InternalError("element input '" + name + "' must be float");
@@ -188,6 +189,25 @@ Expr Node::make_reduce(ReduceOp op, Domain scope, Expr operand) {
   return n;
 }
 
+Expr Node::make_matrix(MatrixFunction op, std::vector<Expr> args) {
+  if (args.size() != matrix_function_info(op).parameters.size() + 1)
+    throw InternalError(std::string("wrong argument count of ") + matrix_function_info(op).name);
+  for (const auto& a : args)
+    if (!is_number(a->type)) throw InternalError(std::string("operand type of ") + matrix_function_info(op).name);
+  auto n = blank(NodeKind::Matrix, ValueType::Float, args);
+  n->op = static_cast<int>(op);
+  n->level = Domain::Element;
+  return n;
+}
+
+Expr Node::make_matrix_value(const std::string& name) {
+  auto n = blank(NodeKind::Var, ValueType::Float, {});
+  n->var = VarKind::MatrixValue;
+  n->name = name;
+  n->level = Domain::Element;
+  return n;
+}
+
 Expr Node::make_reduced(const std::string& name, Domain level) {
   if (level == Domain::Group || level == Domain::Element)
     throw InternalError("reduction result '" + name + "' at the " + std::string(to_string(level)) + " level");
@@ -208,6 +228,7 @@ Expr with_args(const Expr& e, std::vector<Expr> args) {
     case NodeKind::Select: fresh = Node::make_select(args.at(0), args.at(1), args.at(2)); break;
     case NodeKind::Call: fresh = Node::make_call(e->builtin(), std::move(args)); break;
     case NodeKind::Reduce: fresh = Node::make_reduce(e->reduce_op(), e->scope, args.at(0)); break;
+    case NodeKind::Matrix: fresh = Node::make_matrix(e->matrix_op(), std::move(args)); break;
   }
   auto copy = std::const_pointer_cast<Node>(fresh);
   copy->hint = e->hint;
@@ -270,6 +291,10 @@ void for_each_node(const Program& program, const std::function<void(const Expr&)
   for (const auto& list : program.values)
     for (const auto& v : list) walk(v.value);
   for (const auto& r : program.reductions) walk(r.operand);
+  for (const auto& m : program.matrix_values) {
+    walk(m.operand);
+    for (const auto& a : m.args) walk(a);
+  }
   for (const auto& o : program.element_outputs) walk(o.value);
 }
 
@@ -281,6 +306,10 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   for (auto& list : result.values)
     for (auto& v : list) v.value = f(v.value);
   for (auto& r : result.reductions) r.operand = f(r.operand);
+  for (auto& m : result.matrix_values) {
+    m.operand = f(m.operand);
+    for (auto& a : m.args) a = f(a);
+  }
   for (auto& o : result.element_outputs) o.value = f(o.value);
   return result;
 }

@@ -27,6 +27,7 @@
 
 #include "builtins.h"
 #include "diagnostic.h"
+#include "matrices.h"
 #include "operators.h"
 #include "optgen/stage_kind.h"
 #include "reductions.h"
@@ -42,7 +43,8 @@ namespace optgen {
   X(Binary)                     \
   X(Select)                     \
   X(Call)                       \
-  X(Reduce)
+  X(Reduce)                     \
+  X(Matrix)
 
 enum class NodeKind {
 #define OPTGEN_ENUM(name) name,
@@ -76,7 +78,8 @@ enum class VarKind {
   Grad,
   State,
   Hoisted,
-  Reduced
+  Reduced,
+  MatrixValue
 };
 
 const char* spelling(UnaryOp op);
@@ -94,11 +97,11 @@ struct Node {
   Domain level;    ///< the highest level of its leaves
   int height = 1;  ///< 1 for a leaf, else one more than its highest operand
 
-  double value = 0;        ///< Const
-  VarKind var{};           ///< Var
-  std::string name;        ///< Var: the input's name
-  int op = 0;              ///< Unary/Binary: the operator; Call: the Builtin; Reduce: the ReduceOp
-  Domain scope{};          ///< Reduce: over a tensor or the whole group
+  double value = 0;  ///< Const
+  VarKind var{};     ///< Var
+  std::string name;  ///< Var: the input's name
+  int op = 0;      ///< Unary/Binary: the operator; Call: the Builtin; Reduce: the ReduceOp; Matrix: the MatrixFunction
+  Domain scope{};  ///< Reduce: over a tensor or the whole group
   std::vector<Expr> args;  ///< operands (Select: condition, if_true, if_false)
 
   // Not part of the node's identity: where it came from, for names and messages.
@@ -109,6 +112,7 @@ struct Node {
   BinaryOp binary_op() const { return static_cast<BinaryOp>(op); }
   Builtin builtin() const { return static_cast<Builtin>(op); }
   ReduceOp reduce_op() const { return static_cast<ReduceOp>(op); }
+  MatrixFunction matrix_op() const { return static_cast<MatrixFunction>(op); }
   bool is_const() const { return kind == NodeKind::Const; }
   bool is_const(double v) const { return kind == NodeKind::Const && value == v; }
 
@@ -129,6 +133,12 @@ struct Node {
   /// The result of the reduction of the program called `name` (Program::reductions), read by the
   /// code of the stages after it: the raw sum or maximum, as a double, one per `level`.
   static Expr make_reduced(const std::string& name, Domain level = Domain::Tensor);
+  /// Matrix function `op` (matrices.h) of the element value `args[0]`, its other arguments
+  /// hyperparameters or numbers: one value per element.
+  static Expr make_matrix(MatrixFunction op, std::vector<Expr> args);
+  /// The result of the program's matrix value called `name` (Program::matrix_values), read by the
+  /// element code of the stages after the one that computes its argument.
+  static Expr make_matrix_value(const std::string& name);
 };
 
 /// How high a program's DAG may grow (each statement builds on the ones before it): the passes
@@ -197,6 +207,20 @@ struct ReductionValue {
   int stage = 1;  ///< filled by `plan_stages`
 };
 
+/// A matrix function the step applies (matrices.h): `operand` (element code, reading lower levels
+/// through Hoisted and Reduced leaves) is computed and stored by Reduce stage `stage`, one more than
+/// the latest stage of the reductions it reads; the runtime applies the function to every matrix
+/// before the next stage, whose element code reads the result through a MatrixValue leaf. `args`:
+/// the function's other arguments, each a hyperparameter (a Var) or a number.
+struct MatrixValue {
+  std::string name;
+  MatrixFunction op;
+  Expr operand;
+  std::vector<Expr> args;
+  SourceLoc loc;  ///< the call in the spec
+  int stage = 1;  ///< filled by `plan_stages`
+};
+
 /// The kinds of stage a step is split into. A stage is one kernel launch per step: the Reduce
 /// stages, chunk-parallel, each computing the reductions of its number, then the Update stage.
 
@@ -233,6 +257,7 @@ struct Program {
   /// each read through Hoisted leaves by the code of finer domains.
   DomainValues values;
   std::vector<ReductionValue> reductions;     ///< filled by `assign_levels`: read by tensor code
+  std::vector<MatrixValue> matrix_values;     ///< filled by `assign_levels`: read by element code
   std::vector<Output> element_outputs;        ///< param first, then states in declaration order (any level)
   std::vector<Stage> stages;                  ///< filled by `plan_stages`
   std::vector<std::string> states;            ///< state buffers the variant uses, declaration order

@@ -23,12 +23,13 @@ std::string sigil(Domain level) {
 
 /// Leaves print as their names; hoisted values get a sigil for their level so a reader can tell
 /// the levels apart: `$bias_correction1` is a group value, `@rms` a tensor value, `@row.v` a row
-/// value (`@matrix.`, `@col.` likewise), `%sum_g` the result of a reduction. A row or column state
-/// prints as `row_var[row]`, `col_var[col]`.
+/// value (`@matrix.`, `@col.` likewise), `%sum_g` the result of a reduction, `&o` a matrix value's. A row or column
+/// state prints as `row_var[row]`, `col_var[col]`.
 class DumpPrinter : public ExprPrinter {
  protected:
   std::string leaf(const Node& var) const override {
     if (var.var == VarKind::Reduced) return "%" + var.name;
+    if (var.var == VarKind::MatrixValue) return "&" + var.name;
     if (var.var == VarKind::State && var.level == Domain::Row) return var.name + "[row]";
     if (var.var == VarKind::State && var.level == Domain::Column) return var.name + "[col]";
     if (var.var != VarKind::Hoisted) return var.name;
@@ -62,6 +63,7 @@ std::string dump(const Program& program) {
   for (const auto& list : program.values)
     for (const auto& v : list) roots.push_back(v.value);
   for (const auto& r : program.reductions) roots.push_back(r.operand);
+  for (const auto& m : program.matrix_values) roots.push_back(m.operand);
   for (const auto& o : program.element_outputs) roots.push_back(o.value);
   auto temporaries = schedule_temporaries(roots, true, [](const Expr&) { return true; });
   name_temporaries(temporaries, "t", taken, printer);
@@ -102,6 +104,16 @@ std::string dump(const Program& program) {
       std::string arrow = std::string("= ") + to_string(r.op) + " over each " + to_string(r.scope) + " of";
       if (!program.stages.empty()) arrow = "= (stage " + std::to_string(r.stage) + ") " + arrow.substr(2);
       assignment("%" + r.name, r.operand, arrow.c_str());
+    }
+  }
+  if (!program.matrix_values.empty()) {
+    out << "matrices:\n";
+    for (const auto& m : program.matrix_values) {
+      std::string arrow = std::string("= ") + matrix_function_info(m.op).name + "(";
+      for (size_t i = 0; i < m.args.size(); ++i) arrow += (i ? ", " : "") + printer.print_body(m.args[i]);
+      arrow += ") of each matrix of";
+      if (!program.stages.empty()) arrow = "= (stage " + std::to_string(m.stage) + ") " + arrow.substr(2);
+      assignment("&" + m.name, m.operand, arrow.c_str());
     }
   }
   auto values = [&](const char* section, const std::vector<HoistedValue>& list, Domain level) {

@@ -10,7 +10,7 @@
 namespace optgen {
 namespace {
 
-enum class NameKind { Hyperparameter, Step, ScalarState, PerStepValue, Numel, Param, Grad, State, Local };
+enum class NameKind { Hyperparameter, Step, ScalarState, PerStepValue, Numel, Shape, Param, Grad, State, Local };
 
 struct Binding {
   NameKind kind;
@@ -25,6 +25,7 @@ const char* describe(NameKind kind) {
     case NameKind::ScalarState: return "scalar state";
     case NameKind::PerStepValue: return "per-step value";
     case NameKind::Numel: return "the tensor's element count";
+    case NameKind::Shape: return "a dimension of the tensor's matrices";
     case NameKind::Param: return "the parameter";
     case NameKind::Grad: return "the gradient";
     case NameKind::State: return "state buffer";
@@ -178,6 +179,8 @@ class Lowering {
     for (auto& [name, b] : env_)
       if (b.kind == NameKind::Local) b.kind = NameKind::PerStepValue;
     env_["numel"] = {NameKind::Numel, Node::make_var(VarKind::Numel, "numel", ValueType::Int), {}};
+    env_["rows"] = {NameKind::Shape, Node::make_var(VarKind::Rows, "rows", ValueType::Int), {}};
+    env_["cols"] = {NameKind::Shape, Node::make_var(VarKind::Cols, "cols", ValueType::Int), {}};
     env_["param"] = {NameKind::Param, Node::make_var(VarKind::Param, "param", ValueType::Float), {}};
     Expr grad = Node::make_var(VarKind::Grad, "grad", ValueType::Float);
     if (spec_.grad_clipping)
@@ -281,7 +284,8 @@ class Lowering {
 
   /// Names that 'update' gives a per-element or per-tensor meaning.
   bool element_or_tensor_name(const std::string& name) const {
-    return name == "param" || name == "grad" || name == "numel" || spec_.state_index(name) >= 0;
+    return name == "param" || name == "grad" || name == "numel" || name == "rows" || name == "cols" ||
+           spec_.state_index(name) >= 0;
   }
 
   /// Whether a statement of `b` (or of a block in it) assigns `name`.
@@ -345,7 +349,8 @@ class Lowering {
     } else if (section_ == Section::PerStep && element_or_tensor_name(s.target)) {
       throw SpecError(s.target_loc,
                       "cannot assign to '" + s.target + "' in 'per_step': it is a per-" +
-                          (s.target == "numel" ? "tensor" : "element") + " value",
+                          (s.target == "numel" || s.target == "rows" || s.target == "cols" ? "tensor" : "element") +
+                          " value",
                       "per_step computes values once per param group; give this value a new name");
     } else if (is_reserved_name(s.target)) {
       throw SpecError(s.target_loc,
@@ -414,7 +419,8 @@ class Lowering {
         cannot_assign(s, kind, ": hyperparameters are inputs; assign to a new name instead");
       case NameKind::Step: cannot_assign(s, kind, ": it counts steps by itself");
       case NameKind::Grad: cannot_assign(s, kind, ": the gradient is read-only; assign to a new name (e.g. 'g = ...')");
-      case NameKind::Numel: cannot_assign(s, kind, ": it is an input; assign to a new name instead");
+      case NameKind::Numel:
+      case NameKind::Shape: cannot_assign(s, kind, ": it is an input; assign to a new name instead");
       case NameKind::ScalarState:
         if (section_ == Section::Program)
           cannot_assign(
@@ -495,6 +501,8 @@ class Lowering {
   Expr call(const Syntax& s) {
     const int given = static_cast<int>(s.operands.size());
     if (const ReductionInfo* r = find_reduction(s.text, given); r && !env_.count(s.text)) return reduction(s, *r);
+    if (const MatrixFunctionInfo* m = find_matrix_function(s.text); m && !env_.count(s.text))
+      return matrix_function(s, *m);
     const BuiltinInfo* fn = find_builtin(s.text);
     if (!fn) {
       if (env_.count(s.text))
@@ -506,6 +514,7 @@ class Lowering {
         throw SpecError(s.loc, "'" + s.text + "' takes 1 argument, given " + std::to_string(given));
       std::vector<std::string> functions = builtin_names();
       for (const auto& r : reductions()) functions.push_back(r.name);
+      for (const auto& m : matrix_functions()) functions.push_back(m.name);
       throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, functions));
     }
     const int arity = fn->arity;
@@ -583,6 +592,51 @@ class Lowering {
     return value;
   }
 
+  /// A matrix function (matrices.h): its first argument an element value of 'update', each other a
+  /// hyperparameter or a number, which the runtime reads on the host.
+  Expr matrix_function(const Syntax& s, const MatrixFunctionInfo& f) {
+    const std::string called = "'" + s.text + "'";
+    if (section_ != Section::Update)
+      throw SpecError(s.loc, called + " transforms whole matrices of element values and can be used only in 'update'");
+    const size_t arity = f.parameters.size() + 1;
+    std::string signature = s.text + "(x";
+    for (const auto& p : f.parameters) signature += std::string(", ") + p.name;
+    signature += ")";
+    if (s.operands.size() != arity)
+      throw SpecError(
+          s.loc, called + " takes " + std::to_string(arity) + " arguments, given " + std::to_string(s.operands.size()),
+          "call it as " + signature);
+    if (guard_ == Guard::NotFactored)
+      throw SpecError(s.loc, called +
+                                 " transforms the matrices of a tensor of two or more dimensions, and is used "
+                                 "here for tensors of fewer");
+    std::vector<Expr> args{expression(*s.operands[0])};
+    const Expr& x = args[0];
+    if (x->type == ValueType::Bool) throw SpecError(s.operands[0]->loc, called + " needs a number, but x is a bool");
+    if (x->level != Domain::Element)
+      throw SpecError(s.operands[0]->loc, "the argument of " + called + " is " + per(x->level) +
+                                              ": it transforms a matrix of element values (of param, grad or a state)");
+    for (size_t i = 0; i < f.parameters.size(); ++i) {
+      const Syntax& operand = *s.operands[i + 1];
+      Expr a = expression(operand);
+      const MatrixFunctionInfo::Parameter& p = f.parameters[i];
+      const bool hyperparameter = a->kind == NodeKind::Var && a->var == VarKind::Hyperparameter;
+      if (a->type == ValueType::Bool || !(hyperparameter || a->is_const()))
+        throw SpecError(operand.loc,
+                        "argument '" + std::string(p.name) + "' of " + called + " must be " +
+                            (p.integral ? "an int hyperparameter or an integer" : "a hyperparameter or a number") +
+                            ": the runtime hands it to the matrix products on the host",
+                        "make it a hyperparameter of the spec");
+      if (p.integral && (a->type != ValueType::Int || (a->is_const() && a->value < 1)))
+        throw SpecError(operand.loc, "argument '" + std::string(p.name) + "' of " + called +
+                                         " counts iterations: give an int hyperparameter or an integer of at least 1");
+      args.push_back(a);
+    }
+    auto node = std::const_pointer_cast<Node>(Node::make_matrix(f.op, std::move(args)));
+    node->loc = s.loc;
+    return node;
+  }
+
   /// How many values a reduction over `scope` of values at `level` adds up: a mean divides by it.
   Expr count(Domain scope, Domain level) const {
     auto rows = [] { return Node::make_var(VarKind::Rows, "rows", ValueType::Int); };
@@ -625,9 +679,10 @@ class Lowering {
         throw SpecError(s.loc, "'" + s.text + "' is not defined in program '" + program_ + "'",
                         "a program runs between steps, where there is no gradient and no step being taken; it "
                         "reads hyperparameters, scalar state, param and the states");
-      if (section_ == Section::PerStep && s.text == "numel")
-        throw SpecError(s.loc, "'numel' is a per-tensor value and cannot be used in 'per_step'",
-                        "per_step runs once per param group, whose tensors differ in size; use numel in 'update'");
+      if (section_ == Section::PerStep && (s.text == "numel" || s.text == "rows" || s.text == "cols"))
+        throw SpecError(
+            s.loc, "'" + s.text + "' is a per-tensor value and cannot be used in 'per_step'",
+            "per_step runs once per param group, whose tensors differ in size; use " + s.text + " in 'update'");
       if (section_ == Section::PerStep && element_or_tensor_name(s.text))
         throw SpecError(s.loc, "'" + s.text + "' is a per-element value and cannot be used in 'per_step'",
                         "per_step sees hyperparameters, step and scalar state");

@@ -82,6 +82,13 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
       ++(v.level == Domain::Matrix ? row.stored_matrix_values
          : v.level == Domain::Row  ? row.stored_row_values
                                    : row.stored_col_values);
+    for (const MatrixValue& m : p.matrix_values) {
+      MatrixValueRow matrix{m.name, m.op, m.stage, {}};
+      for (const Expr& a : m.args)
+        matrix.arguments.push_back(a->is_const() ? MatrixArgument{-1, a->value}
+                                                 : MatrixArgument{hyperparameter_index(*p.spec, a->name), 0.0});
+      row.matrix_values.push_back(matrix);
+    }
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     compiled.push_back(p);

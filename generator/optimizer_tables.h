@@ -14,6 +14,7 @@
 #include "ir.h"
 #include "shapes.h"
 #include "spec.h"
+#include "optgen/optimizer.h"  // MatrixArgument
 #include "optgen/storage.h"
 
 namespace optgen {
@@ -71,6 +72,14 @@ struct ReductionRow {
   int scope_index;  ///< its index among the variant's reductions of its scope (shapes.h's scope_index)
 };
 
+/// A matrix value of a variant (ir.h's MatrixValue), as the runtime applies it (MatrixValueInfo).
+struct MatrixValueRow {
+  std::string name;
+  MatrixFunction function;
+  int stage;  ///< the Reduce stage (1, 2, ...) that stores its operand
+  std::vector<MatrixArgument> arguments;
+};
+
 struct VariantRow {
   std::string name;         ///< e.g. adam_amsgrad
   std::vector<int> states;  ///< the spec's state indices it uses, in operand order
@@ -87,6 +96,7 @@ struct VariantRow {
   std::vector<Presence> state_presence;
   /// How many values it stores per matrix, row and column (shapes.h's stored_values).
   int stored_matrix_values = 0, stored_row_values = 0, stored_col_values = 0;
+  std::vector<MatrixValueRow> matrix_values = {};
 };
 
 /// A variant's kernels in one storage type.

@@ -100,6 +100,9 @@ unsigned stage_blocks(const Program& variant, const Stage& stage) {
   unsigned mask = 0;
   for (const auto& r : variant.reductions)
     if (r.stage == stage.number) mask |= 1u << block_kind(r);
+  // Chunk runs store the operands of its matrix values.
+  for (const auto& m : variant.matrix_values)
+    if (m.stage == stage.number) mask |= 1u << kernel_abi::kChunkRuns;
   // The first Reduce stage copies the row and column states the Update stage reads.
   if (stage.number == 1 && update_reads_shaped_states(variant)) mask |= 1u << kernel_abi::kSnapshot;
   return mask;

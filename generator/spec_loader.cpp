@@ -614,8 +614,8 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 }  // namespace
 
 bool is_reserved_name(const std::string& name) {
-  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "factored" || name == "true" ||
-      name == "false")
+  if (name == "param" || name == "grad" || name == "step" || name == "numel" || name == "rows" || name == "cols" ||
+      name == "factored" || name == "true" || name == "false")
     return true;
   return find_builtin(name) != nullptr;
 }

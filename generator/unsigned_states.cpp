@@ -88,6 +88,7 @@ class SignAnalysis {
       }
       case NodeKind::Call: return call(n);
       case NodeKind::Reduce: return reduced(n.reduce_op(), range(n.args[0]));
+      case NodeKind::Matrix: return kAny;
     }
     return kAny;
   }
@@ -112,6 +113,7 @@ class SignAnalysis {
         auto it = reductions_.find(n.name);
         return it == reductions_.end() ? kAny : reduced(it->second->op, range(it->second->operand));
       }
+      case VarKind::MatrixValue: return kAny;
     }
     return kAny;
   }

@@ -22,6 +22,9 @@
 #   master   bench/compare_master.py: optgen's AdamW with an fp32 master copy of bf16 params beside
 #            torch's fused AdamW on fp32 and on bf16 params
 #   compare_clip  the same for clip_grad_norm_(foreach) + AdamW against optgen's max_grad_norm
+#   muon     bench/torch_muon.py: optgen.torch.Muon (eager, in a CUDA graph, without the products)
+#            beside torch.optim.Muon, and with AdamW on the rest, on gpt2 and llama-1b; then
+#            optgen_newton_schulz_bench (the iteration alone)
 #   adafactor bench/torch_adafactor.py: optgen.torch.Adafactor (eager and in a CUDA graph) beside
 #            torch.optim.Adafactor (for-loop and foreach) on every workload of bench/workloads
 #   adafactor_compile  the same beside torch.compile'd torch.optim.Adafactor (fullgraph if it compiles)
@@ -46,6 +49,11 @@ run=${OPTGEN_RUN:-build-run}
 # wheel bundles its own, and its step runs without this).
 library_path_before=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$PWD/$run${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cublasLt for the matrix stages (Muon): the toolkit's, where the library path lacks it (a process
+# that imports torch finds the one torch loaded).
+for lt in /usr/local/cuda/targets/x86_64-linux/lib/libcublasLt.so.13 /usr/local/cuda/lib64/libcublasLt.so.13; do
+  if [ -z "${OPTGEN_CUBLASLT:-}" ] && [ -e "$lt" ]; then export OPTGEN_CUBLASLT=$lt; fi
+done
 # The test binary reads tests/data through the source path it was built in (OPTGEN_SOURCE_DIR).
 source_dir=${OPTGEN_BUILT_IN:-/work/main}
 if [ ! -e "$source_dir" ]; then
@@ -143,6 +151,14 @@ for what in $steps; do
         --workloads ghostnet_100 gpt2 llama-1b --optimizers adamw_clip --skip-compile --steps 20 --reps 3 \
         --methods optgen optgen_graph foreach fused fused_graph \
         --out "$out/compare_clip.json" 2>&1 | tee "$out/compare_clip.log" | tail -30
+      ;;
+    muon)
+      echo "== torch_muon.py, optgen_newton_schulz_bench"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python PYTHONUNBUFFERED=1 python3 bench/torch_muon.py --breakdown \
+        --with-adamw --workload-dir "$run/workloads" --out "$out/muon.json" 2>&1 | tee "$out/muon.log" | tail -20
+      status=$((status | PIPESTATUS[0]))
+      "$run/optgen_newton_schulz_bench" --workload-dir "$run/workloads" 2>&1 | tee "$out/newton_schulz.log"
+      status=$((status | PIPESTATUS[0]))
       ;;
     adafactor)
       echo "== torch_adafactor.py"

@@ -36,6 +36,7 @@ struct RuntimeSpec::Impl {
   std::vector<reference::StateInfo> states, scalar_states;
   std::vector<std::vector<ReductionSlot>> reduction_slots;  ///< per variant
   std::vector<std::vector<StatePresence>> state_presence;   ///< per variant (empty: every state always)
+  std::vector<std::vector<MatrixValueInfo>> matrix_values;  ///< per variant
   std::vector<VariantInfo> variants;
   std::vector<std::vector<const char*>> stage_names;    ///< per kernel
   std::vector<std::vector<const char*>> program_names;  ///< per kernel: its programs' kernels
@@ -148,6 +149,11 @@ void RuntimeSpec::Impl::describe_kernels() {
     std::vector<StatePresence> presence;
     for (Presence p : v.state_presence) presence.push_back(runtime_presence(p));
     state_presence.push_back(std::move(presence));
+    std::vector<MatrixValueInfo> matrices;
+    for (const MatrixValueRow& m : v.matrix_values)
+      matrices.push_back(
+          {m.name.c_str(), m.function, m.stage, m.arguments.data(), static_cast<int>(m.arguments.size())});
+    matrix_values.push_back(std::move(matrices));
   }
   for (size_t i = 0; i < kernel_tables.variants.size(); ++i) {
     const VariantRow& v = kernel_tables.variants[i];
@@ -163,7 +169,9 @@ void RuntimeSpec::Impl::describe_kernels() {
                         v.grad_norm_slot,
                         v.stage_blocks.empty() ? nullptr : v.stage_blocks.data(),
                         state_presence[i].empty() ? nullptr : state_presence[i].data(),
-                        {v.stored_matrix_values, v.stored_row_values, v.stored_col_values}});
+                        {v.stored_matrix_values, v.stored_row_values, v.stored_col_values},
+                        matrix_values[i].empty() ? nullptr : matrix_values[i].data(),
+                        static_cast<int>(matrix_values[i].size())});
   }
   for (const KernelRow& k : kernel_tables.kernels) {
     std::vector<const char*> names;

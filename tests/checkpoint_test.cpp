@@ -295,7 +295,8 @@ TEST_CASE("N steps, save, load into a fresh optimizer, M more steps: N + M unint
         for (int i = 0; i < info->num_hyperparameters; ++i)
           if (std::string(info->hyperparameters[i].name) == "t0") h[i] = 2;  // ASGD: averaging within the run
         std::mt19937 rng(31), same(31);
-        DeviceGroup through(kernel.param, sizes, misaligned, rng), resumed(kernel.param, sizes, misaligned, same);
+        DeviceGroup through(kernel.param, shapes_for(*info, sizes), misaligned, rng),
+            resumed(kernel.param, shapes_for(*info, sizes), misaligned, same);
         optgen::FusedOptimizer uninterrupted(*info, h, storage);
         uninterrupted.add_param_group(through.tensors, h);
         auto first = std::make_unique<optgen::FusedOptimizer>(*info, h, storage);

@@ -35,9 +35,10 @@ TEST_CASE("a captured step replayed N times equals N eager steps, with lr change
       DYNAMIC_SECTION(info->variants[v].name) {
         const std::vector<double> h = graph_hyperparameters(*info, v);
         std::mt19937 rng(1000 + variants);
-        DeviceGroup eager_group(DType::F32, sizes, misaligned, rng);
+        const TensorShapes shapes = shapes_for(*info, sizes);
+        DeviceGroup eager_group(DType::F32, shapes, misaligned, rng);
         std::mt19937 same(1000 + variants);
-        DeviceGroup graph_group(DType::F32, sizes, misaligned, same);  // the same values
+        DeviceGroup graph_group(DType::F32, shapes, misaligned, same);  // the same values
         optgen::FusedOptimizer eager(*info, h), graphed(*info, h);
         eager.add_param_group(eager_group.tensors, h);
         graphed.add_param_group(graph_group.tensors, h);
@@ -70,7 +71,10 @@ TEST_CASE("a captured step replayed N times equals N eager steps, with lr change
           compare_step(eager, ref, eager_group, scalar_state, step, result);
         }
         INFO("eager against the CPU reference: worst relative error " << result.worst << " in " << result.where);
-        CHECK(result.worst <= 1e-5);
+        // Muon: each step from the device's values, at most the last step's lr, matrices no taller than wide.
+        const double last_lr = h[lr] * (1.0 + 0.25 * kSteps);
+        CHECK(result.worst <=
+              (steps_matrices(*info) ? matrix_tolerance(*info, info->kernels[0], last_lr, 1.0, 1) : 1e-5));
         CHECK(graph_group.device_bytes() == eager_group.device_bytes());
         CHECK(state_bytes(graphed) == state_bytes(eager));
         CHECK(graphed.step_count(0) == kSteps);

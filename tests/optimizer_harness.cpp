@@ -165,6 +165,37 @@ double tolerance(DType param, const std::vector<DType>& states) {
   return 1e-5;
 }
 
+double matrix_tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel, double lr,
+                        double max_scale, int steps) {
+  return tolerance(info, kernel) + 0.1 * lr * max_scale * steps;
+}
+
+bool steps_matrices(const optgen::OptimizerInfo& info) {
+  for (int v = 0; v < info.num_variants; ++v)
+    if (info.variants[v].num_matrix_values > 0) return true;
+  return false;
+}
+
+std::vector<std::int64_t> shape_for(const optgen::OptimizerInfo& info, std::int64_t numel) {
+  if (!steps_matrices(info)) return {numel};
+  std::int64_t rows = 1;
+  for (std::int64_t d = 1; d * d <= numel; ++d)
+    if (numel % d == 0) rows = d;
+  return {rows, numel / rows};
+}
+
+TensorShapes shapes_for(const optgen::OptimizerInfo& info, const std::vector<std::int64_t>& sizes) {
+  TensorShapes shapes;
+  for (std::int64_t n : sizes) shapes.list.push_back(shape_for(info, n));
+  return shapes;
+}
+
+double hyperparameter(const optgen::OptimizerInfo& info, const std::vector<double>& h, const std::string& name) {
+  for (int i = 0; i < info.num_hyperparameters; ++i)
+    if (name == info.hyperparameters[i].name) return h.at(static_cast<std::size_t>(i));
+  throw std::runtime_error(std::string(info.name) + " has no hyperparameter " + name);
+}
+
 std::vector<DType> state_dtypes(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel) {
   return std::vector<DType>(kernel.state_dtypes, kernel.state_dtypes + info.num_states);
 }

@@ -53,6 +53,21 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b);
 /// The largest relative error a GPU step may have against the CPU reference in float.
 double tolerance(DType param, const std::vector<DType>& states);
 double tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel);
+/// The largest relative error a GPU run of a spec with a matrix function (muon) may have against the
+/// CPU reference after `steps` steps, for params of magnitude up to 1: the GPU orthogonalises in bf16
+/// products (as torch does) and the reference exactly, so each step's update, lr * scale * (an
+/// orthogonalised matrix, entries within about 1), may differ by a tenth of its largest entry (the
+/// iteration multiplies a rounding error in a matrix's small singular values by up to 3.4 a step:
+/// torch's own bf16 iteration strays as far from the exact one).
+double matrix_tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel, double lr,
+                        double max_scale, int steps);
+/// Whether some variant of `info` has a matrix function: it steps matrices only.
+bool steps_matrices(const optgen::OptimizerInfo& info);
+/// A shape of `numel` elements that a spec can step: {numel}, or for a spec that steps matrices only
+/// (steps_matrices), the matrix (d, numel / d), d the largest divisor of numel up to its square root.
+std::vector<std::int64_t> shape_for(const optgen::OptimizerInfo& info, std::int64_t numel);
+/// The value of hyperparameter `name` in `h`.
+double hyperparameter(const optgen::OptimizerInfo& info, const std::vector<double>& h, const std::string& name);
 /// Each state's dtype in a kernel set (declaration order).
 std::vector<DType> state_dtypes(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel);
 /// The storage options that select `kernel`'s kernel set (its params' dtype comes with the tensors).
@@ -62,6 +77,8 @@ optgen::StorageOptions storage_of(const optgen::OptimizerInfo& info, const optge
 struct TensorShapes {
   std::vector<std::vector<std::int64_t>> list;
 };
+/// Each of `sizes` as shape_for makes it.
+TensorShapes shapes_for(const optgen::OptimizerInfo& info, const std::vector<std::int64_t>& sizes);
 
 /// Tensors of one param group on the device, `misaligned` ones starting 4 bytes past a 16-byte
 /// boundary, with host copies of what the device holds.

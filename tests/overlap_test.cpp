@@ -40,8 +40,8 @@ TEST_CASE("steps enqueued back to back equal steps waited for one by one, for ev
       DYNAMIC_SECTION(kernel.stages[0]) {
         const std::vector<double> h = hyperparameters_for(*info, kernel.variant);
         std::mt19937 rng(500 + sets), same(500 + sets);
-        DeviceGroup overlapped_group(kernel.param, sizes, misaligned, rng);
-        DeviceGroup waited_group(kernel.param, sizes, misaligned, same);  // the same values
+        DeviceGroup overlapped_group(kernel.param, shapes_for(*info, sizes), misaligned, rng);
+        DeviceGroup waited_group(kernel.param, shapes_for(*info, sizes), misaligned, same);  // the same values
         optgen::FusedOptimizer overlapped(*info, h, storage_of(*info, kernel));
         optgen::FusedOptimizer waited(*info, h, storage_of(*info, kernel));
         overlapped.add_param_group(overlapped_group.tensors, h);

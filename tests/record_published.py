@@ -1160,6 +1160,74 @@ class AdamWScheduleFree(Optimizer):
 
 
 
+# ---- Muon (torch.optim.Muon) ----------------------------------------------------------------------
+# Transcribed from torch 2.11's torch/optim/_muon.py: class Muon (__init__, step), _single_tensor_muon,
+# _zeropower_via_newtonschulz and _adjust_lr. torch casts each matrix to bf16 before the Newton–Schulz
+# iteration; this transcription computes it in the recording's dtype (float64), the iteration the
+# GPU's bf16 products approximate (optgen's CPU reference computes the same). torch refuses a param
+# of other than two dimensions; the transcription steps a tensor of more as a batch of matrices over
+# its last two, each as torch steps a matrix, as optgen does.
+
+MUON_SOURCE = ("torch 2.11 torch/optim/_muon.py (class Muon, _single_tensor_muon, _zeropower_via_newtonschulz, "
+               "_adjust_lr), transcribed with numpy; Newton-Schulz in float64 rather than bf16")
+
+
+def _zeropower_via_newtonschulz(grad, ns_coefficients, ns_steps, eps):
+    if ns_steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    a, b, c = ns_coefficients
+    ortho_grad = grad.copy()  # grad.bfloat16(): kept in the recording's dtype
+    if grad.shape[0] > grad.shape[1]:
+        ortho_grad = ortho_grad.T
+    ortho_grad = ortho_grad / max(np.linalg.norm(ortho_grad), eps)  # ortho_grad.div_(ortho_grad.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram_matrix = ortho_grad @ ortho_grad.T
+        gram_update = b * gram_matrix + c * (gram_matrix @ gram_matrix)  # torch.addmm(gram_matrix, gram_matrix, gram_matrix, beta=b, alpha=c)
+        ortho_grad = a * ortho_grad + gram_update @ ortho_grad  # torch.addmm(ortho_grad, gram_update, ortho_grad, beta=a)
+    if grad.shape[0] > grad.shape[1]:
+        ortho_grad = ortho_grad.T
+    return ortho_grad
+
+
+def _adjust_lr(lr, adjust_lr_fn, param_shape):
+    A, B = param_shape[:2]
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        adjusted_ratio = math.sqrt(max(1, A / B))
+    elif adjust_lr_fn == "match_rms_adamw":
+        adjusted_ratio = 0.2 * math.sqrt(max(A, B))
+    else:
+        adjusted_ratio = 1.0
+    return lr * adjusted_ratio
+
+
+class Muon(Optimizer):
+    def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                 ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None):
+        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "nesterov": nesterov,
+                    "ns_coefficients": ns_coefficients, "eps": eps, "ns_steps": ns_steps,
+                    "adjust_lr_fn": adjust_lr_fn}
+        super().__init__(params, defaults)
+
+    def step(self):
+        for group in self.param_groups:
+            lr, weight_decay, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            for p in group["params"]:
+                grad = p.grad
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = np.zeros_like(grad)
+                buf = state["momentum_buffer"]
+                lerp_(buf, grad, 1 - momentum)  # buf.lerp_(grad, 1 - momentum)
+                update = grad + momentum * (buf - grad) if group["nesterov"] else buf  # grad.lerp(buf, momentum)
+                # A batch of matrices over the last two dimensions, each as torch's one matrix.
+                matrices = update.reshape((-1,) + update.shape[-2:])
+                ortho = np.stack([_zeropower_via_newtonschulz(m, group["ns_coefficients"], group["ns_steps"],
+                                                              group["eps"]) for m in matrices])
+                adjusted_lr = _adjust_lr(lr, group["adjust_lr_fn"], update.shape[-2:])
+                p.data *= 1 - lr * weight_decay  # p.mul_(1 - lr * weight_decay)
+                p.data -= adjusted_lr * ortho.reshape(p.data.shape)  # p.add_(update, alpha=-adjusted_lr)
+
+
 class Published(NamedTuple):
     cls: type  # the transcription
     source: str
@@ -1183,6 +1251,9 @@ class Published(NamedTuple):
     # decides some hyperparameters per parameter (Adam-mini's weight decay by name); the class
     # checks them. Default: one group of every tensor.
     groups: Optional[Callable[[Dict], List[Tuple[List[int], Dict]]]] = None
+    # The spec's hyperparameters the class takes as another keyword and value: name -> (keyword,
+    # the spec's value to the class's, the class's to the spec's).
+    renamed: Dict[str, Tuple[str, Callable, Callable]] = {}
 
 
 PUBLISHED = {
@@ -1382,6 +1453,32 @@ PUBLISHED = {
         two_groups=({"programs": [[6, "eval"], [6, "train"]]}, {"lr": 0.02, "beta1": 0.8, "weight_decay": 0.1}),
         states=lambda h, state: ["z", "exp_avg_sq"],
     ),
+    "muon": Published(
+        cls=Muon,
+        source=MUON_SOURCE,
+        hyperparameters=["lr", "weight_decay", "momentum", "nesterov", "ns_a", "ns_b", "ns_c", "eps", "ns_steps",
+                         "match_rms_adamw"],
+        tuples={"ns_coefficients": ("ns_a", "ns_b", "ns_c")},
+        none_is={},
+        ints=["ns_steps"],
+        bools=["nesterov", "match_rms_adamw"],
+        base=dict(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, ns_a=3.4445, ns_b=-4.775, ns_c=2.0315,
+                  eps=1e-7, ns_steps=5, match_rms_adamw=False),
+        cases=[
+            {},
+            {"nesterov": False},
+            {"match_rms_adamw": True},
+            {"ns_steps": 3, "ns_a": 2.0, "ns_b": -1.5, "ns_c": 0.5, "momentum": 0.9, "weight_decay": 0.0},
+            {"ns_steps": 0, "lr": 0.1},  # the normalised momentum alone
+            {"zero_grads": [[1, 0], [1, 2]]},  # a zero matrix: divided by eps, it stays zero
+        ],
+        two_groups=({"lr": 0.05}, {"nesterov": False, "match_rms_adamw": True, "ns_steps": 2, "weight_decay": 0.0}),
+        states=lambda h, state: ["momentum_buffer"],
+        # Tall, wide, and a batch of two one-row matrices (torch steps 2-D params only).
+        shapes=[[4, 3], [3, 5], [2, 1, 6]],
+        renamed={"match_rms_adamw": ("adjust_lr_fn", lambda v: "match_rms_adamw" if v else None,
+                                     lambda v: v == "match_rms_adamw")},
+    ),
     "lars": Published(
         cls=Lars,
         source=LARS_SOURCE,
@@ -1446,7 +1543,10 @@ def to_kwargs(spec, entry, hps):
     for name, v in hps.items():
         if name in entry.none_is and v == entry.none_is[name]:
             v = None
-        if name in splits:
+        if name in entry.renamed:
+            key, to_class, _ = entry.renamed[name]
+            kwargs[key] = to_class(v)
+        elif name in splits:
             key, i = splits[name]
             values = list(kwargs.get(key, [None] * len(entry.tuples[key])))
             values[i] = v
@@ -1465,6 +1565,10 @@ def published_defaults(spec, entry):
     splits = split_names(entry)
     out = {}
     for name in entry.hyperparameters:
+        if name in entry.renamed:
+            key, _, from_class = entry.renamed[name]
+            out[name] = from_class(signature[key].default)
+            continue
         key, i = splits.get(name, (name, None))
         d = signature[key].default
         if d is inspect.Parameter.empty:

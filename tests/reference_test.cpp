@@ -294,9 +294,10 @@ TEST_CASE("CPU reference matches published implementations", "[reference]") {
   // tests/data/published: optimizers torch lacks, against transcriptions of their authors' code:
   // adam_mini, adamw_schedule_free (its programs eval and train between steps), adan, ademamix,
   // cautious_adamw, cautious_lion, dadapt_adam, lars and prodigy (tests/record_published.py), lamb
-  // (tests/record_lamb.py).
+  // (tests/record_lamb.py); and muon, torch.optim.Muon transcribed with its Newton-Schulz in float64
+  // (torch's runs in bf16, which the reference's exact iteration does not).
   const auto files = trajectory_files("published");
-  REQUIRE(files.size() == 10);
+  REQUIRE(files.size() == 11);
   const auto results = run_files(files);
   for (const auto& r : results)
     WARN(r.spec << ": " << r.cases << " published trajectories, worst relative error " << r.worst_double

@@ -20,7 +20,8 @@ from results import OPTIMIZERS
 EPS = 1e-8
 OPTIMIZER_HELP = ("optgen: optgen.torch.AdamW; torch: torch.optim.AdamW(fused=True); torch-foreach: "
                   "torch.optim.AdamW(foreach=True), the same math in another order of operations, which compare.py "
-                  "uses as its yardstick")
+                  "uses as its yardstick; muon-optgen: optgen.torch.MuonWithAuxAdam, Muon for the hidden matrices "
+                  "and AdamW for the rest; muon-torch: torch.optim.Muon and torch.optim.AdamW(fused=True) so")
 
 
 def parser(description, *, model, steps, batch_size, lr, weight_decay):
@@ -66,13 +67,49 @@ def param_groups(model, weight_decay):
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
-def make_optimizer(name, groups, *, lr, betas):
+def make_optimizer(name, groups, *, lr, betas, hidden=()):
+    """The optimizer `name` (OPTIMIZER_HELP); for the Muon runs, Muon steps `hidden` (the hidden matrices, taken out of
+    `groups`) with torch's adjust_lr_fn="match_rms_adamw", which lets it share AdamW's lr and weight decay (Moonlight's
+    recipe), and AdamW the rest."""
+    if name.startswith("muon"):
+        hidden_ids = {id(p) for p in hidden}
+        rest = [{**g, "params": [p for p in g["params"] if id(p) not in hidden_ids]} for g in groups]
+        decay = groups[0]["weight_decay"]
+        muon = dict(lr=lr, weight_decay=decay, adjust_lr_fn="match_rms_adamw")
+        if name == "muon-optgen":
+            import optgen.torch
+
+            return optgen.torch.MuonWithAuxAdam([dict(params=list(hidden), use_muon=True, **muon)] +
+                                                [dict(g, use_muon=False, lr=lr, betas=betas, eps=EPS) for g in rest])
+        return Chained(torch.optim.Muon(list(hidden), **muon),
+                       torch.optim.AdamW(rest, lr=lr, betas=betas, eps=EPS, fused=True))
     if name == "optgen":
         import optgen.torch  # here only: the torch runs need no optgen
 
         return optgen.torch.AdamW(groups, lr=lr, betas=betas, eps=EPS)
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=EPS, fused=name == "torch",
                              foreach=name == "torch-foreach")
+
+
+class Chained:
+    """Two torch optimizers stepped as one (torch.optim.Muon beside torch.optim.AdamW); each has its own lr schedule
+    (schedulers() below)."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+
+    def zero_grad(self, set_to_none=True):
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        for part in self.parts:
+            part.step()
+
+
+def schedulers(optimizer, factor):
+    """A LambdaLR per optimizer of `optimizer` (one, or a Chained pair's two)."""
+    return [torch.optim.lr_scheduler.LambdaLR(part, factor) for part in getattr(optimizer, "parts", [optimizer])]
 
 
 def warmup_cosine(steps, warmup, final_fraction=0.1):
@@ -120,7 +157,7 @@ class HostTimer:
         return [(b - a) * 1e3 for a, b in zip(self.times[start], self.times[end])]
 
 
-def train(task, model, optimizer, scheduler, steps, device):
+def train(task, model, optimizer, schedules, steps, device):
     """The training loop, as ordinary as it gets, with the optimizer step and the whole iteration timed. Losses stay
     on the device until the end, so nothing in the loop waits for the GPU."""
     timer = CudaTimer(steps) if device.type == "cuda" else HostTimer(steps)
@@ -134,11 +171,12 @@ def train(task, model, optimizer, scheduler, steps, device):
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = task.loss(model, inputs, targets)
         loss.backward()
-        lrs.append(scheduler.get_last_lr()[0])
+        lrs.append(schedules[0].get_last_lr()[0])
         timer.mark("step", step)
         optimizer.step()
         timer.mark("step_end", step)
-        scheduler.step()
+        for schedule in schedules:
+            schedule.step()
         losses[step] = loss.detach()
         timer.mark("iteration_end", step)
     return {"loss": losses.tolist(), "lr": lrs, "step_ms": timer.elapsed_ms("step", "step_end"),
@@ -157,17 +195,21 @@ def environment(device):
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"}
 
 
-def run(task, model, args, *, betas, config):
+def run(task, model, args, *, betas, config, hidden_matrices=None):
     """Trains `model` on `task` as the command line says, evaluates it, writes the JSON file and prints a summary.
 
     task: batch(step) -> (inputs, targets) on the device; loss(model, inputs, targets) -> scalar tensor;
     evaluate(model) -> dict of validation metrics, called in eval mode under no_grad and autocast.
     config: what the script adds to the recorded configuration (model and data sizes).
+    hidden_matrices(model): the params the Muon runs step with Muon (the others with AdamW); None: no Muon runs.
     """
-    optimizer = make_optimizer(args.optimizer, param_groups(model, args.weight_decay), lr=args.lr, betas=betas)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(args.steps, args.lr_warmup))
+    if args.optimizer.startswith("muon") and hidden_matrices is None:
+        raise SystemExit(f"--optimizer {args.optimizer}: this script trains with AdamW only")
+    optimizer = make_optimizer(args.optimizer, param_groups(model, args.weight_decay), lr=args.lr, betas=betas,
+                               hidden=hidden_matrices(model) if hidden_matrices else ())
+    schedules = schedulers(optimizer, warmup_cosine(args.steps, args.lr_warmup))
     start = time.perf_counter()
-    history = train(task, model, optimizer, scheduler, args.steps, args.device)
+    history = train(task, model, optimizer, schedules, args.steps, args.device)
     wall_s = time.perf_counter() - start
     model.eval()
     with torch.no_grad(), torch.autocast(args.device.type, dtype=torch.bfloat16):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Plots the runs in a results directory: per model, the loss curves of every optimizer overlaid with their difference
-from torch's fused AdamW (<model>_loss.png), and the optimizer-step and iteration times of every step
+from torch's (fused AdamW; for the Muon runs, torch.optim.Muon's) (<model>_loss.png), and the optimizer-step and iteration times of every step
 (<model>_time.png)."""
 
 import argparse
@@ -14,9 +14,11 @@ import numpy as np  # noqa: E402
 
 import results  # noqa: E402
 
-COLORS = {"optgen": "tab:orange", "torch": "tab:blue", "torch-foreach": "tab:green"}
-STYLES = {"optgen": "--", "torch": "-", "torch-foreach": ":"}  # curves that match lie on top of each other
-LABELS = {"optgen": "optgen AdamW", "torch": "torch AdamW (fused)", "torch-foreach": "torch AdamW (foreach)"}
+COLORS = {"optgen": "tab:orange", "torch": "tab:blue", "torch-foreach": "tab:green", "muon-optgen": "tab:red",
+          "muon-torch": "tab:purple"}
+STYLES = {"optgen": "--", "torch": "-", "torch-foreach": ":", "muon-optgen": "--", "muon-torch": "-"}
+LABELS = {"optgen": "optgen AdamW", "torch": "torch AdamW (fused)", "torch-foreach": "torch AdamW (foreach)",
+          "muon-optgen": "optgen Muon + AdamW", "muon-torch": "torch Muon + AdamW (fused)"}
 
 
 def plot_curve(ax, values, optimizer, window):
@@ -30,15 +32,16 @@ def plot_curve(ax, values, optimizer, window):
 
 def plot_losses(model, runs, window, out_dir):
     fig, (curves, differences) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=(3, 2))
-    baseline = results.losses(runs[results.BASELINE]) if results.BASELINE in runs else None
     for optimizer, run in runs.items():
         plot_curve(curves, results.losses(run), optimizer, window)
-        if baseline is not None and optimizer != results.BASELINE:
-            plot_curve(differences, results.losses(run) - baseline, optimizer, window)
+        # AdamW runs against torch's fused AdamW, optgen's Muon against torch's.
+        baseline = results.MUON_BASELINE if optimizer.startswith("muon") else results.BASELINE
+        if baseline in runs and optimizer != baseline:
+            plot_curve(differences, results.losses(run) - results.losses(runs[baseline]), optimizer, window)
     curves.set(ylabel="training loss", title=f"{model}: training loss (faint: per step; lines: mean of {window} steps)")
     curves.legend()
     differences.axhline(0, color="black", linewidth=0.5)
-    differences.set(xlabel="step", ylabel=f"loss − {LABELS[results.BASELINE]}'s")
+    differences.set(xlabel="step", ylabel="loss − torch's (AdamW fused; Muon)")
     if differences.get_legend_handles_labels()[0]:  # there is a run besides the baseline
         differences.legend()
     return save(fig, out_dir, f"{model}_loss.png")

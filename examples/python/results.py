@@ -9,8 +9,11 @@ import os
 import numpy as np
 
 MODELS = ("gpt", "cnn")
-OPTIMIZERS = ("optgen", "torch", "torch-foreach")
-BASELINE = "torch"  # what the others are compared with: torch.optim.AdamW(fused=True)
+OPTIMIZERS = ("optgen", "torch", "torch-foreach", "muon-optgen", "muon-torch")
+BASELINE = "torch"  # what the AdamW runs are compared with: torch.optim.AdamW(fused=True)
+# Muon for the hidden matrices, AdamW for the rest: optgen.torch.MuonWithAuxAdam against torch.optim.Muon beside
+# torch.optim.AdamW(fused=True).
+MUON, MUON_BASELINE = "muon-optgen", "muon-torch"
 
 
 def path(directory, model, optimizer):

@@ -2,7 +2,7 @@
 # Runs the Python examples on a GPU machine (README.md beside this file says what each one does).
 #
 #   run_gpu.sh [DIR]         train_gpt.py and train_cnn.py with each optimizer (optgen, torch fused, torch foreach),
-#                            then compare.py: DIR/<model>_<optimizer>.json and DIR/run.log (one H200: about 3 minutes)
+#                            train_gpt.py with Muon (muon-torch, muon-optgen), then compare.py: DIR/<model>_<optimizer>.json and DIR/run.log (one H200: about 3 minutes)
 #   run_gpu.sh fsdp2 [DIR]   fsdp2_check.py on 2 GPUs through torchrun: DIR/fsdp2.log
 #
 # DIR defaults to $OUT. optgen's Python package is taken from python/ at the top of the repository, or with
@@ -30,6 +30,10 @@ train_all() {
     for optimizer in torch torch-foreach optgen; do
       run python3 "$here/train_$model.py" --optimizer "$optimizer" --out "$dir/${model}_$optimizer.json"
     done
+  done
+  # Muon for the GPT's hidden matrices, AdamW for the rest: torch's, then optgen's.
+  for optimizer in muon-torch muon-optgen; do
+    run python3 "$here/train_gpt.py" --optimizer "$optimizer" --out "$dir/gpt_$optimizer.json"
   done
   run python3 "$here/compare.py" "$dir"
   return $status

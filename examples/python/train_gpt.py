@@ -155,7 +155,13 @@ def main():
           f"{len(train):,} training and {len(validation):,} validation bytes")
     common.run(task, model, args, betas=BETAS, config={
         "model": "gpt", "vocab_size": config.vocab_size, "params": params, "tensors": tensors,
-        "train_bytes": len(train), "validation_bytes": len(validation)})
+        "train_bytes": len(train), "validation_bytes": len(validation)}, hidden_matrices=hidden_matrices)
+
+
+def hidden_matrices(model):
+    """What Muon steps: the blocks' 2-D weights (attention and MLP), not the token and position embeddings, the
+    output head or the norms (KellerJordan/Muon's split)."""
+    return [p for name, p in model.named_parameters() if p.ndim == 2 and name.startswith("blocks.")]
 
 
 if __name__ == "__main__":

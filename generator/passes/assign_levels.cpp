@@ -30,6 +30,7 @@ class LevelSplitter {
       throw InternalError(std::string("assign_levels: a ") + to_string(e->level) + " value in " + to_string(at) +
                           " code");
     if (e->kind == NodeKind::Reduce) return reduced(e);
+    if (e->kind == NodeKind::Matrix) return matrix_value(e);
     if (e->args.empty()) return e;
     auto key = std::make_pair(e.get(), at);
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
@@ -78,6 +79,21 @@ class LevelSplitter {
     return leaf;
   }
 
+  /// A matrix function becomes one of the program's matrix values, its operand element code of its
+  /// own, and is read through a MatrixValue leaf by the element code. Its other arguments are
+  /// hyperparameters and numbers, which the runtime reads as they are.
+  Expr matrix_value(const Expr& e) {
+    if (auto it = reduced_.find(e.get()); it != reduced_.end()) return it->second;
+    Expr operand = at_level(e->args[0], Domain::Element);
+    std::string name = name_for(e);
+    program_.matrix_values.push_back(
+        {name, e->matrix_op(), operand, std::vector<Expr>(e->args.begin() + 1, e->args.end()), e->loc});
+    Expr leaf = Node::make_matrix_value(name);
+    reduced_.emplace(e.get(), leaf);
+    keep_.push_back(e);
+    return leaf;
+  }
+
   Expr hoist(const Expr& e) {
     if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted) return e;
     if (auto it = hoisted_.find(e.get()); it != hoisted_.end()) return it->second;
@@ -121,6 +137,7 @@ Program assign_levels(const Program& program) {
   Program result = program;
   result.values = {};
   result.reductions.clear();
+  result.matrix_values.clear();
   LevelSplitter splitter(result);
   for (auto& o : result.element_outputs) o.value = splitter.at_level(o.value, o.level);
   for (auto& o : result.scalar_state_commits) o.value = splitter.commit_code(o.value);

@@ -10,8 +10,9 @@ namespace {
 class Folder : public Mutator {
  protected:
   Expr rewrite(const Expr& e) override {
-    // A reduction of a constant depends on the tensor's or the group's size: the kernels compute it.
-    if (e->args.empty() || e->kind == NodeKind::Reduce) return e;
+    // A reduction of a constant depends on the tensor's or the group's size: the kernels compute it;
+    // a matrix function, on the matrix's shape.
+    if (e->args.empty() || e->kind == NodeKind::Reduce || e->kind == NodeKind::Matrix) return e;
     bool all_constant = true;
     std::vector<double> values;
     for (const auto& a : e->args) {

@@ -30,19 +30,22 @@ bool is_unwritten_param_init(const Program& program, const Output& o) {
          is_var(condition->args[0], VarKind::Step, "step") && condition->args[1]->is_const(1);
 }
 
-/// The names of the group values, tensor values and reductions that `roots` read, and those read
-/// by what they read in turn.
+/// The names of the group values, tensor values, reductions and matrix values that `roots` read,
+/// and those read by what they read in turn.
 std::set<std::string> values_read(const Program& program, std::vector<Expr> roots) {
   std::map<std::string, Expr> definitions;
   for (const auto& list : program.values)
     for (const auto& v : list) definitions.emplace(v.name, v.value);
   for (const auto& r : program.reductions) definitions.emplace(r.name, r.operand);
+  for (const auto& m : program.matrix_values) definitions.emplace(m.name, m.operand);
   std::set<std::string> used;
   while (!roots.empty()) {
     Expr root = roots.back();
     roots.pop_back();
     for_each_node(root, [&](const Expr& e) {
-      if (e->kind != NodeKind::Var || (e->var != VarKind::Hoisted && e->var != VarKind::Reduced)) return;
+      if (e->kind != NodeKind::Var ||
+          (e->var != VarKind::Hoisted && e->var != VarKind::Reduced && e->var != VarKind::MatrixValue))
+        return;
       if (used.insert(e->name).second) roots.push_back(definitions.at(e->name));
     });
   }
@@ -83,6 +86,7 @@ Program dead_code_elimination(const Program& program) {
   for (Domain d : {Domain::Group, Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
     result.values[d] = kept(program.values[d], used);
   result.reductions = kept(program.reductions, used);
+  result.matrix_values = kept(program.matrix_values, used);
   return result;
 }
 

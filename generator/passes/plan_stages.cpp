@@ -20,8 +20,11 @@ Program plan_stages(const Program& program) {
   std::map<std::string, Expr> tensor_values;  // and matrix, row and column values
   for (Domain d : {Domain::Tensor, Domain::Matrix, Domain::Row, Domain::Column})
     for (const auto& v : program.values[d]) tensor_values.emplace(v.name, v.value);
-  std::map<std::string, size_t> reduction_index;
-  for (size_t i = 0; i < program.reductions.size(); ++i) reduction_index.emplace(program.reductions[i].name, i);
+  // A matrix value's operand is computed as a reduction's is: in the stage after the latest
+  // reduction (or matrix value) it reads; the runtime transforms it before the next stage.
+  std::map<std::string, Expr> operands;
+  for (const auto& r : program.reductions) operands.emplace(r.name, r.operand);
+  for (const auto& m : program.matrix_values) operands.emplace(m.name, m.operand);
   std::map<std::string, int> stage_of;
   std::function<int(const std::string&)> stage = [&](const std::string& name) -> int {
     if (auto it = stage_of.find(name); it != stage_of.end()) return it->second;
@@ -29,15 +32,16 @@ Program plan_stages(const Program& program) {
     std::function<void(const Expr&)> visit = [&](const Expr& root) {
       for_each_node(root, [&](const Expr& e) {
         if (e->kind != NodeKind::Var) return;
-        if (e->var == VarKind::Reduced) latest = std::max(latest, stage(e->name));
+        if (e->var == VarKind::Reduced || e->var == VarKind::MatrixValue) latest = std::max(latest, stage(e->name));
         if (e->var == VarKind::Hoisted && e->level != Domain::Group) visit(tensor_values.at(e->name));
       });
     };
-    visit(program.reductions.at(reduction_index.at(name)).operand);
+    visit(operands.at(name));
     return stage_of[name] = latest + 1;
   };
   int stages = 0;
   for (auto& r : result.reductions) stages = std::max(stages, r.stage = stage(r.name));
+  for (auto& m : result.matrix_values) stages = std::max(stages, m.stage = stage(m.name));
 
   result.stages.clear();
   for (int k = 1; k <= stages; ++k)

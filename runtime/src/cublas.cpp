@@ -10,38 +10,46 @@ namespace optgen::cublas {
 namespace {
 
 constexpr const char* kInstall =
-    "install cuBLAS (the CUDA toolkit's libcublas, or the nvidia-cublas wheel torch ships), put it on the library "
-    "path, or set OPTGEN_CUBLAS to its path";
+    "install cuBLAS (the CUDA toolkit's libcublasLt, or the nvidia-cublas wheel torch ships), put it on the library "
+    "path, or set OPTGEN_CUBLASLT to its path";
 
 /// cuBLAS's workspace: what it asks for on Hopper (32 MiB), enough for every GPU before it.
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
 Api load() {
-  // $OPTGEN_CUBLAS, else the newest cuBLAS on the library path.
+  // $OPTGEN_CUBLASLT, else the newest cublasLt on the library path.
   std::string library_path;
   void* library = nullptr;
-  if (const char* given = std::getenv("OPTGEN_CUBLAS"); given != nullptr && *given != '\0') {
+  if (const char* given = std::getenv("OPTGEN_CUBLASLT"); given != nullptr && *given != '\0') {
     library_path = given;
     library = shared_library::open(library_path, kInstall);
   } else {
-    for (const char* name : {"libcublas.so.13", "libcublas.so.12"}) {
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
       try {
         library = shared_library::open(name, kInstall);
         library_path = name;
         break;
       } catch (const Error&) {
-        if (std::string(name) == "libcublas.so.12") throw;
+        if (std::string(name) == "libcublasLt.so.12") throw;
       }
     }
   }
   Api api{};
   auto get = [&](auto& slot, const char* name) { shared_library::load(library, library_path, slot, name, kInstall); };
-  get(api.Create, "cublasCreate_v2");
-  get(api.Destroy, "cublasDestroy_v2");
-  get(api.SetStream, "cublasSetStream_v2");
-  get(api.SetWorkspace, "cublasSetWorkspace_v2");
-  get(api.GemmStridedBatchedEx, "cublasGemmStridedBatchedEx");
-  get(api.GetStatusString, "cublasGetStatusString");
+  get(api.Create, "cublasLtCreate");
+  get(api.Destroy, "cublasLtDestroy");
+  get(api.MatmulDescCreate, "cublasLtMatmulDescCreate");
+  get(api.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
+  get(api.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+  get(api.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+  get(api.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+  get(api.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
+  get(api.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
+  get(api.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+  get(api.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+  get(api.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+  get(api.Matmul, "cublasLtMatmul");
+  get(api.GetStatusString, "cublasLtGetStatusString");
   return api;
 }
 
@@ -55,26 +63,75 @@ void check(int status, const char* call) {
   if (status != 0) throw Error(call, api().GetStatusString(status));
 }
 
+/// A product's descriptors (the operation, the layouts of A, B and C = D) and its algorithm.
+struct Handle::Plan {
+  Descriptor op = nullptr, a = nullptr, b = nullptr, c = nullptr;
+  Heuristic chosen{};
+  ~Plan() {
+    const Api& lt = api();
+    for (Descriptor layout : {a, b, c})
+      if (layout) lt.MatrixLayoutDestroy(layout);
+    if (op) lt.MatmulDescDestroy(op);
+  }
+};
+
 Handle::Handle() {
-  check(api().Create(&handle_), "cublasCreate");
-  try {
-    driver::check(driver::api().cuMemAlloc(&workspace_, kWorkspaceBytes), "cuMemAlloc");
-    check(api().SetWorkspace(handle_, reinterpret_cast<void*>(workspace_), kWorkspaceBytes), "cublasSetWorkspace");
-  } catch (...) {
-    if (workspace_) driver::api().cuMemFree(workspace_);
+  check(api().Create(&handle_), "cublasLtCreate");
+  if (const CUresult status = driver::api().cuMemAlloc(&workspace_, kWorkspaceBytes); status != CUDA_SUCCESS) {
     api().Destroy(handle_);
-    throw;
+    driver::check(status, "cuMemAlloc");
   }
 }
 
 Handle::~Handle() {
+  plans_.clear();
   api().Destroy(handle_);
   if (workspace_) driver::api().cuMemFree(workspace_);
 }
 
-HandlePointer Handle::on(CUstream stream) const {
-  check(api().SetStream(handle_, stream), "cublasSetStream");
-  return handle_;
+const Handle::Plan& Handle::plan(const Product& p) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = plans_.find(p); it != plans_.end()) return *it->second;
+  const Api& lt = api();
+  auto plan = std::make_unique<Plan>();
+  check(lt.MatmulDescCreate(&plan->op, kCompute32F, kF32), "cublasLtMatmulDescCreate");
+  check(lt.MatmulDescSetAttribute(plan->op, kTransA, &p.trans_a, sizeof p.trans_a), "cublasLtMatmulDescSetAttribute");
+  check(lt.MatmulDescSetAttribute(plan->op, kTransB, &p.trans_b, sizeof p.trans_b), "cublasLtMatmulDescSetAttribute");
+  auto layout = [&](Descriptor& d, int rows, int cols, int ld, long long stride) {
+    check(lt.MatrixLayoutCreate(&d, kBF16, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld),
+          "cublasLtMatrixLayoutCreate");
+    const std::int32_t count = p.count;
+    const std::int64_t offset = stride;
+    check(lt.MatrixLayoutSetAttribute(d, kBatchCount, &count, sizeof count), "cublasLtMatrixLayoutSetAttribute");
+    check(lt.MatrixLayoutSetAttribute(d, kBatchStride, &offset, sizeof offset), "cublasLtMatrixLayoutSetAttribute");
+  };
+  layout(plan->a, p.trans_a == kOpN ? p.r : p.k, p.trans_a == kOpN ? p.k : p.r, p.lda, p.stride_a);
+  layout(plan->b, p.trans_b == kOpN ? p.k : p.c, p.trans_b == kOpN ? p.c : p.k, p.ldb, p.stride_b);
+  layout(plan->c, p.r, p.c, p.ldc, p.stride_c);
+  Descriptor preference = nullptr;
+  check(lt.MatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const std::uint64_t workspace = kWorkspaceBytes;
+  int returned = 0;
+  int status = lt.MatmulPreferenceSetAttribute(preference, kMaxWorkspaceBytes, &workspace, sizeof workspace);
+  if (status == 0)
+    status = lt.MatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->c, preference, 1,
+                                       &plan->chosen, &returned);
+  lt.MatmulPreferenceDestroy(preference);
+  check(status, "cublasLtMatmulAlgoGetHeuristic");
+  if (returned == 0)
+    throw Error("cublasLtMatmulAlgoGetHeuristic",
+                "no algorithm for a batch of " + std::to_string(p.count) + " bf16 products of " + std::to_string(p.r) +
+                    " x " + std::to_string(p.k) + " by " + std::to_string(p.k) + " x " + std::to_string(p.c));
+  return *plans_.emplace(p, std::move(plan)).first->second;
+}
+
+void Handle::multiply(const Product& p, float alpha, CUdeviceptr a, CUdeviceptr b, float beta, CUdeviceptr c,
+                      CUdeviceptr d, CUstream stream) const {
+  const Plan& q = plan(p);
+  check(api().Matmul(handle_, q.op, &alpha, reinterpret_cast<const void*>(a), q.a, reinterpret_cast<const void*>(b),
+                     q.b, &beta, reinterpret_cast<const void*>(c), q.c, reinterpret_cast<void*>(d), q.c, &q.chosen.algo,
+                     reinterpret_cast<void*>(workspace_), kWorkspaceBytes, stream),
+        "cublasLtMatmul");
 }
 
 }  // namespace optgen::cublas

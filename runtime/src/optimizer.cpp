@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "optgen/blockwise8.h"
+#include "matrix_values.h"
 #include "optimizer_impl.h"
 
 namespace optgen {
@@ -549,10 +550,11 @@ std::vector<PlanTensor> plan_tensors(const FusedOptimizer::Impl& m, const Plan& 
 }
 
 /// TableView::pointers: [operand * n + tensor], operands param, grad, then the variant's states,
-/// then (`master`) the fp32 master copies.
+/// then its matrix values (null here: build_matrices points them at its buffers), then (`master`)
+/// the fp32 master copies.
 std::vector<void*> operand_pointers(const std::vector<PlanTensor>& tensors, const VariantInfo& variant, bool master) {
   const std::size_t n = tensors.size();
-  const std::size_t master_row = 2 + static_cast<std::size_t>(variant.num_states);
+  const std::size_t master_row = 2 + static_cast<std::size_t>(variant.num_states + variant.num_matrix_values);
   std::vector<void*> pointers((master_row + (master ? 1 : 0)) * n);
   for (std::size_t t = 0; t < n; ++t) {
     const BoundTensor& bound = *tensors[t].tensor;
@@ -603,12 +605,12 @@ int reduce_chunks_per_block(std::size_t chunks) {
 }
 
 /// The results and scratch of a plan's reductions (kernel_abi::ReductionTable), for `reductions`
-/// per tensor and group; counters at zero. Nothing for a variant without reductions.
+/// per tensor and group; counters at zero. Nothing for a variant without Reduce stages (`reduces`).
 void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vector<PlanTensor>& tensors,
-                      const std::vector<int>& chunks_per_tensor, int reductions) {
+                      const std::vector<int>& chunks_per_tensor, int reductions, bool reduces) {
   plan.reductions = {};
   plan.reduction_memory = DeviceBuffer();
-  if (reductions == 0) return;
+  if (!reduces) return;
   const std::size_t n = tensors.size(), G = m.groups.size(), R = static_cast<std::size_t>(reductions);
   // chunk_table gave every tensor of a reducing plan a chunk: a group finishes when all its tensors have.
   std::vector<int> first_chunk(n), group_first(G, 0), group_tensors(G, 0);
@@ -775,7 +777,9 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const KernelInfo& kernel = info.kernels[plan.kernel];
   const VariantInfo& variant = info.variants[kernel.variant];
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
-  const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, variant.num_reductions > 0);
+  // A variant with Reduce stages (reductions, or matrix values to store) gives every tensor a chunk.
+  const bool reduces = variant.num_stages > 1;
+  const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, reduces);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel, whole_numel;
   for (const PlanTensor& t : tensors) {
@@ -786,15 +790,29 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const long long chunk_size = m.plan_chunk_size(plan.kernel, numel);
   plan.shape = m.launch_shape_of(plan.kernel);
   const std::vector<kernel_abi::Chunk> chunks =
-      chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, variant.num_reductions > 0);
+      chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, reduces);
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
   const std::size_t chunks_at = upload.add(chunks);
   const std::size_t whole_numel_at = upload.add(whole_numel);
   plan.table_memory = upload.upload();
+  plan.module = &m.module_for(plan.shape);
+  plan.pointers = operand_pointers(tensors, variant, kernel.param_write == ParamWrite::Master);
+  plan.matrices.reset();
+  if (variant.num_matrix_values > 0) {
+    std::vector<const BoundTensor*> bound;
+    std::vector<int> groups;
+    for (const PlanTensor& t : tensors) {
+      bound.push_back(t.placeholder ? nullptr : t.tensor);
+      groups.push_back(t.group);
+    }
+    plan.matrices = std::make_shared<const PlanMatrices>(
+        build_matrices(variant, bound, groups, *plan.module, plan.pointers, m.call("prepare")));
+    if (!m.cublas) m.cublas = std::make_shared<const cublas::Handle>();
+  }
   PackedUpload pointers;
-  pointers.add(plan.pointers = operand_pointers(tensors, variant, kernel.param_write == ParamWrite::Master));
+  pointers.add(plan.pointers);
   plan.pointer_memory = pointers.upload();
   plan.table = {device_pointer<void* const>(plan.pointer_memory, 0),
                 device_pointer<const long long>(plan.table_memory, numel_at),
@@ -805,13 +823,12 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 nullptr,
                 m.storage.seed,
                 device_pointer<const long long>(plan.table_memory, whole_numel_at)};
-  build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions);
+  build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions, reduces);
   plan.shape_memory = DeviceBuffer();
   ShapeLayout shapes;
   if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
   plan.stages.clear();
-  plan.module = &m.module_for(plan.shape);
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(kernel.stages[s]));
   plan.programs.clear();
   for (int p = 0; p < info.num_programs; ++p) plan.programs.push_back(plan.module->function(kernel.programs[p]));
@@ -1011,6 +1028,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   for (Plan& plan : m.plans) {
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
     const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
+    bool after_matrices = false;  // the stage after matrix functions waits for them to end
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       // A Reduce stage of only matrix, row or column blocks has none when the plan's tensors have
       // no rows or columns (all empty): nothing to launch. The hook is still called, so that every
@@ -1021,15 +1039,22 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         // kernel before it): a stage after the first issues its first loads under the last one's
         // tail, a first stage only its reads of the plan's tables. Each waits before it reads what
         // the kernel before may write (optgen/device/group.cuh's wait_for_previous_kernel).
+        // The kernels of cuBLAS may let the next kernel start early too, and that one would read
+        // their results before they are written: a stage after matrix functions starts after them.
         driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(plan.shape.block_size), stream, args,
-                       m.early_start,
+                       m.early_start && !after_matrices,
                        "check that the tensors are still allocated and that the stream belongs to the current context");
         ++m.launches_last_step;
       }
+      after_matrices = false;
       if (m.reduction_hook && variant.stage_kinds[s] == StageKind::Reduce) {
         const kernel_abi::ReductionTable& r = plan.reductions;
         m.reduction_hook({static_cast<int>(s) + 1, variant.reductions, variant.num_reductions, r.tensor_results,
                           r.num_tensors, r.group_results, r.num_groups, stream});
+      }
+      if (plan.matrices && variant.stage_kinds[s] == StageKind::Reduce) {
+        apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream, m.call("step"));
+        after_matrices = true;
       }
     }
   }
@@ -1426,11 +1451,11 @@ const Module& FusedOptimizer::Impl::module_for(LaunchShape shape) {
 
 int minimum_compute_capability(const OptimizerInfo& info, const KernelInfo& kernel) {
   int needed = minimum_compute_capability(kernel.param);
-  if (kernel.state_dtypes) {
-    const VariantInfo& variant = info.variants[kernel.variant];
+  const VariantInfo& variant = info.variants[kernel.variant];
+  if (kernel.state_dtypes)
     for (int j = 0; j < variant.num_states; ++j)
       needed = std::max(needed, minimum_compute_capability(kernel.state_dtypes[variant.states[j]]));
-  }
+  if (variant.num_matrix_values > 0) needed = std::max(needed, minimum_compute_capability(DType::BF16));
   return needed;
 }
 

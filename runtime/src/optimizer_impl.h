@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "optgen/cublas.h"
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "optgen/kernel_abi.h"
@@ -94,6 +95,8 @@ struct Group {
   int plan_position = 0;  ///< while prepared: where its first tensor is in the plan's tables
 };
 
+struct PlanMatrices;  // matrix_values.h
+
 /// The groups one kernel set (a variant and a dtype) updates, the tables its stages read, and the
 /// stage kernels, launched in order each step.
 ///
@@ -128,6 +131,9 @@ struct Plan {
   /// The kernels of the spec's programs (OptimizerInfo::programs), one each; a program launches as
   /// many blocks as the Update stage, one per chunk.
   std::vector<CUfunction> programs;
+  /// The buffers of the variant's matrix values and the work on them between stages
+  /// (matrix_values.h); null without any.
+  std::shared_ptr<const PlanMatrices> matrices;
 };
 
 /// The group table's device memory, laid out as kernel_abi::GroupTable describes.
@@ -165,6 +171,8 @@ struct FusedOptimizer::Impl {
   /// One float per group: the gradient norm a clipping variant publishes (kernel_abi::ReductionTable).
   DeviceBuffer grad_norm_memory;
   std::function<void(const ReductionResults&)> reduction_hook;
+  /// cuBLAS, for the matrix functions of plans with matrix values; made by prepare() when one has.
+  std::shared_ptr<const cublas::Handle> cublas;
   Module module;  ///< the kernels as generated (OptimizerInfo's launch shape), group kernels included
   bool module_loaded = false;
   /// The kernels compiled for other launch shapes, as plans need them; kept while the optimizer

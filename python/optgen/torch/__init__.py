@@ -7,7 +7,8 @@ the arguments of their authors' code: Lion its paper's, LAMB APEX's FusedLAMB's,
 sail-sg/Adan's, AdEMAMix apple/ml-ademamix's, CautiousAdamW and CautiousLion
 kyleliang919/C-Optim's; LARS those of timm's Lars; Prodigy konstmish/prodigy's; DAdaptAdam
 facebookresearch/dadaptation's; AdamMini zyushun/Adam-mini's (named parameters);
-AdamWScheduleFree facebookresearch/schedule_free's (with its train() and eval()).
+AdamWScheduleFree facebookresearch/schedule_free's (with its train() and eval()). Muon is
+torch.optim.Muon's, its Newton-Schulz iteration batched over every matrix of one shape.
 
     import optgen.torch
     opt = optgen.torch.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
@@ -457,6 +458,247 @@ class Lion(Optimizer):
                          dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize), **options)
 
 
+class Muon(Optimizer):
+    """torch.optim.Muon (torch 2.11, torch/optim/_muon.py; specs/muon.yaml): its arguments, defaults
+    and checks, SGD momentum (Nesterov's by default) whose update is orthogonalised by a
+    Newton-Schulz iteration in bf16, the step scaled by adjust_lr_fn ("original", None's meaning,
+    or "match_rms_adamw"). state[p]["momentum_buffer"] as torch keeps it; checkpoints move both ways.
+
+    Each step is a few launches whatever the number of parameters: the momentum in one, then per
+    shape of matrix the batched GEMMs of the iteration (cuBLAS), then the update in one. Params of
+    two dimensions as torch takes them; one of more (a convolution's weight) is orthogonalised as
+    (p.shape[0], numel / p.shape[0]), as KellerJordan/Muon views it (torch.optim.Muon refuses
+    it), its lr scaled by that shape. Params of fewer dimensions are refused as torch refuses them:
+    step embeddings, heads, norms and biases with AdamW (optgen.torch.AdamW), as Muon's authors do.
+    DTensor params are refused: the iteration needs whole matrices.
+
+    A param group may say `splits`: each of its matrices is that many matrices of consecutive rows,
+    each orthogonalised (and its lr scaled) on its own, as for a fused QKV projection (3) or a
+    projection's attention heads (the head count); the rows must divide evenly. torch.optim.Muon has no
+    such option (it steps the whole matrix); its checkpoints load here, keeping each group's splits."""
+
+    _tuples = {**_TUPLES, "ns_coefficients": (("ns_a", "ns_b", "ns_c"),)}
+
+    def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+                 ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None, **options):
+        if lr < 0.0:
+            raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"momentum should be >= 0 but is: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"weight decay should be >= 0 but is: {weight_decay}")
+        _match_rms_adamw(adjust_lr_fn)
+        super().__init__(params, _builtin("muon"),
+                         dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
+                              ns_coefficients=tuple(ns_coefficients), eps=eps, ns_steps=ns_steps,
+                              match_rms_adamw=_match_rms_adamw(adjust_lr_fn)), **options)
+        # torch's adjust_lr_fn in the groups, for the spec's match_rms_adamw (_group_values).
+        for group in [self.defaults, *self.param_groups]:
+            dict.pop(group, "match_rms_adamw", None)
+            dict.__setitem__(group, "adjust_lr_fn", dict.get(group, "adjust_lr_fn", adjust_lr_fn))
+
+    def add_param_group(self, param_group: _Dict[str, _Any]) -> None:
+        splits = param_group.get("splits", 1)
+        if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
+            raise ValueError(f"splits must be a positive int (matrices of consecutive rows per matrix); got {splits!r}")
+        params = param_group["params"]
+        params = [params] if isinstance(params, _torch.Tensor) else list(params)
+        param_group = {**param_group, "params": params}
+        for p in params:
+            rows = self._matrix_shape(p)[0]
+            if rows % splits:
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} has {rows} rows, which splits={splits} does not "
+                                 "divide into matrices of as many rows each")
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        dict.pop(group, "match_rms_adamw", None)
+        if not hasattr(self, "_splits"):
+            self._splits = {}
+        for p in group["params"]:
+            self._splits[id(p)] = splits
+
+    def load_state_dict(self, state_dict: _Dict[str, _Any]) -> None:
+        kept = [group.get("splits", 1) for group in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, splits in zip(self.param_groups, kept):
+            dict.setdefault(group, "splits", splits)
+
+    def _check_param(self, p: _torch.Tensor) -> None:
+        if p.dim() < 2:
+            raise ValueError(f"Muon only supports 2D parameters whereas we found a parameter with size: {p.size()}")
+        if _is_dtensor(p):
+            raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, but Muon orthogonalises whole "
+                             "matrices, which a shard does not hold: step DTensor parameters with another optimizer")
+        super()._check_param(p)
+
+    @staticmethod
+    def _matrix_shape(p: _torch.Tensor) -> tuple:
+        """p as a matrix: its own two dimensions, or its first against the rest."""
+        return tuple(p.shape) if p.dim() == 2 else (p.shape[0], p.numel() // max(p.shape[0], 1))
+
+    def _bound_shape(self, p: _torch.Tensor) -> tuple:
+        """p's matrix, or its group's splits of it: a batch of matrices of consecutive rows."""
+        rows, cols = self._matrix_shape(p)
+        splits = self._splits.get(id(p), 1)
+        return (rows, cols) if splits == 1 else (splits, rows // splits, cols)
+
+    def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
+        """The group's values, adjust_lr_fn as the spec's match_rms_adamw."""
+        values = _spec_values({k: v for k, v in group.items() if k != "adjust_lr_fn"}, self._spec_names,
+                              tuples=self._tuples)
+        if "adjust_lr_fn" in group:
+            values["match_rms_adamw"] = float(_match_rms_adamw(group["adjust_lr_fn"]))
+        return values
+
+
+class MuonWithAuxAdam(_torch.optim.Optimizer):
+    """Muon for the hidden matrices and AdamW for the rest (embeddings, heads, norms, biases) in one
+    optimizer, as KellerJordan/Muon's MuonWithAuxAdam takes them: param groups each with use_muon,
+    Muon's (optgen.torch.Muon: lr, weight_decay, momentum, nesterov, ns_coefficients, eps, ns_steps,
+    adjust_lr_fn) or AdamW's (optgen.torch.AdamW: lr, betas, eps, weight_decay, amsgrad) arguments,
+    each group's defaults those of its optimizer; `options` (state_dtype, max_grad_norm, ...) go to
+    both.
+
+        opt = optgen.torch.MuonWithAuxAdam([
+            dict(params=hidden_matrices, use_muon=True, lr=0.02, weight_decay=0.01),
+            dict(params=embeddings_heads_norms_biases, use_muon=False, lr=3e-4, betas=(0.9, 0.95))])
+
+    step() steps the groups of both, on the current stream, in a few launches whatever the number of
+    parameters (Muon's: its stages and its batched products per shape of matrix; AdamW's: one), and
+    can be captured in a CUDA graph. `muon` and `adamw` are the two optimizers: each one's
+    state_dict() is torch.optim.Muon's and torch.optim.AdamW's, and each loads those; param_groups
+    lists the groups in the order given (the same objects as theirs: a change, e.g. by an lr
+    scheduler, reaches the device), each with its use_muon. state_dict() is torch's layout over
+    these groups, states numbered in their order, which load_state_dict() takes back."""
+
+    def __init__(self, param_groups, **options):
+        groups = [dict(g) for g in param_groups]
+        for g in groups:
+            if "use_muon" not in g:
+                raise ValueError("each param group needs use_muon: True (Muon) or False (AdamW)")
+            g["params"] = list(g["params"])
+        order = [bool(g["use_muon"]) for g in groups]
+
+        def of(use_muon):
+            return [{k: v for k, v in g.items() if k != "use_muon"} for g in groups if bool(g["use_muon"]) == use_muon]
+
+        self.muon = Muon(of(True), **options) if any(order) else None
+        self.adamw = AdamW(of(False), **options) if not all(order) else None
+        super().__init__([p for g in groups for p in g["params"]], {})
+        self._order = order
+        muon_groups = iter(self.muon.param_groups if self.muon else [])
+        adamw_groups = iter(self.adamw.param_groups if self.adamw else [])
+        self.param_groups = [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
+        for group, use_muon in zip(self.param_groups, self._order):
+            dict.__setitem__(group, "use_muon", use_muon)
+        self.state = _CombinedState(self._parts())
+
+    def _parts(self):
+        return [opt for opt in (self.muon, self.adamw) if opt is not None]
+
+    def add_param_group(self, param_group: _Dict[str, _Any]) -> None:
+        if not hasattr(self, "_order"):  # torch.optim.Optimizer.__init__'s own group: replaced above
+            return super().add_param_group(param_group)
+        raise NotImplementedError("MuonWithAuxAdam takes its param groups when made")
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with _torch.enable_grad():
+                loss = closure()
+        for opt in self._parts():
+            opt.step()
+        return loss
+
+    step.hooked = True
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self._parts():
+            opt.zero_grad(set_to_none)
+
+    def state_dict(self) -> _Dict[str, _Any]:
+        parts = {id(opt): opt.state_dict() for opt in self._parts()}
+        state, groups, index = {}, [], 0
+        cursors = {key: 0 for key in parts}
+        for use_muon in self._order:
+            opt = self.muon if use_muon else self.adamw
+            saved = parts[id(opt)]
+            group = dict(saved["param_groups"][cursors[id(opt)]])
+            cursors[id(opt)] += 1
+            params = []
+            for p in group["params"]:
+                if p in saved["state"]:
+                    state[index] = saved["state"][p]
+                params.append(index)
+                index += 1
+            group["params"] = params
+            group["use_muon"] = use_muon
+            groups.append(group)
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: _Dict[str, _Any]) -> None:
+        groups = state_dict["param_groups"]
+        if [bool(g.get("use_muon")) for g in groups] != self._order:
+            raise ValueError("the checkpoint's param groups are not this optimizer's (use_muon of each, in order)")
+        for opt, use_muon in ((self.muon, True), (self.adamw, False)):
+            if opt is None:
+                continue
+            mine = [g for g in groups if bool(g["use_muon"]) == use_muon]
+            numbering, state = {}, {}
+            for g in mine:
+                for p in g["params"]:
+                    numbering[p] = len(numbering)
+                    if p in state_dict["state"]:
+                        state[numbering[p]] = state_dict["state"][p]
+            opt.load_state_dict({"state": state, "param_groups": [
+                {**{k: v for k, v in g.items() if k != "use_muon"}, "params": [numbering[p] for p in g["params"]]}
+                for g in mine]})
+            for group in opt.param_groups:
+                dict.__setitem__(group, "use_muon", use_muon)
+        muon_groups = iter(self.muon.param_groups if self.muon else [])
+        adamw_groups = iter(self.adamw.param_groups if self.adamw else [])
+        self.param_groups = [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
+
+
+class _CombinedState(dict):
+    """MuonWithAuxAdam's state: each parameter's, as its optimizer keeps it (read through)."""
+
+    def __init__(self, parts):
+        super().__init__()
+        self._parts = parts
+
+    def __getitem__(self, p):
+        for opt in self._parts:
+            if p in opt.state:
+                return opt.state[p]
+        raise KeyError(p)
+
+    def __contains__(self, p):
+        return any(p in opt.state for opt in self._parts)
+
+    def __iter__(self):
+        return (p for opt in self._parts for p in opt.state)
+
+    def __len__(self):
+        return sum(len(opt.state) for opt in self._parts)
+
+    def items(self):
+        return [(p, opt.state[p]) for opt in self._parts for p in opt.state]
+
+    def keys(self):
+        return list(iter(self))
+
+    def values(self):
+        return [s for _, s in self.items()]
+
+
+def _match_rms_adamw(adjust_lr_fn) -> bool:
+    """torch.optim.Muon's adjust_lr_fn as specs/muon.yaml's match_rms_adamw."""
+    if adjust_lr_fn is not None and adjust_lr_fn not in ("original", "match_rms_adamw"):
+        raise ValueError(f"Adjust learning rate function {adjust_lr_fn} is not supported")
+    return adjust_lr_fn == "match_rms_adamw"
+
+
 class NAdam(Optimizer):
     """torch.optim.NAdam (specs/nadam.yaml)."""
 
@@ -555,5 +797,5 @@ class SGD(Optimizer):
 
 
 __all__ = ["Optimizer", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamMini", "AdamW", "AdamWScheduleFree", "Adamax",
-           "Adan", "AdEMAMix", "ASGD", "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "NAdam",
+           "Adan", "AdEMAMix", "ASGD", "CautiousAdamW", "CautiousLion", "DAdaptAdam", "LAMB", "LARS", "Lion", "Muon", "MuonWithAuxAdam", "NAdam",
            "Prodigy", "RAdam", "RMSprop", "Rprop", "SGD"]

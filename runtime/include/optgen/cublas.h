@@ -1,60 +1,123 @@
 #pragma once
-/// cuBLAS for the matrix stages (Muon's Newton–Schulz): loaded at run time with dlopen, as the
-/// runtime loads libcuda, NVRTC and NCCL ($OPTGEN_CUBLAS, else libcublas.so.13 or .so.12 from the
-/// library path: the CUDA toolkit's, or the nvidia-cublas wheel torch ships), so that nothing links
-/// it and a program without it runs until it asks for it. The few entry points used are declared
-/// here with cublas_api.h's types as plain ints and pointers (its C ABI is stable).
+/// cuBLAS's matrix products for the matrix stages (Muon's Newton–Schulz), through cublasLt: loaded at
+/// run time with dlopen, as the runtime loads libcuda, NVRTC and NCCL ($OPTGEN_CUBLASLT, else
+/// libcublasLt.so.13 or .so.12 from the library path: the CUDA toolkit's, or the nvidia-cublas
+/// wheel torch ships), so that nothing links it and a program without it runs until it asks for
+/// it. cublasLt rather than cublas: its products may write D apart from the C they add, so an
+/// iteration moves no copies. The few entry points used are declared here with cublasLt.h's types as
+/// plain ints and pointers (its C ABI is stable).
 
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 namespace optgen::cublas {
 
-using HandlePointer = void*;  ///< a cublasHandle_t
+using HandlePointer = void*;  ///< a cublasLtHandle_t
+using Descriptor = void*;     ///< a cublasLtMatmulDesc_t, cublasLtMatrixLayout_t or cublasLtMatmulPreference_t
+/// cublasLtMatmulAlgo_t, and cublasLtMatmulHeuristicResult_t: the algorithm and its workspace.
+struct Algorithm {
+  std::uint64_t data[8];
+};
+struct Heuristic {
+  Algorithm algo;
+  std::size_t workspace;
+  int state;
+  float waves;
+  int reserved[4];
+};
 
-/// The loaded entry points (cublas_api.h's names without the cublas prefix; cublasStatus_t,
-/// cublasOperation_t, cudaDataType, cublasComputeType_t and cublasGemmAlgo_t as int).
+/// The loaded entry points (cublasLt.h's names without the cublasLt prefix; cublasStatus_t and the
+/// enums as int).
 struct Api {
   int (*Create)(HandlePointer*);
   int (*Destroy)(HandlePointer);
-  int (*SetStream)(HandlePointer, CUstream);
-  int (*SetWorkspace)(HandlePointer, void*, size_t);
-  int (*GemmStridedBatchedEx)(HandlePointer, int transa, int transb, int m, int n, int k, const void* alpha,
-                              const void* a, int a_type, int lda, long long stride_a, const void* b, int b_type,
-                              int ldb, long long stride_b, const void* beta, void* c, int c_type, int ldc,
-                              long long stride_c, int batch_count, int compute_type, int algo);
+  int (*MatmulDescCreate)(Descriptor*, int compute_type, int scale_type);
+  int (*MatmulDescDestroy)(Descriptor);
+  int (*MatmulDescSetAttribute)(Descriptor, int attribute, const void* value, std::size_t bytes);
+  int (*MatrixLayoutCreate)(Descriptor*, int type, std::uint64_t rows, std::uint64_t cols, std::int64_t ld);
+  int (*MatrixLayoutDestroy)(Descriptor);
+  int (*MatrixLayoutSetAttribute)(Descriptor, int attribute, const void* value, std::size_t bytes);
+  int (*MatmulPreferenceCreate)(Descriptor*);
+  int (*MatmulPreferenceDestroy)(Descriptor);
+  int (*MatmulPreferenceSetAttribute)(Descriptor, int attribute, const void* value, std::size_t bytes);
+  int (*MatmulAlgoGetHeuristic)(HandlePointer, Descriptor op, Descriptor a, Descriptor b, Descriptor c, Descriptor d,
+                                Descriptor preference, int requested, Heuristic* results, int* returned);
+  int (*Matmul)(HandlePointer, Descriptor op, const void* alpha, const void* a, Descriptor a_layout, const void* b,
+                Descriptor b_layout, const void* beta, const void* c, Descriptor c_layout, void* d, Descriptor d_layout,
+                const Algorithm* algo, void* workspace, std::size_t workspace_bytes, CUstream stream);
   const char* (*GetStatusString)(int);
 };
-/// cublas_api.h's and library_types.h's values of the enums used.
-enum { kOpN = 0, kOpT = 1, kBF16 = 14, kF32 = 0, kCompute32F = 68, kGemmDefault = -1 };
+/// cublasLt.h's and library_types.h's values of the enums used.
+enum {
+  kOpN = 0,
+  kOpT = 1,
+  kBF16 = 14,  // CUDA_R_16BF
+  kF32 = 0,    // CUDA_R_32F
+  kCompute32F = 68,
+  kTransA = 3,  // CUBLASLT_MATMUL_DESC_TRANSA
+  kTransB = 4,
+  kBatchCount = 5,  // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT
+  kBatchStride = 6,
+  kMaxWorkspaceBytes = 1,  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+};
 
-/// cuBLAS, loaded on first use. Throws optgen::Error naming dlopen and what to do without it.
+/// cublasLt, loaded on first use. Throws optgen::Error naming dlopen and what to do without it.
 /// Thread-safe.
 const Api& api();
 
-/// Whether cuBLAS can be loaded; never throws. `why`, when given, receives the reason when not.
+/// Whether cublasLt can be loaded; never throws. `why`, when given, receives the reason when not.
 bool available(std::string* why = nullptr);
 
 /// Throws optgen::Error naming `call` and cuBLAS's error text unless `status` is CUBLAS_STATUS_SUCCESS.
 void check(int status, const char* call);
 
-/// A cuBLAS handle of the current context with a workspace of its own (cublasSetWorkspace), so that
-/// its calls allocate nothing and can be captured in a CUDA graph; each call runs on the stream
-/// it is given.
+/// A column-major product D = alpha op(A) op(B) + beta C of a batch of `count` bf16 matrices (fp32
+/// accumulation, as torch's products of bf16 tensors), each operand `stride` elements after the
+/// last in its batch: D is r x c, the inner dimension k; A is r x k (k x r when transposed) with
+/// leading dimension lda, B k x c (c x k) with ldb, C and D r x c with ldc. C may be D; neither may
+/// be A or B.
+struct Product {
+  int trans_a, trans_b;
+  int r, c, k;
+  int lda, ldb, ldc;
+  long long stride_a, stride_b, stride_c;
+  int count;
+  bool operator<(const Product& o) const {
+    return std::tie(trans_a, trans_b, r, c, k, lda, ldb, ldc, stride_a, stride_b, stride_c, count) <
+           std::tie(o.trans_a, o.trans_b, o.r, o.c, o.k, o.lda, o.ldb, o.ldc, o.stride_a, o.stride_b, o.stride_c,
+                    o.count);
+  }
+};
+
+/// A cublasLt handle of the current context with a workspace of its own, so that its products
+/// allocate nothing and can be captured in a CUDA graph. Each product's descriptors and algorithm
+/// (cublasLt's heuristic's first choice) are made once per shape of product and kept.
 class Handle {
  public:
   Handle();
   ~Handle();
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
-  /// The handle, its stream set to `stream`.
-  HandlePointer on(CUstream stream) const;
+
+  /// Enqueues D = alpha op(A) op(B) + beta C on `stream`.
+  void multiply(const Product& p, float alpha, CUdeviceptr a, CUdeviceptr b, float beta, CUdeviceptr c, CUdeviceptr d,
+                CUstream stream) const;
 
  private:
+  struct Plan;
+  const Plan& plan(const Product& p) const;
+
   HandlePointer handle_ = nullptr;
   CUdeviceptr workspace_ = 0;
+  mutable std::mutex mutex_;
+  mutable std::map<Product, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace optgen::cublas

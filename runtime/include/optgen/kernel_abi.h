@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 14 };
+enum { kVersion = 15 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -300,6 +300,30 @@ struct GroupWrite {
 
 enum { kGroupKernelBlock = 128 };
 
+/// Matrix functions (a spec's newton_schulz): a Reduce stage stores each tensor's operand, bf16, in
+/// the runtime's buffer of the matrix value, whose matrices of one shape lie consecutively, and the
+/// runtime applies the function to them before the next stage. Around cuBLAS's products it divides
+/// each matrix by max(its Frobenius norm, eps) with two kernels of optgen/device/matrices.cuh, in
+/// the module of every spec with a matrix value, each launched with kMatrixKernelBlock threads and
+/// count * parts blocks:
+///   kMatrixSumSquares(MatrixBatch)  block b: the sum of squares of part b % parts of matrix b / parts,
+///                                   into partials[b]
+///   kMatrixNormalize(MatrixBatch)   block b: that part divided by max(the matrix's norm, eps), its
+///                                   norm the sum of its parts' partials, in part order
+/// A part is `part_size` consecutive elements (the last one the rest), a multiple of 8.
+struct MatrixBatch {
+  void* x;              ///< count * size bf16 elements
+  double* partials;     ///< count * parts
+  long long size;       ///< elements per matrix
+  long long part_size;  ///< elements per part
+  int count;            ///< matrices
+  int parts;            ///< per matrix: ceil(size / part_size)
+  float eps;
+};
+constexpr char kMatrixSumSquares[] = "optgen_matrix_sum_squares";
+constexpr char kMatrixNormalize[] = "optgen_matrix_normalize";
+enum { kMatrixKernelBlock = 256 };
+
 /// A Reduce stage's block reduces ReductionTable::chunks_per_block consecutive chunks of the chunk
 /// table, at most this many, so its grid is ceil(num_chunks / chunks_per_block) blocks (an Update
 /// stage's is num_chunks).
@@ -408,6 +432,14 @@ static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, num_groups) == 16, "GroupWrite::nu
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, field) == 20, "GroupWrite::field moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, index) == 24, "GroupWrite::index moved");
 static_assert(sizeof(GroupWrite) == 32 && alignof(GroupWrite) == 8, "GroupWrite changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, x) == 0, "MatrixBatch::x moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, partials) == 8, "MatrixBatch::partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, size) == 16, "MatrixBatch::size moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, part_size) == 24, "MatrixBatch::part_size moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, count) == 32, "MatrixBatch::count moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, parts) == 36, "MatrixBatch::parts moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, eps) == 40, "MatrixBatch::eps moved");
+static_assert(sizeof(MatrixBatch) == 48 && alignof(MatrixBatch) == 8, "MatrixBatch changed size or alignment");
 #undef OPTGEN_ABI_OFFSETOF
 
 }  // namespace kernel_abi

@@ -25,8 +25,8 @@ size_t newton_schulz_scratch_bytes(long long count, int rows, int cols);
 /// Orthogonalises `count` row-major `rows` x `cols` bf16 matrices, consecutive at `x`, in place, as
 /// torch does each: a matrix of more rows than columns transposed first and back after (here by
 /// reading it column-major: nothing is moved). `scratch` holds newton_schulz_scratch_bytes.
-/// Enqueued on `stream`: three GEMMs and two copies a step (cuBLAS's GEMM reads its output as an
-/// input, and its inputs may not alias it), capturable in a CUDA graph.
+/// Enqueued on `stream`: three GEMMs a step (cublasLt, each writing apart from what it reads), and
+/// after an odd number of steps one copy of the result back to `x`; capturable in a CUDA graph.
 void newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows,
                    int cols, const NewtonSchulz& ns, CUstream stream);
 

@@ -36,6 +36,7 @@
 #include "optgen/storage.h"
 #include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
 #include "optgen/kernel_images.h"
+#include "optgen/matrix_function.h"
 #include "optgen/reference.h"
 
 namespace optgen {
@@ -106,6 +107,27 @@ struct StoredValueCounts {
   int matrix = 0, row = 0, col = 0;
 };
 
+/// An argument of a matrix function after its matrix: hyperparameter number `hyperparameter` of the
+/// group being stepped, or (-1) the number `value`.
+struct MatrixArgument {
+  int hyperparameter;
+  double value;
+};
+
+/// A matrix value of a variant (a spec's newton_schulz, optgen/matrix_function.h): its Reduce stage
+/// `stage` (1, 2, ... as ReductionSlot::stage) stores its operand, bf16, in buffers the runtime
+/// allocates in prepare(), where each tensor is the matrices of its last two dimensions (one for a
+/// tensor of two), those of one shape consecutive; the runtime applies `function` to every matrix of
+/// one shape at once before the next stage, whose element code reads the result as operand
+/// 2 + num_states + its index.
+struct MatrixValueInfo {
+  const char* name;
+  MatrixFunction function;
+  int stage;
+  const MatrixArgument* arguments;  ///< after the matrix, as generator/matrices.h lists them
+  int num_arguments;
+};
+
 struct VariantInfo {
   const char* name;   ///< e.g. adam_amsgrad
   const int* states;  ///< the spec's state indices it uses, in operand order
@@ -127,6 +149,9 @@ struct VariantInfo {
   /// The values it stores once per matrix, row and column for later stages
   /// (kernel_abi::ShapeTable::matrix_values, row_values, col_values: their slots).
   StoredValueCounts stored_values = {};
+  /// Its matrix values; null when it has none.
+  const MatrixValueInfo* matrix_values = nullptr;
+  int num_matrix_values = 0;
 };
 
 /// Empty when the variant's stage plan is one the runtime runs (its Reduce stages, then its one
@@ -218,8 +243,8 @@ struct OptimizerInfo {
 
 /// The oldest GPU (major * 10 + minor) kernel set `kernel` of `info` runs on: the newest
 /// minimum_compute_capability (optgen/dtype.h) of its params' dtype and its variant's states' (80
-/// where any is bf16). The generator compiles its stage kernels empty for older GPUs
-/// (generator/emit_cuda.h, minimum_arch), and prepare() refuses a group of it there.
+/// where any is bf16, or where the variant has a matrix value: bf16 matrices). The generator compiles its stage kernels
+/// empty for older GPUs (generator/emit_cuda.h, minimum_arch), and prepare() refuses a group of it there.
 int minimum_compute_capability(const OptimizerInfo& info, const KernelInfo& kernel);
 
 /// Every hyperparameter's default from the spec, in declaration order (derived flags as 0).

@@ -3,9 +3,11 @@
 /// math the spec language offers, and a descriptor that lets generic code (tests, tools) drive
 /// any generated reference without knowing its optimizer.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace optgen::reference {
 
@@ -36,6 +38,52 @@ T max(T a, T b) {
 template <typename T>
 T clamp(T x, T lo, T hi) {
   return min(max(x, lo), hi);
+}
+
+// ---- Matrix functions of the spec language (generator/matrices.h), in the element type T. ----
+
+/// newton_schulz of the `batch` consecutive row-major `rows` x `cols` matrices at `x`, in place, in
+/// T: the exact iteration that the GPU's bf16 products approximate (torch.optim.Muon's
+/// _zeropower_via_newtonschulz without its rounding to bf16). Each matrix is divided by
+/// max(its Frobenius norm, eps), then `steps` times X = a X + (b A + c A A) X with A = X Xᵀ; a
+/// matrix of more rows than columns is transposed first and back after.
+template <typename T>
+void newton_schulz(T* x, std::size_t batch, std::size_t rows, std::size_t cols, std::int64_t steps, T a, T b, T c,
+                   T eps) {
+  const bool tall = rows > cols;
+  const std::size_t m = tall ? cols : rows, n = tall ? rows : cols;
+  std::vector<T> X(m * n), A(m * m), B(m * m), Y(m * n);
+  for (std::size_t k = 0; k < batch; ++k) {
+    T* matrix = x + k * rows * cols;
+    T norm = 0;
+    for (std::size_t i = 0; i < rows * cols; ++i) norm += matrix[i] * matrix[i];
+    const T divisor = std::max(std::sqrt(norm), eps);
+    for (std::size_t r = 0; r < rows; ++r)  // X is m x n: the matrix, or its transpose
+      for (std::size_t q = 0; q < cols; ++q) (tall ? X[q * n + r] : X[r * n + q]) = matrix[r * cols + q] / divisor;
+    for (std::int64_t step = 0; step < steps; ++step) {
+      for (std::size_t i = 0; i < m; ++i)  // A = X Xᵀ
+        for (std::size_t j = 0; j < m; ++j) {
+          T sum = 0;
+          for (std::size_t q = 0; q < n; ++q) sum += X[i * n + q] * X[j * n + q];
+          A[i * m + j] = sum;
+        }
+      for (std::size_t i = 0; i < m; ++i)  // B = b A + c A A
+        for (std::size_t j = 0; j < m; ++j) {
+          T sum = 0;
+          for (std::size_t q = 0; q < m; ++q) sum += A[i * m + q] * A[q * m + j];
+          B[i * m + j] = b * A[i * m + j] + c * sum;
+        }
+      for (std::size_t i = 0; i < m; ++i)  // X = a X + B X
+        for (std::size_t j = 0; j < n; ++j) {
+          T sum = 0;
+          for (std::size_t q = 0; q < m; ++q) sum += B[i * m + q] * X[q * n + j];
+          Y[i * n + j] = a * X[i * n + j] + sum;
+        }
+      X.swap(Y);
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t q = 0; q < cols; ++q) matrix[r * cols + q] = tall ? X[q * n + r] : X[r * n + q];
+  }
 }
 
 // ---- Generic description of a generated reference. ----

@@ -134,8 +134,9 @@ __device__ __forceinline__ int run_end(const Chunk* chunks, int count, int c) {
 /// (the identity as the others'); its `run` chunks counted as arrived at once, and the tensor (then
 /// its group) finished by the last block to arrive.
 template <typename Code>
-__device__ __forceinline__ void finish_run(const ReductionTable& red, const float (&acc)[Code::kReductions],
-                                           const Chunk& first, unsigned int run) {
+__device__ __forceinline__ void finish_run(const ReductionTable& red, const float* acc, const Chunk& first,
+                                           unsigned int run) {
+  if constexpr (Code::kReductions == 0) return;  // a stage that only stores matrix inputs
   const int t = first.tensor;
   double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + first.index) * red.stride;
 #pragma unroll
@@ -173,7 +174,9 @@ __device__ __forceinline__ constexpr int loaded_operands() {
 /// element, from the operands Code::loads; with each element's row, column and matrix where
 /// kShaped, Position). It writes the run's partial results as the first chunk's (the identity as
 /// the others') and counts the run's chunks as arrived at once; the last block of each tensor, then
-/// of each group, finishes them (kernel_abi::ReductionTable). A run is read as one range so that a
+/// of each group, finishes them (kernel_abi::ReductionTable). Code's matrix inputs (the operands of
+/// its stage's matrix values, after its reductions among apply's results) are stored, bf16, into
+/// their operands' buffers at the element's index. A run is read as one range so that a
 /// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
 /// fence, an atomic) is paid once per run. `Stage` computes the tensor values.
 template <typename Code, typename Stage, typename Group, typename Ops, bool kShaped>
@@ -182,6 +185,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
   typedef typename Group::Values Values;
   constexpr int kOps = Code::kOperands;
   constexpr int kR = Code::kReductions;
+  constexpr int kM = Code::kMatrixInputs;
   constexpr int V = reduce_vector<Ops>();
   // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
   // gradient norm) holds four times the Update stage's count, with little math per element; one
@@ -221,24 +225,35 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       absmax[op] = Ops::blockwise(op) && ptr[op] ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
       aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
     }
+    void* matrix[kM > 0 ? kM : 1];
+#pragma unroll
+    for (int j = 0; j < kM; ++j) {
+      matrix[j] = operand_pointer<Ops, kOps>(table, Code::matrix_operand(j), t);
+      aligned = aligned && reinterpret_cast<uintptr>(matrix[j]) % 16 == 0;
+    }
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
     const typename Stage::TensorValues tv = at.tensor(k, table.whole_numel[t], results(red, t, g));
     // Read per run rather than held across the loop: one register fewer where it counts.
     const bool scaled = inputs.grad_scale != 0;
     const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
-    float acc[kR];
+    float acc[kR > 0 ? kR : 1];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+    // Element e of a vector (0 for a single element): its reductions' operands added, its matrix
+    // inputs into inputs[j][e].
+    float inputs[kM > 0 ? kM : 1][V];
     auto add = [&](float (&x)[kOps], int e, bool in_row) {
       if (scaled) x[1] = x[1] / grad_scale;
-      float value[kR];
+      float value[Code::kResults];
       at.apply(k, tv, x, value);
       at.next(e, in_row);
 #pragma unroll
       for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+#pragma unroll
+      for (int j = 0; j < kM; ++j) inputs[j][e] = value[kR + j];
     };
-    // A vector's elements; with no branch between them where they share a row (in_row constant).
-    auto add_vector = [&](const float (&operands)[kOps][V], bool in_row) {
+    // A vector's elements, at i; with no branch between them where they share a row (in_row constant).
+    auto add_vector = [&](const float (&operands)[kOps][V], long long i, bool in_row) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         float x[kOps];
@@ -246,6 +261,8 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
         for (int op = 0; op < kOps; ++op) x[op] = operands[op][e];
         add(x, e, in_row);
       }
+#pragma unroll
+      for (int j = 0; j < kM; ++j) store_codec<V>(Codec::kBF16, matrix[j], i, inputs[j]);
     };
 
     const long long vector_end = aligned ? start + (end - start) / V * V : start;
@@ -270,9 +287,9 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
         if (base + u * kStride >= vector_end) continue;
         at.seek(base + u * kStride);
         if (at.in_row())
-          add_vector(v[u], true);
+          add_vector(v[u], base + u * kStride, true);
         else
-          add_vector(v[u], false);
+          add_vector(v[u], base + u * kStride, false);
       }
     }
     for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
@@ -284,6 +301,8 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       }
       at.seek(i, false);
       add(x, 0, false);
+#pragma unroll
+      for (int j = 0; j < kM; ++j) store_codec<1>(Codec::kBF16, matrix[j], i, inputs[j]);
     }
 
     finish_run<Code>(red, acc, chunk, run);

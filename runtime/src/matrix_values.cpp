@@ -1,0 +1,153 @@
+#include "matrix_values.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "optgen/kernel_abi.h"
+#include "optgen/newton_schulz.h"
+
+namespace optgen {
+namespace {
+
+constexpr std::size_t kBF16 = 2;                 // bytes
+constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm kernels sums or divides
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+/// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
+std::int64_t part_size(std::int64_t size) { return std::min<std::int64_t>(size, kPartElements); }
+
+/// The value of argument `a` for a group of hyperparameters `h`.
+double argument(const MatrixArgument& a, const std::vector<double>& h) {
+  return a.hyperparameter >= 0 ? h.at(static_cast<std::size_t>(a.hyperparameter)) : a.value;
+}
+
+}  // namespace
+
+PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const BoundTensor*>& tensors,
+                            const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
+                            const std::string& call) {
+  PlanMatrices result;
+  if (variant.num_matrix_values == 0) return result;
+  const std::size_t n = tensors.size();
+  // Buckets by value and shape, in the order their shapes first appear; within a bucket, the
+  // tensors in plan order (so each group's matrices are consecutive).
+  std::map<std::tuple<int, std::int64_t, std::int64_t>, std::size_t> index;
+  std::vector<std::vector<std::size_t>> members;  // per bucket, its tensors
+  for (int v = 0; v < variant.num_matrix_values; ++v)
+    for (std::size_t t = 0; t < n; ++t) {
+      const BoundTensor* bound = tensors[t];
+      if (!bound) continue;  // a placeholder: no elements
+      if (!bound->dims.factored)
+        throw Error(call,
+                    std::string("variant ") + variant.name + " applies " +
+                        to_string(variant.matrix_values[v].function) + " to '" + variant.matrix_values[v].name +
+                        "', which needs matrices, but tensor " + std::to_string(t) + " of its plan (group " +
+                        std::to_string(groups[t]) + ", " + std::to_string(bound->numel) + " elements) is bound with " +
+                        (bound->shape.empty() ? "no shape" : std::to_string(bound->shape.size()) + " dimension") +
+                        (bound->shape.size() == 1 ? ""
+                         : bound->shape.empty()   ? ""
+                                                  : "s"),
+                    "bind it with its shape (Tensor::shape) of two or more dimensions, or step it with "
+                    "another optimizer (AdamW for embeddings, norms and biases)");
+      if (bound->numel == 0) continue;
+      const auto key = std::make_tuple(v, bound->dims.rows, bound->dims.cols);
+      auto [it, added] = index.emplace(key, result.buckets.size());
+      if (added) {
+        MatrixBucket bucket;
+        bucket.value = v;
+        bucket.rows = bound->dims.rows;
+        bucket.cols = bound->dims.cols;
+        result.buckets.push_back(bucket);
+        members.emplace_back();
+      }
+      members[it->second].push_back(t);
+    }
+  // One allocation: the buckets' matrices (each 256-byte aligned), the scratch, the partials.
+  std::size_t bytes = 0, scratch = 0, partials = 0;
+  std::vector<std::size_t> offsets;
+  for (std::size_t b = 0; b < result.buckets.size(); ++b) {
+    MatrixBucket& bucket = result.buckets[b];
+    for (std::size_t t : members[b]) bucket.count += tensors[t]->dims.batch;
+    const std::int64_t size = bucket.rows * bucket.cols;
+    offsets.push_back(bytes);
+    bytes = round_up(bytes + kBF16 * static_cast<std::size_t>(bucket.count * size), 256);
+    scratch = std::max(scratch, newton_schulz_scratch_bytes(bucket.count, static_cast<int>(bucket.rows),
+                                                            static_cast<int>(bucket.cols)));
+    const std::int64_t parts = (size + part_size(size) - 1) / part_size(size);
+    partials = std::max(partials, static_cast<std::size_t>(bucket.count * parts));
+  }
+  const std::size_t scratch_at = bytes, partials_at = round_up(bytes + scratch, 256);
+  result.memory = DeviceBuffer(partials_at + partials * sizeof(double));
+  const CUdeviceptr base = result.memory.get();
+  result.scratch = base + scratch_at;
+  result.partials = base + partials_at;
+  for (std::size_t b = 0; b < result.buckets.size(); ++b) {
+    MatrixBucket& bucket = result.buckets[b];
+    bucket.x = base + offsets[b];
+    const std::int64_t size = bucket.rows * bucket.cols;
+    const std::size_t row = 2 + static_cast<std::size_t>(variant.num_states) + static_cast<std::size_t>(bucket.value);
+    std::int64_t first = 0;
+    for (std::size_t t : members[b]) {
+      pointers[row * n + t] = reinterpret_cast<void*>(bucket.x + kBF16 * static_cast<std::size_t>(first * size));
+      if (bucket.groups.empty() || bucket.groups.back().group != groups[t])
+        bucket.groups.push_back({groups[t], first, 0});
+      bucket.groups.back().count += tensors[t]->dims.batch;
+      first += tensors[t]->dims.batch;
+    }
+  }
+  result.sum_squares = module.function(kernel_abi::kMatrixSumSquares);
+  result.normalize = module.function(kernel_abi::kMatrixNormalize);
+  return result;
+}
+
+void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
+                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream,
+                    const std::string& call) {
+  for (const MatrixBucket& bucket : matrices.buckets) {
+    const MatrixValueInfo& value = variant.matrix_values[bucket.value];
+    if (value.stage != stage) continue;
+    const std::int64_t size = bucket.rows * bucket.cols;
+    // The runs of consecutive groups whose arguments agree: one batch each.
+    for (std::size_t g = 0; g < bucket.groups.size();) {
+      const std::vector<double>& h = groups[static_cast<std::size_t>(bucket.groups[g].group)].h;
+      std::vector<double> args;
+      for (int a = 0; a < value.num_arguments; ++a) args.push_back(argument(value.arguments[a], h));
+      std::size_t end = g + 1;
+      std::int64_t count = bucket.groups[g].count;
+      for (; end < bucket.groups.size(); ++end) {
+        const std::vector<double>& next = groups[static_cast<std::size_t>(bucket.groups[end].group)].h;
+        bool same = true;
+        for (int a = 0; a < value.num_arguments && same; ++a) same = argument(value.arguments[a], next) == args[a];
+        if (!same) break;
+        count += bucket.groups[end].count;
+      }
+      const double steps = args[0];
+      if (!(steps >= 0 && steps <= 1000) || steps != std::floor(steps))
+        throw Error(call, "newton_schulz's steps of param group " + std::to_string(bucket.groups[g].group) + " is " +
+                              std::to_string(steps) + ": give a whole number from 0 to 1000");
+      const CUdeviceptr x = bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size);
+      kernel_abi::MatrixBatch batch{reinterpret_cast<void*>(x),
+                                    reinterpret_cast<double*>(matrices.partials),
+                                    size,
+                                    part_size(size),
+                                    static_cast<int>(count),
+                                    static_cast<int>((size + part_size(size) - 1) / part_size(size)),
+                                    static_cast<float>(args[4])};
+      void* batch_args[] = {&batch};
+      const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch.count) * batch.parts);
+      for (CUfunction kernel : {matrices.sum_squares, matrices.normalize})
+        driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
+                       "check that the stream belongs to the current context");
+      newton_schulz(handle, x, matrices.scratch, count, static_cast<int>(bucket.rows), static_cast<int>(bucket.cols),
+                    {static_cast<int>(steps), static_cast<float>(args[1]), static_cast<float>(args[2]),
+                     static_cast<float>(args[3])},
+                    stream);
+      g = end;
+    }
+  }
+}
+
+}  // namespace optgen

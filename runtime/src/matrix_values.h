@@ -1,0 +1,59 @@
+#pragma once
+/// A plan's matrix values (VariantInfo::matrix_values, a spec's newton_schulz): the buffers their
+/// Reduce stage stores the operands in, and the work the runtime does on them before the next
+/// stage. A tensor is the matrices of its last two dimensions (shape_layout.h's TensorDims); the
+/// matrices of one shape, across tensors and groups, lie consecutively in one bucket, so that each
+/// product of the iteration is one strided-batched GEMM over the whole bucket (or over each run of
+/// its groups whose arguments differ): launches grow with the shapes, not with the tensors.
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "optgen/cublas.h"
+#include "optimizer_impl.h"
+
+namespace optgen {
+
+/// The matrices of one shape of one matrix value, bf16, consecutive at `x`.
+struct MatrixBucket {
+  int value = 0;  ///< index into VariantInfo::matrix_values
+  std::int64_t rows = 0, cols = 0, count = 0;
+  CUdeviceptr x = 0;
+  /// Its groups in order, each with the matrices it holds there: [first, first + count).
+  struct GroupRun {
+    int group;
+    std::int64_t first, count;
+  };
+  std::vector<GroupRun> groups;
+};
+
+struct PlanMatrices {
+  DeviceBuffer memory;  ///< every bucket's matrices, then the scratch, then the partials
+  std::vector<MatrixBucket> buckets;
+  CUdeviceptr scratch = 0;   ///< newton_schulz's, for the largest bucket
+  CUdeviceptr partials = 0;  ///< the norms' partial sums (kernel_abi::MatrixBatch)
+  CUfunction sum_squares = nullptr, normalize = nullptr;
+};
+
+/// Lays out and allocates the buffers of `variant`'s matrix values for a plan's tensors (`tensors`,
+/// each of group `groups[t]`; null for a placeholder), and points the rows of `pointers`
+/// (TableView::pointers, n = tensors.size() a row) of their operands at them. `module`: the plan's,
+/// whose matrix kernels it looks up. optgen::Error, naming `call`, for a tensor that is no matrix:
+/// bound without a shape of two or more dimensions.
+PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const BoundTensor*>& tensors,
+                            const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
+                            const std::string& call);
+
+/// Enqueues on `stream` what the matrix values stored by Reduce stage `stage` (1, 2, ...) need before
+/// the next stage reads them: each bucket's matrices divided by their norms and orthogonalised,
+/// with the arguments of its groups (their hyperparameters, `groups[g].h`), one batch per run of
+/// groups whose arguments agree. Capturable in a CUDA graph.
+void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
+                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream,
+                    const std::string& call);
+
+}  // namespace optgen

@@ -1,0 +1,126 @@
+// Matrix functions in the step (a spec's newton_schulz; specs/muon.yaml): the launcher's tables, a
+// tensor that is no matrix refused, and on the GPU Muon against the CPU reference over matrices of
+// mixed shapes in two groups (one bucket shared by both, with arguments that differ), and a step
+// captured in a CUDA graph.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "capture.h"
+#include "optimizer_harness.h"
+
+using namespace optgen_test;
+
+namespace {
+
+int hyperparameter(const optgen::OptimizerInfo& info, const std::string& name) {
+  for (int i = 0; i < info.num_hyperparameters; ++i)
+    if (name == info.hyperparameters[i].name) return i;
+  FAIL("no hyperparameter " << name);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("muon's variant tables carry its matrix value, its stage and its arguments", "[launcher]") {
+  const auto& info = launcher("muon");
+  for (int v = 0; v < info.num_variants; ++v) {
+    const optgen::VariantInfo& variant = info.variants[v];
+    INFO("variant " << variant.name);
+    REQUIRE(variant.num_matrix_values == 1);
+    const optgen::MatrixValueInfo& o = variant.matrix_values[0];
+    CHECK(std::string(o.name) == "o");
+    CHECK(o.function == optgen::MatrixFunction::NewtonSchulz);
+    // Stored by the last Reduce stage (after the clipping's norm, where it clips), read by the update.
+    CHECK(o.stage == variant.num_stages - 1);
+    REQUIRE(o.num_arguments == 5);
+    const char* names[] = {"ns_steps", "ns_a", "ns_b", "ns_c", "eps"};
+    for (int a = 0; a < 5; ++a) CHECK(o.arguments[a].hyperparameter == hyperparameter(info, names[a]));
+  }
+  CHECK(launcher("adamw").variants[0].num_matrix_values == 0);
+}
+
+TEST_CASE("a tensor bound without the dimensions of a matrix is refused by a spec with a matrix function", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const std::vector<double> h = optgen::default_hyperparameters(info);
+  std::mt19937 rng(1);
+  DeviceGroup group(DType::F32, TensorShapes{{{4, 3}, {7}}}, {false, false}, rng);
+  optgen::FusedOptimizer opt(info, h);
+  opt.add_param_group(group.tensors, h);
+  const std::string error = error_of([&] { opt.step(); });
+  CHECK_THAT(error, Catch::Contains("applies newton_schulz to 'o', which needs matrices, but tensor 1") &&
+                        Catch::Contains("is bound with 1 dimension") && Catch::Contains("AdamW for embeddings"));
+}
+
+TEST_CASE("muon matches the CPU reference on matrices of mixed shapes in two groups, in every storage", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const auto& ref = reference_of("muon");
+  for (int k = 0; k < info.num_kernels; ++k) {
+    const optgen::KernelInfo& kernel = info.kernels[k];
+    INFO("kernel set " << kernel.stages[0]);
+    std::vector<double> h0 = hyperparameters_for(info, kernel.variant), h1 = h0;
+    h0[hyperparameter(info, "lr")] = 0.02;
+    // The second group shares a shape with the first (one bucket, two runs of other arguments).
+    h1[hyperparameter(info, "ns_steps")] = 3;
+    h1[hyperparameter(info, "nesterov")] = 0;
+    h1[hyperparameter(info, "match_rms_adamw")] = 1;
+    std::mt19937 rng(static_cast<unsigned>(k) + 7);
+    DeviceGroup a(kernel.param, TensorShapes{{{64, 32}, {32, 64}, {3, 64, 32}, {1, 9}}}, {false, true, false, false},
+                  rng);
+    DeviceGroup b(kernel.param, TensorShapes{{{64, 32}, {17, 1}, {100, 300}}}, {false, false, true}, rng);
+    optgen::FusedOptimizer opt(info, h0, storage_of(info, kernel));
+    opt.add_param_group(a.tensors, h0);
+    opt.add_param_group(b.tensors, h1);
+    std::vector<double> state_a = initial_scalar_state(info, h0), state_b = initial_scalar_state(info, h1);
+    Comparison result;
+    for (std::int64_t step = 1; step <= 5; ++step) {
+      a.new_gradients(rng);
+      b.new_gradients(rng);
+      StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
+      opt.step();
+      synchronize();
+      check_group(opt, ref, 0, a, states_a, state_a, step, result);
+      check_group(opt, ref, 1, b, states_b, state_b, step, result);
+    }
+    INFO("worst relative error " << result.worst << " in " << result.where);
+    // lr 0.02 (group 0); the largest scale, match_rms_adamw's 0.2 sqrt(300) of group 1's 100 x 300.
+    CHECK(result.worst <= matrix_tolerance(info, kernel, 0.02, 0.2 * std::sqrt(300.0), 5));
+  }
+}
+
+TEST_CASE("a muon step captured in a CUDA graph does what it does eagerly", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const std::vector<double> h = optgen::default_hyperparameters(info);
+  const TensorShapes shapes{{{64, 32}, {32, 64}, {64, 32}, {4, 8, 8}}};
+  std::mt19937 rng_a(3), rng_b(3);
+  DeviceGroup a(DType::F32, shapes, {false, false, false, false}, rng_a);
+  DeviceGroup b(DType::F32, shapes, {false, false, false, false}, rng_b);
+  optgen::FusedOptimizer eager(info, h), replayed(info, h);
+  eager.add_param_group(a.tensors, h);
+  replayed.add_param_group(b.tensors, h);
+  Capture capture;
+  replayed.prepare(capture.stream());
+  capture.begin();
+  replayed.step(capture.stream());
+  capture.end();
+  for (int step = 0; step < 3; ++step) {
+    a.new_gradients(rng_a);
+    b.new_gradients(rng_b);
+    eager.step();
+    synchronize();
+    capture.replay();
+    capture.synchronize();
+  }
+  for (std::size_t t = 0; t < a.tensors.size(); ++t) {
+    INFO("tensor " << t);
+    const auto stepped = download(DType::F32, a.tensors[t].param, a.params[t].size());
+    CHECK(stepped != a.params[t]);
+    CHECK(download(DType::F32, b.tensors[t].param, b.params[t].size()) == stepped);
+  }
+}

@@ -1,0 +1,207 @@
+"""optgen.torch.Muon on a GPU against torch.optim.Muon (torch 2.11): parameters and momentum
+buffers after every step, for each of torch's options, for matrices of several shapes (wide, tall,
+square, one row, one column, shapes shared by several parameters); checkpoints both ways mid-run;
+a step captured in a CUDA graph; and torch's refusals.
+
+Both sides orthogonalise in bf16 with fp32 accumulation (cuBLAS), torch one matrix at a time and
+optgen batched by shape: the products may sum in another order, and a bf16 rounding that differs
+in the last bit moves an entry of the orthogonalised update by up to 2^-8 of its size. The bound
+below is 2 % of the largest entry the update can have (lr times the shape's scale), per step,
+measured against both sides' own distance from an fp64 iteration (about 1 %)."""
+
+import copy
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import optgen.torch as ot  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(64, 32), (32, 64), (64, 32), (48, 48), (1, 40), (40, 1), (300, 100)]
+STEPS = 8
+
+CONFIGS = [
+    dict(),
+    dict(lr=0.02, nesterov=False),
+    dict(lr=0.02, adjust_lr_fn="match_rms_adamw", weight_decay=0.0),
+    dict(lr=0.01, momentum=0.9, ns_steps=3, ns_coefficients=(2.0, -1.5, 0.5), eps=1e-5),
+]
+
+
+def reference():
+    if not hasattr(torch.optim, "Muon"):
+        pytest.skip(f"torch {torch.__version__} has no torch.optim.Muon")
+    return torch.optim.Muon
+
+
+def make_params(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in SHAPES]
+
+
+def gradients(step):
+    g = torch.Generator(device="cuda").manual_seed(1000 + step)
+    return [torch.randn(s, generator=g, device="cuda") for s in SHAPES]
+
+
+def bound(config, shape, steps):
+    """How far the parameters may drift apart after `steps` steps (see above)."""
+    lr = config.get("lr", 1e-3)
+    a, b = shape
+    scale = 0.2 * math.sqrt(max(a, b)) if config.get("adjust_lr_fn") == "match_rms_adamw" else math.sqrt(max(1, a / b))
+    return 0.02 * lr * scale * steps + 1e-6
+
+
+def step_both(ours, theirs, ours_p, theirs_p, step):
+    for p, q, g in zip(ours_p, theirs_p, gradients(step)):
+        p.grad, q.grad = g.clone(), g.clone()
+    ours.step()
+    theirs.step()
+
+
+def compare(config, ours, theirs, ours_p, theirs_p, steps, when):
+    for i, (p, q) in enumerate(zip(ours_p, theirs_p)):
+        worst = (p - q).abs().max().item()
+        assert worst <= bound(config, p.shape, steps), f"param {i} {tuple(p.shape)} {when}: {worst}"
+        torch.testing.assert_close(ours.state[p]["momentum_buffer"], theirs.state[q]["momentum_buffer"],
+                                   rtol=1e-5, atol=1e-6 + 2 * bound(config, p.shape, steps),
+                                   msg=lambda m: f"momentum_buffer of param {i} {when}: {m}")
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "defaults")
+def test_muon_steps_as_torch(config):
+    Muon = reference()
+    ours_p, theirs_p = make_params(1), make_params(1)
+    ours, theirs = ot.Muon(ours_p, **config), Muon(theirs_p, **config)
+    for step in range(STEPS):
+        step_both(ours, theirs, ours_p, theirs_p, step)
+        compare(config, ours, theirs, ours_p, theirs_p, step + 1, f"after step {step + 1}")
+
+
+def test_checkpoints_move_both_ways_mid_run():
+    Muon = reference()
+    config = dict(lr=0.02)
+    ours_p, theirs_p = make_params(2), make_params(2)
+    ours, theirs = ot.Muon(ours_p, **config), Muon(theirs_p, **config)
+    for step in range(3):
+        step_both(ours, theirs, ours_p, theirs_p, step)
+    # torch's checkpoint into optgen, optgen's into torch: each then steps on as the other.
+    ours2_p = [torch.nn.Parameter(q.detach().clone()) for q in theirs_p]
+    theirs2_p = [torch.nn.Parameter(p.detach().clone()) for p in ours_p]
+    ours2, theirs2 = ot.Muon(ours2_p, **config), Muon(theirs2_p, **config)
+    ours2.load_state_dict(copy.deepcopy(theirs.state_dict()))
+    theirs2.load_state_dict(copy.deepcopy(ours.state_dict()))
+    for step in range(3, 6):
+        step_both(ours2, theirs, ours2_p, theirs_p, step)
+        step_both(ours, theirs2, ours_p, theirs2_p, step)
+    compare(config, ours2, theirs, ours2_p, theirs_p, 6, "loaded from torch")
+    compare(config, ours, theirs2, ours_p, theirs2_p, 6, "torch loaded from optgen")
+    assert ours.state_dict()["param_groups"][0]["adjust_lr_fn"] is None
+
+
+def test_a_step_captured_in_a_graph_is_the_eager_step():
+    eager_p, replayed_p = make_params(3), make_params(3)
+    eager, replayed = ot.Muon(eager_p, lr=0.02), ot.Muon(replayed_p, lr=0.02)
+    for p, q, g in zip(eager_p, replayed_p, gradients(0)):
+        p.grad, q.grad = g.clone(), g.clone()
+    eager.step()
+    replayed.step()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        replayed.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for step in range(1, 4):
+        for p, q, g in zip(eager_p, replayed_p, gradients(step)):
+            p.grad.copy_(g)
+            q.grad.copy_(g)
+        eager.step()
+        graph.replay()
+    torch.cuda.synchronize()
+    for p, q in zip(eager_p, replayed_p):
+        assert torch.equal(p, q)
+
+
+def test_torch_refusals():
+    reference()
+    with pytest.raises(ValueError, match="Muon only supports 2D parameters"):
+        ot.Muon([torch.nn.Parameter(torch.zeros(5, device="cuda"))])
+    with pytest.raises(ValueError, match="Adjust learning rate function"):
+        ot.Muon([torch.nn.Parameter(torch.zeros(2, 3, device="cuda"))], adjust_lr_fn="sqrt")
+    with pytest.raises(ValueError, match="Learning rate"):
+        ot.Muon([torch.nn.Parameter(torch.zeros(2, 3, device="cuda"))], lr=-1.0)
+
+
+def test_muon_with_aux_adam_steps_as_torch_muon_and_adamw():
+    """Hidden matrices by Muon, the rest (an embedding, biases, a norm's weight) by AdamW, in one
+    optimizer: as torch.optim.Muon and torch.optim.AdamW side by side; its state_dict() round trip,
+    and its parts' state_dicts into torch's."""
+    Muon = reference()
+    g = torch.Generator(device="cuda").manual_seed(4)
+    hidden_shapes, rest_shapes = [(64, 32), (32, 64), (64, 32)], [(500, 32), (64,), (32,)]
+
+    def model():
+        return ([torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in hidden_shapes],
+                [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in rest_shapes])
+
+    hidden, rest = model()
+    t_hidden = [torch.nn.Parameter(p.detach().clone()) for p in hidden]
+    t_rest = [torch.nn.Parameter(p.detach().clone()) for p in rest]
+    ours = ot.MuonWithAuxAdam([dict(params=hidden, use_muon=True, lr=0.02, weight_decay=0.01),
+                               dict(params=rest, use_muon=False, lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)])
+    t_muon = Muon(t_hidden, lr=0.02, weight_decay=0.01)
+    t_adamw = torch.optim.AdamW(t_rest, lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    assert [gr["use_muon"] for gr in ours.param_groups] == [True, False]
+    for step in range(5):
+        grads = [torch.randn(p.shape, generator=g, device="cuda") for p in hidden + rest]
+        for p, q, gr in zip(hidden + rest, t_hidden + t_rest, grads):
+            p.grad, q.grad = gr.clone(), gr.clone()
+        ours.step()
+        t_muon.step()
+        t_adamw.step()
+        if step == 2:
+            ours.param_groups[1]["lr"] = 1e-3  # as a scheduler would: reaches the device
+            t_adamw.param_groups[0]["lr"] = 1e-3
+    for i, (p, q) in enumerate(zip(hidden, t_hidden)):
+        assert (p - q).abs().max().item() <= bound(dict(lr=0.02), p.shape, 5), f"hidden {i}"
+    for i, (p, q) in enumerate(zip(rest, t_rest)):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m: f"rest {i}: {m}")
+    saved = ours.state_dict()
+    assert [len(gr["params"]) for gr in saved["param_groups"]] == [3, 3]
+    assert set(saved["state"][0]) >= {"momentum_buffer"} and set(saved["state"][3]) >= {"exp_avg", "exp_avg_sq"}
+    again = ot.MuonWithAuxAdam([dict(params=[torch.nn.Parameter(p.detach().clone()) for p in hidden], use_muon=True),
+                                dict(params=[torch.nn.Parameter(p.detach().clone()) for p in rest], use_muon=False)])
+    again.load_state_dict(copy.deepcopy(saved))
+    assert again.param_groups[0]["lr"] == 0.02 and again.param_groups[1]["lr"] == 1e-3
+    torch.testing.assert_close(again.state[again.param_groups[0]["params"][0]]["momentum_buffer"],
+                               ours.state[hidden[0]]["momentum_buffer"])
+    torch_muon = Muon([torch.nn.Parameter(p.detach().clone()) for p in hidden])
+    torch_muon.load_state_dict(copy.deepcopy(ours.muon.state_dict()))
+    torch_adamw = torch.optim.AdamW([torch.nn.Parameter(p.detach().clone()) for p in rest])
+    torch_adamw.load_state_dict(copy.deepcopy(ours.adamw.state_dict()))
+
+
+def test_splits_step_each_part_as_its_own_matrix():
+    """A fused QKV weight with splits=3 steps as torch.optim.Muon steps its three thirds apart."""
+    Muon = reference()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    qkv = torch.nn.Parameter(torch.randn(3 * 48, 48, generator=g, device="cuda"))
+    thirds = [torch.nn.Parameter(part.detach().clone()) for part in qkv.detach().split(48)]
+    ours = ot.Muon([dict(params=[qkv], splits=3)], lr=0.02)
+    theirs = Muon(thirds, lr=0.02)
+    for step in range(4):
+        grad = torch.randn(qkv.shape, generator=g, device="cuda")
+        qkv.grad = grad.clone()
+        for part, piece in zip(thirds, grad.split(48)):
+            part.grad = piece.clone()
+        ours.step()
+        theirs.step()
+    worst = (qkv.detach() - torch.cat([p.detach() for p in thirds])).abs().max().item()
+    assert worst <= bound(dict(lr=0.02), (48, 48), 4), worst
+    assert ours.state_dict()["param_groups"][0]["splits"] == 3
+    with pytest.raises(ValueError, match="splits=5 does not divide"):
+        ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=5)])
