@@ -145,9 +145,9 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -322,9 +322,9 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 4 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
@@ -561,9 +561,9 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x2u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -778,9 +778,9 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 5 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;

@@ -234,9 +234,9 @@ namespace variants::adamax_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float grad = v_[1];

@@ -127,9 +127,9 @@ namespace variants::lars {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
@@ -300,9 +300,9 @@ namespace variants::lars_use_momentum {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
@@ -475,9 +475,9 @@ namespace variants::lars_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
@@ -519,9 +519,9 @@ namespace variants::lars_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float clip_coef = tv_.clip_coef;
@@ -702,9 +702,9 @@ namespace variants::lars_use_momentum_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
@@ -746,9 +746,9 @@ namespace variants::lars_use_momentum_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 2 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
 
       static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float clip_coef = tv_.clip_coef;

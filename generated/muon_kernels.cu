@@ -115,9 +115,9 @@ namespace variants::muon {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return -1; }
-      static constexpr int kMatrixInputs = 1;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return j_ == 0 ? 3 : -1; }
+      static constexpr int kElementStores = 2;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return j_ == 0 ? 3 : j_ == 1 ? 2 : -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -134,6 +134,7 @@ namespace variants::muon {
         // "u = nesterov ? lerp(grad, momentum_buffer, momentum) : momentum_buffer"
         const float u = nesterov ? ::optgen::lerp(grad, momentum_buffer_next, momentum) : momentum_buffer_next;
         r_[0] = u;  // o, stored for its matrix function
+        r_[1] = momentum_buffer_next;  // momentum_buffer's new value, stored
       }
     };
 
@@ -153,8 +154,8 @@ namespace variants::muon {
     static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
-    static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x9u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
@@ -175,18 +176,12 @@ namespace variants::muon {
     template <typename Sh_, typename Math>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
-      const float one_minus_momentum = k_.one_minus_momentum;
       const float lr_times_scale = tv_.lr_times_scale;
       const float param = v_[0];
-      const float grad = v_[1];
-      const float momentum_buffer = v_[2];
       const float o = v_[3];
       // param = param * (1 - lr * weight_decay) - lr * scale * o
       const float param_next = param * one_minus_lr_times_weight_decay - lr_times_scale * o;
-      // momentum_buffer = lerp(momentum_buffer, grad, 1 - momentum)
-      const float momentum_buffer_next = ::optgen::lerp(momentum_buffer, grad, one_minus_momentum);
       v_[0] = param_next;  // param
-      v_[2] = momentum_buffer_next;  // momentum_buffer
     }
 
     /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
@@ -291,9 +286,9 @@ namespace variants::muon_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-      static constexpr int kMatrixInputs = 0;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return -1; }
+      static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -340,9 +335,9 @@ namespace variants::muon_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return -1; }
-      static constexpr int kMatrixInputs = 1;  // stored for the runtime's matrix functions
-      static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;
-      static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return j_ == 0 ? 3 : -1; }
+      static constexpr int kElementStores = 2;  // values stored element by element: matrix values' operands, states
+      static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+      static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return j_ == 0 ? 3 : j_ == 1 ? 2 : -1; }
       static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -361,6 +356,7 @@ namespace variants::muon_clip_grad_norm {
         // "u = nesterov ? lerp(grad, momentum_buffer, momentum) : momentum_buffer"
         const float u = nesterov ? ::optgen::lerp(clipped_grad, momentum_buffer_next, momentum) : momentum_buffer_next;
         r_[0] = u;  // o, stored for its matrix function
+        r_[1] = momentum_buffer_next;  // momentum_buffer's new value, stored
       }
     };
 
@@ -380,25 +376,20 @@ namespace variants::muon_clip_grad_norm {
     static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
-    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
-    static constexpr unsigned kStores = 0x5u;  // written back: param, momentum_buffer
+    static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x9u >> op_) & 1u; }
+    static constexpr unsigned kStores = 0x1u;  // written back: param
     static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
 
     struct TensorValues {
       float lr_times_scale;
-      float clip_coef;
     };
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
       const double lr = k_.lr;
-      const double max_grad_norm = k_.max_grad_norm;
       const bool match_rms_adamw = k_.match_rms_adamw;
       // "scale = match_rms_adamw ? 0.2 * sqrt(max(rows, cols)) : sqrt(max(1, rows / cols))"
       const double scale = match_rms_adamw ? 0.2 * ::sqrt(::optgen::max(static_cast<double>(rows_), static_cast<double>(cols_))) : ::sqrt(::optgen::max(1.0, static_cast<double>(rows_) / static_cast<double>(cols_)));
-      const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
-      const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
       TensorValues tv_;
       tv_.lr_times_scale = static_cast<float>(lr * scale);
-      tv_.clip_coef = static_cast<float>(clip_coef_1);
       return tv_;
     }
 
@@ -407,20 +398,12 @@ namespace variants::muon_clip_grad_norm {
     template <typename Sh_, typename Math>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
       const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
-      const float one_minus_momentum = k_.one_minus_momentum;
       const float lr_times_scale = tv_.lr_times_scale;
-      const float clip_coef = tv_.clip_coef;
       const float param = v_[0];
-      const float grad = v_[1];
-      const float momentum_buffer = v_[2];
       const float o = v_[3];
       // param = param * (1 - lr * weight_decay) - lr * scale * o
       const float param_next = param * one_minus_lr_times_weight_decay - lr_times_scale * o;
-      const float clipped_grad = grad * clip_coef;
-      // momentum_buffer = lerp(momentum_buffer, grad, 1 - momentum)
-      const float momentum_buffer_next = ::optgen::lerp(momentum_buffer, clipped_grad, one_minus_momentum);
       v_[0] = param_next;  // param
-      v_[2] = momentum_buffer_next;  // momentum_buffer
     }
 
     /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).

@@ -115,6 +115,7 @@ namespace variants::muon {
           // "u = nesterov ? lerp(grad, momentum_buffer, momentum) : momentum_buffer"
           const T_ u = nesterov ? ::optgen::reference::lerp<T_>(grad, momentum_buffer_next, momentum) : momentum_buffer_next;
           o_data_[i_] = T_(u);  // for newton_schulz
+          if (momentum_buffer_data_) momentum_buffer_data_[i_] = T_(momentum_buffer_next);  // stored by this stage; the stages after it read it
         }
       }
     }
@@ -132,12 +133,10 @@ namespace variants::muon {
     const T_ one_minus_lr_times_weight_decay = T_(k_[0]);
     const T_ lr = T_(k_[1]);
     const bool match_rms_adamw = k_[2] != 0;
-    const T_ one_minus_momentum = T_(k_[4]);
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // "scale = match_rms_adamw ? 0.2 * sqrt(max(rows, cols)) : sqrt(max(1, rows / cols))"
     const double scale = match_rms_adamw ? 0.2 * ::std::sqrt(::optgen::reference::max<double>(static_cast<double>(R_), static_cast<double>(C_))) : ::std::sqrt(::optgen::reference::max<double>(1.0, static_cast<double>(R_) / static_cast<double>(C_)));
     const T_ lr_times_scale = T_(lr * scale);
-    T_* const momentum_buffer_data_ = state_data_[0];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
         [[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;
@@ -145,15 +144,10 @@ namespace variants::muon {
           [[maybe_unused]] const ::std::size_t col_i_ = b_ * C_ + c_;
           const ::std::size_t i_ = row_i_ * C_ + c_;
           const T_ param = param_data_[i_];
-          const T_ grad = grad_data_[i_] / grad_scale_;
-          const T_ momentum_buffer = momentum_buffer_data_ ? momentum_buffer_data_[i_] : T_(0);
           const T_ o = o_data_[i_];
           // param = param * (1 - lr * weight_decay) - lr * scale * o
           const T_ param_next = param * one_minus_lr_times_weight_decay - lr_times_scale * o;
-          // momentum_buffer = lerp(momentum_buffer, grad, 1 - momentum)
-          const T_ momentum_buffer_next = ::optgen::reference::lerp<T_>(momentum_buffer, grad, one_minus_momentum);
           param_data_[i_] = T_(param_next);
-          if (momentum_buffer_data_) momentum_buffer_data_[i_] = T_(momentum_buffer_next);
         }
       }
     }
@@ -247,6 +241,7 @@ namespace variants::muon_clip_grad_norm {
           // "u = nesterov ? lerp(grad, momentum_buffer, momentum) : momentum_buffer"
           const T_ u = nesterov ? ::optgen::reference::lerp<T_>(clipped_grad, momentum_buffer_next, momentum) : momentum_buffer_next;
           o_data_[i_] = T_(u);  // for newton_schulz
+          if (momentum_buffer_data_) momentum_buffer_data_[i_] = T_(momentum_buffer_next);  // stored by this stage; the stages after it read it
         }
       }
     }
@@ -264,16 +259,10 @@ namespace variants::muon_clip_grad_norm {
     const T_ one_minus_lr_times_weight_decay = T_(k_[0]);
     const T_ lr = T_(k_[1]);
     const bool match_rms_adamw = k_[2] != 0;
-    const T_ max_grad_norm = T_(k_[4]);
-    const T_ one_minus_momentum = T_(k_[5]);
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // "scale = match_rms_adamw ? 0.2 * sqrt(max(rows, cols)) : sqrt(max(1, rows / cols))"
     const double scale = match_rms_adamw ? 0.2 * ::std::sqrt(::optgen::reference::max<double>(static_cast<double>(R_), static_cast<double>(C_))) : ::std::sqrt(::optgen::reference::max<double>(1.0, static_cast<double>(R_) / static_cast<double>(C_)));
-    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
-    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ lr_times_scale = T_(lr * scale);
-    const T_ clip_coef = T_(clip_coef_1);
-    T_* const momentum_buffer_data_ = state_data_[0];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
         [[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;
@@ -281,16 +270,10 @@ namespace variants::muon_clip_grad_norm {
           [[maybe_unused]] const ::std::size_t col_i_ = b_ * C_ + c_;
           const ::std::size_t i_ = row_i_ * C_ + c_;
           const T_ param = param_data_[i_];
-          const T_ grad = grad_data_[i_] / grad_scale_;
-          const T_ momentum_buffer = momentum_buffer_data_ ? momentum_buffer_data_[i_] : T_(0);
           const T_ o = o_data_[i_];
           // param = param * (1 - lr * weight_decay) - lr * scale * o
           const T_ param_next = param * one_minus_lr_times_weight_decay - lr_times_scale * o;
-          const T_ clipped_grad = grad * clip_coef;
-          // momentum_buffer = lerp(momentum_buffer, grad, 1 - momentum)
-          const T_ momentum_buffer_next = ::optgen::reference::lerp<T_>(momentum_buffer, clipped_grad, one_minus_momentum);
           param_data_[i_] = T_(param_next);
-          if (momentum_buffer_data_) momentum_buffer_data_[i_] = T_(momentum_buffer_next);
         }
       }
     }

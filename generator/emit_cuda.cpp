@@ -270,14 +270,15 @@ class CudaEmitter {
   /// 8-bit blockwise states (optgen/device/blockwise_update.cuh) are for element-wise
   /// variants; the code of rows and columns reads and writes single elements of its states.
   void check_blockwise(const Program& p, const std::vector<Storage>& storage) const {
-    if (!uses_shapes(p)) return;
+    if (!uses_shapes(p) && p.matrix_values.empty()) return;
     for (const auto& s : storage)
       for (const auto& state : p.states)
         if (is_blockwise(s.state_dtype(state)))
           throw SpecError(spec_.states[spec_.state_index(state)].loc,
                           "storage '" + s.text() + "' keeps state '" + state + "' in " +
                               to_string(s.state_dtype(state)) + ", but variant " + p.variant +
-                              " has row and column code: 8-bit blockwise storage is for element-wise variants",
+                              (uses_shapes(p) ? " has row and column code" : " has a matrix value") +
+                              ": 8-bit blockwise storage is for element-wise variants",
                           "give that state f32, bf16 or f16 (STATE=DTYPE)");
   }
 
@@ -757,6 +758,15 @@ class CudaEmitter {
     return text;
   }
 
+  /// A value a Reduce stage's chunk runs store into an operand, element by element: a matrix
+  /// value's operand (bf16, for the runtime's matrix function), or a state's new value that the
+  /// stage computes for it (Output::stage).
+  struct ElementStore {
+    int operand;
+    Expr value;
+    std::string what;  ///< for the comment
+  };
+
   /// The code of one kind of block of a Reduce stage: its reductions' operands and where their
   /// results go (`Elements`: chunk runs, results by index r, finished by finish_tensor; the others
   /// by their index among the reductions of their scope). `level` is what its apply reads an
@@ -764,14 +774,14 @@ class CudaEmitter {
   /// has them), or a Row or Column of a matrix line.
   void reduction_kind(CodeWriter& w, const Program& p, const Stage& stage, int kind, const std::string& name,
                       bool specialization, const std::vector<std::pair<int, const ReductionValue*>>& list, Domain level,
-                      bool elements, const std::vector<std::pair<int, const MatrixValue*>>& matrices = {}) {
+                      bool elements, const std::vector<ElementStore>& stores = {}) {
     std::vector<Expr> roots;
     for (const auto& [r, reduction] : list) roots.push_back(reduction->operand);
-    for (const auto& [op, matrix] : matrices) roots.push_back(matrix->operand);
+    for (const ElementStore& store : stores) roots.push_back(store.value);
     if (specialization) w.line("template <>");
     auto st = w.block("struct " + name, "};");
     reduction_constants(w, p, list, roots, elements);
-    if (elements) matrix_input_constants(w, matrices);
+    if (elements) stored_operand_constants(w, stores);
     const bool shaped = uses_shapes(p);
     if (elements && shaped) loaded_slot_masks(w, p, roots, stage.number, reads_position(p, roots, stage.number));
     if (!elements) stored_values_finish(w, p, stage, kind);
@@ -805,23 +815,35 @@ class CudaEmitter {
     std::set<std::string> taken = shaped_taken_names(p);
     auto values = shaped_code(w, p, roots, level, indices, taken);
     for (size_t i = 0; i < values.size(); ++i) {
-      const std::string& what = i < list.size() ? list[i].second->name : matrices[i - list.size()].second->name;
-      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + what +
-             (i < list.size() ? "" : ", stored for its matrix function"));
+      const std::string what = i < list.size() ? list[i].second->name : stores[i - list.size()].what;
+      w.line("r_[" + std::to_string(i) + "] = " + values[i] + ";  // " + what);
     }
   }
 
-  /// An Elements struct's matrix inputs (its apply's results after the reductions'), which the chunk
-  /// runs store, bf16, into each tensor's buffer of the matrix value for the runtime's matrix
-  /// functions: their count, kResults, and each one's operand.
-  static void matrix_input_constants(CodeWriter& w, const std::vector<std::pair<int, const MatrixValue*>>& matrices) {
+  /// What Reduce stage `stage` stores: its matrix values' operands, then the states it stores.
+  static std::vector<ElementStore> stage_stores(const Program& p, const Stage& stage) {
+    std::vector<ElementStore> list;
+    for (const auto& [op, matrix] : stage_matrix_values(p, stage))
+      list.push_back({op, matrix->operand, matrix->name + ", stored for its matrix function"});
+    const auto names = operand_names(p);
+    for (const auto& o : p.element_outputs)
+      if (o.stage == stage.number && stage.kind == StageKind::Reduce)
+        list.push_back({static_cast<int>(std::find(names.begin(), names.end(), o.name) - names.begin()), o.value,
+                        o.name + "'s new value, stored"});
+    return list;
+  }
+
+  /// An Elements struct's stores (its apply's results after the reductions'), which the chunk runs
+  /// store in each operand's codec, unless AMP skips the step: their count, kResults, and each
+  /// one's operand.
+  static void stored_operand_constants(CodeWriter& w, const std::vector<ElementStore>& stores) {
     std::string ops;
-    for (size_t j = 0; j < matrices.size(); ++j)
-      ops += "j_ == " + std::to_string(j) + " ? " + std::to_string(matrices[j].first) + " : ";
-    w.line("static constexpr int kMatrixInputs = " + std::to_string(matrices.size()) +
-           ";  // stored for the runtime's matrix functions");
-    w.line("static constexpr int kResults = kReductions + kMatrixInputs > 0 ? kReductions + kMatrixInputs : 1;");
-    w.line("static __device__ __forceinline__ constexpr int matrix_operand(int j_) { return " + ops + "-1; }");
+    for (size_t j = 0; j < stores.size(); ++j)
+      ops += "j_ == " + std::to_string(j) + " ? " + std::to_string(stores[j].operand) + " : ";
+    w.line("static constexpr int kElementStores = " + std::to_string(stores.size()) +
+           ";  // values stored element by element: matrix values' operands, states");
+    w.line("static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;");
+    w.line("static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return " + ops + "-1; }");
   }
 
   /// What Position (device/shape.cuh) finds for element code of `roots` in stage `order`: whether it
@@ -890,7 +912,7 @@ class CudaEmitter {
     const bool shaped = uses_shapes(p);
     const unsigned blocks = shaped ? stage_blocks(p, stage) : 1u << kernel_abi::kChunkRuns;
     const auto list = stage_reductions(p, stage);
-    const auto matrices = stage_matrix_values(p, stage);
+    const auto stores = stage_stores(p, stage);
     using Kind = kernel_abi::BlockKind;
     std::map<int, std::vector<std::pair<int, const ReductionValue*>>> by_kind;
     std::vector<Expr> roots;
@@ -898,8 +920,8 @@ class CudaEmitter {
       roots.push_back(item.second->operand);
       by_kind[block_kind(*item.second)].push_back(item);
     }
-    if (!matrices.empty()) by_kind[Kind::kChunkRuns];  // chunk runs store the matrix inputs
-    for (const auto& item : matrices) roots.push_back(item.second->operand);
+    if (!stores.empty()) by_kind[Kind::kChunkRuns];  // chunk runs store them
+    for (const ElementStore& store : stores) roots.push_back(store.value);
     for (const auto& v : stored_values(p))
       if (v.stage == stage.number) roots.push_back(v.value);
     const std::string name = reduce_struct_name(stage);
@@ -919,7 +941,7 @@ class CudaEmitter {
         w.line();
         w.line("/// Over each tensor or group: chunk runs.");
         reduction_kind(w, p, stage, Kind::kChunkRuns, "Elements", false, by_kind[Kind::kChunkRuns], Domain::Element,
-                       true, matrices);
+                       true, stores);
       }
       if (by_kind.count(Kind::kColumnSegments)) {
         w.line();
@@ -977,6 +999,10 @@ class CudaEmitter {
     Program p = variant;
     for (auto& o : p.element_outputs)
       if (o.first_step_only) o.value = Node::make_var(VarKind::Param, "param", ValueType::Float);
+    // A state a Reduce stage stores (Output::stage) is only read here, as it was stored.
+    p.element_outputs.erase(std::remove_if(p.element_outputs.begin(), p.element_outputs.end(),
+                                           [](const Output& o) { return o.stage != 0; }),
+                            p.element_outputs.end());
     const bool shaped = uses_shapes(p);
     const int order = static_cast<int>(p.stages.size());
     const std::vector<StoredValue> stored = stored_values(p);

@@ -256,7 +256,8 @@ class ReferenceEmitter {
     std::map<Domain, std::vector<std::string>> sinks;  // what each root becomes (a statement's text)
     std::vector<size_t> indices;
     if (update) {
-      for (const auto& o : p.element_outputs) roots[o.level].push_back(o.value);
+      for (const auto& o : p.element_outputs)
+        if (o.stage == 0) roots[o.level].push_back(o.value);
     } else {
       for (size_t r = 0; r < p.reductions.size(); ++r) {
         const auto& reduction = p.reductions[r];
@@ -267,6 +268,8 @@ class ReferenceEmitter {
       }
       for (const auto& m : p.matrix_values)
         if (m.stage == stage) roots[Domain::Element].push_back(m.operand);
+      for (const auto& o : p.element_outputs)  // states this stage stores (Output::stage)
+        if (o.stage == stage) roots[Domain::Element].push_back(o.value);
     }
     std::vector<Expr> all;
     for (const auto& [level, list] : roots) all.insert(all.end(), list.begin(), list.end());
@@ -299,7 +302,7 @@ class ReferenceEmitter {
       w.line("const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);");
     }
     std::set<std::string> taken;
-    stage_prologue(w, p, prologue_roots, update, taken);
+    stage_prologue(w, p, prologue_roots, stage, taken);
     for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
       for (const auto& v : p.values[d]) taken.insert(v.name);
     for (const char* name : {"factored_", "R_", "C_", "B_", "b_", "r_", "c_", "row_i_", "col_i_"}) taken.insert(name);
@@ -321,7 +324,7 @@ class ReferenceEmitter {
       size_t j = 0;
       if (update) {
         for (const auto& o : p.element_outputs) {
-          if (o.level != level) continue;
+          if (o.level != level || o.stage != 0) continue;
           const std::string index = level == Domain::Row ? "row_i_" : level == Domain::Column ? "col_i_" : "i_";
           const bool maybe_absent = shaped && o.name != "param";  // a state some tensors lack
           const std::string value = shaped ? "T_(" + texts[j++] + ")" : texts[j++];
@@ -351,6 +354,12 @@ class ReferenceEmitter {
         if (m.stage != stage || level != Domain::Element) continue;
         w.line(m.name + "_data_[i_] = " + (shaped ? "T_(" + texts[j++] + ")" : texts[j++]) + ";  // for " +
                matrix_function_info(m.op).name);
+      }
+      for (const auto& o : p.element_outputs) {
+        if (o.stage != stage || level != Domain::Element) continue;
+        const std::string value = shaped ? "T_(" + texts[j++] + ")" : texts[j++];
+        w.line((shaped ? "if (" + o.name + "_data_) " : std::string()) + o.name + "_data_[i_] = " + value +
+               ";  // stored by this stage; the stages after it read it");
       }
     };
     // The values of one level: hoisted ones declared (as T_, or kept for the matrix), roots finished.
@@ -500,9 +509,10 @@ class ReferenceEmitter {
     return values;
   }
 
-  /// The head of a stage's function: the group values as T_, then the tensor values `roots` read,
-  /// computed in double as the kernels compute them, then the state pointers.
-  void stage_prologue(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, bool writes_outputs,
+  /// The head of Reduce stage `stage`'s function (0: the Update stage's): the group values as T_,
+  /// then the tensor values `roots` read, computed in double as the kernels compute them, then the
+  /// pointers of the states it reads or writes.
+  void stage_prologue(CodeWriter& w, const Program& p, const std::vector<Expr>& roots, int stage,
                       std::set<std::string>& taken) {
     const auto list = tensor_values_read(p, roots);
     std::vector<Expr> all_roots = roots;
@@ -536,8 +546,8 @@ class ReferenceEmitter {
                (is_bool ? values[j] : "T_(" + values[j] + ")") + ";");
       }
     }
-    if (writes_outputs)
-      for (const auto& o : p.element_outputs) read.insert(o.name);
+    for (const auto& o : p.element_outputs)
+      if (o.stage == stage) read.insert(o.name);  // the outputs it writes
     for (const auto& s : p.states)
       if (read.count(s)) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
   }

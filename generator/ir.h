@@ -167,6 +167,10 @@ struct Output {
   /// A state `update` never assigns, with `init: param`: its buffer is written at the group's
   /// first step only (the parameter), and only read after.
   bool first_step_only = false;
+  /// The Reduce stage that stores it (`plan_stages`: a stage that stores a matrix value's operand
+  /// and computes the state's new value for it, Muon's momentum), the stages after it reading the
+  /// stored value; 0: the Update stage.
+  int stage = 0;
 };
 
 /// A value computed once at a lower level and read, through a Hoisted leaf of the same name, by the

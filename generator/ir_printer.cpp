@@ -134,7 +134,10 @@ std::string dump(const Program& program) {
     assignment(o.level == Domain::Row      ? o.name + "[row]"
                : o.level == Domain::Column ? o.name + "[col]"
                                            : o.name,
-               o.value, o.first_step_only ? "<- (at the first step only)" : "<-");
+               o.value,
+               o.first_step_only ? "<- (at the first step only)"
+               : o.stage != 0    ? ("<- (by stage " + std::to_string(o.stage) + ")").c_str()
+                                 : "<-");
   if (!program.stages.empty()) {
     out << "stages:";
     for (const auto& stage : program.stages) out << " " << stage.name << " (" << to_string(stage.kind) << ")";

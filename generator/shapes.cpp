@@ -189,7 +189,8 @@ std::vector<const Output*> update_computes(const Program& variant, const std::ve
   const int order = static_cast<int>(variant.stages.size());
   std::vector<const Output*> list;
   for (const auto& o : variant.element_outputs)
-    if (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)) list.push_back(&o);
+    if (o.stage == 0 && (o.level == Domain::Element || !loaded_value(stored, o.name, o.level, order, true)))
+      list.push_back(&o);
   return list;
 }
 

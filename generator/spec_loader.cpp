@@ -258,7 +258,8 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
 }
 
 /// The launcher's members made from the spec's names (states and scalar states as accessors,
-/// set_<name> setters of hyperparameters and scalar states, the class itself) must not collide.
+/// programs as methods, set_<name> setters of hyperparameters and scalar states, the class itself)
+/// must not collide.
 void check_launcher_names(const Spec& spec) {
   std::map<std::string, std::string> setters;  // set_<name> -> what it sets
   for (const auto& h : spec.hyperparameters) setters["set_" + h.name] = "hyperparameter '" + h.name + "'";
@@ -273,6 +274,7 @@ void check_launcher_names(const Spec& spec) {
   };
   for (const auto& s : spec.states) check(s.name, s.loc, "state");
   for (const auto& s : spec.scalar_states) check(s.name, s.loc, "scalar state");
+  for (const auto& p : spec.programs) check(p.name, p.loc, "program");
 }
 
 /// `programs:`: each a name (a launcher method, run by FusedOptimizer::run) and its statements.

@@ -205,3 +205,19 @@ def test_splits_step_each_part_as_its_own_matrix():
     assert ours.state_dict()["param_groups"][0]["splits"] == 3
     with pytest.raises(ValueError, match="splits=5 does not divide"):
         ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=5)])
+
+
+def test_a_convolution_weight_steps_as_its_matrix_of_first_dimension_against_the_rest():
+    """A 4-D weight (torch.optim.Muon refuses it) steps as torch's Muon steps its (out, in * kh * kw) view."""
+    Muon = reference()
+    g = torch.Generator(device="cuda").manual_seed(6)
+    conv = torch.nn.Parameter(torch.randn(16, 8, 3, 3, generator=g, device="cuda"))
+    flat = torch.nn.Parameter(conv.detach().reshape(16, 72).clone())
+    ours, theirs = ot.Muon([conv], lr=0.02), Muon([flat], lr=0.02)
+    for step in range(4):
+        grad = torch.randn(conv.shape, generator=g, device="cuda")
+        conv.grad, flat.grad = grad.clone(), grad.reshape(16, 72).clone()
+        ours.step()
+        theirs.step()
+    worst = (conv.detach().reshape(16, 72) - flat.detach()).abs().max().item()
+    assert worst <= bound(dict(lr=0.02), (16, 72), 4), worst

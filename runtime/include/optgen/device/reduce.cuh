@@ -174,9 +174,10 @@ __device__ __forceinline__ constexpr int loaded_operands() {
 /// element, from the operands Code::loads; with each element's row, column and matrix where
 /// kShaped, Position). It writes the run's partial results as the first chunk's (the identity as
 /// the others') and counts the run's chunks as arrived at once; the last block of each tensor, then
-/// of each group, finishes them (kernel_abi::ReductionTable). Code's matrix inputs (the operands of
-/// its stage's matrix values, after its reductions among apply's results) are stored, bf16, into
-/// their operands' buffers at the element's index. A run is read as one range so that a
+/// of each group, finishes them (kernel_abi::ReductionTable). Code's stores (after its reductions
+/// among apply's results: its stage's matrix values' operands, and states it stores, Output::stage
+/// in the generator) go into their operands at the element's index, in each operand's codec,
+/// unless AMP skips the step (a nonzero *found_inf). A run is read as one range so that a
 /// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
 /// fence, an atomic) is paid once per run. `Stage` computes the tensor values.
 template <typename Code, typename Stage, typename Group, typename Ops, bool kShaped>
@@ -185,7 +186,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
   typedef typename Group::Values Values;
   constexpr int kOps = Code::kOperands;
   constexpr int kR = Code::kReductions;
-  constexpr int kM = Code::kMatrixInputs;
+  constexpr int kM = Code::kElementStores;
   constexpr int V = reduce_vector<Ops>();
   // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
   // gradient norm) holds four times the Update stage's count, with little math per element; one
@@ -225,12 +226,13 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       absmax[op] = Ops::blockwise(op) && ptr[op] ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
       aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
     }
-    void* matrix[kM > 0 ? kM : 1];
+    void* stored[kM > 0 ? kM : 1];
 #pragma unroll
     for (int j = 0; j < kM; ++j) {
-      matrix[j] = operand_pointer<Ops, kOps>(table, Code::matrix_operand(j), t);
-      aligned = aligned && reinterpret_cast<uintptr>(matrix[j]) % 16 == 0;
+      stored[j] = operand_pointer<Ops, kOps>(table, Code::element_store_operand(j), t);
+      aligned = aligned && reinterpret_cast<uintptr>(stored[j]) % 16 == 0;
     }
+    const bool stores = kM > 0 && (inputs.found_inf == nullptr || *inputs.found_inf == 0.0f);
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
     const typename Stage::TensorValues tv = at.tensor(k, table.whole_numel[t], results(red, t, g));
     // Read per run rather than held across the loop: one register fewer where it counts.
@@ -239,8 +241,8 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
     float acc[kR > 0 ? kR : 1];
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    // Element e of a vector (0 for a single element): its reductions' operands added, its matrix
-    // inputs into inputs[j][e].
+    // Element e of a vector (0 for a single element): its reductions' operands added, the values
+    // it stores into inputs[j][e].
     float inputs[kM > 0 ? kM : 1][V];
     auto add = [&](float (&x)[kOps], int e, bool in_row) {
       if (scaled) x[1] = x[1] / grad_scale;
@@ -261,8 +263,10 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
         for (int op = 0; op < kOps; ++op) x[op] = operands[op][e];
         add(x, e, in_row);
       }
+      if (stores) {
 #pragma unroll
-      for (int j = 0; j < kM; ++j) store_codec<V>(Codec::kBF16, matrix[j], i, inputs[j]);
+        for (int j = 0; j < kM; ++j) store_codec<V>(Ops::codec(Code::element_store_operand(j)), stored[j], i, inputs[j]);
+      }
     };
 
     const long long vector_end = aligned ? start + (end - start) / V * V : start;
@@ -301,8 +305,10 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       }
       at.seek(i, false);
       add(x, 0, false);
+      if (stores) {
 #pragma unroll
-      for (int j = 0; j < kM; ++j) store_codec<1>(Codec::kBF16, matrix[j], i, inputs[j]);
+        for (int j = 0; j < kM; ++j) store_codec<1>(Ops::codec(Code::element_store_operand(j)), stored[j], i, inputs[j]);
+      }
     }
 
     finish_run<Code>(red, acc, chunk, run);

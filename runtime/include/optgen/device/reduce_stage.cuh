@@ -16,7 +16,8 @@ __device__ __forceinline__ constexpr bool has_blocks(unsigned blocks, kernel_abi
 /// while b is below that kind's count, and so on; chunk runs count table.num_chunks /
 /// chunks_per_block blocks, the other kinds ShapeTable::block_offset's. An element-wise variant's
 /// stages have chunk runs only. Nothing but the stage's results (and a row or column line's stored
-/// values) is written, and the step is not advanced: that is the Update stage's.
+/// values, and the operands of its matrix values and states it stores) is written, and the step is
+/// not advanced: that is the Update stage's.
 ///
 /// It waits for the kernel before it and only then lets the next one start. The Update stage after
 /// it loads params, grads and states before its own wait, and a wait covers only the kernel just
@@ -26,7 +27,7 @@ __device__ __forceinline__ constexpr bool has_blocks(unsigned blocks, kernel_abi
 ///
 /// AMP: an overflow skips the Update stage; this one still runs (a clipping variant reports the
 /// norm of an overflowed step, inf or NaN, as torch's clip_grad_norm_ would), and writes only its
-/// results.
+/// results: the values it stores element by element (Code::kElementStores) it leaves alone.
 template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void reduce_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
