@@ -559,15 +559,6 @@ class CudaEmitter {
     return list;
   }
 
-  /// The matrix values whose operands Reduce stage `stage` computes and stores, with their operand index.
-  static std::vector<std::pair<int, const MatrixValue*>> stage_matrix_values(const Program& p, const Stage& stage) {
-    std::vector<std::pair<int, const MatrixValue*>> list;
-    const int first = 2 + static_cast<int>(p.states.size());
-    for (size_t m = 0; m < p.matrix_values.size(); ++m)
-      if (p.matrix_values[m].stage == stage.number) list.push_back({first + static_cast<int>(m), &p.matrix_values[m]});
-    return list;
-  }
-
   /// The constants the stage drivers read of a list of reductions whose operands are `roots`: their
   /// count, the operands they load, which are maxima (else sums), where each result goes
   /// (kernel_abi::ReductionTable's r for reductions over tensors and groups, the scope's own index
@@ -823,13 +814,16 @@ class CudaEmitter {
   /// What Reduce stage `stage` stores: its matrix values' operands, then the states it stores.
   static std::vector<ElementStore> stage_stores(const Program& p, const Stage& stage) {
     std::vector<ElementStore> list;
-    for (const auto& [op, matrix] : stage_matrix_values(p, stage))
-      list.push_back({op, matrix->operand, matrix->name + ", stored for its matrix function"});
+    if (stage.kind != StageKind::Reduce) return list;
     const auto names = operand_names(p);
+    auto operand = [&](const std::string& name) {
+      return static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin());
+    };
+    for (const auto& m : p.matrix_values)
+      if (m.stage == stage.number)
+        list.push_back({operand(m.name), m.operand, m.name + ", stored for its matrix function"});
     for (const auto& o : p.element_outputs)
-      if (o.stage == stage.number && stage.kind == StageKind::Reduce)
-        list.push_back({static_cast<int>(std::find(names.begin(), names.end(), o.name) - names.begin()), o.value,
-                        o.name + "'s new value, stored"});
+      if (o.stage == stage.number) list.push_back({operand(o.name), o.value, o.name + "'s new value, stored"});
     return list;
   }
 

@@ -635,12 +635,13 @@ class ReferenceEmitter {
           const MatrixValue& value = v.matrix_values[m];
           if (value.stage != stage) continue;
           std::string args;
-          for (const Expr& a : value.args)
-            args += ", T_(" +
-                    (a->is_const() ? cpp_double_literal(a->value)
-                                   : "h_[" + std::to_string(hyperparameter_index(a->name)) + "]") +
-                    ")";
-          args.replace(args.find("T_("), 3, "static_cast<::std::int64_t>(");  // steps
+          const auto& parameters = matrix_function_info(value.op).parameters;
+          for (size_t a = 0; a < value.args.size(); ++a)
+            args +=
+                std::string(parameters.at(a).integral ? ", static_cast<::std::int64_t>(" : ", T_(") +
+                (value.args[a]->is_const() ? cpp_double_literal(value.args[a]->value)
+                                           : "h_[" + std::to_string(hyperparameter_index(value.args[a]->name)) + "]") +
+                ")";
           w.line("// " + value.name + ": " + matrix_function_info(value.op).name +
                  " of each matrix of each tensor (a tensor of fewer than two dimensions: one row).");
           w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) {");

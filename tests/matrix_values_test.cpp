@@ -43,6 +43,23 @@ TEST_CASE("muon's variant tables carry its matrix value, its stage and its argum
   CHECK(launcher("adamw").variants[0].num_matrix_values == 0);
 }
 
+TEST_CASE("newton_schulz's steps are a whole number from 0 to 1000, checked where hyperparameters are given",
+          "[launcher]") {
+  const auto& info = launcher("muon");
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
+  std::vector<double> h = optgen::default_hyperparameters(info);
+  for (double steps : {-1.0, 2.5, 1001.0}) {
+    h[hyperparameter(info, "ns_steps")] = steps;
+    CHECK_THAT(error_of([&] { opt.states_used(h); }),
+               Catch::Contains("newton_schulz's steps (ns_steps) is " + std::to_string(steps)) &&
+                   Catch::Contains("give a whole number from 0 to 1000"));
+  }
+  for (double steps : {0.0, 5.0, 1000.0}) {
+    h[hyperparameter(info, "ns_steps")] = steps;
+    CHECK(error_of([&] { opt.states_used(h); }) == "(no error)");
+  }
+}
+
 TEST_CASE("a tensor bound without the dimensions of a matrix is refused by a spec with a matrix function", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   const auto& info = launcher("muon");

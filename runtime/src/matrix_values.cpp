@@ -14,10 +14,10 @@ namespace {
 constexpr std::size_t kBF16 = 2;                 // bytes
 constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm kernels sums or divides
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 /// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
 std::int64_t part_size(std::int64_t size) { return std::min<std::int64_t>(size, kPartElements); }
+/// How many parts a matrix of `size` elements has.
+std::int64_t part_count(std::int64_t size) { return (size + part_size(size) - 1) / part_size(size); }
 
 /// The value of argument `a` for a group of hyperparameters `h`.
 double argument(const MatrixArgument& a, const std::vector<double>& h) {
@@ -76,8 +76,7 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
     bytes = round_up(bytes + kBF16 * static_cast<std::size_t>(bucket.count * size), 256);
     scratch = std::max(scratch, newton_schulz_scratch_bytes(bucket.count, static_cast<int>(bucket.rows),
                                                             static_cast<int>(bucket.cols)));
-    const std::int64_t parts = (size + part_size(size) - 1) / part_size(size);
-    partials = std::max(partials, static_cast<std::size_t>(bucket.count * parts));
+    partials = std::max(partials, static_cast<std::size_t>(bucket.count * part_count(size)));
   }
   const std::size_t scratch_at = bytes, partials_at = round_up(bytes + scratch, 256);
   result.memory = DeviceBuffer(partials_at + partials * sizeof(double));
@@ -103,9 +102,27 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
   return result;
 }
 
+std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo& variant,
+                                    const std::vector<double>& h) {
+  for (int m = 0; m < variant.num_matrix_values; ++m) {
+    const MatrixValueInfo& value = variant.matrix_values[m];
+    switch (value.function) {
+      case MatrixFunction::NewtonSchulz: {
+        const MatrixArgument& steps = value.arguments[0];
+        const double given = argument(steps, h);
+        if (given >= 0 && given <= 1000 && given == std::floor(given)) break;
+        return std::string(to_string(value.function)) + "'s steps" +
+               (steps.hyperparameter >= 0 ? std::string(" (") + info.hyperparameters[steps.hyperparameter].name + ")"
+                                          : std::string()) +
+               " is " + std::to_string(given) + ": give a whole number from 0 to 1000";
+      }
+    }
+  }
+  return "";
+}
+
 void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
-                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream,
-                    const std::string& call) {
+                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
   for (const MatrixBucket& bucket : matrices.buckets) {
     const MatrixValueInfo& value = variant.matrix_values[bucket.value];
     if (value.stage != stage) continue;
@@ -124,17 +141,13 @@ void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, in
         if (!same) break;
         count += bucket.groups[end].count;
       }
-      const double steps = args[0];
-      if (!(steps >= 0 && steps <= 1000) || steps != std::floor(steps))
-        throw Error(call, "newton_schulz's steps of param group " + std::to_string(bucket.groups[g].group) + " is " +
-                              std::to_string(steps) + ": give a whole number from 0 to 1000");
       const CUdeviceptr x = bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size);
       kernel_abi::MatrixBatch batch{reinterpret_cast<void*>(x),
                                     reinterpret_cast<double*>(matrices.partials),
                                     size,
                                     part_size(size),
                                     static_cast<int>(count),
-                                    static_cast<int>((size + part_size(size) - 1) / part_size(size)),
+                                    static_cast<int>(part_count(size)),
                                     static_cast<float>(args[4])};
       void* batch_args[] = {&batch};
       const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch.count) * batch.parts);
@@ -142,7 +155,7 @@ void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, in
         driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
                        "check that the stream belongs to the current context");
       newton_schulz(handle, x, matrices.scratch, count, static_cast<int>(bucket.rows), static_cast<int>(bucket.cols),
-                    {static_cast<int>(steps), static_cast<float>(args[1]), static_cast<float>(args[2]),
+                    {static_cast<int>(args[0]), static_cast<float>(args[1]), static_cast<float>(args[2]),
                      static_cast<float>(args[3])},
                     stream);
       g = end;

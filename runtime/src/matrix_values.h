@@ -48,12 +48,18 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
                             const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
                             const std::string& call);
 
+/// What is wrong with the arguments hyperparameters `h` give `variant`'s matrix functions
+/// (newton_schulz's steps: a whole number from 0 to 1000), or "". Checked where a group's
+/// hyperparameters are given or changed, so that no step stops halfway.
+std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo& variant,
+                                    const std::vector<double>& h);
+
 /// Enqueues on `stream` what the matrix values stored by Reduce stage `stage` (1, 2, ...) need before
 /// the next stage reads them: each bucket's matrices divided by their norms and orthogonalised,
-/// with the arguments of its groups (their hyperparameters, `groups[g].h`), one batch per run of
-/// groups whose arguments agree. Capturable in a CUDA graph.
+/// with the arguments of its groups (their hyperparameters, `groups[g].h`, which
+/// matrix_argument_problem accepted), one batch per run of groups whose arguments agree.
+/// Capturable in a CUDA graph.
 void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
-                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream,
-                    const std::string& call);
+                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);
 
 }  // namespace optgen

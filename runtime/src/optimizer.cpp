@@ -16,8 +16,6 @@ namespace {
 
 constexpr std::size_t kStateAlignment = 256;  // bytes; keeps every state buffer 16-byte aligned
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 /// A chunk of a kernel set with 8-bit states holds whole quantisation blocks (the Update stage's
 /// warps take one each): the rule a chunk size is held to, from set_chunk_size or a tuning table.
 bool holds_whole_blocks(long long chunk, const DType* dtypes, std::size_t count) {
@@ -128,7 +126,10 @@ void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, c
 int FusedOptimizer::Impl::variant_of(std::vector<double>& h, const char* method) const {
   check_hyperparameters(h, method);
   derive_flags(*info, h.data());
-  return select_variant(*info, h.data());
+  const int variant = select_variant(*info, h.data());
+  if (std::string why = matrix_argument_problem(*info, info->variants[variant], h); !why.empty())
+    throw Error(call(method), why);
+  return variant;
 }
 
 const Group& FusedOptimizer::Impl::group_at(std::size_t group, const char* method) const {
@@ -1053,7 +1054,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
                           r.num_tensors, r.group_results, r.num_groups, stream});
       }
       if (plan.matrices && variant.stage_kinds[s] == StageKind::Reduce) {
-        apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream, m.call("step"));
+        apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream);
         after_matrices = true;
       }
     }
@@ -1157,6 +1158,8 @@ std::vector<double> with_value(const FusedOptimizer::Impl& m, std::size_t group,
                     m.info->variants[variant].name,
                 "variants own different state buffers, so they are fixed when a group is added: pass " + name +
                     " to add_param_group instead");
+  if (std::string why = matrix_argument_problem(*m.info, m.info->variants[variant], h); !why.empty())
+    throw Error(m.call("set"), why);
   return h;
 }
 

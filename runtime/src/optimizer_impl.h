@@ -24,6 +24,9 @@
 
 namespace optgen {
 
+/// `n` rounded up to a multiple of `to`.
+inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
 /// Device memory that frees itself.
 class DeviceBuffer {
  public:

@@ -586,15 +586,19 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
         self.adamw = AdamW(of(False), **options) if not all(order) else None
         super().__init__([p for g in groups for p in g["params"]], {})
         self._order = order
-        muon_groups = iter(self.muon.param_groups if self.muon else [])
-        adamw_groups = iter(self.adamw.param_groups if self.adamw else [])
-        self.param_groups = [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
+        self.param_groups = self._joined_groups()
         for group, use_muon in zip(self.param_groups, self._order):
             dict.__setitem__(group, "use_muon", use_muon)
         self.state = _CombinedState(self._parts())
 
     def _parts(self):
         return [opt for opt in (self.muon, self.adamw) if opt is not None]
+
+    def _joined_groups(self):
+        """Muon's and AdamW's param groups (the same objects), in the order they were given."""
+        muon_groups = iter(self.muon.param_groups if self.muon else [])
+        adamw_groups = iter(self.adamw.param_groups if self.adamw else [])
+        return [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
 
     def add_param_group(self, param_group: _Dict[str, _Any]) -> None:
         if not hasattr(self, "_order"):  # torch.optim.Optimizer.__init__'s own group: replaced above
@@ -655,9 +659,7 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
                 for g in mine]})
             for group in opt.param_groups:
                 dict.__setitem__(group, "use_muon", use_muon)
-        muon_groups = iter(self.muon.param_groups if self.muon else [])
-        adamw_groups = iter(self.adamw.param_groups if self.adamw else [])
-        self.param_groups = [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
+        self.param_groups = self._joined_groups()
 
 
 class _CombinedState(dict):

@@ -136,7 +136,7 @@ __device__ __forceinline__ int run_end(const Chunk* chunks, int count, int c) {
 template <typename Code>
 __device__ __forceinline__ void finish_run(const ReductionTable& red, const float* acc, const Chunk& first,
                                            unsigned int run) {
-  if constexpr (Code::kReductions == 0) return;  // a stage that only stores matrix inputs
+  if constexpr (Code::kReductions == 0) return;  // a stage that only stores values (Code::kElementStores)
   const int t = first.tensor;
   double* partials = red.partials + (static_cast<long long>(red.first_chunk[t]) + first.index) * red.stride;
 #pragma unroll
@@ -242,8 +242,8 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
     // Element e of a vector (0 for a single element): its reductions' operands added, the values
-    // it stores into inputs[j][e].
-    float inputs[kM > 0 ? kM : 1][V];
+    // it stores into to_store[j][e].
+    float to_store[kM > 0 ? kM : 1][V];
     auto add = [&](float (&x)[kOps], int e, bool in_row) {
       if (scaled) x[1] = x[1] / grad_scale;
       float value[Code::kResults];
@@ -252,7 +252,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
 #pragma unroll
       for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
 #pragma unroll
-      for (int j = 0; j < kM; ++j) inputs[j][e] = value[kR + j];
+      for (int j = 0; j < kM; ++j) to_store[j][e] = value[kR + j];
     };
     // A vector's elements, at i; with no branch between them where they share a row (in_row constant).
     auto add_vector = [&](const float (&operands)[kOps][V], long long i, bool in_row) {
@@ -265,7 +265,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       }
       if (stores) {
 #pragma unroll
-        for (int j = 0; j < kM; ++j) store_codec<V>(Ops::codec(Code::element_store_operand(j)), stored[j], i, inputs[j]);
+        for (int j = 0; j < kM; ++j) store_codec<V>(Ops::codec(Code::element_store_operand(j)), stored[j], i, to_store[j]);
       }
     };
 
@@ -307,7 +307,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
       add(x, 0, false);
       if (stores) {
 #pragma unroll
-        for (int j = 0; j < kM; ++j) store_codec<1>(Ops::codec(Code::element_store_operand(j)), stored[j], i, inputs[j]);
+        for (int j = 0; j < kM; ++j) store_codec<1>(Ops::codec(Code::element_store_operand(j)), stored[j], i, to_store[j]);
       }
     }
 
