@@ -5,6 +5,7 @@
 #include <set>
 
 #include "clipping.h"
+#include "evaluate.h"
 #include "names.h"
 
 namespace optgen {
@@ -619,6 +620,11 @@ class Lowering {
     for (size_t i = 0; i < f.parameters.size(); ++i) {
       const Syntax& operand = *s.operands[i + 1];
       Expr a = expression(operand);
+      // A number may be written as arithmetic of numbers (-4.775): its value.
+      bool constant = true;
+      for_each_node(a, [&](const Expr& e) { constant = constant && e->kind != NodeKind::Var; });
+      if (constant && a->type != ValueType::Bool)
+        a = Node::make_const(evaluate(a, [](const Node&) -> double { throw InternalError("no leaf"); }), a->type);
       const MatrixFunctionInfo::Parameter& p = f.parameters[i];
       const bool hyperparameter = a->kind == NodeKind::Var && a->var == VarKind::Hyperparameter;
       if (a->type == ValueType::Bool || !(hyperparameter || a->is_const()))

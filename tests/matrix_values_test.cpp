@@ -10,6 +10,7 @@
 #include <string>
 
 #include "capture.h"
+#include "check.h"
 #include "optimizer_harness.h"
 
 using namespace optgen_test;
@@ -41,6 +42,19 @@ TEST_CASE("muon's variant tables carry its matrix value, its stage and its argum
     for (int a = 0; a < 5; ++a) CHECK(o.arguments[a].hyperparameter == hyperparameter(info, names[a]));
   }
   CHECK(launcher("adamw").variants[0].num_matrix_values == 0);
+}
+
+TEST_CASE("newton_schulz's numbers may be written as arithmetic of numbers, and no other value", "[errors]") {
+  const std::string head =
+      "optimizer: M\nsummary: s\nhyperparameters:\n  lr: {type: float, default: 0.02}\nupdate:\n  - o = ";
+  const std::string tail = "\n  - param = param - lr * o\n";
+  CHECK(optgen::test::spec_error("m.yaml",
+                                 head + "newton_schulz(grad, 2 + 3, 3.4445, -4.775, 2.0315, 1.0e-7)" + tail) == "");
+  CHECK_THAT(optgen::test::spec_error("m.yaml", head + "newton_schulz(grad, 5, 3.4445, -lr, 2.0315, 1.0e-7)" + tail),
+             Catch::Contains("argument 'b' of 'newton_schulz' must be a hyperparameter or a number"));
+  CHECK_THAT(
+      optgen::test::spec_error("m.yaml", head + "newton_schulz(grad, 5 / 2, 3.4445, -4.775, 2.0315, 1e-7)" + tail),
+      Catch::Contains("argument 'steps' of 'newton_schulz' counts iterations"));
 }
 
 TEST_CASE("newton_schulz's steps are a whole number from 0 to 1000, checked where hyperparameters are given",

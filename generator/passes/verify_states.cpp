@@ -78,6 +78,7 @@ Program verify_states(const Program& program) {
   };
   for (const auto& o : program.element_outputs) for_each_node(o.value, note_grad);
   for (const auto& r : program.reductions) for_each_node(r.operand, note_grad);
+  for (const auto& m : program.matrix_values) for_each_node(m.operand, note_grad);
   if (!reads_grad && step)
     throw SpecError(program.spec->update_loc,
                     "variant " + program.variant + " (" + flags_text(program) +
