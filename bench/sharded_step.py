@@ -10,6 +10,12 @@ gradients: the time of one step() per rank, from CUDA events around --steps back
 after 5 warm-ups, the slowest rank's. Optimizers that reduce all-reduce their reductions across the
 ranks inside the step (optgen.torch.Optimizer, DTensor params); torch's row clips with
 clip_grad_norm_ (which all-reduces the DTensor norms) before its fused AdamW.
+
+Muon steps the workload's hidden matrices (its 2-D tensors but those with a dimension of 32768 or
+more, as bench/torch_muon.py picks them): optgen.torch.Muon gathers each matrix's momentum to an
+owner rank, orthogonalises there and hands the rows back; torch.optim.Muon is timed on the same
+params where it runs (on DTensors its matmuls redistribute them as DTensor does), else its error
+is recorded.
 """
 
 import argparse
@@ -29,7 +35,10 @@ METHODS = {
     "optgen AdamW, clipped": lambda params: ot.AdamW(params, lr=1e-3, weight_decay=0.01, max_grad_norm=1.0),
     "optgen LAMB": lambda params: ot.LAMB(params, lr=1e-3, weight_decay=0.01),
     "torch AdamW fused, clipped": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True),
+    "optgen Muon": lambda params: ot.Muon(params, lr=0.02),
+    "torch Muon": lambda params: torch.optim.Muon(params, lr=0.02),
 }
+EMBEDDING = 32768  # a dimension at least this long is a token embedding or an output head
 
 
 def make(shapes, mesh):
@@ -49,7 +58,7 @@ def make(shapes, mesh):
 
 def measure(name, optimizer, params, steps):
     def step():
-        if "torch" in name:
+        if "clipped" in name and "torch" in name:
             torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         optimizer.step()
 
@@ -80,9 +89,14 @@ def main():
         mesh = init_device_mesh("cuda", (world,))
     shapes = [tuple(s) for s in json.loads((REPO / "bench" / "workloads" / f"{args.workload}.json").read_text())["shapes"]]
     results = {"device": torch.cuda.get_device_name(), "ranks": world, "workload": args.workload, "ms": {}}
+    hidden = [s for s in shapes if len(s) == 2 and max(s) < EMBEDDING]
     for name, make_optimizer in METHODS.items():
-        params = make(shapes, mesh)
-        ms = torch.tensor(measure(name, make_optimizer(params), params, args.steps), device="cuda")
+        params = make(hidden if "Muon" in name else shapes, mesh)
+        try:
+            ms = torch.tensor(measure(name, make_optimizer(params), params, args.steps), device="cuda")
+        except Exception as e:  # noqa: BLE001 - torch.optim.Muon on DTensors, where it fails
+            results.setdefault("errors", {})[name] = f"{type(e).__name__}: {str(e)[:300]}"
+            continue
         if mesh is not None:
             dist.all_reduce(ms, op=dist.ReduceOp.MAX)
         results["ms"][name] = round(ms.item(), 3)

@@ -38,6 +38,8 @@
 #            Python tests (GPU ones included) and examples/python against it (scripts/test_wheel.sh;
 #            logs in $OUT/wheel)
 #   fsdp2    examples/python/run_gpu.sh fsdp2: optgen.torch against torch on FSDP2 shards (2 GPUs)
+#   ranks    tests/python/test_torch_ranks_gpu.py (DTensor shards of two ranks: NCCL on two GPUs,
+#            gloo on one), then bench/sharded_step.py on llama-1b on one GPU and on every GPU
 #   sweep    every build-run/optgen_bench_<tuning> (built with OPTGEN_BUILTIN_OPTIONS, see
 #            bench/README.md) and optgen_bench, over chunk sizes: a tuning sweep
 set -uo pipefail
@@ -198,6 +200,20 @@ for what in $steps; do
         "$out/wheel" 2>&1 |
         tee "$out/wheel.log" | tail -40
       status=$((status | PIPESTATUS[0]))
+      ;;
+    ranks)
+      echo "== test_torch_ranks_gpu.py"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python python3 -m pytest -q tests/python/test_torch_ranks_gpu.py \
+        2>&1 | tee "$out/ranks.log" | tail -15
+      status=$((status | PIPESTATUS[0]))
+      gpus=$(nvidia-smi -L | wc -l)
+      echo "== bench/sharded_step.py: one GPU, then $gpus"
+      OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python python3 bench/sharded_step.py --out "$out/sharded1.json"
+      if [ "$gpus" -gt 1 ]; then
+        NCCL_NVLS_ENABLE=0 OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH=python \
+          python3 -m torch.distributed.run --standalone --nproc_per_node "$gpus" bench/sharded_step.py \
+          --out "$out/sharded$gpus.json"
+      fi
       ;;
     fsdp2)
       echo "== examples/python/run_gpu.sh fsdp2"

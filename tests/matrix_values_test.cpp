@@ -155,3 +155,93 @@ TEST_CASE("a muon step captured in a CUDA graph does what it does eagerly", "[gp
     CHECK(download(DType::F32, b.tensors[t].param, b.params[t].size()) == stepped);
   }
 }
+
+TEST_CASE(
+    "a matrix hook is handed every tensor's matrices with its group's arguments, and does the work in their place",
+    "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const auto& ref = reference_of("muon");
+  std::vector<double> h0 = optgen::default_hyperparameters(info), h1 = h0;
+  h0[hyperparameter(info, "lr")] = 0.02;
+  h1[hyperparameter(info, "ns_steps")] = 3;
+  std::mt19937 rng(11);
+  DeviceGroup a(DType::F32, TensorShapes{{{64, 32}, {3, 16, 8}}}, {false, false}, rng);
+  DeviceGroup b(DType::F32, TensorShapes{{{64, 32}}}, {false}, rng);
+  optgen::FusedOptimizer opt(info, h0);
+  opt.add_param_group(a.tensors, h0);
+  opt.add_param_group(b.tensors, h1);
+  DeviceMemory scratch(optgen::FusedOptimizer::matrix_function_scratch_bytes(3, 64, 32));
+  std::vector<std::string> seen;
+  opt.set_matrix_hook([&](const optgen::MatrixWork& work) {
+    for (int i = 0; i < work.num_matrices; ++i) {
+      const optgen::MatrixWork::Matrices& m = work.matrices[i];
+      const std::vector<double>& h = m.group == 0 ? h0 : h1;
+      std::string args;  // per argument, 1 where it is the group's hyperparameter
+      for (int k = 0; k < 5; ++k)
+        args +=
+            std::to_string(m.arguments[k] ==
+                           h[static_cast<std::size_t>(info.variants[0].matrix_values[0].arguments[k].hyperparameter)]);
+      seen.push_back(std::to_string(m.group) + "." + std::to_string(m.tensor) + " " + std::to_string(m.batch) + "x" +
+                     std::to_string(m.rows) + "x" + std::to_string(m.cols) + " " + args);
+      opt.apply_matrix_function(m.group, m.value, m.arguments, m.x, scratch.get(), m.batch, m.rows, m.cols,
+                                work.stream);
+    }
+  });
+  std::vector<double> state_a = initial_scalar_state(info, h0), state_b = initial_scalar_state(info, h1);
+  Comparison result;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    a.new_gradients(rng);
+    b.new_gradients(rng);
+    StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
+    opt.step();
+    synchronize();
+    check_group(opt, ref, 0, a, states_a, state_a, step, result);
+    check_group(opt, ref, 1, b, states_b, state_b, step, result);
+  }
+  INFO("worst relative error " << result.worst << " in " << result.where);
+  CHECK(result.worst <= matrix_tolerance(info, info.kernels[0], 0.02, std::sqrt(2.0), 3));
+  REQUIRE(seen.size() == 9);  // three tensors, three steps
+  CHECK(seen[0] == "0.0 1x64x32 11111");
+  CHECK(seen[1] == "0.1 3x16x8 11111");
+  CHECK(seen[2] == "1.0 1x64x32 11111");
+}
+
+TEST_CASE("a shard of a matrix's rows reads the whole matrix's rows as the spec's rows", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  std::vector<double> h = optgen::default_hyperparameters(info);
+  h[hyperparameter(info, "lr")] = 1.0;
+  h[hyperparameter(info, "weight_decay")] = 0.0;
+  // 16 of a 64 x 32 matrix's rows, and a whole 16 x 32 matrix: torch's scale sqrt(max(1, rows /
+  // cols)) is sqrt(2) for the first, 1 for the second. A hook that sets every matrix function's
+  // result to 1 makes each step subtract the scale.
+  std::mt19937 rng(5);
+  DeviceGroup group(DType::F32, TensorShapes{{{16, 32}, {16, 32}}}, {false, false}, rng);
+  group.tensors[0].whole_numel = 64 * 32;
+  optgen::FusedOptimizer opt(info, h);
+  opt.add_param_group(group.tensors, h);
+  opt.set_matrix_hook([](const optgen::MatrixWork& work) {
+    for (int i = 0; i < work.num_matrices; ++i) {
+      const optgen::MatrixWork::Matrices& m = work.matrices[i];
+      optgen::driver::check(
+          optgen::driver::api().cuMemsetD16(m.x, 0x3F80, static_cast<std::size_t>(m.batch * m.rows * m.cols)),
+          "cuMemsetD16");  // bf16 1.0
+    }
+  });
+  group.new_gradients(rng);
+  opt.step();
+  synchronize();
+  for (std::size_t t = 0; t < 2; ++t) {
+    const auto stepped = download(DType::F32, group.tensors[t].param, group.params[t].size());
+    const double scale = t == 0 ? std::sqrt(2.0) : 1.0;
+    for (std::size_t i = 0; i < stepped.size(); ++i)
+      REQUIRE(std::abs((group.params[t][i] - stepped[i]) - scale) <= 1e-5 * (1 + std::abs(group.params[t][i])));
+  }
+  // A shard of a whole number of rows only.
+  std::mt19937 rng2(6);
+  DeviceGroup bad(DType::F32, TensorShapes{{{16, 32}}}, {false}, rng2);
+  bad.tensors[0].whole_numel = 64 * 32 + 5;
+  optgen::FusedOptimizer refused(info, h);
+  CHECK_THAT(error_of([&] { refused.add_param_group(bad.tensors, h); }), Catch::Contains("no whole number of rows"));
+}

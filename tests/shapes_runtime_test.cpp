@@ -326,6 +326,14 @@ TEST_CASE("a tensor is B matrices of R rows and C columns, its states sized by t
   const optgen::TensorDims no_columns = optgen::tensor_dims({4, 0}, 0);
   CHECK((no_columns.batch == 0 && no_columns.total_rows() == 0 && no_columns.total_cols() == 0));
 
+  // A rank's shard is of the first dimension: a matrix's rows, whose whole count the spec's rows
+  // reads; a shard of a batch of matrices holds whole ones.
+  CHECK(optgen::tensor_dims({7, 9}, 63).whole_rows == 7);
+  CHECK(optgen::tensor_dims({3, 9}, 27, 63).whole_rows == 7);
+  CHECK(optgen::tensor_dims({0, 9}, 0, 63).whole_rows == 7);  // an empty shard
+  const optgen::TensorDims batch_shard = optgen::tensor_dims({2, 4, 3}, 24, 48);
+  CHECK((batch_shard.batch == 2 && batch_shard.rows == 4 && batch_shard.whole_rows == 4));
+
   ShapedAdam shaped;
   const optgen::VariantInfo& amsgrad = shaped.variants[1];  // exp_avg, exp_avg_sq, max_exp_avg_sq
   REQUIRE(amsgrad.num_states == 3);

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 
 class _Enum(enum.IntEnum):
@@ -138,6 +138,20 @@ class _ReductionResults(ctypes.Structure):
 _REDUCTION_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ReductionResults), ctypes.c_void_p)
 
 
+class _Matrices(ctypes.Structure):  # ABI 10
+    _fields_ = [("value", ctypes.c_int32), ("num_arguments", ctypes.c_int32), ("group", ctypes.c_size_t),
+                ("tensor", ctypes.c_size_t), ("x", ctypes.c_void_p), ("batch", ctypes.c_int64),
+                ("rows", ctypes.c_int64), ("cols", ctypes.c_int64), ("arguments", ctypes.POINTER(ctypes.c_double))]
+
+
+class _MatrixWork(ctypes.Structure):
+    _fields_ = [("stage", ctypes.c_int32), ("num_matrices", ctypes.c_int32),
+                ("matrices", ctypes.POINTER(_Matrices)), ("stream", ctypes.c_void_p)]
+
+
+_MATRIX_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_MatrixWork), ctypes.c_void_p)
+
+
 class _Storage(ctypes.Structure):
     """optgen_storage (C ABI 5): what an optimizer stores; read during the create call only."""
     _fields_ = [
@@ -211,6 +225,9 @@ _CHECKED = {
     "optgen_state_buffer": [_P, ctypes.c_char_p, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_void_p),
                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(_SIZE)],
     "optgen_set_reduction_hook": [_P, _REDUCTION_HOOK, ctypes.c_void_p],
+    "optgen_set_matrix_hook": [_P, _MATRIX_HOOK, ctypes.c_void_p],
+    "optgen_apply_matrix_function": [_P, _SIZE, ctypes.c_int, _DOUBLES, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage),
                                 ctypes.POINTER(_P)],
 }
@@ -243,6 +260,8 @@ class _Library:
         for name in ("optgen_name", "optgen_spec", "optgen_warnings"):
             getattr(self.dll, name).restype = ctypes.c_char_p
             getattr(self.dll, name).argtypes = [_P]
+        self.dll.optgen_matrix_function_scratch_bytes.restype = ctypes.c_size_t
+        self.dll.optgen_matrix_function_scratch_bytes.argtypes = [ctypes.c_int64] * 3
         self.dll.optgen_destroy.argtypes = [_P]
         self.dll.optgen_destroy.restype = None
         for name, argtypes in _CHECKED.items():
@@ -445,6 +464,30 @@ class ReductionResults:
     num_tensors: int
     group_results: int
     num_groups: int
+    stream: int
+
+
+@dataclass(frozen=True)
+class Matrices:
+    """One tensor's matrices of one matrix value, as a matrix hook sees them (optgen_matrices):
+    `batch` row-major bf16 matrices of rows x cols at device address `x`, and the value's function's
+    arguments for the tensor's group."""
+    value: int  # the variant's matrix value
+    group: int  # the engine's group
+    tensor: int  # the tensor's index in it
+    x: int
+    batch: int
+    rows: int
+    cols: int
+    arguments: Tuple[float, ...]
+
+
+@dataclass
+class MatrixWork:
+    """What a matrix hook is handed after a Reduce stage that stores matrix values
+    (optgen_matrix_work): the matrices of the plan's tensors, and the stream of the step."""
+    stage: int
+    matrices: List[Matrices]
     stream: int
 
 
@@ -723,6 +766,48 @@ class Engine:
         callback = _REDUCTION_HOOK(call)
         self._lib.call("optgen_set_reduction_hook", self._handle, callback, None)
         self._hook = callback
+
+    _matrix_hook = None  # the ctypes callback of set_matrix_hook
+
+    def set_matrix_hook(self, hook: Optional[Callable[[MatrixWork], None]]) -> None:
+        """Calls `hook` after each Reduce stage that stores matrix values, in place of the engine's
+        own work on them, eagerly and during a CUDA graph capture (optgen_set_matrix_hook): where
+        ranks holding rows of each matrix (TensorBinding.whole_numel) bring the whole matrices
+        together, apply the function (apply_matrix_function) and hand each rank its rows back, on
+        the work's stream. None removes it."""
+        if hook is None:
+            self._lib.call("optgen_set_matrix_hook", self._handle, _MATRIX_HOOK(), None)
+            self._matrix_hook = None
+            return
+
+        def call(work, _):
+            w = work.contents
+            try:
+                matrices = [Matrices(m.value, m.group, m.tensor, m.x or 0, m.batch, m.rows, m.cols,
+                                     tuple(m.arguments[:m.num_arguments]))
+                            for m in w.matrices[:w.num_matrices]]
+                hook(MatrixWork(w.stage, matrices, w.stream or 0))
+                return 0
+            except BaseException as e:  # noqa: BLE001 - raised again by step(), which the library returns to
+                self._hook_failure = e
+                return 1
+
+        callback = _MATRIX_HOOK(call)
+        self._lib.call("optgen_set_matrix_hook", self._handle, callback, None)
+        self._matrix_hook = callback
+
+    def matrix_function_scratch_bytes(self, count: int, rows: int, cols: int) -> int:
+        """Bytes of device scratch apply_matrix_function needs for `count` matrices of rows x cols."""
+        return self._lib.dll.optgen_matrix_function_scratch_bytes(count, rows, cols)
+
+    def apply_matrix_function(self, group: int, value: int, arguments: Sequence[float], x: int, scratch: int,
+                              count: int, rows: int, cols: int, stream: int) -> None:
+        """Applies matrix value `value`'s function with `arguments` (Matrices.arguments) to `count`
+        row-major bf16 matrices of rows x cols at device address `x`, in place, as a step of `group`
+        does, with `scratch` (matrix_function_scratch_bytes) on `stream` (optgen_apply_matrix_function)."""
+        args = (ctypes.c_double * max(1, len(arguments)))(*arguments)
+        self._lib.call("optgen_apply_matrix_function", self._handle, group, value, args, x, scratch, count, rows,
+                       cols, stream)
 
     def set(self, name: str, value: float, group: int = -1) -> None:
         self._lib.call("optgen_set", self._handle, name.encode(), float(value), group)

@@ -341,6 +341,42 @@ int optgen_set_nccl_reduction_hook(optgen_optimizer* optimizer, void* nccl_comm)
   });
 }
 
+int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook, void* user_data) {
+  return guarded([&] {
+    require(optimizer != nullptr, "optgen_set_matrix_hook", "optimizer is NULL");
+    if (!hook) return optimizer->engine.set_matrix_hook({});
+    optgen::FusedOptimizer* engine = &optimizer->engine;
+    engine->set_matrix_hook([hook, user_data, engine](const optgen::MatrixWork& w) {
+      std::vector<optgen_matrices> matrices;
+      for (int i = 0; i < w.num_matrices; ++i) {
+        const optgen::MatrixWork::Matrices& t = w.matrices[i];
+        const optgen::VariantInfo& variant = engine->info().variants[engine->kernel_set(t.group).variant];
+        matrices.push_back({t.value, variant.matrix_values[t.value].num_arguments, t.group, t.tensor,
+                            reinterpret_cast<void*>(t.x), t.batch, t.rows, t.cols, t.arguments});
+      }
+      const optgen_matrix_work work{w.stage, w.num_matrices, matrices.data(), w.stream};
+      if (const int status = hook(&work, user_data); status != 0)
+        throw optgen::Error("optgen_step", "the matrix hook failed after Reduce stage " + std::to_string(w.stage) +
+                                               " (it returned " + std::to_string(status) + ")");
+    });
+  });
+}
+
+size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols) {
+  return optgen::FusedOptimizer::matrix_function_scratch_bytes(count, rows, cols);
+}
+
+int optgen_apply_matrix_function(optgen_optimizer* optimizer, size_t group, int value, const double* arguments, void* x,
+                                 void* scratch, int64_t count, int64_t rows, int64_t cols, void* stream) {
+  return guarded([&] {
+    require(optimizer && arguments && x && scratch, "optgen_apply_matrix_function",
+            "optimizer, arguments, x or scratch is NULL");
+    optimizer->engine.apply_matrix_function(group, value, arguments, reinterpret_cast<CUdeviceptr>(x),
+                                            reinterpret_cast<CUdeviceptr>(scratch), count, rows, cols,
+                                            static_cast<CUstream>(stream));
+  });
+}
+
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements) {
   return guarded([&] {
     require(optimizer != nullptr, "optgen_set_chunk_size", "optimizer is NULL");

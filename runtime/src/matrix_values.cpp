@@ -16,8 +16,8 @@ constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm
 
 /// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
 std::int64_t part_size(std::int64_t size) { return std::min<std::int64_t>(size, kPartElements); }
-/// How many parts a matrix of `size` elements has.
-std::int64_t part_count(std::int64_t size) { return (size + part_size(size) - 1) / part_size(size); }
+/// How many parts a matrix of `size` elements has (none when it has no elements).
+std::int64_t part_count(std::int64_t size) { return size == 0 ? 0 : (size + part_size(size) - 1) / part_size(size); }
 
 /// The value of argument `a` for a group of hyperparameters `h`.
 double argument(const MatrixArgument& a, const std::vector<double>& h) {
@@ -26,10 +26,25 @@ double argument(const MatrixArgument& a, const std::vector<double>& h) {
 
 }  // namespace
 
+MatrixKernels::MatrixKernels(const Module& module)
+    : sum_squares(module.function(kernel_abi::kMatrixSumSquares)),
+      normalize(module.function(kernel_abi::kMatrixNormalize)) {}
+
+std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols) {
+  const std::size_t partials = static_cast<std::size_t>(count * part_count(rows * cols)) * sizeof(double);
+  return round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols)), 256) + partials;
+}
+
+std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
+  std::vector<double> args;
+  for (int a = 0; a < value.num_arguments; ++a) args.push_back(argument(value.arguments[a], h));
+  return args;
+}
+
 PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const BoundTensor*>& tensors,
                             const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
                             const std::string& call) {
-  PlanMatrices result;
+  PlanMatrices result{{}, {}, {}, 0, MatrixKernels(module)};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
   // Buckets by value and shape, in the order their shapes first appear; within a bucket, the
@@ -52,7 +67,11 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
                                                   : "s"),
                     "bind it with its shape (Tensor::shape) of two or more dimensions, or step it with "
                     "another optimizer (AdamW for embeddings, norms and biases)");
-      if (bound->numel == 0) continue;
+      if (bound->numel == 0) {  // a rank's empty shard: no bucket, but a matrix hook lists it
+        result.tensors.push_back(
+            {v, t, static_cast<std::size_t>(groups[t]), 0, 0, 0, bound->dims.rows, bound->dims.cols});
+        continue;
+      }
       const auto key = std::make_tuple(v, bound->dims.rows, bound->dims.cols);
       auto [it, added] = index.emplace(key, result.buckets.size());
       if (added) {
@@ -65,24 +84,19 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
       }
       members[it->second].push_back(t);
     }
-  // One allocation: the buckets' matrices (each 256-byte aligned), the scratch, the partials.
-  std::size_t bytes = 0, scratch = 0, partials = 0;
+  // One allocation: the buckets' matrices (each 256-byte aligned), then the scratch.
+  std::size_t bytes = 0, scratch = 0;
   std::vector<std::size_t> offsets;
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
     for (std::size_t t : members[b]) bucket.count += tensors[t]->dims.batch;
-    const std::int64_t size = bucket.rows * bucket.cols;
     offsets.push_back(bytes);
-    bytes = round_up(bytes + kBF16 * static_cast<std::size_t>(bucket.count * size), 256);
-    scratch = std::max(scratch, newton_schulz_scratch_bytes(bucket.count, static_cast<int>(bucket.rows),
-                                                            static_cast<int>(bucket.cols)));
-    partials = std::max(partials, static_cast<std::size_t>(bucket.count * part_count(size)));
+    bytes = round_up(bytes + kBF16 * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols), 256);
+    scratch = std::max(scratch, matrix_scratch_bytes(bucket.count, bucket.rows, bucket.cols));
   }
-  const std::size_t scratch_at = bytes, partials_at = round_up(bytes + scratch, 256);
-  result.memory = DeviceBuffer(partials_at + partials * sizeof(double));
+  result.memory = DeviceBuffer(bytes + scratch);
   const CUdeviceptr base = result.memory.get();
-  result.scratch = base + scratch_at;
-  result.partials = base + partials_at;
+  result.scratch = base + bytes;
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
     bucket.x = base + offsets[b];
@@ -90,15 +104,19 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
     const std::size_t row = 2 + static_cast<std::size_t>(variant.num_states) + static_cast<std::size_t>(bucket.value);
     std::int64_t first = 0;
     for (std::size_t t : members[b]) {
-      pointers[row * n + t] = reinterpret_cast<void*>(bucket.x + kBF16 * static_cast<std::size_t>(first * size));
+      const CUdeviceptr x = bucket.x + kBF16 * static_cast<std::size_t>(first * size);
+      pointers[row * n + t] = reinterpret_cast<void*>(x);
+      result.tensors.push_back({bucket.value, t, static_cast<std::size_t>(groups[t]), 0, x, tensors[t]->dims.batch,
+                                bucket.rows, bucket.cols});
       if (bucket.groups.empty() || bucket.groups.back().group != groups[t])
         bucket.groups.push_back({groups[t], first, 0});
       bucket.groups.back().count += tensors[t]->dims.batch;
       first += tensors[t]->dims.batch;
     }
   }
-  result.sum_squares = module.function(kernel_abi::kMatrixSumSquares);
-  result.normalize = module.function(kernel_abi::kMatrixNormalize);
+  std::stable_sort(result.tensors.begin(), result.tensors.end(), [](const MatrixTensor& a, const MatrixTensor& b) {
+    return std::tie(a.value, a.tensor) < std::tie(b.value, b.tensor);
+  });
   return result;
 }
 
@@ -121,6 +139,36 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
   return "";
 }
 
+void apply_function(const MatrixValueInfo& value, const std::vector<double>& arguments, const MatrixKernels& kernels,
+                    const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
+                    long long cols, CUstream stream) {
+  if (count == 0 || rows * cols == 0) return;
+  switch (value.function) {
+    case MatrixFunction::NewtonSchulz: {
+      const std::int64_t size = rows * cols;
+      const CUdeviceptr partials =
+          scratch + round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols)), 256);
+      kernel_abi::MatrixBatch batch{reinterpret_cast<void*>(x),
+                                    reinterpret_cast<double*>(partials),
+                                    size,
+                                    part_size(size),
+                                    static_cast<int>(count),
+                                    static_cast<int>(part_count(size)),
+                                    static_cast<float>(arguments[4])};
+      void* batch_args[] = {&batch};
+      const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch.count) * batch.parts);
+      for (CUfunction kernel : {kernels.sum_squares, kernels.normalize})
+        driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
+                       "check that the stream belongs to the current context");
+      newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols),
+                    {static_cast<int>(arguments[0]), static_cast<float>(arguments[1]), static_cast<float>(arguments[2]),
+                     static_cast<float>(arguments[3])},
+                    stream);
+      return;
+    }
+  }
+}
+
 void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                     const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
   for (const MatrixBucket& bucket : matrices.buckets) {
@@ -129,35 +177,16 @@ void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, in
     const std::int64_t size = bucket.rows * bucket.cols;
     // The runs of consecutive groups whose arguments agree: one batch each.
     for (std::size_t g = 0; g < bucket.groups.size();) {
-      const std::vector<double>& h = groups[static_cast<std::size_t>(bucket.groups[g].group)].h;
-      std::vector<double> args;
-      for (int a = 0; a < value.num_arguments; ++a) args.push_back(argument(value.arguments[a], h));
+      const auto arguments_of = [&](std::size_t run) {
+        return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
+      };
+      const std::vector<double> args = arguments_of(g);
       std::size_t end = g + 1;
       std::int64_t count = bucket.groups[g].count;
-      for (; end < bucket.groups.size(); ++end) {
-        const std::vector<double>& next = groups[static_cast<std::size_t>(bucket.groups[end].group)].h;
-        bool same = true;
-        for (int a = 0; a < value.num_arguments && same; ++a) same = argument(value.arguments[a], next) == args[a];
-        if (!same) break;
-        count += bucket.groups[end].count;
-      }
-      const CUdeviceptr x = bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size);
-      kernel_abi::MatrixBatch batch{reinterpret_cast<void*>(x),
-                                    reinterpret_cast<double*>(matrices.partials),
-                                    size,
-                                    part_size(size),
-                                    static_cast<int>(count),
-                                    static_cast<int>(part_count(size)),
-                                    static_cast<float>(args[4])};
-      void* batch_args[] = {&batch};
-      const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch.count) * batch.parts);
-      for (CUfunction kernel : {matrices.sum_squares, matrices.normalize})
-        driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
-                       "check that the stream belongs to the current context");
-      newton_schulz(handle, x, matrices.scratch, count, static_cast<int>(bucket.rows), static_cast<int>(bucket.cols),
-                    {static_cast<int>(args[0]), static_cast<float>(args[1]), static_cast<float>(args[2]),
-                     static_cast<float>(args[3])},
-                    stream);
+      for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
+      apply_function(value, args, matrices.kernels, handle,
+                     bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size), matrices.scratch,
+                     count, bucket.rows, bucket.cols, stream);
       g = end;
     }
   }

@@ -31,12 +31,29 @@ struct MatrixBucket {
   std::vector<GroupRun> groups;
 };
 
-struct PlanMatrices {
-  DeviceBuffer memory;  ///< every bucket's matrices, then the scratch, then the partials
-  std::vector<MatrixBucket> buckets;
-  CUdeviceptr scratch = 0;   ///< newton_schulz's, for the largest bucket
-  CUdeviceptr partials = 0;  ///< the norms' partial sums (kernel_abi::MatrixBatch)
+/// One tensor's matrices of one matrix value, where its bucket holds them.
+struct MatrixTensor {
+  int value = 0;             ///< index into VariantInfo::matrix_values
+  std::size_t tensor = 0;    ///< the plan's tensor
+  std::size_t group = 0;     ///< the optimizer's group that holds it
+  std::size_t position = 0;  ///< its index there
+  CUdeviceptr x = 0;
+  std::int64_t batch = 0, rows = 0, cols = 0;
+};
+
+/// The kernels of the matrix functions' norms (kernel_abi::kMatrixSumSquares, kMatrixNormalize),
+/// in every generated module.
+struct MatrixKernels {
   CUfunction sum_squares = nullptr, normalize = nullptr;
+  explicit MatrixKernels(const Module& module);
+};
+
+struct PlanMatrices {
+  DeviceBuffer memory;  ///< every bucket's matrices, then the scratch
+  std::vector<MatrixBucket> buckets;
+  std::vector<MatrixTensor> tensors;  ///< in plan order, each value's in turn (for a matrix hook)
+  CUdeviceptr scratch = 0;            ///< matrix_scratch_bytes of the largest bucket
+  MatrixKernels kernels;
 };
 
 /// Lays out and allocates the buffers of `variant`'s matrix values for a plan's tensors (`tensors`,
@@ -47,6 +64,20 @@ struct PlanMatrices {
 PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const BoundTensor*>& tensors,
                             const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
                             const std::string& call);
+
+/// Bytes of scratch a matrix function of `count` matrices of `rows` x `cols` needs: newton_schulz's,
+/// then the norms' partial sums (kernel_abi::MatrixBatch).
+std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols);
+
+/// The arguments of matrix value `value` for a group of hyperparameters `h`.
+std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h);
+
+/// Enqueues on `stream` `value`'s function, with `arguments` (matrix_arguments), of `count` bf16
+/// matrices of `rows` x `cols` consecutive at `x`, in place: each divided by its norm (plus the
+/// function's eps) and orthogonalised. `scratch` holds matrix_scratch_bytes. Capturable.
+void apply_function(const MatrixValueInfo& value, const std::vector<double>& arguments, const MatrixKernels& kernels,
+                    const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
+                    long long cols, CUstream stream);
 
 /// What is wrong with the arguments hyperparameters `h` give `variant`'s matrix functions
 /// (newton_schulz's steps: a whole number from 0 to 1000), or "". Checked where a group's

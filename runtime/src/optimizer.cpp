@@ -240,6 +240,12 @@ struct Binder {
                   which + " is a shard of " + std::to_string(t.whole_numel) + " elements (whole_numel) but holds " +
                       std::to_string(t.numel),
                   "pass the whole tensor's element count as whole_numel, or 0 for a tensor that is whole");
+    if (t.whole_numel > t.numel && t.shape.size() == 2 && t.shape[1] > 0 && t.whole_numel % t.shape[1] != 0)
+      throw Error(m.call(method),
+                  which + " is rows of a matrix of " + std::to_string(t.shape[1]) + " columns (shape), but its whole " +
+                      "tensor's " + std::to_string(t.whole_numel) +
+                      " elements (whole_numel) are no whole number of rows",
+                  "a shard of a matrix holds whole rows: pass the whole matrix's element count as whole_numel");
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
       throw Error(m.call(method),
                   which + " has " + std::to_string(t.numel) + " parameter elements but " +
@@ -372,7 +378,7 @@ struct Binder {
     std::vector<TensorDims> dims;
     std::size_t total = 0;
     for (const Tensor& t : tensors) {
-      dims.push_back(tensor_dims(t.shape, t.numel));
+      dims.push_back(tensor_dims(t.shape, t.numel, t.whole_numel));
       if (t.states) continue;
       for (int j = 0; j < variant.num_states; ++j)
         if (state_present(variant, j, dims.back().factored))
@@ -687,6 +693,7 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   auto array = [&](const auto& values) { return Part{upload.add(values), values.size() * sizeof(values[0])}; };
   const Part table = part(sizeof(kernel_abi::ShapeTable));
   const Part rows = array(l.rows), cols = array(l.cols), factored = array(l.factored);
+  const Part whole_rows = array(l.whole_rows);
   const Part row_offset = array(l.row_offset), col_offset = array(l.col_offset);
   const Part matrix_offset = array(l.matrix_offset), block_offset = array(l.block_offset);
   const Part row_results = part(floats(l.num_row_reductions, l.num_rows));
@@ -725,6 +732,7 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                                        reinterpret_cast<const long long*>(at(col_tile_offset)),
                                        reinterpret_cast<float*>(at(row_snapshot)),
                                        reinterpret_cast<float*>(at(col_snapshot)),
+                                       reinterpret_cast<const long long*>(at(whole_rows)),
                                        l.num_rows,
                                        l.num_cols,
                                        l.num_matrices,
@@ -808,8 +816,11 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
       bound.push_back(t.placeholder ? nullptr : t.tensor);
       groups.push_back(t.group);
     }
-    plan.matrices = std::make_shared<const PlanMatrices>(
+    auto matrices = std::make_shared<PlanMatrices>(
         build_matrices(variant, bound, groups, *plan.module, plan.pointers, m.call("prepare")));
+    for (MatrixTensor& t : matrices->tensors)
+      t.position = static_cast<std::size_t>(tensors[t.tensor].tensor - m.groups[t.group].tensors.data());
+    plan.matrices = std::move(matrices);
     if (!m.cublas) m.cublas = std::make_shared<const cublas::Handle>();
   }
   PackedUpload pointers;
@@ -1020,6 +1031,25 @@ void FusedOptimizer::Impl::begin_launches(CUstream on) {
   }
 }
 
+namespace {
+
+/// Hands matrix hook `m.matrix_hook` the matrices Reduce stage `stage` of `plan` stored.
+void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const VariantInfo& variant, int stage,
+                      CUstream stream) {
+  std::vector<MatrixWork::Matrices> work;
+  std::vector<std::vector<double>> arguments;
+  arguments.reserve(plan.matrices->tensors.size());
+  for (const MatrixTensor& t : plan.matrices->tensors) {
+    const MatrixValueInfo& value = variant.matrix_values[t.value];
+    if (value.stage != stage) continue;
+    arguments.push_back(matrix_arguments(value, m.groups[t.group].h));
+    work.push_back({t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data()});
+  }
+  m.matrix_hook({stage, work.data(), static_cast<int>(work.size()), stream});
+}
+
+}  // namespace
+
 void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   Impl& m = *impl_;
   if (!m.prepared) prepare(stream);
@@ -1054,7 +1084,10 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
                           r.num_tensors, r.group_results, r.num_groups, stream});
       }
       if (plan.matrices && variant.stage_kinds[s] == StageKind::Reduce) {
-        apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream);
+        if (m.matrix_hook)
+          call_matrix_hook(m, plan, variant, static_cast<int>(s) + 1, stream);
+        else
+          apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream);
         after_matrices = true;
       }
     }
@@ -1322,6 +1355,32 @@ const float* FusedOptimizer::grad_norm(std::size_t group) const {
     throw Error(m.call("grad_norm"), "the optimizer is not prepared: the norms live in the tables prepare() builds",
                 "call prepare() or step() first");
   return reinterpret_cast<const float*>(m.grad_norm_memory.get()) + group;
+}
+
+void FusedOptimizer::set_matrix_hook(std::function<void(const MatrixWork&)> hook) {
+  impl_->matrix_hook = std::move(hook);
+}
+
+std::size_t FusedOptimizer::matrix_function_scratch_bytes(long long count, long long rows, long long cols) {
+  return matrix_scratch_bytes(count, rows, cols);
+}
+
+void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const double* arguments, CUdeviceptr x,
+                                           CUdeviceptr scratch, long long count, long long rows, long long cols,
+                                           CUstream stream) {
+  const Impl& m = *impl_;
+  const Group& g = m.group_at(group, "apply_matrix_function");
+  if (!m.prepared || g.plan < 0)
+    throw Error(m.call("apply_matrix_function"), "the optimizer is not prepared", "call prepare() or step() first");
+  const Plan& plan = m.plans[static_cast<std::size_t>(g.plan)];
+  const VariantInfo& variant = m.info->variants[g.variant];
+  if (value < 0 || value >= variant.num_matrix_values || !plan.matrices)
+    throw Error(m.call("apply_matrix_function"), "group " + std::to_string(group) + " runs variant " + variant.name +
+                                                     ", which has " + std::to_string(variant.num_matrix_values) +
+                                                     " matrix values; there is no value " + std::to_string(value));
+  const MatrixValueInfo& info = variant.matrix_values[value];
+  apply_function(info, std::vector<double>(arguments, arguments + info.num_arguments), plan.matrices->kernels,
+                 *m.cublas, x, scratch, count, rows, cols, stream);
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {

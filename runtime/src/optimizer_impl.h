@@ -174,6 +174,7 @@ struct FusedOptimizer::Impl {
   /// One float per group: the gradient norm a clipping variant publishes (kernel_abi::ReductionTable).
   DeviceBuffer grad_norm_memory;
   std::function<void(const ReductionResults&)> reduction_hook;
+  std::function<void(const MatrixWork&)> matrix_hook;
   /// cuBLAS, for the matrix functions of plans with matrix values; made by prepare() when one has.
   std::shared_ptr<const cublas::Handle> cublas;
   Module module;  ///< the kernels as generated (OptimizerInfo's launch shape), group kernels included

@@ -2,7 +2,7 @@
 
 namespace optgen {
 
-TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel) {
+TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel) {
   TensorDims d;
   if (shape.size() < 2) {
     d.cols = numel;
@@ -12,6 +12,8 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
   d.cols = shape[shape.size() - 1];
   d.rows = shape[shape.size() - 2];
   d.batch = d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
+  const bool rows_of_a_whole = shape.size() == 2 && whole_numel > numel && d.cols > 0;
+  d.whole_rows = rows_of_a_whole ? whole_numel / d.cols : d.rows;
   return d;
 }
 
@@ -77,6 +79,7 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     const long long R = d.rows, C = d.cols, rows = d.total_rows(), cols = d.total_cols();
     l.rows.push_back(R);
     l.cols.push_back(C);
+    l.whole_rows.push_back(d.whole_rows);
     l.factored.push_back(d.factored ? 1 : 0);
     l.row_offset.push_back(l.num_rows);
     l.col_offset.push_back(l.num_cols);

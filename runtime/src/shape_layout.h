@@ -16,18 +16,23 @@ namespace optgen {
 /// A tensor as B matrices of R rows and C columns (kernel_abi.h, "Rows, columns and matrices"):
 /// with two or more dimensions, C and R are its last two and B = numel / (R * C) (0 when it has
 /// no elements); else it is one matrix of one row, B = 1, R = 1, C = numel, and not factored.
+/// A rank's shard of a larger tensor (whole_numel beyond numel) is of its first dimension, as
+/// FSDP2's Shard(0) and ZeRO cut tensors: for a tensor of two dimensions, the rows of one matrix,
+/// whose whole count (whole_numel / C) the spec's `rows` reads.
 struct TensorDims {
   std::int64_t batch = 1;
   std::int64_t rows = 1;
   std::int64_t cols = 0;
   bool factored = false;
+  std::int64_t whole_rows = 1;  ///< the rows a spec's `rows` reads: `rows`, or a 2-D shard's whole matrix's
 
   std::int64_t total_rows() const { return batch * rows; }  ///< B * R
   std::int64_t total_cols() const { return batch * cols; }  ///< B * C
 };
 
-/// `shape` as the caller gave it (empty: not given, then the tensor is not factored).
-TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel);
+/// `shape` as the caller gave it (empty: not given, then the tensor is not factored); `whole_numel`
+/// the whole tensor's element count of which it is a shard (0 or numel: it is whole).
+TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel = 0);
 
 /// Values of a state of `shape` for a tensor of `numel` elements: numel, B * R or B * C.
 std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel);
@@ -40,7 +45,7 @@ bool state_present(const VariantInfo& variant, int j, bool factored);
 struct ShapeLayout {
   int num_tensors = 0;
   int line_values = kernel_abi::kFewestLineValues;  ///< kernel_abi::ShapeTable::line_values
-  std::vector<long long> rows, cols;
+  std::vector<long long> rows, cols, whole_rows;
   std::vector<unsigned char> factored;
   std::vector<long long> row_offset, col_offset, matrix_offset;
   /// [kind * (num_tensors + 1) + tensor]: each kind's blocks before the tensor's (kChunkRuns: 0).

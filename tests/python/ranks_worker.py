@@ -4,6 +4,7 @@ the same optimizers on whole tensors, and distributed checkpoints. Prints one JS
 (rank 0 only).
 
     torchrun --standalone --nproc_per_node 2 ranks_worker.py trajectories [--no-reduce] [--backend gloo]
+    torchrun --standalone --nproc_per_node 2 ranks_worker.py muon [--no-gather] [--backend gloo]
     torchrun --standalone --nproc_per_node 2 ranks_worker.py save DIR [--backend gloo]
     torchrun --standalone --nproc_per_node 2 ranks_worker.py load DIR [--backend gloo]  # or 1: one rank's mesh
     python3 ranks_worker.py load DIR       # one process, one GPU, plain tensors ("ranks": 0)
@@ -28,6 +29,13 @@ reports the worst ratio |a - b| / (ATOL + RTOL * |b|) ("violation", at most 1 to
 largest difference. --no-reduce removes the hook that combines the ranks' reductions, so each rank
 reads its own shards' norms: the check must then fail for every case that reduces.
 
+muon: optgen.torch.Muon on the matrices (w1, w2, emb, conv 4x3x2x2, row 1x6: rank 1's shard of
+it empty) in two groups of different variants (Nesterov's momentum and plain), sharded and whole,
+eagerly and (nccl) in a CUDA graph. Newton-Schulz runs in bf16 on batches of other sizes on the
+owner than on one GPU, so cuBLAS may round differently: each step may differ by MUON_TOL of lr
+times the step's scale, far below what orthogonalising a shard instead of the whole matrix changes
+(--no-gather: each rank orthogonalises its own rows, and the check must fail).
+
 save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
 torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
 and keeps each rank's final shards in DIR/<case>.final.<rank>.pt. load: a new copy (sharded under torchrun,
@@ -37,6 +45,7 @@ shape for DTensors, so its sharded checkpoint does not load into plain tensors: 
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -53,7 +62,8 @@ from torch.distributed.tensor import DTensor
 
 import optgen.torch as ot
 
-SHAPES = {"w1": (37, 19), "b1": (37,), "w2": (5, 37), "emb": (3, 4), "scale": (1,)}
+SHAPES = {"w1": (37, 19), "b1": (37,), "w2": (5, 37), "emb": (3, 4), "scale": (1,), "conv": (4, 3, 2, 2),
+          "row": (1, 6)}
 GROUPS = (("w1", "w2", "emb"), ("b1",), ("scale",))
 STEPS, SAVE_AT = 8, 4
 SAVED_RANKS = 2  # save runs on two ranks
@@ -111,7 +121,7 @@ def set_grads(model, step, device):
         p.grad = g
 
 
-def compare(a_model, b_model):
+def compare(a_model, b_model, rtol=RTOL, atol=ATOL):
     """The worst violation of the tolerance and the largest difference over every param of a_model
     (sharded or whole) against b_model's (whole): each rank its own part, then the worst of all."""
     violation, largest = 0.0, 0.0
@@ -121,7 +131,7 @@ def compare(a_model, b_model):
             a, b = a.to_local(), part(b)
         diff = (a.double() - b.double()).abs()
         if diff.numel():
-            violation = max(violation, (diff / (ATOL + RTOL * b.double().abs())).max().item())
+            violation = max(violation, (diff / (atol + rtol * b.double().abs())).max().item())
             largest = max(largest, diff.max().item())
     if dist.is_initialized():
         worst = torch.tensor([violation, largest], dtype=torch.float64, device=a.device)
@@ -199,6 +209,70 @@ def captured(rank, device, mesh):
     report(rank, check="trajectory", case="lamb_clipped_graph", violation=violation)
 
 
+MUON_GROUPS = ((("w1", "conv", "row"), {}), (("w2", "emb"), {"lr": 0.02, "nesterov": False}))
+MUON_LR, MUON_TOL = 0.02, 0.02
+
+
+def muon_groups(model):
+    return [{"params": [getattr(model, name) for name in names], **options} for names, options in MUON_GROUPS]
+
+
+def muon(rank, device, mesh, no_gather, backend):
+    if no_gather:  # each rank orthogonalises its own rows, as if they were the whole matrix
+        import optgen.torch._optimizer as optimizer_module
+
+        def local(engine, params, device):
+            def apply(work):
+                for m in work.matrices:
+                    if m.batch:
+                        scratch = torch.empty(engine.matrix_function_scratch_bytes(m.batch, m.rows, m.cols),
+                                              dtype=torch.uint8, device=device)
+                        engine.apply_matrix_function(m.group, m.value, m.arguments, m.x, scratch.data_ptr(), m.batch,
+                                                     m.rows, m.cols, work.stream)
+            return apply
+        optimizer_module.RankMatrices = local
+    sharded, reference = sharded_model(device, mesh), Model().to(device)
+    opt = ot.Muon(muon_groups(sharded), lr=MUON_LR)
+    ref = ot.Muon(muon_groups(reference), lr=MUON_LR)
+    violation, largest = 0.0, 0.0
+    for step in range(STEPS):
+        set_grads(sharded, step, device)
+        set_grads(reference, step, device)
+        opt.step()
+        ref.step()
+        # |a - b| within MUON_TOL of lr times the largest scale (sqrt(37 / 19)) a step, for each step so far.
+        v, d = compare(sharded, reference, rtol=0.0, atol=MUON_TOL * MUON_LR * (37 / 19) ** 0.5 * (step + 1))
+        violation, largest = max(violation, v), max(largest, d)
+    report(rank, check="muon", case="muon", violation=violation, largest=largest)
+    if backend != "nccl" or no_gather:
+        return
+    # In a CUDA graph: the all-to-alls inside it, gradients in place.
+    sharded, reference = sharded_model(device, mesh), Model().to(device)
+    opt = ot.Muon(muon_groups(sharded), lr=MUON_LR)
+    ref = ot.Muon(muon_groups(reference), lr=MUON_LR)
+    set_grads(sharded, 0, device)
+    set_grads(reference, 0, device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        opt.step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    ref.step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    violation = 0.0
+    for step in range(1, STEPS):
+        for name, g in whole_grads(step, device).items():
+            getattr(sharded, name).grad.to_local().copy_(part(g))
+        graph.replay()
+        set_grads(reference, step, device)
+        ref.step()
+        v, _ = compare(sharded, reference, rtol=0.0, atol=MUON_TOL * MUON_LR * (37 / 19) ** 0.5 * (step + 1))
+        violation = max(violation, v)
+    report(rank, check="muon", case="muon_graph", violation=violation)
+
+
 def save(rank, device, mesh, directory):
     for case in CHECKPOINTED:
         model = sharded_model(device, mesh)
@@ -242,11 +316,14 @@ def load(rank, device, mesh, directory):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("trajectories", "save", "load"))
+    parser.add_argument("mode", choices=("trajectories", "muon", "save", "load"))
     parser.add_argument("directory", nargs="?")
     parser.add_argument("--no-reduce", action="store_true")
+    parser.add_argument("--no-gather", action="store_true")
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
     args = parser.parse_args()
+    # A collective that one rank never joins hangs the others: print where each stands and end.
+    faulthandler.dump_traceback_later(float(os.environ.get("RANKS_WORKER_TIMEOUT", 240)), exit=True)
     distributed = "LOCAL_RANK" in os.environ
     rank, device, mesh = 0, torch.device("cuda", 0), None
     if distributed:
@@ -256,9 +333,11 @@ def main():
         torch.cuda.set_device(device)
         mesh = init_device_mesh("cuda", (dist.get_world_size(),))
     elif args.mode != "load":
-        sys.exit("trajectories and save run under torchrun")
+        sys.exit("trajectories, muon and save run under torchrun")
     if args.mode == "trajectories":
         trajectories(rank, device, mesh, args.no_reduce, args.backend)
+    elif args.mode == "muon":
+        muon(rank, device, mesh, args.no_gather, args.backend)
     elif args.mode == "save":
         save(rank, device, mesh, args.directory)
     else:

@@ -3,7 +3,8 @@ NCCL, and over one GPU with gloo (two processes standing in for the ranks, all-r
 tensors, no CUDA graph):
 optimizers that reduce (clipping, LAMB, LARS, Prodigy, DAdaptAdam, cautious AdamW's mean) step as one
 GPU holding whole tensors does, in eager steps and in a CUDA graph; without the all-reduce of their
-reductions they do not (the check can fail); Adafactor is refused; checkpoints saved through
+reductions they do not (the check can fail); Muon gathers each matrix to an owner rank and steps as
+one GPU does (each rank orthogonalising its own rows does not); Adafactor is refused; checkpoints saved through
 torch.distributed.checkpoint on two ranks load on two, on one rank, and (but Prodigy's) into one
 process's plain tensors. Each backend is skipped without its GPUs."""
 
@@ -62,6 +63,18 @@ def test_the_check_fails_without_the_all_reduce(backend):
     reducing = {"adamw_clipped", "lamb", "lamb_clipped", "lars", "prodigy", "dadapt_adam", "cautious_adamw"}
     assert failed >= reducing | ({"lamb_clipped_graph"} if backend == "nccl" else set()), results
     assert "adamw" not in failed, results
+
+
+@BACKENDS
+def test_muon_gathers_each_matrix_to_its_owner(backend):
+    _need(backend)
+    results = {r["case"]: r for r in _run("muon", backend=backend)}
+    assert set(results) == ({"muon", "muon_graph"} if backend == "nccl" else {"muon"}), results
+    for case, r in results.items():
+        assert r["violation"] <= 1.0, (case, r)
+    # Each rank orthogonalising its own rows steps otherwise: the check can fail.
+    alone = _run("muon", "--no-gather", backend=backend)
+    assert len(alone) == 1 and alone[0]["violation"] > 1.0, alone
 
 
 @BACKENDS

@@ -470,7 +470,10 @@ class Muon(Optimizer):
     (p.shape[0], numel / p.shape[0]), as KellerJordan/Muon views it (torch.optim.Muon refuses
     it), its lr scaled by that shape. Params of fewer dimensions are refused as torch refuses them:
     step embeddings, heads, norms and biases with AdamW (optgen.torch.AdamW), as Muon's authors do.
-    DTensor params are refused: the iteration needs whole matrices.
+    DTensor params (FSDP2's fully_shard: Shard(0) over one mesh dimension) are stepped on their
+    shards, each matrix's momentum gathered to one owner rank for its Newton-Schulz iteration (the
+    matrices spread over the ranks) and the rows of the result handed back; splits are refused
+    with them.
 
     A param group may say `splits`: each of its matrices is that many matrices of consecutive rows,
     each orthogonalised (and its lr scaled) on its own, as for a fused QKV projection (3) or a
@@ -506,6 +509,9 @@ class Muon(Optimizer):
         param_group = {**param_group, "params": params}
         for p in params:
             rows = self._matrix_shape(p)[0]
+            if splits > 1 and _is_dtensor(p):
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, whose shard of rows cuts across "
+                                 f"splits={splits}'s matrices: leave splits at 1 for DTensor parameters")
             if rows % splits:
                 raise ValueError(f"a parameter of shape {tuple(p.shape)} has {rows} rows, which splits={splits} does not "
                                  "divide into matrices of as many rows each")
@@ -526,9 +532,6 @@ class Muon(Optimizer):
     def _check_param(self, p: _torch.Tensor) -> None:
         if p.dim() < 2:
             raise ValueError(f"Muon only supports 2D parameters whereas we found a parameter with size: {p.size()}")
-        if _is_dtensor(p):
-            raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, but Muon orthogonalises whole "
-                             "matrices, which a shard does not hold: step DTensor parameters with another optimizer")
         super()._check_param(p)
 
     @staticmethod
@@ -537,8 +540,11 @@ class Muon(Optimizer):
         return tuple(p.shape) if p.dim() == 2 else (p.shape[0], p.numel() // max(p.shape[0], 1))
 
     def _bound_shape(self, p: _torch.Tensor) -> tuple:
-        """p's matrix, or its group's splits of it: a batch of matrices of consecutive rows."""
+        """p's matrix, or its group's splits of it: a batch of matrices of consecutive rows. A
+        DTensor's local shard: its rows of the matrix."""
         rows, cols = self._matrix_shape(p)
+        if _is_dtensor(p):
+            return (p.to_local().shape[0], cols)
         splits = self._splits.get(id(p), 1)
         return (rows, cols) if splits == 1 else (splits, rows // splits, cols)
 

@@ -42,7 +42,7 @@ from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, Optge
                      TensorBinding)
 from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
 from ._device_array import DeviceArray
-from ._ranks import RankReductions, shard_groups
+from ._ranks import RankMatrices, RankReductions, shard_groups
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
 _STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
@@ -237,7 +237,10 @@ class Optimizer(torch.optim.Optimizer):
         along, through torch.distributed on the step's stream, so every rank steps as one GPU
         holding whole tensors would. Such an optimizer needs every param a DTensor of one mesh and
         placement; Adafactor's rows and columns are not combined across ranks, so it refuses
-        DTensor params (ValueError).
+        DTensor params (ValueError). A matrix function (Muon's Newton-Schulz) gathers each matrix's
+        rows to one owner rank, the matrices spread over the ranks, and hands the results' rows back
+        (two all-to-alls a step); it needs the params sharded along their first dimension
+        (Shard(0), as fully_shard shards them) over one mesh dimension.
     foreach, fused, capturable: accepted for torch's signature and ignored: optgen's step is always
         one fused launch and can always be captured in a CUDA graph.
     differentiable: must be False.
@@ -526,6 +529,8 @@ class Optimizer(torch.optim.Optimizer):
             bindings.append(binding)
         if any(b.distributed for b in bindings):
             self._reduce_across_ranks(engine, [b.params[i] for b in bindings for i in b.where])
+            engine.set_matrix_hook(RankMatrices(engine, {where: b.params[i] for b in bindings
+                                                         for i, where in b.where.items()}, self._device))
         if self._device is not None:
             with torch.cuda.device(self._device):
                 copied = self._bind_masters(engine, masters)

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 9
+#define OPTGEN_ABI_VERSION 10
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -192,6 +192,47 @@ int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook
  * Reduce stage, on the step's stream. NCCL is loaded at run time (libnccl.so.2, or $OPTGEN_NCCL);
  * fails, saying so, without it. */
 int optgen_set_nccl_reduction_hook(optgen_optimizer* optimizer, void* nccl_comm);
+
+/* ---- Sharded matrices: matrix functions on whole matrices (ABI 10) ----
+ * One tensor's matrices of one matrix value, as a matrix hook sees them
+ * (optgen::MatrixWork::Matrices): `batch` row-major bf16 matrices of rows x cols at `x`, device
+ * memory, and the function's arguments for the tensor's group. */
+typedef struct {
+  int32_t value; /* the variant's matrix value (optgen::VariantInfo::matrix_values) */
+  int32_t num_arguments;
+  size_t group;  /* the optimizer's group */
+  size_t tensor; /* the tensor's index in it */
+  void* x;
+  int64_t batch;
+  int64_t rows;
+  int64_t cols;
+  const double* arguments;
+} optgen_matrices;
+
+/* What a matrix hook is handed after the launch of a Reduce stage that stores matrix values. */
+typedef struct {
+  int32_t stage;
+  int32_t num_matrices;
+  const optgen_matrices* matrices;
+  void* stream;
+} optgen_matrix_work;
+
+/* Returns 0, or nonzero when it failed: the step then fails with optgen_last_error() saying so. */
+typedef int (*optgen_matrix_hook)(const optgen_matrix_work* work, void* user_data);
+
+/* Calls `hook` with `user_data` after each Reduce stage that stores matrix values, in place of the
+ * optimizer's own work on them, eagerly and while a step is captured
+ * (FusedOptimizer::set_matrix_hook): where ranks holding rows of each matrix (optgen_tensor's
+ * whole_numel) bring the whole matrices together, apply the function
+ * (optgen_apply_matrix_function) and hand each rank its rows back, on `stream`. NULL removes it. */
+int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook, void* user_data);
+/* Bytes of device scratch optgen_apply_matrix_function needs for `count` matrices of rows x cols. */
+size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols);
+/* Applies matrix value `value`'s function with `arguments` (optgen_matrices::arguments) to `count`
+ * row-major bf16 matrices of rows x cols at `x`, in place, with `scratch`, on `stream`, as a step of
+ * `group` does (FusedOptimizer::apply_matrix_function); needs the optimizer prepared. */
+int optgen_apply_matrix_function(optgen_optimizer* optimizer, size_t group, int value, const double* arguments, void* x,
+                                 void* scratch, int64_t count, int64_t rows, int64_t cols, void* stream);
 
 /* Points tensors of a group at other param and grad memory of the same sizes and dtype
  * (FusedOptimizer::rebind): tensor tensors[i] of `group` gets params[i] and grads[i]. No

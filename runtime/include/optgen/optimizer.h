@@ -60,7 +60,9 @@ struct Tensor {
   std::vector<std::int64_t> shape = {};
   /// For a rank's shard of a larger tensor (ZeRO, FSDP; combined across ranks by a reduction hook,
   /// FusedOptimizer::set_reduction_hook): the whole tensor's element count, which a spec's `numel`
-  /// and `mean` then read. 0: the tensor is whole (its own numel).
+  /// and `mean` then read. 0: the tensor is whole (its own numel). A shard is of the tensor's first
+  /// dimension (FSDP2's Shard(0)): bound with a shape of two dimensions, it is rows of a matrix of
+  /// whole_numel / shape[1] rows, which a spec's `rows` reads (a multiple of shape[1]).
   std::int64_t whole_numel = 0;
 };
 
@@ -283,6 +285,28 @@ struct ReductionResults {
   CUstream stream;
 };
 
+/// What a matrix hook (FusedOptimizer::set_matrix_hook) is handed after the launch of a Reduce
+/// stage that stores matrix values, in place of the work the optimizer would do on them: every
+/// tensor's matrices of each value that stage stored, which the hook replaces by the value's
+/// function of them (MatrixValueInfo::function with `arguments`, e.g. with
+/// FusedOptimizer::apply_matrix_function) by work on `stream`, before the next stage reads them.
+struct MatrixWork {
+  struct Matrices {
+    int value;           ///< index into VariantInfo::matrix_values
+    std::size_t group;   ///< the optimizer's group
+    std::size_t tensor;  ///< the tensor's index in its group
+    CUdeviceptr x;       ///< `batch` row-major matrices of rows x cols, bf16, consecutive
+    std::int64_t batch, rows, cols;
+    const double* arguments;  ///< the function's arguments for the group (MatrixValueInfo::num_arguments)
+  };
+  int stage;  ///< the Reduce stage just launched, from 1
+  const Matrices* matrices;
+  /// Every tensor of the plan, in plan order, each value's in turn; one without elements (a rank's
+  /// empty shard) too, with x 0 and batch 0, so that the ranks' hooks see the same list.
+  int num_matrices;
+  CUstream stream;
+};
+
 class FusedOptimizer {
  public:
   /// Hyperparameters by name, e.g. {{"lr", 1e-3}, {"weight_decay", 0.1}}.
@@ -409,6 +433,23 @@ class FusedOptimizer {
   /// removes the hook. Throws optgen::Error for a spec with a variant that reduces over rows,
   /// columns or matrices (Adafactor): the hook does not see those results.
   void set_reduction_hook(std::function<void(const ReductionResults&)> hook);
+
+  /// Called after each launch of a Reduce stage that stores matrix values, in place of the
+  /// optimizer's own work on them, eagerly and while a step is captured: the place where ranks
+  /// that hold shards of matrices (rows of each, Tensor::whole_numel) bring each whole matrix
+  /// together, apply the function to it (apply_matrix_function) and hand each rank its rows back,
+  /// on `stream`, before the next stage reads them. Every rank must hold the same groups with the
+  /// same tensors. An empty function removes the hook.
+  void set_matrix_hook(std::function<void(const MatrixWork&)> hook);
+  /// Bytes of scratch apply_matrix_function needs for `count` matrices of `rows` x `cols`.
+  static std::size_t matrix_function_scratch_bytes(long long count, long long rows, long long cols);
+  /// Applies matrix value `value`'s function (of a variant of the group `group` runs), with the
+  /// group's arguments `arguments` (MatrixWork::Matrices::arguments), to `count` row-major bf16
+  /// matrices of `rows` x `cols` consecutive at `x`, in place, as a step does to its own; enqueued
+  /// on `stream` and capturable. `scratch`: matrix_function_scratch_bytes of device memory. Needs
+  /// the optimizer prepared.
+  void apply_matrix_function(std::size_t group, int value, const double* arguments, CUdeviceptr x, CUdeviceptr scratch,
+                             long long count, long long rows, long long cols, CUstream stream);
 
   /// Kernel launches the last step made (for tests).
   int launches_last_step() const;

@@ -65,6 +65,7 @@ struct Shaped {
   long long num_tensors;
   bool factored;
   long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor)
+  long long whole_R;  ///< the rows a spec's `rows` reads (ShapeTable::whole_rows)
   long long row0, col0, matrix0;
   // The tensor's part of the results and snapshots, resolved once per block: per-element code
   // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
@@ -131,6 +132,7 @@ __device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& ta
   s.factored = st->factored[t] != 0;
   s.R = st->rows[t];
   s.C = st->cols[t];
+  s.whole_R = st->whole_rows[t];
   s.B = s.R * s.C == 0 ? 0 : table.numel[t] / (s.R * s.C);
   s.row0 = st->row_offset[t];
   s.col0 = st->col_offset[t];
@@ -233,7 +235,7 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   template <typename Values, typename Results>
   __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
                                                                  const Results& r) const {
-    return Stage::tensor(k, numel, r, sh.factored, sh.R, sh.C);
+    return Stage::tensor(k, numel, r, sh.factored, sh.whole_R, sh.C);
   }
   /// A state that exists for factored tensors only, or for the others only, has no pointer where
   /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
