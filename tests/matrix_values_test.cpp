@@ -24,6 +24,25 @@ int hyperparameter(const optgen::OptimizerInfo& info, const std::string& name) {
   return -1;
 }
 
+/// `steps` steps of `opt`'s groups 0 (`a`, hyperparameters h0) and 1 (`b`, h1), each on new
+/// gradients, checked against the CPU reference `ref`: the worst relative error.
+Comparison step_two_groups(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& a,
+                           DeviceGroup& b, const std::vector<double>& h0, const std::vector<double>& h1, int steps,
+                           std::mt19937& rng) {
+  std::vector<double> state_a = initial_scalar_state(opt.info(), h0), state_b = initial_scalar_state(opt.info(), h1);
+  Comparison result;
+  for (std::int64_t step = 1; step <= steps; ++step) {
+    a.new_gradients(rng);
+    b.new_gradients(rng);
+    StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
+    opt.step();
+    synchronize();
+    check_group(opt, ref, 0, a, states_a, state_a, step, result);
+    check_group(opt, ref, 1, b, states_b, state_b, step, result);
+  }
+  return result;
+}
+
 }  // namespace
 
 TEST_CASE("muon's variant tables carry its matrix value, its stage and its arguments", "[launcher]") {
@@ -107,17 +126,7 @@ TEST_CASE("muon matches the CPU reference on matrices of mixed shapes in two gro
     optgen::FusedOptimizer opt(info, h0, storage_of(info, kernel));
     opt.add_param_group(a.tensors, h0);
     opt.add_param_group(b.tensors, h1);
-    std::vector<double> state_a = initial_scalar_state(info, h0), state_b = initial_scalar_state(info, h1);
-    Comparison result;
-    for (std::int64_t step = 1; step <= 5; ++step) {
-      a.new_gradients(rng);
-      b.new_gradients(rng);
-      StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
-      opt.step();
-      synchronize();
-      check_group(opt, ref, 0, a, states_a, state_a, step, result);
-      check_group(opt, ref, 1, b, states_b, state_b, step, result);
-    }
+    const Comparison result = step_two_groups(opt, ref, a, b, h0, h1, 5, rng);
     INFO("worst relative error " << result.worst << " in " << result.where);
     // lr 0.02 (group 0); the largest scale, match_rms_adamw's 0.2 sqrt(300) of group 1's 100 x 300.
     CHECK(result.worst <= matrix_tolerance(info, kernel, 0.02, 0.2 * std::sqrt(300.0), 5));
@@ -188,17 +197,7 @@ TEST_CASE(
                                 work.stream);
     }
   });
-  std::vector<double> state_a = initial_scalar_state(info, h0), state_b = initial_scalar_state(info, h1);
-  Comparison result;
-  for (std::int64_t step = 1; step <= 3; ++step) {
-    a.new_gradients(rng);
-    b.new_gradients(rng);
-    StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
-    opt.step();
-    synchronize();
-    check_group(opt, ref, 0, a, states_a, state_a, step, result);
-    check_group(opt, ref, 1, b, states_b, state_b, step, result);
-  }
+  const Comparison result = step_two_groups(opt, ref, a, b, h0, h1, 3, rng);
   INFO("worst relative error " << result.worst << " in " << result.where);
   CHECK(result.worst <= matrix_tolerance(info, info.kernels[0], 0.02, std::sqrt(2.0), 3));
   REQUIRE(seen.size() == 9);  // three tensors, three steps

@@ -554,6 +554,7 @@ class Engine:
     def __init__(self, handle: int):
         self._lib = library()
         self._handle = ctypes.c_void_p(handle)
+        self._hooks = {}  # library function -> the ctypes callback it holds (_set_hook)
         self.name = self._lib.dll.optgen_name(self._handle).decode()
         # What loading its spec warned of (a spec loaded at run time; "" for a built-in).
         self.spec_warnings = self._lib.dll.optgen_warnings(self._handle).decode()
@@ -738,7 +739,27 @@ class Engine:
         return name.value.decode()
 
     _hook_failure: Optional[BaseException] = None
-    _hook = None  # the ctypes callback, alive as long as the library may call it
+
+    def _set_hook(self, function: str, kind, hook: Optional[Callable], convert: Callable) -> None:
+        """Hands the library `hook` through `function` as a ctypes callback of type `kind`, which
+        calls it with `convert` of what the library passes; None removes it. An exception the hook
+        raises fails the step, which raises it again (step)."""
+        if hook is None:
+            self._lib.call(function, self._handle, kind(), None)
+            self._hooks.pop(function, None)
+            return
+
+        def call(pointer, _):
+            try:
+                hook(convert(pointer.contents))
+                return 0
+            except BaseException as e:  # noqa: BLE001 - raised again by step(), which the library returns to
+                self._hook_failure = e
+                return 1
+
+        callback = kind(call)
+        self._lib.call(function, self._handle, callback, None)
+        self._hooks[function] = callback
 
     def set_reduction_hook(self, hook: Optional[Callable[[ReductionResults], None]]) -> None:
         """Calls `hook` after each Reduce stage's launch, eagerly and during a CUDA graph capture
@@ -746,28 +767,12 @@ class Engine:
         stage's results (an all-reduce of each of its reductions on the results' stream) before the
         stages that read them; bind each shard with TensorBinding.whole_numel. None removes it.
         Raises OptgenError for a spec that reduces over rows, columns or matrices (Adafactor)."""
-        if hook is None:
-            self._lib.call("optgen_set_reduction_hook", self._handle, _REDUCTION_HOOK(), None)
-            self._hook = None
-            return
-
-        def call(results, _):
-            r = results.contents
-            try:
-                reductions = [Reduction(x.name.decode(), bool(x.is_max), x.stage, bool(x.over_group))
-                              for x in r.reductions[:r.num_reductions]]
-                hook(ReductionResults(r.stage, reductions, r.tensor_results or 0, r.num_tensors,
-                                      r.group_results or 0, r.num_groups, r.stream or 0))
-                return 0
-            except BaseException as e:  # noqa: BLE001 - raised again by step(), which the library returns to
-                self._hook_failure = e
-                return 1
-
-        callback = _REDUCTION_HOOK(call)
-        self._lib.call("optgen_set_reduction_hook", self._handle, callback, None)
-        self._hook = callback
-
-    _matrix_hook = None  # the ctypes callback of set_matrix_hook
+        def convert(r):
+            reductions = [Reduction(x.name.decode(), bool(x.is_max), x.stage, bool(x.over_group))
+                          for x in r.reductions[:r.num_reductions]]
+            return ReductionResults(r.stage, reductions, r.tensor_results or 0, r.num_tensors, r.group_results or 0,
+                                    r.num_groups, r.stream or 0)
+        self._set_hook("optgen_set_reduction_hook", _REDUCTION_HOOK, hook, convert)
 
     def set_matrix_hook(self, hook: Optional[Callable[[MatrixWork], None]]) -> None:
         """Calls `hook` after each Reduce stage that stores matrix values, in place of the engine's
@@ -775,26 +780,11 @@ class Engine:
         ranks holding rows of each matrix (TensorBinding.whole_numel) bring the whole matrices
         together, apply the function (apply_matrix_function) and hand each rank its rows back, on
         the work's stream. None removes it."""
-        if hook is None:
-            self._lib.call("optgen_set_matrix_hook", self._handle, _MATRIX_HOOK(), None)
-            self._matrix_hook = None
-            return
-
-        def call(work, _):
-            w = work.contents
-            try:
-                matrices = [Matrices(m.value, m.group, m.tensor, m.x or 0, m.batch, m.rows, m.cols,
-                                     tuple(m.arguments[:m.num_arguments]))
-                            for m in w.matrices[:w.num_matrices]]
-                hook(MatrixWork(w.stage, matrices, w.stream or 0))
-                return 0
-            except BaseException as e:  # noqa: BLE001 - raised again by step(), which the library returns to
-                self._hook_failure = e
-                return 1
-
-        callback = _MATRIX_HOOK(call)
-        self._lib.call("optgen_set_matrix_hook", self._handle, callback, None)
-        self._matrix_hook = callback
+        def convert(w):
+            return MatrixWork(w.stage, [Matrices(m.value, m.group, m.tensor, m.x or 0, m.batch, m.rows, m.cols,
+                                                 tuple(m.arguments[:m.num_arguments]))
+                                        for m in w.matrices[:w.num_matrices]], w.stream or 0)
+        self._set_hook("optgen_set_matrix_hook", _MATRIX_HOOK, hook, convert)
 
     def matrix_function_scratch_bytes(self, count: int, rows: int, cols: int) -> int:
         """Bytes of device scratch apply_matrix_function needs for `count` matrices of rows x cols."""

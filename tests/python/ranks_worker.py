@@ -171,7 +171,8 @@ def trajectories(rank, device, mesh, no_reduce, backend):
                     norms = max(norms, abs(a - b) / b)
         report(rank, check="trajectory", case=case, violation=violation, largest=largest, grad_norm_rel=norms)
     if backend == "nccl":  # gloo's collectives cannot be captured
-        captured(rank, device, mesh)
+        report(rank, check="trajectory", case="lamb_clipped_graph",
+               violation=captured(device, mesh, CASES["lamb_clipped"]))
     # Adafactor's rows and columns are not combined across ranks: refused with a message.
     sharded = sharded_model(device, mesh)
     opt = ot.Adafactor([getattr(sharded, "b1"), getattr(sharded, "scale")])
@@ -183,10 +184,12 @@ def trajectories(rank, device, mesh, no_reduce, backend):
         report(rank, check="refusal", case="adafactor", error=str(e))
 
 
-def captured(rank, device, mesh):
-    """The step captured in a CUDA graph (NCCL's all-reduces inside it), gradients in place."""
+def captured(device, mesh, make, groups=Model.groups, tolerance=lambda step: {}):
+    """The worst violation of a step captured in a CUDA graph (the collectives inside it, gradients
+    in place) against eager steps of whole tensors: `make` makes the optimizer of `groups` of a
+    model, compare() checks step `step` within tolerance(step)."""
     sharded, reference = sharded_model(device, mesh), Model().to(device)
-    opt, ref = CASES["lamb_clipped"](sharded.groups()), CASES["lamb_clipped"](reference.groups())
+    opt, ref = make(groups(sharded)), make(groups(reference))
     set_grads(sharded, 0, device)
     set_grads(reference, 0, device)
     side = torch.cuda.Stream(device)
@@ -205,12 +208,17 @@ def captured(rank, device, mesh):
         graph.replay()
         set_grads(reference, step, device)
         ref.step()
-        violation = max(violation, compare(sharded, reference)[0])
-    report(rank, check="trajectory", case="lamb_clipped_graph", violation=violation)
+        violation = max(violation, compare(sharded, reference, **tolerance(step))[0])
+    return violation
 
 
 MUON_GROUPS = ((("w1", "conv", "row"), {}), (("w2", "emb"), {"lr": 0.02, "nesterov": False}))
 MUON_LR, MUON_TOL = 0.02, 0.02
+
+
+def muon_tolerance(step):
+    """|a - b| within MUON_TOL of lr times the largest scale (sqrt(37 / 19)) a step, for each step so far."""
+    return dict(rtol=0.0, atol=MUON_TOL * MUON_LR * (37 / 19) ** 0.5 * (step + 1))
 
 
 def muon_groups(model):
@@ -240,36 +248,13 @@ def muon(rank, device, mesh, no_gather, backend):
         set_grads(reference, step, device)
         opt.step()
         ref.step()
-        # |a - b| within MUON_TOL of lr times the largest scale (sqrt(37 / 19)) a step, for each step so far.
-        v, d = compare(sharded, reference, rtol=0.0, atol=MUON_TOL * MUON_LR * (37 / 19) ** 0.5 * (step + 1))
+        v, d = compare(sharded, reference, **muon_tolerance(step))
         violation, largest = max(violation, v), max(largest, d)
     report(rank, check="muon", case="muon", violation=violation, largest=largest)
     if backend != "nccl" or no_gather:
         return
-    # In a CUDA graph: the all-to-alls inside it, gradients in place.
-    sharded, reference = sharded_model(device, mesh), Model().to(device)
-    opt = ot.Muon(muon_groups(sharded), lr=MUON_LR)
-    ref = ot.Muon(muon_groups(reference), lr=MUON_LR)
-    set_grads(sharded, 0, device)
-    set_grads(reference, 0, device)
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        opt.step()
-    torch.cuda.current_stream(device).wait_stream(side)
-    ref.step()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        opt.step()
-    violation = 0.0
-    for step in range(1, STEPS):
-        for name, g in whole_grads(step, device).items():
-            getattr(sharded, name).grad.to_local().copy_(part(g))
-        graph.replay()
-        set_grads(reference, step, device)
-        ref.step()
-        v, _ = compare(sharded, reference, rtol=0.0, atol=MUON_TOL * MUON_LR * (37 / 19) ** 0.5 * (step + 1))
-        violation = max(violation, v)
+    # In a CUDA graph: the all-to-alls inside it.
+    violation = captured(device, mesh, lambda groups: ot.Muon(groups, lr=MUON_LR), muon_groups, muon_tolerance)
     report(rank, check="muon", case="muon_graph", violation=violation)
 
 

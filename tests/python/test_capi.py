@@ -310,3 +310,16 @@ def test_a_master_copy_or_stochastic_rounding_of_params_that_need_none_is_refuse
 def test_master_weights_of_a_group_that_does_not_exist_is_an_error():
     with pytest.raises(OptgenError, match="no param group 0"):
         Engine.builtin("adamw", storage=Storage(param_write=MASTER)).master_weights(0, 0)
+
+
+def test_hooks_are_set_and_removed_and_a_matrix_function_needs_a_prepared_group():
+    e = Engine.builtin("muon")
+    e.set_matrix_hook(lambda work: None)
+    e.set_reduction_hook(lambda results: None)
+    e.set_matrix_hook(None)
+    e.set_reduction_hook(None)
+    # Scratch for the iteration's second X, G and U, then the norms' partial sums: grows with the batch.
+    one, three = e.matrix_function_scratch_bytes(1, 64, 32), e.matrix_function_scratch_bytes(3, 64, 32)
+    assert 0 < one < three
+    with pytest.raises(OptgenError, match="no param group 0"):
+        e.apply_matrix_function(0, 0, [5, 3.4445, -4.775, 2.0315, 1e-7], 1, 1, 1, 64, 32, 0)
