@@ -59,7 +59,7 @@ bool is_grad_norm(const ReductionValue& r) {
 }
 
 int grad_norm_slot(const Program& program) {
-  if (!program.spec || !program.spec->grad_clipping || program.entry != "step") return -1;  // a program reads no grad
+  if (!program.spec || !program.spec->grad_clipping || !program.is_step()) return -1;  // a program reads no grad
   auto flag = program.flags.find(kFlag);
   if (flag == program.flags.end() || !flag->second) return -1;
   for (std::size_t r = 0; r < program.reductions.size(); ++r)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "expr_printer.h"
 
@@ -95,6 +96,18 @@ std::string cuda_float_literal(double value) {
     if (std::strtof(buffer, nullptr) == f) break;
   }
   return with_fraction(buffer) + "f";
+}
+
+std::vector<const HoistedValue*> tensor_values_read(const Program& p, const std::vector<Expr>& roots) {
+  std::set<std::string> read;
+  for (const auto& r : roots)
+    for_each_node(r, [&](const Expr& e) {
+      if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Tensor) read.insert(e->name);
+    });
+  std::vector<const HoistedValue*> values;
+  for (const auto& t : p.values[Domain::Tensor])
+    if (read.count(t.name)) values.push_back(&t);
+  return values;
 }
 
 }  // namespace optgen

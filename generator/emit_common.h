@@ -1,8 +1,9 @@
 #pragma once
 /// What every emitter prints the same way: the generator's version and the spec's file name for
-/// banners, and the comment that opens a variant's section.
+/// banners, the comment that opens a variant's section, number literals, and what code reads.
 
 #include <string>
+#include <vector>
 
 #include "ir.h"
 #include "spec.h"
@@ -31,5 +32,8 @@ std::string cpp_double_literal(double value);
 std::string cuda_float_literal(double value);
 /// CUDA double: as cpp_double_literal, with CUDA's bit-pattern infinities.
 std::string cuda_double_literal(double value);
+
+/// The tensor values (Program::values of Domain::Tensor) that `roots` read, in the program's order.
+std::vector<const HoistedValue*> tensor_values_read(const Program& p, const std::vector<Expr>& roots);
 
 }  // namespace optgen

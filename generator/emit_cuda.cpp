@@ -410,7 +410,7 @@ class CudaEmitter {
   static std::string operands_struct_name(const Storage& s) { return "Operands_" + s.name(); }
 
   void group_values_struct(CodeWriter& w, const Program& p) {
-    if (p.entry == "step") {
+    if (p.is_step()) {
       w.line("/// Computed once per step and param group by Group::step, kept in the group table, read by the");
       w.line("/// tensor and element code.");
     } else {
@@ -426,14 +426,14 @@ class CudaEmitter {
                ir.print(p.values[Domain::Group][f.index].value));
       if (fields.empty()) w.line("float unused;  // this variant reads no per-group value");
     }
-    if (p.entry == "step")
+    if (p.is_step())
       w.line("static_assert(sizeof(GroupValues) == " + std::to_string(group_values_size(p)) +
              ", \"the launcher's values_stride holds this\");");
   }
 
   void group_struct(CodeWriter& w, const Program& p) {
-    w.line(p.entry == "step" ? "/// The group code: the spec's per_step, in double, once per step and param group."
-                             : "/// The program's group code, in double: the values its element code reads.");
+    w.line(p.is_step() ? "/// The group code: the spec's per_step, in double, once per step and param group."
+                       : "/// The program's group code, in double: the values its element code reads.");
     auto s = w.block("struct Group", "};");
     w.line("typedef GroupValues Values;");
     w.line("static constexpr int kScalarStates = " + std::to_string(spec_.scalar_states.size()) + ";");
@@ -487,19 +487,6 @@ class CudaEmitter {
     for (const auto& t : p.values[Domain::Tensor]) taken.insert(t.name);
     for (const auto& r : p.reductions) taken.insert(r.name);
     return taken;
-  }
-
-  /// The tensor values `roots` read, in the program's order.
-  static std::vector<const HoistedValue*> tensor_values_read(const Program& p, const std::vector<Expr>& roots) {
-    std::set<std::string> read;
-    for (const auto& r : roots)
-      for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Tensor) read.insert(e->name);
-      });
-    std::vector<const HoistedValue*> values;
-    for (const auto& t : p.values[Domain::Tensor])
-      if (read.count(t.name)) values.push_back(&t);
-    return values;
   }
 
   /// `const float param = v_[0];` for each operand `roots` read.
@@ -1022,8 +1009,8 @@ class CudaEmitter {
     w.line(std::string("static constexpr bool kShaped = ") +
            (shaped ? "true;  // rows and columns: apply reads sh_ and ix_" : "false;  // element-wise code"));
     w.line(std::string("static constexpr bool kProgram = ") +
-           (p.entry == "step" ? "false;  // the step: takes a ticket, counts the step"
-                              : "true;  // a program: no ticket, no step counted"));
+           (p.is_step() ? "false;  // the step: takes a ticket, counts the step"
+                        : "true;  // a program: no ticket, no step counted"));
     // Indexed where it stores a row or column state too (store_states reads the element's index).
     const bool stores_states = !outputs[Domain::Row].empty() || !outputs[Domain::Column].empty();
     if (shaped) loaded_slot_masks(w, p, element_roots, order, stores_states || reads_position(p, all, order));
@@ -1089,7 +1076,7 @@ class CudaEmitter {
     const Storage& s = k.storage;
     w.line();
     w.line("/// " + p.variant + ", " +
-           (p.entry == "step" ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) + ", storage " +
+           (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) + ", storage " +
            s.text() + ".");
     const char* bounds = stage.kind == StageKind::Reduce
                              ? (uses_shapes(p) ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
@@ -1101,7 +1088,7 @@ class CudaEmitter {
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
                 "const optgen::ReductionTable reductions)");
     // A program's Group and Update are in a namespace of its own, inside its variant's.
-    const std::string scope = "variants::" + p.variant + (p.entry == "step" ? "" : "::" + p.entry);
+    const std::string scope = "variants::" + p.variant + (p.is_step() ? "" : "::" + p.entry);
     const std::string types = scope + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
     // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
     // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).

@@ -165,6 +165,12 @@ class ReferenceEmitter {
     auto fn = w.block(
         "inline bool state_present_in([[maybe_unused]] const double* h_, int index_, [[maybe_unused]] bool "
         "factored_)");
+    state_condition_switch(w, p);
+  }
+
+  /// The body of state_present(_in): the hyperparameters the conditions read, then per state its
+  /// `when:` condition (true without one).
+  void state_condition_switch(CodeWriter& w, const Program& p) {
     std::vector<Expr> roots;
     for (const auto& [name, value] : p.state_conditions) roots.push_back(value);
     write_hyperparameter_loads(w, spec_, roots);
@@ -186,19 +192,7 @@ class ReferenceEmitter {
       w.line("return state_present_in(h_, index_, true) || state_present_in(h_, index_, false);");
       return;
     }
-    std::vector<Expr> roots;
-    for (const auto& [name, value] : p.state_conditions) roots.push_back(value);
-    write_hyperparameter_loads(w, spec_, roots);
-    CppPrinter printer(false);
-    {
-      auto sw = w.block("switch (index_)");
-      for (const auto& s : spec_.states) {
-        auto it = p.state_conditions.find(s.name);
-        w.line("case " + index_of(states_, s.name) + ": return " +
-               (it == p.state_conditions.end() ? "true" : printer.print(it->second)) + ";  // " + s.name);
-      }
-      w.line("default: return false;");
-    }
+    state_condition_switch(w, p);
   }
 
   void variant(CodeWriter& w, const Program& p) {
@@ -218,9 +212,8 @@ class ReferenceEmitter {
   void code(CodeWriter& w, const Program& p) {
     w.line("inline constexpr ::std::size_t kNumGroupValues = " + std::to_string(p.values[Domain::Group].size()) + ";");
     w.line("inline constexpr ::std::size_t kNumReductions = " + std::to_string(p.reductions.size()) + ";");
-    w.line(p.entry == "step"
-               ? "/// The values the tensor and element code read, computed once per step and param group:"
-               : "/// The values the element code reads, computed once per run and param group:");
+    w.line(p.is_step() ? "/// The values the tensor and element code read, computed once per step and param group:"
+                       : "/// The values the element code reads, computed once per run and param group:");
     for (const auto& v : p.values[Domain::Group]) w.line("///   " + v.name);
     w.line("using GroupValues = ::std::array<double, kNumGroupValues>;");
     w.line();
@@ -459,9 +452,9 @@ class ReferenceEmitter {
   }
 
   void per_step(CodeWriter& w, const Program& p) {
-    w.line(p.entry == "step" ? "/// The group code, once per step and param group: advances the scalar state and "
-                               "computes the group values."
-                             : "/// The program's group code: the values its element code reads.");
+    w.line(p.is_step() ? "/// The group code, once per step and param group: advances the scalar state and "
+                         "computes the group values."
+                       : "/// The program's group code: the values its element code reads.");
     {
       auto fn = w.block(
           "inline GroupValues per_step([[maybe_unused]] const double* h_, [[maybe_unused]] double* scalar_state_, "
@@ -494,19 +487,6 @@ class ReferenceEmitter {
         "[[maybe_unused]] ::std::int64_t step, [[maybe_unused]] const double* group_, double* scalar_state_)");
     CppPrinter printer(false, &p);
     write_advance_code(w, p, printer, reserved());
-  }
-
-  /// The tensor values `roots` read, in the program's order.
-  static std::vector<const HoistedValue*> tensor_values_read(const Program& p, const std::vector<Expr>& roots) {
-    std::set<std::string> read;
-    for (const auto& r : roots)
-      for_each_node(r, [&](const Expr& e) {
-        if (e->kind == NodeKind::Var && e->var == VarKind::Hoisted && e->level == Domain::Tensor) read.insert(e->name);
-      });
-    std::vector<const HoistedValue*> values;
-    for (const auto& t : p.values[Domain::Tensor])
-      if (read.count(t.name)) values.push_back(&t);
-    return values;
   }
 
   /// The head of Reduce stage `stage`'s function (0: the Update stage's): the group values as T_,

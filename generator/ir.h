@@ -247,6 +247,9 @@ struct Program {
   /// "step", or the name of the spec's program (`programs:`) this is: one Update stage, named after
   /// it, that writes the outputs and neither counts a step nor changes scalar state.
   std::string entry = "step";
+  /// Whether this is the step (not one of the spec's programs): it reads the gradient, counts a
+  /// step and commits scalar state.
+  bool is_step() const { return entry == "step"; }
   /// The step's only: the spec's programs, compiled for this variant's flags, in declaration order.
   std::vector<Program> programs;
 

@@ -109,7 +109,7 @@ Program plan_stages(const Program& program) {
   result.stages.clear();
   for (int k = 1; k <= stages; ++k)
     result.stages.push_back({StageKind::Reduce, stages == 1 ? "reduce" : "reduce" + std::to_string(k), k});
-  result.stages.push_back({StageKind::Update, program.entry == "step" ? "update" : program.entry, 0});
+  result.stages.push_back({StageKind::Update, program.is_step() ? "update" : program.entry, 0});
   return result;
 }
 

@@ -36,7 +36,7 @@ Program verify_states(const Program& program) {
                       "guard the statement with `when: " + declaration(program, o.name).when_text + "`");
     written.insert(o.name);
   }
-  const bool step = program.entry == "step";  // a program writes what it writes, and reads no gradient
+  const bool step = program.is_step();  // a program writes what it writes, and reads no gradient
   if (!param_written && step)
     throw SpecError(program.spec->update_loc, "variant " + program.variant + " never changes 'param'");
   for (const auto& o : program.element_outputs)
