@@ -11,7 +11,7 @@ NCCL's order is fixed for a communicator, so a step is deterministic either way.
 
 A matrix function (Muon's Newton-Schulz) needs whole matrices: RankMatrices, the engine's matrix
 hook (Engine.set_matrix_hook), gathers each matrix's rows to one owner rank, applies the function
-there and hands the rows back (two all-to-alls a step).
+there and hands the rows back (two all-to-alls a step, planned by optgen._matrix_exchange).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .._capi import ReductionResults
+from .._matrix_exchange import ExchangePlan, row_shards
 from ._device_array import DeviceArray
 
 
@@ -96,14 +97,6 @@ class RankReductions:
             for part, op in parts:
                 for group in self.groups:
                     dist.all_reduce(part, op=op, group=group)
-
-
-def row_shards(rows: int, ranks: int) -> List[int]:
-    """The rows of each rank's shard of a tensor of `rows` rows sharded along its first dimension
-    (DTensor's Shard(0), FSDP2's fully_shard): torch.chunk's, ceil(rows / ranks) each, the last
-    ones fewer or none."""
-    chunk = -(-rows // ranks) if ranks else 0
-    return [max(0, min(chunk, rows - r * chunk)) for r in range(ranks)]
 
 
 class _Owned:
@@ -182,91 +175,58 @@ class RankMatrices:
 
 class _Exchange:
     """What RankMatrices does after one Reduce stage of one binding: the views, splits and buffers
-    of its two all-to-alls and its owned batches, made once."""
+    of its two all-to-alls (optgen._matrix_exchange's plan) and its owned batches, made once."""
 
     def __init__(self, hook: RankMatrices, work):
         engine, rank, ranks, device = hook.engine, hook.rank, hook.ranks, hook.device
         self.group = hook.group
-        # Every matrix of the stage, listed alike by every rank (the engine lists empty shards too):
-        # (value, group, tensor), whole rows, columns, each rank's rows, this rank's Matrices.
-        matrices = []
-        for m in work.matrices:
+        # Every matrix of the stage, listed alike by every rank (the engine lists empty shards too).
+        mine, shapes = list(work.matrices), []
+        for m in mine:
             p = hook.params[(m.group, m.tensor)]
             rows, cols = p.shape[0], p.numel() // max(p.shape[0], 1)
-            shards = row_shards(rows, ranks)
-            if m.batch > 1 or m.rows != shards[rank] or m.cols != cols:
+            local = row_shards(rows, ranks)[rank]
+            if m.batch > 1 or m.rows != local or m.cols != cols:
                 raise ValueError(f"a DTensor param of shape {tuple(p.shape)} is bound as {m.batch} matrices of "
-                                 f"{m.rows} x {m.cols}, not as rank {rank}'s {shards[rank]} rows of its {rows} x "
-                                 f"{cols}: a matrix function of sharded params needs each one matrix sharded along "
-                                 "its first dimension (Shard(0)), as fully_shard shards it")
-            matrices.append(((m.value, m.group, m.tensor), rows, cols, shards, m))
-        self.matrices = matrices
-        # Owners: the costliest first (Newton-Schulz's products, m * m * n for m <= n), each to the
-        # least loaded rank; all ranks reach the same answer.
-        load = [0.0] * ranks
-        owner = [0] * len(matrices)
-        for i in sorted(range(len(matrices)), key=lambda i: (-self._cost(matrices[i]), i)):
-            _, rows, cols, shards, _ = matrices[i]
-            owner[i] = min(range(ranks), key=lambda r: (load[r], r))
-            load[owner[i]] += self._cost(matrices[i])
-        owned_by = [[i for i in range(len(matrices)) if owner[i] == r] for r in range(ranks)]
-        # Arguments: an owner holds rows of each of its matrices, so its own work lists them.
+                                 f"{m.rows} x {m.cols}, not as rank {rank}'s {local} rows of its {rows} x {cols}: "
+                                 "a matrix function of sharded params needs each one matrix sharded along its first "
+                                 "dimension (Shard(0)), as fully_shard shards it")
+            shapes.append((rows, cols))
+        self._check_alike(shapes, device)
+        plan = ExchangePlan(shapes, ranks, rank)
+        # The owned matrices in batches of one value, shape and arguments (an owner's own list
+        # holds each of its matrices, an empty shard too, with the arguments of its group).
         batches: Dict[tuple, _Owned] = {}
-        self.position: Dict[int, Tuple[_Owned, int]] = {}
-        for i in owned_by[rank]:
-            mine = matrices[i][4]
-            key = (mine.value, matrices[i][1], matrices[i][2], mine.arguments)
+        position: Dict[int, Tuple[_Owned, int]] = {}
+        for i in plan.owned:
+            key = (mine[i].value, *shapes[i], mine[i].arguments)
             batch = batches.setdefault(key, _Owned(key, engine, device))
-            self.position[i] = (batch, len(batch.members))
+            position[i] = (batch, len(batch.members))
             batch.members.append(i)
-        for key, batch in batches.items():
-            batch.allocate(matrices[batch.members[0]][0][1])
+        for batch in batches.values():
+            batch.allocate(mine[batch.members[0]].group)
         self.batches = list(batches.values())
-
-        def local_view(i):
-            m = matrices[i][4]
-            return _bf16(m.x, m.rows * m.cols, device) if m.rows else None
-
-        def rows_of(i, r):  # rank r's rows of matrix i, as elements
-            return matrices[i][3][r] * matrices[i][2]
-
-        # Gather: to each rank its matrices' rows from this one; from each rank this one's matrices' rows.
-        self.send_splits = [sum(rows_of(i, rank) for i in owned_by[d]) for d in range(ranks)]
-        self.recv_splits = [sum(rows_of(i, s) for i in owned_by[rank]) for s in range(ranks)]
-        self.send_views = [v for d in range(ranks) for i in owned_by[d] if (v := local_view(i)) is not None]
+        self.send_splits, self.recv_splits = plan.send_splits, plan.recv_splits
+        # This rank's rows, where the engine keeps them: sent in the gather, written by the scatter.
+        self.views = [_bf16(mine[i].x, mine[i].rows * mine[i].cols, device) for i in plan.sent]
+        self.sizes = [v.numel() for v in self.views]
         self.send = torch.empty(sum(self.send_splits), dtype=torch.bfloat16, device=device)
         self.recv = torch.empty(sum(self.recv_splits), dtype=torch.bfloat16, device=device)
-        # The received rows, source-major, as each batch's whole matrices read them (matrix-major).
-        pieces: Dict[Tuple[int, int], torch.Tensor] = {}
-        at = 0
-        for s in range(ranks):
-            for i in owned_by[rank]:
-                n = rows_of(i, s)
-                pieces[(i, s)] = self.recv[at:at + n]
-                at += n
-        self.assemble = [(batch, [pieces[(i, s)] for i in batch.members for s in range(ranks) if rows_of(i, s)])
+        received = {(x.matrix, x.rank): self.recv[x.at:x.at + x.length] for x in plan.gathered}
+        self.assemble = [(batch, [received[(i, r)] for i in batch.members for r in range(ranks) if (i, r) in received])
                          for batch in self.batches]
-        # Scatter back: the owner's whole matrices cut by rank, destination-major; received by owner.
-        self.back_views = []
-        for d in range(ranks):
-            for i in owned_by[rank]:
-                batch, j = self.position[i]
-                first = sum(matrices[i][3][:d]) * matrices[i][2]
-                if rows_of(i, d):
-                    self.back_views.append(batch.whole[j].view(-1)[first:first + rows_of(i, d)])
+        self.back_views = [position[x.matrix][0].whole[position[x.matrix][1]].view(-1)[x.first:x.first + x.length]
+                           for x in plan.scattered]
         self.back_send = torch.empty(sum(self.recv_splits), dtype=torch.bfloat16, device=device)
         self.back_recv = torch.empty(sum(self.send_splits), dtype=torch.bfloat16, device=device)
-        self.result_views = [v for o in range(ranks) for i in owned_by[o] if (v := local_view(i)) is not None]
-        self.result_sizes = [v.numel() for v in self.result_views]
-        self._check_alike(matrices, device)
 
-    def _check_alike(self, matrices: list, device: torch.device) -> None:
+    def _check_alike(self, shapes: list, device: torch.device) -> None:
         """Raises ValueError unless every rank lists the same matrices (their count and whole sizes):
         ranks that split them otherwise would wait for each other's rows for good. Once per binding,
         eagerly (a capture skips it)."""
         if torch.cuda.is_current_stream_capturing():
             return
-        mine = torch.tensor([len(matrices), sum(rows * cols for _, rows, cols, _, _ in matrices)], device=device)
+        mine = torch.tensor([len(shapes), sum(rows * cols for rows, cols in shapes)], device=device)
         every = [torch.empty_like(mine) for _ in range(dist.get_world_size(self.group))]
         dist.all_gather(every, mine, group=self.group)
         if any(not torch.equal(x, mine) for x in every):
@@ -274,15 +234,9 @@ class _Exchange:
                              f"{[tuple(x.tolist()) for x in every]}): every rank must hold the same params with "
                              "gradients, each its shard of every one (an empty one too)")
 
-    @staticmethod
-    def _cost(matrix) -> float:
-        _, rows, cols, _, _ = matrix
-        small, large = min(rows, cols), max(rows, cols)
-        return float(small) * small * large
-
     def run(self, stream: int) -> None:
-        if self.send_views:
-            torch.cat(self.send_views, out=self.send)
+        if self.views:
+            torch.cat(self.views, out=self.send)
         dist.all_to_all_single(self.recv, self.send, self.recv_splits, self.send_splits, group=self.group)
         for batch, pieces in self.assemble:
             torch.cat(pieces, out=batch.whole.view(-1))
@@ -290,8 +244,8 @@ class _Exchange:
         if self.back_views:
             torch.cat(self.back_views, out=self.back_send)
         dist.all_to_all_single(self.back_recv, self.back_send, self.send_splits, self.recv_splits, group=self.group)
-        if self.result_views:
-            torch._foreach_copy_(self.result_views, list(torch.split(self.back_recv, self.result_sizes)))
+        if self.views:
+            torch._foreach_copy_(self.views, list(torch.split(self.back_recv, self.sizes)))
 
 
 def _bf16(address: int, count: int, device: torch.device) -> torch.Tensor:
