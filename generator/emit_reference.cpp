@@ -617,11 +617,10 @@ class ReferenceEmitter {
           std::string args;
           const auto& parameters = matrix_function_info(value.op).parameters;
           for (size_t a = 0; a < value.args.size(); ++a)
-            args +=
-                std::string(parameters.at(a).integral ? ", static_cast<::std::int64_t>(" : ", T_(") +
-                (value.args[a]->is_const() ? cpp_double_literal(value.args[a]->value)
-                                           : "h_[" + std::to_string(hyperparameter_index(value.args[a]->name)) + "]") +
-                ")";
+            args += std::string(parameters.at(a).integral ? ", static_cast<::std::int64_t>(" : ", T_(") +
+                    (value.args[a]->is_const() ? cpp_double_literal(value.args[a]->value)
+                                               : "h_[" + index_of(hyperparameters_, value.args[a]->name) + "]") +
+                    ")";
           w.line("// " + value.name + ": " + matrix_function_info(value.op).name +
                  " of each matrix of each tensor (a tensor of fewer than two dimensions: one row).");
           w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) {");
@@ -688,13 +687,6 @@ class ReferenceEmitter {
                        : "") +
            (programs ? ", kPrograms, kNumPrograms, &run<float>, &run<double>};" : "};"));
     w.line("return instance;");
-  }
-
-  /// The index of hyperparameter `name` in h_.
-  int hyperparameter_index(const std::string& name) const {
-    const auto it = std::find(hyperparameters_.begin(), hyperparameters_.end(), name);
-    if (it == hyperparameters_.end()) throw InternalError("emit_reference: no hyperparameter '" + name + "'");
-    return static_cast<int>(it - hyperparameters_.begin());
   }
 
   const Spec& spec_;

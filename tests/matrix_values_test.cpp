@@ -186,6 +186,7 @@ TEST_CASE(
     for (int i = 0; i < work.num_matrices; ++i) {
       const optgen::MatrixWork::Matrices& m = work.matrices[i];
       const std::vector<double>& h = m.group == 0 ? h0 : h1;
+      CHECK(m.num_arguments == 5);
       std::string args;  // per argument, 1 where it is the group's hyperparameter
       for (int k = 0; k < 5; ++k)
         args +=

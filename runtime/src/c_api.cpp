@@ -345,14 +345,12 @@ int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook,
   return guarded([&] {
     require(optimizer != nullptr, "optgen_set_matrix_hook", "optimizer is NULL");
     if (!hook) return optimizer->engine.set_matrix_hook({});
-    optgen::FusedOptimizer* engine = &optimizer->engine;
-    engine->set_matrix_hook([hook, user_data, engine](const optgen::MatrixWork& w) {
+    optimizer->engine.set_matrix_hook([hook, user_data](const optgen::MatrixWork& w) {
       std::vector<optgen_matrices> matrices;
       for (int i = 0; i < w.num_matrices; ++i) {
         const optgen::MatrixWork::Matrices& t = w.matrices[i];
-        const optgen::VariantInfo& variant = engine->info().variants[engine->kernel_set(t.group).variant];
-        matrices.push_back({t.value, variant.matrix_values[t.value].num_arguments, t.group, t.tensor,
-                            reinterpret_cast<void*>(t.x), t.batch, t.rows, t.cols, t.arguments});
+        matrices.push_back({t.value, t.num_arguments, t.group, t.tensor, reinterpret_cast<void*>(t.x), t.batch, t.rows,
+                            t.cols, t.arguments});
       }
       const optgen_matrix_work work{w.stage, w.num_matrices, matrices.data(), w.stream};
       if (const int status = hook(&work, user_data); status != 0)

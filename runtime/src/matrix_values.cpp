@@ -139,7 +139,7 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
   return "";
 }
 
-void apply_function(const MatrixValueInfo& value, const std::vector<double>& arguments, const MatrixKernels& kernels,
+void apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
                     const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
                     long long cols, CUstream stream) {
   if (count == 0 || rows * cols == 0) return;
@@ -184,7 +184,7 @@ void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, in
       std::size_t end = g + 1;
       std::int64_t count = bucket.groups[g].count;
       for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
-      apply_function(value, args, matrices.kernels, handle,
+      apply_function(value, args.data(), matrices.kernels, handle,
                      bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size), matrices.scratch,
                      count, bucket.rows, bucket.cols, stream);
       g = end;

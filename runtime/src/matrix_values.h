@@ -72,10 +72,11 @@ std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols
 /// The arguments of matrix value `value` for a group of hyperparameters `h`.
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h);
 
-/// Enqueues on `stream` `value`'s function, with `arguments` (matrix_arguments), of `count` bf16
+/// Enqueues on `stream` `value`'s function, with `arguments` (value.num_arguments of them, as
+/// matrix_arguments gives them), of `count` bf16
 /// matrices of `rows` x `cols` consecutive at `x`, in place: each divided by its norm (plus the
 /// function's eps) and orthogonalised. `scratch` holds matrix_scratch_bytes. Capturable.
-void apply_function(const MatrixValueInfo& value, const std::vector<double>& arguments, const MatrixKernels& kernels,
+void apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
                     const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
                     long long cols, CUstream stream);
 

@@ -1043,7 +1043,8 @@ void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const Var
     const MatrixValueInfo& value = variant.matrix_values[t.value];
     if (value.stage != stage) continue;
     arguments.push_back(matrix_arguments(value, m.groups[t.group].h));
-    work.push_back({t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data()});
+    work.push_back(
+        {t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data(), value.num_arguments});
   }
   m.matrix_hook({stage, work.data(), static_cast<int>(work.size()), stream});
 }
@@ -1378,9 +1379,8 @@ void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const d
     throw Error(m.call("apply_matrix_function"), "group " + std::to_string(group) + " runs variant " + variant.name +
                                                      ", which has " + std::to_string(variant.num_matrix_values) +
                                                      " matrix values; there is no value " + std::to_string(value));
-  const MatrixValueInfo& info = variant.matrix_values[value];
-  apply_function(info, std::vector<double>(arguments, arguments + info.num_arguments), plan.matrices->kernels,
-                 *m.cublas, x, scratch, count, rows, cols, stream);
+  apply_function(variant.matrix_values[value], arguments, plan.matrices->kernels, *m.cublas, x, scratch, count, rows,
+                 cols, stream);
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {

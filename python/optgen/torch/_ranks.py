@@ -91,12 +91,16 @@ class RankReductions:
             parts.append((tensor_results[i * tensors:(i + 1) * tensors], op))
             if reduction.over_group:
                 parts.append((group_results[i * groups:(i + 1) * groups], op))
-        current = torch.cuda.current_stream(self.device)
-        stream = current if current.cuda_stream == r.stream else torch.cuda.ExternalStream(r.stream, self.device)
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(_step_stream(r.stream, self.device)):
             for part, op in parts:
                 for group in self.groups:
                     dist.all_reduce(part, op=op, group=group)
+
+
+def _step_stream(stream: int, device: torch.device) -> torch.cuda.Stream:
+    """The engine's step stream (a hook's `stream`) as torch's: the current stream, or that one."""
+    current = torch.cuda.current_stream(device)
+    return current if current.cuda_stream == stream else torch.cuda.ExternalStream(stream, device)
 
 
 class _Owned:
@@ -104,7 +108,7 @@ class _Owned:
 
     def __init__(self, key: tuple, engine, device: torch.device):
         self.value, self.rows, self.cols, self.arguments = key
-        self.members: List[int] = []  # indices into RankMatrices._matrices
+        self.members: List[int] = []  # indices into the stage's matrices (ExchangePlan's)
         self.engine, self.device = engine, device
 
     def allocate(self, group: int) -> None:
@@ -125,8 +129,8 @@ class RankMatrices:
     each whole matrix, of which every rank holds some rows.
 
     Each matrix has an owner rank, the matrices spread over the ranks by their cost (the largest
-    first, each to the least loaded rank). After the Reduce stage that
-    stores a step's matrices, one all-to-all sends every rank's rows of each matrix to its owner;
+    first, each to the least loaded rank). After the Reduce stage that stores a step's matrices,
+    one all-to-all sends every rank's rows of each matrix to its owner;
     each owner applies the function to its whole matrices, batched by shape as one GPU does; a
     second all-to-all hands every rank its rows of the results back. All of it on the step's stream,
     capturable in a CUDA graph with NCCL. `params`: by (engine group, tensor index)."""
@@ -161,16 +165,11 @@ class RankMatrices:
             raise ValueError(self.error)
         key = (work.stage, tuple((m.value, m.group, m.tensor, m.x, m.batch, m.rows, m.cols, m.arguments)
                                  for m in work.matrices))
-        with torch.cuda.stream(self.stream_of(work)):
+        with torch.cuda.stream(_step_stream(work.stream, self.device)):
             plan = self._plans.get(key)
             if plan is None:
                 plan = self._plans[key] = _Exchange(self, work)
             plan.run(work.stream)
-
-    def stream_of(self, work) -> torch.cuda.Stream:
-        """The step's stream, as torch's."""
-        current = torch.cuda.current_stream(self.device)
-        return current if current.cuda_stream == work.stream else torch.cuda.ExternalStream(work.stream, self.device)
 
 
 class _Exchange:

@@ -297,7 +297,8 @@ struct MatrixWork {
     std::size_t tensor;  ///< the tensor's index in its group
     CUdeviceptr x;       ///< `batch` row-major matrices of rows x cols, bf16, consecutive
     std::int64_t batch, rows, cols;
-    const double* arguments;  ///< the function's arguments for the group (MatrixValueInfo::num_arguments)
+    const double* arguments;  ///< the function's arguments for the group
+    int num_arguments;        ///< MatrixValueInfo::num_arguments
   };
   int stage;  ///< the Reduce stage just launched, from 1
   const Matrices* matrices;
