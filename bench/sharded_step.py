@@ -9,7 +9,9 @@ For a workload's parameter shapes (bench/workloads/<name>.json), f32 params with
 gradients: the time of one step() per rank, from CUDA events around --steps back-to-back steps
 after 5 warm-ups, the slowest rank's. Optimizers that reduce all-reduce their reductions across the
 ranks inside the step (optgen.torch.Optimizer, DTensor params); torch's row clips with
-clip_grad_norm_ (which all-reduces the DTensor norms) before its fused AdamW.
+clip_grad_norm_ (which all-reduces the DTensor norms) before its fused AdamW. Adafactor on shards
+runs its step on shards (its row, column and matrix values computed where read) and all-reduces
+the ranks' parts of its column and matrix sums too; on one GPU, its own step.
 
 Muon steps the workload's hidden matrices (its 2-D tensors but those with a dimension of 32768 or
 more, as bench/torch_muon.py picks them): optgen.torch.Muon gathers each matrix's momentum to an
@@ -34,6 +36,7 @@ METHODS = {
     "optgen AdamW": lambda params: ot.AdamW(params, lr=1e-3, weight_decay=0.01),
     "optgen AdamW, clipped": lambda params: ot.AdamW(params, lr=1e-3, weight_decay=0.01, max_grad_norm=1.0),
     "optgen LAMB": lambda params: ot.LAMB(params, lr=1e-3, weight_decay=0.01),
+    "optgen Adafactor": lambda params: ot.Adafactor(params, lr=1e-2),
     "torch AdamW fused, clipped": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=True),
     "optgen Muon": lambda params: ot.Muon(params, lr=0.02),
     "torch Muon": lambda params: torch.optim.Muon(params, lr=0.02),
@@ -79,6 +82,7 @@ def main():
     p.add_argument("--workload", default="llama-1b")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--out", type=pathlib.Path)
+    p.add_argument("--only", nargs="*", help="the methods whose names hold one of these words (default: all)")
     args = p.parse_args()
     mesh, rank, world = None, 0, 1
     if "LOCAL_RANK" in os.environ:
@@ -91,6 +95,8 @@ def main():
     results = {"device": torch.cuda.get_device_name(), "ranks": world, "workload": args.workload, "ms": {}}
     hidden = [s for s in shapes if len(s) == 2 and max(s) < EMBEDDING]
     for name, make_optimizer in METHODS.items():
+        if args.only and not any(word in name for word in args.only):
+            continue
         params = make(hidden if "Muon" in name else shapes, mesh)
         try:
             ms = torch.tensor(measure(name, make_optimizer(params), params, args.steps), device="cuda")

@@ -26,61 +26,71 @@ namespace storage {
 namespace variants::adafactor {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain.
+  /// the reductions of that domain, whether it sums over the rows of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
-      {"sum_g_times_g", false, 1, Domain::Row, 0},
-      {"sum_g_times_g_1", false, 1, Domain::Column, 0},
-      {"sum_row_var_next", false, 2, Domain::Matrix, 0},
-      {"sum_u_times_u", false, 3, Domain::Tensor, 4},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
+      {"sum_g_times_g", false, 1, Domain::Row, 0, false},
+      {"sum_g_times_g_1", false, 1, Domain::Column, 0, true},
+      {"sum_row_var_next", false, 2, Domain::Matrix, 0, true},
+      {"sum_u_times_u", false, 3, Domain::Tensor, 4, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
+  /// Its step on shards: per stage, the kinds of block it launches.
+  [[maybe_unused]] const unsigned kShardStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2", "adafactor_f32_f32_reduce3", "adafactor_f32_f32_update"};
+  [[maybe_unused]] const char* const kf32_f32_shards[] = {"adafactor_shards_f32_f32_reduce1", "adafactor_shards_f32_f32_reduce2", "adafactor_shards_f32_f32_reduce3", "adafactor_shards_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adafactor_bf16_f32_reduce1", "adafactor_bf16_f32_reduce2", "adafactor_bf16_f32_reduce3", "adafactor_bf16_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32_shards[] = {"adafactor_shards_bf16_f32_reduce1", "adafactor_shards_bf16_f32_reduce2", "adafactor_shards_bf16_f32_reduce3", "adafactor_shards_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adafactor_f16_f32_reduce1", "adafactor_f16_f32_reduce2", "adafactor_f16_f32_reduce3", "adafactor_f16_f32_update"};
+  [[maybe_unused]] const char* const kf16_f32_shards[] = {"adafactor_shards_f16_f32_reduce1", "adafactor_shards_f16_f32_reduce2", "adafactor_shards_f16_f32_reduce3", "adafactor_shards_f16_f32_update"};
 }  // namespace variants::adafactor
 // ---- variant adafactor_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adafactor_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain.
+  /// the reductions of that domain, whether it sums over the rows of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0},
-      {"grad_norm_squared", false, 1, Domain::Group, 1},
-      {"sum_g_times_g", false, 2, Domain::Row, 0},
-      {"sum_g_times_g_1", false, 2, Domain::Column, 0},
-      {"sum_row_var_next", false, 3, Domain::Matrix, 0},
-      {"sum_u_times_u", false, 4, Domain::Tensor, 5},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 1, false},
+      {"sum_g_times_g", false, 2, Domain::Row, 0, false},
+      {"sum_g_times_g_1", false, 2, Domain::Column, 0, true},
+      {"sum_row_var_next", false, 3, Domain::Matrix, 0, true},
+      {"sum_u_times_u", false, 4, Domain::Tensor, 5, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
+  /// Its step on shards: per stage, the kinds of block it launches.
+  [[maybe_unused]] const unsigned kShardStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, 1u << kernel_abi::kMatrixRowLines, 1u << kernel_abi::kChunkRuns, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Factored, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adafactor_clip_grad_norm_f32_f32_reduce1", "adafactor_clip_grad_norm_f32_f32_reduce2", "adafactor_clip_grad_norm_f32_f32_reduce3", "adafactor_clip_grad_norm_f32_f32_reduce4", "adafactor_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kf32_f32_shards[] = {"adafactor_clip_grad_norm_shards_f32_f32_reduce1", "adafactor_clip_grad_norm_shards_f32_f32_reduce2", "adafactor_clip_grad_norm_shards_f32_f32_reduce3", "adafactor_clip_grad_norm_shards_f32_f32_reduce4", "adafactor_clip_grad_norm_shards_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adafactor_clip_grad_norm_bf16_f32_reduce1", "adafactor_clip_grad_norm_bf16_f32_reduce2", "adafactor_clip_grad_norm_bf16_f32_reduce3", "adafactor_clip_grad_norm_bf16_f32_reduce4", "adafactor_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32_shards[] = {"adafactor_clip_grad_norm_shards_bf16_f32_reduce1", "adafactor_clip_grad_norm_shards_bf16_f32_reduce2", "adafactor_clip_grad_norm_shards_bf16_f32_reduce3", "adafactor_clip_grad_norm_shards_bf16_f32_reduce4", "adafactor_clip_grad_norm_shards_bf16_f32_update"};
   [[maybe_unused]] const char* const kf16_f32[] = {"adafactor_clip_grad_norm_f16_f32_reduce1", "adafactor_clip_grad_norm_f16_f32_reduce2", "adafactor_clip_grad_norm_f16_f32_reduce3", "adafactor_clip_grad_norm_f16_f32_reduce4", "adafactor_clip_grad_norm_f16_f32_update"};
+  [[maybe_unused]] const char* const kf16_f32_shards[] = {"adafactor_clip_grad_norm_shards_f16_f32_reduce1", "adafactor_clip_grad_norm_shards_f16_f32_reduce2", "adafactor_clip_grad_norm_shards_f16_f32_reduce3", "adafactor_clip_grad_norm_shards_f16_f32_reduce4", "adafactor_clip_grad_norm_shards_f16_f32_update"};
 }  // namespace variants::adafactor_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}},
-    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 2, 2}},
+    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}, nullptr, 0, variants::adafactor::kShardStageBlocks},
+    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 2, 2}, nullptr, 0, variants::adafactor_clip_grad_norm::kShardStageBlocks},
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
-    {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
-    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
-    {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192},
+    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor::kf32_f32_shards},
+    {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor::kbf16_f32_shards},
+    {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor::kf16_f32_shards},
+    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf32_f32_shards},
+    {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kbf16_f32_shards},
+    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf16_f32_shards},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -92,7 +102,7 @@ std::vector<double> values_of(const Adafactor::Options& o) { return {o.lr, o.bet
 
 const OptimizerInfo& Adafactor::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/16, "optgen 0.2.0", "Adafactor", "adafactor",
+      /*abi_version=*/17, "optgen 0.2.0", "Adafactor", "adafactor",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

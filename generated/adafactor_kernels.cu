@@ -479,6 +479,338 @@ namespace variants::adafactor {
       return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x3u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
+
+  /// The step on shards (Program::shard_step): its stages store no matrix, row or column value.
+  namespace shards {
+    /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce1 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x27u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        // (this stage reads nothing computed per tensor)
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        static constexpr bool kGroupScope = false;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = -1;
+        // 0: sum_param_times_param, sum over each tensor (result 0)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+        static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
+        // The stored values its element code loads, by slot: Position loads them once per vector.
+        static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float param = v_[0];
+          r_[0] = param * param;  // sum_param_times_param
+        }
+      };
+
+      /// Over each column: column segments.
+      struct Cols {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        // 0: sum_g_times_g_1, sum over each column (result 0)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+        /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+        static constexpr int kStoredValues = 0;  // values stored per line
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+          const bool maximize = k_.maximize;
+          const float grad = v_[1];
+          // "g = maximize ? -grad : grad"
+          const float g = maximize ? -grad : grad;
+          r_[0] = g * g;  // sum_g_times_g_1
+        }
+      };
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+
+      /// The row and column states the Update stage reads from the snapshot: operands.
+      struct Snapshot {
+        static constexpr int kRowStates = 1;
+        static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 2 : -1; }
+        static constexpr int kColStates = 1;
+        static __device__ __forceinline__ constexpr int col_op(int j_) { return j_ == 0 ? 3 : -1; }
+      };
+    };
+
+    template <>
+    struct Reduce1::Lines<1> {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      // 0: sum_g_times_g, sum over each row (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+      /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 0;  // values stored per line
+
+      template <typename Sh_>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const bool maximize = k_.maximize;
+        const float grad = v_[1];
+        // "g = maximize ? -grad : grad"
+        const float g = maximize ? -grad : grad;
+        r_[0] = g * g;  // sum_g_times_g
+      }
+    };
+
+    /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce2 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x8u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        float cols;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        return tv_;
+      }
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+    };
+
+    template <>
+    struct Reduce2::Lines<3> {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      // 0: sum_row_var_next, sum over each matrix (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+      /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x0u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 0;  // values stored per line
+
+      template <typename Sh_>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] long long p_, long long b_, float (&r_)[kReductions]) {
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const float cols = tv_.cols;
+        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
+        r_[0] = row_var_next_1;  // sum_row_var_next
+      }
+    };
+
+    /// Reduce stage 3 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce3 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        bool not_factored;
+        bool factored;
+        float cols;
+        float rows;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        tv_.not_factored = !factored_;
+        tv_.factored = factored_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        tv_.rows = static_cast<float>(static_cast<double>(rows_));
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        static constexpr bool kGroupScope = false;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = -1;
+        // 0: sum_u_times_u, sum over each tensor (result 4)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x12u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 4 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+        static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+        // The stored values its element code loads, by slot: Position loads them once per vector.
+        static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const float eps1 = k_.eps1;
+          const float eps1_times_eps1 = k_.eps1_times_eps1;
+          const bool maximize = k_.maximize;
+          const bool not_factored = tv_.not_factored;
+          const bool factored = tv_.factored;
+          const float cols = tv_.cols;
+          const float rows = tv_.rows;
+          const float grad = v_[1];
+          const float variance = v_[4];
+          const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
+          // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+          const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+          const float col_var_next = col_var_next_1;
+          // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+          const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+          const float row_var_next = row_var_next_1;
+          // "g = maximize ? -grad : grad"
+          const float g = maximize ? -grad : grad;
+          // variance = lerp(variance, g * g, one_minus_beta2_t)
+          const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
+          // v = row_var * col_var / max(mean(row_var), eps1)
+          const float v = row_var_next * col_var_next / max_sum_row_var_next_over_rows_eps1;
+          const float v_1 = factored ? v : 0.0f;
+          // v = variance
+          const float variance_next_1 = not_factored ? variance_next : v_1;
+          // u = rsqrt(max(v, eps1 * eps1)) * g
+          const float u = ::rsqrtf(::optgen::max(variance_next_1, eps1_times_eps1)) * g;
+          r_[0] = u * u;  // sum_u_times_u
+        }
+      };
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+    };
+
+    /// The Update stage's code (rows and columns): every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, row_var, col_var, variance
+      static constexpr int kGradNormSlot = -1;
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
+      static constexpr unsigned kStores = 0x11u;  // written back: param, variance
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        bool not_factored;
+        bool factored;
+        float cols;
+        float rows;
+        float alpha_over_denom;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        const double eps2 = k_.eps2;
+        const double rho_t = k_.rho_t;
+        const double d = k_.d;
+        const double sqrt_numel = ::sqrt(static_cast<double>(numel_));
+        // alpha = max(eps2, norm(param) / sqrt(numel)) * rho_t
+        const double alpha = ::optgen::max(eps2, ::sqrt(results_.of_tensor(0)) / sqrt_numel) * rho_t;
+        // denom = max(1, norm(u) / (sqrt(numel) * d))
+        const double denom = ::optgen::max(1.0, ::sqrt(results_.of_tensor(4)) / (sqrt_numel * d));
+        TensorValues tv_;
+        tv_.not_factored = !factored_;
+        tv_.factored = factored_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        tv_.rows = static_cast<float>(static_cast<double>(rows_));
+        tv_.alpha_over_denom = static_cast<float>(alpha / denom);
+        return tv_;
+      }
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Sh_, typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const float eps1 = k_.eps1;
+        const float eps1_times_eps1 = k_.eps1_times_eps1;
+        const bool maximize = k_.maximize;
+        const bool not_factored = tv_.not_factored;
+        const bool factored = tv_.factored;
+        const float cols = tv_.cols;
+        const float rows = tv_.rows;
+        const float alpha_over_denom = tv_.alpha_over_denom;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float variance = v_[4];
+        const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+        const float col_var_next = col_var_next_1;
+        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+        const float row_var_next = row_var_next_1;
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        // "g = maximize ? -grad : grad"
+        const float g = maximize ? -grad : grad;
+        // variance = lerp(variance, g * g, one_minus_beta2_t)
+        const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
+        // v = row_var * col_var / max(mean(row_var), eps1)
+        const float v = m_.div(row_var_next * col_var_next, max_sum_row_var_next_over_rows_eps1);
+        const float v_1 = factored ? v : 0.0f;
+        // v = variance
+        const float variance_next_1 = not_factored ? variance_next : v_1;
+        // u = rsqrt(max(v, eps1 * eps1)) * g
+        const float u = ::rsqrtf(::optgen::max(variance_next_1, eps1_times_eps1)) * g;
+        // param = decayed - alpha / denom * u
+        const float param_next = decayed - alpha_over_denom * u;
+        // variance = lerp(variance, g * g, one_minus_beta2_t)
+        const float variance_next_2 = not_factored ? variance_next : variance;
+        v_[0] = param_next;  // param
+        v_[4] = variance_next_2;  // variance
+      }
+
+      /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+      template <typename Sh_>
+      static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
+        if (ix_.c == 0) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const bool factored = tv_.factored;
+          const float cols = tv_.cols;
+          // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+          const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+          const float row_var_next_2 = factored ? row_var_next_1 : sh_.row_state(2, 0, ix_.p);
+          sh_.store_state(2, ix_.p, row_var_next_2);  // row_var
+        }
+        if (ix_.r == 0) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const bool factored = tv_.factored;
+          const float rows = tv_.rows;
+          // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+          const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+          const float col_var_next_2 = factored ? col_var_next_1 : sh_.col_state(3, 0, ix_.q);
+          sh_.store_state(3, ix_.q, col_var_next_2);  // col_var
+        }
+      }
+    };
+  }  // namespace shards
 }  // namespace variants::adafactor
 // ---- variant adafactor_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adafactor_clip_grad_norm {
@@ -944,6 +1276,382 @@ namespace variants::adafactor_clip_grad_norm {
       return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x3u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
+
+  /// The step on shards (Program::shard_step): its stages store no matrix, row or column value.
+  namespace shards {
+    /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce1 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x21u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        // (this stage reads nothing computed per tensor)
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 2;
+        static constexpr bool kGroupScope = true;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+        // 0: sum_param_times_param, sum over each tensor (result 0)
+        // 1: grad_norm_squared, sum over each group (result 1)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x3u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x2u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : i_ == 1 ? 1 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+        static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
+        // The stored values its element code loads, by slot: Position loads them once per vector.
+        static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float param = v_[0];
+          const float grad = v_[1];
+          r_[0] = param * param;  // sum_param_times_param
+          r_[1] = grad * grad;  // grad_norm_squared
+        }
+      };
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+
+      /// The row and column states the Update stage reads from the snapshot: operands.
+      struct Snapshot {
+        static constexpr int kRowStates = 1;
+        static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 2 : -1; }
+        static constexpr int kColStates = 1;
+        static __device__ __forceinline__ constexpr int col_op(int j_) { return j_ == 0 ? 3 : -1; }
+      };
+    };
+
+    /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce2 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x6u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        float clip_coef;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        const double max_grad_norm = k_.max_grad_norm;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        TensorValues tv_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        return tv_;
+      }
+
+      /// Over each column: column segments.
+      struct Cols {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        // 0: sum_g_times_g_1, sum over each column (result 0)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+        /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+        static constexpr int kStoredValues = 0;  // values stored per line
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+          const bool maximize = k_.maximize;
+          const float clip_coef = tv_.clip_coef;
+          const float grad = v_[1];
+          const float clipped_grad = grad * clip_coef;
+          // "g = maximize ? -grad : grad"
+          const float g = maximize ? -clipped_grad : clipped_grad;
+          r_[0] = g * g;  // sum_g_times_g_1
+        }
+      };
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+    };
+
+    template <>
+    struct Reduce2::Lines<1> {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      // 0: sum_g_times_g, sum over each row (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+      /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 0;  // values stored per line
+
+      template <typename Sh_>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const bool maximize = k_.maximize;
+        const float clip_coef = tv_.clip_coef;
+        const float grad = v_[1];
+        const float clipped_grad = grad * clip_coef;
+        // "g = maximize ? -grad : grad"
+        const float g = maximize ? -clipped_grad : clipped_grad;
+        r_[0] = g * g;  // sum_g_times_g
+      }
+    };
+
+    /// Reduce stage 3 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce3 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x8u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        float cols;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        return tv_;
+      }
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+    };
+
+    template <>
+    struct Reduce3::Lines<3> {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      // 0: sum_row_var_next, sum over each matrix (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+      /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x0u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 0;  // values stored per line
+
+      template <typename Sh_>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] long long p_, long long b_, float (&r_)[kReductions]) {
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const float cols = tv_.cols;
+        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
+        r_[0] = row_var_next_1;  // sum_row_var_next
+      }
+    };
+
+    /// Reduce stage 4 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce4 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        bool not_factored;
+        float clip_coef;
+        bool factored;
+        float cols;
+        float rows;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        const double max_grad_norm = k_.max_grad_norm;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        TensorValues tv_;
+        tv_.not_factored = !factored_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        tv_.factored = factored_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        tv_.rows = static_cast<float>(static_cast<double>(rows_));
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        static constexpr bool kGroupScope = false;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+        // 0: sum_u_times_u, sum over each tensor (result 5)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x12u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 5 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+        static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+        // The stored values its element code loads, by slot: Position loads them once per vector.
+        static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const float eps1 = k_.eps1;
+          const float eps1_times_eps1 = k_.eps1_times_eps1;
+          const bool maximize = k_.maximize;
+          const bool not_factored = tv_.not_factored;
+          const float clip_coef = tv_.clip_coef;
+          const bool factored = tv_.factored;
+          const float cols = tv_.cols;
+          const float rows = tv_.rows;
+          const float grad = v_[1];
+          const float variance = v_[4];
+          const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
+          // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+          const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+          const float col_var_next = col_var_next_1;
+          // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+          const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+          const float row_var_next = row_var_next_1;
+          const float clipped_grad = grad * clip_coef;
+          // "g = maximize ? -grad : grad"
+          const float g = maximize ? -clipped_grad : clipped_grad;
+          // variance = lerp(variance, g * g, one_minus_beta2_t)
+          const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
+          // v = row_var * col_var / max(mean(row_var), eps1)
+          const float v = row_var_next * col_var_next / max_sum_row_var_next_over_rows_eps1;
+          const float v_1 = factored ? v : 0.0f;
+          // v = variance
+          const float variance_next_1 = not_factored ? variance_next : v_1;
+          // u = rsqrt(max(v, eps1 * eps1)) * g
+          const float u = ::rsqrtf(::optgen::max(variance_next_1, eps1_times_eps1)) * g;
+          r_[0] = u * u;  // sum_u_times_u
+        }
+      };
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+    };
+
+    /// The Update stage's code (rows and columns): every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, row_var, col_var, variance
+      static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x13u >> op_) & 1u; }
+      static constexpr unsigned kStores = 0x11u;  // written back: param, variance
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        bool not_factored;
+        float clip_coef;
+        bool factored;
+        float cols;
+        float rows;
+        float alpha_over_denom;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        const double eps2 = k_.eps2;
+        const double rho_t = k_.rho_t;
+        const double max_grad_norm = k_.max_grad_norm;
+        const double d = k_.d;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        const double sqrt_numel = ::sqrt(static_cast<double>(numel_));
+        // alpha = max(eps2, norm(param) / sqrt(numel)) * rho_t
+        const double alpha = ::optgen::max(eps2, ::sqrt(results_.of_tensor(0)) / sqrt_numel) * rho_t;
+        // denom = max(1, norm(u) / (sqrt(numel) * d))
+        const double denom = ::optgen::max(1.0, ::sqrt(results_.of_tensor(5)) / (sqrt_numel * d));
+        TensorValues tv_;
+        tv_.not_factored = !factored_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        tv_.factored = factored_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        tv_.rows = static_cast<float>(static_cast<double>(rows_));
+        tv_.alpha_over_denom = static_cast<float>(alpha / denom);
+        return tv_;
+      }
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Sh_, typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const float eps1 = k_.eps1;
+        const float eps1_times_eps1 = k_.eps1_times_eps1;
+        const bool maximize = k_.maximize;
+        const bool not_factored = tv_.not_factored;
+        const float clip_coef = tv_.clip_coef;
+        const bool factored = tv_.factored;
+        const float cols = tv_.cols;
+        const float rows = tv_.rows;
+        const float alpha_over_denom = tv_.alpha_over_denom;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float variance = v_[4];
+        const float max_sum_row_var_next_over_rows_eps1 = ::optgen::max(sh_.matrix_result(0, ix_.b) / rows, eps1);
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+        const float col_var_next = col_var_next_1;
+        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+        const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+        const float row_var_next = row_var_next_1;
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        const float clipped_grad = grad * clip_coef;
+        // "g = maximize ? -grad : grad"
+        const float g = maximize ? -clipped_grad : clipped_grad;
+        // variance = lerp(variance, g * g, one_minus_beta2_t)
+        const float variance_next = ::optgen::lerp(variance, g * g, one_minus_beta2_t);
+        // v = row_var * col_var / max(mean(row_var), eps1)
+        const float v = m_.div(row_var_next * col_var_next, max_sum_row_var_next_over_rows_eps1);
+        const float v_1 = factored ? v : 0.0f;
+        // v = variance
+        const float variance_next_1 = not_factored ? variance_next : v_1;
+        // u = rsqrt(max(v, eps1 * eps1)) * g
+        const float u = ::rsqrtf(::optgen::max(variance_next_1, eps1_times_eps1)) * g;
+        // param = decayed - alpha / denom * u
+        const float param_next = decayed - alpha_over_denom * u;
+        // variance = lerp(variance, g * g, one_minus_beta2_t)
+        const float variance_next_2 = not_factored ? variance_next : variance;
+        v_[0] = param_next;  // param
+        v_[4] = variance_next_2;  // variance
+      }
+
+      /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+      template <typename Sh_>
+      static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
+        if (ix_.c == 0) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const bool factored = tv_.factored;
+          const float cols = tv_.cols;
+          // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+          const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, ix_.p), sh_.row_result(0, ix_.p) / cols, one_minus_beta2_t);
+          const float row_var_next_2 = factored ? row_var_next_1 : sh_.row_state(2, 0, ix_.p);
+          sh_.store_state(2, ix_.p, row_var_next_2);  // row_var
+        }
+        if (ix_.r == 0) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const bool factored = tv_.factored;
+          const float rows = tv_.rows;
+          // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+          const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, ix_.q), sh_.col_result(0, ix_.q) / rows, one_minus_beta2_t);
+          const float col_var_next_2 = factored ? col_var_next_1 : sh_.col_state(3, 0, ix_.q);
+          sh_.store_state(3, ix_.q, col_var_next_2);  // col_var
+        }
+      }
+    };
+  }  // namespace shards
 }  // namespace variants::adafactor_clip_grad_norm
 
 /// adafactor, reduce stage, storage f32.
@@ -968,6 +1676,30 @@ adafactor_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTabl
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor::shards::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor::shards::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor::shards::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, update stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor::shards::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage, storage bf16.
@@ -1002,6 +1734,38 @@ adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTabl
   #endif
 }
 
+/// adafactor, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor::shards::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor::shards::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor::shards::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor, update stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adafactor::shards::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
 /// adafactor, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -1024,6 +1788,30 @@ adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTabl
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor::shards::Reduce1, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor::shards::Reduce2, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor::shards::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, update stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_shards_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor::shards::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor: writes a value into the group table and recomputes the values the next step reads.
@@ -1060,6 +1848,36 @@ adafactor_clip_grad_norm_f32_f32_reduce4(const optgen::TableView table, const op
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f32_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, update stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor_clip_grad_norm::shards::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
@@ -1102,6 +1920,46 @@ adafactor_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const op
   #endif
 }
 
+/// adafactor_clip_grad_norm, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_bf16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor_clip_grad_norm, update stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adafactor_clip_grad_norm::shards::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -1130,6 +1988,36 @@ adafactor_clip_grad_norm_f16_f32_reduce4(const optgen::TableView table, const op
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce2, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce3, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, reduce stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adafactor_clip_grad_norm::shards::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, update stage on shards, storage f16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_shards_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor_clip_grad_norm::shards::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm: writes a value into the group table and recomputes the values the next step reads.

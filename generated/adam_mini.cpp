@@ -25,9 +25,9 @@ namespace storage {
 namespace variants::adam_mini {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain.
+  /// the reductions of that domain, whether it sums over the rows of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_grad_times_grad", false, 1, Domain::Row, 0},
+      {"sum_grad_times_grad", false, 1, Domain::Row, 0, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -42,10 +42,10 @@ namespace variants::adam_mini {
 namespace variants::adam_mini_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain.
+  /// the reductions of that domain, whether it sums over the rows of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0},
-      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Row, 0},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Row, 0, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -79,7 +79,7 @@ std::vector<double> values_of(const AdamMini::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdamMini::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/16, "optgen 0.2.0", "AdamMini", "adam_mini",
+      /*abi_version=*/17, "optgen 0.2.0", "AdamMini", "adam_mini",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

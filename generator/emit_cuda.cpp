@@ -58,7 +58,7 @@ int minimum_arch(const Program& variant, const Storage& s) {
 }
 
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage) {
-  return variant.variant + "_" + storage.name() + "_" + stage.name;
+  return variant.variant + (variant.for_shards ? "_shards_" : "_") + storage.name() + "_" + stage.name;
 }
 
 std::string group_kernel_name(const Program& variant) { return variant.variant + "_group"; }
@@ -260,6 +260,8 @@ class CudaEmitter {
           const Program& program = variants[i].programs[j];
           stage_kernel(w, program, *k, program.stages.back(), k->programs[j]);
         }
+        for (std::size_t s = 0; s < k->shard_stages.size(); ++s)
+          stage_kernel(w, *variants[i].shard_step, *k, variants[i].shard_step->stages[s], k->shard_stages[s]);
       }
       group_kernel(w, variants[i], tables.variants[i].group_kernel);
     }
@@ -336,6 +338,17 @@ class CudaEmitter {
       group_struct(w, program);
       w.line();
       update_struct(w, program);
+    }
+    if (p.shard_step) {
+      w.line();
+      w.line("/// The step on shards (Program::shard_step): its stages store no matrix, row or column value.");
+      auto inner = w.block("namespace shards", "}  // namespace shards");
+      for (const auto& stage : p.shard_step->stages)
+        if (stage.kind == StageKind::Reduce) {
+          reduce_struct(w, *p.shard_step, stage);
+          w.line();
+        }
+      update_struct(w, *p.shard_step);
     }
   }
 
@@ -1076,9 +1089,11 @@ class CudaEmitter {
     const Storage& s = k.storage;
     w.line();
     w.line("/// " + p.variant + ", " +
-           (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) + ", storage " +
-           s.text() + ".");
-    const char* bounds = stage.kind == StageKind::Reduce
+           (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) +
+           (p.for_shards ? " on shards" : "") + ", storage " + s.text() + ".");
+    // The step on shards' Update stage computes its row, column and matrix values per element: the
+    // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's).
+    const char* bounds = stage.kind == StageKind::Reduce || p.for_shards
                              ? (uses_shapes(p) ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
                          : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
                                                      : "OPTGEN_LAUNCH_BOUNDS";
@@ -1087,9 +1102,11 @@ class CudaEmitter {
         w.block(name +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "
                 "const optgen::ReductionTable reductions)");
-    // A program's Group and Update are in a namespace of its own, inside its variant's.
-    const std::string scope = "variants::" + p.variant + (p.is_step() ? "" : "::" + p.entry);
-    const std::string types = scope + "::Group, variants::" + p.variant + "::" + operands_struct_name(s);
+    // A program's Group and Update are in a namespace of its own, inside its variant's; the step on
+    // shards has its Reduce and Update structs in one, and the variant's Group.
+    const std::string variant = "variants::" + p.variant;
+    const std::string scope = variant + (p.for_shards ? "::shards" : p.is_step() ? "" : "::" + p.entry);
+    const std::string types = (p.for_shards ? variant : scope) + "::Group, " + variant + "::" + operands_struct_name(s);
     // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
     // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).
     const int arch = minimum_arch(p, s);
@@ -1097,7 +1114,7 @@ class CudaEmitter {
     if (guarded) w.line("#if __CUDA_ARCH__ >= " + std::to_string(arch * 10));
     switch (stage.kind) {
       case StageKind::Reduce:
-        w.line("optgen::reduce_stage<variants::" + p.variant + "::" + reduce_struct_name(stage) + ", " + types +
+        w.line("optgen::reduce_stage<" + scope + "::" + reduce_struct_name(stage) + ", " + types +
                ">(table, groups, inputs, reductions);");
         break;
       case StageKind::Update:

@@ -131,12 +131,13 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
   const VariantRow& row = tables.variants[index];
   w.line("/// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among");
-  w.line("/// the reductions of that domain.");
+  w.line("/// the reductions of that domain, whether it sums over the rows of a matrix.");
   w.line("[[maybe_unused]] const ReductionSlot kReductions[] = {");
   for (const auto& r : row.reductions)
     w.line(std::string("    {\"") + r.name + "\", " + (r.is_max ? "true" : "false") + ", " + std::to_string(r.stage) +
-           ", " + reduction_scope(r.scope) + ", " + std::to_string(r.scope_index) + "},");
-  if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0},");
+           ", " + reduction_scope(r.scope) + ", " + std::to_string(r.scope_index) + ", " +
+           (r.across_rows ? "true" : "false") + "},");
+  if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0, false},");
   w.line("};");
   std::string kinds;
   for (StageKind kind : row.stage_kinds) kinds += (kinds.empty() ? "" : ", ") + stage_kind(kind);
@@ -147,6 +148,12 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     std::string masks;
     for (unsigned mask : row.stage_blocks) masks += (masks.empty() ? "" : ", ") + block_mask(mask);
     w.line("[[maybe_unused]] const unsigned kStageBlocks[] = {" + masks + "};");
+  }
+  if (!row.shard_stage_blocks.empty()) {
+    w.line("/// Its step on shards: per stage, the kinds of block it launches.");
+    std::string masks;
+    for (unsigned mask : row.shard_stage_blocks) masks += (masks.empty() ? "" : ", ") + block_mask(mask);
+    w.line("[[maybe_unused]] const unsigned kShardStageBlocks[] = {" + masks + "};");
   }
   if (!row.matrix_values.empty()) {
     w.line("/// Its matrix values: name, function, the Reduce stage that stores its operand, its arguments after");
@@ -175,6 +182,11 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     std::string names;
     for (const auto& stage : kernel->stages) names += (names.empty() ? "" : ", ") + ("\"" + stage + "\"");
     w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "[] = {" + names + "};");
+    if (!kernel->shard_stages.empty()) {
+      std::string shards;
+      for (const auto& stage : kernel->shard_stages) shards += (shards.empty() ? "" : ", ") + ("\"" + stage + "\"");
+      w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "_shards[] = {" + shards + "};");
+    }
     if (kernel->programs.empty()) continue;
     std::string programs;
     for (const auto& program : kernel->programs) programs += (programs.empty() ? "" : ", ") + ("\"" + program + "\"");
@@ -192,10 +204,11 @@ std::string variant_row(const VariantRow& v) {
          (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + ", {" +
          std::to_string(v.stored_matrix_values) + ", " + std::to_string(v.stored_row_values) + ", " +
          std::to_string(v.stored_col_values) + "}" +
-         (v.matrix_values.empty()
-              ? std::string()
+         (v.matrix_values.empty() && v.shard_stage_blocks.empty() ? std::string()
+          : v.matrix_values.empty()
+              ? ", nullptr, 0"
               : ", variants::" + v.name + "::kMatrixValues, " + std::to_string(v.matrix_values.size())) +
-         "},";
+         (v.shard_stage_blocks.empty() ? std::string() : ", variants::" + v.name + "::kShardStageBlocks") + "},";
 }
 
 /// The kernel's row of the launcher's kernel table.
@@ -204,9 +217,13 @@ std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_
          std::to_string(k.variant) + ", " + dtype_enum(k.storage.param) + ", " +
          param_write_enum(k.storage.param_write) + ", " +
          (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + ", " + std::to_string(k.chunk_size) +
-         (k.programs.empty()
-              ? std::string()
+         (k.programs.empty() && k.shard_stages.empty() ? std::string()
+          : k.programs.empty()
+              ? ", nullptr"
               : ", variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + "_programs") +
+         (k.shard_stages.empty()
+              ? std::string()
+              : ", variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + "_shards") +
          "},";
 }
 

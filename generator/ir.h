@@ -252,6 +252,14 @@ struct Program {
   bool is_step() const { return entry == "step"; }
   /// The step's only: the spec's programs, compiled for this variant's flags, in declaration order.
   std::vector<Program> programs;
+  /// The step as ranks holding shards of the tensors run it (a reduction hook combines their
+  /// results between the stages): it stores no matrix, row or column value (shapes.h's
+  /// stored_values), so that every such value is computed from results the hook has made whole.
+  bool for_shards = false;
+  /// The step's only, where it sums over the rows of a matrix (shapes.h's reduces_across_rows): itself
+  /// for shards (for_shards), whose kernels a FusedOptimizer with a reduction hook runs; null
+  /// elsewhere (the step is the same on shards).
+  std::shared_ptr<const Program> shard_step;
 
   std::vector<Output>
       scalar_state_updates;  ///< new value of each scalar state `per_step` assigns, in declaration order

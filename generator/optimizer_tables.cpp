@@ -69,8 +69,8 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     for (const Stage& stage : p.stages) row.stage_kinds.push_back(stage.kind);
     for (size_t r = 0; r < p.reductions.size(); ++r) {
       const ReductionValue& reduction = p.reductions[r];
-      row.reductions.push_back(
-          {reduction.name, reduction.op == ReduceOp::Max, reduction.stage, reduction.scope, scope_index(p, r)});
+      row.reductions.push_back({reduction.name, reduction.op == ReduceOp::Max, reduction.stage, reduction.scope,
+                                scope_index(p, r), across_rows(reduction)});
     }
     if (uses_shapes(p))
       for (const Stage& stage : p.stages) row.stage_blocks.push_back(stage_blocks(p, stage));
@@ -89,12 +89,18 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
                                                  : MatrixArgument{hyperparameter_index(*p.spec, a->name), 0.0});
       row.matrix_values.push_back(matrix);
     }
+    if (p.shard_step)
+      for (const Stage& stage : p.shard_step->stages)
+        row.shard_stage_blocks.push_back(stage_blocks(*p.shard_step, stage));
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     compiled.push_back(p);
     for (const Storage& s : storage) {
-      KernelRow kernel{{}, {}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
+      KernelRow kernel{{}, {}, {}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
       for (const Stage& stage : p.stages) kernel.stages.push_back(kernel_name(p, s, stage));
+      if (p.shard_step)
+        for (const Stage& stage : p.shard_step->stages)
+          kernel.shard_stages.push_back(kernel_name(*p.shard_step, s, stage));
       for (const Program& program : p.programs)
         kernel.programs.push_back(kernel_name(program, s, program.stages.back()));
       tables.kernels.push_back(kernel);

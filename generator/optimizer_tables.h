@@ -66,10 +66,11 @@ SpecTables spec_tables(const Spec& spec, const Program& variant);
 /// One reduction of a variant, at its index r of kernel_abi::ReductionTable.
 struct ReductionRow {
   std::string name;
-  bool is_max;      ///< else a sum
-  int stage;        ///< the Reduce stage (1, 2, ...) that computes it
-  Domain scope;     ///< its result's domain: one per tensor, group, row, column or matrix
-  int scope_index;  ///< its index among the variant's reductions of its scope (shapes.h's scope_index)
+  bool is_max;       ///< else a sum
+  int stage;         ///< the Reduce stage (1, 2, ...) that computes it
+  Domain scope;      ///< its result's domain: one per tensor, group, row, column or matrix
+  int scope_index;   ///< its index among the variant's reductions of its scope (shapes.h's scope_index)
+  bool across_rows;  ///< it sums over the rows of a matrix (shapes.h's across_rows)
 };
 
 /// A matrix value of a variant (ir.h's MatrixValue), as the runtime applies it (MatrixValueInfo).
@@ -97,13 +98,17 @@ struct VariantRow {
   /// How many values it stores per matrix, row and column (shapes.h's stored_values).
   int stored_matrix_values = 0, stored_row_values = 0, stored_col_values = 0;
   std::vector<MatrixValueRow> matrix_values = {};
+  /// Its step on shards (Program::shard_step), where it has one: per stage in launch order, the
+  /// kinds of block it launches, as stage_blocks; it stores no values. Empty: the step is the same.
+  std::vector<unsigned> shard_stage_blocks = {};
 };
 
 /// A variant's kernels in one storage type.
 struct KernelRow {
-  std::vector<std::string> stages;    ///< kernel names, in launch order
-  std::vector<std::string> programs;  ///< kernel names of the spec's programs, in declaration order
-  int variant;                        ///< index into KernelTables::variants
+  std::vector<std::string> stages;        ///< kernel names, in launch order
+  std::vector<std::string> programs;      ///< kernel names of the spec's programs, in declaration order
+  std::vector<std::string> shard_stages;  ///< the step on shards' (Program::shard_step); empty: none
+  int variant;                            ///< index into KernelTables::variants
   Storage storage;
   long long chunk_size;  ///< elements per block (chunk_size_for)
 };

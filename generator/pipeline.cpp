@@ -4,6 +4,7 @@
 
 #include "lower.h"
 #include "passes/passes.h"
+#include "shapes.h"
 #include "unsigned_states.h"
 
 namespace optgen {
@@ -68,6 +69,11 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   std::vector<Program> variants;
   for (const auto& flags : enumerate_variants(spec)) {
     variants.push_back(compile_variant(lowered, flags, after_each));
+    if (reduces_across_rows(variants.back())) {
+      Program shards = variants.back();
+      shards.for_shards = true;
+      variants.back().shard_step = std::make_shared<const Program>(std::move(shards));
+    }
     for (const Program& program : programs) {
       variants.back().programs.push_back(compile_variant(program, flags));
       if (variants.back().programs.back().states != variants.back().states)

@@ -21,6 +21,14 @@ kernel_abi::BlockKind block_kind(const ReductionValue& r) {
   throw InternalError("block_kind: reduction '" + r.name + "' into the element domain");
 }
 
+bool across_rows(const ReductionValue& r) {
+  return r.scope == Domain::Column || (r.scope == Domain::Matrix && r.operand->level != Domain::Column);
+}
+
+bool reduces_across_rows(const Program& variant) {
+  return std::any_of(variant.reductions.begin(), variant.reductions.end(), across_rows);
+}
+
 namespace {
 
 /// When the reductions code of `level` reads are finished: the latest stage of those of `level`
@@ -73,7 +81,7 @@ Finish finish_of(const Program& p, const Expr& code, Domain level) {
 
 std::vector<StoredValue> stored_values(const Program& variant) {
   std::vector<StoredValue> stored;
-  if (!uses_shapes(variant)) return stored;
+  if (!uses_shapes(variant) || variant.for_shards) return stored;
   for (Domain level : {Domain::Matrix, Domain::Row, Domain::Column}) {
     int slot = 0;
     auto consider = [&](const std::string& name, const Expr& value, bool new_state) {

@@ -35,8 +35,18 @@ struct StoredValue {
 /// The variant's stored values: matrix, then row, then column ones, each level's hoisted values in
 /// program order, then its states' new values in operand order (their slots count up so). A value
 /// whose inputs no one line finishes (a row value of a column result, or of a tensor result of its
-/// own stage) is not stored: code computes it where it reads it.
+/// own stage) is not stored: code computes it where it reads it. The step for shards
+/// (Program::for_shards) stores none: a line finishes its rank's part of a column or matrix only.
 std::vector<StoredValue> stored_values(const Program& variant);
+
+/// Whether a reduction of the variant sums over the rows of a matrix (across_rows): where ranks
+/// hold rows of each matrix, it then needs a step of its own on shards (Program::shard_step).
+bool reduces_across_rows(const Program& variant);
+
+/// Whether reduction r sums over the rows of a matrix (a column's, or a matrix's of row or element
+/// values; not one of column values): on ranks that each hold some rows of a matrix, its results
+/// are the rank's part (ReductionSlot::across_rows).
+bool across_rows(const ReductionValue& r);
 
 /// The stored value `name` of `level` that code of stage `order` loads (stored by an earlier
 /// stage), or null; `new_state` picks a state's new value. `order`: a Reduce stage's number, the

@@ -40,6 +40,7 @@ struct RuntimeSpec::Impl {
   std::vector<VariantInfo> variants;
   std::vector<std::vector<const char*>> stage_names;    ///< per kernel
   std::vector<std::vector<const char*>> program_names;  ///< per kernel: its programs' kernels
+  std::vector<std::vector<const char*>> shard_names;    ///< per kernel: its step on shards' kernels
   std::vector<const char*> programs;                    ///< the spec's programs
   std::vector<std::vector<DType>> state_dtypes;         ///< per kernel, per state of the spec
   std::vector<KernelInfo> kernels;
@@ -144,7 +145,7 @@ void RuntimeSpec::Impl::describe_kernels() {
   for (const VariantRow& v : kernel_tables.variants) {
     std::vector<ReductionSlot> slots;
     for (const ReductionRow& r : v.reductions)
-      slots.push_back({r.name.c_str(), r.is_max, r.stage, r.scope, r.scope_index});
+      slots.push_back({r.name.c_str(), r.is_max, r.stage, r.scope, r.scope_index, r.across_rows});
     reduction_slots.push_back(std::move(slots));
     std::vector<StatePresence> presence;
     for (Presence p : v.state_presence) presence.push_back(runtime_presence(p));
@@ -171,7 +172,8 @@ void RuntimeSpec::Impl::describe_kernels() {
                         state_presence[i].empty() ? nullptr : state_presence[i].data(),
                         {v.stored_matrix_values, v.stored_row_values, v.stored_col_values},
                         matrix_values[i].empty() ? nullptr : matrix_values[i].data(),
-                        static_cast<int>(matrix_values[i].size())});
+                        static_cast<int>(matrix_values[i].size()),
+                        v.shard_stage_blocks.empty() ? nullptr : v.shard_stage_blocks.data()});
   }
   for (const KernelRow& k : kernel_tables.kernels) {
     std::vector<const char*> names;
@@ -180,6 +182,9 @@ void RuntimeSpec::Impl::describe_kernels() {
     std::vector<const char*> program_kernels;
     for (const std::string& program : k.programs) program_kernels.push_back(program.c_str());
     program_names.push_back(std::move(program_kernels));
+    std::vector<const char*> shard_kernels;
+    for (const std::string& stage : k.shard_stages) shard_kernels.push_back(stage.c_str());
+    shard_names.push_back(std::move(shard_kernels));
   }
   for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
     const KernelRow& k = kernel_tables.kernels[i];
@@ -191,7 +196,8 @@ void RuntimeSpec::Impl::describe_kernels() {
     const KernelRow& k = kernel_tables.kernels[i];
     kernels.push_back({stage_names[i].data(), k.variant, k.storage.param, k.storage.param_write,
                        state_dtypes[i].empty() ? nullptr : state_dtypes[i].data(), k.chunk_size,
-                       program_names[i].empty() ? nullptr : program_names[i].data()});
+                       program_names[i].empty() ? nullptr : program_names[i].data(),
+                       shard_names[i].empty() ? nullptr : shard_names[i].data()});
   }
   for (const std::string& program : spec_tables.programs) programs.push_back(program.c_str());
 }

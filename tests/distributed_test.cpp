@@ -2,7 +2,8 @@
 // half of every tensor (as ZeRO and FSDP shard them), all-reduce the results of each Reduce stage
 // with NCCL (optgen::nccl::all_reduce_hook) and reproduce the trajectory of one GPU holding whole
 // tensors: LAMB (per-tensor norms), clipped AdamW (a global norm) and cautious AdamW (a mean over
-// each whole tensor, of Tensor::whole_numel elements). NCCL is loaded at run time (optgen/nccl.h:
+// each whole tensor, of Tensor::whole_numel elements) and Adafactor (rows of each matrix on each rank,
+// the columns' and matrices' sums all-reduced: its step on shards). NCCL is loaded at run time (optgen/nccl.h:
 // libnccl.so.2, as torch's wheels ship it, or $OPTGEN_NCCL); the test skips itself without two
 // GPUs or without NCCL.
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "optgen/nccl.h"
@@ -24,14 +26,26 @@ namespace {
 
 /// Whole tensors, their values per step: initial params and the gradients of every step.
 struct Problem {
+  std::vector<std::vector<std::int64_t>> shapes;
   std::vector<std::int64_t> sizes;
   std::vector<std::vector<float>> params0;
   std::vector<std::vector<std::vector<float>>> grads;  // [step][tensor]
 };
 
-Problem make_problem(int steps) {
+/// Vectors, as ZeRO shards any tensor.
+const std::vector<std::vector<std::int64_t>> kVectors = {{1}, {3}, {1000}, {4097}, {65536 + 5}, {300001}};
+/// Matrices, whose ranks hold rows (FSDP2's Shard(0)), uneven ones; rank 1 holds none of 1x6's; a
+/// conv weight's shards hold whole 2x2 matrices; a vector.
+const std::vector<std::vector<std::int64_t>> kMatrices = {{37, 19}, {1, 6}, {4, 3, 2, 2}, {11}, {5, 37}, {301, 129}};
+
+Problem make_problem(int steps, const std::vector<std::vector<std::int64_t>>& shapes = kVectors) {
   Problem p;
-  p.sizes = {1, 3, 1000, 4097, 65536 + 5, 300001};
+  p.shapes = shapes;
+  for (const auto& shape : shapes) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    p.sizes.push_back(n);
+  }
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto n : p.sizes) {
@@ -47,11 +61,14 @@ Problem make_problem(int steps) {
   return p;
 }
 
-/// Elements [begin, end) of tensor t held by `rank` of `ranks`: the first or second half.
-std::pair<size_t, size_t> shard(std::int64_t n, int rank, int ranks) {
-  const auto size = static_cast<size_t>(n);
-  const size_t begin = size * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
-  return {begin, size * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks)};
+/// Elements [begin, end) of a tensor of `shape` held by `rank` of `ranks`: a part of its first
+/// dimension (the first or second half of a vector, rows of a matrix), as ZeRO and FSDP shard.
+std::pair<size_t, size_t> shard(const std::vector<std::int64_t>& shape, int rank, int ranks) {
+  const auto first = static_cast<size_t>(shape[0]);
+  size_t inner = 1;
+  for (size_t d = 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
+  const size_t begin = first * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
+  return {begin * inner, first * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks) * inner};
 }
 
 /// Steps `rank`'s shards of `problem` on the current device; returns its params after every step
@@ -63,7 +80,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   std::vector<std::unique_ptr<DeviceMemory>> params, grads;
   std::vector<optgen::Tensor> tensors;
   for (size_t t = 0; t < problem.sizes.size(); ++t) {
-    const auto [begin, end] = shard(problem.sizes[t], rank, ranks);
+    const auto [begin, end] = shard(problem.shapes[t], rank, ranks);
     params.push_back(std::make_unique<DeviceMemory>(std::max<size_t>(end - begin, 1) * sizeof(float)));
     grads.push_back(std::make_unique<DeviceMemory>(std::max<size_t>(end - begin, 1) * sizeof(float)));
     params.back()->upload(std::vector<float>(problem.params0[t].begin() + static_cast<std::ptrdiff_t>(begin),
@@ -73,6 +90,8 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
     tensor.grad = grads.back()->at(0);
     tensor.numel = static_cast<std::int64_t>(end - begin);
     tensor.whole_numel = problem.sizes[t];  // what cautious AdamW's mean counts
+    tensor.shape = problem.shapes[t];       // the rank's part of the first dimension
+    tensor.shape[0] = static_cast<std::int64_t>(end - begin) / (problem.sizes[t] / problem.shapes[t][0]);
     tensors.push_back(tensor);
   }
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
@@ -90,7 +109,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   std::vector<float> norms;
   for (const auto& step_grads : problem.grads) {
     for (size_t t = 0; t < problem.sizes.size(); ++t) {
-      const auto [begin, end] = shard(problem.sizes[t], rank, ranks);
+      const auto [begin, end] = shard(problem.shapes[t], rank, ranks);
       grads[t]->upload(std::vector<float>(step_grads[t].begin() + static_cast<std::ptrdiff_t>(begin),
                                           step_grads[t].begin() + static_cast<std::ptrdiff_t>(end)));
     }
@@ -108,7 +127,8 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
 
 }  // namespace
 
-TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW, cautious AdamW", "[gpu][nccl]") {
+TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW, cautious AdamW, Adafactor",
+          "[gpu][nccl]") {
   OPTGEN_REQUIRE_GPU();
   const auto& api = optgen::driver::api();
   int devices = 0;
@@ -123,14 +143,16 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
     return;
   }
   const int steps = 5;
-  const Problem problem = make_problem(steps);
-  const std::vector<std::pair<std::string, optgen::FusedOptimizer::Overrides>> runs = {
-      {"lamb", {{"lr", 0.01}, {"weight_decay", 0.1}}},
-      {"adamw", {{"lr", 0.01}, {"max_grad_norm", 5.0}}},
-      {"lamb", {{"lr", 0.01}, {"max_grad_norm", 5.0}}},  // three stages: the norm, then LAMB's two
-      {"cautious_adamw", {{"lr", 0.01}}},                // a mean over each tensor: whole_numel
+  const Problem vectors = make_problem(steps), matrices = make_problem(steps, kMatrices);
+  const std::vector<std::tuple<std::string, optgen::FusedOptimizer::Overrides, const Problem*>> runs = {
+      {"lamb", {{"lr", 0.01}, {"weight_decay", 0.1}}, &vectors},
+      {"adamw", {{"lr", 0.01}, {"max_grad_norm", 5.0}}, &vectors},
+      {"lamb", {{"lr", 0.01}, {"max_grad_norm", 5.0}}, &vectors},       // three stages: the norm, then LAMB's two
+      {"cautious_adamw", {{"lr", 0.01}}, &vectors},                     // a mean over each tensor: whole_numel
+      {"adafactor", {{"lr", 0.01}, {"weight_decay", 0.1}}, &matrices},  // rows, columns, matrices
   };
-  for (const auto& [spec, overrides] : runs) {
+  for (const auto& [spec, overrides, problem_of] : runs) {
+    const Problem& problem = *problem_of;
     INFO(spec << (overrides.size() > 1 ? " with " + overrides[1].first : std::string()));
     // One GPU, whole tensors.
     CUcontext first = nullptr;
@@ -189,6 +211,7 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
 }
 
 TEST_CASE("one rank through the NCCL hook steps as without it", "[gpu][nccl]") {
+  using optgen::FusedOptimizer;
   // The hook's mechanics on any GPU: an all-reduce over one rank leaves every result as it was, so
   // the trajectory is the one without the hook, bit for bit (two ranks: the test above).
   OPTGEN_REQUIRE_GPU();
@@ -215,5 +238,16 @@ TEST_CASE("one rank through the NCCL hook steps as without it", "[gpu][nccl]") {
     CHECK(hooked.first == alone.first);
     CHECK(hooked.second == alone.second);
   }
+  // Adafactor with the hook runs its step on shards, which computes its row, column and matrix
+  // values where it reads them instead of once: the same arithmetic in float, in other places.
+  const Problem matrices = make_problem(3, kMatrices);
+  const FusedOptimizer::Overrides adafactor = {{"lr", 0.01}, {"weight_decay", 0.1}};
+  const auto alone = run_rank("adafactor", adafactor, matrices, 0, 1, nullptr);
+  const auto hooked = run_rank("adafactor", adafactor, matrices, 0, 1, comm);
+  for (size_t step = 0; step < alone.first.size(); ++step)
+    for (size_t t = 0; t < matrices.sizes.size(); ++t) {
+      INFO("step " << step + 1 << ", tensor " << t);
+      CHECK(relative_error(hooked.first[step][t], alone.first[step][t]) <= 1e-6);
+    }
   optgen::nccl::api().CommDestroy(comm);
 }

@@ -72,11 +72,13 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_75, sm_80 and
       if (!spec.storage_problem(*canonical, text).empty()) continue;  // adafactor's states of rows and columns
       every_storage.push_back(*canonical);
     }
-    // One kernel per stage and program of each variant and storage type, and one group kernel per
-    // variant.
+    // One kernel per stage and program of each variant and storage type, and per stage of its step
+    // on shards; one group kernel per variant.
     int expected = 0;
-    for (const auto& v : variants)
-      expected += static_cast<int>((v.stages.size() + v.programs.size()) * every_storage.size() + 1);
+    for (const auto& v : variants) {
+      const std::size_t shards = v.shard_step ? v.shard_step->stages.size() : 0;
+      expected += static_cast<int>((v.stages.size() + v.programs.size() + shards) * every_storage.size() + 1);
+    }
     sources.push_back(optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning()));
     // A spec with a matrix value adds the two kernels of its norms (device/matrices.cuh), from sm_80 on.
     const bool matrices = std::any_of(variants.begin(), variants.end(),

@@ -228,11 +228,15 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
                                      "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments, "));
   CHECK_THAT(source, Catch::Contains("const StatePresence kStatePresence[] = {StatePresence::Factored, "
                                      "StatePresence::Factored, StatePresence::NotFactored};"));
-  CHECK_THAT(source,
-             Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}},"));
-  CHECK_THAT(source, Catch::Contains(", Domain::Row, 0},"));
-  CHECK_THAT(source, Catch::Contains(", Domain::Column, 0},"));
-  CHECK_THAT(source, Catch::Contains(", Domain::Matrix, 0},"));
+  // Its step on shards: the first stage takes the snapshot too; no matrix values before it.
+  CHECK_THAT(source, Catch::Contains("const unsigned kShardStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << "
+                                     "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << "
+                                     "kernel_abi::kSnapshot, "));
+  CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, "
+                                     "2}, nullptr, 0, variants::adafactor::kShardStageBlocks},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Row, 0, false},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Column, 0, true},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Matrix, 0, true},"));
   // Deterministic: the same text twice.
   CHECK(source == optgen::emit_launcher_source(spec, variants, {optgen::Storage{}}, optgen::KernelTuning{}));
 
@@ -257,18 +261,90 @@ TEST_CASE("LAMB's launcher describes its reductions by scope and has no shapes",
   }
 }
 
-TEST_CASE("a reduction hook is refused for a spec that reduces over rows, columns or matrices", "[shapes]") {
+TEST_CASE("a spec that reduces over rows, columns or matrices has a step on shards, which stores no values",
+          "[shapes]") {
+  optgen::Spec spec;
+  const std::vector<optgen::Program> variants = adafactor_variants(spec);
+  for (const optgen::Program& p : variants) {
+    INFO("variant " << p.variant);
+    REQUIRE(p.shard_step);
+    CHECK(p.shard_step->for_shards);
+    CHECK(p.shard_step->stages.size() == p.stages.size());
+    CHECK(!optgen::stored_values(p).empty());
+    CHECK(optgen::stored_values(*p.shard_step).empty());
+  }
+  CHECK(!first_variant("/specs/lamb.yaml").shard_step);  // tensors and groups only: the same step
+
+  // Its Update stage computes row_var's and col_var's new values itself, from the states: the
+  // first stage takes the snapshot. Its kernels are named after it.
+  const optgen::KernelTables tables = optgen::kernel_tables(variants, {optgen::Storage{}}, optgen::KernelTuning{});
+  const optgen::VariantRow& v = row_named(tables, "adafactor");
+  REQUIRE(v.shard_stage_blocks.size() == v.stage_blocks.size());
+  CHECK(v.shard_stage_blocks[0] == (v.stage_blocks[0] | bit(abi::kSnapshot)));
+  for (std::size_t s = 1; s < v.stage_blocks.size(); ++s) CHECK(v.shard_stage_blocks[s] == v.stage_blocks[s]);
+  const optgen::KernelRow& k = *tables.kernels_of(0).front();
+  REQUIRE(k.shard_stages.size() == k.stages.size());
+  CHECK(k.shard_stages.front() == "adafactor_shards_f32_f32_reduce1");
+
+  // Sums over rows are each rank's part where rows are split: a column's, and a matrix's of row
+  // values (mean(row_var)); a row's is whole, and so is a norm's part of the tensor's (the hook sums
+  // tensor results anyway).
+  for (const optgen::ReductionRow& r : v.reductions) {
+    INFO("reduction " << r.name);
+    CHECK(r.across_rows == (r.scope == optgen::Domain::Column || r.scope == optgen::Domain::Matrix));
+  }
+}
+
+TEST_CASE("a reduction hook switches a spec with a step on shards to it", "[shapes]") {
   const optgen::OptimizerInfo& adafactor = launcher("adafactor");
+  for (int v = 0; v < adafactor.num_variants; ++v) {
+    INFO("variant " << adafactor.variants[v].name);
+    CHECK(adafactor.variants[v].shard_stage_blocks != nullptr);
+  }
+  for (int k = 0; k < adafactor.num_kernels; ++k) CHECK(adafactor.kernels[k].shard_stages != nullptr);
   optgen::FusedOptimizer opt(adafactor, optgen::default_hyperparameters(adafactor));
   auto hook = [](const optgen::ReductionResults&) {};
-  const std::string message = error_of([&] { opt.set_reduction_hook(hook); });
-  CHECK_THAT(message, Catch::Contains("Adafactor::set_reduction_hook failed") &&
-                          Catch::Contains("reduces over rows, columns or matrices") &&
-                          Catch::Contains("fix: step whole tensors"));
-  CHECK(error_of([&] { opt.set_reduction_hook({}); }) == "(no error)");  // no hook: nothing to refuse
+  CHECK(error_of([&] { opt.set_reduction_hook(hook); }) == "(no error)");
+  CHECK(error_of([&] { opt.set_reduction_hook({}); }) == "(no error)");
   const optgen::OptimizerInfo& lamb = launcher("lamb");
-  optgen::FusedOptimizer sharded(lamb, optgen::default_hyperparameters(lamb));
-  CHECK(error_of([&] { sharded.set_reduction_hook(hook); }) == "(no error)");
+  CHECK(lamb.variants[0].shard_stage_blocks == nullptr);
+  CHECK(lamb.kernels[0].shard_stages == nullptr);
+}
+
+TEST_CASE("the runs of results each rank holds a part of: sums over the rows of split matrices", "[shapes]") {
+  const optgen::OptimizerInfo& info = launcher("adafactor");
+  optgen::VariantInfo variant = info.variants[0];
+  variant.stage_blocks = variant.shard_stage_blocks;
+  variant.stored_values = {};
+  // Rows 3 of a 7x9 matrix, a vector, rows 2 and 5 of 2x4 and 5x4 matrices (whole, but bound as
+  // shards), a shard of a batch of two 4x3 matrices (whole matrices), no rows of a 6x2 matrix.
+  const std::vector<optgen::TensorDims> dims = {
+      optgen::tensor_dims({3, 9}, 27, 63), optgen::tensor_dims({11}, 11),          optgen::tensor_dims({2, 4}, 8, 8),
+      optgen::tensor_dims({5, 4}, 20, 20), optgen::tensor_dims({2, 4, 3}, 24, 48), optgen::tensor_dims({0, 2}, 0, 12)};
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 128, abi::kFewestLineValues);
+  // Columns: 9, 11, 4, 4, 6, 2 from 0; matrices: 1, 1, 1, 1, 2, 1 from 0.
+  REQUIRE(l.col_offset == std::vector<long long>{0, 9, 20, 24, 28, 34});
+  REQUIRE(l.matrix_offset == std::vector<long long>{0, 1, 2, 3, 4, 6});
+  CHECK((l.num_cols == 36 && l.num_matrices == 7));
+  auto runs = [](const std::vector<optgen::ResultRun>& list) {
+    std::vector<std::pair<long long, long long>> pairs;
+    for (const optgen::ResultRun& r : list) pairs.emplace_back(r.first, r.count);
+    return pairs;
+  };
+  using Pairs = std::vector<std::pair<long long, long long>>;
+  int stage_of_columns = 0, stage_of_matrices = 0;
+  for (int r = 0; r < variant.num_reductions; ++r) {
+    if (variant.reductions[r].scope == optgen::Domain::Column) stage_of_columns = variant.reductions[r].stage;
+    if (variant.reductions[r].scope == optgen::Domain::Matrix) stage_of_matrices = variant.reductions[r].stage;
+  }
+  REQUIRE((stage_of_columns == 1 && stage_of_matrices == 2));
+  const optgen::PartialRuns first = optgen::partial_runs(variant, 1, l, dims);
+  CHECK(runs(first.cols) == Pairs{{0, 9}, {20, 8}, {34, 2}});  // neighbours merged; the batch's are whole
+  CHECK(first.matrices.empty());
+  const optgen::PartialRuns second = optgen::partial_runs(variant, 2, l, dims);
+  CHECK(second.cols.empty());
+  CHECK(runs(second.matrices) == Pairs{{0, 1}, {2, 2}, {6, 1}});
+  CHECK(optgen::partial_runs(variant, 3, l, dims).cols.empty());
 }
 
 // ---- The engine: shapes, state sizes and presence ----
@@ -333,6 +409,13 @@ TEST_CASE("a tensor is B matrices of R rows and C columns, its states sized by t
   CHECK(optgen::tensor_dims({0, 9}, 0, 63).whole_rows == 7);  // an empty shard
   const optgen::TensorDims batch_shard = optgen::tensor_dims({2, 4, 3}, 24, 48);
   CHECK((batch_shard.batch == 2 && batch_shard.rows == 4 && batch_shard.whole_rows == 4));
+  // A matrix bound as a shard splits its rows, a shard of no rows too: one matrix, all its columns.
+  CHECK(!optgen::tensor_dims({7, 9}, 63).split_rows);
+  CHECK(optgen::tensor_dims({7, 9}, 63, 63).split_rows);
+  const optgen::TensorDims no_rows = optgen::tensor_dims({0, 9}, 0, 63);
+  CHECK((no_rows.split_rows && no_rows.batch == 1 && no_rows.total_rows() == 0 && no_rows.total_cols() == 9));
+  CHECK(optgen::state_numel(StateShape::Cols, no_rows, 0) == 9);
+  CHECK(!batch_shard.split_rows);
 
   ShapedAdam shaped;
   const optgen::VariantInfo& amsgrad = shaped.variants[1];  // exp_avg, exp_avg_sq, max_exp_avg_sq

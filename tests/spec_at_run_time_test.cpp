@@ -103,9 +103,13 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
       CHECK(x.reductions[r].stage == y.reductions[r].stage);
       CHECK(x.reductions[r].scope == y.reductions[r].scope);
       CHECK(x.reductions[r].scope_index == y.reductions[r].scope_index);
+      CHECK(x.reductions[r].across_rows == y.reductions[r].across_rows);
     }
     REQUIRE((x.stage_blocks == nullptr) == (y.stage_blocks == nullptr));
     for (int s = 0; x.stage_blocks && s < x.num_stages; ++s) CHECK(x.stage_blocks[s] == y.stage_blocks[s]);
+    REQUIRE((x.shard_stage_blocks == nullptr) == (y.shard_stage_blocks == nullptr));
+    for (int s = 0; x.shard_stage_blocks && s < x.num_stages; ++s)
+      CHECK(x.shard_stage_blocks[s] == y.shard_stage_blocks[s]);
     REQUIRE((x.state_presence == nullptr) == (y.state_presence == nullptr));
     for (int s = 0; x.state_presence && s < x.num_states; ++s) CHECK(x.state_presence[s] == y.state_presence[s]);
   }
@@ -121,6 +125,9 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     for (int s = 0; s < a.variants[x.variant].num_stages; ++s) CHECK(text(x.stages[s]) == text(y.stages[s]));
     REQUIRE((x.programs == nullptr) == (y.programs == nullptr));
     for (int p = 0; x.programs && p < a.num_programs; ++p) CHECK(text(x.programs[p]) == text(y.programs[p]));
+    REQUIRE((x.shard_stages == nullptr) == (y.shard_stages == nullptr));
+    for (int s = 0; x.shard_stages && s < a.variants[x.variant].num_stages; ++s)
+      CHECK(text(x.shard_stages[s]) == text(y.shard_stages[s]));
   }
   REQUIRE(a.num_programs == b.num_programs);
   for (int p = 0; p < a.num_programs; ++p) CHECK(text(a.programs[p]) == text(b.programs[p]));

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 10
+ABI_VERSION = 11
 
 
 class _Enum(enum.IntEnum):
@@ -132,7 +132,18 @@ class _ReductionResults(ctypes.Structure):
         ("group_results", ctypes.c_void_p),
         ("num_groups", ctypes.c_int64),
         ("stream", ctypes.c_void_p),
+        ("col_results", ctypes.c_void_p),  # ABI 11
+        ("col_runs", ctypes.POINTER(ctypes.c_int64)),
+        ("num_col_runs", ctypes.c_int64),
+        ("matrix_results", ctypes.c_void_p),
+        ("matrix_runs", ctypes.POINTER(ctypes.c_int64)),
+        ("num_matrix_runs", ctypes.c_int64),
     ]
+
+
+def _runs(runs, count: int) -> List[Tuple[int, int]]:
+    """optgen_result_run[count] as (first, count) pairs."""
+    return [(runs[2 * i], runs[2 * i + 1]) for i in range(count)]
 
 
 _REDUCTION_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ReductionResults), ctypes.c_void_p)
@@ -457,7 +468,10 @@ class ReductionResults:
     """Where a Reduce stage just launched left its results (optgen_reduction_results): reduction r's
     result for tensor t at tensor_results + 8 * (r * num_tensors + t), for group g at group_results +
     8 * (r * num_groups + g), raw sums and maxima as float64 in device memory, written by work
-    enqueued on `stream`. The stage's own reductions are those whose stage is `stage`."""
+    enqueued on `stream`. The stage's own reductions are those whose stage is `stage`. A spec that
+    sums over the rows of matrices (Adafactor) adds the column and matrix results that are
+    each rank's part (sums over the rows of tensors of two dimensions bound as shards), as runs
+    (first, count) of float32 at col_results and matrix_results, the same on every rank."""
     stage: int
     reductions: List[Reduction]  # every reduction of the variant, by index r
     tensor_results: int
@@ -465,6 +479,10 @@ class ReductionResults:
     group_results: int
     num_groups: int
     stream: int
+    col_results: int = 0
+    col_runs: List[Tuple[int, int]] = field(default_factory=list)
+    matrix_results: int = 0
+    matrix_runs: List[Tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -766,12 +784,15 @@ class Engine:
         (optgen_set_reduction_hook): where ranks whose tensors are shards of one model combine the
         stage's results (an all-reduce of each of its reductions on the results' stream) before the
         stages that read them; bind each shard with TensorBinding.whole_numel. None removes it.
-        Raises OptgenError for a spec that reduces over rows, columns or matrices (Adafactor)."""
+        A spec that sums over the rows of matrices (Adafactor) then runs its step on shards,
+        and the hook sums the column and matrix runs it is handed too."""
         def convert(r):
             reductions = [Reduction(x.name.decode(), bool(x.is_max), x.stage, bool(x.over_group))
                           for x in r.reductions[:r.num_reductions]]
             return ReductionResults(r.stage, reductions, r.tensor_results or 0, r.num_tensors, r.group_results or 0,
-                                    r.num_groups, r.stream or 0)
+                                    r.num_groups, r.stream or 0, r.col_results or 0,
+                                    _runs(r.col_runs, r.num_col_runs), r.matrix_results or 0,
+                                    _runs(r.matrix_runs, r.num_matrix_runs))
         self._set_hook("optgen_set_reduction_hook", _REDUCTION_HOOK, hook, convert)
 
     def set_matrix_hook(self, hook: Optional[Callable[[MatrixWork], None]]) -> None:

@@ -325,8 +325,21 @@ int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook
       for (int i = 0; i < r.num_slots; ++i)
         reductions.push_back({r.slots[i].name, r.slots[i].is_max ? 1 : 0, r.slots[i].stage,
                               r.slots[i].scope == optgen::Domain::Group ? 1 : 0});
-      const optgen_reduction_results results{r.stage,       r.num_slots,     reductions.data(), r.tensor_results,
-                                             r.num_tensors, r.group_results, r.num_groups,      r.stream};
+      static_assert(sizeof(optgen_result_run) == sizeof(optgen::ResultRun), "optgen_result_run is ResultRun");
+      const optgen_reduction_results results{r.stage,
+                                             r.num_slots,
+                                             reductions.data(),
+                                             r.tensor_results,
+                                             r.num_tensors,
+                                             r.group_results,
+                                             r.num_groups,
+                                             r.stream,
+                                             r.col_results,
+                                             reinterpret_cast<const optgen_result_run*>(r.col_runs),
+                                             r.num_col_runs,
+                                             r.matrix_results,
+                                             reinterpret_cast<const optgen_result_run*>(r.matrix_runs),
+                                             r.num_matrix_runs};
       if (const int status = hook(&results, user_data); status != 0)
         throw optgen::Error("optgen_step", "the reduction hook failed after Reduce stage " + std::to_string(r.stage) +
                                                " (it returned " + std::to_string(status) + ")");

@@ -742,6 +742,8 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   std::memcpy(upload.at(table.at), &view, sizeof(view));
   upload.copy_to(d);
   plan.table.shapes = reinterpret_cast<const kernel_abi::ShapeTable*>(at(table));
+  plan.col_results = view.col_results;
+  plan.matrix_results = view.matrix_results;
   return l;
 }
 
@@ -784,7 +786,14 @@ void place_groups(FusedOptimizer::Impl& m, int plan, const std::vector<PlanTenso
 void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& blocks_per_group) {
   const OptimizerInfo& info = *m.info;
   const KernelInfo& kernel = info.kernels[plan.kernel];
-  const VariantInfo& variant = info.variants[kernel.variant];
+  plan.variant = info.variants[kernel.variant];
+  plan.stage_names = kernel.stages;
+  if (m.reduction_hook && plan.variant.shard_stage_blocks) {
+    plan.variant.stage_blocks = plan.variant.shard_stage_blocks;
+    plan.variant.stored_values = {};
+    plan.stage_names = kernel.shard_stages;
+  }
+  const VariantInfo& variant = plan.variant;
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
   // A variant with Reduce stages (reductions, or matrix values to store) gives every tensor a chunk.
   const bool reduces = variant.num_stages > 1;
@@ -837,11 +846,19 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 device_pointer<const long long>(plan.table_memory, whole_numel_at)};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions, reduces);
   plan.shape_memory = DeviceBuffer();
+  plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them
   ShapeLayout shapes;
-  if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
+  plan.partial_runs.assign(static_cast<std::size_t>(variant.num_stages), {});
+  if (variant.stage_blocks) {
+    shapes = build_shapes(m, plan, variant, tensors);
+    std::vector<TensorDims> dims;
+    for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
+    for (int s = 0; s < variant.num_stages; ++s)
+      plan.partial_runs[static_cast<std::size_t>(s)] = partial_runs(variant, s + 1, shapes, dims);
+  }
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
   plan.stages.clear();
-  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(kernel.stages[s]));
+  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(plan.stage_names[s]));
   plan.programs.clear();
   for (int p = 0; p < info.num_programs; ++p) plan.programs.push_back(plan.module->function(kernel.programs[p]));
 }
@@ -1059,7 +1076,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   m.launches_last_step = 0;
   for (Plan& plan : m.plans) {
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
-    const VariantInfo& variant = m.info->variants[m.info->kernels[plan.kernel].variant];
+    const VariantInfo& variant = plan.variant;
     bool after_matrices = false;  // the stage after matrix functions waits for them to end
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       // A Reduce stage of only matrix, row or column blocks has none when the plan's tensors have
@@ -1081,8 +1098,11 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
       after_matrices = false;
       if (m.reduction_hook && variant.stage_kinds[s] == StageKind::Reduce) {
         const kernel_abi::ReductionTable& r = plan.reductions;
+        const PartialRuns& runs = plan.partial_runs[s];
         m.reduction_hook({static_cast<int>(s) + 1, variant.reductions, variant.num_reductions, r.tensor_results,
-                          r.num_tensors, r.group_results, r.num_groups, stream});
+                          r.num_tensors, r.group_results, r.num_groups, stream, plan.col_results, runs.cols.data(),
+                          static_cast<int>(runs.cols.size()), plan.matrix_results, runs.matrices.data(),
+                          static_cast<int>(runs.matrices.size())});
       }
       if (plan.matrices && variant.stage_kinds[s] == StageKind::Reduce) {
         if (m.matrix_hook)
@@ -1384,21 +1404,13 @@ void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const d
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {
-  // The hook sees tensor and group results only: a variant that reduces over rows, columns or
-  // matrices would combine its shards' norms but leave every rank its own row and column sums.
-  const OptimizerInfo& info = *impl_->info;
-  for (int v = 0; hook && v < info.num_variants; ++v)
-    for (int r = 0; r < info.variants[v].num_reductions; ++r) {
-      const Domain scope = info.variants[v].reductions[r].scope;
-      if (scope == Domain::Row || scope == Domain::Column || scope == Domain::Matrix)
-        throw Error(impl_->call("set_reduction_hook"),
-                    std::string("variant ") + info.variants[v].name + " reduces over rows, columns or matrices ('" +
-                        info.variants[v].reductions[r].name +
-                        "'), whose results a reduction hook does not see: sharded tensors would keep each rank's "
-                        "own row and column sums",
-                    "step whole tensors with this optimizer (no hook)");
-    }
-  impl_->reduction_hook = std::move(hook);
+  Impl& m = *impl_;
+  // Plans run a variant's step on shards while a hook is set: one set or removed after prepare()
+  // takes new plans.
+  const bool shards = std::any_of(m.info->variants, m.info->variants + m.info->num_variants,
+                                  [](const VariantInfo& v) { return v.shard_stage_blocks != nullptr; });
+  if (shards && static_cast<bool>(hook) != static_cast<bool>(m.reduction_hook)) m.unprepare();
+  m.reduction_hook = std::move(hook);
 }
 
 int FusedOptimizer::launches_last_step() const { return impl_->launches_last_step; }

@@ -109,6 +109,10 @@ struct PlanMatrices;  // matrix_values.h
 /// pointers it was captured with, and the next upload goes to a new table.
 struct Plan {
   int kernel;
+  /// The step it runs: its kernel's variant's, or with a reduction hook the variant's step on
+  /// shards (VariantInfo::shard_stage_blocks, KernelInfo::shard_stages) where it has one.
+  VariantInfo variant{};
+  const char* const* stage_names = nullptr;
   /// The stage kernels' launch shape (Impl::launch_shape_of), and the module they come from.
   LaunchShape shape{};
   const Module* module = nullptr;
@@ -137,6 +141,11 @@ struct Plan {
   /// The buffers of the variant's matrix values and the work on them between stages
   /// (matrix_values.h); null without any.
   std::shared_ptr<const PlanMatrices> matrices;
+  /// Per stage, its column and matrix results that are each rank's part (partial_runs), and where
+  /// the results are: what the reduction hook is handed besides the ReductionTable.
+  std::vector<PartialRuns> partial_runs;
+  float* col_results = nullptr;
+  float* matrix_results = nullptr;
 };
 
 /// The group table's device memory, laid out as kernel_abi::GroupTable describes.

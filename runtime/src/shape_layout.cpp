@@ -11,9 +11,10 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
   d.factored = true;
   d.cols = shape[shape.size() - 1];
   d.rows = shape[shape.size() - 2];
-  d.batch = d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
-  const bool rows_of_a_whole = shape.size() == 2 && whole_numel > numel && d.cols > 0;
-  d.whole_rows = rows_of_a_whole ? whole_numel / d.cols : d.rows;
+  // A shard of a matrix is one matrix, of no rows too: its columns are the matrix's.
+  d.split_rows = shape.size() == 2 && whole_numel > 0 && d.cols > 0;
+  d.batch = d.split_rows ? 1 : d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
+  d.whole_rows = d.split_rows ? whole_numel / d.cols : d.rows;
   return d;
 }
 
@@ -119,6 +120,29 @@ long long stage_grid(unsigned stage_mask, long long chunk_run_blocks, const Shap
     blocks += kind == kernel_abi::kChunkRuns ? chunk_run_blocks : layout.blocks(kind);
   }
   return blocks;
+}
+
+PartialRuns partial_runs(const VariantInfo& variant, int stage, const ShapeLayout& layout,
+                         const std::vector<TensorDims>& dims) {
+  PartialRuns runs;
+  auto add = [](std::vector<ResultRun>& list, long long first, long long count) {
+    if (count == 0) return;
+    if (!list.empty() && list.back().first + list.back().count == first)
+      list.back().count += count;
+    else
+      list.push_back({first, count});
+  };
+  for (int r = 0; r < variant.num_reductions; ++r) {
+    const ReductionSlot& slot = variant.reductions[r];
+    if (slot.stage != stage || !slot.across_rows) continue;
+    const bool columns = slot.scope == Domain::Column;
+    const long long size = columns ? layout.num_cols : layout.num_matrices;
+    const std::vector<long long>& offset = columns ? layout.col_offset : layout.matrix_offset;
+    for (std::size_t t = 0; t < dims.size(); ++t)
+      if (dims[t].split_rows)
+        add(columns ? runs.cols : runs.matrices, slot.scope_index * size + offset[t], columns ? dims[t].cols : 1);
+  }
+  return runs;
 }
 
 }  // namespace optgen

@@ -25,6 +25,9 @@ struct TensorDims {
   std::int64_t cols = 0;
   bool factored = false;
   std::int64_t whole_rows = 1;  ///< the rows a spec's `rows` reads: `rows`, or a 2-D shard's whole matrix's
+  /// A tensor of two dimensions bound as a shard (whole_numel given): some rows of one matrix (0
+  /// too), so that its sums over rows are its rank's part.
+  bool split_rows = false;
 
   std::int64_t total_rows() const { return batch * rows; }  ///< B * R
   std::int64_t total_cols() const { return batch * cols; }  ///< B * C
@@ -80,6 +83,16 @@ int plan_line_values(const std::vector<TensorDims>& dims, int block_size, long l
 /// plan's launch shape) whose lanes take at most `line_values` values of a line.
 ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims,
                          int block_size, int line_values);
+
+/// The column and matrix results of Reduce stage `stage` that are each rank's part
+/// (ReductionResults::col_runs, matrix_runs): those of the stage's reductions that sum over rows
+/// (ReductionSlot::across_rows), of the tensors that split rows (TensorDims::split_rows), as runs of
+/// floats in ShapeTable::col_results and matrix_results, neighbours merged.
+struct PartialRuns {
+  std::vector<ResultRun> cols, matrices;
+};
+PartialRuns partial_runs(const VariantInfo& variant, int stage, const ShapeLayout& layout,
+                         const std::vector<TensorDims>& dims);
 
 /// The blocks Reduce stage `stage_mask` (a mask of kernel_abi::BlockKind bits) launches: for
 /// kChunkRuns `chunk_run_blocks`, for every other kind the layout's total of that kind, one kind

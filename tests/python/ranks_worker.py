@@ -18,7 +18,9 @@ own shards with the same part of the whole tensors (the worst violation all-redu
 The model holds tensors that two ranks shard unevenly along dimension 0 (rows of ceil(n / 2), as
 fully_shard splits them): w1 37x19 (19 and 18 rows), b1 37, w2 5x37 (3 and 2
 rows), emb 3x4 (2 and 1) and scale 1 (1 and 0: rank 1's shard is empty), in three param groups, the
-last holding only scale (a group with no elements on rank 1). Gradients are whole tensors drawn
+last holding only scale (a group with no elements on rank 1); Adafactor's groups
+(ADAFACTOR_GROUPS) hold conv 4x3x2x2 too (whole matrices on each rank) and row 1x6 (rank 1 holds
+none of its rows, and still sums its columns). Gradients are whole tensors drawn
 from a seed per step, the same in every process; each rank takes its shard of them.
 
 trajectories: every case steps a sharded copy (fully_shard) and a whole copy (each rank holds one,
@@ -27,7 +29,8 @@ shards must equal the same rows of the whole copy's within |a - b| <= ATOL + RTO
 (the same arithmetic; only the order in which a reduction's partial sums are added differs). It
 reports the worst ratio |a - b| / (ATOL + RTOL * |b|) ("violation", at most 1 to pass) and the
 largest difference. --no-reduce removes the hook that combines the ranks' reductions, so each rank
-reads its own shards' norms: the check must then fail for every case that reduces.
+reads its own shards' norms: the check must then fail for every case that reduces. Last, an
+Adafactor of a DTensor sharded along dimension 1 must be refused (its rows are split).
 
 muon: optgen.torch.Muon on the matrices (w1, w2, emb, conv 4x3x2x2, row 1x6: rank 1's shard of
 it empty) in two groups of different variants (Nesterov's momentum and plain), sharded and whole,
@@ -58,7 +61,7 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_o
                                                      set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 
 import optgen.torch as ot
 
@@ -78,9 +81,13 @@ CASES = {
     "prodigy": lambda groups: ot.Prodigy(groups, lr=1.0, weight_decay=0.01),
     "dadapt_adam": lambda groups: ot.DAdaptAdam(groups, lr=1.0),
     "cautious_adamw": lambda groups: ot.CautiousAdamW(groups, lr=1e-2),
+    "adafactor": lambda groups: ot.Adafactor(groups, lr=1e-2, weight_decay=0.1),
 }
 REDUCING = sorted(set(CASES) - {"adamw"})  # those whose step reads a reduction
-CHECKPOINTED = ("adamw_clipped", "prodigy")
+CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor")
+# Adafactor's groups: rows and columns of matrices split unevenly (w1, w2, emb) and of one whose
+# rank 1 holds none of its rows (row), a conv weight whose matrices are whole on each rank, vectors.
+ADAFACTOR_GROUPS = (("w1", "conv", "row"), ("w2", "emb", "b1", "scale"))
 
 
 class Model(torch.nn.Module):
@@ -92,6 +99,11 @@ class Model(torch.nn.Module):
 
     def groups(self):
         return [{"params": [getattr(self, name) for name in names]} for names in GROUPS]
+
+    def groups_of(self, case):
+        """The param groups case `case` steps."""
+        names = ADAFACTOR_GROUPS if case.startswith("adafactor") else GROUPS
+        return [{"params": [getattr(self, name) for name in group]} for group in names]
 
 
 def whole_grads(step, device):
@@ -156,7 +168,7 @@ def trajectories(rank, device, mesh, no_reduce, backend):
         ot.Optimizer._reduce_across_ranks = lambda self, engine, params: None
     for case, make in CASES.items():
         sharded, reference = sharded_model(device, mesh), Model().to(device)
-        opt, ref = make(sharded.groups()), make(reference.groups())
+        opt, ref = make(sharded.groups_of(case)), make(reference.groups_of(case))
         violation, largest, norms = 0.0, 0.0, 0.0
         for step in range(STEPS):
             set_grads(sharded, step, device)
@@ -173,15 +185,19 @@ def trajectories(rank, device, mesh, no_reduce, backend):
     if backend == "nccl":  # gloo's collectives cannot be captured
         report(rank, check="trajectory", case="lamb_clipped_graph",
                violation=captured(device, mesh, CASES["lamb_clipped"]))
-    # Adafactor's rows and columns are not combined across ranks: refused with a message.
-    sharded = sharded_model(device, mesh)
-    opt = ot.Adafactor([getattr(sharded, "b1"), getattr(sharded, "scale")])
-    set_grads(sharded, 0, device)
+        report(rank, check="trajectory", case="adafactor_graph",
+               violation=captured(device, mesh, CASES["adafactor"], lambda model: model.groups_of("adafactor")))
+    # A shard along dimension 1 splits the columns of a matrix, which Adafactor cannot step: refused.
+    world = dist.get_world_size()
+    local = torch.zeros(37, 10, device=device)
+    param = torch.nn.Parameter(DTensor.from_local(local, mesh, [Shard(1)], run_check=False, shape=(37, 10 * world),
+                                                  stride=(10 * world, 1)))
+    param.grad = torch.zeros_like(param)
     try:
-        opt.step()
-        report(rank, check="refusal", case="adafactor", error=None)
+        ot.Adafactor([param]).step()
+        report(rank, check="refusal", case="adafactor_shard1", error=None)
     except ValueError as e:
-        report(rank, check="refusal", case="adafactor", error=str(e))
+        report(rank, check="refusal", case="adafactor_shard1", error=str(e))
 
 
 def captured(device, mesh, make, groups=Model.groups, tolerance=lambda step: {}):
@@ -261,7 +277,7 @@ def muon(rank, device, mesh, no_gather, backend):
 def save(rank, device, mesh, directory):
     for case in CHECKPOINTED:
         model = sharded_model(device, mesh)
-        opt = CASES[case](model.groups())
+        opt = CASES[case](model.groups_of(case))
         for step in range(STEPS):
             if step == SAVE_AT:
                 dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
@@ -277,7 +293,7 @@ def save(rank, device, mesh, directory):
 def load(rank, device, mesh, directory):
     for case in CHECKPOINTED:
         model = sharded_model(device, mesh) if mesh is not None else Model().to(device)
-        opt = CASES[case](model.groups())
+        opt = CASES[case](model.groups_of(case))
         state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, case))

@@ -99,8 +99,12 @@ class Adafactor(Optimizer):
     for-loop step does. foreach chooses torch's implementation and is ignored here (optgen's step
     is fused: its launches do not grow with the number of tensors). States are kept in state_dtype (float32 by
     default; torch keeps them in the parameter's dtype), and the step computes in float32.
-    Parameters of two or more dimensions must be contiguous (not channels_last) and not DTensors:
-    the step reads them as matrices of their last two dimensions."""
+    Parameters of two or more dimensions must be contiguous (not channels_last): the step reads
+    them as matrices of their last two dimensions. DTensor params (fully_shard) sharded along their
+    first dimension step as whole tensors do: each rank holds whole rows, the ranks sum their parts
+    of every column's and matrix's sums between the stages, and the states are DTensors (row_var
+    sharded as its param; col_var of a matrix of two dimensions replicated, every rank stepping it
+    alike; a rank holding none of a matrix's rows leaves its copy unchanged)."""
 
     def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *,
                  maximize=False, **options):

@@ -32,7 +32,7 @@ import os
 import weakref
 from collections import defaultdict
 from itertools import chain
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 import torch
 import torch.optim.optimizer as _torch_optimizer
@@ -236,8 +236,9 @@ class Optimizer(torch.optim.Optimizer):
         the whole tensor's elements) is all-reduced over the mesh dimensions the params are sharded
         along, through torch.distributed on the step's stream, so every rank steps as one GPU
         holding whole tensors would. Such an optimizer needs every param a DTensor of one mesh and
-        placement; Adafactor's rows and columns are not combined across ranks, so it refuses
-        DTensor params (ValueError). A matrix function (Muon's Newton-Schulz) gathers each matrix's
+        placement. Rows and columns (Adafactor's) need params of two or more dimensions sharded
+        along their first (whole rows on each rank); the ranks' parts of each column's and matrix's
+        sums are all-reduced too. A matrix function (Muon's Newton-Schulz) gathers each matrix's
         rows to one owner rank, the matrices spread over the ranks, and hands the results' rows back
         (two all-to-alls a step); it needs the params sharded along their first dimension
         (Shard(0), as fully_shard shards them) over one mesh dimension.
@@ -599,13 +600,19 @@ class Optimizer(torch.optim.Optimizer):
         """A parameter of a group whose variant factors tensors (states per row or column, or
         states only for some tensors): the engine reads a tensor of two or more dimensions as B
         matrices of its last two, in row-major order, so such a parameter must be a whole,
-        contiguous tensor."""
+        contiguous tensor; a DTensor, one sharded along its first dimension only (each rank then holds
+        whole rows, and the ranks sum their parts of each column's and matrix's sums)."""
         if len(self._bound_shape(p)) < 2:
             return
         if _local(p) is not p:
-            raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, but this optimizer factors tensors "
-                             "of two or more dimensions into rows and columns, which a shard does not hold whole; "
-                             "step DTensor parameters of two or more dimensions with another optimizer")
+            split = [x.dim for x in p.placements if x.is_shard() and x.dim != 0]
+            if split:
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor sharded along dimension "
+                                 f"{split[0]} (Shard({split[0]})), but this optimizer factors tensors of two or more "
+                                 "dimensions into rows and columns of their last two and steps shards of whole rows "
+                                 "only: shard such parameters along their first dimension (Shard(0), as fully_shard "
+                                 "does)")
+            p = _local(p)
         if not p.is_contiguous():
             raise ValueError(f"a parameter of shape {tuple(p.shape)} has strides {p.stride()} (channels_last?), but "
                              "this optimizer factors tensors of two or more dimensions into rows and columns of their "
@@ -645,6 +652,8 @@ class Optimizer(torch.optim.Optimizer):
             fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
             return fitted
         shape = _state_shape(self._bound_shape(p), s)
+        if _local(p) is not p:
+            return self._shard_of_state(p, s, value, initial, dtype, shape)
         if value is None:
             return torch.full(shape, initial, dtype=dtype, device=p.device)
         if value.dtype == dtype and tuple(value.shape) == shape and value.is_contiguous() and value.device == p.device:
@@ -653,6 +662,33 @@ class Optimizer(torch.optim.Optimizer):
         fitted = torch.empty(shape, dtype=dtype, device=p.device)
         fitted.copy_(value.reshape(shape))
         return fitted
+
+    def _shard_of_state(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float,
+                        dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+        """A row or column state of DTensor p (sharded along its first dimension, _check_factorable) as
+        a DTensor in torch's shape for the whole p, of local shape `shape`: its rows placed as p's,
+        the columns of a matrix (two dimensions) replicated, since every rank holding rows of it
+        steps all its columns alike. `value` (a DTensor, or a plain tensor of the whole p's state)
+        is taken as it is where it fits, else redistributed; none: filled with `initial`."""
+        from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
+        whole = _state_shape(tuple(p.shape), s)
+        placements = [Replicate() if s.shape == COLS and p.dim() == 2 else x for x in p.placements]
+        if isinstance(value, DTensor) and value.dtype == dtype and tuple(value.shape) == whole and \
+                value.device_mesh == p.device_mesh and list(value.placements) == placements and \
+                tuple(_local(value).shape) == shape and _local(value).is_contiguous():
+            return value
+        if value is None:
+            local = torch.full(shape, initial, dtype=dtype, device=_local(p).device)
+        else:
+            self._check_state_size(p, s, value, whole)
+            value = value.reshape(whole).to(dtype)
+            if isinstance(value, DTensor):
+                value = value.redistribute(p.device_mesh, placements)
+            else:  # every rank holds the whole state: each takes its part, no collective
+                value = distribute_tensor(value.to(_local(p).device), p.device_mesh, placements, src_data_rank=None)
+            local = _local(value).contiguous()
+        strides = torch.empty(whole, device="meta").stride()
+        return DTensor.from_local(local, p.device_mesh, placements, run_check=False, shape=whole, stride=strides)
 
     @staticmethod
     def _check_state_size(p: torch.Tensor, s: State, value: torch.Tensor, shape: tuple) -> None:

@@ -62,20 +62,44 @@ def _placement_kind(p: torch.Tensor) -> List[str]:
 
 class RankReductions:
     """An engine's reduction hook: all-reduces the results of each Reduce stage over `groups` (sum
-    or max, as each reduction is), or raises `error` (shard_groups' reason) at the first stage."""
+    or max, as each reduction is), or raises `error` (shard_groups' reason) at the first stage. The
+    ranks' parts of column and matrix sums (Adafactor's, of matrices whose rows are split: the
+    results' col_runs and matrix_runs) are gathered into one buffer, summed and put back."""
 
     def __init__(self, groups: list, error: Optional[str], device: torch.device):
         self.groups = groups
         self.error = error
         self.device = device
-        self._views: Dict[Tuple[int, int], torch.Tensor] = {}  # the engine's result buffers, as tensors
+        self._views: Dict[tuple, torch.Tensor] = {}  # the engine's result buffers, as tensors
+        self._indices: Dict[tuple, torch.Tensor] = {}  # the floats of a list of runs
 
     def _doubles(self, address: int, count: int) -> torch.Tensor:
-        view = self._views.get((address, count))
+        return self._view(address, count, "<f8")
+
+    def _view(self, address: int, count: int, kind: str) -> torch.Tensor:
+        view = self._views.get((address, count, kind))
         if view is None:
-            view = torch.as_tensor(DeviceArray(address, (count,), "<f8"), device=self.device)
-            self._views[(address, count)] = view
+            view = torch.as_tensor(DeviceArray(address, (count,), kind), device=self.device)
+            self._views[(address, count, kind)] = view
         return view
+
+    def _run_parts(self, address: int, runs: List[Tuple[int, int]]) -> List[tuple]:
+        """What to sum for `runs` of the float32 buffer at `address`: (tensor, indices or None): the
+        run itself where there is one, else the buffer and the indices of every float of the runs
+        (made once per list of runs)."""
+        if not runs:
+            return []
+        end = max(first + count for first, count in runs)
+        floats = self._view(address, end, "<f4")
+        if len(runs) == 1:
+            first, count = runs[0]
+            return [(floats[first:first + count], None)]
+        key = (address, tuple(runs))
+        index = self._indices.get(key)
+        if index is None:
+            index = torch.cat([torch.arange(first, first + count) for first, count in runs]).to(self.device)
+            self._indices[key] = index
+        return [(floats, index)]
 
     def __call__(self, r: ReductionResults) -> None:
         if self.error:
@@ -91,10 +115,17 @@ class RankReductions:
             parts.append((tensor_results[i * tensors:(i + 1) * tensors], op))
             if reduction.over_group:
                 parts.append((group_results[i * groups:(i + 1) * groups], op))
+        runs = self._run_parts(r.col_results, r.col_runs) + self._run_parts(r.matrix_results, r.matrix_runs)
         with torch.cuda.stream(_step_stream(r.stream, self.device)):
             for part, op in parts:
                 for group in self.groups:
                     dist.all_reduce(part, op=op, group=group)
+            for floats, index in runs:
+                part = floats if index is None else floats.index_select(0, index)
+                for group in self.groups:
+                    dist.all_reduce(part, group=group)
+                if index is not None:
+                    floats.index_copy_(0, index, part)
 
 
 def _step_stream(stream: int, device: torch.device) -> torch.cuda.Stream:

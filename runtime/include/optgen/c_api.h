@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 10
+#define OPTGEN_ABI_VERSION 11
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -162,10 +162,20 @@ typedef struct {
   int32_t over_group; /* 1: over all tensors of a group (results in group_results), 0: per tensor */
 } optgen_reduction;
 
+/* A run of `count` floats from float `first` of a buffer (optgen::ResultRun). (ABI 11) */
+typedef struct {
+  int64_t first;
+  int64_t count;
+} optgen_result_run;
+
 /* What a reduction hook is handed after the launch of a Reduce stage (optgen::ReductionResults):
  * reduction r's result for tensor t of the plan at tensor_results[r * num_tensors + t], for group g
  * at group_results[r * num_groups + g]; raw sums and maxima in double, device memory, written by
- * work enqueued on `stream`. The stage's reductions are those of `reductions` whose stage is `stage`. */
+ * work enqueued on `stream`. The stage's reductions are those of `reductions` whose stage is `stage`.
+ * A spec that sums over the rows of matrices (Adafactor's column and matrix sums) adds the float column and matrix
+ * results that are each rank's part (sums over the rows of tensors of two dimensions bound as
+ * shards): the runs col_runs of col_results and matrix_runs of matrix_results, the same on every
+ * rank, which the hook sums across the ranks too. (ABI 11 added them.) */
 typedef struct {
   int32_t stage;
   int32_t num_reductions;
@@ -175,6 +185,12 @@ typedef struct {
   double* group_results;
   int64_t num_groups;
   void* stream;
+  float* col_results;
+  const optgen_result_run* col_runs;
+  int64_t num_col_runs;
+  float* matrix_results;
+  const optgen_result_run* matrix_runs;
+  int64_t num_matrix_runs;
 } optgen_reduction_results;
 
 /* Returns 0, or nonzero when it failed: the step then fails with optgen_last_error() saying so. */
@@ -185,7 +201,8 @@ typedef int (*optgen_reduction_hook)(const optgen_reduction_results* results, vo
  * combine their results (e.g. one ncclAllReduce per reduction of the stage on `stream`, over its
  * tensor results and, for a group reduction, its group results) before the stages that read them.
  * Bind each shard with its whole tensor's element count (optgen_tensor::whole_numel). NULL removes
- * the hook. Fails for a spec that reduces over rows, columns or matrices (Adafactor). */
+ * the hook. A spec that sums over the rows of matrices (Adafactor) then runs its step on
+ * shards (optgen::FusedOptimizer::set_reduction_hook). */
 int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook hook, void* user_data);
 /* The same with optgen's own hook over an NCCL communicator (`nccl_comm`, an ncclComm_t of the
  * ranks holding the shards; optgen::nccl::all_reduce_hook): one ncclAllReduce per reduction of each

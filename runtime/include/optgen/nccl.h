@@ -31,7 +31,7 @@ struct Api {
   int (*GroupEnd)();
   const char* (*GetErrorString)(int);
 };
-enum { kFloat64 = 8, kSum = 0, kMax = 2 };  ///< nccl.h's ncclFloat64, ncclSum, ncclMax
+enum { kFloat32 = 7, kFloat64 = 8, kSum = 0, kMax = 2 };  ///< nccl.h's ncclFloat32, ncclFloat64, ncclSum, ncclMax
 
 /// NCCL, loaded on first use. Throws optgen::Error naming dlopen and what to do without it.
 /// Thread-safe.

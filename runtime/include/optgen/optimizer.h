@@ -62,7 +62,9 @@ struct Tensor {
   /// FusedOptimizer::set_reduction_hook): the whole tensor's element count, which a spec's `numel`
   /// and `mean` then read. 0: the tensor is whole (its own numel). A shard is of the tensor's first
   /// dimension (FSDP2's Shard(0)): bound with a shape of two dimensions, it is rows of a matrix of
-  /// whole_numel / shape[1] rows, which a spec's `rows` reads (a multiple of shape[1]).
+  /// whole_numel / shape[1] rows, which a spec's `rows` reads (a multiple of shape[1]), and
+  /// every rank binding a shard of it holds its part of the sums over its rows (columns', the
+  /// matrix's: ReductionResults::col_runs), an empty part (0 rows) too.
   std::int64_t whole_numel = 0;
 };
 
@@ -97,6 +99,10 @@ struct ReductionSlot {
   /// Row, Column, Matrix: its index among the variant's reductions of that scope, which numbers its
   /// results in kernel_abi::ShapeTable (Tensor and Group reductions use their index r).
   int scope_index = 0;
+  /// Column, Matrix: it sums over the rows of a matrix (a column's sum, a matrix's of row or element
+  /// values, not one of column values), so that a rank holding some rows of each matrix holds its
+  /// part of each result (ReductionResults::col_runs, matrix_runs).
+  bool across_rows = false;
 };
 
 /// Whether a variant's state exists for a tensor: always, or only for tensors that are factored
@@ -154,6 +160,12 @@ struct VariantInfo {
   /// Its matrix values; null when it has none.
   const MatrixValueInfo* matrix_values = nullptr;
   int num_matrix_values = 0;
+  /// Its step on shards, where it sums over the rows of a matrix (across_rows): the stages that
+  /// KernelInfo::shard_stages name, which a FusedOptimizer with a reduction hook runs in place of
+  /// its own. Per stage, the kinds of block it launches (as stage_blocks); it stores no values
+  /// (stored_values), so that every matrix, row and column value is computed from results the hook
+  /// has made whole. Null: the step on shards is the variant's own.
+  const unsigned* shard_stage_blocks = nullptr;
 };
 
 /// Empty when the variant's stage plan is one the runtime runs (its Reduce stages, then its one
@@ -197,6 +209,8 @@ struct KernelInfo {
   long long chunk_size;
   /// The kernels of the spec's programs (OptimizerInfo::programs), one each; null without any.
   const char* const* programs = nullptr;
+  /// The variant's step on shards (VariantInfo::shard_stage_blocks), one per stage; null without.
+  const char* const* shard_stages = nullptr;
 };
 
 /// What the engine knows about an optimizer: data, built by the generator from the spec
@@ -271,9 +285,18 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
 /// result is its sum of squares. The stage's reductions are those of `slots` whose stage is
 /// `stage`. The launches are enqueued, not finished: work on the results goes on `stream`.
 ///
-/// Only tensor and group results are here (Domain Tensor and Group). A variant that
-/// reduces over rows, columns or matrices keeps those results in the plan's kernel_abi::ShapeTable,
-/// which the hook does not see, so set_reduction_hook refuses an optimizer with such a variant.
+/// A variant that reduces over rows, columns or matrices (Adafactor) keeps those results in the
+/// plan's kernel_abi::ShapeTable, as floats. A rank whose tensor of two dimensions is a shard of a
+/// matrix (bound with Tensor::whole_numel) holds whole rows of it, and so whole row results, but
+/// only its part of each sum over rows (ReductionSlot::across_rows: a column's, a matrix's):
+/// `col_runs` and `matrix_runs` list those of the stage, the same on every rank, as runs of floats
+/// of `col_results` and `matrix_results`, for the hook to sum across the ranks as it sums the
+/// tensor results. A tensor of more dimensions sharded along its first holds whole matrices and
+/// has none there.
+struct ResultRun {
+  std::int64_t first;  ///< the run's first float
+  std::int64_t count;  ///< floats in it
+};
 struct ReductionResults {
   int stage;                   ///< the Reduce stage just launched, from 1
   const ReductionSlot* slots;  ///< every reduction of the variant, by index r
@@ -283,6 +306,12 @@ struct ReductionResults {
   double* group_results;   ///< device memory, by the optimizer's group index
   int num_groups;          ///< every group of the optimizer (those of other plans are unused)
   CUstream stream;
+  float* col_results;  ///< device memory; null without column reductions
+  const ResultRun* col_runs;
+  int num_col_runs;
+  float* matrix_results;  ///< device memory; null without matrix reductions
+  const ResultRun* matrix_runs;
+  int num_matrix_runs;
 };
 
 /// What a matrix hook (FusedOptimizer::set_matrix_hook) is handed after the launch of a Reduce
@@ -431,8 +460,12 @@ class FusedOptimizer {
   /// stage may start loading its operands (params, gradients, states) before the hook's work on
   /// the stream has ended, and waits only before it reads the results (on GPUs of compute
   /// capability 9.0 and later, stages overlap: programmatic dependent launch). An empty function
-  /// removes the hook. Throws optgen::Error for a spec with a variant that reduces over rows,
-  /// columns or matrices (Adafactor): the hook does not see those results.
+  /// removes the hook. A variant that sums over the rows of a matrix (Adafactor; across_rows) runs its
+  /// step on shards (VariantInfo::shard_stage_blocks) while a hook is set, which computes every
+  /// matrix, row and column value after the hook has summed the column and matrix results it is
+  /// handed (ReductionResults::col_runs); setting or removing the hook of a prepared optimizer
+  /// prepares it again at the next step. Shards of tensors of two dimensions must then hold whole
+  /// rows (Tensor::whole_numel).
   void set_reduction_hook(std::function<void(const ReductionResults&)> hook);
 
   /// Called after each launch of a Reduce stage that stores matrix values, in place of the

@@ -64,7 +64,7 @@ struct Shaped {
   void* const* pointers;  ///< the tensor's operand pointers, num_tensors apart
   long long num_tensors;
   bool factored;
-  long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor)
+  long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor but a shard)
   long long whole_R;  ///< the rows a spec's `rows` reads (ShapeTable::whole_rows)
   long long row0, col0, matrix0;
   // The tensor's part of the results and snapshots, resolved once per block: per-element code
@@ -133,7 +133,10 @@ __device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& ta
   s.R = st->rows[t];
   s.C = st->cols[t];
   s.whole_R = st->whole_rows[t];
-  s.B = s.R * s.C == 0 ? 0 : table.numel[t] / (s.R * s.C);
+  // A rank's shard of a matrix that holds none of its rows is one matrix of 0 rows: it still
+  // sums (nothing into) every column and the matrix, and steps its column states (kernel_abi.h's
+  // ShapeTable::whole_rows; the runtime's TensorDims::split_rows).
+  s.B = s.R * s.C != 0 ? table.numel[t] / (s.R * s.C) : s.whole_R > 0 && s.C > 0 ? 1 : 0;
   s.row0 = st->row_offset[t];
   s.col0 = st->col_offset[t];
   s.matrix0 = st->matrix_offset[t];
@@ -217,6 +220,8 @@ struct Position {
   __device__ __forceinline__ void store_states(const Values&, const TensorValues&, bool) const {}
   template <typename Values, typename TensorValues>
   __device__ __forceinline__ void finish_vector(const Values&, const TensorValues&) const {}
+  template <typename Values, typename TensorValues>
+  __device__ __forceinline__ void store_columns_without_rows(const Values&, const TensorValues&) const {}
 };
 
 template <typename Stage, typename Code, typename Ops, int V, bool kFromSnapshot>
@@ -284,6 +289,18 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   template <typename Values, typename TensorValues>
   __device__ __forceinline__ void store_states(const Values& k, const TensorValues& tv, bool in_row) const {
     if (!in_row) Code::store_states(k, tv, sh, ix);
+  }
+  /// A rank's shard of a matrix that holds none of its rows (no elements: its one empty chunk's
+  /// block calls this) still holds the matrix's columns, whose sums the reduction hook made whole:
+  /// it stores their states as row 0 of every other shard does, so that every rank's copy of a
+  /// column state steps alike. No element is at column 0 here (c = -1): there is no row to store.
+  template <typename Values, typename TensorValues>
+  __device__ __forceinline__ void store_columns_without_rows(const Values& k, const TensorValues& tv) const {
+    if (!Code::kIndexed || sh.R != 0 || sh.whole_R == 0) return;
+    for (long long q = threadIdx.x; q < sh.C; q += OPTGEN_BLOCK_SIZE) {
+      const ElementIndex x{q, 0, q, 0, 0, -1};
+      Code::store_states(k, tv, sh, x);
+    }
   }
   /// The row and column states of a vector in one row, once its elements are computed (next has
   /// passed them: the vector starts V elements back).
