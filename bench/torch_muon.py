@@ -27,7 +27,6 @@ OPTGEN_LIBRARY=<build>/liboptgen.so).
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
