@@ -121,13 +121,42 @@ std::string block_mask(unsigned mask) {
   return text.empty() ? "0u" : text;
 }
 
+/// `items`, each as `text` prints it, comma-separated.
+template <typename T, typename Text>
+std::string comma_list(const std::vector<T>& items, Text text) {
+  std::string list;
+  for (const T& item : items) list += (list.empty() ? "" : ", ") + text(item);
+  return list;
+}
+
+/// `[[maybe_unused]] const char* const <name>[] = {"a", "b"};`: kernel names.
+void names_array(CodeWriter& w, const std::string& name, const std::vector<std::string>& names) {
+  w.line("[[maybe_unused]] const char* const " + name + "[] = {" +
+         comma_list(names, [](const std::string& n) { return "\"" + n + "\""; }) + "};");
+}
+
+/// `[[maybe_unused]] const unsigned <name>[] = {...};`: per stage, a mask of kernel_abi::BlockKind bits.
+void block_masks(CodeWriter& w, const std::string& name, const std::vector<unsigned>& masks) {
+  w.line("[[maybe_unused]] const unsigned " + name + "[] = {" + comma_list(masks, block_mask) + "};");
+}
+
+/// The tail of an initializer, `, a, b`: each optional field's text, or its default (`second`)
+/// where it has none (empty `first`), but no default at the end (the struct's member initializers
+/// give those).
+std::string optional_fields(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::size_t given = fields.size();
+  while (given > 0 && fields[given - 1].first.empty()) --given;
+  std::string tail;
+  for (std::size_t i = 0; i < given; ++i) tail += ", " + (fields[i].first.empty() ? fields[i].second : fields[i].first);
+  return tail;
+}
+
 /// `namespace variants::<variant>`: the variant's states (indices into the spec's) and its
 /// kernels' names, one array per storage type, in launch order.
 void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tables, int index) {
   w.line(variant_banner(p));
   auto ns = w.block("namespace variants::" + p.variant, "}  // namespace variants::" + p.variant);
-  std::string states;
-  for (int s : tables.variants[index].states) states += (states.empty() ? "" : ", ") + std::to_string(s);
+  const std::string states = comma_list(tables.variants[index].states, [](int s) { return std::to_string(s); });
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
   const VariantRow& row = tables.variants[index];
   w.line("/// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among");
@@ -139,21 +168,15 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
            (r.across_rows ? "true" : "false") + "},");
   if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0, false},");
   w.line("};");
-  std::string kinds;
-  for (StageKind kind : row.stage_kinds) kinds += (kinds.empty() ? "" : ", ") + stage_kind(kind);
   w.line("/// Its stages in launch order.");
-  w.line("[[maybe_unused]] const StageKind kStageKinds[] = {" + kinds + "};");
+  w.line("[[maybe_unused]] const StageKind kStageKinds[] = {" + comma_list(row.stage_kinds, stage_kind) + "};");
   if (!row.stage_blocks.empty()) {
     w.line("/// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.");
-    std::string masks;
-    for (unsigned mask : row.stage_blocks) masks += (masks.empty() ? "" : ", ") + block_mask(mask);
-    w.line("[[maybe_unused]] const unsigned kStageBlocks[] = {" + masks + "};");
+    block_masks(w, "kStageBlocks", row.stage_blocks);
   }
   if (!row.shard_stage_blocks.empty()) {
     w.line("/// Its step on shards: per stage, the kinds of block it launches.");
-    std::string masks;
-    for (unsigned mask : row.shard_stage_blocks) masks += (masks.empty() ? "" : ", ") + block_mask(mask);
-    w.line("[[maybe_unused]] const unsigned kShardStageBlocks[] = {" + masks + "};");
+    block_masks(w, "kShardStageBlocks", row.shard_stage_blocks);
   }
   if (!row.matrix_values.empty()) {
     w.line("/// Its matrix values: name, function, the Reduce stage that stores its operand, its arguments after");
@@ -174,23 +197,14 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
   }
   if (!row.state_presence.empty()) {
     w.line("/// Per state (kStates), the tensors it exists for.");
-    std::string presence;
-    for (Presence when : row.state_presence) presence += (presence.empty() ? "" : ", ") + state_presence(when);
-    w.line("[[maybe_unused]] const StatePresence kStatePresence[] = {" + presence + "};");
+    w.line("[[maybe_unused]] const StatePresence kStatePresence[] = {" +
+           comma_list(row.state_presence, state_presence) + "};");
   }
   for (const KernelRow* kernel : tables.kernels_of(index)) {
-    std::string names;
-    for (const auto& stage : kernel->stages) names += (names.empty() ? "" : ", ") + ("\"" + stage + "\"");
-    w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "[] = {" + names + "};");
-    if (!kernel->shard_stages.empty()) {
-      std::string shards;
-      for (const auto& stage : kernel->shard_stages) shards += (shards.empty() ? "" : ", ") + ("\"" + stage + "\"");
-      w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "_shards[] = {" + shards + "};");
-    }
-    if (kernel->programs.empty()) continue;
-    std::string programs;
-    for (const auto& program : kernel->programs) programs += (programs.empty() ? "" : ", ") + ("\"" + program + "\"");
-    w.line("[[maybe_unused]] const char* const k" + kernel->storage.name() + "_programs[] = {" + programs + "};");
+    const std::string name = "k" + kernel->storage.name();
+    names_array(w, name, kernel->stages);
+    if (!kernel->shard_stages.empty()) names_array(w, name + "_shards", kernel->shard_stages);
+    if (!kernel->programs.empty()) names_array(w, name + "_programs", kernel->programs);
   }
 }
 
@@ -204,26 +218,21 @@ std::string variant_row(const VariantRow& v) {
          (v.state_presence.empty() ? std::string("nullptr") : "variants::" + v.name + "::kStatePresence") + ", {" +
          std::to_string(v.stored_matrix_values) + ", " + std::to_string(v.stored_row_values) + ", " +
          std::to_string(v.stored_col_values) + "}" +
-         (v.matrix_values.empty() && v.shard_stage_blocks.empty() ? std::string()
-          : v.matrix_values.empty()
-              ? ", nullptr, 0"
-              : ", variants::" + v.name + "::kMatrixValues, " + std::to_string(v.matrix_values.size())) +
-         (v.shard_stage_blocks.empty() ? std::string() : ", variants::" + v.name + "::kShardStageBlocks") + "},";
+         optional_fields(
+             {{v.matrix_values.empty() ? "" : "variants::" + v.name + "::kMatrixValues", "nullptr"},
+              {v.matrix_values.empty() ? "" : std::to_string(v.matrix_values.size()), "0"},
+              {v.shard_stage_blocks.empty() ? "" : "variants::" + v.name + "::kShardStageBlocks", "nullptr"}}) +
+         "},";
 }
 
 /// The kernel's row of the launcher's kernel table.
 std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_states) {
-  return "    {variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + ", " +
-         std::to_string(k.variant) + ", " + dtype_enum(k.storage.param) + ", " +
+  const std::string names = "variants::" + tables.variants[k.variant].name + "::k" + k.storage.name();
+  return "    {" + names + ", " + std::to_string(k.variant) + ", " + dtype_enum(k.storage.param) + ", " +
          param_write_enum(k.storage.param_write) + ", " +
          (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + ", " + std::to_string(k.chunk_size) +
-         (k.programs.empty() && k.shard_stages.empty() ? std::string()
-          : k.programs.empty()
-              ? ", nullptr"
-              : ", variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + "_programs") +
-         (k.shard_stages.empty()
-              ? std::string()
-              : ", variants::" + tables.variants[k.variant].name + "::k" + k.storage.name() + "_shards") +
+         optional_fields({{k.programs.empty() ? "" : names + "_programs", "nullptr"},
+                          {k.shard_stages.empty() ? "" : names + "_shards", "nullptr"}}) +
          "},";
 }
 

@@ -671,7 +671,8 @@ DeviceBuffer upload_grad_norms(const FusedOptimizer::Impl& m) {
 /// A plan's kernel_abi::ShapeTable, for a variant with matrix, row or column code: the layout of
 /// its tensors (shape_layout.h) and the results and scratch its stages share, in one allocation
 /// with the table itself; results and snapshots start at 0, and so must the column arrivals. A
-/// buffer of no bytes is a null pointer. Returns the layout (its block counts size the grids).
+/// buffer of no bytes is a null pointer. Returns the layout (its block counts size the grids); sets
+/// where the plan's column and matrix results are, and per stage those each rank holds a part of.
 ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const VariantInfo& variant,
                          const std::vector<PlanTensor>& tensors) {
   std::vector<TensorDims> dims;
@@ -744,6 +745,8 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   plan.table.shapes = reinterpret_cast<const kernel_abi::ShapeTable*>(at(table));
   plan.col_results = view.col_results;
   plan.matrix_results = view.matrix_results;
+  for (int s = 0; s < variant.num_stages; ++s)
+    plan.partial_runs[static_cast<std::size_t>(s)] = partial_runs(variant, s + 1, l, dims);
   return l;
 }
 
@@ -846,16 +849,10 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 device_pointer<const long long>(plan.table_memory, whole_numel_at)};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions, reduces);
   plan.shape_memory = DeviceBuffer();
-  plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them
-  ShapeLayout shapes;
+  plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them, and the runs
   plan.partial_runs.assign(static_cast<std::size_t>(variant.num_stages), {});
-  if (variant.stage_blocks) {
-    shapes = build_shapes(m, plan, variant, tensors);
-    std::vector<TensorDims> dims;
-    for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
-    for (int s = 0; s < variant.num_stages; ++s)
-      plan.partial_runs[static_cast<std::size_t>(s)] = partial_runs(variant, s + 1, shapes, dims);
-  }
+  ShapeLayout shapes;
+  if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
   plan.stages.clear();
   for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(plan.stage_names[s]));
