@@ -41,7 +41,8 @@ times the step's scale, far below what orthogonalising a shard instead of the wh
 
 save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
 torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
-and keeps each rank's final shards in DIR/<case>.final.<rank>.pt. load: a new copy (sharded under torchrun,
+and keeps each rank's final shards in DIR/<case>.final.<rank>.pt (AdamW with master copies on
+bf16 params among the cases). load: a new copy (sharded under torchrun,
 plain tensors in one process) loads DIR, steps from SAVE_AT to STEPS and must end where save did.
 Prodigy's state_dict keeps s and p0 flat for plain tensors (prodigyopt's layout) but in the param's
 shape for DTensors, so its sharded checkpoint does not load into plain tensors: reported as an error.
@@ -84,7 +85,9 @@ CASES = {
     "adafactor": lambda groups: ot.Adafactor(groups, lr=1e-2, weight_decay=0.1),
 }
 REDUCING = sorted(set(CASES) - {"adamw"})  # those whose step reads a reduction
-CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor")
+# Checkpointed too: AdamW with fp32 master copies of bf16 params (state "master_param").
+MASTER = {"adamw_master": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1, master_weights=True)}
+CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master")
 # Adafactor's groups: rows and columns of matrices split unevenly (w1, w2, emb) and of one whose
 # rank 1 holds none of its rows (row), a conv weight whose matrices are whole on each rank, vectors.
 ADAFACTOR_GROUPS = (("w1", "conv", "row"), ("w2", "emb", "b1", "scale"))
@@ -127,6 +130,7 @@ def part(t):
 def set_grads(model, step, device):
     for name, g in whole_grads(step, device).items():
         p = getattr(model, name)
+        g = g.to(p.dtype)
         if isinstance(p, DTensor):
             g = DTensor.from_local(part(g).contiguous(), p.device_mesh, p.placements, run_check=False, shape=g.shape,
                                    stride=g.stride())
@@ -157,8 +161,12 @@ def report(rank, **fields):
         print(json.dumps(fields), flush=True)
 
 
-def sharded_model(device, mesh):
-    model = Model().to(device)
+def dtype_of(case):
+    return torch.bfloat16 if case in MASTER else torch.float32
+
+
+def sharded_model(device, mesh, dtype=torch.float32):
+    model = Model().to(device, dtype)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -276,8 +284,8 @@ def muon(rank, device, mesh, no_gather, backend):
 
 def save(rank, device, mesh, directory):
     for case in CHECKPOINTED:
-        model = sharded_model(device, mesh)
-        opt = CASES[case](model.groups_of(case))
+        model = sharded_model(device, mesh, dtype_of(case))
+        opt = {**CASES, **MASTER}[case](model.groups_of(case))
         for step in range(STEPS):
             if step == SAVE_AT:
                 dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
@@ -292,8 +300,9 @@ def save(rank, device, mesh, directory):
 
 def load(rank, device, mesh, directory):
     for case in CHECKPOINTED:
-        model = sharded_model(device, mesh) if mesh is not None else Model().to(device)
-        opt = CASES[case](model.groups_of(case))
+        dtype = dtype_of(case)
+        model = sharded_model(device, mesh, dtype) if mesh is not None else Model().to(device, dtype)
+        opt = {**CASES, **MASTER}[case](model.groups_of(case))
         state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, case))

@@ -84,10 +84,10 @@ def test_muon_gathers_each_matrix_to_its_owner(backend):
 @BACKENDS
 def test_checkpoint_saved_on_two_ranks_loads_on_two_and_one(tmp_path, backend):
     _need(backend)
-    assert len(_run("save", str(tmp_path), backend=backend)) == 3
+    assert len(_run("save", str(tmp_path), backend=backend)) == 4
     for ranks in (2, 1, 0):  # 0: one process, plain tensors
         loaded = {r["case"]: r for r in _run("load", str(tmp_path), ranks=ranks, backend=backend)}
-        assert len(loaded) == 3, loaded
+        assert len(loaded) == 4, loaded
         for case, r in loaded.items():
             if ranks == 0 and case == "prodigy":  # flat s and p0 in plain tensors, shaped in DTensors
                 assert "Size mismatch" in r["error"], r
