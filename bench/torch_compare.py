@@ -233,6 +233,8 @@ class OptgenTensor(ctypes.Structure):
         ("states", ctypes.POINTER(ctypes.c_void_p)),
         ("ndim", ctypes.c_int32),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("whole_numel", ctypes.c_int64),  # ABI 8
+        ("shard_dim", ctypes.c_int32),  # ABI 12
     ]
 
 
@@ -250,7 +252,7 @@ class OptgenStorage(ctypes.Structure):
 
 
 OPTGEN_F32 = 0
-OPTGEN_ABI_VERSION = 7  # OPTGEN_ABI_VERSION of optgen/c_api.h
+OPTGEN_ABI_VERSION = 12  # OPTGEN_ABI_VERSION of optgen/c_api.h
 
 
 class OptgenError(RuntimeError):

@@ -26,13 +26,13 @@ namespace storage {
 namespace variants::adafactor {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
-      {"sum_g_times_g", false, 1, Domain::Row, 0, false},
-      {"sum_g_times_g_1", false, 1, Domain::Column, 0, true},
-      {"sum_row_var_next", false, 2, Domain::Matrix, 0, true},
-      {"sum_u_times_u", false, 3, Domain::Tensor, 4, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false, false},
+      {"sum_g_times_g", false, 1, Domain::Row, 0, false, true},
+      {"sum_g_times_g_1", false, 1, Domain::Column, 0, true, false},
+      {"sum_row_var_next", false, 2, Domain::Matrix, 0, true, false},
+      {"sum_u_times_u", false, 3, Domain::Tensor, 4, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -53,14 +53,14 @@ namespace variants::adafactor {
 namespace variants::adafactor_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
-      {"grad_norm_squared", false, 1, Domain::Group, 1, false},
-      {"sum_g_times_g", false, 2, Domain::Row, 0, false},
-      {"sum_g_times_g_1", false, 2, Domain::Column, 0, true},
-      {"sum_row_var_next", false, 3, Domain::Matrix, 0, true},
-      {"sum_u_times_u", false, 4, Domain::Tensor, 5, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 1, false, false},
+      {"sum_g_times_g", false, 2, Domain::Row, 0, false, true},
+      {"sum_g_times_g_1", false, 2, Domain::Column, 0, true, false},
+      {"sum_row_var_next", false, 3, Domain::Matrix, 0, true, false},
+      {"sum_u_times_u", false, 4, Domain::Tensor, 5, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -102,7 +102,7 @@ std::vector<double> values_of(const Adafactor::Options& o) { return {o.lr, o.bet
 
 const OptimizerInfo& Adafactor::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "Adafactor", "adafactor",
+      /*abi_version=*/18, "optgen 0.2.0", "Adafactor", "adafactor",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

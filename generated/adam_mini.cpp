@@ -25,49 +25,57 @@ namespace storage {
 namespace variants::adam_mini {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_grad_times_grad", false, 1, Domain::Row, 0, false},
+      {"sum_grad_times_grad", false, 1, Domain::Row, 0, false, true},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kRowLines, 0u};
+  /// Its step on shards: per stage, the kinds of block it launches.
+  [[maybe_unused]] const unsigned kShardStageBlocks[] = {1u << kernel_abi::kRowLines | 1u << kernel_abi::kSnapshot, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Always, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_mini_f32_f32_reduce", "adam_mini_f32_f32_update"};
+  [[maybe_unused]] const char* const kf32_f32_shards[] = {"adam_mini_shards_f32_f32_reduce", "adam_mini_shards_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_mini_bf16_f32_reduce", "adam_mini_bf16_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32_shards[] = {"adam_mini_shards_bf16_f32_reduce", "adam_mini_shards_bf16_f32_update"};
 }  // namespace variants::adam_mini
 // ---- variant adam_mini_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adam_mini_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Row, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Row, 0, false, true},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kRowLines, 0u};
+  /// Its step on shards: per stage, the kinds of block it launches.
+  [[maybe_unused]] const unsigned kShardStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kSnapshot, 1u << kernel_abi::kRowLines, 0u};
   /// Per state (kStates), the tensors it exists for.
   [[maybe_unused]] const StatePresence kStatePresence[] = {StatePresence::Always, StatePresence::Factored, StatePresence::NotFactored};
   [[maybe_unused]] const char* const kf32_f32[] = {"adam_mini_clip_grad_norm_f32_f32_reduce1", "adam_mini_clip_grad_norm_f32_f32_reduce2", "adam_mini_clip_grad_norm_f32_f32_update"};
+  [[maybe_unused]] const char* const kf32_f32_shards[] = {"adam_mini_clip_grad_norm_shards_f32_f32_reduce1", "adam_mini_clip_grad_norm_shards_f32_f32_reduce2", "adam_mini_clip_grad_norm_shards_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_mini_clip_grad_norm_bf16_f32_reduce1", "adam_mini_clip_grad_norm_bf16_f32_reduce2", "adam_mini_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kbf16_f32_shards[] = {"adam_mini_clip_grad_norm_shards_bf16_f32_reduce1", "adam_mini_clip_grad_norm_shards_bf16_f32_reduce2", "adam_mini_clip_grad_norm_shards_bf16_f32_update"};
 }  // namespace variants::adam_mini_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 2, 0}},
-    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 2, 0}},
+    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 2, 0}, nullptr, 0, variants::adam_mini::kShardStageBlocks},
+    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 2, 0}, nullptr, 0, variants::adam_mini_clip_grad_norm::kShardStageBlocks},
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
-    {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
-    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
-    {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
+    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini::kf32_f32_shards},
+    {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini::kbf16_f32_shards},
+    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kf32_f32_shards},
+    {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kbf16_f32_shards},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -79,7 +87,7 @@ std::vector<double> values_of(const AdamMini::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdamMini::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "AdamMini", "adam_mini",
+      /*abi_version=*/18, "optgen 0.2.0", "AdamMini", "adam_mini",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

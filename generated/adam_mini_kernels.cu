@@ -248,6 +248,142 @@ namespace variants::adam_mini {
       return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
+
+  /// The step on shards (Program::shard_step): its stages store no matrix, row or column value.
+  namespace shards {
+    /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x22u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        // (this stage reads nothing computed per tensor)
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        return tv_;
+      }
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+
+      /// The row and column states the Update stage reads from the snapshot: operands.
+      struct Snapshot {
+        static constexpr int kRowStates = 1;
+        static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 3 : -1; }
+        static constexpr int kColStates = 0;
+        static __device__ __forceinline__ constexpr int col_op(int j_) { return -1; }
+      };
+    };
+
+    template <>
+    struct Reduce::Lines<1> {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      // 0: sum_grad_times_grad, sum over each row (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+      /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 0;  // values stored per line
+
+      template <typename Sh_>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float grad = v_[1];
+        r_[0] = grad * grad;  // sum_grad_times_grad
+      }
+    };
+
+    /// The Update stage's code (rows and columns): every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, m, vmean, v
+      static constexpr int kGradNormSlot = -1;
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
+      static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        bool not_factored;
+        bool factored;
+        float cols;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        tv_.not_factored = !factored_;
+        tv_.factored = factored_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        return tv_;
+      }
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Sh_, typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta1 = k_.one_minus_beta1;
+        const float one_over_bias_correction_1 = k_.one_over_bias_correction_1;
+        const float beta2 = k_.beta2;
+        const float one_minus_beta2 = k_.one_minus_beta2;
+        const float bias_correction_2_sqrt = k_.bias_correction_2_sqrt;
+        const float eps = k_.eps;
+        const float lr = k_.lr;
+        const bool not_factored = tv_.not_factored;
+        const bool factored = tv_.factored;
+        const float cols = tv_.cols;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float m = v_[2];
+        const float v = v_[4];
+        // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+        const float vmean_next_1 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
+        // second = vmean
+        const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
+        const float vmean_next = vmean_next_2;
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        // m = lerp(m, grad, 1 - beta1)
+        const float m_next = ::optgen::lerp(m, grad, one_minus_beta1);
+        // v = beta2 * v + (1 - beta2) * grad * grad
+        const float v_next = beta2 * v + one_minus_beta2 * grad * grad;
+        // second = v
+        const float v_next_1 = not_factored ? v_next : vmean_next;
+        // h = sqrt(second) / bias_correction_2_sqrt + eps
+        const float h = m_.div(m_.sqrt(v_next_1), bias_correction_2_sqrt) + eps;
+        // param = decayed - m * (1 / bias_correction_1 / h) * lr
+        const float param_next = decayed - m_next * m_.div(one_over_bias_correction_1, h) * lr;
+        // v = beta2 * v + (1 - beta2) * grad * grad
+        const float v_next_2 = not_factored ? v_next : v;
+        v_[0] = param_next;  // param
+        v_[2] = m_next;  // m
+        v_[4] = v_next_2;  // v
+      }
+
+      /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+      template <typename Sh_>
+      static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
+        if (ix_.c == 0) {
+          const float beta2 = k_.beta2;
+          const float one_minus_beta2 = k_.one_minus_beta2;
+          const bool factored = tv_.factored;
+          const float cols = tv_.cols;
+          // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+          const float vmean_next_1 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
+          const float vmean_next_2 = factored ? vmean_next_1 : sh_.row_state(3, 0, ix_.p);
+          sh_.store_state(3, ix_.p, vmean_next_2);  // vmean
+        }
+      }
+    };
+  }  // namespace shards
 }  // namespace variants::adam_mini
 // ---- variant adam_mini_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adam_mini_clip_grad_norm {
@@ -514,6 +650,201 @@ namespace variants::adam_mini_clip_grad_norm {
       return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
+
+  /// The step on shards (Program::shard_step): its stages store no matrix, row or column value.
+  namespace shards {
+    /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce1 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x21u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        // (this stage reads nothing computed per tensor)
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        TensorValues tv_;
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        static constexpr bool kGroupScope = true;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+        // 0: grad_norm_squared, sum over each group (result 0)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x1u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+        static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
+        // The stored values its element code loads, by slot: Position loads them once per vector.
+        static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+
+        template <typename Sh_>
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float grad = v_[1];
+          r_[0] = grad * grad;  // grad_norm_squared
+        }
+      };
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+
+      /// The row and column states the Update stage reads from the snapshot: operands.
+      struct Snapshot {
+        static constexpr int kRowStates = 1;
+        static __device__ __forceinline__ constexpr int row_op(int j_) { return j_ == 0 ? 3 : -1; }
+        static constexpr int kColStates = 0;
+        static __device__ __forceinline__ constexpr int col_op(int j_) { return -1; }
+      };
+    };
+
+    /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
+    struct Reduce2 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x2u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+
+      struct TensorValues {
+        float clip_coef;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        const double max_grad_norm = k_.max_grad_norm;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        TensorValues tv_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        return tv_;
+      }
+
+      /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
+      template <int kKind>
+      struct Lines;
+    };
+
+    template <>
+    struct Reduce2::Lines<1> {
+      static constexpr int kOperands = 5;
+      static constexpr int kReductions = 1;
+      // 0: sum_clipped_grad_times_clipped_grad, sum over each row (result 0)
+      /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum);
+      /// where its result goes (kernel_abi::ReductionTable's r; for rows, columns and matrices, ShapeTable's s).
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
+      static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+      static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
+      static constexpr int kStoredValues = 0;  // values stored per line
+
+      template <typename Sh_>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kReductions]) {
+        const float clip_coef = tv_.clip_coef;
+        const float grad = v_[1];
+        const float clipped_grad = grad * clip_coef;
+        r_[0] = clipped_grad * clipped_grad;  // sum_clipped_grad_times_clipped_grad
+      }
+    };
+
+    /// The Update stage's code (rows and columns): every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, m, vmean, v
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
+      // The stored values its element code loads, by slot: Position loads them once per vector.
+      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x17u >> op_) & 1u; }
+      static constexpr unsigned kStores = 0x15u;  // written back: param, m, v
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        float clip_coef;
+        bool not_factored;
+        bool factored;
+        float cols;
+      };
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+        const double max_grad_norm = k_.max_grad_norm;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        TensorValues tv_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        tv_.not_factored = !factored_;
+        tv_.factored = factored_;
+        tv_.cols = static_cast<float>(static_cast<double>(cols_));
+        return tv_;
+      }
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Sh_, typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta1 = k_.one_minus_beta1;
+        const float one_over_bias_correction_1 = k_.one_over_bias_correction_1;
+        const float beta2 = k_.beta2;
+        const float one_minus_beta2 = k_.one_minus_beta2;
+        const float bias_correction_2_sqrt = k_.bias_correction_2_sqrt;
+        const float eps = k_.eps;
+        const float lr = k_.lr;
+        const float clip_coef = tv_.clip_coef;
+        const bool not_factored = tv_.not_factored;
+        const bool factored = tv_.factored;
+        const float cols = tv_.cols;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float m = v_[2];
+        const float v = v_[4];
+        // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+        const float vmean_next_1 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
+        // second = vmean
+        const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
+        const float vmean_next = vmean_next_2;
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        const float clipped_grad = grad * clip_coef;
+        // m = lerp(m, grad, 1 - beta1)
+        const float m_next = ::optgen::lerp(m, clipped_grad, one_minus_beta1);
+        // v = beta2 * v + (1 - beta2) * grad * grad
+        const float v_next = beta2 * v + one_minus_beta2 * clipped_grad * clipped_grad;
+        // second = v
+        const float v_next_1 = not_factored ? v_next : vmean_next;
+        // h = sqrt(second) / bias_correction_2_sqrt + eps
+        const float h = m_.div(m_.sqrt(v_next_1), bias_correction_2_sqrt) + eps;
+        // param = decayed - m * (1 / bias_correction_1 / h) * lr
+        const float param_next = decayed - m_next * m_.div(one_over_bias_correction_1, h) * lr;
+        // v = beta2 * v + (1 - beta2) * grad * grad
+        const float v_next_2 = not_factored ? v_next : v;
+        v_[0] = param_next;  // param
+        v_[2] = m_next;  // m
+        v_[4] = v_next_2;  // v
+      }
+
+      /// Each row's (column's) new state, stored once: by the element at its column 0 (row 0).
+      template <typename Sh_>
+      static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
+        if (ix_.c == 0) {
+          const float beta2 = k_.beta2;
+          const float one_minus_beta2 = k_.one_minus_beta2;
+          const bool factored = tv_.factored;
+          const float cols = tv_.cols;
+          // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+          const float vmean_next_1 = beta2 * sh_.row_state(3, 0, ix_.p) + one_minus_beta2 * (sh_.row_result(0, ix_.p) / cols);
+          const float vmean_next_2 = factored ? vmean_next_1 : sh_.row_state(3, 0, ix_.p);
+          sh_.store_state(3, ix_.p, vmean_next_2);  // vmean
+        }
+      }
+    };
+  }  // namespace shards
 }  // namespace variants::adam_mini_clip_grad_norm
 
 /// adam_mini, reduce stage, storage f32.
@@ -526,6 +857,18 @@ adam_mini_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini::shards::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, update stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini::shards::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adam_mini, reduce stage, storage bf16.
@@ -541,6 +884,22 @@ extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini::shards::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, update stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini::shards::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -568,6 +927,24 @@ adam_mini_clip_grad_norm_f32_f32_update(const optgen::TableView table, const opt
   optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, update stage on shards, storage f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::shards::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
 /// adam_mini_clip_grad_norm, reduce stage, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -589,6 +966,30 @@ extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, update stage on shards, storage bf16.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::shards::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 

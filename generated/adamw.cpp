@@ -34,9 +34,9 @@ namespace storage {
 namespace variants::adamw {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -56,9 +56,9 @@ namespace variants::adamw {
 namespace variants::adamw_amsgrad {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -78,9 +78,9 @@ namespace variants::adamw_amsgrad {
 namespace variants::adamw_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -100,9 +100,9 @@ namespace variants::adamw_clip_grad_norm {
 namespace variants::adamw_amsgrad_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -183,7 +183,7 @@ std::vector<double> values_of(const AdamW::Options& o) { return {o.lr, o.beta1, 
 
 const OptimizerInfo& AdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "AdamW", "adamw",
+      /*abi_version=*/18, "optgen 0.2.0", "AdamW", "adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -25,9 +25,9 @@ namespace storage {
 namespace variants::cautious_lion {
   [[maybe_unused]] const int kStates[] = {0};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_mask", false, 1, Domain::Tensor, 0, false},
+      {"sum_mask", false, 1, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -38,10 +38,10 @@ namespace variants::cautious_lion {
 namespace variants::cautious_lion_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"sum_mask", false, 2, Domain::Tensor, 1, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"sum_mask", false, 2, Domain::Tensor, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -71,7 +71,7 @@ std::vector<double> values_of(const CautiousLion::Options& o) { return {o.lr, o.
 
 const OptimizerInfo& CautiousLion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "CautiousLion", "cautious_lion",
+      /*abi_version=*/18, "optgen 0.2.0", "CautiousLion", "cautious_lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -26,10 +26,10 @@ namespace storage {
 namespace variants::dadapt_adam {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sk_l1", false, 1, Domain::Group, 0, false},
-      {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 1, Domain::Group, 1, false},
+      {"sk_l1", false, 1, Domain::Group, 0, false, false},
+      {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 1, Domain::Group, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -41,11 +41,11 @@ namespace variants::dadapt_adam {
 namespace variants::dadapt_adam_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"sk_l1", false, 2, Domain::Group, 1, false},
-      {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 2, Domain::Group, 2, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"sk_l1", false, 2, Domain::Group, 1, false, false},
+      {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 2, Domain::Group, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -78,7 +78,7 @@ std::vector<double> values_of(const DAdaptAdam::Options& o) { return {o.lr, o.be
 
 const OptimizerInfo& DAdaptAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
+      /*abi_version=*/18, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

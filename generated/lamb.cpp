@@ -26,10 +26,10 @@ namespace storage {
 namespace variants::lamb {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
-      {"sum_u_times_u", false, 1, Domain::Tensor, 1, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false, false},
+      {"sum_u_times_u", false, 1, Domain::Tensor, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -41,11 +41,11 @@ namespace variants::lamb {
 namespace variants::lamb_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
-      {"grad_norm_squared", false, 1, Domain::Group, 1, false},
-      {"sum_u_times_u", false, 2, Domain::Tensor, 2, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 1, false, false},
+      {"sum_u_times_u", false, 2, Domain::Tensor, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -78,7 +78,7 @@ std::vector<double> values_of(const LAMB::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& LAMB::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "LAMB", "lamb",
+      /*abi_version=*/18, "optgen 0.2.0", "LAMB", "lamb",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -25,10 +25,10 @@ namespace storage {
 namespace variants::lars {
   [[maybe_unused]] const int kStates[] = {-1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
-      {"sum_grad_times_grad", false, 1, Domain::Tensor, 1, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false, false},
+      {"sum_grad_times_grad", false, 1, Domain::Tensor, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -39,10 +39,10 @@ namespace variants::lars {
 namespace variants::lars_use_momentum {
   [[maybe_unused]] const int kStates[] = {0};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false},
-      {"sum_grad_times_grad", false, 1, Domain::Tensor, 1, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 0, false, false},
+      {"sum_grad_times_grad", false, 1, Domain::Tensor, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -53,11 +53,11 @@ namespace variants::lars_use_momentum {
 namespace variants::lars_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {-1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"sum_param_times_param", false, 1, Domain::Tensor, 1, false},
-      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 1, false, false},
+      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -68,11 +68,11 @@ namespace variants::lars_clip_grad_norm {
 namespace variants::lars_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"sum_param_times_param", false, 1, Domain::Tensor, 1, false},
-      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"sum_param_times_param", false, 1, Domain::Tensor, 1, false, false},
+      {"sum_clipped_grad_times_clipped_grad", false, 2, Domain::Tensor, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -108,7 +108,7 @@ std::vector<double> values_of(const LARS::Options& o) { return {o.lr, o.momentum
 
 const OptimizerInfo& LARS::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "LARS", "lars",
+      /*abi_version=*/18, "optgen 0.2.0", "LARS", "lars",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -26,10 +26,10 @@ namespace storage {
 namespace variants::prodigy {
   [[maybe_unused]] const int kStates[] = {1, 2, 3};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"denominator", false, 1, Domain::Group, 0, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1, false},
+      {"denominator", false, 1, Domain::Group, 0, false, false},
+      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -41,10 +41,10 @@ namespace variants::prodigy {
 namespace variants::prodigy_first_moment {
   [[maybe_unused]] const int kStates[] = {0, 1, 2, 3};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"denominator", false, 1, Domain::Group, 0, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1, false},
+      {"denominator", false, 1, Domain::Group, 0, false, false},
+      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -56,11 +56,11 @@ namespace variants::prodigy_first_moment {
 namespace variants::prodigy_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {1, 2, 3};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"denominator", false, 2, Domain::Group, 1, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"denominator", false, 2, Domain::Group, 1, false, false},
+      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -72,11 +72,11 @@ namespace variants::prodigy_clip_grad_norm {
 namespace variants::prodigy_first_moment_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2, 3};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
-      {"denominator", false, 2, Domain::Group, 1, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
+      {"denominator", false, 2, Domain::Group, 1, false, false},
+      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -117,7 +117,7 @@ std::vector<double> values_of(const Prodigy::Options& o) { return {o.lr, o.beta1
 
 const OptimizerInfo& Prodigy::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "Prodigy", "prodigy",
+      /*abi_version=*/18, "optgen 0.2.0", "Prodigy", "prodigy",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -25,9 +25,9 @@ namespace storage {
 namespace variants::rmsprop {
   [[maybe_unused]] const int kStates[] = {0};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -38,9 +38,9 @@ namespace variants::rmsprop {
 namespace variants::rmsprop_centered {
   [[maybe_unused]] const int kStates[] = {0, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -51,9 +51,9 @@ namespace variants::rmsprop_centered {
 namespace variants::rmsprop_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -64,9 +64,9 @@ namespace variants::rmsprop_use_momentum {
 namespace variants::rmsprop_centered_use_momentum {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -77,9 +77,9 @@ namespace variants::rmsprop_centered_use_momentum {
 namespace variants::rmsprop_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -90,9 +90,9 @@ namespace variants::rmsprop_clip_grad_norm {
 namespace variants::rmsprop_centered_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -103,9 +103,9 @@ namespace variants::rmsprop_centered_clip_grad_norm {
 namespace variants::rmsprop_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -116,9 +116,9 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
 namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1, 2};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -166,7 +166,7 @@ std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha
 
 const OptimizerInfo& RMSprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "RMSprop", "rmsprop",
+      /*abi_version=*/18, "optgen 0.2.0", "RMSprop", "rmsprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -25,9 +25,9 @@ namespace storage {
 namespace variants::rprop {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"", false, 0, Domain::Tensor, 0, false},
+      {"", false, 0, Domain::Tensor, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Update};
@@ -38,9 +38,9 @@ namespace variants::rprop {
 namespace variants::rprop_clip_grad_norm {
   [[maybe_unused]] const int kStates[] = {0, 1};
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
-  /// the reductions of that domain, whether it sums over the rows of a matrix.
+  /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"grad_norm_squared", false, 1, Domain::Group, 0, false},
+      {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -70,7 +70,7 @@ std::vector<double> values_of(const Rprop::Options& o) { return {o.lr, o.etaminu
 
 const OptimizerInfo& Rprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/17, "optgen 0.2.0", "Rprop", "rprop",
+      /*abi_version=*/18, "optgen 0.2.0", "Rprop", "rprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -160,13 +160,13 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
   w.line("[[maybe_unused]] const int kStates[] = {" + (states.empty() ? std::string("-1") : states) + "};");
   const VariantRow& row = tables.variants[index];
   w.line("/// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among");
-  w.line("/// the reductions of that domain, whether it sums over the rows of a matrix.");
+  w.line("/// the reductions of that domain, whether it sums over the rows, the columns of a matrix.");
   w.line("[[maybe_unused]] const ReductionSlot kReductions[] = {");
   for (const auto& r : row.reductions)
     w.line(std::string("    {\"") + r.name + "\", " + (r.is_max ? "true" : "false") + ", " + std::to_string(r.stage) +
            ", " + reduction_scope(r.scope) + ", " + std::to_string(r.scope_index) + ", " +
-           (r.across_rows ? "true" : "false") + "},");
-  if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0, false},");
+           (r.across_rows ? "true" : "false") + ", " + (r.across_cols ? "true" : "false") + "},");
+  if (row.reductions.empty()) w.line("    {\"\", false, 0, Domain::Tensor, 0, false, false},");
   w.line("};");
   w.line("/// Its stages in launch order.");
   w.line("[[maybe_unused]] const StageKind kStageKinds[] = {" + comma_list(row.stage_kinds, stage_kind) + "};");

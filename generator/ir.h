@@ -256,7 +256,7 @@ struct Program {
   /// results between the stages): it stores no matrix, row or column value (shapes.h's
   /// stored_values), so that every such value is computed from results the hook has made whole.
   bool for_shards = false;
-  /// The step's only, where it sums over the rows of a matrix (shapes.h's reduces_across_rows): itself
+  /// The step's only, where it sums over the rows or columns of a matrix (shapes.h's sums_across_shards): itself
   /// for shards (for_shards), whose kernels a FusedOptimizer with a reduction hook runs; null
   /// elsewhere (the step is the same on shards).
   std::shared_ptr<const Program> shard_step;

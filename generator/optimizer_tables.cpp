@@ -70,7 +70,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     for (size_t r = 0; r < p.reductions.size(); ++r) {
       const ReductionValue& reduction = p.reductions[r];
       row.reductions.push_back({reduction.name, reduction.op == ReduceOp::Max, reduction.stage, reduction.scope,
-                                scope_index(p, r), across_rows(reduction)});
+                                scope_index(p, r), across_rows(reduction), across_cols(reduction)});
     }
     if (uses_shapes(p))
       for (const Stage& stage : p.stages) row.stage_blocks.push_back(stage_blocks(p, stage));

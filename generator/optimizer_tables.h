@@ -71,6 +71,7 @@ struct ReductionRow {
   Domain scope;      ///< its result's domain: one per tensor, group, row, column or matrix
   int scope_index;   ///< its index among the variant's reductions of its scope (shapes.h's scope_index)
   bool across_rows;  ///< it sums over the rows of a matrix (shapes.h's across_rows)
+  bool across_cols;  ///< it sums over the columns of a matrix (shapes.h's across_cols)
 };
 
 /// A matrix value of a variant (ir.h's MatrixValue), as the runtime applies it (MatrixValueInfo).

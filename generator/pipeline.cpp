@@ -69,7 +69,7 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   std::vector<Program> variants;
   for (const auto& flags : enumerate_variants(spec)) {
     variants.push_back(compile_variant(lowered, flags, after_each));
-    if (reduces_across_rows(variants.back())) {
+    if (sums_across_shards(variants.back())) {
       Program shards = variants.back();
       shards.for_shards = true;
       variants.back().shard_step = std::make_shared<const Program>(std::move(shards));

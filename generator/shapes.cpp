@@ -25,8 +25,13 @@ bool across_rows(const ReductionValue& r) {
   return r.scope == Domain::Column || (r.scope == Domain::Matrix && r.operand->level != Domain::Column);
 }
 
-bool reduces_across_rows(const Program& variant) {
-  return std::any_of(variant.reductions.begin(), variant.reductions.end(), across_rows);
+bool across_cols(const ReductionValue& r) {
+  return r.scope == Domain::Row || (r.scope == Domain::Matrix && r.operand->level != Domain::Row);
+}
+
+bool sums_across_shards(const Program& variant) {
+  return std::any_of(variant.reductions.begin(), variant.reductions.end(),
+                     [](const ReductionValue& r) { return across_rows(r) || across_cols(r); });
 }
 
 namespace {

@@ -39,14 +39,18 @@ struct StoredValue {
 /// (Program::for_shards) stores none: a line finishes its rank's part of a column or matrix only.
 std::vector<StoredValue> stored_values(const Program& variant);
 
-/// Whether a reduction of the variant sums over the rows of a matrix (across_rows): where ranks
-/// hold rows of each matrix, it then needs a step of its own on shards (Program::shard_step).
-bool reduces_across_rows(const Program& variant);
+/// Whether a reduction of the variant sums over the rows or the columns of a matrix (across_rows,
+/// across_cols): where ranks hold rows (columns) of each matrix, it then needs a step of its own on
+/// shards (Program::shard_step).
+bool sums_across_shards(const Program& variant);
 
 /// Whether reduction r sums over the rows of a matrix (a column's, or a matrix's of row or element
 /// values; not one of column values): on ranks that each hold some rows of a matrix, its results
 /// are the rank's part (ReductionSlot::across_rows).
 bool across_rows(const ReductionValue& r);
+/// The same over the columns (a row's, or a matrix's of column or element values), for ranks that
+/// each hold some columns of every row (ReductionSlot::across_cols).
+bool across_cols(const ReductionValue& r);
 
 /// The stored value `name` of `level` that code of stage `order` loads (stored by an earlier
 /// stage), or null; `new_state` picks a state's new value. `order`: a Reduce stage's number, the

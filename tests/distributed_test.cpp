@@ -2,8 +2,10 @@
 // half of every tensor (as ZeRO and FSDP shard them), all-reduce the results of each Reduce stage
 // with NCCL (optgen::nccl::all_reduce_hook) and reproduce the trajectory of one GPU holding whole
 // tensors: LAMB (per-tensor norms), clipped AdamW (a global norm) and cautious AdamW (a mean over
-// each whole tensor, of Tensor::whole_numel elements) and Adafactor (rows of each matrix on each rank,
-// the columns' and matrices' sums all-reduced: its step on shards). NCCL is loaded at run time (optgen/nccl.h:
+// each whole tensor, of Tensor::whole_numel elements), Adafactor (rows of each matrix on each rank,
+// the columns' and matrices' sums all-reduced: its step on shards; or columns of each, the rows' sums
+// all-reduced) and Adam-mini (its blocks, rows, whole on each rank, or cut along their columns,
+// Tensor::shard_dim 1, as optgen.torch cuts a tensor's one block). NCCL is loaded at run time (optgen/nccl.h:
 // libnccl.so.2, as torch's wheels ship it, or $OPTGEN_NCCL); the test skips itself without two
 // GPUs or without NCCL.
 #include <catch2/catch.hpp>
@@ -24,9 +26,11 @@ using namespace optgen_test;
 
 namespace {
 
-/// Whole tensors, their values per step: initial params and the gradients of every step.
+/// Whole tensors, their values per step: initial params and the gradients of every step; whether
+/// ranks hold columns of each matrix (two dimensions), else parts of every tensor's first dimension.
 struct Problem {
   std::vector<std::vector<std::int64_t>> shapes;
+  bool columns = false;
   std::vector<std::int64_t> sizes;
   std::vector<std::vector<float>> params0;
   std::vector<std::vector<std::vector<float>>> grads;  // [step][tensor]
@@ -37,10 +41,14 @@ const std::vector<std::vector<std::int64_t>> kVectors = {{1}, {3}, {1000}, {4097
 /// Matrices, whose ranks hold rows (FSDP2's Shard(0)), uneven ones; rank 1 holds none of 1x6's; a
 /// conv weight's shards hold whole 2x2 matrices; a vector.
 const std::vector<std::vector<std::int64_t>> kMatrices = {{37, 19}, {1, 6}, {4, 3, 2, 2}, {11}, {5, 37}, {301, 129}};
+/// Matrices whose ranks hold columns (Tensor::shard_dim 1), uneven ones; rank 0 holds none of 3x1's.
+const std::vector<std::vector<std::int64_t>> kColumns = {{37, 19}, {1, 6},  {3, 1},    {4, 3, 2, 2},
+                                                         {11},     {5, 37}, {301, 129}};
 
-Problem make_problem(int steps, const std::vector<std::vector<std::int64_t>>& shapes = kVectors) {
+Problem make_problem(int steps, const std::vector<std::vector<std::int64_t>>& shapes = kVectors, bool columns = false) {
   Problem p;
   p.shapes = shapes;
+  p.columns = columns;
   for (const auto& shape : shapes) {
     std::int64_t n = 1;
     for (std::int64_t d : shape) n *= d;
@@ -61,14 +69,36 @@ Problem make_problem(int steps, const std::vector<std::vector<std::int64_t>>& sh
   return p;
 }
 
-/// Elements [begin, end) of a tensor of `shape` held by `rank` of `ranks`: a part of its first
-/// dimension (the first or second half of a vector, rows of a matrix), as ZeRO and FSDP shard.
-std::pair<size_t, size_t> shard(const std::vector<std::int64_t>& shape, int rank, int ranks) {
-  const auto first = static_cast<size_t>(shape[0]);
-  size_t inner = 1;
-  for (size_t d = 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
-  const size_t begin = first * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
-  return {begin * inner, first * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks) * inner};
+/// Whether `rank` of the problem's tensor t holds columns of it (a matrix of a problem of columns).
+bool cuts_columns(const Problem& p, size_t t) { return p.columns && p.shapes[t].size() == 2; }
+
+/// [begin, end) of the dimension of tensor t that `rank` of `ranks` holds a part of: its first (the
+/// first or second half of a vector, rows of a matrix, as ZeRO and FSDP shard), or its columns.
+std::pair<size_t, size_t> cut(const Problem& p, size_t t, int rank, int ranks) {
+  const auto n = static_cast<size_t>(p.shapes[t][cuts_columns(p, t) ? 1 : 0]);
+  return {n * static_cast<size_t>(rank) / static_cast<size_t>(ranks),
+          n * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks)};
+}
+
+/// `rank`'s part of `whole`, values of the problem's tensor t, and the shape it is bound with.
+std::vector<float> part(const Problem& p, size_t t, const std::vector<float>& whole, int rank, int ranks) {
+  const auto [begin, end] = cut(p, t, rank, ranks);
+  const auto rows = static_cast<size_t>(p.shapes[t][0]);
+  const size_t inner = whole.size() / std::max<size_t>(rows, 1);
+  std::vector<float> values;
+  if (!cuts_columns(p, t))
+    return std::vector<float>(whole.begin() + static_cast<std::ptrdiff_t>(begin * inner),
+                              whole.begin() + static_cast<std::ptrdiff_t>(end * inner));
+  for (size_t r = 0; r < rows; ++r)
+    values.insert(values.end(), whole.begin() + static_cast<std::ptrdiff_t>(r * inner + begin),
+                  whole.begin() + static_cast<std::ptrdiff_t>(r * inner + end));
+  return values;
+}
+std::vector<std::int64_t> part_shape(const Problem& p, size_t t, int rank, int ranks) {
+  const auto [begin, end] = cut(p, t, rank, ranks);
+  std::vector<std::int64_t> shape = p.shapes[t];
+  shape[cuts_columns(p, t) ? 1 : 0] = static_cast<std::int64_t>(end - begin);
+  return shape;
 }
 
 /// Steps `rank`'s shards of `problem` on the current device; returns its params after every step
@@ -80,18 +110,17 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   std::vector<std::unique_ptr<DeviceMemory>> params, grads;
   std::vector<optgen::Tensor> tensors;
   for (size_t t = 0; t < problem.sizes.size(); ++t) {
-    const auto [begin, end] = shard(problem.shapes[t], rank, ranks);
-    params.push_back(std::make_unique<DeviceMemory>(std::max<size_t>(end - begin, 1) * sizeof(float)));
-    grads.push_back(std::make_unique<DeviceMemory>(std::max<size_t>(end - begin, 1) * sizeof(float)));
-    params.back()->upload(std::vector<float>(problem.params0[t].begin() + static_cast<std::ptrdiff_t>(begin),
-                                             problem.params0[t].begin() + static_cast<std::ptrdiff_t>(end)));
+    const std::vector<float> values = part(problem, t, problem.params0[t], rank, ranks);
+    params.push_back(std::make_unique<DeviceMemory>(std::max<size_t>(values.size(), 1) * sizeof(float)));
+    grads.push_back(std::make_unique<DeviceMemory>(std::max<size_t>(values.size(), 1) * sizeof(float)));
+    params.back()->upload(values);
     optgen::Tensor tensor;
     tensor.param = params.back()->at(0);
     tensor.grad = grads.back()->at(0);
-    tensor.numel = static_cast<std::int64_t>(end - begin);
+    tensor.numel = static_cast<std::int64_t>(values.size());
     tensor.whole_numel = problem.sizes[t];  // what cautious AdamW's mean counts
-    tensor.shape = problem.shapes[t];       // the rank's part of the first dimension
-    tensor.shape[0] = static_cast<std::int64_t>(end - begin) / (problem.sizes[t] / problem.shapes[t][0]);
+    tensor.shape = part_shape(problem, t, rank, ranks);
+    tensor.shard_dim = cuts_columns(problem, t) ? 1 : 0;
     tensors.push_back(tensor);
   }
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
@@ -108,11 +137,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   std::vector<std::vector<std::vector<float>>> trajectory;
   std::vector<float> norms;
   for (const auto& step_grads : problem.grads) {
-    for (size_t t = 0; t < problem.sizes.size(); ++t) {
-      const auto [begin, end] = shard(problem.shapes[t], rank, ranks);
-      grads[t]->upload(std::vector<float>(step_grads[t].begin() + static_cast<std::ptrdiff_t>(begin),
-                                          step_grads[t].begin() + static_cast<std::ptrdiff_t>(end)));
-    }
+    for (size_t t = 0; t < problem.sizes.size(); ++t) grads[t]->upload(part(problem, t, step_grads[t], rank, ranks));
     opt.step(stream);
     optgen::driver::check(optgen::driver::api().cuStreamSynchronize(stream), "cuStreamSynchronize");
     std::vector<std::vector<float>> now;
@@ -127,8 +152,10 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
 
 }  // namespace
 
-TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW, cautious AdamW, Adafactor",
-          "[gpu][nccl]") {
+TEST_CASE(
+    "two GPUs with halves of every tensor step as one: LAMB, clipped AdamW, cautious AdamW, Adafactor, "
+    "Adam-mini",
+    "[gpu][nccl]") {
   OPTGEN_REQUIRE_GPU();
   const auto& api = optgen::driver::api();
   int devices = 0;
@@ -144,16 +171,21 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
   }
   const int steps = 5;
   const Problem vectors = make_problem(steps), matrices = make_problem(steps, kMatrices);
+  const Problem columns = make_problem(steps, kColumns, true);
   const std::vector<std::tuple<std::string, optgen::FusedOptimizer::Overrides, const Problem*>> runs = {
       {"lamb", {{"lr", 0.01}, {"weight_decay", 0.1}}, &vectors},
       {"adamw", {{"lr", 0.01}, {"max_grad_norm", 5.0}}, &vectors},
       {"lamb", {{"lr", 0.01}, {"max_grad_norm", 5.0}}, &vectors},       // three stages: the norm, then LAMB's two
       {"cautious_adamw", {{"lr", 0.01}}, &vectors},                     // a mean over each tensor: whole_numel
       {"adafactor", {{"lr", 0.01}, {"weight_decay", 0.1}}, &matrices},  // rows, columns, matrices
+      {"adafactor", {{"lr", 0.01}, {"weight_decay", 0.1}}, &columns},   // the rows' sums all-reduced
+      {"adam_mini", {{"lr", 0.01}, {"weight_decay", 0.1}}, &matrices},  // whole rows: nothing across ranks
+      {"adam_mini", {{"lr", 0.01}, {"weight_decay", 0.1}}, &columns},   // a row's block cut across the ranks
   };
   for (const auto& [spec, overrides, problem_of] : runs) {
     const Problem& problem = *problem_of;
-    INFO(spec << (overrides.size() > 1 ? " with " + overrides[1].first : std::string()));
+    INFO(spec << (overrides.size() > 1 ? " with " + overrides[1].first : std::string())
+              << (problem.columns ? ", columns" : ""));
     // One GPU, whole tensors.
     CUcontext first = nullptr;
     CUdevice device0 = 0;
@@ -194,10 +226,15 @@ TEST_CASE("two GPUs with halves of every tensor step as one: LAMB, clipped AdamW
     std::string where;
     for (int step = 0; step < steps; ++step)
       for (size_t t = 0; t < problem.sizes.size(); ++t) {
-        std::vector<float> joined = halves[0].first[static_cast<size_t>(step)][t];
-        const auto& second = halves[1].first[static_cast<size_t>(step)][t];
-        joined.insert(joined.end(), second.begin(), second.end());
-        const double e = relative_error(joined, whole.first[static_cast<size_t>(step)][t]);
+        // The ranks' parts one after the other, against the same parts of one GPU's.
+        std::vector<float> joined, expected;
+        for (int rank = 0; rank < 2; ++rank) {
+          const auto& mine = halves[static_cast<size_t>(rank)].first[static_cast<size_t>(step)][t];
+          const auto theirs = part(problem, t, whole.first[static_cast<size_t>(step)][t], rank, 2);
+          joined.insert(joined.end(), mine.begin(), mine.end());
+          expected.insert(expected.end(), theirs.begin(), theirs.end());
+        }
+        const double e = relative_error(joined, expected);
         if (e > worst) where = "step " + std::to_string(step + 1) + ", tensor " + std::to_string(t);
         worst = std::max(worst, e);
       }
@@ -238,16 +275,20 @@ TEST_CASE("one rank through the NCCL hook steps as without it", "[gpu][nccl]") {
     CHECK(hooked.first == alone.first);
     CHECK(hooked.second == alone.second);
   }
-  // Adafactor with the hook runs its step on shards, which computes its row, column and matrix
-  // values where it reads them instead of once: the same arithmetic in float, in other places.
-  const Problem matrices = make_problem(3, kMatrices);
-  const FusedOptimizer::Overrides adafactor = {{"lr", 0.01}, {"weight_decay", 0.1}};
-  const auto alone = run_rank("adafactor", adafactor, matrices, 0, 1, nullptr);
-  const auto hooked = run_rank("adafactor", adafactor, matrices, 0, 1, comm);
-  for (size_t step = 0; step < alone.first.size(); ++step)
-    for (size_t t = 0; t < matrices.sizes.size(); ++t) {
-      INFO("step " << step + 1 << ", tensor " << t);
-      CHECK(relative_error(hooked.first[step][t], alone.first[step][t]) <= 1e-6);
-    }
+  // Adafactor and Adam-mini with the hook run their steps on shards, which compute their row,
+  // column and matrix values where they read them instead of once: the same arithmetic in float,
+  // in other places.
+  const FusedOptimizer::Overrides overrides = {{"lr", 0.01}, {"weight_decay", 0.1}};
+  for (const auto& [spec, shaped] :
+       {std::pair{"adafactor", make_problem(3, kMatrices)}, std::pair{"adafactor", make_problem(3, kColumns, true)},
+        std::pair{"adam_mini", make_problem(3, kColumns, true)}}) {
+    const auto alone = run_rank(spec, overrides, shaped, 0, 1, nullptr);
+    const auto hooked = run_rank(spec, overrides, shaped, 0, 1, comm);
+    for (size_t step = 0; step < alone.first.size(); ++step)
+      for (size_t t = 0; t < shaped.sizes.size(); ++t) {
+        INFO(spec << (shaped.columns ? ", columns" : "") << ", step " << step + 1 << ", tensor " << t);
+        CHECK(relative_error(hooked.first[step][t], alone.first[step][t]) <= 1e-6);
+      }
+  }
   optgen::nccl::api().CommDestroy(comm);
 }

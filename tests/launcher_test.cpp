@@ -54,6 +54,22 @@ TEST_CASE("add_param_group rejects bad tensors and hyperparameters with a messag
   bigger_than_whole.whole_numel = 7;
   CHECK_THAT(error_of([&] { opt.add_param_group({bigger_than_whole}, optgen::FusedOptimizer::Overrides{}); }),
              Catch::Contains("tensor 0 of the group is a shard of 7 elements (whole_numel) but holds 8"));
+  optgen::Tensor cut = t;  // 2 x 4 of a matrix of 2 rows and 7 columns: no whole number of columns
+  cut.shape = {2, 4};
+  cut.whole_numel = 14;
+  cut.shard_dim = 2;
+  CHECK_THAT(error_of([&] { opt.add_param_group({cut}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("tensor 0 of the group has shard_dim 2") &&
+                 Catch::Contains("a shard is cut along dimension 0 (rows) or 1 (columns) of its shape"));
+  cut.shard_dim = 1;
+  cut.whole_numel = 15;
+  CHECK_THAT(error_of([&] { opt.add_param_group({cut}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("tensor 0 of the group is columns of a matrix of 2 rows (shape), but its whole tensor's "
+                             "15 elements (whole_numel) are no whole number of columns"));
+  cut.shape = {2, 2, 2};
+  cut.whole_numel = 16;
+  CHECK_THAT(error_of([&] { opt.add_param_group({cut}, optgen::FusedOptimizer::Overrides{}); }),
+             Catch::Contains("is a shard cut along dimension 1 (shard_dim) but is bound with 3 dimensions"));
 
   optgen::Tensor wrong_shape = t;
   wrong_shape.shape = {3, 2};
@@ -196,6 +212,7 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
                   nullptr,
                   2,
                   nullptr,
+                  0,
                   0};
   CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("tensor 0 has ndim 2 but a NULL shape"));
@@ -579,7 +596,7 @@ TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
   const double values[] = {0.5};
   REQUIRE(optgen_sgd_create(names, values, 1, nullptr, &opt) == 0);
   optgen_tensor t{
-      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0};
+      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0, 0};
   size_t index = 99;
   REQUIRE(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, &index) == 0);
   CHECK(index == 0);

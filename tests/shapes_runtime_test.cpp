@@ -234,9 +234,11 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
                                      "kernel_abi::kSnapshot, "));
   CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, "
                                      "2}, nullptr, 0, variants::adafactor::kShardStageBlocks},"));
-  CHECK_THAT(source, Catch::Contains(", Domain::Row, 0, false},"));
-  CHECK_THAT(source, Catch::Contains(", Domain::Column, 0, true},"));
-  CHECK_THAT(source, Catch::Contains(", Domain::Matrix, 0, true},"));
+  // Across rows, across columns: a row's sum is over its columns, a column's over its rows, and
+  // the matrix mean of row values over the rows.
+  CHECK_THAT(source, Catch::Contains(", Domain::Row, 0, false, true},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Column, 0, true, false},"));
+  CHECK_THAT(source, Catch::Contains(", Domain::Matrix, 0, true, false},"));
   // Deterministic: the same text twice.
   CHECK(source == optgen::emit_launcher_source(spec, variants, {optgen::Storage{}}, optgen::KernelTuning{}));
 
@@ -345,6 +347,59 @@ TEST_CASE("the runs of results each rank holds a part of: sums over the rows of 
   CHECK(second.cols.empty());
   CHECK(runs(second.matrices) == Pairs{{0, 1}, {2, 2}, {6, 1}});
   CHECK(optgen::partial_runs(variant, 3, l, dims).cols.empty());
+}
+
+TEST_CASE("the runs of results each rank holds a part of: sums over the columns of matrices cut along them",
+          "[shapes]") {
+  const optgen::OptimizerInfo& info = launcher("adafactor");
+  optgen::VariantInfo variant = info.variants[0];
+  variant.stage_blocks = variant.shard_stage_blocks;
+  variant.stored_values = {};
+  // Columns 4 of a 3x12 matrix, none of a 2x5 one (cut along their columns), a whole 5x4 matrix.
+  const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({3, 4}, 12, 36, 1),
+                                                optgen::tensor_dims({2, 0}, 0, 10, 1), optgen::tensor_dims({5, 4}, 20)};
+  CHECK((dims[0].split_cols && !dims[0].split_rows && dims[0].batch == 1));
+  CHECK((dims[0].whole_cols == 12 && dims[0].whole_rows == 3));
+  CHECK((dims[1].split_cols && dims[1].batch == 1 && dims[1].cols == 0 && dims[1].whole_cols == 5));
+  CHECK((!dims[2].split_cols && dims[2].whole_cols == 4));
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 128, abi::kFewestLineValues);
+  CHECK(l.whole_cols == std::vector<long long>{12, 5, 4});
+  REQUIRE(l.row_offset == std::vector<long long>{0, 3, 5});
+  CHECK(l.blocks(abi::kRowLines) >= 2);  // the shard of no columns still sums (nothing into) its rows
+  auto runs = [](const std::vector<optgen::ResultRun>& list) {
+    std::vector<std::pair<long long, long long>> pairs;
+    for (const optgen::ResultRun& r : list) pairs.emplace_back(r.first, r.count);
+    return pairs;
+  };
+  using Pairs = std::vector<std::pair<long long, long long>>;
+  int stage_of_rows = 0;
+  for (int r = 0; r < variant.num_reductions; ++r) {
+    const optgen::ReductionSlot& slot = variant.reductions[r];
+    if (slot.scope == optgen::Domain::Row) stage_of_rows = slot.stage;
+    // A row's sum is over columns; a column's over rows; Adafactor's matrix mean is of row values.
+    CHECK(slot.across_cols == (slot.scope == optgen::Domain::Row));
+    CHECK(slot.across_rows == (slot.scope == optgen::Domain::Column || slot.scope == optgen::Domain::Matrix));
+  }
+  REQUIRE(stage_of_rows == 1);
+  const optgen::PartialRuns first = optgen::partial_runs(variant, 1, l, dims);
+  CHECK(runs(first.rows) == Pairs{{0, 5}});  // the two cut matrices' rows, merged; the whole one's are whole
+  CHECK((first.cols.empty() && first.matrices.empty()));
+  const optgen::PartialRuns second = optgen::partial_runs(variant, 2, l, dims);
+  CHECK((second.rows.empty() && second.matrices.empty()));
+}
+
+TEST_CASE("adam_mini has a step on shards: its row sums are a rank's part where shards cut its rows' columns",
+          "[shapes]") {
+  const optgen::OptimizerInfo& info = launcher("adam_mini");
+  for (int v = 0; v < info.num_variants; ++v) {
+    INFO("variant " << info.variants[v].name);
+    CHECK(info.variants[v].shard_stage_blocks != nullptr);
+    for (int r = 0; r < info.variants[v].num_reductions; ++r) {  // its row sums; clipping's group norm is neither
+      const optgen::ReductionSlot& slot = info.variants[v].reductions[r];
+      CHECK(slot.across_cols == (slot.scope == optgen::Domain::Row));
+      CHECK(!slot.across_rows);
+    }
+  }
 }
 
 // ---- The engine: shapes, state sizes and presence ----

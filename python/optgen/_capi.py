@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 11
+ABI_VERSION = 12
 
 
 class _Enum(enum.IntEnum):
@@ -114,6 +114,7 @@ class _Tensor(ctypes.Structure):
         ("ndim", ctypes.c_int32),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
         ("whole_numel", ctypes.c_int64),  # ABI 8
+        ("shard_dim", ctypes.c_int32),  # ABI 12
     ]
 
 
@@ -132,6 +133,9 @@ class _ReductionResults(ctypes.Structure):
         ("group_results", ctypes.c_void_p),
         ("num_groups", ctypes.c_int64),
         ("stream", ctypes.c_void_p),
+        ("row_results", ctypes.c_void_p),  # ABI 12
+        ("row_runs", ctypes.POINTER(ctypes.c_int64)),
+        ("num_row_runs", ctypes.c_int64),
         ("col_results", ctypes.c_void_p),  # ABI 11
         ("col_runs", ctypes.POINTER(ctypes.c_int64)),
         ("num_col_runs", ctypes.c_int64),
@@ -469,9 +473,10 @@ class ReductionResults:
     result for tensor t at tensor_results + 8 * (r * num_tensors + t), for group g at group_results +
     8 * (r * num_groups + g), raw sums and maxima as float64 in device memory, written by work
     enqueued on `stream`. The stage's own reductions are those whose stage is `stage`. A spec that
-    sums over the rows of matrices (Adafactor) adds the column and matrix results that are
-    each rank's part (sums over the rows of tensors of two dimensions bound as shards), as runs
-    (first, count) of float32 at col_results and matrix_results, the same on every rank."""
+    sums over the rows or columns of matrices (Adafactor, Adam-mini) adds the row, column and
+    matrix results that are each rank's part (sums over the rows, or the columns, of tensors of two
+    dimensions bound as shards cut along them: TensorBinding.shard_dim), as runs (first, count) of
+    float32 at row_results, col_results and matrix_results, the same on every rank."""
     stage: int
     reductions: List[Reduction]  # every reduction of the variant, by index r
     tensor_results: int
@@ -479,6 +484,8 @@ class ReductionResults:
     group_results: int
     num_groups: int
     stream: int
+    row_results: int = 0
+    row_runs: List[Tuple[int, int]] = field(default_factory=list)
     col_results: int = 0
     col_runs: List[Tuple[int, int]] = field(default_factory=list)
     matrix_results: int = 0
@@ -525,6 +532,9 @@ class TensorBinding:
     # For a rank's shard of a larger tensor: the whole tensor's element count, which the spec's numel
     # and mean read (Engine.set_reduction_hook combines the ranks' reductions); 0: the tensor is whole.
     whole_numel: int = 0
+    # The dimension such a shard bound with two dimensions is cut along: 0 (rows of the matrix) or 1
+    # (columns: a part of every row, whose sums over columns the ranks then combine).
+    shard_dim: int = 0
 
 
 _INTEGERS = (ctypes.c_size_t, ctypes.c_int64, ctypes.c_int32, ctypes.c_int)
@@ -720,7 +730,8 @@ class Engine:
             array[i] = _Tensor(t.param, t.grad, t.numel, -1, t.dtype, t.dtype,
                                ctypes.cast(states, ctypes.POINTER(ctypes.c_void_p)) if states else None,
                                len(shape) if shape else 0,
-                               ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if shape else None, t.whole_numel)
+                               ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if shape else None, t.whole_numel,
+                               t.shard_dim)
         overrides = {h.name: v for h, v in zip(self.hyperparameters, self.full_values(values)) if not h.derived}
         group = _SIZE()
         self._lib.call("optgen_add_param_group", self._handle, array, len(tensors), _strings(overrides),
@@ -784,13 +795,14 @@ class Engine:
         (optgen_set_reduction_hook): where ranks whose tensors are shards of one model combine the
         stage's results (an all-reduce of each of its reductions on the results' stream) before the
         stages that read them; bind each shard with TensorBinding.whole_numel. None removes it.
-        A spec that sums over the rows of matrices (Adafactor) then runs its step on shards,
-        and the hook sums the column and matrix runs it is handed too."""
+        A spec that sums over the rows or columns of matrices (Adafactor, Adam-mini) then runs its
+        step on shards, and the hook sums the row, column and matrix runs it is handed too."""
         def convert(r):
             reductions = [Reduction(x.name.decode(), bool(x.is_max), x.stage, bool(x.over_group))
                           for x in r.reductions[:r.num_reductions]]
             return ReductionResults(r.stage, reductions, r.tensor_results or 0, r.num_tensors, r.group_results or 0,
-                                    r.num_groups, r.stream or 0, r.col_results or 0,
+                                    r.num_groups, r.stream or 0, r.row_results or 0,
+                                    _runs(r.row_runs, r.num_row_runs), r.col_results or 0,
                                     _runs(r.col_runs, r.num_col_runs), r.matrix_results or 0,
                                     _runs(r.matrix_runs, r.num_matrix_runs))
         self._set_hook("optgen_set_reduction_hook", _REDUCTION_HOOK, hook, convert)

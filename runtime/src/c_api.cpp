@@ -147,6 +147,7 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
       const optgen_tensor& t = tensors[i];
       list[i] = {t.param, t.grad, t.numel, tensor_dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
       list[i].whole_numel = t.whole_numel;
+      list[i].shard_dim = t.shard_dim;
       if (t.ndim < 0 || (t.ndim > 0 && !t.shape))
         throw optgen::Error("optgen_add_param_group",
                             "tensor " + std::to_string(i) + " has ndim " + std::to_string(t.ndim) +
@@ -334,6 +335,9 @@ int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook
                                              r.group_results,
                                              r.num_groups,
                                              r.stream,
+                                             r.row_results,
+                                             reinterpret_cast<const optgen_result_run*>(r.row_runs),
+                                             r.num_row_runs,
                                              r.col_results,
                                              reinterpret_cast<const optgen_result_run*>(r.col_runs),
                                              r.num_col_runs,

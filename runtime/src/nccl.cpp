@@ -61,9 +61,11 @@ std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm) {
       check(nccl.AllReduce(groups, groups, static_cast<size_t>(r.num_groups), kFloat64, op, comm, r.stream),
             "ncclAllReduce");
     }
-    // The ranks' parts of sums over the rows of sharded matrices (Adafactor's column sums).
-    for (const auto& [results, runs, count] : {std::tuple{r.col_results, r.col_runs, r.num_col_runs},
-                                               std::tuple{r.matrix_results, r.matrix_runs, r.num_matrix_runs}})
+    // The ranks' parts of sums over the rows or columns of sharded matrices (Adafactor's column
+    // sums; Adam-mini's row sums of a tensor cut along its columns).
+    for (const auto& [results, runs, count] :
+         {std::tuple{r.row_results, r.row_runs, r.num_row_runs}, std::tuple{r.col_results, r.col_runs, r.num_col_runs},
+          std::tuple{r.matrix_results, r.matrix_runs, r.num_matrix_runs}})
       for (int i = 0; i < count; ++i) {
         float* run = results + runs[i].first;
         check(nccl.AllReduce(run, run, static_cast<size_t>(runs[i].count), kFloat32, kSum, comm, r.stream),

@@ -240,12 +240,24 @@ struct Binder {
                   which + " is a shard of " + std::to_string(t.whole_numel) + " elements (whole_numel) but holds " +
                       std::to_string(t.numel),
                   "pass the whole tensor's element count as whole_numel, or 0 for a tensor that is whole");
-    if (t.whole_numel > t.numel && t.shape.size() == 2 && t.shape[1] > 0 && t.whole_numel % t.shape[1] != 0)
+    if (t.shard_dim != 0 && t.shard_dim != 1)
+      throw Error(m.call(method), which + " has shard_dim " + std::to_string(t.shard_dim),
+                  "a shard is cut along dimension 0 (rows) or 1 (columns) of its shape");
+    if (t.shard_dim == 1 && t.whole_numel != 0 && t.shape.size() != 2)
       throw Error(m.call(method),
-                  which + " is rows of a matrix of " + std::to_string(t.shape[1]) + " columns (shape), but its whole " +
-                      "tensor's " + std::to_string(t.whole_numel) +
-                      " elements (whole_numel) are no whole number of rows",
-                  "a shard of a matrix holds whole rows: pass the whole matrix's element count as whole_numel");
+                  which + " is a shard cut along dimension 1 (shard_dim) but is bound with " +
+                      std::to_string(t.shape.size()) + " dimensions",
+                  "a shard cut along its columns is bound as a matrix: a shape of two dimensions");
+    // Rows of a matrix of shape[1] columns, or (shard_dim 1) columns of one of shape[0] rows.
+    const std::size_t kept = t.shard_dim == 0 ? 1 : 0;
+    if (t.whole_numel > t.numel && t.shape.size() == 2 && t.shape[kept] > 0 && t.whole_numel % t.shape[kept] != 0)
+      throw Error(m.call(method),
+                  which + " is " + (kept ? "rows" : "columns") + " of a matrix of " + std::to_string(t.shape[kept]) +
+                      (kept ? " columns" : " rows") + " (shape), but its whole tensor's " +
+                      std::to_string(t.whole_numel) + " elements (whole_numel) are no whole number of " +
+                      (kept ? "rows" : "columns"),
+                  std::string("a shard of a matrix holds whole ") + (kept ? "rows" : "columns") +
+                      ": pass the whole matrix's element count as whole_numel");
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
       throw Error(m.call(method),
                   which + " has " + std::to_string(t.numel) + " parameter elements but " +
@@ -378,7 +390,7 @@ struct Binder {
     std::vector<TensorDims> dims;
     std::size_t total = 0;
     for (const Tensor& t : tensors) {
-      dims.push_back(tensor_dims(t.shape, t.numel, t.whole_numel));
+      dims.push_back(tensor_dims(t.shape, t.numel, t.whole_numel, t.shard_dim));
       if (t.states) continue;
       for (int j = 0; j < variant.num_states; ++j)
         if (state_present(variant, j, dims.back().factored))
@@ -694,7 +706,7 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   auto array = [&](const auto& values) { return Part{upload.add(values), values.size() * sizeof(values[0])}; };
   const Part table = part(sizeof(kernel_abi::ShapeTable));
   const Part rows = array(l.rows), cols = array(l.cols), factored = array(l.factored);
-  const Part whole_rows = array(l.whole_rows);
+  const Part whole_rows = array(l.whole_rows), whole_cols = array(l.whole_cols);
   const Part row_offset = array(l.row_offset), col_offset = array(l.col_offset);
   const Part matrix_offset = array(l.matrix_offset), block_offset = array(l.block_offset);
   const Part row_results = part(floats(l.num_row_reductions, l.num_rows));
@@ -734,6 +746,7 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                                        reinterpret_cast<float*>(at(row_snapshot)),
                                        reinterpret_cast<float*>(at(col_snapshot)),
                                        reinterpret_cast<const long long*>(at(whole_rows)),
+                                       reinterpret_cast<const long long*>(at(whole_cols)),
                                        l.num_rows,
                                        l.num_cols,
                                        l.num_matrices,
@@ -743,6 +756,7 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   std::memcpy(upload.at(table.at), &view, sizeof(view));
   upload.copy_to(d);
   plan.table.shapes = reinterpret_cast<const kernel_abi::ShapeTable*>(at(table));
+  plan.row_results = view.row_results;
   plan.col_results = view.col_results;
   plan.matrix_results = view.matrix_results;
   for (int s = 0; s < variant.num_stages; ++s)
@@ -849,7 +863,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 device_pointer<const long long>(plan.table_memory, whole_numel_at)};
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions, reduces);
   plan.shape_memory = DeviceBuffer();
-  plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them, and the runs
+  plan.row_results = plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them, and the runs
   plan.partial_runs.assign(static_cast<std::size_t>(variant.num_stages), {});
   ShapeLayout shapes;
   if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
@@ -1097,7 +1111,8 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         const kernel_abi::ReductionTable& r = plan.reductions;
         const PartialRuns& runs = plan.partial_runs[s];
         m.reduction_hook({static_cast<int>(s) + 1, variant.reductions, variant.num_reductions, r.tensor_results,
-                          r.num_tensors, r.group_results, r.num_groups, stream, plan.col_results, runs.cols.data(),
+                          r.num_tensors, r.group_results, r.num_groups, stream, plan.row_results, runs.rows.data(),
+                          static_cast<int>(runs.rows.size()), plan.col_results, runs.cols.data(),
                           static_cast<int>(runs.cols.size()), plan.matrix_results, runs.matrices.data(),
                           static_cast<int>(runs.matrices.size())});
       }

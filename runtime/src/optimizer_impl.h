@@ -141,9 +141,10 @@ struct Plan {
   /// The buffers of the variant's matrix values and the work on them between stages
   /// (matrix_values.h); null without any.
   std::shared_ptr<const PlanMatrices> matrices;
-  /// Per stage, its column and matrix results that are each rank's part (partial_runs), and where
-  /// the results are: what the reduction hook is handed besides the ReductionTable.
+  /// Per stage, its row, column and matrix results that are each rank's part (partial_runs), and
+  /// where the results are: what the reduction hook is handed besides the ReductionTable.
   std::vector<PartialRuns> partial_runs;
+  float* row_results = nullptr;
   float* col_results = nullptr;
   float* matrix_results = nullptr;
 };

@@ -2,19 +2,23 @@
 
 namespace optgen {
 
-TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel) {
+TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel,
+                       int shard_dim) {
   TensorDims d;
   if (shape.size() < 2) {
-    d.cols = numel;
+    d.cols = d.whole_cols = numel;
     return d;
   }
   d.factored = true;
   d.cols = shape[shape.size() - 1];
   d.rows = shape[shape.size() - 2];
-  // A shard of a matrix is one matrix, of no rows too: its columns are the matrix's.
-  d.split_rows = shape.size() == 2 && whole_numel > 0 && d.cols > 0;
-  d.batch = d.split_rows ? 1 : d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
+  // A shard of a matrix is one matrix, of no rows (columns) too: its columns (rows) are the matrix's.
+  const bool shard = shape.size() == 2 && whole_numel > 0;
+  d.split_rows = shard && shard_dim == 0 && d.cols > 0;
+  d.split_cols = shard && shard_dim == 1 && d.rows > 0;
+  d.batch = d.split_rows || d.split_cols ? 1 : d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
   d.whole_rows = d.split_rows ? whole_numel / d.cols : d.rows;
+  d.whole_cols = d.split_cols ? whole_numel / d.rows : d.cols;
   return d;
 }
 
@@ -81,6 +85,7 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     l.rows.push_back(R);
     l.cols.push_back(C);
     l.whole_rows.push_back(d.whole_rows);
+    l.whole_cols.push_back(d.whole_cols);
     l.factored.push_back(d.factored ? 1 : 0);
     l.row_offset.push_back(l.num_rows);
     l.col_offset.push_back(l.num_cols);
@@ -134,13 +139,23 @@ PartialRuns partial_runs(const VariantInfo& variant, int stage, const ShapeLayou
   };
   for (int r = 0; r < variant.num_reductions; ++r) {
     const ReductionSlot& slot = variant.reductions[r];
-    if (slot.stage != stage || !slot.across_rows) continue;
-    const bool columns = slot.scope == Domain::Column;
-    const long long size = columns ? layout.num_cols : layout.num_matrices;
-    const std::vector<long long>& offset = columns ? layout.col_offset : layout.matrix_offset;
+    if (slot.stage != stage || !(slot.across_rows || slot.across_cols)) continue;
+    const Domain scope = slot.scope;
+    const long long size = scope == Domain::Row      ? layout.num_rows
+                           : scope == Domain::Column ? layout.num_cols
+                                                     : layout.num_matrices;
+    const std::vector<long long>& offset = scope == Domain::Row      ? layout.row_offset
+                                           : scope == Domain::Column ? layout.col_offset
+                                                                     : layout.matrix_offset;
+    std::vector<ResultRun>& list = scope == Domain::Row      ? runs.rows
+                                   : scope == Domain::Column ? runs.cols
+                                                             : runs.matrices;
     for (std::size_t t = 0; t < dims.size(); ++t)
-      if (dims[t].split_rows)
-        add(columns ? runs.cols : runs.matrices, slot.scope_index * size + offset[t], columns ? dims[t].cols : 1);
+      if ((slot.across_rows && dims[t].split_rows) || (slot.across_cols && dims[t].split_cols))
+        add(list, slot.scope_index * size + offset[t],
+            scope == Domain::Row      ? dims[t].rows
+            : scope == Domain::Column ? dims[t].cols
+                                      : 1);
   }
   return runs;
 }

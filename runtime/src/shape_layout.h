@@ -18,24 +18,30 @@ namespace optgen {
 /// no elements); else it is one matrix of one row, B = 1, R = 1, C = numel, and not factored.
 /// A rank's shard of a larger tensor (whole_numel beyond numel) is of its first dimension, as
 /// FSDP2's Shard(0) and ZeRO cut tensors: for a tensor of two dimensions, the rows of one matrix,
-/// whose whole count (whole_numel / C) the spec's `rows` reads.
+/// whose whole count (whole_numel / C) the spec's `rows` reads; or, cut along its second
+/// (Tensor::shard_dim 1), the columns of one, whose whole count (whole_numel / R) `cols` reads.
 struct TensorDims {
   std::int64_t batch = 1;
   std::int64_t rows = 1;
   std::int64_t cols = 0;
   bool factored = false;
   std::int64_t whole_rows = 1;  ///< the rows a spec's `rows` reads: `rows`, or a 2-D shard's whole matrix's
+  std::int64_t whole_cols = 0;  ///< the columns `cols` reads: `cols`, or a 2-D shard's whole matrix's
   /// A tensor of two dimensions bound as a shard (whole_numel given): some rows of one matrix (0
-  /// too), so that its sums over rows are its rank's part.
+  /// too), so that its sums over rows are its rank's part; or (split_cols, shard_dim 1) some
+  /// columns of every row, so that its sums over columns are.
   bool split_rows = false;
+  bool split_cols = false;
 
   std::int64_t total_rows() const { return batch * rows; }  ///< B * R
   std::int64_t total_cols() const { return batch * cols; }  ///< B * C
 };
 
 /// `shape` as the caller gave it (empty: not given, then the tensor is not factored); `whole_numel`
-/// the whole tensor's element count of which it is a shard (0 or numel: it is whole).
-TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel = 0);
+/// the whole tensor's element count of which it is a shard (0: it is whole), cut along dimension
+/// `shard_dim` (Tensor::shard_dim).
+TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel = 0,
+                       int shard_dim = 0);
 
 /// Values of a state of `shape` for a tensor of `numel` elements: numel, B * R or B * C.
 std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel);
@@ -48,7 +54,7 @@ bool state_present(const VariantInfo& variant, int j, bool factored);
 struct ShapeLayout {
   int num_tensors = 0;
   int line_values = kernel_abi::kFewestLineValues;  ///< kernel_abi::ShapeTable::line_values
-  std::vector<long long> rows, cols, whole_rows;
+  std::vector<long long> rows, cols, whole_rows, whole_cols;
   std::vector<unsigned char> factored;
   std::vector<long long> row_offset, col_offset, matrix_offset;
   /// [kind * (num_tensors + 1) + tensor]: each kind's blocks before the tensor's (kChunkRuns: 0).
@@ -84,12 +90,13 @@ int plan_line_values(const std::vector<TensorDims>& dims, int block_size, long l
 ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, const std::vector<TensorDims>& dims,
                          int block_size, int line_values);
 
-/// The column and matrix results of Reduce stage `stage` that are each rank's part
-/// (ReductionResults::col_runs, matrix_runs): those of the stage's reductions that sum over rows
-/// (ReductionSlot::across_rows), of the tensors that split rows (TensorDims::split_rows), as runs of
-/// floats in ShapeTable::col_results and matrix_results, neighbours merged.
+/// The row, column and matrix results of Reduce stage `stage` that are each rank's part
+/// (ReductionResults::row_runs, col_runs, matrix_runs): those of the stage's reductions that sum
+/// over rows (ReductionSlot::across_rows) of the tensors that split rows (TensorDims::split_rows),
+/// and over columns (across_cols) of those that split columns, as runs of floats in
+/// ShapeTable::row_results, col_results and matrix_results, neighbours merged.
 struct PartialRuns {
-  std::vector<ResultRun> cols, matrices;
+  std::vector<ResultRun> rows, cols, matrices;
 };
 PartialRuns partial_runs(const VariantInfo& variant, int stage, const ShapeLayout& layout,
                          const std::vector<TensorDims>& dims);

@@ -30,7 +30,10 @@ shards must equal the same rows of the whole copy's within |a - b| <= ATOL + RTO
 reports the worst ratio |a - b| / (ATOL + RTOL * |b|) ("violation", at most 1 to pass) and the
 largest difference. --no-reduce removes the hook that combines the ranks' reductions, so each rank
 reads its own shards' norms: the check must then fail for every case that reduces. Last, an
-Adafactor of a DTensor sharded along dimension 1 must be refused (its rows are split).
+Adafactor of a DTensor sharded along dimension 1 must be refused (its rows are split). AdamMini
+(adam_mini) takes the named params with every block rule among them: heads and rows whole on each
+rank, and the one block of scale, conv and row cut across the ranks (rank 1's part of scale and
+of row empty).
 
 muon: optgen.torch.Muon on the matrices (w1, w2, emb, conv 4x3x2x2, row 1x6: rank 1's shard of
 it empty) in two groups of different variants (Nesterov's momentum and plain), sharded and whole,
@@ -83,14 +86,24 @@ CASES = {
     "dadapt_adam": lambda groups: ot.DAdaptAdam(groups, lr=1.0),
     "cautious_adamw": lambda groups: ot.CautiousAdamW(groups, lr=1e-2),
     "adafactor": lambda groups: ot.Adafactor(groups, lr=1e-2, weight_decay=0.1),
+    "adam_mini": lambda named: adam_mini(named),
 }
 REDUCING = sorted(set(CASES) - {"adamw"})  # those whose step reads a reduction
 # Checkpointed too: AdamW with fp32 master copies of bf16 params (state "master_param").
 MASTER = {"adamw_master": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1, master_weights=True)}
-CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master")
+CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master", "adam_mini")
 # Adafactor's groups: rows and columns of matrices split unevenly (w1, w2, emb) and of one whose
 # rank 1 holds none of its rows (row), a conv weight whose matrices are whole on each rank, vectors.
 ADAFACTOR_GROUPS = (("w1", "conv", "row"), ("w2", "emb", "b1", "scale"))
+
+
+def adam_mini(named):
+    """AdamMini over the named params, every block rule among them: w2 as 5 heads of 37 (dim 37,
+    37 heads; its shards hold 3 and 2 heads), w1 and emb a block per row, b1 Adam's, and scale,
+    conv and row one block each, which the shards cut (rank 1's parts of scale and row empty)."""
+    opt = ot.AdamMini(named, lr=1e-2, weight_decay=0.1, dim=37, n_heads=37)
+    opt.wqk_names, opt.mlp_names, opt.embd_names, opt.adam_block_names = {"w2"}, {"w1"}, {"emb"}, {"b1"}
+    return opt
 
 
 class Model(torch.nn.Module):
@@ -104,7 +117,9 @@ class Model(torch.nn.Module):
         return [{"params": [getattr(self, name) for name in names]} for names in GROUPS]
 
     def groups_of(self, case):
-        """The param groups case `case` steps."""
+        """The param groups case `case` steps (AdamMini's: the named params)."""
+        if case.startswith("adam_mini"):
+            return list(self.named_parameters())
         names = ADAFACTOR_GROUPS if case.startswith("adafactor") else GROUPS
         return [{"params": [getattr(self, name) for name in group]} for group in names]
 
@@ -195,6 +210,8 @@ def trajectories(rank, device, mesh, no_reduce, backend):
                violation=captured(device, mesh, CASES["lamb_clipped"]))
         report(rank, check="trajectory", case="adafactor_graph",
                violation=captured(device, mesh, CASES["adafactor"], lambda model: model.groups_of("adafactor")))
+        report(rank, check="trajectory", case="adam_mini_graph",
+               violation=captured(device, mesh, CASES["adam_mini"], lambda model: model.groups_of("adam_mini")))
     # A shard along dimension 1 splits the columns of a matrix, which Adafactor cannot step: refused.
     world = dist.get_world_size()
     local = torch.zeros(37, 10, device=device)

@@ -6,6 +6,7 @@ GPU holding whole tensors does, in eager steps and in a CUDA graph; without the 
 reductions they do not (the check can fail); Muon gathers each matrix to an owner rank and steps as
 one GPU does (each rank orthogonalising its own rows does not); Adafactor sums its column and
 matrix results across the ranks and steps as one GPU does (a shard along dimension 1 is refused);
+AdamMini sums the parts of a block cut across the ranks and steps as one GPU does;
 checkpoints saved through
 torch.distributed.checkpoint on two ranks load on two, on one rank, and (but Prodigy's) into one
 process's plain tensors. Each backend is skipped without its GPUs."""
@@ -47,7 +48,7 @@ def test_shards_step_as_whole_tensors(backend):
     _need(backend)
     results = {r["case"]: r for r in _run("trajectories", backend=backend)}
     trajectories = {case: r for case, r in results.items() if r["check"] == "trajectory"}
-    assert len(trajectories) == (11 if backend == "nccl" else 9), results  # nccl: CUDA graphs too
+    assert len(trajectories) == (13 if backend == "nccl" else 10), results  # nccl: CUDA graphs too
     for case, r in trajectories.items():
         assert r["violation"] <= 1.0, (case, r)
         if "clipped" in case and "graph" not in case:
@@ -63,8 +64,8 @@ def test_the_check_fails_without_the_all_reduce(backend):
     failed = {r["case"] for r in results if r["violation"] > 1.0}
     # Every case that reduces reads one rank's shards' norms and sums without the hook; plain AdamW does not.
     reducing = {"adamw_clipped", "lamb", "lamb_clipped", "lars", "prodigy", "dadapt_adam", "cautious_adamw",
-                "adafactor"}
-    graphs = {"lamb_clipped_graph", "adafactor_graph"} if backend == "nccl" else set()
+                "adafactor", "adam_mini"}
+    graphs = {"lamb_clipped_graph", "adafactor_graph", "adam_mini_graph"} if backend == "nccl" else set()
     assert failed >= reducing | graphs, results
     assert "adamw" not in failed, results
 
@@ -84,10 +85,10 @@ def test_muon_gathers_each_matrix_to_its_owner(backend):
 @BACKENDS
 def test_checkpoint_saved_on_two_ranks_loads_on_two_and_one(tmp_path, backend):
     _need(backend)
-    assert len(_run("save", str(tmp_path), backend=backend)) == 4
+    assert len(_run("save", str(tmp_path), backend=backend)) == 5
     for ranks in (2, 1, 0):  # 0: one process, plain tensors
         loaded = {r["case"]: r for r in _run("load", str(tmp_path), ranks=ranks, backend=backend)}
-        assert len(loaded) == 4, loaded
+        assert len(loaded) == 5, loaded
         for case, r in loaded.items():
             if ranks == 0 and case == "prodigy":  # flat s and p0 in plain tensors, shaped in DTensors
                 assert "Size mismatch" in r["error"], r

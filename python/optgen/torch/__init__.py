@@ -136,8 +136,11 @@ class AdamMini(Optimizer):
     the first step, as Adam_mini's. Each parameter is a param group of its own, named, as in
     Adam_mini; state_dict() is Adam_mini's layout (a query's m as (heads, dim * dim / n_heads), a
     norm's vmean a scalar, step an int, and its bookkeeping), and checkpoints move both ways.
-    model_sharding and verbose are accepted; nothing is printed. DTensor params are refused (their
-    blocks are rows, which the all-reduce of reductions does not cover)."""
+    model_sharding and verbose are accepted; nothing is printed. DTensor params (fully_shard's
+    Shard(0)) are stepped on their shards as Optimizer steps them: a rank holds whole rows of
+    embeddings, outputs, values, projections and MLPs, and whole heads of queries and keys (a shard
+    that cuts a head is refused); the one block of any other parameter is cut across the ranks, whose
+    parts of its sum are all-reduced inside step(), and its vmean is replicated."""
 
     _tuples = {}  # Adam_mini's groups hold beta1 and beta2
 
@@ -189,11 +192,34 @@ class AdamMini(Optimizer):
             return "neurons", p.shape[0] if p.dim() > 0 else 1
         return "one", 1
 
-    def _bound_shape(self, p: _torch.Tensor) -> tuple:
+    def _whole_bound_shape(self, p: _torch.Tensor) -> tuple:
         """A bias per element (one dimension: Adam's second moment), anything else as a matrix of
         a row per block."""
         rule, rows = self._block(p)
         return (p.numel(),) if rule == "adam" else (rows, p.numel() // max(rows, 1))
+
+    def _bound_shape(self, p: _torch.Tensor) -> tuple:
+        """_whole_bound_shape, or a DTensor's shard of it: its whole blocks (rows), or its part of
+        the one block of a parameter that has one (cut along its columns: _shard_dim)."""
+        whole = self._whole_bound_shape(p)
+        if not _is_dtensor(p):
+            return whole
+        numel = p.to_local().numel()
+        if len(whole) == 1:
+            return (numel,)
+        if self._shard_dim(p) == 1:
+            return (1, numel)
+        rows, block = whole
+        if numel % max(block, 1):
+            raise ValueError(f"a DTensor parameter of shape {tuple(p.shape)} ({self._block(p)[0]} blocks of {block} "
+                             f"elements) has a shard of {numel} elements on this rank, which cuts a block: AdamMini "
+                             "steps shards of whole heads; shard over a number of ranks whose share of the rows is a "
+                             "whole number of heads (dim / n_heads rows each)")
+        return (numel // max(block, 1), block)
+
+    def _shard_dim(self, p: _torch.Tensor) -> int:
+        """1 for the one block of a parameter, which a DTensor's shards cut; else 0."""
+        return 1 if self._block(p)[0] == "one" else 0
 
     def state_dict(self) -> _Dict[str, _Any]:
         """Adam_mini's layout (class docstring), which Adam_mini loads too."""
@@ -205,13 +231,26 @@ class AdamMini(Optimizer):
             state = dict(saved["state"][i], step=int(saved["state"][i]["step"]))
             rule, rows = self._block(p)
             if rule == "heads":
-                state.update(m=state["m"].view(rows, -1), head_per_gpu=rows)
+                state.update(m=_view(state["m"], (rows, p.numel() // rows)), head_per_gpu=rows)
             elif rule == "neurons":
                 state["neuron_per_gpu"] = rows
             elif rule == "one":
-                state.update(vmean=state["vmean"].view(()), reduced=False, block_numel=float(p.numel()))
+                state.update(vmean=_view(state["vmean"], ()), reduced=False, block_numel=float(p.numel()))
             saved["state"][i] = state
         return saved
+
+
+def _view(t: _torch.Tensor, shape: tuple) -> _torch.Tensor:
+    """t viewed as `shape`; a DTensor through its local shard: one sharded along its first
+    dimension as as many rows of `shape` as its shard holds (a whole number of them:
+    AdamMini._bound_shape), a replicated one as `shape`."""
+    if not _is_dtensor(t):
+        return t.view(shape)
+    from torch.distributed.tensor import DTensor
+    sharded = any(x.is_shard() for x in t.placements)
+    local = t.to_local().view((-1, *shape[1:]) if sharded else shape)
+    return DTensor.from_local(local, t.device_mesh, t.placements, run_check=False, shape=shape,
+                              stride=_torch.empty(shape, device="meta").stride())
 
 
 class Adagrad(Optimizer):

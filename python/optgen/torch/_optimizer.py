@@ -649,7 +649,11 @@ class Optimizer(torch.optim.Optimizer):
                 return value
             self._check_state_size(p, s, value, tuple(p.shape))
             fitted = torch.empty_like(p, dtype=dtype)
-            fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
+            if value.shape != p.shape and _local(value) is not value and _local(p) is not p and \
+                    list(value.placements) == list(p.placements) and _local(value).numel() == _local(p).numel():
+                _local(fitted).copy_(_local(value).reshape(_local(p).shape))  # AdamMini's m per head, say
+            else:
+                fitted.copy_(value if value.shape == p.shape else value.reshape(p.shape))
             return fitted
         shape = _state_shape(self._bound_shape(p), s)
         if _local(p) is not p:
@@ -666,13 +670,21 @@ class Optimizer(torch.optim.Optimizer):
     def _shard_of_state(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float,
                         dtype: torch.dtype, shape: tuple) -> torch.Tensor:
         """A row or column state of DTensor p (sharded along its first dimension, _check_factorable) as
-        a DTensor in torch's shape for the whole p, of local shape `shape`: its rows placed as p's,
-        the columns of a matrix (two dimensions) replicated, since every rank holding rows of it
-        steps all its columns alike. `value` (a DTensor, or a plain tensor of the whole p's state)
-        is taken as it is where it fits, else redistributed; none: filled with `initial`."""
+        a DTensor in torch's shape for the whole p as it is bound (_whole_bound_shape), of local
+        shape `shape`: its rows placed as p's, the columns of a matrix (two dimensions) replicated,
+        since every rank holding rows of it steps all its columns alike; the rows of a matrix whose
+        shards are cut along its columns (_shard_dim 1) replicated likewise. `value` (a DTensor, or a
+        plain tensor of the whole p's state) is taken as it is where it fits, else redistributed;
+        none: filled with `initial`."""
         from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
-        whole = _state_shape(tuple(p.shape), s)
-        placements = [Replicate() if s.shape == COLS and p.dim() == 2 else x for x in p.placements]
+        bound = self._whole_bound_shape(p)
+        whole = _state_shape(bound, s)
+        across = self._shard_dim(p) == 1
+        if across and s.shape == COLS:
+            raise ValueError(f"state {s.name!r} has one value per column, which a parameter of shape {tuple(p.shape)} "
+                             f"bound as {bound} cut along its columns does not keep on its ranks")
+        replicated = len(bound) == 2 and (s.shape == ROWS if across else s.shape == COLS)
+        placements = [Replicate() if replicated else x for x in p.placements]
         if isinstance(value, DTensor) and value.dtype == dtype and tuple(value.shape) == whole and \
                 value.device_mesh == p.device_mesh and list(value.placements) == placements and \
                 tuple(_local(value).shape) == shape and _local(value).is_contiguous():
@@ -704,6 +716,16 @@ class Optimizer(torch.optim.Optimizer):
         many elements."""
         return tuple(_local(p).shape)
 
+    def _whole_bound_shape(self, p: torch.Tensor) -> tuple:
+        """For a DTensor p, the shape its whole tensor is bound with as one (its row and column
+        states take torch's shape for it): p's own, or a subclass's as _bound_shape."""
+        return tuple(p.shape)
+
+    def _shard_dim(self, p: torch.Tensor) -> int:
+        """The dimension of its bound shape that DTensor p's shards cut (TensorBinding.shard_dim):
+        0, its rows, as fully_shard cuts p; a subclass that binds a block of p as one row, 1."""
+        return 0
+
     def _tensor_binding(self, p: torch.Tensor, presence: List[int]) -> TensorBinding:
         local = _local(p)
         state = self.state[p]
@@ -711,7 +733,8 @@ class Optimizer(torch.optim.Optimizer):
         return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
                              [_local(state[s.name]).data_ptr() if _capi.present(x, len(shape)) else 0
                               for s, x in zip(self._describe.states, presence)],
-                             shape=shape, whole_numel=p.numel() if local is not p else 0)
+                             shape=shape, whole_numel=p.numel() if local is not p else 0,
+                             shard_dim=self._shard_dim(p) if local is not p else 0)
 
     def _pull_progress(self) -> None:
         """Step counts and scalar state from the engine into self.state (synchronizes)."""

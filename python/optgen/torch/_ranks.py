@@ -63,8 +63,9 @@ def _placement_kind(p: torch.Tensor) -> List[str]:
 class RankReductions:
     """An engine's reduction hook: all-reduces the results of each Reduce stage over `groups` (sum
     or max, as each reduction is), or raises `error` (shard_groups' reason) at the first stage. The
-    ranks' parts of column and matrix sums (Adafactor's, of matrices whose rows are split: the
-    results' col_runs and matrix_runs) are gathered into one buffer, summed and put back."""
+    ranks' parts of row, column and matrix sums (Adafactor's of matrices whose rows are split,
+    Adam-mini's of one block cut along its columns: the results' row_runs, col_runs and
+    matrix_runs) are gathered into one buffer per kind, summed and put back."""
 
     def __init__(self, groups: list, error: Optional[str], device: torch.device):
         self.groups = groups
@@ -115,7 +116,9 @@ class RankReductions:
             parts.append((tensor_results[i * tensors:(i + 1) * tensors], op))
             if reduction.over_group:
                 parts.append((group_results[i * groups:(i + 1) * groups], op))
-        runs = self._run_parts(r.col_results, r.col_runs) + self._run_parts(r.matrix_results, r.matrix_runs)
+        runs = [part for address, runs in ((r.row_results, r.row_runs), (r.col_results, r.col_runs),
+                                           (r.matrix_results, r.matrix_runs))
+                for part in self._run_parts(address, runs)]
         with torch.cuda.stream(_step_stream(r.stream, self.device)):
             for part, op in parts:
                 for group in self.groups:

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 11
+#define OPTGEN_ABI_VERSION 12
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -63,8 +63,10 @@ typedef struct {
  * which only a spec that factors tensors by their shape (Adafactor's rows and columns) refuses for
  * a tensor of more than one element. `whole_numel`: for a rank's shard of a larger tensor, the
  * whole tensor's element count, which the spec's numel and mean read (optgen::Tensor::whole_numel;
- * see optgen_set_reduction_hook); 0: the tensor is whole. Read during the call only. (ABI 3 added
- * ndim and shape, ABI 8 whole_numel.) */
+ * see optgen_set_reduction_hook); 0: the tensor is whole. `shard_dim`: the dimension such a shard
+ * of a tensor bound with two dimensions is cut along, 0 (rows) or 1 (columns;
+ * optgen::Tensor::shard_dim). Read during the call only. (ABI 3 added ndim and shape, ABI 8
+ * whole_numel, ABI 12 shard_dim.) */
 typedef struct {
   void* param;
   const void* grad;
@@ -76,6 +78,7 @@ typedef struct {
   int32_t ndim;
   const int64_t* shape;
   int64_t whole_numel;
+  int32_t shard_dim;
 } optgen_tensor;
 
 /* The message of the calling thread's last failure ("" if none). */
@@ -172,10 +175,12 @@ typedef struct {
  * reduction r's result for tensor t of the plan at tensor_results[r * num_tensors + t], for group g
  * at group_results[r * num_groups + g]; raw sums and maxima in double, device memory, written by
  * work enqueued on `stream`. The stage's reductions are those of `reductions` whose stage is `stage`.
- * A spec that sums over the rows of matrices (Adafactor's column and matrix sums) adds the float column and matrix
- * results that are each rank's part (sums over the rows of tensors of two dimensions bound as
- * shards): the runs col_runs of col_results and matrix_runs of matrix_results, the same on every
- * rank, which the hook sums across the ranks too. (ABI 11 added them.) */
+ * A spec that sums over the rows or columns of matrices (Adafactor's column and matrix sums,
+ * Adam-mini's row sums) adds the float row, column and matrix results that are each rank's part
+ * (sums over the rows, or columns, of tensors of two dimensions bound as shards cut along them):
+ * the runs row_runs of row_results, col_runs of col_results and matrix_runs of matrix_results, the
+ * same on every rank, which the hook sums across the ranks too. (ABI 11 added the column and matrix
+ * runs, ABI 12 the row runs.) */
 typedef struct {
   int32_t stage;
   int32_t num_reductions;
@@ -185,6 +190,9 @@ typedef struct {
   double* group_results;
   int64_t num_groups;
   void* stream;
+  float* row_results;
+  const optgen_result_run* row_runs;
+  int64_t num_row_runs;
   float* col_results;
   const optgen_result_run* col_runs;
   int64_t num_col_runs;

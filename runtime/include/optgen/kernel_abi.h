@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 17 };
+enum { kVersion = 18 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -215,6 +215,9 @@ struct ShapeTable {
   /// [tensor]: the rows a spec's `rows` reads: R, or for a rank's shard of the rows of a matrix (a
   /// tensor of two dimensions bound with a whole_numel beyond its numel) the whole matrix's.
   const long long* whole_rows;
+  /// [tensor]: the columns a spec's `cols` reads: C, or for a rank's shard of the columns of a
+  /// matrix (bound with Tensor::shard_dim 1) the whole matrix's.
+  const long long* whole_cols;
   long long num_rows;
   long long num_cols;
   long long num_matrices;
@@ -387,13 +390,14 @@ static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_tile_offset) == 128, "ShapeTab
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_snapshot) == 136, "ShapeTable::row_snapshot moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, col_snapshot) == 144, "ShapeTable::col_snapshot moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, whole_rows) == 152, "ShapeTable::whole_rows moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_rows) == 160, "ShapeTable::num_rows moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 168, "ShapeTable::num_cols moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 176, "ShapeTable::num_matrices moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 184, "ShapeTable::num_col_reductions moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 188, "ShapeTable::num_tensors moved");
-static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, line_values) == 192, "ShapeTable::line_values moved");
-static_assert(sizeof(ShapeTable) == 200 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, whole_cols) == 160, "ShapeTable::whole_cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_rows) == 168, "ShapeTable::num_rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_cols) == 176, "ShapeTable::num_cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 184, "ShapeTable::num_matrices moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 192, "ShapeTable::num_col_reductions moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 196, "ShapeTable::num_tensors moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, line_values) == 200, "ShapeTable::line_values moved");
+static_assert(sizeof(ShapeTable) == 208 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");

@@ -61,11 +61,18 @@ struct Tensor {
   /// For a rank's shard of a larger tensor (ZeRO, FSDP; combined across ranks by a reduction hook,
   /// FusedOptimizer::set_reduction_hook): the whole tensor's element count, which a spec's `numel`
   /// and `mean` then read. 0: the tensor is whole (its own numel). A shard is of the tensor's first
-  /// dimension (FSDP2's Shard(0)): bound with a shape of two dimensions, it is rows of a matrix of
-  /// whole_numel / shape[1] rows, which a spec's `rows` reads (a multiple of shape[1]), and
-  /// every rank binding a shard of it holds its part of the sums over its rows (columns', the
-  /// matrix's: ReductionResults::col_runs), an empty part (0 rows) too.
+  /// dimension (FSDP2's Shard(0)), unless shard_dim says otherwise: bound with a shape of two
+  /// dimensions, it is rows of a matrix of whole_numel / shape[1] rows, which a spec's `rows`
+  /// reads (a multiple of shape[1]), and every rank binding a shard of it holds its part of the
+  /// sums over its rows (columns', the matrix's: ReductionResults::col_runs), an empty part (0
+  /// rows) too.
   std::int64_t whole_numel = 0;
+  /// For a shard bound with a shape of two dimensions: the dimension it is cut along, 0 (rows of
+  /// the matrix) or 1 (columns: every row's part, a matrix of shape[0] rows and whole_numel /
+  /// shape[0] columns, which a spec's `cols` reads; each rank then holds its part of the sums over
+  /// the columns, rows' and the matrix's: ReductionResults::row_runs, an empty part, 0 columns,
+  /// too). Adam-mini's block of a whole tensor, one row, is cut so.
+  int shard_dim = 0;
 };
 
 /// A state buffer of one tensor.
@@ -103,6 +110,9 @@ struct ReductionSlot {
   /// values, not one of column values), so that a rank holding some rows of each matrix holds its
   /// part of each result (ReductionResults::col_runs, matrix_runs).
   bool across_rows = false;
+  /// Row, Matrix: the same over the columns (a row's sum, a matrix's of column or element values),
+  /// for a rank holding some columns of every row (Tensor::shard_dim 1; ReductionResults::row_runs).
+  bool across_cols = false;
 };
 
 /// Whether a variant's state exists for a tensor: always, or only for tensors that are factored
@@ -160,7 +170,8 @@ struct VariantInfo {
   /// Its matrix values; null when it has none.
   const MatrixValueInfo* matrix_values = nullptr;
   int num_matrix_values = 0;
-  /// Its step on shards, where it sums over the rows of a matrix (across_rows): the stages that
+  /// Its step on shards, where it sums over the rows or columns of a matrix (across_rows,
+  /// across_cols): the stages that
   /// KernelInfo::shard_stages name, which a FusedOptimizer with a reduction hook runs in place of
   /// its own. Per stage, the kinds of block it launches (as stage_blocks); it stores no values
   /// (stored_values), so that every matrix, row and column value is computed from results the hook
@@ -285,14 +296,15 @@ void check_checkpoint_spec(const Checkpoint& checkpoint, const OptimizerInfo& in
 /// result is its sum of squares. The stage's reductions are those of `slots` whose stage is
 /// `stage`. The launches are enqueued, not finished: work on the results goes on `stream`.
 ///
-/// A variant that reduces over rows, columns or matrices (Adafactor) keeps those results in the
-/// plan's kernel_abi::ShapeTable, as floats. A rank whose tensor of two dimensions is a shard of a
-/// matrix (bound with Tensor::whole_numel) holds whole rows of it, and so whole row results, but
-/// only its part of each sum over rows (ReductionSlot::across_rows: a column's, a matrix's):
-/// `col_runs` and `matrix_runs` list those of the stage, the same on every rank, as runs of floats
-/// of `col_results` and `matrix_results`, for the hook to sum across the ranks as it sums the
-/// tensor results. A tensor of more dimensions sharded along its first holds whole matrices and
-/// has none there.
+/// A variant that reduces over rows, columns or matrices (Adafactor, Adam-mini) keeps those results
+/// in the plan's kernel_abi::ShapeTable, as floats. A rank whose tensor of two dimensions is a shard
+/// of a matrix (bound with Tensor::whole_numel) holds whole rows of it, and so whole row results,
+/// but only its part of each sum over rows (ReductionSlot::across_rows: a column's, a matrix's);
+/// one cut along its columns (Tensor::shard_dim 1), the reverse (ReductionSlot::across_cols: a
+/// row's, a matrix's). `row_runs`, `col_runs` and `matrix_runs` list those of the stage, the same
+/// on every rank, as runs of floats of `row_results`, `col_results` and `matrix_results`, for the
+/// hook to sum across the ranks as it sums the tensor results. A tensor of more dimensions sharded
+/// along its first holds whole matrices and has none there.
 struct ResultRun {
   std::int64_t first;  ///< the run's first float
   std::int64_t count;  ///< floats in it
@@ -306,6 +318,9 @@ struct ReductionResults {
   double* group_results;   ///< device memory, by the optimizer's group index
   int num_groups;          ///< every group of the optimizer (those of other plans are unused)
   CUstream stream;
+  float* row_results;  ///< device memory; null without row reductions
+  const ResultRun* row_runs;
+  int num_row_runs;
   float* col_results;  ///< device memory; null without column reductions
   const ResultRun* col_runs;
   int num_col_runs;
@@ -460,12 +475,12 @@ class FusedOptimizer {
   /// stage may start loading its operands (params, gradients, states) before the hook's work on
   /// the stream has ended, and waits only before it reads the results (on GPUs of compute
   /// capability 9.0 and later, stages overlap: programmatic dependent launch). An empty function
-  /// removes the hook. A variant that sums over the rows of a matrix (Adafactor; across_rows) runs its
-  /// step on shards (VariantInfo::shard_stage_blocks) while a hook is set, which computes every
-  /// matrix, row and column value after the hook has summed the column and matrix results it is
-  /// handed (ReductionResults::col_runs); setting or removing the hook of a prepared optimizer
-  /// prepares it again at the next step. Shards of tensors of two dimensions must then hold whole
-  /// rows (Tensor::whole_numel).
+  /// removes the hook. A variant that sums over the rows or columns of a matrix (Adafactor, Adam-mini;
+  /// across_rows, across_cols) runs its step on shards (VariantInfo::shard_stage_blocks) while a
+  /// hook is set, which computes every matrix, row and column value after the hook has summed the
+  /// row, column and matrix results it is handed (ReductionResults::row_runs, ...); setting or
+  /// removing the hook of a prepared optimizer prepares it again at the next step. Shards of
+  /// tensors of two dimensions hold whole rows, or whole columns (Tensor::shard_dim).
   void set_reduction_hook(std::function<void(const ReductionResults&)> hook);
 
   /// Called after each launch of a Reduce stage that stores matrix values, in place of the

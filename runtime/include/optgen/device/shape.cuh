@@ -66,6 +66,7 @@ struct Shaped {
   bool factored;
   long long R, C, B;  ///< B matrices of R rows and C columns (B = 0 for an empty tensor but a shard)
   long long whole_R;  ///< the rows a spec's `rows` reads (ShapeTable::whole_rows)
+  long long whole_C;  ///< the columns a spec's `cols` reads (ShapeTable::whole_cols)
   long long row0, col0, matrix0;
   // The tensor's part of the results and snapshots, resolved once per block: per-element code
   // then loads each value with one instruction (plain loads, cached in L1: the elements of a row
@@ -133,10 +134,11 @@ __device__ __forceinline__ Shaped<Ops, kFromSnapshot> shaped(const TableView& ta
   s.R = st->rows[t];
   s.C = st->cols[t];
   s.whole_R = st->whole_rows[t];
-  // A rank's shard of a matrix that holds none of its rows is one matrix of 0 rows: it still
-  // sums (nothing into) every column and the matrix, and steps its column states (kernel_abi.h's
-  // ShapeTable::whole_rows; the runtime's TensorDims::split_rows).
-  s.B = s.R * s.C != 0 ? table.numel[t] / (s.R * s.C) : s.whole_R > 0 && s.C > 0 ? 1 : 0;
+  s.whole_C = st->whole_cols[t];
+  // A rank's shard of a matrix that holds none of its rows (columns) is one matrix of 0 rows
+  // (columns): it still sums (nothing into) every column (row) and the matrix, and steps its
+  // column (row) states (kernel_abi.h's ShapeTable::whole_rows; the runtime's TensorDims).
+  s.B = s.R * s.C != 0 ? table.numel[t] / (s.R * s.C) : (s.whole_R > 0 && s.C > 0) || (s.whole_C > 0 && s.R > 0) ? 1 : 0;
   s.row0 = st->row_offset[t];
   s.col0 = st->col_offset[t];
   s.matrix0 = st->matrix_offset[t];
@@ -221,7 +223,7 @@ struct Position {
   template <typename Values, typename TensorValues>
   __device__ __forceinline__ void finish_vector(const Values&, const TensorValues&) const {}
   template <typename Values, typename TensorValues>
-  __device__ __forceinline__ void store_columns_without_rows(const Values&, const TensorValues&) const {}
+  __device__ __forceinline__ void store_lines_without_elements(const Values&, const TensorValues&) const {}
 };
 
 template <typename Stage, typename Code, typename Ops, int V, bool kFromSnapshot>
@@ -240,7 +242,7 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   template <typename Values, typename Results>
   __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
                                                                  const Results& r) const {
-    return Stage::tensor(k, numel, r, sh.factored, sh.whole_R, sh.C);
+    return Stage::tensor(k, numel, r, sh.factored, sh.whole_R, sh.whole_C);
   }
   /// A state that exists for factored tensors only, or for the others only, has no pointer where
   /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
@@ -294,13 +296,22 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   /// block calls this) still holds the matrix's columns, whose sums the reduction hook made whole:
   /// it stores their states as row 0 of every other shard does, so that every rank's copy of a
   /// column state steps alike. No element is at column 0 here (c = -1): there is no row to store.
+  /// The same for the rows of a shard that holds none of a matrix's columns (r = -1).
+  /// (An empty tensor that is no shard has no matrix, B = 0, and nothing to store; reading B, not
+  /// the whole dimensions, keeps those out of the registers of the element loop before this.)
   template <typename Values, typename TensorValues>
-  __device__ __forceinline__ void store_columns_without_rows(const Values& k, const TensorValues& tv) const {
-    if (!Code::kIndexed || sh.R != 0 || sh.whole_R == 0) return;
-    for (long long q = threadIdx.x; q < sh.C; q += OPTGEN_BLOCK_SIZE) {
-      const ElementIndex x{q, 0, q, 0, 0, -1};
-      Code::store_states(k, tv, sh, x);
-    }
+  __device__ __forceinline__ void store_lines_without_elements(const Values& k, const TensorValues& tv) const {
+    if (!Code::kIndexed || sh.B == 0) return;
+    if (sh.R == 0)
+      for (long long q = threadIdx.x; q < sh.C; q += OPTGEN_BLOCK_SIZE) {
+        const ElementIndex x{q, 0, q, 0, 0, -1};
+        Code::store_states(k, tv, sh, x);
+      }
+    if (sh.C == 0)
+      for (long long p = threadIdx.x; p < sh.R; p += OPTGEN_BLOCK_SIZE) {
+        const ElementIndex x{p, p, 0, 0, -1, 0};
+        Code::store_states(k, tv, sh, x);
+      }
   }
   /// The row and column states of a vector in one row, once its elements are computed (next has
   /// passed them: the vector starts V elements back).

@@ -335,7 +335,7 @@ struct ElementWalk {
           store_operand<Ops, 1>(op, ptr[op], i, &x[op], step.ps);
       at.store_states(step.k, step.tv, false);
     }
-    if (first == end) at.store_columns_without_rows(step.k, step.tv);
+    if (first == end) at.store_lines_without_elements(step.k, step.tv);
   }
 };
 
