@@ -424,7 +424,13 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
         for (std::int64_t step = 1; step <= 3; ++step) {
           group.new_gradients(rng);
           compare_step(opt, ref, group, scalar_state, step, result);
-          CHECK(opt.launches_last_step() == info->variants[kernel.variant].num_stages);
+          // Its stages; a variant with matrix values launches their work between them too
+          // (matrix_values_test.cpp counts that exactly).
+          const optgen::VariantInfo& variant = info->variants[kernel.variant];
+          if (variant.num_matrix_values == 0)
+            CHECK(opt.launches_last_step() == variant.num_stages);
+          else
+            CHECK(opt.launches_last_step() > variant.num_stages);
         }
         INFO(kernel.stages[0] << ": worst relative error " << result.worst << " in " << result.where);
         // Muon's lr times its largest scale, sqrt(601 / 173) (match_rms_adamw is off by default).

@@ -6,6 +6,7 @@
 
 #include "optgen/error.h"
 #include "optgen/nccl.h"
+#include "optgen/optimizers.h"
 
 struct optgen_optimizer {
   /// What engine's OptimizerInfo points into when that is not a launcher's static tables (a spec
@@ -13,6 +14,10 @@ struct optgen_optimizer {
   std::shared_ptr<const void> owner;
   optgen::FusedOptimizer engine;
   std::string warnings;  ///< optgen_warnings: the spec's, for one loaded at run time
+};
+
+struct optgen_optimizers {
+  optgen::Optimizers optimizers;
 };
 
 namespace {
@@ -562,5 +567,59 @@ int optgen_master_weights(const optgen_optimizer* optimizer, size_t group, size_
 }
 
 void optgen_destroy(optgen_optimizer* optimizer) { delete optimizer; }
+
+int optgen_optimizers_create(optgen_optimizer* const* members, size_t count, optgen_optimizers** out) {
+  return guarded([&] {
+    require(out != nullptr, "optgen_optimizers_create", "out is NULL");
+    require(count == 0 || members != nullptr, "optgen_optimizers_create", "members is NULL");
+    std::vector<optgen::FusedOptimizer*> engines;
+    for (size_t i = 0; i < count; ++i) engines.push_back(members[i] ? &members[i]->engine : nullptr);
+    *out = new optgen_optimizers{optgen::Optimizers(std::move(engines))};
+  });
+}
+
+int optgen_optimizers_prepare(optgen_optimizers* set, void* stream) {
+  return guarded([&] {
+    require(set != nullptr, "optgen_optimizers_prepare", "set is NULL");
+    set->optimizers.prepare(static_cast<CUstream>(stream));
+  });
+}
+
+int optgen_optimizers_step(optgen_optimizers* set, void* stream) {
+  return guarded([&] {
+    require(set != nullptr, "optgen_optimizers_step", "set is NULL");
+    set->optimizers.step(static_cast<CUstream>(stream));
+  });
+}
+
+int optgen_optimizers_step_amp(optgen_optimizers* set, void* stream, const float* grad_scale, const float* found_inf) {
+  return guarded([&] {
+    require(set != nullptr, "optgen_optimizers_step_amp", "set is NULL");
+    set->optimizers.step(static_cast<CUstream>(stream), optgen::AmpInputs{grad_scale, found_inf});
+  });
+}
+
+int optgen_optimizers_launches_last_step(const optgen_optimizers* set, int* launches) {
+  return guarded([&] {
+    require(set && launches, "optgen_optimizers_launches_last_step", "set or launches is NULL");
+    *launches = set->optimizers.launches_last_step();
+  });
+}
+
+int optgen_optimizers_save(const optgen_optimizers* set, const char* path) {
+  return guarded([&] {
+    require(set && path, "optgen_optimizers_save", "set or path is NULL");
+    set->optimizers.save(path);
+  });
+}
+
+int optgen_optimizers_load(optgen_optimizers* set, const char* path) {
+  return guarded([&] {
+    require(set && path, "optgen_optimizers_load", "set or path is NULL");
+    set->optimizers.load(path);
+  });
+}
+
+void optgen_optimizers_destroy(optgen_optimizers* set) { delete set; }
 
 }  // extern "C"

@@ -139,10 +139,10 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
   return "";
 }
 
-void apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
-                    const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
-                    long long cols, CUstream stream) {
-  if (count == 0 || rows * cols == 0) return;
+int apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
+                   const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
+                   long long cols, CUstream stream) {
+  if (count == 0 || rows * cols == 0) return 0;
   switch (value.function) {
     case MatrixFunction::NewtonSchulz: {
       const std::int64_t size = rows * cols;
@@ -160,17 +160,18 @@ void apply_function(const MatrixValueInfo& value, const double* arguments, const
       for (CUfunction kernel : {kernels.sum_squares, kernels.normalize})
         driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
                        "check that the stream belongs to the current context");
-      newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols),
-                    {static_cast<int>(arguments[0]), static_cast<float>(arguments[1]), static_cast<float>(arguments[2]),
-                     static_cast<float>(arguments[3])},
-                    stream);
-      return;
+      return 2 + newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols),
+                               {static_cast<int>(arguments[0]), static_cast<float>(arguments[1]),
+                                static_cast<float>(arguments[2]), static_cast<float>(arguments[3])},
+                               stream);
     }
   }
+  return 0;
 }
 
-void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
-                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
+int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
+                   const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
+  int launches = 0;
   for (const MatrixBucket& bucket : matrices.buckets) {
     const MatrixValueInfo& value = variant.matrix_values[bucket.value];
     if (value.stage != stage) continue;
@@ -184,12 +185,13 @@ void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, in
       std::size_t end = g + 1;
       std::int64_t count = bucket.groups[g].count;
       for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
-      apply_function(value, args.data(), matrices.kernels, handle,
-                     bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size), matrices.scratch,
-                     count, bucket.rows, bucket.cols, stream);
+      launches += apply_function(value, args.data(), matrices.kernels, handle,
+                                 bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size),
+                                 matrices.scratch, count, bucket.rows, bucket.cols, stream);
       g = end;
     }
   }
+  return launches;
 }
 
 }  // namespace optgen

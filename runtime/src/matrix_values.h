@@ -75,10 +75,11 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
 /// Enqueues on `stream` `value`'s function, with `arguments` (value.num_arguments of them, as
 /// matrix_arguments gives them), of `count` bf16
 /// matrices of `rows` x `cols` consecutive at `x`, in place: each divided by its norm (plus the
-/// function's eps) and orthogonalised. `scratch` holds matrix_scratch_bytes. Capturable.
-void apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
-                    const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
-                    long long cols, CUstream stream);
+/// function's eps) and orthogonalised. `scratch` holds matrix_scratch_bytes. Capturable. Returns
+/// the launches it enqueued (kernels, cuBLAS products and copies; 0 for no matrices).
+int apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
+                   const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
+                   long long cols, CUstream stream);
 
 /// What is wrong with the arguments hyperparameters `h` give `variant`'s matrix functions
 /// (newton_schulz's steps: a whole number from 0 to 1000), or "". Checked where a group's
@@ -90,8 +91,8 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
 /// the next stage reads them: each bucket's matrices divided by their norms and orthogonalised,
 /// with the arguments of its groups (their hyperparameters, `groups[g].h`, which
 /// matrix_argument_problem accepted), one batch per run of groups whose arguments agree.
-/// Capturable in a CUDA graph.
-void apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
-                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);
+/// Capturable in a CUDA graph. Returns the launches it enqueued (as apply_function).
+int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
+                   const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);
 
 }  // namespace optgen

@@ -25,8 +25,8 @@ size_t newton_schulz_scratch_bytes(long long count, int rows, int cols) {
 // cuBLAS, ld m: G = X Xᵀ and X' = a X + U X as written. Each product writes a buffer apart from the
 // terms it adds (cublasLt's D apart from C): X and the scratch's X take turns, and nothing is copied
 // but, after an odd number of steps, the result back into place.
-void newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows,
-                   int cols, const NewtonSchulz& ns, CUstream stream) {
+int newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows, int cols,
+                  const NewtonSchulz& ns, CUstream stream) {
   if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX)
     throw Error("optgen::newton_schulz", std::to_string(count) + " matrices of " + std::to_string(rows) + " x " +
                                              std::to_string(cols) + ": give from 1 to 2^31 - 1, of at least 1 x 1");
@@ -45,7 +45,8 @@ void newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scra
   const cublas::Product apply = tall ? cublas::Product{kOpN, kOpN, m, n, m, m, m, m, mm, mn, mn, batch}
                                      : cublas::Product{kOpN, kOpN, n, m, m, n, m, n, mn, mm, mn, batch};
   CUdeviceptr current = x, next = scratch;
-  for (int step = 0; step < ns.steps; ++step) {
+  int enqueued = 0;
+  for (int step = 0; step < ns.steps; ++step, enqueued += 3) {
     handle.multiply(gram, 1.0f, current, current, 0.0f, g, g, stream);
     handle.multiply(square, ns.c, g, g, ns.b, g, u, stream);
     if (tall)
@@ -54,7 +55,9 @@ void newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scra
       handle.multiply(apply, 1.0f, current, u, ns.a, current, next, stream);
     std::swap(current, next);
   }
-  if (current != x) driver::check(driver::api().cuMemcpyDtoDAsync(x, current, x_bytes, stream), "cuMemcpyDtoDAsync");
+  if (current == x) return enqueued;
+  driver::check(driver::api().cuMemcpyDtoDAsync(x, current, x_bytes, stream), "cuMemcpyDtoDAsync");
+  return enqueued + 1;
 }
 
 }  // namespace optgen

@@ -1120,7 +1120,8 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         if (m.matrix_hook)
           call_matrix_hook(m, plan, variant, static_cast<int>(s) + 1, stream);
         else
-          apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream);
+          m.launches_last_step +=
+              apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream);
         after_matrices = true;
       }
     }

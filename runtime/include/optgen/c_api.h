@@ -330,6 +330,23 @@ int optgen_master_weights(const optgen_optimizer* optimizer, size_t group, size_
 
 void optgen_destroy(optgen_optimizer* optimizer);
 
+/* ---- Several optimizers as one (ABI 12) ----
+ * optgen::Optimizers (optgen/optimizers.h): `count` optimizers of any specs stepped as one, in
+ * order, on one stream (Muon for the hidden matrices and AdamW for the rest, say), and one
+ * checkpoint of them all. The set refers to `members`: destroy it before them. */
+typedef struct optgen_optimizers optgen_optimizers;
+int optgen_optimizers_create(optgen_optimizer* const* members, size_t count, optgen_optimizers** out);
+int optgen_optimizers_prepare(optgen_optimizers* set, void* stream);
+int optgen_optimizers_step(optgen_optimizers* set, void* stream);
+int optgen_optimizers_step_amp(optgen_optimizers* set, void* stream, const float* grad_scale, const float* found_inf);
+/* The launches of the members' last steps, together. */
+int optgen_optimizers_launches_last_step(const optgen_optimizers* set, int* launches);
+/* Every member's checkpoint in one safetensors file, and back: loading checks the member count and
+ * each member's spec and changes nothing when any member's part does not fit. */
+int optgen_optimizers_save(const optgen_optimizers* set, const char* path);
+int optgen_optimizers_load(optgen_optimizers* set, const char* path);
+void optgen_optimizers_destroy(optgen_optimizers* set);
+
 /* ---- Specs at run time ----
  * An optimizer from a YAML spec file loaded now, with no C++ compiler (optgen/spec_at_run_time.h):
  * what optgen_<spec>_create does for a generated launcher, for any spec, with the kernels the

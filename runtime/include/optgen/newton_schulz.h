@@ -27,7 +27,8 @@ size_t newton_schulz_scratch_bytes(long long count, int rows, int cols);
 /// reading it column-major: nothing is moved). `scratch` holds newton_schulz_scratch_bytes.
 /// Enqueued on `stream`: three GEMMs a step (cublasLt, each writing apart from what it reads), and
 /// after an odd number of steps one copy of the result back to `x`; capturable in a CUDA graph.
-void newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows,
-                   int cols, const NewtonSchulz& ns, CUstream stream);
+/// Returns how many it enqueued (products and the copy), 0 for no matrices.
+int newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows, int cols,
+                  const NewtonSchulz& ns, CUstream stream);
 
 }  // namespace optgen

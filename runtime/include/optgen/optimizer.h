@@ -500,7 +500,9 @@ class FusedOptimizer {
   void apply_matrix_function(std::size_t group, int value, const double* arguments, CUdeviceptr x, CUdeviceptr scratch,
                              long long count, long long rows, long long cols, CUstream stream);
 
-  /// Kernel launches the last step made (for tests).
+  /// Launches the last step enqueued (for tests): its stages' kernels and, for matrix values,
+  /// the work on them between stages (norm kernels, cuBLAS products, each counted once, and
+  /// copies); not a matrix hook's, which does that work in their place.
   int launches_last_step() const;
   /// Elements per block of every kernel set, instead of each one's own; the optimizer must be
   /// prepared again (the tables are rebuilt).
