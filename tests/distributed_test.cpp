@@ -5,13 +5,16 @@
 // each whole tensor, of Tensor::whole_numel elements), Adafactor (rows of each matrix on each rank,
 // the columns' and matrices' sums all-reduced: its step on shards; or columns of each, the rows' sums
 // all-reduced) and Adam-mini (its blocks, rows, whole on each rank, or cut along their columns,
-// Tensor::shard_dim 1, as optgen.torch cuts a tensor's one block). NCCL is loaded at run time (optgen/nccl.h:
+// Tensor::shard_dim 1, as optgen.torch cuts a tensor's one block); and Muon through the NCCL matrix
+// hook (optgen::nccl::matrix_hook: each matrix orthogonalised whole on an owner rank, whose plan
+// is checked here without GPUs too). NCCL is loaded at run time (optgen/nccl.h:
 // libnccl.so.2, as torch's wheels ship it, or $OPTGEN_NCCL); the test skips itself without two
 // GPUs or without NCCL.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 #include <random>
 #include <string>
@@ -19,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "matrix_exchange.h"
 #include "optgen/nccl.h"
 #include "optimizer_harness.h"
 
@@ -44,6 +48,10 @@ const std::vector<std::vector<std::int64_t>> kMatrices = {{37, 19}, {1, 6}, {4, 
 /// Matrices whose ranks hold columns (Tensor::shard_dim 1), uneven ones; rank 0 holds none of 3x1's.
 const std::vector<std::vector<std::int64_t>> kColumns = {{37, 19}, {1, 6},  {3, 1},    {4, 3, 2, 2},
                                                          {11},     {5, 37}, {301, 129}};
+
+/// Matrices for Muon (two dimensions each), uneven rows (rank 0 holds none of 1x6's), two of one
+/// shape (one batch on an owner).
+const std::vector<std::vector<std::int64_t>> kMuon = {{37, 19}, {1, 6}, {5, 37}, {301, 129}, {64, 48}, {64, 48}};
 
 Problem make_problem(int steps, const std::vector<std::vector<std::int64_t>>& shapes = kVectors, bool columns = false) {
   Problem p;
@@ -102,10 +110,11 @@ std::vector<std::int64_t> part_shape(const Problem& p, size_t t, int rank, int r
 }
 
 /// Steps `rank`'s shards of `problem` on the current device; returns its params after every step
-/// ([step][tensor]) and the published norms of group 0 (clipping only).
+/// ([step][tensor]) and the published norms of group 0 (clipping only). With `comm`, the NCCL
+/// reduction hook, and unless `whole_matrices` is false the NCCL matrix hook.
 std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_rank(
     const std::string& spec, const optgen::FusedOptimizer::Overrides& overrides, const Problem& problem, int rank,
-    int ranks, optgen::nccl::Comm comm) {
+    int ranks, optgen::nccl::Comm comm, bool whole_matrices = true) {
   const auto& info = launcher(spec);
   std::vector<std::unique_ptr<DeviceMemory>> params, grads;
   std::vector<optgen::Tensor> tensors;
@@ -126,6 +135,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   opt.add_param_group(tensors, overrides);
   if (comm) opt.set_reduction_hook(optgen::nccl::all_reduce_hook(comm));
+  if (comm && whole_matrices) opt.set_matrix_hook(optgen::nccl::matrix_hook(comm, opt));
   // A blocking stream: it waits for the uploads, whose copies from pageable memory may still be in
   // flight on the legacy stream when cuMemcpyHtoD returns.
   CUstream stream = nullptr;
@@ -150,25 +160,96 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
   return {trajectory, norms};
 }
 
+using Run = std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>>;
+
+/// Whether two GPUs and NCCL are here; else records the test skipped, saying why.
+bool two_gpus_with_nccl() {
+  std::string why;
+  int devices = 0;
+  if (optgen::driver::available(&why)) {
+    optgen::driver::check(optgen::driver::api().cuDeviceGetCount(&devices), "cuDeviceGetCount");
+    if (devices < 2) why = "fewer than two GPUs";
+  }
+  if (devices < 2 || !optgen::nccl::available(&why)) {
+    record_skip(Catch::getResultCapture().getCurrentTestName(), why);
+    return false;
+  }
+  return true;
+}
+
+/// run_rank on the current thread's GPU `device` (its primary context).
+Run on_device(int device, const std::function<Run()>& run) {
+  const auto& api = optgen::driver::api();
+  CUdevice d = 0;
+  CUcontext context = nullptr;
+  optgen::driver::check(api.cuDeviceGet(&d, device), "cuDeviceGet");
+  optgen::driver::check(api.cuDevicePrimaryCtxRetain(&context, d), "cuDevicePrimaryCtxRetain");
+  optgen::driver::check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  return run();
+}
+
+/// Two GPUs, a thread and a rank each, holding their parts of `problem` (NCCL hooks over them).
+std::vector<Run> on_two_gpus(const std::string& spec, const optgen::FusedOptimizer::Overrides& overrides,
+                             const Problem& problem, bool whole_matrices = true) {
+  optgen::nccl::Comm comms[2] = {nullptr, nullptr};
+  const int list[2] = {0, 1};
+  optgen::nccl::check(optgen::nccl::api().CommInitAll(comms, 2, list), "ncclCommInitAll");
+  std::vector<Run> halves(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        halves[static_cast<size_t>(rank)] = on_device(rank, [&] {
+          return run_rank(spec, overrides, problem, rank, 2, comms[static_cast<size_t>(rank)], whole_matrices);
+        });
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      } catch (...) {  // nothing may leave a thread
+        errors[static_cast<size_t>(rank)] = "an exception that is not a std::exception";
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (optgen::nccl::Comm c : comms) optgen::nccl::api().CommDestroy(c);
+  REQUIRE(errors[0] == "");
+  REQUIRE(errors[1] == "");
+  return halves;
+}
+
+/// The worst relative error and the largest difference of the ranks' params against the same parts
+/// of one GPU's, over every step and tensor; `where` the worst relative error's.
+struct Against {
+  double relative = 0, largest = 0;
+  std::string where;
+};
+Against against_one_gpu(const Problem& problem, const std::vector<Run>& halves, const Run& whole) {
+  Against a;
+  for (size_t step = 0; step < problem.grads.size(); ++step)
+    for (size_t t = 0; t < problem.sizes.size(); ++t) {
+      // The ranks' parts one after the other, against the same parts of one GPU's.
+      std::vector<float> joined, expected;
+      for (int rank = 0; rank < 2; ++rank) {
+        const auto& mine = halves[static_cast<size_t>(rank)].first[step][t];
+        const auto theirs = part(problem, t, whole.first[step][t], rank, 2);
+        joined.insert(joined.end(), mine.begin(), mine.end());
+        expected.insert(expected.end(), theirs.begin(), theirs.end());
+      }
+      const double e = relative_error(joined, expected);
+      if (e > a.relative) a.where = "step " + std::to_string(step + 1) + ", tensor " + std::to_string(t);
+      a.relative = std::max(a.relative, e);
+      for (size_t i = 0; i < joined.size(); ++i)
+        a.largest = std::max(a.largest, static_cast<double>(std::fabs(joined[i] - expected[i])));
+    }
+  return a;
+}
+
 }  // namespace
 
 TEST_CASE(
     "two GPUs with halves of every tensor step as one: LAMB, clipped AdamW, cautious AdamW, Adafactor, "
     "Adam-mini",
     "[gpu][nccl]") {
-  OPTGEN_REQUIRE_GPU();
-  const auto& api = optgen::driver::api();
-  int devices = 0;
-  optgen::driver::check(api.cuDeviceGetCount(&devices), "cuDeviceGetCount");
-  if (devices < 2) {
-    record_skip(Catch::getResultCapture().getCurrentTestName(), "fewer than two GPUs");
-    return;
-  }
-  std::string why;
-  if (!optgen::nccl::available(&why)) {
-    record_skip(Catch::getResultCapture().getCurrentTestName(), why);
-    return;
-  }
+  if (!two_gpus_with_nccl()) return;
   const int steps = 5;
   const Problem vectors = make_problem(steps), matrices = make_problem(steps, kMatrices);
   const Problem columns = make_problem(steps, kColumns, true);
@@ -186,65 +267,51 @@ TEST_CASE(
     const Problem& problem = *problem_of;
     INFO(spec << (overrides.size() > 1 ? " with " + overrides[1].first : std::string())
               << (problem.columns ? ", columns" : ""));
-    // One GPU, whole tensors.
-    CUcontext first = nullptr;
-    CUdevice device0 = 0;
-    optgen::driver::check(api.cuDeviceGet(&device0, 0), "cuDeviceGet");
-    optgen::driver::check(api.cuDevicePrimaryCtxRetain(&first, device0), "cuDevicePrimaryCtxRetain");
-    optgen::driver::check(api.cuCtxSetCurrent(first), "cuCtxSetCurrent");
-    const auto whole = run_rank(spec, overrides, problem, 0, 1, nullptr);
-
-    // Two GPUs, a thread each, halves.
-    optgen::nccl::Comm comms[2] = {nullptr, nullptr};
-    const int list[2] = {0, 1};
-    optgen::nccl::check(optgen::nccl::api().CommInitAll(comms, 2, list), "ncclCommInitAll");
-    std::vector<std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>>> halves(2);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < 2; ++rank)
-      threads.emplace_back([&, rank] {
-        try {
-          CUdevice device = 0;
-          CUcontext context = nullptr;
-          optgen::driver::check(api.cuDeviceGet(&device, rank), "cuDeviceGet");
-          optgen::driver::check(api.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-          optgen::driver::check(api.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-          halves[static_cast<size_t>(rank)] =
-              run_rank(spec, overrides, problem, rank, 2, comms[static_cast<size_t>(rank)]);
-        } catch (const std::exception& e) {
-          errors[static_cast<size_t>(rank)] = e.what();
-        } catch (...) {  // nothing may leave a thread
-          errors[static_cast<size_t>(rank)] = "an exception that is not a std::exception";
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (optgen::nccl::Comm c : comms) optgen::nccl::api().CommDestroy(c);
-    REQUIRE(errors[0] == "");
-    REQUIRE(errors[1] == "");
-
-    double worst = 0;
-    std::string where;
-    for (int step = 0; step < steps; ++step)
-      for (size_t t = 0; t < problem.sizes.size(); ++t) {
-        // The ranks' parts one after the other, against the same parts of one GPU's.
-        std::vector<float> joined, expected;
-        for (int rank = 0; rank < 2; ++rank) {
-          const auto& mine = halves[static_cast<size_t>(rank)].first[static_cast<size_t>(step)][t];
-          const auto theirs = part(problem, t, whole.first[static_cast<size_t>(step)][t], rank, 2);
-          joined.insert(joined.end(), mine.begin(), mine.end());
-          expected.insert(expected.end(), theirs.begin(), theirs.end());
-        }
-        const double e = relative_error(joined, expected);
-        if (e > worst) where = "step " + std::to_string(step + 1) + ", tensor " + std::to_string(t);
-        worst = std::max(worst, e);
-      }
-    INFO("worst relative error of the two ranks against one GPU: " << worst << " at " << where);
-    CHECK(worst <= 1e-5);
+    const Run whole = on_device(0, [&] { return run_rank(spec, overrides, problem, 0, 1, nullptr); });
+    const std::vector<Run> halves = on_two_gpus(spec, overrides, problem);
+    const Against a = against_one_gpu(problem, halves, whole);
+    INFO("worst relative error of the two ranks against one GPU: " << a.relative << " at " << a.where);
+    CHECK(a.relative <= 1e-5);
     for (size_t s = 0; s < whole.second.size(); ++s) {
       CHECK(halves[0].second[s] == Approx(whole.second[s]).epsilon(1e-6));
       CHECK(halves[1].second[s] == Approx(whole.second[s]).epsilon(1e-6));
     }
   }
+}
+
+TEST_CASE("two GPUs holding rows of every matrix step Muon as one: each matrix orthogonalised whole on its owner",
+          "[gpu][nccl]") {
+  if (!two_gpus_with_nccl()) return;
+  const int steps = 5;
+  const double lr = 0.02;
+  const Problem problem = make_problem(steps, kMuon);
+  const optgen::FusedOptimizer::Overrides overrides = {{"lr", lr}};
+  const Run whole = on_device(0, [&] { return run_rank("muon", overrides, problem, 0, 1, nullptr); });
+  // Newton-Schulz runs in bf16 on batches of other sizes on an owner than on one GPU, where cuBLAS
+  // may round otherwise: each step may move a value by up to 2% of lr times the largest scale,
+  // sqrt(301 / 129), far less than orthogonalising a shard in place of its matrix does.
+  const double tolerance = 0.02 * lr * std::sqrt(301.0 / 129.0) * steps;
+  const Against gathered = against_one_gpu(problem, on_two_gpus("muon", overrides, problem), whole);
+  INFO("the largest difference from one GPU: " << gathered.largest << " (tolerance " << tolerance << ")");
+  CHECK(gathered.largest <= tolerance);
+  // Each rank orthogonalising its own rows (no matrix hook) steps otherwise: the check can fail.
+  const Against alone = against_one_gpu(problem, on_two_gpus("muon", overrides, problem, false), whole);
+  INFO("without the matrix hook: " << alone.largest);
+  CHECK(alone.largest > tolerance);
+}
+
+TEST_CASE("the matrix exchange gives the costliest matrix first to the least loaded rank, as optgen.torch does",
+          "[launcher]") {
+  // tests/python/test_matrix_exchange.py's owners, for the same matrices.
+  CHECK(optgen::matrix_owners({256, 2048, 2048, 256}, {2048, 2048, 2048, 2048}, 2) == std::vector<int>{0, 0, 1, 1});
+  CHECK(optgen::matrix_owners({4, 4, 4}, {4, 4, 4}, 1) == std::vector<int>{0, 0, 0});
+  CHECK(optgen::matrix_cost(37, 19) == 19.0 * 19.0 * 37.0);
+  // Rows of each rank (rank 0 none of the second), where they start, the whole rows, what rank 1 owns.
+  const optgen::MatrixExchange plan = optgen::plan_matrix_exchange({{19, 18}, {0, 1}, {3, 2}}, {19, 6, 37}, 2, 1);
+  CHECK(plan.rows == std::vector<std::int64_t>{37, 1, 5});
+  CHECK(plan.first == std::vector<std::vector<std::int64_t>>{{0, 19}, {0, 0}, {0, 3}});
+  CHECK(plan.owner == std::vector<int>{0, 1, 1});  // 37x19 (the costliest) to 0, then the least loaded: 1
+  CHECK(plan.owned == std::vector<int>{1, 2});
 }
 
 TEST_CASE("one rank through the NCCL hook steps as without it", "[gpu][nccl]") {
@@ -277,11 +344,11 @@ TEST_CASE("one rank through the NCCL hook steps as without it", "[gpu][nccl]") {
   }
   // Adafactor and Adam-mini with the hook run their steps on shards, which compute their row,
   // column and matrix values where they read them instead of once: the same arithmetic in float,
-  // in other places.
+  // in other places; Muon's matrices go through the matrix hook, to their one owner.
   const FusedOptimizer::Overrides overrides = {{"lr", 0.01}, {"weight_decay", 0.1}};
   for (const auto& [spec, shaped] :
        {std::pair{"adafactor", make_problem(3, kMatrices)}, std::pair{"adafactor", make_problem(3, kColumns, true)},
-        std::pair{"adam_mini", make_problem(3, kColumns, true)}}) {
+        std::pair{"adam_mini", make_problem(3, kColumns, true)}, std::pair{"muon", make_problem(3, kMuon)}}) {
     const auto alone = run_rank(spec, overrides, shaped, 0, 1, nullptr);
     const auto hooked = run_rank(spec, overrides, shaped, 0, 1, comm);
     for (size_t step = 0; step < alone.first.size(); ++step)

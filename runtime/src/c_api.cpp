@@ -363,6 +363,13 @@ int optgen_set_nccl_reduction_hook(optgen_optimizer* optimizer, void* nccl_comm)
   });
 }
 
+int optgen_set_nccl_matrix_hook(optgen_optimizer* optimizer, void* nccl_comm) {
+  return guarded([&] {
+    require(optimizer && nccl_comm, "optgen_set_nccl_matrix_hook", "optimizer or nccl_comm is NULL");
+    optimizer->engine.set_matrix_hook(optgen::nccl::matrix_hook(nccl_comm, optimizer->engine));
+  });
+}
+
 int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook, void* user_data) {
   return guarded([&] {
     require(optimizer != nullptr, "optgen_set_matrix_hook", "optimizer is NULL");

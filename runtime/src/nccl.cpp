@@ -1,9 +1,14 @@
 #include "optgen/nccl.h"
 
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
 #include <tuple>
 
+#include "matrix_exchange.h"
 #include "optgen/error.h"
+#include "optimizer_impl.h"
 #include "shared_library.h"
 
 namespace optgen::nccl {
@@ -30,6 +35,11 @@ Api load() {
   get(api.CommInitAll, "ncclCommInitAll");
   get(api.CommDestroy, "ncclCommDestroy");
   get(api.AllReduce, "ncclAllReduce");
+  get(api.AllGather, "ncclAllGather");
+  get(api.Send, "ncclSend");
+  get(api.Recv, "ncclRecv");
+  get(api.CommCount, "ncclCommCount");
+  get(api.CommUserRank, "ncclCommUserRank");
   get(api.GroupStart, "ncclGroupStart");
   get(api.GroupEnd, "ncclGroupEnd");
   get(api.GetErrorString, "ncclGetErrorString");
@@ -72,6 +82,189 @@ std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm) {
               "ncclAllReduce");
       }
     check(nccl.GroupEnd(), "ncclGroupEnd");
+  };
+}
+
+namespace {
+
+constexpr std::size_t kBF16 = 2;  // bytes
+
+/// What matrix_hook does after one Reduce stage for one list of matrices: the plan, and the
+/// owned matrices in batches of one value, shape and arguments, each batch's whole matrices
+/// consecutive in `whole`.
+struct Exchange {
+  struct Batch {
+    int value;
+    std::size_t group;
+    std::int64_t rows, cols;
+    std::vector<double> arguments;
+    std::vector<int> members;  ///< matrices, in the order of their place in `whole`
+    DeviceBuffer whole, scratch;
+  };
+  std::vector<std::vector<std::int64_t>> shards;  ///< [matrix][rank]: rows
+  std::vector<std::int64_t> cols;
+  MatrixExchange plan;
+  std::vector<Batch> batches;
+  std::vector<CUdeviceptr> whole_of;  ///< [matrix]: its whole matrix on its owner (this rank), else 0
+};
+
+/// The ranks' rows of every matrix of `w`, gathered over `comm` (synchronizes `w.stream`).
+std::vector<std::vector<std::int64_t>> gather_rows(const Api& nccl, Comm comm, int ranks, const MatrixWork& w,
+                                                   std::vector<std::int64_t>& cols) {
+  const auto n = static_cast<std::size_t>(w.num_matrices);
+  const auto& d = driver::api();
+  auto gather = [&](const std::vector<std::int64_t>& mine) {
+    DeviceBuffer send(mine.size() * sizeof(std::int64_t)), recv(mine.size() * ranks * sizeof(std::int64_t));
+    std::vector<std::int64_t> every(mine.size() * static_cast<std::size_t>(ranks));
+    if (mine.empty()) return every;
+    driver::check(d.cuMemcpyHtoD(send.get(), mine.data(), mine.size() * sizeof(std::int64_t)), "cuMemcpyHtoD");
+    check(nccl.AllGather(reinterpret_cast<void*>(send.get()), reinterpret_cast<void*>(recv.get()), mine.size(), kInt64,
+                         comm, w.stream),
+          "ncclAllGather");
+    driver::check(d.cuStreamSynchronize(w.stream), "cuStreamSynchronize");
+    driver::check(d.cuMemcpyDtoH(every.data(), recv.get(), every.size() * sizeof(std::int64_t)), "cuMemcpyDtoH");
+    return every;
+  };
+  // First the count: ranks that listed other matrices would wait for each other's rows for good.
+  const std::vector<std::int64_t> counts = gather({static_cast<std::int64_t>(n)});
+  for (int r = 0; r < ranks; ++r)
+    if (counts[static_cast<std::size_t>(r)] != static_cast<std::int64_t>(n))
+      throw Error("optgen::nccl::matrix_hook",
+                  "rank " + std::to_string(r) + " lists " + std::to_string(counts[static_cast<std::size_t>(r)]) +
+                      " matrices, this one " + std::to_string(n),
+                  "every rank must bind the same tensors, each its rows of every one (none too)");
+  std::vector<std::int64_t> mine;
+  for (std::size_t i = 0; i < n; ++i) {
+    const MatrixWork::Matrices& m = w.matrices[i];
+    if (m.batch > 1)
+      throw Error("optgen::nccl::matrix_hook",
+                  "tensor " + std::to_string(m.tensor) + " of group " + std::to_string(m.group) + " is bound as " +
+                      std::to_string(m.batch) + " matrices",
+                  "bind each sharded tensor as one matrix (two dimensions) of which each rank holds rows");
+    mine.push_back(m.batch == 1 ? m.rows : 0);
+    mine.push_back(m.cols);
+  }
+  const std::vector<std::int64_t> every = gather(mine);
+  std::vector<std::vector<std::int64_t>> shards(n, std::vector<std::int64_t>(static_cast<std::size_t>(ranks)));
+  cols.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int r = 0; r < ranks; ++r) {
+      const std::size_t at = static_cast<std::size_t>(r) * 2 * n + 2 * i;
+      shards[i][static_cast<std::size_t>(r)] = every[at];
+      if (r > 0 && every[at + 1] != cols[i])
+        throw Error("optgen::nccl::matrix_hook",
+                    "matrix " + std::to_string(i) + " has " + std::to_string(cols[i]) + " columns on rank 0 but " +
+                        std::to_string(every[at + 1]) + " on rank " + std::to_string(r),
+                    "every rank must bind the same tensors, each its rows of every one");
+      cols[i] = every[at + 1];
+    }
+  return shards;
+}
+
+std::shared_ptr<Exchange> make_exchange(const Api& nccl, Comm comm, int ranks, int rank, const MatrixWork& w) {
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  driver::check(driver::api().cuStreamIsCapturing(w.stream, &capturing), "cuStreamIsCapturing");
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+    throw Error("optgen::nccl::matrix_hook", "the first step of these matrices is being captured in a CUDA graph",
+                "take one step before capturing: it learns the ranks' rows and allocates the hook's buffers");
+  auto ex = std::make_shared<Exchange>();
+  ex->shards = gather_rows(nccl, comm, ranks, w, ex->cols);
+  ex->plan = plan_matrix_exchange(ex->shards, ex->cols, ranks, rank);
+  ex->whole_of.assign(ex->shards.size(), 0);
+  std::map<std::tuple<int, std::int64_t, std::int64_t, std::vector<double>>, std::size_t> index;
+  for (int i : ex->plan.owned) {
+    const MatrixWork::Matrices& m = w.matrices[i];
+    const std::vector<double> arguments(m.arguments, m.arguments + m.num_arguments);
+    const auto key = std::tuple{m.value, ex->plan.rows[i], ex->cols[i], arguments};
+    auto [at, added] = index.emplace(key, ex->batches.size());
+    if (added) ex->batches.push_back({m.value, m.group, ex->plan.rows[i], ex->cols[i], arguments, {}, {}, {}});
+    ex->batches[at->second].members.push_back(i);
+  }
+  for (Exchange::Batch& b : ex->batches) {
+    const auto count = static_cast<long long>(b.members.size());
+    const std::size_t size = static_cast<std::size_t>(b.rows * b.cols) * kBF16;
+    b.whole = DeviceBuffer(std::max<std::size_t>(1, size * b.members.size()));
+    b.scratch =
+        DeviceBuffer(std::max<std::size_t>(1, FusedOptimizer::matrix_function_scratch_bytes(count, b.rows, b.cols)));
+    for (std::size_t k = 0; k < b.members.size(); ++k)
+      ex->whole_of[static_cast<std::size_t>(b.members[k])] = b.whole.get() + k * size;
+  }
+  return ex;
+}
+
+/// Moves every rank's rows of each matrix to or from its owner (`gather`: to), in one NCCL group,
+/// and the owner's own rows by copies.
+void move_rows(const Api& nccl, Comm comm, int rank, const Exchange& ex, const MatrixWork& w, bool gather) {
+  check(nccl.GroupStart(), "ncclGroupStart");
+  for (std::size_t i = 0; i < ex.shards.size(); ++i) {
+    const int owner = ex.plan.owner[i];
+    const auto& shards = ex.shards[i];
+    const std::int64_t cols = ex.cols[i];
+    if (owner != rank) {
+      const std::int64_t local = shards[static_cast<std::size_t>(rank)];
+      if (local == 0) continue;
+      void* x = reinterpret_cast<void*>(w.matrices[i].x);
+      const auto count = static_cast<std::size_t>(local * cols);
+      check(gather ? nccl.Send(x, count, kBfloat16, owner, comm, w.stream)
+                   : nccl.Recv(x, count, kBfloat16, owner, comm, w.stream),
+            gather ? "ncclSend" : "ncclRecv");
+      continue;
+    }
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+      if (shards[r] == 0 || static_cast<int>(r) == rank) continue;
+      void* part =
+          reinterpret_cast<void*>(ex.whole_of[i] + static_cast<std::size_t>(ex.plan.first[i][r] * cols) * kBF16);
+      const auto count = static_cast<std::size_t>(shards[r] * cols);
+      check(gather ? nccl.Recv(part, count, kBfloat16, static_cast<int>(r), comm, w.stream)
+                   : nccl.Send(part, count, kBfloat16, static_cast<int>(r), comm, w.stream),
+            gather ? "ncclRecv" : "ncclSend");
+    }
+  }
+  check(nccl.GroupEnd(), "ncclGroupEnd");
+  for (int i : ex.plan.owned) {
+    const std::int64_t local = ex.shards[static_cast<std::size_t>(i)][static_cast<std::size_t>(rank)];
+    if (local == 0) continue;
+    const std::int64_t cols = ex.cols[static_cast<std::size_t>(i)];
+    const CUdeviceptr part =
+        ex.whole_of[static_cast<std::size_t>(i)] +
+        static_cast<std::size_t>(ex.plan.first[static_cast<std::size_t>(i)][static_cast<std::size_t>(rank)] * cols) *
+            kBF16;
+    const CUdeviceptr x = w.matrices[i].x;
+    const auto bytes = static_cast<std::size_t>(local * cols) * kBF16;
+    driver::check(driver::api().cuMemcpyDtoDAsync(gather ? part : x, gather ? x : part, bytes, w.stream),
+                  "cuMemcpyDtoDAsync");
+  }
+}
+
+}  // namespace
+
+std::function<void(const MatrixWork&)> matrix_hook(Comm comm, FusedOptimizer& optimizer) {
+  const Api& nccl = api();
+  int ranks = 0, rank = 0;
+  check(nccl.CommCount(comm, &ranks), "ncclCommCount");
+  check(nccl.CommUserRank(comm, &rank), "ncclCommUserRank");
+  auto exchanges = std::make_shared<std::map<std::vector<std::int64_t>, std::shared_ptr<const Exchange>>>();
+  return [&nccl, comm, ranks, rank, &optimizer, exchanges](const MatrixWork& w) {
+    // The list of matrices, as its exchange is made for it: stage, and each one's place, shape and
+    // arguments (a group's changed hyperparameters batch its matrices anew).
+    std::vector<std::int64_t> key{w.stage};
+    for (int i = 0; i < w.num_matrices; ++i) {
+      const MatrixWork::Matrices& m = w.matrices[i];
+      key.insert(key.end(), {m.value, static_cast<std::int64_t>(m.group), static_cast<std::int64_t>(m.tensor),
+                             static_cast<std::int64_t>(m.x), m.batch, m.rows, m.cols});
+      for (int a = 0; a < m.num_arguments; ++a) {
+        std::int64_t bits = 0;
+        std::memcpy(&bits, &m.arguments[a], sizeof bits);
+        key.push_back(bits);
+      }
+    }
+    std::shared_ptr<const Exchange>& ex = (*exchanges)[key];
+    if (!ex) ex = make_exchange(nccl, comm, ranks, rank, w);
+    move_rows(nccl, comm, rank, *ex, w, true);
+    for (const Exchange::Batch& b : ex->batches)
+      optimizer.apply_matrix_function(b.group, b.value, b.arguments.data(), b.whole.get(), b.scratch.get(),
+                                      static_cast<long long>(b.members.size()), b.rows, b.cols, w.stream);
+    move_rows(nccl, comm, rank, *ex, w, false);
   };
 }
 

@@ -209,8 +209,8 @@ typedef int (*optgen_reduction_hook)(const optgen_reduction_results* results, vo
  * combine their results (e.g. one ncclAllReduce per reduction of the stage on `stream`, over its
  * tensor results and, for a group reduction, its group results) before the stages that read them.
  * Bind each shard with its whole tensor's element count (optgen_tensor::whole_numel). NULL removes
- * the hook. A spec that sums over the rows of matrices (Adafactor) then runs its step on
- * shards (optgen::FusedOptimizer::set_reduction_hook). */
+ * the hook. A spec that sums over the rows or columns of matrices (Adafactor, Adam-mini) then runs
+ * its step on shards (optgen::FusedOptimizer::set_reduction_hook). */
 int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook hook, void* user_data);
 /* The same with optgen's own hook over an NCCL communicator (`nccl_comm`, an ncclComm_t of the
  * ranks holding the shards; optgen::nccl::all_reduce_hook): one ncclAllReduce per reduction of each
@@ -251,6 +251,10 @@ typedef int (*optgen_matrix_hook)(const optgen_matrix_work* work, void* user_dat
  * whole_numel) bring the whole matrices together, apply the function
  * (optgen_apply_matrix_function) and hand each rank its rows back, on `stream`. NULL removes it. */
 int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook, void* user_data);
+/* The same with optgen's own hook over an NCCL communicator (`nccl_comm`, an ncclComm_t of the
+ * ranks; optgen::nccl::matrix_hook): each whole matrix orthogonalised on an owner rank, the rows
+ * moved by NCCL sends and receives on the step's stream; take one step before capturing. (ABI 12.) */
+int optgen_set_nccl_matrix_hook(optgen_optimizer* optimizer, void* nccl_comm);
 /* Bytes of device scratch optgen_apply_matrix_function needs for `count` matrices of rows x cols. */
 size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols);
 /* Applies matrix value `value`'s function with `arguments` (optgen_matrices::arguments) to `count`

@@ -27,11 +27,17 @@ struct Api {
   int (*CommInitAll)(Comm*, int, const int*);
   int (*CommDestroy)(Comm);
   int (*AllReduce)(const void*, void*, size_t, int, int, Comm, CUstream);
+  int (*AllGather)(const void*, void*, size_t, int, Comm, CUstream);
+  int (*Send)(const void*, size_t, int, int, Comm, CUstream);
+  int (*Recv)(void*, size_t, int, int, Comm, CUstream);
+  int (*CommCount)(Comm, int*);
+  int (*CommUserRank)(Comm, int*);
   int (*GroupStart)();
   int (*GroupEnd)();
   const char* (*GetErrorString)(int);
 };
-enum { kFloat32 = 7, kFloat64 = 8, kSum = 0, kMax = 2 };  ///< nccl.h's ncclFloat32, ncclFloat64, ncclSum, ncclMax
+/// nccl.h's ncclInt64, ncclFloat32, ncclFloat64, ncclBfloat16, ncclSum, ncclMax.
+enum { kInt64 = 4, kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9, kSum = 0, kMax = 2 };
 
 /// NCCL, loaded on first use. Throws optgen::Error naming dlopen and what to do without it.
 /// Thread-safe.
@@ -50,5 +56,16 @@ void check(int result, const char* call);
 /// number of tensors, each its own part of every tensor, bound with the whole tensor's element
 /// count (Tensor::whole_numel). `comm` must outlive the optimizer's steps.
 std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm);
+
+/// A matrix hook (FusedOptimizer::set_matrix_hook) of `optimizer` over `comm`, for ranks that each
+/// hold consecutive rows of every matrix (a tensor of two dimensions bound with Tensor::whole_numel;
+/// rank 0 the first rows, any rank none): each whole matrix goes to an owner rank (the costliest
+/// first, each to the least loaded rank), which applies its function to the matrices it owns,
+/// batched by shape and arguments (FusedOptimizer::apply_matrix_function), and hands every rank its
+/// rows back: two NCCL groups of sends and receives on the step's stream, capturable in a CUDA
+/// graph. The first call for a list of matrices learns the ranks' rows (an all-gather that
+/// synchronizes) and allocates its buffers: take one step before capturing one. Every rank must
+/// bind the same tensors. `comm` and `optimizer` must outlive the optimizer's steps.
+std::function<void(const MatrixWork&)> matrix_hook(Comm comm, FusedOptimizer& optimizer);
 
 }  // namespace optgen::nccl
