@@ -33,7 +33,7 @@ reads its own shards' norms: the check must then fail for every case that reduce
 Adafactor of a DTensor sharded along dimension 1 must be refused (its rows are split). AdamMini
 (adam_mini) takes the named params with every block rule among them: heads and rows whole on each
 rank, and the one block of scale, conv and row cut across the ranks (rank 1's part of scale and
-of row empty).
+of row empty); a query whose shards cut a head must be refused.
 
 muon: optgen.torch.Muon on the matrices (w1, w2, emb, conv 4x3x2x2, row 1x6: rank 1's shard of
 it empty) in two groups of different variants (Nesterov's momentum and plain), sharded and whole,
@@ -223,6 +223,17 @@ def trajectories(rank, device, mesh, no_reduce, backend):
         report(rank, check="refusal", case="adafactor_shard1", error=None)
     except ValueError as e:
         report(rank, check="refusal", case="adafactor_shard1", error=str(e))
+    # AdamMini's query of 2 heads of 3 rows (dim 6), its rows split 4 and 2 (as no fully_shard
+    # would, but a DTensor may be): each shard cuts a head, refused.
+    rows = 4 if rank == 0 else 2
+    query = torch.nn.Parameter(DTensor.from_local(torch.zeros(rows, 6, device=device), mesh, [Shard(0)], run_check=False,
+                                                  shape=(6, 6), stride=(6, 1)))
+    query.grad = torch.zeros_like(query)
+    try:
+        ot.AdamMini([("wq", query)], dim=6, n_heads=2).step()
+        report(rank, check="refusal", case="adam_mini_cut_head", error=None)
+    except ValueError as e:
+        report(rank, check="refusal", case="adam_mini_cut_head", error=str(e))
 
 
 def captured(device, mesh, make, groups=Model.groups, tolerance=lambda step: {}):

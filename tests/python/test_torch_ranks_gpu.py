@@ -55,6 +55,8 @@ def test_shards_step_as_whole_tensors(backend):
             assert r["grad_norm_rel"] <= 1e-6, (case, r)
     error = results["adafactor_shard1"]["error"]
     assert error and "Shard(1)" in error and "rows" in error, error
+    error = results["adam_mini_cut_head"]["error"]
+    assert error and "cuts a block" in error and "whole number of heads" in error, error
 
 
 @BACKENDS
