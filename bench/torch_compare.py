@@ -221,38 +221,14 @@ def load_workload(directory, name):
 # optgen through ctypes
 
 
-class OptgenTensor(ctypes.Structure):
-    """optgen_tensor of optgen/c_api.h."""
-    _fields_ = [
-        ("param", ctypes.c_void_p),
-        ("grad", ctypes.c_void_p),
-        ("numel", ctypes.c_int64),
-        ("grad_numel", ctypes.c_int64),
-        ("dtype", ctypes.c_int32),
-        ("grad_dtype", ctypes.c_int32),
-        ("states", ctypes.POINTER(ctypes.c_void_p)),
-        ("ndim", ctypes.c_int32),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("whole_numel", ctypes.c_int64),  # ABI 8
-        ("shard_dim", ctypes.c_int32),  # ABI 12
-    ]
-
-
-class OptgenStorage(ctypes.Structure):
-    """optgen_storage of optgen/c_api.h (ABI 5): what an optimizer stores; NULL is every member 0
-    (f32 states, params rounded to nearest), which this benchmark's fp32 runs use."""
-    _fields_ = [
-        ("state_dtype", ctypes.c_int32),
-        ("num_state_dtypes", ctypes.c_size_t),
-        ("state_names", ctypes.POINTER(ctypes.c_char_p)),
-        ("state_dtypes", ctypes.POINTER(ctypes.c_int32)),
-        ("param_write", ctypes.c_int32),
-        ("seed", ctypes.c_uint64),
-    ]
-
+# The C ABI's structs and version are the Python package's (python/optgen/_capi.py), the one
+# binding of optgen/c_api.h: this layer once spoke ABI 7 for five versions after it changed.
+sys.path.insert(0, os.path.join(REPO, "python"))
+from optgen._capi import ABI_VERSION as OPTGEN_ABI_VERSION  # noqa: E402
+from optgen._capi import _Storage as OptgenStorage  # noqa: E402  (NULL: f32 states, params rounded to nearest)
+from optgen._capi import _Tensor as OptgenTensor  # noqa: E402
 
 OPTGEN_F32 = 0
-OPTGEN_ABI_VERSION = 12  # OPTGEN_ABI_VERSION of optgen/c_api.h
 
 
 class OptgenError(RuntimeError):
