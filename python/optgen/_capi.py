@@ -245,6 +245,13 @@ _CHECKED = {
                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage),
                                 ctypes.POINTER(_P)],
+    # ABI 12: several optimizers as one (the set's handle is an optgen_optimizers*).
+    "optgen_optimizers_create": [ctypes.POINTER(_P), _SIZE, ctypes.POINTER(_P)],
+    "optgen_optimizers_prepare": [_P, ctypes.c_void_p],
+    "optgen_optimizers_step_amp": [_P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
+    "optgen_optimizers_launches_last_step": [_P, ctypes.POINTER(ctypes.c_int)],
+    "optgen_optimizers_save": [_P, ctypes.c_char_p],
+    "optgen_optimizers_load": [_P, ctypes.c_char_p],
 }
 
 
@@ -277,8 +284,9 @@ class _Library:
             getattr(self.dll, name).argtypes = [_P]
         self.dll.optgen_matrix_function_scratch_bytes.restype = ctypes.c_size_t
         self.dll.optgen_matrix_function_scratch_bytes.argtypes = [ctypes.c_int64] * 3
-        self.dll.optgen_destroy.argtypes = [_P]
-        self.dll.optgen_destroy.restype = None
+        for name in ("optgen_destroy", "optgen_optimizers_destroy"):
+            getattr(self.dll, name).argtypes = [_P]
+            getattr(self.dll, name).restype = None
         for name, argtypes in _CHECKED.items():
             function = getattr(self.dll, name, None)
             if function is not None:
@@ -918,3 +926,54 @@ class Engine:
 
     def load(self, path: str) -> None:
         self._lib.call("optgen_load", self._handle, os.fsencode(path))
+
+
+class Optimizers:
+    """Engines of different specs as one optimizer (optgen::Optimizers, optgen_optimizers_create):
+    Muon for the hidden matrices and AdamW for the rest, say. step() steps each engine in order on
+    one stream; save() and load() write and read one checkpoint of them all (each engine's part
+    under optimizer.<i>.; loading checks the count and the specs, and changes no engine when any
+    part does not fit). It keeps its engines alive."""
+
+    def __init__(self, engines: Sequence[Engine]):
+        self._lib = library()
+        self.engines = list(engines)
+        members = (_P * max(1, len(self.engines)))(*[e._handle.value for e in self.engines])
+        handle = ctypes.c_void_p()
+        self._lib.call("optgen_optimizers_create", members, len(self.engines), ctypes.byref(handle))
+        self._handle = handle
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.dll.optgen_optimizers_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def prepare(self, stream: int = 0) -> None:
+        self._lib.call("optgen_optimizers_prepare", self._handle, stream)
+
+    def step(self, stream: int = 0, grad_scale: int = 0, found_inf: int = 0) -> None:
+        """Every engine's step on `stream` (AMP's device pointers as Engine.step's); an exception an
+        engine's hook raised is raised here."""
+        try:
+            self._lib.call("optgen_optimizers_step_amp", self._handle, stream, grad_scale, found_inf)
+        except OptgenError as e:
+            for engine in self.engines:
+                failure, engine._hook_failure = engine._hook_failure, None
+                if failure is not None:
+                    raise failure from e
+            raise
+
+    def launches_last_step(self) -> int:
+        n = ctypes.c_int()
+        self._lib.call("optgen_optimizers_launches_last_step", self._handle, ctypes.byref(n))
+        return n.value
+
+    def save(self, path: str) -> None:
+        self._lib.call("optgen_optimizers_save", self._handle, os.fsencode(path))
+
+    def load(self, path: str) -> None:
+        self._lib.call("optgen_optimizers_load", self._handle, os.fsencode(path))

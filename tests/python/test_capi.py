@@ -323,3 +323,22 @@ def test_hooks_are_set_and_removed_and_a_matrix_function_needs_a_prepared_group(
     assert 0 < one < three
     with pytest.raises(OptgenError, match="no param group 0"):
         e.apply_matrix_function(0, 0, [5, 3.4445, -4.775, 2.0315, 1e-7], 1, 1, 1, 64, 32, 0)
+
+
+def test_engines_of_two_specs_as_one_save_and_load_one_checkpoint(tmp_path):
+    # No param group: nothing touches the device.
+    muon, adamw = Engine.builtin("muon"), Engine.builtin("adamw")
+    both = optgen.Optimizers([muon, adamw])
+    assert both.launches_last_step() == 0
+    path = str(tmp_path / "both.safetensors")
+    both.save(path)
+    both.load(path)
+    with pytest.raises(OptgenError, match="member 0 is adamw but the checkpoint's is muon"):
+        optgen.Optimizers([adamw, muon]).load(path)
+    with pytest.raises(OptgenError, match="the checkpoint holds 2 optimizers, this set 1"):
+        optgen.Optimizers([muon]).load(path)
+    with pytest.raises(OptgenError, match="member 1 is given twice"):
+        optgen.Optimizers([muon, muon])
+    adamw.close()
+    with pytest.raises(OptgenError, match="member 1 is null"):
+        optgen.Optimizers([muon, adamw])
