@@ -231,7 +231,7 @@ class AdamMini(Optimizer):
             state = dict(saved["state"][i], step=int(saved["state"][i]["step"]))
             rule, rows = self._block(p)
             if rule == "heads":
-                state.update(m=_view(state["m"], (rows, p.numel() // rows)), head_per_gpu=rows)
+                state.update(m=_view(state["m"], (rows, p.numel() // max(rows, 1))), head_per_gpu=rows)
             elif rule == "neurons":
                 state["neuron_per_gpu"] = rows
             elif rule == "one":
