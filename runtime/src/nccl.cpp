@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "matrix_exchange.h"
+#include "optgen/dtype.h"
 #include "optgen/error.h"
 #include "optimizer_impl.h"
 #include "shared_library.h"
@@ -87,7 +88,7 @@ std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm) {
 
 namespace {
 
-constexpr std::size_t kBF16 = 2;  // bytes
+const std::size_t kBF16 = size_of(DType::BF16);  // bytes of the matrices MatrixWork hands over
 
 /// What matrix_hook does after one Reduce stage for one list of matrices: the plan, and the
 /// owned matrices in batches of one value, shape and arguments, each batch's whole matrices
