@@ -3,6 +3,7 @@
 // in one launch, a tensor of more than 2^31 elements, setters, the NVRTC path and its cache.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "optgen/blockwise8.h"
 #include "optgen/c_api.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/nccl.h"
@@ -355,6 +357,24 @@ TEST_CASE("the C ABI and the generator say which version they are", "[launcher]"
   CHECK(std::string(optgen_version()) == OPTGEN_VERSION);
   CHECK(optgen::Adam::info().abi_version == optgen::kernel_abi::kVersion);
   CHECK(std::string(optgen::Adam::info().generator) == "optgen " OPTGEN_VERSION);
+}
+
+TEST_CASE("the C ABI hands out the 8-bit states' maps and blocks, and refuses other dtypes", "[launcher]") {
+  for (const int32_t dtype : {OPTGEN_Q8, OPTGEN_UQ8}) {
+    std::vector<float> map(256, -2.0f);
+    int32_t block = 0;
+    int64_t min_numel = 0;
+    REQUIRE(optgen_blockwise8_layout(dtype, map.data(), &block, &min_numel) == 0);
+    const float* expected = dtype == OPTGEN_Q8 ? optgen::blockwise8::kSignedMap : optgen::blockwise8::kUnsignedMap;
+    CHECK(std::equal(map.begin(), map.end(), expected));
+    CHECK(block == 256);
+    CHECK(min_numel == 4096);
+    CHECK(optgen_blockwise8_layout(dtype, nullptr, nullptr, nullptr) == 0);
+  }
+  CHECK(optgen_blockwise8_layout(OPTGEN_BF16, nullptr, nullptr, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("not OPTGEN_Q8 or OPTGEN_UQ8"));
+  CHECK(optgen_blockwise8_layout(9, nullptr, nullptr, nullptr) == -1);
+  CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("unknown dtype 9"));
 }
 
 TEST_CASE("a kernel set with a bf16 operand needs compute capability 8.0, the others 7.5", "[launcher]") {

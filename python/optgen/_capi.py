@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 12
+ABI_VERSION = 13
 
 
 class _Enum(enum.IntEnum):
@@ -245,6 +245,8 @@ _CHECKED = {
                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p],
     "optgen_create_from_spec": [ctypes.c_char_p, _NAMES, _DOUBLES, _SIZE, ctypes.POINTER(_Storage),
                                 ctypes.POINTER(_P)],
+    "optgen_blockwise8_layout": [ctypes.c_int32, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int32),
+                                 ctypes.POINTER(ctypes.c_int64)],  # ABI 13
     # ABI 12: several optimizers as one (the set's handle is an optgen_optimizers*).
     "optgen_optimizers_create": [ctypes.POINTER(_P), _SIZE, ctypes.POINTER(_P)],
     "optgen_optimizers_prepare": [_P, ctypes.c_void_p],
@@ -464,6 +466,38 @@ class StateBuffer:
     def absmax_offset(self) -> int:
         """Where an 8-bit state's block absmax starts, in bytes from `address`."""
         return (self.numel + 15) // 16 * 16
+
+
+@dataclass(frozen=True)
+class Blockwise8Layout:
+    """How 8-bit state dtype Q8 or UQ8 stores a tensor's values (optgen_blockwise8_layout, C ABI 13;
+    optgen/blockwise8.h): `map` the value of each code (256, ascending), `block_size` the elements
+    each float32 absmax covers, `min_numel` the least elements kept in 8 bits (fewer: F32 values)."""
+    dtype: int
+    map: Tuple[float, ...]
+    block_size: int
+    min_numel: int
+
+    @staticmethod
+    def of(dtype: int) -> "Blockwise8Layout":
+        values, block, least = (ctypes.c_float * 256)(), ctypes.c_int32(), ctypes.c_int64()
+        library().call("optgen_blockwise8_layout", dtype, values, ctypes.byref(block), ctypes.byref(least))
+        return Blockwise8Layout(DType(dtype), tuple(values), block.value, least.value)
+
+    def in_8bit(self, numel: int) -> bool:
+        """Whether a tensor of `numel` elements keeps the state as codes (else as F32 values)."""
+        return numel >= self.min_numel
+
+    def blocks(self, numel: int) -> int:
+        return -(-numel // self.block_size)
+
+    def absmax_offset(self, numel: int) -> int:
+        """Where the block absmax starts in a tensor's buffer: after the codes, padded to 16 bytes."""
+        return (numel + 15) // 16 * 16
+
+    def buffer_bytes(self, numel: int) -> int:
+        """The bytes of a tensor's buffer: its codes, padded to 16, then a float32 absmax per block."""
+        return self.absmax_offset(numel) + 4 * self.blocks(numel)
 
 
 @dataclass(frozen=True)

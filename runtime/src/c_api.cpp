@@ -1,9 +1,11 @@
 #include "optgen/c_api.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "optgen/blockwise8.h"
 #include "optgen/error.h"
 #include "optgen/nccl.h"
 #include "optgen/optimizers.h"
@@ -570,6 +572,20 @@ int optgen_master_weights(const optgen_optimizer* optimizer, size_t group, size_
   return guarded([&] {
     require(optimizer && data, "optgen_master_weights", "optimizer or data is NULL");
     *data = optimizer->engine.master_weights(group, tensor).data;
+  });
+}
+
+int optgen_blockwise8_layout(int32_t dtype, float* map, int32_t* block_size, int64_t* min_numel) {
+  return guarded([&] {
+    const optgen::DType type = dtype_of(dtype, "optgen_blockwise8_layout");
+    require(optgen::is_blockwise(type), "optgen_blockwise8_layout", "dtype is not OPTGEN_Q8 or OPTGEN_UQ8");
+    if (map) {
+      const float* codes =
+          type == optgen::DType::Q8 ? optgen::blockwise8::kSignedMap : optgen::blockwise8::kUnsignedMap;
+      std::copy(codes, codes + 256, map);
+    }
+    if (block_size) *block_size = optgen::blockwise8::kBlockSize;
+    if (min_numel) *min_numel = optgen::blockwise8::kMin8bitSize;
   });
 }
 

@@ -45,8 +45,9 @@ times the step's scale, far below what orthogonalising a shard instead of the wh
 save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
 torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
 and keeps each rank's final shards in DIR/<case>.final.<rank>.pt (AdamW with master copies on
-bf16 params among the cases). load: a new copy (sharded under torchrun,
-plain tensors in one process) loads DIR, steps from SAVE_AT to STEPS and must end where save did.
+bf16 params among the cases, and AdamW with 8-bit states on a model with BIG). load: a new copy
+(sharded under torchrun, plain tensors in one process) loads DIR, steps from SAVE_AT to STEPS and
+must end where save did (8-bit states loaded into another layout: within RESHARD_8BIT_ATOL).
 Prodigy's state_dict keeps s and p0 flat for plain tensors (prodigyopt's layout) but in the param's
 shape for DTensors, so its sharded checkpoint does not load into plain tensors: reported as an error.
 """
@@ -89,9 +90,19 @@ CASES = {
     "adam_mini": lambda named: adam_mini(named),
 }
 REDUCING = sorted(set(CASES) - {"adamw"})  # those whose step reads a reduction
-# Checkpointed too: AdamW with fp32 master copies of bf16 params (state "master_param").
+# Checkpointed too: AdamW with fp32 master copies of bf16 params (state "master_param"), and
+# bitsandbytes' AdamW8bit storage on a model with a tensor large enough for 8-bit states (BIG).
 MASTER = {"adamw_master": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1, master_weights=True)}
-CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master", "adam_mini")
+EIGHT_BIT = {"adamw_8bit": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1,
+                                                    state_dtype={"*": "q8", "exp_avg_sq": "uq8"})}
+CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master", "adam_mini", "adamw_8bit")
+# 8-bit states from 4096 elements: big's halves (75 rows, 4800 elements) are codes on each rank,
+# in blocks of 256 from each half's start, which the whole tensor's blocks cut elsewhere (4800 =
+# 18.75 blocks). A checkpoint holds the states' values; loaded into another layout they are
+# quantised in its blocks, each value moving by up to half a code's step of its new block's
+# absmax, and a run on from there differs from the saved one's by up to RESHARD_8BIT_ATOL.
+BIG = {"big": (150, 64)}
+RESHARD_8BIT_ATOL = 2e-3
 # Adafactor's groups: rows and columns of matrices split unevenly (w1, w2, emb) and of one whose
 # rank 1 holds none of its rows (row), a conv weight whose matrices are whole on each rank, vectors.
 ADAFACTOR_GROUPS = (("w1", "conv", "row"), ("w2", "emb", "b1", "scale"))
@@ -107,10 +118,11 @@ def adam_mini(named):
 
 
 class Model(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, shapes=SHAPES):
         super().__init__()
+        self.shapes = shapes
         generator = torch.Generator().manual_seed(0)
-        for name, shape in SHAPES.items():
+        for name, shape in shapes.items():
             self.register_parameter(name, torch.nn.Parameter(torch.randn(shape, generator=generator)))
 
     def groups(self):
@@ -121,12 +133,14 @@ class Model(torch.nn.Module):
         if case.startswith("adam_mini"):
             return list(self.named_parameters())
         names = ADAFACTOR_GROUPS if case.startswith("adafactor") else GROUPS
-        return [{"params": [getattr(self, name) for name in group]} for group in names]
+        groups = [{"params": [getattr(self, name) for name in group]} for group in names]
+        groups[0]["params"] += [getattr(self, name) for name in self.shapes if name not in SHAPES]
+        return groups
 
 
-def whole_grads(step, device):
+def whole_grads(step, device, shapes=SHAPES):
     generator = torch.Generator().manual_seed(1000 + step)
-    return {name: torch.randn(shape, generator=generator).to(device) for name, shape in SHAPES.items()}
+    return {name: torch.randn(shape, generator=generator).to(device) for name, shape in shapes.items()}
 
 
 def ranks():
@@ -143,7 +157,7 @@ def part(t):
 
 
 def set_grads(model, step, device):
-    for name, g in whole_grads(step, device).items():
+    for name, g in whole_grads(step, device, model.shapes).items():
         p = getattr(model, name)
         g = g.to(p.dtype)
         if isinstance(p, DTensor):
@@ -156,7 +170,7 @@ def compare(a_model, b_model, rtol=RTOL, atol=ATOL):
     """The worst violation of the tolerance and the largest difference over every param of a_model
     (sharded or whole) against b_model's (whole): each rank its own part, then the worst of all."""
     violation, largest = 0.0, 0.0
-    for name in SHAPES:
+    for name in a_model.shapes:
         a, b = getattr(a_model, name).detach(), getattr(b_model, name).detach()
         if isinstance(a, DTensor):
             a, b = a.to_local(), part(b)
@@ -180,8 +194,12 @@ def dtype_of(case):
     return torch.bfloat16 if case in MASTER else torch.float32
 
 
-def sharded_model(device, mesh, dtype=torch.float32):
-    model = Model().to(device, dtype)
+def shapes_of(case):
+    return {**SHAPES, **BIG} if case in EIGHT_BIT else SHAPES
+
+
+def sharded_model(device, mesh, dtype=torch.float32, shapes=SHAPES):
+    model = Model(shapes).to(device, dtype)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -312,8 +330,8 @@ def muon(rank, device, mesh, no_gather, backend):
 
 def save(rank, device, mesh, directory):
     for case in CHECKPOINTED:
-        model = sharded_model(device, mesh, dtype_of(case))
-        opt = {**CASES, **MASTER}[case](model.groups_of(case))
+        model = sharded_model(device, mesh, dtype_of(case), shapes_of(case))
+        opt = {**CASES, **MASTER, **EIGHT_BIT}[case](model.groups_of(case))
         for step in range(STEPS):
             if step == SAVE_AT:
                 dcp.save({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)},
@@ -321,16 +339,16 @@ def save(rank, device, mesh, directory):
             set_grads(model, step, device)
             opt.step()
         # Each rank keeps its shards; load joins them (the rows of every rank, in rank order).
-        torch.save({name: getattr(model, name).detach().to_local().cpu() for name in SHAPES},
+        torch.save({name: getattr(model, name).detach().to_local().cpu() for name in model.shapes},
                    os.path.join(directory, f"{case}.final.{rank}.pt"))
         report(rank, check="save", case=case)
 
 
 def load(rank, device, mesh, directory):
     for case in CHECKPOINTED:
-        dtype = dtype_of(case)
-        model = sharded_model(device, mesh, dtype) if mesh is not None else Model().to(device, dtype)
-        opt = {**CASES, **MASTER}[case](model.groups_of(case))
+        dtype, shapes = dtype_of(case), shapes_of(case)
+        model = sharded_model(device, mesh, dtype, shapes) if mesh is not None else Model(shapes).to(device, dtype)
+        opt = {**CASES, **MASTER, **EIGHT_BIT}[case](model.groups_of(case))
         state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, case))
@@ -343,13 +361,15 @@ def load(rank, device, mesh, directory):
             set_grads(model, step, device)
             opt.step()
         shards = [torch.load(os.path.join(directory, f"{case}.final.{r}.pt")) for r in range(SAVED_RANKS)]
-        expected = Model()
+        expected = Model(shapes)
         with torch.no_grad():
-            for name in SHAPES:
+            for name in shapes:
                 getattr(expected, name).copy_(torch.cat([shard[name] for shard in shards]))
-        violation, largest = compare(model, expected.to(device))
-        report(rank, check="load", case=case, ranks=dist.get_world_size() if mesh is not None else 0,
-               violation=violation, largest=largest)
+        world = dist.get_world_size() if mesh is not None else 0
+        resharded = case in EIGHT_BIT and world != SAVED_RANKS  # quantised in other blocks
+        tolerance = dict(rtol=0.0, atol=RESHARD_8BIT_ATOL) if resharded else {}
+        violation, largest = compare(model, expected.to(device), **tolerance)
+        report(rank, check="load", case=case, ranks=world, violation=violation, largest=largest)
 
 
 def main():

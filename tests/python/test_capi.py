@@ -255,6 +255,19 @@ def test_8bit_states_are_storage_of_the_engine():
     assert StateBuffer(0, 1000, Q8, 1024).absmax_offset == 1008
 
 
+def test_the_8bit_layouts_come_from_the_library():
+    signed, unsigned = optgen.Blockwise8Layout.of(Q8), optgen.Blockwise8Layout.of(UQ8)
+    for layout in (signed, unsigned):
+        assert len(layout.map) == 256 and list(layout.map) == sorted(set(layout.map)) and layout.map[-1] == 1.0
+        assert (layout.block_size, layout.min_numel) == (256, 4096)
+        assert not layout.in_8bit(4095) and layout.in_8bit(4096)
+        assert layout.buffer_bytes(4097) == 4112 + 4 * 17 and layout.absmax_offset(4097) == 4112
+    assert signed.map[127] == 0.0 and signed.map[0] == -signed.map[254] > -0.993  # the signed map has no -1
+    assert unsigned.map[0] == 0.0
+    with pytest.raises(OptgenError, match="not OPTGEN_Q8 or OPTGEN_UQ8"):
+        optgen.Blockwise8Layout.of(F32)
+
+
 @pytest.mark.parametrize("arguments,message", [
     (dict(state_dtype=5), "Storage.state_dtype must be F32, BF16, F16, Q8 or UQ8"),
     (dict(state_dtype=True), "Storage.state_dtype must be"),

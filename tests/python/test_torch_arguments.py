@@ -125,23 +125,25 @@ def cpu_param(dtype=torch.bfloat16):
 @pytest.mark.parametrize("state_dtype", [
     torch.float32, torch.bfloat16, torch.float16, None, {}, {"exp_avg": torch.bfloat16},
     {"*": torch.bfloat16, "exp_avg_sq": torch.float32},
-    {"exp_avg": torch.bfloat16, "exp_avg_sq": torch.float16, "max_exp_avg_sq": torch.float32}])
+    {"exp_avg": torch.bfloat16, "exp_avg_sq": torch.float16, "max_exp_avg_sq": torch.float32},
+    "q8", {"*": "q8", "exp_avg_sq": "uq8"}])
 def test_state_dtypes_that_are_accepted(state_dtype):
     with pytest.raises(ValueError, match="step CUDA tensors"):  # past every option check
         ot.AdamW([cpu_param()], state_dtype=state_dtype)
 
 
 @pytest.mark.parametrize("state_dtype,message", [
-    (torch.float64, "state_dtype must be torch.float32, torch.bfloat16 or torch.float16, or a dict of them by state "
-                    "name; got torch.float64"),
+    (torch.float64, "state_dtype must be torch.float32, torch.bfloat16, torch.float16, 'q8' or 'uq8', or a dict of "
+                    "them by state name; got torch.float64"),
     (torch.int8, "state_dtype must be .* got torch.int8"),
     ("bfloat16", "state_dtype must be .* got 'bfloat16'"),
     ([torch.bfloat16], "state_dtype must be"),
     ({"exp_avg_sqq": torch.float32}, r"state_dtype names state 'exp_avg_sqq', which AdamW does not have \(its states: "
                                      "exp_avg, exp_avg_sq, max_exp_avg_sq; '\\*': every state not named\\)"),
     ({"momentum_buffer": torch.float32}, "state_dtype names state 'momentum_buffer', which AdamW does not have"),
-    ({"exp_avg": torch.float64}, r"state_dtype\['exp_avg'\] must be torch.float32, torch.bfloat16 or "
-                                 "torch.float16; got torch.float64"),
+    ({"exp_avg": torch.float64}, r"state_dtype\['exp_avg'\] must be torch.float32, torch.bfloat16, "
+                                 "torch.float16, 'q8' or 'uq8'; got torch.float64"),
+    ({"exp_avg": "q4"}, r"state_dtype\['exp_avg'\] must be .* got 'q4'"),
     ({"exp_avg": "bf16"}, r"state_dtype\['exp_avg'\] must be .* got 'bf16'"),
     ({"*": torch.float64}, r"state_dtype\['\*'\] must be"),
 ])

@@ -1,5 +1,6 @@
 """optgen.torch's storage options on a GPU: a dtype per state, fp32 master copies of bf16 and f16
-params, stochastic rounding of bf16 params, and their state_dict round trips (C ABI 5)."""
+params, stochastic rounding of bf16 params, 8-bit blockwise states, and their state_dict round trips
+(C ABI 5, 13)."""
 
 import copy
 import io
@@ -263,3 +264,123 @@ def test_a_state_dict_resumes_bit_identically_through_torch_save(options):
         assert ours[i]["step"].item() == 6
         for key in theirs[i]:
             assert torch.equal(ours[i][key], theirs[i][key]), f"param {i}: state {key} differs"
+
+
+# ---- 8-bit blockwise states ----
+
+Q8_STATES = {"*": "q8", "exp_avg_sq": "uq8"}  # bitsandbytes' AdamW8bit
+# Codes from 4096 elements: a matrix, a channels_last conv weight (codes in its memory order), a
+# vector whose last block has one element; 4095 elements keep float32 values.
+Q8_SHAPES = [(300, 257), (64, 3, 7, 7), (4097,), (4095,)]
+# The widest gap between two codes' values, the signed map's next to +-1 (1/64 of 0.9), halved: a
+# value quantised from a float moves by at most this times its block's absmax, which is at most the
+# block's largest magnitude over 1 - 0.9 / 128 (0.9929687, the signed map's most negative code).
+Q8_HALF_STEP = 0.9 / 64 / 2 / (1 - 0.9 / 128)
+
+
+def q8_params(seed, dtype=torch.float32):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    params = [torch.randn(s, generator=g, device="cuda").to(dtype) for s in Q8_SHAPES]
+    params[1] = params[1].contiguous(memory_format=torch.channels_last)
+    return [torch.nn.Parameter(p) for p in params]
+
+
+def q8_grads(params, step):
+    g = torch.Generator(device="cuda").manual_seed(1000 + step)
+    return [torch.empty_like(p).normal_(generator=g) * 1e-2 for p in params]  # each in its param's layout
+
+
+def q8_run(optimizer, params, steps, first_step=0):
+    for step in range(first_step, first_step + steps):
+        for p, g in zip(params, q8_grads(params, step)):
+            p.grad = g
+        optimizer.step()
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_8bit_states_step_as_the_engine_does_on_its_own_buffers(dtype):
+    ours_p, engine_p = q8_params(7, dtype), q8_params(7, dtype)
+    ours = ot.AdamW(ours_p, lr=1e-2, weight_decay=0.1, state_dtype=Q8_STATES)
+    hyper = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1}
+    engine = optgen.Engine.builtin("adamw", hyper, storage=optgen.Storage(optgen.Q8, {"exp_avg_sq": optgen.UQ8}))
+    grads = [torch.empty_like(p) for p in engine_p]
+    engine.add_param_group([optgen.TensorBinding(p.data_ptr(), g.data_ptr(), p.numel(),
+                                                 optgen.F32 if dtype == torch.float32 else optgen.BF16)
+                            for p, g in zip(engine_p, grads)], hyper)
+    stream = torch.cuda.current_stream().cuda_stream
+    engine.prepare(stream)
+    for step in range(5):
+        for p, mine, g in zip(ours_p, grads, q8_grads(ours_p, step)):
+            p.grad = g
+            mine.copy_(g)
+        ours.step()
+        engine.step(stream)
+    torch.cuda.synchronize()
+    assert_equal([p.detach() for p in ours_p], [p.detach() for p in engine_p])
+    layout = optgen.Blockwise8Layout.of(optgen.Q8)
+    for p in ours_p[:3]:
+        assert ours.state[p]["exp_avg"].dtype == torch.uint8
+        assert ours.state[p]["exp_avg"].numel() == layout.buffer_bytes(p.numel())
+    assert ours.state[ours_p[3]]["exp_avg"].dtype == torch.float32  # under 4096 elements
+
+
+def test_an_8bit_state_dict_holds_values_that_quantise_back_to_the_same_bits_and_resume_bit_identically():
+    straight_p, resumed_p = q8_params(8), q8_params(8)
+    straight = ot.AdamW(straight_p, lr=1e-2, state_dtype=Q8_STATES)
+    q8_run(straight, straight_p, 6)
+    first = ot.AdamW(resumed_p, lr=1e-2, state_dtype=Q8_STATES)
+    q8_run(first, resumed_p, 3)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer)
+    for i, p in enumerate(resumed_p):
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert saved["state"][i][name].dtype == torch.float32 and saved["state"][i][name].shape == p.shape
+    kept = {i: {name: first.state[p][name].clone() for name in ("exp_avg", "exp_avg_sq")}
+            for i, p in enumerate(resumed_p)}
+    del first
+    resumed = ot.AdamW(resumed_p, lr=1e-2, state_dtype=Q8_STATES)
+    resumed.load_state_dict(saved)  # the values quantised into buffers for the engine
+    for i, p in enumerate(resumed_p):
+        for name, bits in kept[i].items():
+            assert torch.equal(resumed.state[p][name], bits), f"param {i}: {name} is not the saved bits"
+    q8_run(resumed, resumed_p, 3, first_step=3)
+    assert_equal([p.detach() for p in resumed_p], [p.detach() for p in straight_p])
+
+
+def test_8bit_states_load_torch_adamw_checkpoints_and_torch_adamw_loads_theirs():
+    theirs_p, ours_p = q8_params(9), q8_params(9)
+    theirs = torch.optim.AdamW(theirs_p, lr=1e-2)
+    q8_run(theirs, theirs_p, 3)
+    ours = ot.AdamW(ours_p, lr=1e-2, state_dtype=Q8_STATES)
+    ours.load_state_dict(theirs.state_dict())
+    saved = ours.state_dict()
+    for i, p in enumerate(theirs_p):
+        for name in ("exp_avg", "exp_avg_sq"):
+            a, b = saved["state"][i][name], theirs.state[p][name]
+            assert a.dtype == torch.float32 and a.shape == b.shape and a.stride() == b.stride()
+            if p.numel() < 4096:
+                assert torch.equal(a, b), f"param {i}: {name} kept in float32 changed"
+            else:
+                worst = ((a - b).abs().max() / b.abs().max()).item()
+                assert 0 < worst <= Q8_HALF_STEP, f"param {i}: {name} moved by {worst} of its largest value"
+    back = torch.optim.AdamW([torch.nn.Parameter(p.detach().clone()) for p in ours_p], lr=1e-2)
+    back.load_state_dict(saved)
+    q8_run(back, back.param_groups[0]["params"], 1, first_step=3)  # torch steps from our values
+    for i, p in enumerate(back.param_groups[0]["params"]):
+        assert back.state[p]["step"].item() == 4
+
+
+def test_8bit_state_dtypes_are_checked():
+    params = q8_params(1)
+    with pytest.raises(ValueError, match=r"state_dtype must be torch.float32, .*'q8' or 'uq8'"):
+        ot.AdamW(params, state_dtype="q4")
+    with pytest.raises(ValueError, match=r"state_dtype\['exp_avg'\] must be"):
+        ot.AdamW(params, state_dtype={"exp_avg": "int8"})
+    sgd = ot.SGD(params, lr=0.1, momentum=0.9, state_dtype="q8")  # SGD generates no 8-bit kernels
+    for p, g in zip(params, q8_grads(params, 0)):
+        p.grad = g
+    with pytest.raises(optgen.OptgenError, match=r"storage f32:q8 was generated"):
+        sgd.step()

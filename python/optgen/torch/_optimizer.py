@@ -41,11 +41,15 @@ from .. import _capi
 from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, Storage,
                      TensorBinding)
 from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
+from ._blockwise8 import Codec
 from ._device_array import DeviceArray
 from ._ranks import RankMatrices, RankReductions, shard_groups
 
 _PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
-_STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
+# A state's dtype as state_dtype names it: a torch dtype, or "q8" and "uq8", 8-bit blockwise
+# (_blockwise8: codes and a float32 absmax per block of 256, values float32 in state_dicts).
+_STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16, "q8": _capi.Q8,
+                 "uq8": _capi.UQ8}
 _TYPE_NAMES = {_capi.BOOL: "bool", _capi.INT: "int", _capi.FLOAT: "float"}
 _grad_of = operator.attrgetter("grad")
 # Optimizer's keyword-only options, which from_spec tells apart from hyperparameters.
@@ -92,21 +96,22 @@ def _storage_of(state_dtype: Any, master_weights: Any, stochastic_rounding: Any,
         raise TypeError(f"seed must be an int; got {seed!r}")
     if not 0 <= seed < 2 ** 64:
         raise ValueError(f"seed must be in [0, 2**64); got {seed}")
-    allowed = "torch.float32, torch.bfloat16 or torch.float16"
+    allowed = "torch.float32, torch.bfloat16, torch.float16, 'q8' or 'uq8'"
     states = [s.name for s in spec.states]
     default, named = torch.float32, {}
     if state_dtype is None:
         pass
-    elif isinstance(state_dtype, torch.dtype):
+    elif isinstance(state_dtype, (torch.dtype, str)):
         if state_dtype not in _STATE_DTYPES:
-            raise ValueError(f"state_dtype must be {allowed}, or a dict of them by state name; got {state_dtype}")
+            raise ValueError(f"state_dtype must be {allowed}, or a dict of them by state name; got "
+                             f"{_dtype_name(state_dtype)}")
         default = state_dtype
     elif isinstance(state_dtype, Mapping):
         for name, dtype in state_dtype.items():
             if name != OTHER_STATES and name not in states:
                 raise ValueError(f"state_dtype names state {name!r}, which {spec.name} does not have (its states: "
                                  f"{', '.join(states) or 'none'}; '{OTHER_STATES}': every state not named)")
-            if not isinstance(dtype, torch.dtype) or dtype not in _STATE_DTYPES:
+            if not isinstance(dtype, (torch.dtype, str)) or dtype not in _STATE_DTYPES:
                 raise ValueError(f"state_dtype[{name!r}] must be {allowed}; got {_dtype_name(dtype)}")
         default = state_dtype.get(OTHER_STATES, torch.float32)
         named = {name: dtype for name, dtype in state_dtype.items() if name != OTHER_STATES}
@@ -208,7 +213,15 @@ class Optimizer(torch.optim.Optimizer):
         what was. The built-in Adam and AdamW have float32 states for float32, bfloat16 and
         float16 params, bfloat16 states for bfloat16 and float32 params, and {"*":
         torch.bfloat16, "exp_avg_sq": torch.float32} for bfloat16 params; the others float32
-        states.
+        states. "q8" and "uq8" keep a state in 8 bits, bitsandbytes' blockwise signed and unsigned
+        maps: {"*": "q8", "exp_avg_sq": "uq8"} is bitsandbytes' AdamW8bit (Adam, AdamW and LAMB,
+        float32 and, but for LAMB, bfloat16 params). state[p] then holds optgen's buffer for the
+        tensor (uint8: its codes, then a float32 absmax per block of 256 elements;
+        optgen.Blockwise8Layout), or float32 values for a tensor under 4096 elements, as
+        bitsandbytes keeps them; state_dict() gives the state's values (float32, p's shape: a
+        DTensor as p is), which load_state_dict() quantises, so that a checkpoint loads into
+        another sharding, or into torch.optim's optimizer, and theirs here. The values of codes
+        quantise back to the same codes: a round trip in one layout changes no bit.
     master_weights: keep an fp32 master copy of each bfloat16 or float16 parameter: the step
         updates the master in float32 and writes the parameter as the master rounded to nearest
         (the built-in Adam and AdamW, with float32 states). The master is
@@ -264,8 +277,11 @@ class Optimizer(torch.optim.Optimizer):
         self._static_grads = bool(static_grads)
         self._describe = engine_factory(Storage())  # names, types, defaults and states of the spec
         self._storage = _storage_of(state_dtype, master_weights, stochastic_rounding, seed, self._describe)
-        # Each state's torch dtype, by name.
+        # Each state's torch dtype, by name (float32 for one in 8 bits: its values'), and the 8-bit ones'.
         self._state_dtypes = {s.name: _torch_dtype(self._storage.dtype_of(s.name)) for s in self._describe.states}
+        self._quantized = {s.name: self._storage.dtype_of(s.name) for s in self._describe.states
+                           if self._storage.dtype_of(s.name) in (_capi.Q8, _capi.UQ8)}
+        self._codecs: Dict[tuple, Codec] = {}
         self._master = self._storage.param_write == _capi.MASTER
         types = {h.name: _TYPE_NAMES[h.type] for h in self._describe.hyperparameters}
         self._spec_names = [h.name for h in self._describe.hyperparameters if not h.derived]
@@ -628,8 +644,11 @@ class Optimizer(torch.optim.Optimizer):
         for s, x in zip(self._describe.states, presence):
             if _capi.present(x, ndim):
                 state[s.name] = self._as_state(p, s, state.get(s.name), s.initial_value(values))
-                if s.init_param and s.shape == ELEMENTS and int(state["step"]) == 0:
-                    state[s.name].copy_(p.detach())  # what the first step reads in its place
+                if s.init_param and s.shape == ELEMENTS and int(state["step"]) == 0:  # what the first step reads
+                    if s.name in self._quantized:
+                        state[s.name] = self._quantized_state(p, s, p.detach(), 0.0)
+                    else:
+                        state[s.name].copy_(p.detach())
         for s in self._describe.scalar_states:
             state.setdefault(s.name, torch.tensor(s.initial_value(values), dtype=torch.float64))
         return state
@@ -640,6 +659,8 @@ class Optimizer(torch.optim.Optimizer):
         shape is p's, or for a state per row p.shape[:-1] + (1,), per column p.shape[:-2] + (1,
         p.shape[-1]): torch.optim.Adafactor's row_var and col_var. A value of another number of
         elements is a ValueError."""
+        if s.name in self._quantized:
+            return self._quantized_state(p, s, value, initial)
         dtype = self._state_dtypes[s.name]
         if s.shape == ELEMENTS:
             if value is None:
@@ -666,6 +687,67 @@ class Optimizer(torch.optim.Optimizer):
         fitted = torch.empty(shape, dtype=dtype, device=p.device)
         fitted.copy_(value.reshape(shape))
         return fitted
+
+    def _quantized_state(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor],
+                         initial: float) -> torch.Tensor:
+        """State `s`, kept in 8 bits, for p (its local shard for a DTensor): the engine's buffer
+        for the tensor (uint8, Blockwise8Layout.buffer_bytes), or for one too small for 8 bits its
+        float32 values in p's layout. `value` as it is where it is such a tensor already, else its
+        values (a float tensor of p's shape, a DTensor, or a whole tensor for a DTensor p) stored;
+        none: `initial`."""
+        if s.shape != ELEMENTS:
+            raise ValueError(f"state {s.name!r} has one value per {_capi.SHAPE_NAMES[s.shape][:-1]}, which 8-bit "
+                             "blockwise storage does not keep: give it a torch dtype in state_dtype")
+        local = _local(p)
+        codec = self._codec(s.name, local.device)
+        if codec.layout.in_8bit(local.numel()):
+            size = (codec.layout.buffer_bytes(local.numel()),)
+            if isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and tuple(value.shape) == size and \
+                    value.device == local.device:
+                return value
+            return codec.buffer(_in_memory_order(self._local_values(p, s, value, initial), local))
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32 and _local(value) is value and \
+                value.shape == local.shape and value.stride() == local.stride() and value.device == local.device:
+            return value
+        fitted = torch.empty_like(local, dtype=torch.float32)
+        fitted.copy_(self._local_values(p, s, value, initial))
+        return fitted
+
+    def _codec(self, name: str, device: torch.device) -> Codec:
+        key = (name, device)
+        if key not in self._codecs:
+            self._codecs[key] = Codec(self._quantized[name], device)
+        return self._codecs[key]
+
+    def _local_values(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float) -> torch.Tensor:
+        """The float32 values of state `s` of p's local tensor, in its shape: `initial` without a
+        value; a DTensor's placed as p is; a plain tensor of the whole p cut to p's shard."""
+        local = _local(p)
+        if value is None:
+            return torch.full(local.shape, initial, dtype=torch.float32, device=local.device)
+        self._check_state_size(p, s, value, tuple(p.shape))
+        value = value.reshape(p.shape).to(torch.float32)
+        if local is not p:
+            from torch.distributed.tensor import DTensor, distribute_tensor
+            if isinstance(value, DTensor):
+                value = value.redistribute(p.device_mesh, p.placements)
+            else:  # every rank holds the whole state: each takes its part, no collective
+                value = distribute_tensor(value.to(local.device), p.device_mesh, p.placements, src_data_rank=None)
+        return _local(value).to(local.device)
+
+    def _values_of(self, p: torch.Tensor, name: str, kept: torch.Tensor) -> torch.Tensor:
+        """The float32 values of state `name`, kept in 8 bits as `kept` (_quantized_state), in p's
+        shape and layout: a DTensor as p is."""
+        local = _local(p)
+        values = kept
+        if kept.dtype == torch.uint8:
+            values = torch.empty_like(local, dtype=torch.float32)
+            _in_memory_order(values, local).copy_(self._codec(name, local.device).values(kept, local.numel()))
+        if local is p:
+            return values
+        from torch.distributed.tensor import DTensor
+        return DTensor.from_local(values, p.device_mesh, p.placements, run_check=False, shape=p.shape,
+                                  stride=p.stride())
 
     def _shard_of_state(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float,
                         dtype: torch.dtype, shape: tuple) -> torch.Tensor:
@@ -768,11 +850,20 @@ class Optimizer(torch.optim.Optimizer):
     def state_dict(self) -> Dict[str, Any]:
         """torch's layout: per parameter 'step' and each state under its name (in its own dtype),
         and with master_weights 'master_param' (float32; a view of optgen's buffer, as the states
-        are the live tensors: copy the dict to keep a snapshot); a checkpoint of torch.optim's
-        optimizer of the same name loads here and the other way round."""
+        are the live tensors: copy the dict to keep a snapshot; a state kept in 8 bits is a new
+        float32 tensor of its values); a checkpoint of torch.optim's optimizer of the same name
+        loads here and the other way round."""
         with torch.no_grad():
             self._pull_progress()
-        return super().state_dict()
+            packed = super().state_dict()
+            if self._quantized:  # the values of 8-bit states, in new dicts: packed's are self.state's
+                # torch numbers the params of every group in order (Optimizer.state_dict's param_mappings).
+                for index, p in enumerate(chain.from_iterable(g["params"] for g in self.param_groups)):
+                    state = packed["state"].get(index)
+                    if state is not None and self._quantized.keys() & state.keys():
+                        packed["state"][index] = {name: self._values_of(p, name, v) if name in self._quantized else v
+                                                  for name, v in state.items()}
+        return packed
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Loads a state_dict of this optimizer or of torch.optim's of the same name (checked as
@@ -845,7 +936,15 @@ class Optimizer(torch.optim.Optimizer):
 
 
 def _torch_dtype(dtype: int) -> torch.dtype:
-    return next(t for t, d in _STATE_DTYPES.items() if d == dtype)
+    return next((t for t, d in _STATE_DTYPES.items() if d == dtype and isinstance(t, torch.dtype)), torch.float32)
+
+
+def _in_memory_order(values: torch.Tensor, layout: torch.Tensor) -> torch.Tensor:
+    """`values` (of `layout`'s shape and, where it is a view to write through, strides) as one
+    dimension in `layout`'s memory order, the order in which the engine reads a state: its
+    dimensions by descending stride (a dense layout, such as channels_last)."""
+    order = sorted(range(layout.dim()), key=lambda d: -layout.stride(d))
+    return values.permute(order).reshape(-1)
 
 
 def _state_shape(shape: tuple, s: State) -> tuple:

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 12
+#define OPTGEN_ABI_VERSION 13
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -41,6 +41,12 @@ typedef struct optgen_optimizer optgen_optimizer;
  * 8-bit blockwise (bitsandbytes' signed and unsigned dynamic maps, optgen/blockwise8.h), whose
  * buffer is the codes, padded to 16 bytes, then a float absmax per block of 256 (ABI 6). */
 enum { OPTGEN_F32 = 0, OPTGEN_BF16 = 1, OPTGEN_F16 = 2, OPTGEN_Q8 = 3, OPTGEN_UQ8 = 4 };
+
+/* The layout of 8-bit blockwise state dtype `dtype` (OPTGEN_Q8 or OPTGEN_UQ8; optgen/blockwise8.h),
+ * for a caller that reads or writes such buffers itself: `map` (256 floats, or NULL) the value of
+ * each code, ascending; `block_size` the elements each absmax covers (256); `min_numel` the least
+ * elements a tensor keeps the state in 8 bits at (4096; below it, OPTGEN_F32 values). (ABI 13.) */
+int optgen_blockwise8_layout(int32_t dtype, float* map, int32_t* block_size, int64_t* min_numel);
 
 /* How a bf16 or f16 param is written after its update: the values of optgen::ParamWrite. */
 enum { OPTGEN_PARAM_NEAREST = 0, OPTGEN_PARAM_MASTER = 1, OPTGEN_PARAM_STOCHASTIC = 2 };
