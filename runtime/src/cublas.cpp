@@ -98,7 +98,7 @@ const Handle::Plan& Handle::plan(const Product& p) const {
   check(lt.MatmulDescSetAttribute(plan->op, kTransA, &p.trans_a, sizeof p.trans_a), "cublasLtMatmulDescSetAttribute");
   check(lt.MatmulDescSetAttribute(plan->op, kTransB, &p.trans_b, sizeof p.trans_b), "cublasLtMatmulDescSetAttribute");
   auto layout = [&](Descriptor& d, int rows, int cols, int ld, long long stride) {
-    check(lt.MatrixLayoutCreate(&d, kBF16, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld),
+    check(lt.MatrixLayoutCreate(&d, p.dtype, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld),
           "cublasLtMatrixLayoutCreate");
     const std::int32_t count = p.count;
     const std::int64_t offset = stride;
@@ -119,9 +119,10 @@ const Handle::Plan& Handle::plan(const Product& p) const {
   lt.MatmulPreferenceDestroy(preference);
   check(status, "cublasLtMatmulAlgoGetHeuristic");
   if (returned == 0)
-    throw Error("cublasLtMatmulAlgoGetHeuristic",
-                "no algorithm for a batch of " + std::to_string(p.count) + " bf16 products of " + std::to_string(p.r) +
-                    " x " + std::to_string(p.k) + " by " + std::to_string(p.k) + " x " + std::to_string(p.c));
+    throw Error("cublasLtMatmulAlgoGetHeuristic", "no algorithm for a batch of " + std::to_string(p.count) +
+                                                      (p.dtype == kF32 ? " f32" : " bf16") + " products of " +
+                                                      std::to_string(p.r) + " x " + std::to_string(p.k) + " by " +
+                                                      std::to_string(p.k) + " x " + std::to_string(p.c));
   return *plans_.emplace(p, std::move(plan)).first->second;
 }
 

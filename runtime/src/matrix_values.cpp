@@ -11,7 +11,8 @@
 namespace optgen {
 namespace {
 
-constexpr std::size_t kBF16 = 2;                 // bytes
+/// Bytes of a matrix value's element: the runtime's buffers hold them in bf16, as the kernels store them.
+const std::size_t kElement = size_of(DType::BF16);
 constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm kernels sums or divides
 
 /// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
@@ -91,7 +92,7 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
     MatrixBucket& bucket = result.buckets[b];
     for (std::size_t t : members[b]) bucket.count += tensors[t]->dims.batch;
     offsets.push_back(bytes);
-    bytes = round_up(bytes + kBF16 * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols), 256);
+    bytes = round_up(bytes + kElement * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols), 256);
     scratch = std::max(scratch, matrix_scratch_bytes(bucket.count, bucket.rows, bucket.cols));
   }
   result.memory = DeviceBuffer(bytes + scratch);
@@ -104,7 +105,7 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
     const std::size_t row = 2 + static_cast<std::size_t>(variant.num_states) + static_cast<std::size_t>(bucket.value);
     std::int64_t first = 0;
     for (std::size_t t : members[b]) {
-      const CUdeviceptr x = bucket.x + kBF16 * static_cast<std::size_t>(first * size);
+      const CUdeviceptr x = bucket.x + kElement * static_cast<std::size_t>(first * size);
       pointers[row * n + t] = reinterpret_cast<void*>(x);
       result.tensors.push_back({bucket.value, t, static_cast<std::size_t>(groups[t]), 0, x, tensors[t]->dims.batch,
                                 bucket.rows, bucket.cols});
@@ -186,7 +187,7 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
       std::int64_t count = bucket.groups[g].count;
       for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
       launches += apply_function(value, args.data(), matrices.kernels, handle,
-                                 bucket.x + kBF16 * static_cast<std::size_t>(bucket.groups[g].first * size),
+                                 bucket.x + kElement * static_cast<std::size_t>(bucket.groups[g].first * size),
                                  matrices.scratch, count, bucket.rows, bucket.cols, stream);
       g = end;
     }

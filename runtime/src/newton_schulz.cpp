@@ -10,13 +10,19 @@
 namespace optgen {
 namespace {
 
-constexpr size_t kBF16 = 2;  // bytes
+/// The bytes of an element of `dtype`, which must be BF16 or F32.
+size_t element_bytes(DType dtype, const char* call) {
+  if (dtype != DType::BF16 && dtype != DType::F32)
+    throw Error(call, std::string("Newton-Schulz runs in bf16 or f32, not ") + to_string(dtype));
+  return size_of(dtype);
+}
 
 }  // namespace
 
-size_t newton_schulz_scratch_bytes(long long count, int rows, int cols) {
+size_t newton_schulz_scratch_bytes(long long count, int rows, int cols, DType dtype) {
   const auto c = static_cast<size_t>(count), m = static_cast<size_t>(std::min(rows, cols));
-  return kBF16 * c * (static_cast<size_t>(rows) * static_cast<size_t>(cols) + 2 * m * m);
+  return element_bytes(dtype, "optgen::newton_schulz_scratch_bytes") * c *
+         (static_cast<size_t>(rows) * static_cast<size_t>(cols) + 2 * m * m);
 }
 
 // cuBLAS is column-major. X is m x n, m <= n. A wide matrix (rows <= cols) is X itself, row-major:
@@ -36,14 +42,16 @@ int newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scrat
   const int m = std::min(rows, cols), n = std::max(rows, cols);
   const long long mn = static_cast<long long>(m) * n, mm = static_cast<long long>(m) * m;
   const int batch = static_cast<int>(count);
-  const size_t x_bytes = kBF16 * static_cast<size_t>(count * mn), g_bytes = kBF16 * static_cast<size_t>(count * mm);
+  const size_t element = element_bytes(ns.dtype, "optgen::newton_schulz");
+  const size_t x_bytes = element * static_cast<size_t>(count * mn), g_bytes = element * static_cast<size_t>(count * mm);
+  const int type = ns.dtype == DType::F32 ? cublas::kF32 : cublas::kBF16;
   const CUdeviceptr g = scratch + x_bytes, u = g + g_bytes;
   // G = X Xᵀ; U = b G + c G G; X' = a X + U X.
-  const cublas::Product gram = tall ? cublas::Product{kOpN, kOpT, m, m, n, m, m, m, mn, mn, mm, batch}
-                                    : cublas::Product{kOpT, kOpN, m, m, n, n, n, m, mn, mn, mm, batch};
-  const cublas::Product square{kOpN, kOpN, m, m, m, m, m, m, mm, mm, mm, batch};
-  const cublas::Product apply = tall ? cublas::Product{kOpN, kOpN, m, n, m, m, m, m, mm, mn, mn, batch}
-                                     : cublas::Product{kOpN, kOpN, n, m, m, n, m, n, mn, mm, mn, batch};
+  const cublas::Product gram = tall ? cublas::Product{kOpN, kOpT, m, m, n, m, m, m, mn, mn, mm, batch, type}
+                                    : cublas::Product{kOpT, kOpN, m, m, n, n, n, m, mn, mn, mm, batch, type};
+  const cublas::Product square{kOpN, kOpN, m, m, m, m, m, m, mm, mm, mm, batch, type};
+  const cublas::Product apply = tall ? cublas::Product{kOpN, kOpN, m, n, m, m, m, m, mm, mn, mn, batch, type}
+                                     : cublas::Product{kOpN, kOpN, n, m, m, n, m, n, mn, mm, mn, batch, type};
   CUdeviceptr current = x, next = scratch;
   int enqueued = 0;
   for (int step = 0; step < ns.steps; ++step, enqueued += 3) {

@@ -78,8 +78,9 @@ bool available(std::string* why = nullptr);
 /// Throws optgen::Error naming `call` and cuBLAS's error text unless `status` is CUBLAS_STATUS_SUCCESS.
 void check(int status, const char* call);
 
-/// A column-major product D = alpha op(A) op(B) + beta C of a batch of `count` bf16 matrices (fp32
-/// accumulation, as torch's products of bf16 tensors), each operand `stride` elements after the
+/// A column-major product D = alpha op(A) op(B) + beta C of a batch of `count` matrices of `dtype`,
+/// kBF16 (fp32 accumulation, as torch's products of bf16 tensors) or kF32 (fp32 throughout, no
+/// TF32), each operand `stride` elements after the
 /// last in its batch: D is r x c, the inner dimension k; A is r x k (k x r when transposed) with
 /// leading dimension lda, B k x c (c x k) with ldb, C and D r x c with ldc. C may be D; neither may
 /// be A or B.
@@ -89,10 +90,11 @@ struct Product {
   int lda, ldb, ldc;
   long long stride_a, stride_b, stride_c;
   int count;
+  int dtype = kBF16;
   bool operator<(const Product& o) const {
-    return std::tie(trans_a, trans_b, r, c, k, lda, ldb, ldc, stride_a, stride_b, stride_c, count) <
+    return std::tie(trans_a, trans_b, r, c, k, lda, ldb, ldc, stride_a, stride_b, stride_c, count, dtype) <
            std::tie(o.trans_a, o.trans_b, o.r, o.c, o.k, o.lda, o.ldb, o.ldc, o.stride_a, o.stride_b, o.stride_c,
-                    o.count);
+                    o.count, o.dtype);
   }
 };
 

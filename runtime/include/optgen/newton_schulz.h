@@ -10,19 +10,23 @@
 #include <cstddef>
 
 #include "optgen/cublas.h"
+#include "optgen/dtype.h"
 
 namespace optgen {
 
-/// The iteration's steps and coefficients (torch.optim.Muon's ns_steps, ns_coefficients).
+/// The iteration's steps and coefficients (torch.optim.Muon's ns_steps, ns_coefficients), and the
+/// dtype of its matrices and products: BF16 with fp32 accumulation, as torch's, or F32 throughout.
 struct NewtonSchulz {
   int steps = 5;
   float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+  DType dtype = DType::BF16;
 };
 
-/// Bytes of scratch newton_schulz needs for `count` matrices of `rows` x `cols`: a second X, G and U.
-size_t newton_schulz_scratch_bytes(long long count, int rows, int cols);
+/// Bytes of scratch newton_schulz needs for `count` matrices of `rows` x `cols` of `dtype`: a
+/// second X, G and U.
+size_t newton_schulz_scratch_bytes(long long count, int rows, int cols, DType dtype = DType::BF16);
 
-/// Orthogonalises `count` row-major `rows` x `cols` bf16 matrices, consecutive at `x`, in place, as
+/// Orthogonalises `count` row-major `rows` x `cols` matrices of ns.dtype, consecutive at `x`, in place, as
 /// torch does each: a matrix of more rows than columns transposed first and back after (here by
 /// reading it column-major: nothing is moved). `scratch` holds newton_schulz_scratch_bytes.
 /// Enqueued on `stream`: three GEMMs a step (cublasLt, each writing apart from what it reads), and
