@@ -41,12 +41,18 @@ struct Batch {
 /// Fills `b`'s matrices with uniform random values, each matrix scaled to a Frobenius norm of about 1
 /// as Muon's normalisation leaves it: GEMMs of real data draw more power than of a constant (H200.md:
 /// 894 against 788 TFLOP/s on zeros), and a constant matrix is of rank 1.
-void upload_random_matrices(const Batch& b, std::mt19937& rng) {
+void upload_random_matrices(const Batch& b, optgen::DType dtype, std::mt19937& rng) {
   const long long size = static_cast<long long>(b.rows) * b.cols;
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   const float scale = std::sqrt(3.0f / static_cast<float>(size));  // E[u^2] = 1/3
-  std::vector<std::uint16_t> bits(static_cast<size_t>(b.count * size));
-  for (auto& v : bits) v = optgen::float_to_bf16(uniform(rng) * scale);
+  std::vector<float> values(static_cast<size_t>(b.count * size));
+  for (auto& v : values) v = uniform(rng) * scale;
+  if (dtype == optgen::DType::F32) {
+    check(api().cuMemcpyHtoD(b.x, values.data(), values.size() * 4), "cuMemcpyHtoD");
+    return;
+  }
+  std::vector<std::uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = optgen::float_to_bf16(values[i]);
   check(api().cuMemcpyHtoD(b.x, bits.data(), bits.size() * 2), "cuMemcpyHtoD");
 }
 
@@ -64,6 +70,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "orthogonalisations per timed repetition")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  std::string dtype_name = "bf16";
+  app.add_option("--dtype", dtype_name, "the matrices and products: bf16 (fp32 accumulation, as torch's) or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     optgen::driver::current_device();
@@ -71,9 +81,11 @@ int main(int argc, char** argv) {
     check(api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     const optgen::cublas::Handle handle;
     optgen_bench::Timer timer;
-    const optgen::NewtonSchulz ns;
+    optgen::NewtonSchulz ns;
+    ns.dtype = dtype_name == "f32" ? optgen::DType::F32 : optgen::DType::BF16;
     std::mt19937 rng(1);
-    std::printf("%s\n\n", optgen::driver::device_name(optgen::driver::current_device()).c_str());
+    std::printf("%s, %s\n\n", optgen::driver::device_name(optgen::driver::current_device()).c_str(),
+                dtype_name.c_str());
     std::printf("| workload | matrices | batches (m x n: count) | TFLOP | ms | TFLOP/s |\n|---|---|---|---|---|---|\n");
     for (const std::string& name : workloads) {
       const optgen_bench::Workload w = optgen_bench::load_workload(dir + "/" + name + ".json");
@@ -86,10 +98,11 @@ int main(int argc, char** argv) {
       std::string listed;
       for (const auto& [shape, count] : shapes) {
         Batch b{shape.first, shape.second, count};
-        const size_t bytes = 2 * static_cast<size_t>(count) * b.rows * b.cols;
+        const size_t bytes = optgen::size_of(ns.dtype) * static_cast<size_t>(count) * b.rows * b.cols;
         check(api().cuMemAlloc(&b.x, bytes), "cuMemAlloc");
-        upload_random_matrices(b, rng);
-        check(api().cuMemAlloc(&b.scratch, optgen::newton_schulz_scratch_bytes(count, b.rows, b.cols)), "cuMemAlloc");
+        upload_random_matrices(b, ns.dtype, rng);
+        check(api().cuMemAlloc(&b.scratch, optgen::newton_schulz_scratch_bytes(count, b.rows, b.cols, ns.dtype)),
+              "cuMemAlloc");
         batches.push_back(b);
         const double m = std::min(b.rows, b.cols), n = std::max(b.rows, b.cols);
         flops += static_cast<double>(count) * ns.steps * (4 * m * m * n + 2 * m * m * m);

@@ -20,6 +20,8 @@ namespace spec_reference = ::optgen::reference::muon;
 namespace storage {
   [[maybe_unused]] const DType kf32_f32[] = {DType::F32};
   [[maybe_unused]] const DType kbf16_f32[] = {DType::F32};
+  [[maybe_unused]] const DType kf32_f32_o_f32[] = {DType::F32};
+  [[maybe_unused]] const DType kbf16_f32_o_f32[] = {DType::F32};
 }  // namespace storage
 // ---- variant muon (clip_grad_norm=false) ----
 namespace variants::muon {
@@ -39,6 +41,10 @@ namespace variants::muon {
   [[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {{"o", MatrixFunction::NewtonSchulz, 1, kMatrixArguments0, 5}};
   [[maybe_unused]] const char* const kf32_f32[] = {"muon_f32_f32_reduce", "muon_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"muon_bf16_f32_reduce", "muon_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf32_f32_o_f32[] = {"muon_f32_f32_o_f32_reduce", "muon_f32_f32_o_f32_update"};
+  [[maybe_unused]] const DType kf32_f32_o_f32_matrices[] = {DType::F32};
+  [[maybe_unused]] const char* const kbf16_f32_o_f32[] = {"muon_bf16_f32_o_f32_reduce", "muon_bf16_f32_o_f32_update"};
+  [[maybe_unused]] const DType kbf16_f32_o_f32_matrices[] = {DType::F32};
 }  // namespace variants::muon
 // ---- variant muon_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::muon_clip_grad_norm {
@@ -58,6 +64,10 @@ namespace variants::muon_clip_grad_norm {
   [[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {{"o", MatrixFunction::NewtonSchulz, 2, kMatrixArguments0, 5}};
   [[maybe_unused]] const char* const kf32_f32[] = {"muon_clip_grad_norm_f32_f32_reduce1", "muon_clip_grad_norm_f32_f32_reduce2", "muon_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"muon_clip_grad_norm_bf16_f32_reduce1", "muon_clip_grad_norm_bf16_f32_reduce2", "muon_clip_grad_norm_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf32_f32_o_f32[] = {"muon_clip_grad_norm_f32_f32_o_f32_reduce1", "muon_clip_grad_norm_f32_f32_o_f32_reduce2", "muon_clip_grad_norm_f32_f32_o_f32_update"};
+  [[maybe_unused]] const DType kf32_f32_o_f32_matrices[] = {DType::F32};
+  [[maybe_unused]] const char* const kbf16_f32_o_f32[] = {"muon_clip_grad_norm_bf16_f32_o_f32_reduce1", "muon_clip_grad_norm_bf16_f32_o_f32_reduce2", "muon_clip_grad_norm_bf16_f32_o_f32_update"};
+  [[maybe_unused]] const DType kbf16_f32_o_f32_matrices[] = {DType::F32};
 }  // namespace variants::muon_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -69,8 +79,12 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {variants::muon::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
     {variants::muon::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
+    {variants::muon::kf32_f32_o_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32_o_f32, 8192, nullptr, nullptr, variants::muon::kf32_f32_o_f32_matrices},
+    {variants::muon::kbf16_f32_o_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32_o_f32, 8192, nullptr, nullptr, variants::muon::kbf16_f32_o_f32_matrices},
     {variants::muon_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192},
     {variants::muon_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192},
+    {variants::muon_clip_grad_norm::kf32_f32_o_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32_o_f32, 8192, nullptr, nullptr, variants::muon_clip_grad_norm::kf32_f32_o_f32_matrices},
+    {variants::muon_clip_grad_norm::kbf16_f32_o_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32_o_f32, 8192, nullptr, nullptr, variants::muon_clip_grad_norm::kbf16_f32_o_f32_matrices},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -82,12 +96,12 @@ std::vector<double> values_of(const Muon::Options& o) { return {o.lr, o.weight_d
 
 const OptimizerInfo& Muon::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/18, "optgen 0.2.0", "Muon", "muon",
+      /*abi_version=*/19, "optgen 0.2.0", "Muon", "muon",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 2, kKernels, 4, &kernel_images::muon(),
+      kVariants, 2, kKernels, 8, &kernel_images::muon(),
       /*block_size=*/128, /*elements_per_thread=*/8, /*chunk_size=*/8192,
       spec_reference::kPrograms, spec_reference::kNumPrograms};
   return info;

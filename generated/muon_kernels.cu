@@ -11,6 +11,10 @@
 //   muon_f32_f32_update
 //   muon_bf16_f32_reduce
 //   muon_bf16_f32_update
+//   muon_f32_f32_o_f32_reduce
+//   muon_f32_f32_o_f32_update
+//   muon_bf16_f32_o_f32_reduce
+//   muon_bf16_f32_o_f32_update
 //   muon_group
 //   muon_clip_grad_norm_f32_f32_reduce1
 //   muon_clip_grad_norm_f32_f32_reduce2
@@ -18,6 +22,12 @@
 //   muon_clip_grad_norm_bf16_f32_reduce1
 //   muon_clip_grad_norm_bf16_f32_reduce2
 //   muon_clip_grad_norm_bf16_f32_update
+//   muon_clip_grad_norm_f32_f32_o_f32_reduce1
+//   muon_clip_grad_norm_f32_f32_o_f32_reduce2
+//   muon_clip_grad_norm_f32_f32_o_f32_update
+//   muon_clip_grad_norm_bf16_f32_o_f32_reduce1
+//   muon_clip_grad_norm_bf16_f32_o_f32_reduce2
+//   muon_clip_grad_norm_bf16_f32_o_f32_update
 //   muon_clip_grad_norm_group
 //
 // It includes optgen's device library (runtime/include/optgen/device/kernels.cuh), which optgen's
@@ -213,6 +223,32 @@ namespace variants::muon {
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
       return ((0xbu >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
+
+  /// Storage f32:f32:o=f32: param f32, grad f32, momentum_buffer f32, o f32.
+  struct Operands_f32_f32_o_f32 {
+    typedef float Param;
+    static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
+
+  /// Storage bf16:f32:o=f32: param bf16, grad bf16, momentum_buffer f32, o f32.
+  struct Operands_bf16_f32_o_f32 {
+    typedef optgen::bf16 Param;
+    static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
 }  // namespace variants::muon
@@ -437,6 +473,32 @@ namespace variants::muon_clip_grad_norm {
       return ((0xbu >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
     }
   };
+
+  /// Storage f32:f32:o=f32: param f32, grad f32, momentum_buffer f32, o f32.
+  struct Operands_f32_f32_o_f32 {
+    typedef float Param;
+    static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
+
+  /// Storage bf16:f32:o=f32: param bf16, grad bf16, momentum_buffer f32, o f32.
+  struct Operands_bf16_f32_o_f32 {
+    typedef optgen::bf16 Param;
+    static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    }
+  };
 }  // namespace variants::muon_clip_grad_norm
 
 /// muon, reduce stage, storage f32.
@@ -468,6 +530,38 @@ extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 muon_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon, reduce stage, storage f32:f32:o=f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+muon_f32_f32_o_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::muon::Reduce, variants::muon::Group, variants::muon::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon, update stage, storage f32:f32:o=f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+muon_f32_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon, reduce stage, storage bf16:f32:o=f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+muon_bf16_f32_o_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::muon::Reduce, variants::muon::Group, variants::muon::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon, update stage, storage bf16:f32:o=f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+muon_bf16_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -522,6 +616,54 @@ extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 muon_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::muon_clip_grad_norm::Update, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon_clip_grad_norm, reduce stage, storage f32:f32:o=f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+muon_clip_grad_norm_f32_f32_o_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce1, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon_clip_grad_norm, reduce stage, storage f32:f32:o=f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+muon_clip_grad_norm_f32_f32_o_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce2, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon_clip_grad_norm, update stage, storage f32:f32:o=f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+muon_clip_grad_norm_f32_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::muon_clip_grad_norm::Update, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon_clip_grad_norm, reduce stage, storage bf16:f32:o=f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+muon_clip_grad_norm_bf16_f32_o_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce1, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon_clip_grad_norm, reduce stage, storage bf16:f32:o=f32.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+muon_clip_grad_norm_bf16_f32_o_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce2, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// muon_clip_grad_norm, update stage, storage bf16:f32:o=f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+muon_clip_grad_norm_bf16_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::muon_clip_grad_norm::Update, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
   #endif
 }
 

@@ -53,6 +53,7 @@ std::string KernelTuning::check() const {
 int minimum_arch(const Program& variant, const Storage& s) {
   int arch = minimum_compute_capability(s.param);
   for (const auto& state : variant.states) arch = std::max(arch, minimum_compute_capability(s.state_dtype(state)));
+  // The matrix functions' kernels and products are bf16's, or f32 beside them (optgen/device/matrices.cuh).
   if (!variant.matrix_values.empty()) arch = std::max(arch, minimum_compute_capability(DType::BF16));
   return arch;
 }
@@ -378,7 +379,7 @@ class CudaEmitter {
     const auto names = operand_names(p);
     std::vector<DType> dtypes = {s.param_write == ParamWrite::Master ? DType::F32 : s.param, s.param};
     for (const auto& state : p.states) dtypes.push_back(s.state_dtype(state));
-    for (size_t m = 0; m < p.matrix_values.size(); ++m) dtypes.push_back(DType::BF16);
+    for (const auto& m : p.matrix_values) dtypes.push_back(s.matrix_dtype(m.name));
     std::string list;
     for (size_t op = 0; op < names.size(); ++op) {
       list += (op ? ", " : "") + names[op] + " " + to_string(dtypes[op]);
@@ -488,7 +489,7 @@ class CudaEmitter {
   static std::vector<std::string> operand_names(const Program& p) {
     std::vector<std::string> names = {"param", "grad"};
     names.insert(names.end(), p.states.begin(), p.states.end());
-    for (const auto& m : p.matrix_values) names.push_back(m.name);  // bf16, the runtime's buffers
+    for (const auto& m : p.matrix_values) names.push_back(m.name);  // the runtime's buffers (bf16 or f32)
     return names;
   }
 
@@ -750,7 +751,7 @@ class CudaEmitter {
   }
 
   /// A value a Reduce stage's chunk runs store into an operand, element by element: a matrix
-  /// value's operand (bf16, for the runtime's matrix function), or a state's new value that the
+  /// value's operand (bf16 or f32, for the runtime's matrix function), or a state's new value that the
   /// stage computes for it (Output::stage).
   struct ElementStore {
     int operand;

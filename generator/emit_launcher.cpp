@@ -1,5 +1,7 @@
 #include "emit_launcher.h"
 
+#include <algorithm>
+
 #include "code_writer.h"
 #include "emit_common.h"
 #include "expr_printer.h"
@@ -151,6 +153,11 @@ std::string optional_fields(const std::vector<std::pair<std::string, std::string
   return tail;
 }
 
+/// Whether kernel set `k` keeps a matrix value in f32: it then lists their dtypes (else null, all bf16).
+bool keeps_matrix_values_in_f32(const KernelRow& k) {
+  return std::any_of(k.matrix_dtypes.begin(), k.matrix_dtypes.end(), [](DType d) { return d != DType::BF16; });
+}
+
 /// `namespace variants::<variant>`: the variant's states (indices into the spec's) and its
 /// kernels' names, one array per storage type, in launch order.
 void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tables, int index) {
@@ -205,6 +212,9 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     names_array(w, name, kernel->stages);
     if (!kernel->shard_stages.empty()) names_array(w, name + "_shards", kernel->shard_stages);
     if (!kernel->programs.empty()) names_array(w, name + "_programs", kernel->programs);
+    if (keeps_matrix_values_in_f32(*kernel))
+      w.line("[[maybe_unused]] const DType " + name + "_matrices[] = {" +
+             comma_list(kernel->matrix_dtypes, dtype_enum) + "};");
   }
 }
 
@@ -232,7 +242,8 @@ std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_
          param_write_enum(k.storage.param_write) + ", " +
          (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + ", " + std::to_string(k.chunk_size) +
          optional_fields({{k.programs.empty() ? "" : names + "_programs", "nullptr"},
-                          {k.shard_stages.empty() ? "" : names + "_shards", "nullptr"}}) +
+                          {k.shard_stages.empty() ? "" : names + "_shards", "nullptr"},
+                          {keeps_matrix_values_in_f32(k) ? names + "_matrices" : "", "nullptr"}}) +
          "},";
 }
 

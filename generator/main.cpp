@@ -331,7 +331,8 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
                              : !spec.storage.empty() ? spec.storage_written[i]
                                                      : to_generate[i].text();
     std::string error;
-    auto canonical = optgen::canonical_storage(to_generate[i], spec.state_names(), &error, text);
+    auto canonical =
+        optgen::canonical_storage(to_generate[i], spec.state_names(), spec.matrix_value_names(), &error, text);
     if (!canonical) throw UsageError("--storage: " + error);
     if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
       throw UsageError("--storage: " + problem);

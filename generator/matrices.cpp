@@ -9,7 +9,8 @@ const std::vector<MatrixFunctionInfo> kMatrixFunctions = {
     {MatrixFunction::NewtonSchulz,
      "newton_schulz",
      {{"steps", true}, {"a", false}, {"b", false}, {"c", false}, {"eps", false}},
-     "each matrix of x orthogonalised as torch.optim.Muon's _zeropower_via_newtonschulz does: in bf16, divided "
+     "each matrix of x orthogonalised as torch.optim.Muon's _zeropower_via_newtonschulz does: in bf16 (f32 where the "
+     "storage says so), divided "
      "by max(its Frobenius norm, eps), then `steps` times X = a X + (b A + c A A) X with A = X Xᵀ (a matrix of "
      "more rows than columns transposed first and back after)"},
 };

@@ -103,6 +103,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
           kernel.shard_stages.push_back(kernel_name(*p.shard_step, s, stage));
       for (const Program& program : p.programs)
         kernel.programs.push_back(kernel_name(program, s, program.stages.back()));
+      for (const MatrixValue& m : p.matrix_values) kernel.matrix_dtypes.push_back(s.matrix_dtype(m.name));
       tables.kernels.push_back(kernel);
     }
   }

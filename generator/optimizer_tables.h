@@ -112,6 +112,8 @@ struct KernelRow {
   int variant;                            ///< index into KernelTables::variants
   Storage storage;
   long long chunk_size;  ///< elements per block (chunk_size_for)
+  /// Per matrix value of the variant (VariantRow::matrix_values), its dtype: bf16 or f32.
+  std::vector<DType> matrix_dtypes = {};
 };
 
 struct KernelTables {

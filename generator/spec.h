@@ -118,6 +118,9 @@ struct Spec {
   const Hyperparameter* find_hyperparameter(const std::string& name) const;
   int state_index(const std::string& name) const;  ///< -1 when absent
   std::vector<std::string> state_names() const;    ///< in declaration order
+  /// The variables `update` assigns a matrix function to (Muon's `o`), which a storage may keep in
+  /// f32 (optgen/storage.h), in order of first assignment.
+  std::vector<std::string> matrix_value_names() const;
   /// Empty when the spec's states can be kept in `storage` (canonical), else why not: 8-bit
   /// blockwise dtypes are for states of a value per element. `written` is the storage as the user
   /// wrote it, which the message quotes.

@@ -14,6 +14,7 @@
 
 #include "builtins.h"
 #include "clipping.h"
+#include "matrices.h"
 #include "names.h"
 #include "optgen/files.h"
 #include "spec.h"
@@ -436,7 +437,7 @@ void load_names(const Loader& loader, const YAML::Node& root, Spec& spec) {
 }
 
 /// `storage:`, a list of storage types (optgen/storage.h: PARAM[+master|+sr][:STATES][:STATE=DTYPE]...)
-/// without repeats, checked against the spec's states (loaded before).
+/// without repeats, checked against the spec's states and matrix values (loaded before).
 void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
   if (!storage.IsSequence() || storage.size() == 0)
     loader.fail(storage, "'storage' must be a non-empty list such as [f32, bf16, \"bf16:bf16\"]");
@@ -447,7 +448,7 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
     if (!parsed)
       loader.fail(item, error,
                   "write PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16, \"bf16:bf16\" or \"bf16+master\"");
-    auto canonical = canonical_storage(*parsed, spec.state_names(), &error, written);
+    auto canonical = canonical_storage(*parsed, spec.state_names(), spec.matrix_value_names(), &error, written);
     if (!canonical) loader.fail(item, error);
     if (std::string problem = spec.storage_problem(*canonical, written); !problem.empty())
       loader.fail(item, problem, "give that state f32, bf16 or f16 (STATE=DTYPE)");
@@ -603,10 +604,9 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       spec.scalar_states.push_back(load_scalar_state(loader, key, value, spec));
     }
   }
-  if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);
-
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
+  if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);  // may name matrix values
   if (YAML::Node programs = root["programs"]) load_programs(loader, programs, spec);
   check_launcher_names(spec);
   warn_of_float_range(spec.update, spec);  // per_step computes in double
@@ -637,6 +637,28 @@ int Spec::state_index(const std::string& n) const {
 std::vector<std::string> Spec::state_names() const {
   std::vector<std::string> names;
   for (const auto& s : states) names.push_back(s.name);
+  return names;
+}
+
+namespace {
+
+void collect_matrix_values(const Block& block, const Spec& spec, std::vector<std::string>& names) {
+  for (const BlockItem& item : block.items) {
+    if (item.body) collect_matrix_values(*item.body, spec, names);
+    if (!item.statement) continue;
+    const Syntax& value = *item.statement->value;
+    const std::string& target = item.statement->target;
+    if (value.kind == Syntax::Kind::Call && find_matrix_function(value.text) && spec.state_index(target) < 0 &&
+        std::find(names.begin(), names.end(), target) == names.end())
+      names.push_back(target);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Spec::matrix_value_names() const {
+  std::vector<std::string> names;
+  collect_matrix_values(update, *this, names);
   return names;
 }
 

@@ -43,6 +43,7 @@ struct RuntimeSpec::Impl {
   std::vector<std::vector<const char*>> shard_names;    ///< per kernel: its step on shards' kernels
   std::vector<const char*> programs;                    ///< the spec's programs
   std::vector<std::vector<DType>> state_dtypes;         ///< per kernel, per state of the spec
+  std::vector<std::vector<DType>> matrix_dtypes;        ///< per kernel, per matrix value of its variant
   std::vector<KernelInfo> kernels;
   std::vector<const char*> compile_options;
   KernelImages images{};
@@ -191,13 +192,15 @@ void RuntimeSpec::Impl::describe_kernels() {
     std::vector<DType> dtypes;
     for (const StateRow& state : spec_tables.states) dtypes.push_back(k.storage.state_dtype(state.name));
     state_dtypes.push_back(std::move(dtypes));
+    matrix_dtypes.push_back(k.matrix_dtypes);
   }
   for (size_t i = 0; i < kernel_tables.kernels.size(); ++i) {
     const KernelRow& k = kernel_tables.kernels[i];
     kernels.push_back({stage_names[i].data(), k.variant, k.storage.param, k.storage.param_write,
                        state_dtypes[i].empty() ? nullptr : state_dtypes[i].data(), k.chunk_size,
                        program_names[i].empty() ? nullptr : program_names[i].data(),
-                       shard_names[i].empty() ? nullptr : shard_names[i].data()});
+                       shard_names[i].empty() ? nullptr : shard_names[i].data(),
+                       matrix_dtypes[i].empty() ? nullptr : matrix_dtypes[i].data()});
   }
   for (const std::string& program : spec_tables.programs) programs.push_back(program.c_str());
 }
@@ -266,7 +269,7 @@ RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& op
                                : !spec.storage.empty() ? spec.storage_written[i]
                                                        : to_generate[i].text();
       std::string error;
-      auto canonical = canonical_storage(to_generate[i], spec.state_names(), &error, text);
+      auto canonical = canonical_storage(to_generate[i], spec.state_names(), spec.matrix_value_names(), &error, text);
       if (!canonical) throw Error(call, "SpecOptions::storage: " + error);
       if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
         throw Error(call, "SpecOptions::storage: " + problem);

@@ -111,10 +111,10 @@ std::vector<std::int64_t> part_shape(const Problem& p, size_t t, int rank, int r
 
 /// Steps `rank`'s shards of `problem` on the current device; returns its params after every step
 /// ([step][tensor]) and the published norms of group 0 (clipping only). With `comm`, the NCCL
-/// reduction hook, and unless `whole_matrices` is false the NCCL matrix hook.
+/// reduction hook, and unless `whole_matrices` is false the NCCL matrix hook. `storage`: the optimizer's.
 std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_rank(
     const std::string& spec, const optgen::FusedOptimizer::Overrides& overrides, const Problem& problem, int rank,
-    int ranks, optgen::nccl::Comm comm, bool whole_matrices = true) {
+    int ranks, optgen::nccl::Comm comm, bool whole_matrices = true, const optgen::StorageOptions& storage = {}) {
   const auto& info = launcher(spec);
   std::vector<std::unique_ptr<DeviceMemory>> params, grads;
   std::vector<optgen::Tensor> tensors;
@@ -132,7 +132,7 @@ std::pair<std::vector<std::vector<std::vector<float>>>, std::vector<float>> run_
     tensor.shard_dim = cuts_columns(problem, t) ? 1 : 0;
     tensors.push_back(tensor);
   }
-  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info), storage);
   opt.add_param_group(tensors, overrides);
   if (comm) opt.set_reduction_hook(optgen::nccl::all_reduce_hook(comm));
   if (comm && whole_matrices) opt.set_matrix_hook(optgen::nccl::matrix_hook(comm, opt));
@@ -190,7 +190,8 @@ Run on_device(int device, const std::function<Run()>& run) {
 
 /// Two GPUs, a thread and a rank each, holding their parts of `problem` (NCCL hooks over them).
 std::vector<Run> on_two_gpus(const std::string& spec, const optgen::FusedOptimizer::Overrides& overrides,
-                             const Problem& problem, bool whole_matrices = true) {
+                             const Problem& problem, bool whole_matrices = true,
+                             const optgen::StorageOptions& storage = {}) {
   optgen::nccl::Comm comms[2] = {nullptr, nullptr};
   const int list[2] = {0, 1};
   optgen::nccl::check(optgen::nccl::api().CommInitAll(comms, 2, list), "ncclCommInitAll");
@@ -201,7 +202,7 @@ std::vector<Run> on_two_gpus(const std::string& spec, const optgen::FusedOptimiz
     threads.emplace_back([&, rank] {
       try {
         halves[static_cast<size_t>(rank)] = on_device(rank, [&] {
-          return run_rank(spec, overrides, problem, rank, 2, comms[static_cast<size_t>(rank)], whole_matrices);
+          return run_rank(spec, overrides, problem, rank, 2, comms[static_cast<size_t>(rank)], whole_matrices, storage);
         });
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();
@@ -298,6 +299,14 @@ TEST_CASE("two GPUs holding rows of every matrix step Muon as one: each matrix o
   const Against alone = against_one_gpu(problem, on_two_gpus("muon", overrides, problem, false), whole);
   INFO("without the matrix hook: " << alone.largest);
   CHECK(alone.largest > tolerance);
+  // With `o` in f32: the hook moves f32 rows, and the products round alike but for their sums'
+  // order, a hundredth of the bf16 tolerance.
+  optgen::StorageOptions f32;
+  f32.state_dtypes = {{"o", DType::F32}};
+  const Run whole_f32 = on_device(0, [&] { return run_rank("muon", overrides, problem, 0, 1, nullptr, true, f32); });
+  const Against gathered_f32 = against_one_gpu(problem, on_two_gpus("muon", overrides, problem, true, f32), whole_f32);
+  INFO("o in f32, the largest difference from one GPU: " << gathered_f32.largest);
+  CHECK(gathered_f32.largest <= tolerance / 100);
 }
 
 TEST_CASE("the matrix exchange gives the costliest matrix first to the least loaded rank, as optgen.torch does",

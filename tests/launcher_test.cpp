@@ -421,11 +421,12 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   // states with bf16 or f32 params, bf16 and f16 params with master copies, bf16 params rounded
   // stochastically, bf16 moments with an f32 exp_avg_sq, 8-bit states with f32 or bf16 params};
   // adafactor's, prodigy's, dadapt_adam's and adamw_schedule_free's also x f16 params; lamb's also
-  // x 8-bit states (f32 params).
+  // x 8-bit states (f32 params); muon's also x {f32, bf16 params} with its matrix value in f32.
   int variants = 0;
   for (const auto& entry : optgen::builtin_launchers()) variants += entry.second->num_variants;
-  // adam, adamw and prodigy: 4 variants each; adafactor, lamb, dadapt_adam and adamw_schedule_free 2 each
-  CHECK(combinations == 2 * variants + 9 * (4 + 4) + 2 + 2 + 4 + 2 + 2);
+  // adam, adamw and prodigy: 4 variants each; adafactor, lamb, dadapt_adam, adamw_schedule_free and
+  // muon 2 each
+  CHECK(combinations == 2 * variants + 9 * (4 + 4) + 2 + 2 + 4 + 2 + 2 + 2 * 2);
   CHECK(optgen::builtin_launchers().size() == builtin_spec_count());
   for (const auto& [name, info] : optgen::builtin_launchers()) {
     const auto& ref = reference_of(name);

@@ -61,6 +61,12 @@ TEST_CASE("muon's variant tables carry its matrix value, its stage and its argum
     for (int a = 0; a < 5; ++a) CHECK(o.arguments[a].hyperparameter == hyperparameter(info, names[a]));
   }
   CHECK(launcher("adamw").variants[0].num_matrix_values == 0);
+  // Its storage list keeps `o` in bf16 (f32, bf16) and in f32 (f32:o=f32, bf16:o=f32), per variant.
+  int f32 = 0;
+  for (int k = 0; k < info.num_kernels; ++k) f32 += optgen::matrix_dtype(info.kernels[k], 0) == DType::F32;
+  CHECK(f32 == 2 * info.num_variants);
+  CHECK(info.num_kernels == 4 * info.num_variants);
+  CHECK(optgen::matrix_value_names(info) == std::vector<std::string>{"o"});
 }
 
 TEST_CASE("newton_schulz's numbers may be written as arithmetic of numbers, and no other value", "[errors]") {
@@ -194,40 +200,47 @@ TEST_CASE(
   OPTGEN_REQUIRE_GPU();
   const auto& info = launcher("muon");
   const auto& ref = reference_of("muon");
-  std::vector<double> h0 = optgen::default_hyperparameters(info), h1 = h0;
-  h0[hyperparameter(info, "lr")] = 0.02;
-  h1[hyperparameter(info, "ns_steps")] = 3;
-  std::mt19937 rng(11);
-  DeviceGroup a(DType::F32, TensorShapes{{{64, 32}, {3, 16, 8}}}, {false, false}, rng);
-  DeviceGroup b(DType::F32, TensorShapes{{{64, 32}}}, {false}, rng);
-  optgen::FusedOptimizer opt(info, h0);
-  opt.add_param_group(a.tensors, h0);
-  opt.add_param_group(b.tensors, h1);
-  DeviceMemory scratch(optgen::FusedOptimizer::matrix_function_scratch_bytes(3, 64, 32));
-  std::vector<std::string> seen;
-  opt.set_matrix_hook([&](const optgen::MatrixWork& work) {
-    for (int i = 0; i < work.num_matrices; ++i) {
-      const optgen::MatrixWork::Matrices& m = work.matrices[i];
-      const std::vector<double>& h = m.group == 0 ? h0 : h1;
-      CHECK(m.num_arguments == 5);
-      std::string args;  // per argument, 1 where it is the group's hyperparameter
-      for (int k = 0; k < 5; ++k)
-        args +=
-            std::to_string(m.arguments[k] ==
-                           h[static_cast<std::size_t>(info.variants[0].matrix_values[0].arguments[k].hyperparameter)]);
-      seen.push_back(std::to_string(m.group) + "." + std::to_string(m.tensor) + " " + std::to_string(m.batch) + "x" +
-                     std::to_string(m.rows) + "x" + std::to_string(m.cols) + " " + args);
-      opt.apply_matrix_function(m.group, m.value, m.arguments, m.x, scratch.get(), m.batch, m.rows, m.cols,
-                                work.stream);
-    }
-  });
-  const Comparison result = step_two_groups(opt, ref, a, b, h0, h1, 3, rng);
-  INFO("worst relative error " << result.worst << " in " << result.where);
-  CHECK(result.worst <= matrix_tolerance(info, info.kernels[0], 0.02, std::sqrt(2.0), 3));
-  REQUIRE(seen.size() == 9);  // three tensors, three steps
-  CHECK(seen[0] == "0.0 1x64x32 11111");
-  CHECK(seen[1] == "0.1 3x16x8 11111");
-  CHECK(seen[2] == "1.0 1x64x32 11111");
+  // The default storage (o in bf16) and o in f32, which the hook is told.
+  for (const DType dtype : {DType::BF16, DType::F32}) {
+    INFO("o in " << optgen::to_string(dtype));
+    std::vector<double> h0 = optgen::default_hyperparameters(info), h1 = h0;
+    h0[hyperparameter(info, "lr")] = 0.02;
+    h1[hyperparameter(info, "ns_steps")] = 3;
+    std::mt19937 rng(11);
+    DeviceGroup a(DType::F32, TensorShapes{{{64, 32}, {3, 16, 8}}}, {false, false}, rng);
+    DeviceGroup b(DType::F32, TensorShapes{{{64, 32}}}, {false}, rng);
+    optgen::StorageOptions storage;
+    if (dtype == DType::F32) storage.state_dtypes = {{"o", DType::F32}};
+    optgen::FusedOptimizer opt(info, h0, storage);
+    opt.add_param_group(a.tensors, h0);
+    opt.add_param_group(b.tensors, h1);
+    DeviceMemory scratch(optgen::FusedOptimizer::matrix_function_scratch_bytes(3, 64, 32, dtype));
+    std::vector<std::string> seen;
+    opt.set_matrix_hook([&](const optgen::MatrixWork& work) {
+      for (int i = 0; i < work.num_matrices; ++i) {
+        const optgen::MatrixWork::Matrices& m = work.matrices[i];
+        const std::vector<double>& h = m.group == 0 ? h0 : h1;
+        CHECK(m.num_arguments == 5);
+        CHECK(m.dtype == dtype);
+        std::string args;  // per argument, 1 where it is the group's hyperparameter
+        for (int k = 0; k < 5; ++k)
+          args += std::to_string(
+              m.arguments[k] ==
+              h[static_cast<std::size_t>(info.variants[0].matrix_values[0].arguments[k].hyperparameter)]);
+        seen.push_back(std::to_string(m.group) + "." + std::to_string(m.tensor) + " " + std::to_string(m.batch) + "x" +
+                       std::to_string(m.rows) + "x" + std::to_string(m.cols) + " " + args);
+        opt.apply_matrix_function(m.group, m.value, m.arguments, m.x, scratch.get(), m.batch, m.rows, m.cols,
+                                  work.stream);
+      }
+    });
+    const Comparison result = step_two_groups(opt, ref, a, b, h0, h1, 3, rng);
+    INFO("worst relative error " << result.worst << " in " << result.where);
+    CHECK(result.worst <= matrix_tolerance(info, info.kernels[0], 0.02, std::sqrt(2.0), 3));
+    REQUIRE(seen.size() == 9);  // three tensors, three steps
+    CHECK(seen[0] == "0.0 1x64x32 11111");
+    CHECK(seen[1] == "0.1 3x16x8 11111");
+    CHECK(seen[2] == "1.0 1x64x32 11111");
+  }
 }
 
 TEST_CASE("a shard of a matrix's rows reads the whole matrix's rows as the spec's rows", "[gpu]") {

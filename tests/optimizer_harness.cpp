@@ -167,7 +167,10 @@ double tolerance(DType param, const std::vector<DType>& states) {
 
 double matrix_tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel, double lr,
                         double max_scale, int steps) {
-  return tolerance(info, kernel) + 0.1 * lr * max_scale * steps;
+  bool f32 = true;
+  for (int j = 0; j < info.variants[kernel.variant].num_matrix_values; ++j)
+    f32 = f32 && optgen::matrix_dtype(kernel, j) == DType::F32;
+  return tolerance(info, kernel) + (f32 ? 0.01 : 0.1) * lr * max_scale * steps;
 }
 
 bool steps_matrices(const optgen::OptimizerInfo& info) {
@@ -208,6 +211,10 @@ optgen::StorageOptions storage_of(const optgen::OptimizerInfo& info, const optge
   optgen::StorageOptions storage;
   for (int s = 0; s < info.num_states; ++s)
     storage.state_dtypes.emplace_back(info.states[s].name, kernel.state_dtypes[s]);
+  const optgen::VariantInfo& variant = info.variants[kernel.variant];
+  for (int j = 0; j < variant.num_matrix_values; ++j)
+    if (optgen::matrix_dtype(kernel, j) != DType::BF16)
+      storage.state_dtypes.emplace_back(variant.matrix_values[j].name, optgen::matrix_dtype(kernel, j));
   storage.param_write = kernel.param_write;
   storage.seed = 0x5eed0f0e7a11ull;
   return storage;

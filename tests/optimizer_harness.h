@@ -58,7 +58,8 @@ double tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& ke
 /// products (as torch does) and the reference exactly, so each step's update, lr * scale * (an
 /// orthogonalised matrix, entries within about 1), may differ by a tenth of its largest entry (the
 /// iteration multiplies a rounding error in a matrix's small singular values by up to 3.4 a step:
-/// torch's own bf16 iteration strays as far from the exact one).
+/// torch's own bf16 iteration strays as far from the exact one); by a hundredth in f32 products
+/// (a kernel set whose storage keeps its matrix values in f32).
 double matrix_tolerance(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel, double lr,
                         double max_scale, int steps);
 /// Whether some variant of `info` has a matrix function: it steps matrices only.

@@ -129,16 +129,36 @@ TEST_CASE("storage: canonical storage orders states as declared and drops the de
   std::string error;
   const std::vector<std::string> states = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   auto a =
-      optgen::canonical_storage(parsed("bf16:bf16:max_exp_avg_sq=f32:exp_avg=bf16:exp_avg_sq=f32"), states, &error);
+      optgen::canonical_storage(parsed("bf16:bf16:max_exp_avg_sq=f32:exp_avg=bf16:exp_avg_sq=f32"), states, {}, &error);
   REQUIRE(a);
   CHECK(a->text() == "bf16:bf16:exp_avg_sq=f32:max_exp_avg_sq=f32");
-  auto b = optgen::canonical_storage(parsed("bf16:bf16:exp_avg_sq=f32:max_exp_avg_sq=f32"), states, &error);
+  auto b = optgen::canonical_storage(parsed("bf16:bf16:exp_avg_sq=f32:max_exp_avg_sq=f32"), states, {}, &error);
   REQUIRE(b);
   CHECK(*a == *b);
-  CHECK_FALSE(optgen::canonical_storage(parsed("bf16:bf16:momentum=f32"), states, &error));
+  CHECK_FALSE(optgen::canonical_storage(parsed("bf16:bf16:momentum=f32"), states, {}, &error));
   CHECK(error ==
         "storage 'bf16:bf16:momentum=f32' names state 'momentum', which the spec does not declare (it declares "
         "exp_avg, exp_avg_sq, max_exp_avg_sq)");
+}
+
+TEST_CASE("storage: a matrix value is bf16 unless named, f32 when it is, after the states", "[storage]") {
+  std::string error;
+  const std::vector<std::string> states = {"momentum_buffer"}, values = {"o"};
+  auto f32 = optgen::canonical_storage(parsed("bf16:o=f32:momentum_buffer=bf16"), states, values, &error);
+  REQUIRE(f32);
+  CHECK(f32->text() == "bf16:f32:momentum_buffer=bf16:o=f32");
+  CHECK(f32->name() == "bf16_f32_momentum_buffer_bf16_o_f32");
+  CHECK(f32->matrix_dtype("o") == DType::F32);
+  auto plain = optgen::canonical_storage(parsed("f32:o=bf16"), states, values, &error);
+  REQUIRE(plain);
+  CHECK(plain->text() == "f32");  // bf16 is a matrix value's default
+  CHECK(plain->matrix_dtype("o") == DType::BF16);
+  CHECK(optgen::Storage{}.matrix_dtype("o") == DType::BF16);  // not the states' f32
+  CHECK_FALSE(optgen::canonical_storage(parsed("f32:o=q8"), states, values, &error));
+  CHECK_THAT(error, Catch::Contains("keeps matrix value 'o' in q8: a matrix value is bf16"));
+  CHECK_FALSE(optgen::canonical_storage(parsed("f32:x=f32"), states, values, &error));
+  CHECK_THAT(error, Catch::Contains("names state 'x', which the spec does not declare (it declares "
+                                    "momentum_buffer; its matrix values: o)"));
 }
 
 TEST_CASE("storage: the engine refuses options its params or kernels cannot have", "[storage]") {

@@ -19,6 +19,6 @@ from ._capi import (ABI_VERSION, BF16, F16, F32, MASTER, NEAREST, Q8, STOCHASTIC
                     builtin_specs, library_path, version)
 
 __all__ = ["ABI_VERSION", "BF16", "Blockwise8Layout", "DType", "Engine", "F16", "F32", "Hyperparameter", "MASTER",
-           "Matrices", "MatrixWork", "NEAREST", "OptgenError", "Optimizers", "ParamWrite", "Presence", "Q8", "Reduction",
-           "ReductionResults", "STOCHASTIC", "Shape", "SpecWarning", "State", "StateBuffer", "Storage", "TensorBinding",
-           "UQ8", "ValueType", "builtin_specs", "library_path", "version"]
+           "Matrices", "MatrixWork", "NEAREST", "OptgenError", "Optimizers", "ParamWrite", "Presence", "Q8",
+           "Reduction", "ReductionResults", "STOCHASTIC", "Shape", "SpecWarning", "State", "StateBuffer", "Storage",
+           "TensorBinding", "UQ8", "ValueType", "builtin_specs", "library_path", "version"]

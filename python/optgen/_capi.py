@@ -156,7 +156,8 @@ _REDUCTION_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_ReductionResult
 class _Matrices(ctypes.Structure):  # ABI 10
     _fields_ = [("value", ctypes.c_int32), ("num_arguments", ctypes.c_int32), ("group", ctypes.c_size_t),
                 ("tensor", ctypes.c_size_t), ("x", ctypes.c_void_p), ("batch", ctypes.c_int64),
-                ("rows", ctypes.c_int64), ("cols", ctypes.c_int64), ("arguments", ctypes.POINTER(ctypes.c_double))]
+                ("rows", ctypes.c_int64), ("cols", ctypes.c_int64), ("arguments", ctypes.POINTER(ctypes.c_double)),
+                ("dtype", ctypes.c_int32)]  # ABI 13
 
 
 class _MatrixWork(ctypes.Structure):
@@ -281,11 +282,11 @@ class _Library:
         self.dll.optgen_last_error.restype = ctypes.c_char_p
         self.dll.optgen_version.restype = ctypes.c_char_p
         self.dll.optgen_builtin_specs.restype = ctypes.c_char_p
-        for name in ("optgen_name", "optgen_spec", "optgen_warnings"):
+        for name in ("optgen_name", "optgen_spec", "optgen_warnings", "optgen_matrix_values"):
             getattr(self.dll, name).restype = ctypes.c_char_p
             getattr(self.dll, name).argtypes = [_P]
         self.dll.optgen_matrix_function_scratch_bytes.restype = ctypes.c_size_t
-        self.dll.optgen_matrix_function_scratch_bytes.argtypes = [ctypes.c_int64] * 3
+        self.dll.optgen_matrix_function_scratch_bytes.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int32]
         for name in ("optgen_destroy", "optgen_optimizers_destroy"):
             getattr(self.dll, name).argtypes = [_P]
             getattr(self.dll, name).restype = None
@@ -537,8 +538,9 @@ class ReductionResults:
 @dataclass(frozen=True)
 class Matrices:
     """One tensor's matrices of one matrix value, as a matrix hook sees them (optgen_matrices):
-    `batch` row-major bf16 matrices of rows x cols at device address `x`, and the value's function's
-    arguments for the tensor's group."""
+    `batch` row-major matrices of rows x cols at device address `x`, of `dtype` (BF16, or F32 where
+    the storage keeps the value in f32: C ABI 13), and the value's function's arguments for the
+    tensor's group."""
     value: int  # the variant's matrix value
     group: int  # the engine's group
     tensor: int  # the tensor's index in it
@@ -547,6 +549,7 @@ class Matrices:
     rows: int
     cols: int
     arguments: Tuple[float, ...]
+    dtype: int = BF16
 
 
 @dataclass
@@ -635,6 +638,9 @@ class Engine:
         self.scalar_states = self._describe_states("optgen_num_scalar_states", "optgen_describe_scalar_state")
         # Per state, by name, the dtype the optimizer stores it in (its storage resolved).
         self.state_dtypes = {s.name: self.state_dtype(s.name) for s in self.states}
+        # Its matrix values (Muon's "o"), which a Storage may keep in F32 by name (else BF16; C ABI 13).
+        names = self._lib.dll.optgen_matrix_values(self._handle).decode()
+        self.matrix_values = names.split(",") if names else []
         # The spec's programs beside the step (`programs:`, e.g. schedule-free's eval and train).
         self.programs = [self._program_name(i) for i in range(self._count("optgen_num_programs"))]
 
@@ -857,18 +863,21 @@ class Engine:
         the work's stream. None removes it."""
         def convert(w):
             return MatrixWork(w.stage, [Matrices(m.value, m.group, m.tensor, m.x or 0, m.batch, m.rows, m.cols,
-                                                 tuple(m.arguments[:m.num_arguments]))
+                                                 tuple(m.arguments[:m.num_arguments]), DType(m.dtype))
                                         for m in w.matrices[:w.num_matrices]], w.stream or 0)
         self._set_hook("optgen_set_matrix_hook", _MATRIX_HOOK, hook, convert)
 
-    def matrix_function_scratch_bytes(self, count: int, rows: int, cols: int) -> int:
-        """Bytes of device scratch apply_matrix_function needs for `count` matrices of rows x cols."""
-        return self._lib.dll.optgen_matrix_function_scratch_bytes(count, rows, cols)
+    def matrix_function_scratch_bytes(self, count: int, rows: int, cols: int, dtype: int = BF16) -> int:
+        """Bytes of device scratch apply_matrix_function needs for `count` matrices of rows x cols of
+        `dtype` (Matrices.dtype: BF16, the default, or F32)."""
+        if dtype not in (BF16, F32):
+            raise ValueError(f"matrices are BF16 or F32; got {dtype!r}")
+        return self._lib.dll.optgen_matrix_function_scratch_bytes(count, rows, cols, dtype)
 
     def apply_matrix_function(self, group: int, value: int, arguments: Sequence[float], x: int, scratch: int,
                               count: int, rows: int, cols: int, stream: int) -> None:
         """Applies matrix value `value`'s function with `arguments` (Matrices.arguments) to `count`
-        row-major bf16 matrices of rows x cols at device address `x`, in place, as a step of `group`
+        row-major matrices of rows x cols (Matrices.dtype) at device address `x`, in place, as a step of `group`
         does, with `scratch` (matrix_function_scratch_bytes) on `stream` (optgen_apply_matrix_function)."""
         args = (ctypes.c_double * max(1, len(arguments)))(*arguments)
         self._lib.call("optgen_apply_matrix_function", self._handle, group, value, args, x, scratch, count, rows,

@@ -15,7 +15,8 @@ struct optgen_optimizer {
   /// loaded at run time); declared first, so it outlives the engine.
   std::shared_ptr<const void> owner;
   optgen::FusedOptimizer engine;
-  std::string warnings;  ///< optgen_warnings: the spec's, for one loaded at run time
+  std::string warnings;               ///< optgen_warnings: the spec's, for one loaded at run time
+  mutable std::string matrix_values;  ///< optgen_matrix_values, made at its first call
 };
 
 struct optgen_optimizers {
@@ -129,7 +130,7 @@ optgen_optimizer* new_optimizer_for_c(const char* call, const OptimizerInfo& inf
     require(names[i] != nullptr, call, "a hyperparameter name is NULL");
     engine.set(names[i], values[i]);  // with no group yet: the defaults, checked like any setter
   }
-  return new optgen_optimizer{std::move(owner), std::move(engine), std::move(warnings)};
+  return new optgen_optimizer{std::move(owner), std::move(engine), std::move(warnings), {}};
 }
 }  // namespace optgen
 
@@ -381,7 +382,7 @@ int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook,
       for (int i = 0; i < w.num_matrices; ++i) {
         const optgen::MatrixWork::Matrices& t = w.matrices[i];
         matrices.push_back({t.value, t.num_arguments, t.group, t.tensor, reinterpret_cast<void*>(t.x), t.batch, t.rows,
-                            t.cols, t.arguments});
+                            t.cols, t.arguments, c_dtype(t.dtype)});
       }
       const optgen_matrix_work work{w.stage, w.num_matrices, matrices.data(), w.stream};
       if (const int status = hook(&work, user_data); status != 0)
@@ -391,8 +392,10 @@ int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook,
   });
 }
 
-size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols) {
-  return optgen::FusedOptimizer::matrix_function_scratch_bytes(count, rows, cols);
+size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols, int32_t dtype) {
+  if (dtype != OPTGEN_BF16 && dtype != OPTGEN_F32) return 0;
+  return optgen::FusedOptimizer::matrix_function_scratch_bytes(
+      count, rows, cols, dtype == OPTGEN_F32 ? optgen::DType::F32 : optgen::DType::BF16);
 }
 
 int optgen_apply_matrix_function(optgen_optimizer* optimizer, size_t group, int value, const double* arguments, void* x,
@@ -452,6 +455,14 @@ const char* optgen_name(const optgen_optimizer* optimizer) {
 
 const char* optgen_spec(const optgen_optimizer* optimizer) {
   return optimizer ? optimizer->engine.info().spec : nullptr;
+}
+
+const char* optgen_matrix_values(const optgen_optimizer* optimizer) {
+  if (!optimizer) return nullptr;
+  if (optimizer->matrix_values.empty())
+    for (const std::string& name : optgen::matrix_value_names(optimizer->engine.info()))
+      optimizer->matrix_values += (optimizer->matrix_values.empty() ? "" : ",") + name;
+  return optimizer->matrix_values.c_str();
 }
 
 const char* optgen_warnings(const optgen_optimizer* optimizer) {

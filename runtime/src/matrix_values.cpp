@@ -11,8 +11,6 @@
 namespace optgen {
 namespace {
 
-/// Bytes of a matrix value's element: the runtime's buffers hold them in bf16, as the kernels store them.
-const std::size_t kElement = size_of(DType::BF16);
 constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm kernels sums or divides
 
 /// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
@@ -29,11 +27,14 @@ double argument(const MatrixArgument& a, const std::vector<double>& h) {
 
 MatrixKernels::MatrixKernels(const Module& module)
     : sum_squares(module.function(kernel_abi::kMatrixSumSquares)),
-      normalize(module.function(kernel_abi::kMatrixNormalize)) {}
+      normalize(module.function(kernel_abi::kMatrixNormalize)),
+      sum_squares_f32(module.function(kernel_abi::kMatrixSumSquaresF32)),
+      normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)) {}
 
-std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols) {
+std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols, DType dtype) {
   const std::size_t partials = static_cast<std::size_t>(count * part_count(rows * cols)) * sizeof(double);
-  return round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols)), 256) + partials;
+  return round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256) +
+         partials;
 }
 
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
@@ -42,9 +43,9 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
   return args;
 }
 
-PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const BoundTensor*>& tensors,
-                            const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
-                            const std::string& call) {
+PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
+                            const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
+                            const Module& module, std::vector<void*>& pointers, const std::string& call) {
   PlanMatrices result{{}, {}, {}, 0, MatrixKernels(module)};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
@@ -69,8 +70,8 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
                     "bind it with its shape (Tensor::shape) of two or more dimensions, or step it with "
                     "another optimizer (AdamW for embeddings, norms and biases)");
       if (bound->numel == 0) {  // a rank's empty shard: no bucket, but a matrix hook lists it
-        result.tensors.push_back(
-            {v, t, static_cast<std::size_t>(groups[t]), 0, 0, 0, bound->dims.rows, bound->dims.cols});
+        result.tensors.push_back({v, matrix_dtype(kernel, v), t, static_cast<std::size_t>(groups[t]), 0, 0, 0,
+                                  bound->dims.rows, bound->dims.cols});
         continue;
       }
       const auto key = std::make_tuple(v, bound->dims.rows, bound->dims.cols);
@@ -78,6 +79,7 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
       if (added) {
         MatrixBucket bucket;
         bucket.value = v;
+        bucket.dtype = matrix_dtype(kernel, v);
         bucket.rows = bound->dims.rows;
         bucket.cols = bound->dims.cols;
         result.buckets.push_back(bucket);
@@ -92,8 +94,9 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
     MatrixBucket& bucket = result.buckets[b];
     for (std::size_t t : members[b]) bucket.count += tensors[t]->dims.batch;
     offsets.push_back(bytes);
-    bytes = round_up(bytes + kElement * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols), 256);
-    scratch = std::max(scratch, matrix_scratch_bytes(bucket.count, bucket.rows, bucket.cols));
+    bytes = round_up(bytes + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols),
+                     256);
+    scratch = std::max(scratch, matrix_scratch_bytes(bucket.count, bucket.rows, bucket.cols, bucket.dtype));
   }
   result.memory = DeviceBuffer(bytes + scratch);
   const CUdeviceptr base = result.memory.get();
@@ -105,10 +108,10 @@ PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const 
     const std::size_t row = 2 + static_cast<std::size_t>(variant.num_states) + static_cast<std::size_t>(bucket.value);
     std::int64_t first = 0;
     for (std::size_t t : members[b]) {
-      const CUdeviceptr x = bucket.x + kElement * static_cast<std::size_t>(first * size);
+      const CUdeviceptr x = bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(first * size);
       pointers[row * n + t] = reinterpret_cast<void*>(x);
-      result.tensors.push_back({bucket.value, t, static_cast<std::size_t>(groups[t]), 0, x, tensors[t]->dims.batch,
-                                bucket.rows, bucket.cols});
+      result.tensors.push_back({bucket.value, bucket.dtype, t, static_cast<std::size_t>(groups[t]), 0, x,
+                                tensors[t]->dims.batch, bucket.rows, bucket.cols});
       if (bucket.groups.empty() || bucket.groups.back().group != groups[t])
         bucket.groups.push_back({groups[t], first, 0});
       bucket.groups.back().count += tensors[t]->dims.batch;
@@ -140,7 +143,7 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
   return "";
 }
 
-int apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
+int apply_function(const MatrixValueInfo& value, DType dtype, const double* arguments, const MatrixKernels& kernels,
                    const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
                    long long cols, CUstream stream) {
   if (count == 0 || rows * cols == 0) return 0;
@@ -148,7 +151,8 @@ int apply_function(const MatrixValueInfo& value, const double* arguments, const 
     case MatrixFunction::NewtonSchulz: {
       const std::int64_t size = rows * cols;
       const CUdeviceptr partials =
-          scratch + round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols)), 256);
+          scratch +
+          round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256);
       kernel_abi::MatrixBatch batch{reinterpret_cast<void*>(x),
                                     reinterpret_cast<double*>(partials),
                                     size,
@@ -158,12 +162,14 @@ int apply_function(const MatrixValueInfo& value, const double* arguments, const 
                                     static_cast<float>(arguments[4])};
       void* batch_args[] = {&batch};
       const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch.count) * batch.parts);
-      for (CUfunction kernel : {kernels.sum_squares, kernels.normalize})
+      const bool f32 = dtype == DType::F32;
+      for (CUfunction kernel :
+           {f32 ? kernels.sum_squares_f32 : kernels.sum_squares, f32 ? kernels.normalize_f32 : kernels.normalize})
         driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
                        "check that the stream belongs to the current context");
       return 2 + newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols),
                                {static_cast<int>(arguments[0]), static_cast<float>(arguments[1]),
-                                static_cast<float>(arguments[2]), static_cast<float>(arguments[3])},
+                                static_cast<float>(arguments[2]), static_cast<float>(arguments[3]), dtype},
                                stream);
     }
   }
@@ -186,9 +192,10 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
       std::size_t end = g + 1;
       std::int64_t count = bucket.groups[g].count;
       for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
-      launches += apply_function(value, args.data(), matrices.kernels, handle,
-                                 bucket.x + kElement * static_cast<std::size_t>(bucket.groups[g].first * size),
-                                 matrices.scratch, count, bucket.rows, bucket.cols, stream);
+      launches +=
+          apply_function(value, bucket.dtype, args.data(), matrices.kernels, handle,
+                         bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
+                         matrices.scratch, count, bucket.rows, bucket.cols, stream);
       g = end;
     }
   }

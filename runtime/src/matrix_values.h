@@ -18,9 +18,10 @@
 
 namespace optgen {
 
-/// The matrices of one shape of one matrix value, bf16, consecutive at `x`.
+/// The matrices of one shape of one matrix value, of its dtype (bf16 or f32), consecutive at `x`.
 struct MatrixBucket {
   int value = 0;  ///< index into VariantInfo::matrix_values
+  DType dtype = DType::BF16;
   std::int64_t rows = 0, cols = 0, count = 0;
   CUdeviceptr x = 0;
   /// Its groups in order, each with the matrices it holds there: [first, first + count).
@@ -33,18 +34,20 @@ struct MatrixBucket {
 
 /// One tensor's matrices of one matrix value, where its bucket holds them.
 struct MatrixTensor {
-  int value = 0;             ///< index into VariantInfo::matrix_values
-  std::size_t tensor = 0;    ///< the plan's tensor
-  std::size_t group = 0;     ///< the optimizer's group that holds it
-  std::size_t position = 0;  ///< its index there
+  int value = 0;              ///< index into VariantInfo::matrix_values
+  DType dtype = DType::BF16;  ///< of its elements
+  std::size_t tensor = 0;     ///< the plan's tensor
+  std::size_t group = 0;      ///< the optimizer's group that holds it
+  std::size_t position = 0;   ///< its index there
   CUdeviceptr x = 0;
   std::int64_t batch = 0, rows = 0, cols = 0;
 };
 
-/// The kernels of the matrix functions' norms (kernel_abi::kMatrixSumSquares, kMatrixNormalize),
-/// in every generated module.
+/// The kernels of the matrix functions' norms (kernel_abi::kMatrixSumSquares, kMatrixNormalize and
+/// their f32 twins), in every generated module with a matrix value.
 struct MatrixKernels {
   CUfunction sum_squares = nullptr, normalize = nullptr;
+  CUfunction sum_squares_f32 = nullptr, normalize_f32 = nullptr;
   explicit MatrixKernels(const Module& module);
 };
 
@@ -56,28 +59,29 @@ struct PlanMatrices {
   MatrixKernels kernels;
 };
 
-/// Lays out and allocates the buffers of `variant`'s matrix values for a plan's tensors (`tensors`,
+/// Lays out and allocates the buffers of `variant`'s matrix values, each of its dtype in kernel set
+/// `kernel` (matrix_dtype), for a plan's tensors (`tensors`,
 /// each of group `groups[t]`; null for a placeholder), and points the rows of `pointers`
 /// (TableView::pointers, n = tensors.size() a row) of their operands at them. `module`: the plan's,
 /// whose matrix kernels it looks up. optgen::Error, naming `call`, for a tensor that is no matrix:
 /// bound without a shape of two or more dimensions.
-PlanMatrices build_matrices(const VariantInfo& variant, const std::vector<const BoundTensor*>& tensors,
-                            const std::vector<int>& groups, const Module& module, std::vector<void*>& pointers,
-                            const std::string& call);
+PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
+                            const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
+                            const Module& module, std::vector<void*>& pointers, const std::string& call);
 
-/// Bytes of scratch a matrix function of `count` matrices of `rows` x `cols` needs: newton_schulz's,
-/// then the norms' partial sums (kernel_abi::MatrixBatch).
-std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols);
+/// Bytes of scratch a matrix function of `count` matrices of `rows` x `cols` of `dtype` needs:
+/// newton_schulz's, then the norms' partial sums (kernel_abi::MatrixBatch).
+std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols, DType dtype);
 
 /// The arguments of matrix value `value` for a group of hyperparameters `h`.
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h);
 
 /// Enqueues on `stream` `value`'s function, with `arguments` (value.num_arguments of them, as
-/// matrix_arguments gives them), of `count` bf16
-/// matrices of `rows` x `cols` consecutive at `x`, in place: each divided by its norm (plus the
+/// matrix_arguments gives them), of `count` matrices of `dtype` (BF16: bf16 products that accumulate
+/// in fp32; F32: fp32 throughout) of `rows` x `cols` consecutive at `x`, in place: each divided by its norm (plus the
 /// function's eps) and orthogonalised. `scratch` holds matrix_scratch_bytes. Capturable. Returns
 /// the launches it enqueued (kernels, cuBLAS products and copies; 0 for no matrices).
-int apply_function(const MatrixValueInfo& value, const double* arguments, const MatrixKernels& kernels,
+int apply_function(const MatrixValueInfo& value, DType dtype, const double* arguments, const MatrixKernels& kernels,
                    const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
                    long long cols, CUstream stream);
 

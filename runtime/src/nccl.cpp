@@ -88,7 +88,8 @@ std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm) {
 
 namespace {
 
-const std::size_t kBF16 = size_of(DType::BF16);  // bytes of the matrices MatrixWork hands over
+/// NCCL's datatype for matrices of `dtype` (MatrixWork::Matrices::dtype: BF16 or F32).
+int nccl_type(DType dtype) { return dtype == DType::F32 ? kFloat32 : kBfloat16; }
 
 /// What matrix_hook does after one Reduce stage for one list of matrices: the plan, and the
 /// owned matrices in batches of one value, shape and arguments, each batch's whole matrices
@@ -96,6 +97,7 @@ const std::size_t kBF16 = size_of(DType::BF16);  // bytes of the matrices Matrix
 struct Exchange {
   struct Batch {
     int value;
+    DType dtype;
     std::size_t group;
     std::int64_t rows, cols;
     std::vector<double> arguments;
@@ -172,21 +174,21 @@ std::shared_ptr<Exchange> make_exchange(const Api& nccl, Comm comm, int ranks, i
   ex->shards = gather_rows(nccl, comm, ranks, w, ex->cols);
   ex->plan = plan_matrix_exchange(ex->shards, ex->cols, ranks, rank);
   ex->whole_of.assign(ex->shards.size(), 0);
-  std::map<std::tuple<int, std::int64_t, std::int64_t, std::vector<double>>, std::size_t> index;
+  std::map<std::tuple<int, DType, std::int64_t, std::int64_t, std::vector<double>>, std::size_t> index;
   for (int i : ex->plan.owned) {
     const MatrixWork::Matrices& m = w.matrices[i];
     const std::vector<double> arguments(m.arguments, m.arguments + m.num_arguments);
-    const auto key = std::tuple{m.value, ex->plan.rows[i], ex->cols[i], arguments};
+    const auto key = std::tuple{m.value, m.dtype, ex->plan.rows[i], ex->cols[i], arguments};
     auto [at, added] = index.emplace(key, ex->batches.size());
-    if (added) ex->batches.push_back({m.value, m.group, ex->plan.rows[i], ex->cols[i], arguments, {}, {}, {}});
+    if (added) ex->batches.push_back({m.value, m.dtype, m.group, ex->plan.rows[i], ex->cols[i], arguments, {}, {}, {}});
     ex->batches[at->second].members.push_back(i);
   }
   for (Exchange::Batch& b : ex->batches) {
     const auto count = static_cast<long long>(b.members.size());
-    const std::size_t size = static_cast<std::size_t>(b.rows * b.cols) * kBF16;
+    const std::size_t size = static_cast<std::size_t>(b.rows * b.cols) * size_of(b.dtype);
     b.whole = DeviceBuffer(std::max<std::size_t>(1, size * b.members.size()));
-    b.scratch =
-        DeviceBuffer(std::max<std::size_t>(1, FusedOptimizer::matrix_function_scratch_bytes(count, b.rows, b.cols)));
+    b.scratch = DeviceBuffer(
+        std::max<std::size_t>(1, FusedOptimizer::matrix_function_scratch_bytes(count, b.rows, b.cols, b.dtype)));
     for (std::size_t k = 0; k < b.members.size(); ++k)
       ex->whole_of[static_cast<std::size_t>(b.members[k])] = b.whole.get() + k * size;
   }
@@ -201,23 +203,24 @@ void move_rows(const Api& nccl, Comm comm, int rank, const Exchange& ex, const M
     const int owner = ex.plan.owner[i];
     const auto& shards = ex.shards[i];
     const std::int64_t cols = ex.cols[i];
+    const DType dtype = w.matrices[i].dtype;
     if (owner != rank) {
       const std::int64_t local = shards[static_cast<std::size_t>(rank)];
       if (local == 0) continue;
       void* x = reinterpret_cast<void*>(w.matrices[i].x);
       const auto count = static_cast<std::size_t>(local * cols);
-      check(gather ? nccl.Send(x, count, kBfloat16, owner, comm, w.stream)
-                   : nccl.Recv(x, count, kBfloat16, owner, comm, w.stream),
+      check(gather ? nccl.Send(x, count, nccl_type(dtype), owner, comm, w.stream)
+                   : nccl.Recv(x, count, nccl_type(dtype), owner, comm, w.stream),
             gather ? "ncclSend" : "ncclRecv");
       continue;
     }
     for (std::size_t r = 0; r < shards.size(); ++r) {
       if (shards[r] == 0 || static_cast<int>(r) == rank) continue;
-      void* part =
-          reinterpret_cast<void*>(ex.whole_of[i] + static_cast<std::size_t>(ex.plan.first[i][r] * cols) * kBF16);
+      void* part = reinterpret_cast<void*>(ex.whole_of[i] +
+                                           static_cast<std::size_t>(ex.plan.first[i][r] * cols) * size_of(dtype));
       const auto count = static_cast<std::size_t>(shards[r] * cols);
-      check(gather ? nccl.Recv(part, count, kBfloat16, static_cast<int>(r), comm, w.stream)
-                   : nccl.Send(part, count, kBfloat16, static_cast<int>(r), comm, w.stream),
+      check(gather ? nccl.Recv(part, count, nccl_type(dtype), static_cast<int>(r), comm, w.stream)
+                   : nccl.Send(part, count, nccl_type(dtype), static_cast<int>(r), comm, w.stream),
             gather ? "ncclRecv" : "ncclSend");
     }
   }
@@ -226,12 +229,13 @@ void move_rows(const Api& nccl, Comm comm, int rank, const Exchange& ex, const M
     const std::int64_t local = ex.shards[static_cast<std::size_t>(i)][static_cast<std::size_t>(rank)];
     if (local == 0) continue;
     const std::int64_t cols = ex.cols[static_cast<std::size_t>(i)];
+    const std::size_t element = size_of(w.matrices[i].dtype);
     const CUdeviceptr part =
         ex.whole_of[static_cast<std::size_t>(i)] +
         static_cast<std::size_t>(ex.plan.first[static_cast<std::size_t>(i)][static_cast<std::size_t>(rank)] * cols) *
-            kBF16;
+            element;
     const CUdeviceptr x = w.matrices[i].x;
-    const auto bytes = static_cast<std::size_t>(local * cols) * kBF16;
+    const auto bytes = static_cast<std::size_t>(local * cols) * element;
     driver::check(driver::api().cuMemcpyDtoDAsync(gather ? part : x, gather ? x : part, bytes, w.stream),
                   "cuMemcpyDtoDAsync");
   }
@@ -251,8 +255,9 @@ std::function<void(const MatrixWork&)> matrix_hook(Comm comm, FusedOptimizer& op
     std::vector<std::int64_t> key{w.stage};
     for (int i = 0; i < w.num_matrices; ++i) {
       const MatrixWork::Matrices& m = w.matrices[i];
-      key.insert(key.end(), {m.value, static_cast<std::int64_t>(m.group), static_cast<std::int64_t>(m.tensor),
-                             static_cast<std::int64_t>(m.x), m.batch, m.rows, m.cols});
+      key.insert(key.end(),
+                 {m.value, static_cast<std::int64_t>(m.dtype), static_cast<std::int64_t>(m.group),
+                  static_cast<std::int64_t>(m.tensor), static_cast<std::int64_t>(m.x), m.batch, m.rows, m.cols});
       for (int a = 0; a < m.num_arguments; ++a) {
         std::int64_t bits = 0;
         std::memcpy(&bits, &m.arguments[a], sizeof bits);

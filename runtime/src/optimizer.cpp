@@ -195,10 +195,12 @@ struct Binder {
       bool same = kernel.variant == variant && kernel.param == param && kernel.param_write == wanted.param_write;
       for (int j = 0; same && j < v.num_states; ++j)
         same = kernel.state_dtypes[v.states[j]] == m.state_dtypes[v.states[j]];
+      for (int j = 0; same && j < v.num_matrix_values; ++j)
+        same = matrix_dtype(kernel, j) == wanted.matrix_dtype(v.matrix_values[j].name);
       if (same) return k;
       if (kernel.variant == variant) generated += (generated.empty() ? "" : ", ") + kernel_storage(kernel).text();
     }
-    const std::string text = kernel_storage_text(param, wanted.param_write);
+    const std::string text = kernel_storage_text(param, wanted.param_write, variant);
     throw Error(m.call("add_param_group"),
                 std::string("no kernel for variant ") + info.variants[variant].name + " with storage " + text +
                     " was generated (its kernels: " + (generated.empty() ? "none" : generated) + ")",
@@ -220,15 +222,23 @@ struct Binder {
     for (int s = 0; s < info.num_states; ++s)
       if (kernel.state_dtypes[s] != storage.states)
         storage.state_dtypes.emplace_back(info.states[s].name, kernel.state_dtypes[s]);
+    const VariantInfo& v = info.variants[kernel.variant];
+    for (int j = 0; j < v.num_matrix_values; ++j)
+      if (matrix_dtype(kernel, j) != DType::BF16)
+        storage.state_dtypes.emplace_back(v.matrix_values[j].name, matrix_dtype(kernel, j));
     return storage;
   }
 
-  /// The storage text of the kernel set the optimizer's options need for `param` params.
-  std::string kernel_storage_text(DType param, ParamWrite write) const {
+  /// The storage text of the kernel set of `variant` the optimizer's options need for `param` params.
+  std::string kernel_storage_text(DType param, ParamWrite write, int variant) const {
     Storage storage{param, write, m.storage.states, {}};
     for (int s = 0; s < m.info->num_states; ++s)
       if (m.state_dtypes[s] != m.storage.states)
         storage.state_dtypes.emplace_back(m.info->states[s].name, m.state_dtypes[s]);
+    const VariantInfo& v = m.info->variants[variant];
+    for (int j = 0; j < v.num_matrix_values; ++j)
+      if (const DType d = m.storage.for_params(param).matrix_dtype(v.matrix_values[j].name); d != DType::BF16)
+        storage.state_dtypes.emplace_back(v.matrix_values[j].name, d);
     return storage.text();
   }
 
@@ -494,17 +504,29 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
                           std::to_string(defaults.size()));
   std::string declared;
   for (int s = 0; s < info.num_states; ++s) declared += (s ? ", " : "") + std::string(info.states[s].name);
-  for (const auto& entry : storage.state_dtypes) {
-    const std::string& name = entry.first;
-    const auto same = [&](const auto& other) { return other.first == name; };
+  const std::vector<std::string> matrix_values = matrix_value_names(info);
+  for (const auto& [name, dtype] : storage.state_dtypes) {
+    const auto same = [&, &name = name](const auto& other) { return other.first == name; };
     if (std::count_if(storage.state_dtypes.begin(), storage.state_dtypes.end(), same) > 1)
       throw Error(call, "StorageOptions::state_dtypes gives state '" + name + "' a dtype twice");
+    if (std::find(matrix_values.begin(), matrix_values.end(), name) != matrix_values.end()) {
+      if (dtype != DType::BF16 && dtype != DType::F32)
+        throw Error(call,
+                    "StorageOptions::state_dtypes keeps matrix value '" + name + "' in " + to_string(dtype) +
+                        ", but a matrix value is bf16 or f32",
+                    "give it DType::F32 for its products in fp32 throughout, or leave it out for bf16's");
+      continue;
+    }
     bool known = false;
     for (int s = 0; s < info.num_states; ++s) known = known || name == info.states[s].name;
-    if (!known)
+    if (!known) {
+      std::string values;
+      for (const std::string& v : matrix_values) values += (values.empty() ? "" : ", ") + v;
       throw Error(call,
                   "StorageOptions::state_dtypes names state '" + name + "', which " + info.name + " does not have",
-                  declared.empty() ? std::string(info.name) + " keeps no state buffers" : "its states: " + declared);
+                  (declared.empty() ? std::string(info.name) + " keeps no state buffers" : "its states: " + declared) +
+                      (values.empty() ? "" : "; its matrix values: " + values));
+    }
   }
   for (int s = 0; s < info.num_states; ++s) {
     DType dtype = storage.states;
@@ -515,6 +537,15 @@ FusedOptimizer::FusedOptimizer(const OptimizerInfo& info, std::vector<double> de
   impl_->defaults = std::move(defaults);
   impl_->storage = std::move(storage);
   impl_->chunk_size = 0;  // each kernel set's own
+}
+
+std::vector<std::string> matrix_value_names(const OptimizerInfo& info) {
+  std::vector<std::string> names;
+  for (int v = 0; v < info.num_variants; ++v)
+    for (int j = 0; j < info.variants[v].num_matrix_values; ++j)
+      if (std::find(names.begin(), names.end(), info.variants[v].matrix_values[j].name) == names.end())
+        names.push_back(info.variants[v].matrix_values[j].name);
+  return names;
 }
 
 FusedOptimizer::FusedOptimizer(FusedOptimizer&&) noexcept = default;
@@ -843,7 +874,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
       groups.push_back(t.group);
     }
     auto matrices = std::make_shared<PlanMatrices>(
-        build_matrices(variant, bound, groups, *plan.module, plan.pointers, m.call("prepare")));
+        build_matrices(variant, kernel, bound, groups, *plan.module, plan.pointers, m.call("prepare")));
     for (MatrixTensor& t : matrices->tensors)
       t.position = static_cast<std::size_t>(tensors[t.tensor].tensor - m.groups[t.group].tensors.data());
     plan.matrices = std::move(matrices);
@@ -1071,8 +1102,8 @@ void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const Var
     const MatrixValueInfo& value = variant.matrix_values[t.value];
     if (value.stage != stage) continue;
     arguments.push_back(matrix_arguments(value, m.groups[t.group].h));
-    work.push_back(
-        {t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data(), value.num_arguments});
+    work.push_back({t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data(),
+                    value.num_arguments, t.dtype});
   }
   m.matrix_hook({stage, work.data(), static_cast<int>(work.size()), stream});
 }
@@ -1395,8 +1426,9 @@ void FusedOptimizer::set_matrix_hook(std::function<void(const MatrixWork&)> hook
   impl_->matrix_hook = std::move(hook);
 }
 
-std::size_t FusedOptimizer::matrix_function_scratch_bytes(long long count, long long rows, long long cols) {
-  return matrix_scratch_bytes(count, rows, cols);
+std::size_t FusedOptimizer::matrix_function_scratch_bytes(long long count, long long rows, long long cols,
+                                                          DType dtype) {
+  return matrix_scratch_bytes(count, rows, cols, dtype);
 }
 
 void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const double* arguments, CUdeviceptr x,
@@ -1412,8 +1444,8 @@ void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const d
     throw Error(m.call("apply_matrix_function"), "group " + std::to_string(group) + " runs variant " + variant.name +
                                                      ", which has " + std::to_string(variant.num_matrix_values) +
                                                      " matrix values; there is no value " + std::to_string(value));
-  apply_function(variant.matrix_values[value], arguments, plan.matrices->kernels, *m.cublas, x, scratch, count, rows,
-                 cols, stream);
+  apply_function(variant.matrix_values[value], matrix_dtype(m.info->kernels[g.kernel], value), arguments,
+                 plan.matrices->kernels, *m.cublas, x, scratch, count, rows, cols, stream);
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {

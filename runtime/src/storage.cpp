@@ -19,6 +19,12 @@ DType Storage::state_dtype(const std::string& name) const {
   return states;
 }
 
+DType Storage::matrix_dtype(const std::string& name) const {
+  for (const auto& [value, dtype] : state_dtypes)
+    if (value == name) return dtype;
+  return DType::BF16;
+}
+
 namespace {
 
 const char* param_suffix(ParamWrite write) {
@@ -151,20 +157,37 @@ std::optional<Storage> parse_storage(const std::string& text, std::string* error
 }
 
 std::optional<Storage> canonical_storage(const Storage& storage, const std::vector<std::string>& states,
-                                         std::string* error, const std::string& written) {
-  for (const auto& [state, dtype] : storage.state_dtypes)
-    if (std::find(states.begin(), states.end(), state) == states.end()) {
-      std::string declared;
-      for (const std::string& s : states) declared += (declared.empty() ? "" : ", ") + s;
-      *error = "storage '" + (written.empty() ? storage.text() : written) + "' names state '" + state +
-               "', which the spec does not declare" +
-               (declared.empty() ? " (it declares none)" : " (it declares " + declared + ")");
-      return std::nullopt;
+                                         const std::vector<std::string>& matrix_values, std::string* error,
+                                         const std::string& written) {
+  const auto has = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  const std::string text = written.empty() ? storage.text() : written;
+  for (const auto& [name, dtype] : storage.state_dtypes) {
+    if (has(matrix_values, name)) {
+      if (dtype != DType::BF16 && dtype != DType::F32) {
+        *error = "storage '" + text + "' keeps matrix value '" + name + "' in " + to_string(dtype) +
+                 ": a matrix value is bf16 (the default: bf16 products that accumulate in fp32, as torch's) or f32";
+        return std::nullopt;
+      }
+      continue;
     }
+    if (has(states, name)) continue;
+    std::string declared;
+    for (const std::string& s : states) declared += (declared.empty() ? "" : ", ") + s;
+    std::string values;
+    for (const std::string& v : matrix_values) values += (values.empty() ? "" : ", ") + v;
+    *error = "storage '" + text + "' names state '" + name + "', which the spec does not declare" +
+             (declared.empty() ? " (it declares none" : " (it declares " + declared) +
+             (values.empty() ? ")" : "; its matrix values: " + values + ")");
+    return std::nullopt;
+  }
   Storage canonical = storage;
   canonical.state_dtypes.clear();
   for (const std::string& s : states)
     if (storage.state_dtype(s) != storage.states) canonical.state_dtypes.emplace_back(s, storage.state_dtype(s));
+  for (const std::string& v : matrix_values)
+    if (storage.matrix_dtype(v) != DType::BF16) canonical.state_dtypes.emplace_back(v, storage.matrix_dtype(v));
   return canonical;
 }
 

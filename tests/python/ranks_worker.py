@@ -37,10 +37,11 @@ of row empty); a query whose shards cut a head must be refused.
 
 muon: optgen.torch.Muon on the matrices (w1, w2, emb, conv 4x3x2x2, row 1x6: rank 1's shard of
 it empty) in two groups of different variants (Nesterov's momentum and plain), sharded and whole,
-eagerly and (nccl) in a CUDA graph. Newton-Schulz runs in bf16 on batches of other sizes on the
-owner than on one GPU, so cuBLAS may round differently: each step may differ by MUON_TOL of lr
-times the step's scale, far below what orthogonalising a shard instead of the whole matrix changes
-(--no-gather: each rank orthogonalises its own rows, and the check must fail).
+eagerly and (nccl) in a CUDA graph, and with Newton-Schulz in f32. Newton-Schulz runs in bf16 on
+batches of other sizes on the owner than on one GPU, so cuBLAS may round differently: each step may
+differ by MUON_TOL of lr times the step's scale, far below what orthogonalising a shard instead of
+the whole matrix changes (--no-gather: each rank orthogonalises its own rows, and the check must
+fail); in f32 by a hundredth of that.
 
 save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
 torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
@@ -303,7 +304,7 @@ def muon(rank, device, mesh, no_gather, backend):
             def apply(work):
                 for m in work.matrices:
                     if m.batch:
-                        scratch = torch.empty(engine.matrix_function_scratch_bytes(m.batch, m.rows, m.cols),
+                        scratch = torch.empty(engine.matrix_function_scratch_bytes(m.batch, m.rows, m.cols, m.dtype),
                                               dtype=torch.uint8, device=device)
                         engine.apply_matrix_function(m.group, m.value, m.arguments, m.x, scratch.data_ptr(), m.batch,
                                                      m.rows, m.cols, work.stream)
@@ -321,7 +322,25 @@ def muon(rank, device, mesh, no_gather, backend):
         v, d = compare(sharded, reference, **muon_tolerance(step))
         violation, largest = max(violation, v), max(largest, d)
     report(rank, check="muon", case="muon", violation=violation, largest=largest)
-    if backend != "nccl" or no_gather:
+    if no_gather:
+        return
+    # Newton-Schulz in f32 (state_dtype={"o": torch.float32}): the rows moved and the products run
+    # in f32, which batches of other sizes round alike but for their sums' order (a hundredth of
+    # MUON_TOL).
+    sharded, reference = sharded_model(device, mesh), Model().to(device)
+    opt = ot.Muon(muon_groups(sharded), lr=MUON_LR, state_dtype={"o": torch.float32})
+    ref = ot.Muon(muon_groups(reference), lr=MUON_LR, state_dtype={"o": torch.float32})
+    violation = 0.0
+    for step in range(STEPS):
+        set_grads(sharded, step, device)
+        set_grads(reference, step, device)
+        opt.step()
+        ref.step()
+        tolerance = muon_tolerance(step)
+        tolerance["atol"] /= 100
+        violation = max(violation, compare(sharded, reference, **tolerance)[0])
+    report(rank, check="muon", case="muon_f32", violation=violation)
+    if backend != "nccl":
         return
     # In a CUDA graph: the all-to-alls inside it.
     violation = captured(device, mesh, lambda groups: ot.Muon(groups, lr=MUON_LR), muon_groups, muon_tolerance)

@@ -255,6 +255,20 @@ def test_8bit_states_are_storage_of_the_engine():
     assert StateBuffer(0, 1000, Q8, 1024).absmax_offset == 1008
 
 
+def test_a_matrix_value_is_named_by_the_engine_and_kept_in_f32_by_name():
+    assert Engine.builtin("muon").matrix_values == ["o"]
+    assert Engine.builtin("adamw").matrix_values == []
+    Engine.builtin("muon", storage=Storage(state_dtypes={"o": F32}))  # the kernel set f32:o=f32
+    with pytest.raises(OptgenError, match="keeps matrix value 'o' in q8, but a matrix value is bf16 or f32"):
+        Engine.builtin("muon", storage=Storage(state_dtypes={"o": Q8}))
+    with pytest.raises(OptgenError, match="(?s)names state 'x', which Muon does not have.*its matrix values: o"):
+        Engine.builtin("muon", storage=Storage(state_dtypes={"x": F32}))
+    with pytest.raises(ValueError, match="matrices are BF16 or F32"):
+        Engine.builtin("muon").matrix_function_scratch_bytes(1, 4, 4, Q8)
+    e = Engine.builtin("muon")
+    assert e.matrix_function_scratch_bytes(2, 4, 8, F32) > e.matrix_function_scratch_bytes(2, 4, 8)
+
+
 def test_the_8bit_layouts_come_from_the_library():
     signed, unsigned = optgen.Blockwise8Layout.of(Q8), optgen.Blockwise8Layout.of(UQ8)
     for layout in (signed, unsigned):

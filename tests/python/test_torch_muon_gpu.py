@@ -221,3 +221,48 @@ def test_a_convolution_weight_steps_as_its_matrix_of_first_dimension_against_the
         theirs.step()
     worst = (conv.detach().reshape(16, 72) - flat.detach()).abs().max().item()
     assert worst <= bound(dict(lr=0.02), (16, 72), 4), worst
+
+
+def _torch_newton_schulz_in_f32():
+    """torch.optim.Muon's own _zeropower_via_newtonschulz with its bf16 cast made a float32 copy
+    (its source, `.bfloat16()` replaced by `.float().clone()`: the cast copies, and the iteration
+    divides its matrix in place, which without the copy would be torch's momentum buffer): torch's
+    iteration in fp32 throughout (no TF32: torch.backends.cuda.matmul.allow_tf32 is off by default)."""
+    import inspect
+    import textwrap
+
+    import torch.optim._muon as muon_module
+    source = textwrap.dedent(inspect.getsource(muon_module._zeropower_via_newtonschulz))
+    assert source.count(".bfloat16()") == 1, "torch's Newton-Schulz no longer casts with .bfloat16() once"
+    namespace = dict(vars(muon_module))
+    exec(compile(source.replace(".bfloat16()", ".float().clone()"), muon_module.__file__, "exec"), namespace)
+    return muon_module, namespace["_zeropower_via_newtonschulz"]
+
+
+@pytest.mark.parametrize("config", CONFIGS[:3], ids=["defaults", "plain momentum", "match_rms_adamw"])
+def test_muon_with_newton_schulz_in_f32_steps_as_torchs_iteration_in_f32(config, monkeypatch):
+    # state_dtype={"o": torch.float32}: the kernel set "f32:o=f32", products in fp32 (cublasLt, 32F).
+    Muon = reference()
+    muon_module, f32_iteration = _torch_newton_schulz_in_f32()
+    assert not torch.backends.cuda.matmul.allow_tf32
+    ours_p, theirs_p, bf16_p = make_params(1), make_params(1), make_params(1)
+    ours = ot.Muon(ours_p, state_dtype={"o": torch.float32}, **config)
+    bf16 = ot.Muon(bf16_p, **config)
+    theirs = Muon(theirs_p, **config)
+    monkeypatch.setattr(muon_module, "_zeropower_via_newtonschulz", f32_iteration)
+    apart = 0.0  # the bf16 iteration's distance from torch's f32 one, in units of the f32 bound
+    for step in range(STEPS):
+        for p, q, r, g in zip(ours_p, theirs_p, bf16_p, gradients(step)):
+            p.grad, q.grad, r.grad = g.clone(), g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+        bf16.step()
+        for i, (p, q, r) in enumerate(zip(ours_p, theirs_p, bf16_p)):
+            # Sums in another order only: a hundredth of the bf16 test's bound (less its 1e-6 for the
+            # params' own rounding, which torch's two in-place updates round apart from our one).
+            tight = (bound(config, p.shape, step + 1) - 1e-6) / 100 + 1e-6
+            worst = (p - q).abs().max().item()
+            assert worst <= tight, f"param {i} {tuple(p.shape)} after step {step + 1}: {worst} > {tight}"
+            apart = max(apart, (r - q).abs().max().item() / tight)
+    assert apart > 1, "the bf16 iteration is as close to torch's f32 one as the f32 iteration: no f32 ran"
+    assert ours.engine.state_dtypes == bf16.engine.state_dtypes  # the momentum stays float32

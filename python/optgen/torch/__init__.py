@@ -506,6 +506,8 @@ class Muon(Optimizer):
     and checks, SGD momentum (Nesterov's by default) whose update is orthogonalised by a
     Newton-Schulz iteration in bf16, the step scaled by adjust_lr_fn ("original", None's meaning,
     or "match_rms_adamw"). state[p]["momentum_buffer"] as torch keeps it; checkpoints move both ways.
+    state_dtype={"o": torch.float32} runs the iteration in fp32 throughout instead (its input `o`
+    kept in float32, the products in fp32 with no TF32), which torch.optim.Muon cannot.
 
     Each step is a few launches whatever the number of parameters: the momentum in one, then per
     shape of matrix the batched GEMMs of the iteration (cuBLAS), then the update in one. Params of
@@ -606,7 +608,7 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
     Muon's (optgen.torch.Muon: lr, weight_decay, momentum, nesterov, ns_coefficients, eps, ns_steps,
     adjust_lr_fn) or AdamW's (optgen.torch.AdamW: lr, betas, eps, weight_decay, amsgrad) arguments,
     each group's defaults those of its optimizer; `options` (state_dtype, max_grad_norm, ...) go to
-    both.
+    both, but for Muon's matrix value in state_dtype ({"o": torch.float32}), which goes to Muon.
 
         opt = optgen.torch.MuonWithAuxAdam([
             dict(params=hidden_matrices, use_muon=True, lr=0.02, weight_decay=0.01),
@@ -631,8 +633,11 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
         def of(use_muon):
             return [{k: v for k, v in g.items() if k != "use_muon"} for g in groups if bool(g["use_muon"]) == use_muon]
 
+        adamw_options = dict(options)
+        if isinstance(options.get("state_dtype"), dict):  # Muon's matrix value "o" is not AdamW's
+            adamw_options["state_dtype"] = {k: v for k, v in options["state_dtype"].items() if k != "o"}
         self.muon = Muon(of(True), **options) if any(order) else None
-        self.adamw = AdamW(of(False), **options) if not all(order) else None
+        self.adamw = AdamW(of(False), **adamw_options) if not all(order) else None
         super().__init__([p for g in groups for p in g["params"]], {})
         self._order = order
         self.param_groups = self._joined_groups()

@@ -98,6 +98,7 @@ def _storage_of(state_dtype: Any, master_weights: Any, stochastic_rounding: Any,
         raise ValueError(f"seed must be in [0, 2**64); got {seed}")
     allowed = "torch.float32, torch.bfloat16, torch.float16, 'q8' or 'uq8'"
     states = [s.name for s in spec.states]
+    values = spec.matrix_values  # a matrix value (Muon's "o") may be named too: bf16 or float32
     default, named = torch.float32, {}
     if state_dtype is None:
         pass
@@ -108,9 +109,16 @@ def _storage_of(state_dtype: Any, master_weights: Any, stochastic_rounding: Any,
         default = state_dtype
     elif isinstance(state_dtype, Mapping):
         for name, dtype in state_dtype.items():
+            if name in values:
+                if dtype not in (torch.float32, torch.bfloat16):
+                    raise ValueError(f"state_dtype[{name!r}] keeps {spec.name}'s matrix value {name!r} in "
+                                     f"{_dtype_name(dtype)}: it is torch.bfloat16 (the default: bf16 products "
+                                     "accumulating in fp32, as torch's) or torch.float32 (fp32 throughout)")
+                continue
             if name != OTHER_STATES and name not in states:
                 raise ValueError(f"state_dtype names state {name!r}, which {spec.name} does not have (its states: "
-                                 f"{', '.join(states) or 'none'}; '{OTHER_STATES}': every state not named)")
+                                 f"{', '.join(states) or 'none'}; '{OTHER_STATES}': every state not named" +
+                                 (f"; its matrix values: {', '.join(values)}" if values else "") + ")")
             if not isinstance(dtype, (torch.dtype, str)) or dtype not in _STATE_DTYPES:
                 raise ValueError(f"state_dtype[{name!r}] must be {allowed}; got {_dtype_name(dtype)}")
         default = state_dtype.get(OTHER_STATES, torch.float32)

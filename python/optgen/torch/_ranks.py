@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from .. import _capi
 from .._capi import ReductionResults
 from .._matrix_exchange import ExchangePlan, row_shards
 from ._device_array import DeviceArray
@@ -140,16 +141,17 @@ def _step_stream(stream: int, device: torch.device) -> torch.cuda.Stream:
 class _Owned:
     """A rank's matrices of one shape and one set of arguments: their whole matrices, batched."""
 
-    def __init__(self, key: tuple, engine, device: torch.device):
+    def __init__(self, key: tuple, engine, device: torch.device, dtype: int):
         self.value, self.rows, self.cols, self.arguments = key
+        self.dtype = dtype
         self.members: List[int] = []  # indices into the stage's matrices (ExchangePlan's)
         self.engine, self.device = engine, device
 
     def allocate(self, group: int) -> None:
         count = len(self.members)
         self.group = group
-        self.whole = torch.empty((count, self.rows, self.cols), dtype=torch.bfloat16, device=self.device)
-        scratch = self.engine.matrix_function_scratch_bytes(count, self.rows, self.cols)
+        self.whole = torch.empty((count, self.rows, self.cols), dtype=_TORCH_DTYPES[self.dtype], device=self.device)
+        scratch = self.engine.matrix_function_scratch_bytes(count, self.rows, self.cols, self.dtype)
         self.scratch = torch.empty(max(1, scratch), dtype=torch.uint8, device=self.device)
 
     def apply(self, stream: int) -> None:
@@ -197,7 +199,7 @@ class RankMatrices:
     def __call__(self, work) -> None:
         if self.error:
             raise ValueError(self.error)
-        key = (work.stage, tuple((m.value, m.group, m.tensor, m.x, m.batch, m.rows, m.cols, m.arguments)
+        key = (work.stage, tuple((m.value, m.dtype, m.group, m.tensor, m.x, m.batch, m.rows, m.cols, m.arguments)
                                  for m in work.matrices))
         with torch.cuda.stream(_step_stream(work.stream, self.device)):
             plan = self._plans.get(key)
@@ -226,6 +228,11 @@ class _Exchange:
                                  "dimension (Shard(0)), as fully_shard shards it")
             shapes.append((rows, cols))
         self._check_alike(shapes, device)
+        dtypes = {m.dtype for m in mine}
+        if len(dtypes) > 1:
+            raise ValueError("the matrices of one step are bf16 and f32: keep every matrix value of the spec in one "
+                             "dtype to step sharded params")
+        dtype = dtypes.pop() if dtypes else _capi.BF16
         plan = ExchangePlan(shapes, ranks, rank)
         # The owned matrices in batches of one value, shape and arguments (an owner's own list
         # holds each of its matrices, an empty shard too, with the arguments of its group).
@@ -233,7 +240,7 @@ class _Exchange:
         position: Dict[int, Tuple[_Owned, int]] = {}
         for i in plan.owned:
             key = (mine[i].value, *shapes[i], mine[i].arguments)
-            batch = batches.setdefault(key, _Owned(key, engine, device))
+            batch = batches.setdefault(key, _Owned(key, engine, device, dtype))
             position[i] = (batch, len(batch.members))
             batch.members.append(i)
         for batch in batches.values():
@@ -241,17 +248,17 @@ class _Exchange:
         self.batches = list(batches.values())
         self.send_splits, self.recv_splits = plan.send_splits, plan.recv_splits
         # This rank's rows, where the engine keeps them: sent in the gather, written by the scatter.
-        self.views = [_bf16(mine[i].x, mine[i].rows * mine[i].cols, device) for i in plan.sent]
+        self.views = [_device_view(mine[i].x, mine[i].rows * mine[i].cols, dtype, device) for i in plan.sent]
         self.sizes = [v.numel() for v in self.views]
-        self.send = torch.empty(sum(self.send_splits), dtype=torch.bfloat16, device=device)
-        self.recv = torch.empty(sum(self.recv_splits), dtype=torch.bfloat16, device=device)
+        self.send = torch.empty(sum(self.send_splits), dtype=_TORCH_DTYPES[dtype], device=device)
+        self.recv = torch.empty(sum(self.recv_splits), dtype=_TORCH_DTYPES[dtype], device=device)
         received = {(x.matrix, x.rank): self.recv[x.at:x.at + x.length] for x in plan.gathered}
         self.assemble = [(batch, [received[(i, r)] for i in batch.members for r in range(ranks) if (i, r) in received])
                          for batch in self.batches]
         self.back_views = [position[x.matrix][0].whole[position[x.matrix][1]].view(-1)[x.first:x.first + x.length]
                            for x in plan.scattered]
-        self.back_send = torch.empty(sum(self.recv_splits), dtype=torch.bfloat16, device=device)
-        self.back_recv = torch.empty(sum(self.send_splits), dtype=torch.bfloat16, device=device)
+        self.back_send = torch.empty(sum(self.recv_splits), dtype=_TORCH_DTYPES[dtype], device=device)
+        self.back_recv = torch.empty(sum(self.send_splits), dtype=_TORCH_DTYPES[dtype], device=device)
 
     def _check_alike(self, shapes: list, device: torch.device) -> None:
         """Raises ValueError unless every rank lists the same matrices (their count and whole sizes):
@@ -281,7 +288,12 @@ class _Exchange:
             torch._foreach_copy_(self.views, list(torch.split(self.back_recv, self.sizes)))
 
 
-def _bf16(address: int, count: int, device: torch.device) -> torch.Tensor:
-    """`count` bf16 values at device address `address`, as a flat tensor (through int16: the array
-    interface has no bf16)."""
+_TORCH_DTYPES = {_capi.BF16: torch.bfloat16, _capi.F32: torch.float32}
+
+
+def _device_view(address: int, count: int, dtype: int, device: torch.device) -> torch.Tensor:
+    """`count` values of `dtype` (BF16 or F32) at device address `address`, as a flat tensor (bf16
+    through int16: the array interface has no bf16)."""
+    if dtype == _capi.F32:
+        return torch.as_tensor(DeviceArray(address, (count,), "<f4"), device=device)
     return torch.as_tensor(DeviceArray(address, (count,), "<i2"), device=device).view(torch.bfloat16)

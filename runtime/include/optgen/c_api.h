@@ -226,8 +226,9 @@ int optgen_set_nccl_reduction_hook(optgen_optimizer* optimizer, void* nccl_comm)
 
 /* ---- Sharded matrices: matrix functions on whole matrices (ABI 10) ----
  * One tensor's matrices of one matrix value, as a matrix hook sees them
- * (optgen::MatrixWork::Matrices): `batch` row-major bf16 matrices of rows x cols at `x`, device
- * memory, and the function's arguments for the tensor's group. */
+ * (optgen::MatrixWork::Matrices): `batch` row-major matrices of rows x cols at `x`, device memory,
+ * of `dtype` (ABI 13: OPTGEN_BF16, or OPTGEN_F32 where the storage keeps the value in f32), and
+ * the function's arguments for the tensor's group. */
 typedef struct {
   int32_t value; /* the variant's matrix value (optgen::VariantInfo::matrix_values) */
   int32_t num_arguments;
@@ -238,6 +239,7 @@ typedef struct {
   int64_t rows;
   int64_t cols;
   const double* arguments;
+  int32_t dtype;
 } optgen_matrices;
 
 /* What a matrix hook is handed after the launch of a Reduce stage that stores matrix values. */
@@ -261,11 +263,12 @@ int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook,
  * ranks; optgen::nccl::matrix_hook): each whole matrix orthogonalised on an owner rank, the rows
  * moved by NCCL sends and receives on the step's stream; take one step before capturing. (ABI 12.) */
 int optgen_set_nccl_matrix_hook(optgen_optimizer* optimizer, void* nccl_comm);
-/* Bytes of device scratch optgen_apply_matrix_function needs for `count` matrices of rows x cols. */
-size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols);
+/* Bytes of device scratch optgen_apply_matrix_function needs for `count` matrices of rows x cols
+ * of `dtype` (optgen_matrices::dtype; ABI 13); 0 for a dtype other than OPTGEN_BF16 or OPTGEN_F32. */
+size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols, int32_t dtype);
 /* Applies matrix value `value`'s function with `arguments` (optgen_matrices::arguments) to `count`
- * row-major bf16 matrices of rows x cols at `x`, in place, with `scratch`, on `stream`, as a step of
- * `group` does (FusedOptimizer::apply_matrix_function); needs the optimizer prepared. */
+ * row-major matrices of rows x cols at `x` (of the group's optgen_matrices::dtype), in place, with `scratch`, on
+ * `stream`, as a step of `group` does (FusedOptimizer::apply_matrix_function); needs the optimizer prepared. */
 int optgen_apply_matrix_function(optgen_optimizer* optimizer, size_t group, int value, const double* arguments, void* x,
                                  void* scratch, int64_t count, int64_t rows, int64_t cols, void* stream);
 
@@ -309,6 +312,10 @@ typedef struct {
  * NULL optimizer. The strings live as long as the optimizer. */
 const char* optgen_name(const optgen_optimizer* optimizer);
 const char* optgen_spec(const optgen_optimizer* optimizer);
+/* The names of its matrix values (Muon's "o"), comma-separated, "" for none: what optgen_storage's
+ * state_names may name beside the states, to keep one in OPTGEN_F32 (else bf16). NULL for a NULL
+ * optimizer. The string lives as long as the optimizer. (ABI 13.) */
+const char* optgen_matrix_values(const optgen_optimizer* optimizer);
 int optgen_num_hyperparameters(const optgen_optimizer* optimizer, size_t* count);
 int optgen_describe_hyperparameter(const optgen_optimizer* optimizer, size_t index, optgen_hyperparameter_info* info);
 int optgen_num_states(const optgen_optimizer* optimizer, size_t* count);

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 18 };
+enum { kVersion = 19 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -306,8 +306,9 @@ struct GroupWrite {
 
 enum { kGroupKernelBlock = 128 };
 
-/// Matrix functions (a spec's newton_schulz): a Reduce stage stores each tensor's operand, bf16, in
-/// the runtime's buffer of the matrix value, whose matrices of one shape lie consecutively, and the
+/// Matrix functions (a spec's newton_schulz): a Reduce stage stores each tensor's operand, bf16 (or
+/// f32, where the kernel set's storage says so: KernelInfo::matrix_dtypes), in the runtime's buffer
+/// of the matrix value, whose matrices of one shape lie consecutively, and the
 /// runtime applies the function to them before the next stage. Around cuBLAS's products it divides
 /// each matrix by max(its Frobenius norm, eps) with two kernels of optgen/device/matrices.cuh, in
 /// the module of every spec with a matrix value, each launched with kMatrixKernelBlock threads and
@@ -316,9 +317,10 @@ enum { kGroupKernelBlock = 128 };
 ///                                   into partials[b]
 ///   kMatrixNormalize(MatrixBatch)   block b: that part divided by max(the matrix's norm, eps), its
 ///                                   norm the sum of its parts' partials, in part order
-/// A part is `part_size` consecutive elements (the last one the rest), a multiple of 8.
+/// A part is `part_size` consecutive elements (the last one the rest), a multiple of 8. The *F32
+/// kernels do the same for f32 matrices.
 struct MatrixBatch {
-  void* x;              ///< count * size bf16 elements
+  void* x;              ///< count * size elements
   double* partials;     ///< count * parts
   long long size;       ///< elements per matrix
   long long part_size;  ///< elements per part
@@ -328,6 +330,8 @@ struct MatrixBatch {
 };
 constexpr char kMatrixSumSquares[] = "optgen_matrix_sum_squares";
 constexpr char kMatrixNormalize[] = "optgen_matrix_normalize";
+constexpr char kMatrixSumSquaresF32[] = "optgen_matrix_sum_squares_f32";
+constexpr char kMatrixNormalizeF32[] = "optgen_matrix_normalize_f32";
 enum { kMatrixKernelBlock = 256 };
 
 /// A Reduce stage's block reduces ReductionTable::chunks_per_block consecutive chunks of the chunk

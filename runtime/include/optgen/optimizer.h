@@ -222,7 +222,19 @@ struct KernelInfo {
   const char* const* programs = nullptr;
   /// The variant's step on shards (VariantInfo::shard_stage_blocks), one per stage; null without.
   const char* const* shard_stages = nullptr;
+  /// Per matrix value of the variant (VariantInfo::matrix_values), the dtype its buffer holds and
+  /// its function computes in: BF16 (products that accumulate in fp32) or F32. Null: every one BF16.
+  const DType* matrix_dtypes = nullptr;
 };
+
+/// The names of the matrix values of every variant of `info` (VariantInfo::matrix_values), in order
+/// of first appearance: what StorageOptions may name beside the states.
+std::vector<std::string> matrix_value_names(const OptimizerInfo& info);
+
+/// The dtype of matrix value `j` of a kernel set's variant (KernelInfo::matrix_dtypes).
+inline DType matrix_dtype(const KernelInfo& kernel, int j) {
+  return kernel.matrix_dtypes ? kernel.matrix_dtypes[j] : DType::BF16;
+}
 
 /// What the engine knows about an optimizer: data, built by the generator from the spec
 /// (generator/optimizer_tables.h). A generated launcher holds it in static tables; a spec loaded at
@@ -339,10 +351,11 @@ struct MatrixWork {
     int value;           ///< index into VariantInfo::matrix_values
     std::size_t group;   ///< the optimizer's group
     std::size_t tensor;  ///< the tensor's index in its group
-    CUdeviceptr x;       ///< `batch` row-major matrices of rows x cols, bf16, consecutive
+    CUdeviceptr x;       ///< `batch` row-major matrices of rows x cols of `dtype`, consecutive
     std::int64_t batch, rows, cols;
     const double* arguments;  ///< the function's arguments for the group
     int num_arguments;        ///< MatrixValueInfo::num_arguments
+    DType dtype;              ///< x's elements: BF16, or F32 (KernelInfo::matrix_dtypes)
   };
   int stage;  ///< the Reduce stage just launched, from 1
   const Matrices* matrices;
@@ -490,11 +503,14 @@ class FusedOptimizer {
   /// on `stream`, before the next stage reads them. Every rank must hold the same groups with the
   /// same tensors. An empty function removes the hook.
   void set_matrix_hook(std::function<void(const MatrixWork&)> hook);
-  /// Bytes of scratch apply_matrix_function needs for `count` matrices of `rows` x `cols`.
-  static std::size_t matrix_function_scratch_bytes(long long count, long long rows, long long cols);
+  /// Bytes of scratch apply_matrix_function needs for `count` matrices of `rows` x `cols` of `dtype`
+  /// (Matrices::dtype).
+  static std::size_t matrix_function_scratch_bytes(long long count, long long rows, long long cols,
+                                                   DType dtype = DType::BF16);
   /// Applies matrix value `value`'s function (of a variant of the group `group` runs), with the
-  /// group's arguments `arguments` (MatrixWork::Matrices::arguments), to `count` row-major bf16
-  /// matrices of `rows` x `cols` consecutive at `x`, in place, as a step does to its own; enqueued
+  /// group's arguments `arguments` (MatrixWork::Matrices::arguments), to `count` row-major matrices
+  /// of `rows` x `cols` of the group's kernel set's dtype for it (Matrices::dtype), consecutive at
+  /// `x`, in place, as a step does to its own; enqueued
   /// on `stream` and capturable. `scratch`: matrix_function_scratch_bytes of device memory. Needs
   /// the optimizer prepared.
   void apply_matrix_function(std::size_t group, int value, const double* arguments, CUdeviceptr x, CUdeviceptr scratch,

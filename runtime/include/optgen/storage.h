@@ -15,6 +15,9 @@
 ///   are 8-bit blockwise (DType::Q8, UQ8; optgen/blockwise8.h), for states of one value per element.
 /// - STATE=DTYPE: one state's own dtype, e.g. "bf16:bf16:exp_avg_sq=f32", or bitsandbytes' 8-bit
 ///   AdamW "f32:q8:exp_avg_sq=uq8".
+/// - VALUE=DTYPE: a matrix value's (a variable the spec assigns a matrix function to, as Muon's `o`):
+///   bf16 by default (torch's: bf16 products that accumulate in fp32), or f32 ("f32:o=f32": the
+///   function's products in fp32 throughout). Not STATES: that is the states'.
 /// (No commas: the command line and CMake lists separate storage types with them.)
 
 #include <cstdint>
@@ -41,12 +44,14 @@ struct Storage {
   DType param = DType::F32;
   ParamWrite param_write = ParamWrite::Nearest;
   DType states = DType::F32;  ///< every state not in `state_dtypes`
-  /// States of a dtype other than `states`, by name, without repeats (canonical_storage orders them
-  /// as the spec declares its states and drops those equal to `states`).
+  /// States of a dtype other than `states`, then matrix values of one other than bf16, by name,
+  /// without repeats (canonical_storage orders them as the spec declares them and drops the rest).
   std::vector<std::pair<std::string, DType>> state_dtypes;
 
   /// The dtype of state `name`.
   DType state_dtype(const std::string& name) const;
+  /// The dtype of matrix value `name`: BF16 unless named.
+  DType matrix_dtype(const std::string& name) const;
   /// A part of kernel names: "bf16_f32", "bf16_master_f32", "bf16_sr_bf16",
   /// "bf16_bf16_exp_avg_sq_f32".
   std::string name() const;
@@ -60,12 +65,15 @@ struct Storage {
 /// no spec: a master copy or stochastic rounding of params that have neither need nor room for one.
 std::optional<Storage> parse_storage(const std::string& text, std::string* error);
 
-/// `storage` checked against a spec's states (declaration order): nullopt, with the reason in
-/// `error`, when it names a state the spec does not declare; else the same storage with its state
-/// dtypes in declaration order, those equal to `states` dropped, so that equal storage compares
-/// and names equal. `written`, when given, is the storage as the user wrote it, for the message.
+/// `storage` checked against a spec's states and matrix values (each in declaration order):
+/// nullopt, with the reason in `error`, when it names neither a state nor a matrix value of the
+/// spec, or gives a matrix value a dtype other than bf16 or f32; else the same storage with its
+/// states' dtypes in declaration order, those equal to `states` dropped, then its matrix values'
+/// other than bf16, so that equal storage compares and names equal. `written`, when given, is the
+/// storage as the user wrote it, for the message.
 std::optional<Storage> canonical_storage(const Storage& storage, const std::vector<std::string>& states,
-                                         std::string* error, const std::string& written = "");
+                                         const std::vector<std::string>& matrix_values, std::string* error,
+                                         const std::string& written = "");
 
 /// Says that storage `written` is `earlier`, listed before it, again: "bf16 is listed twice", or
 /// "f32:exp_avg=f32 is f32 again, listed before it" when they are equal only once canonical.
@@ -90,7 +98,7 @@ std::vector<Storage> storage_to_generate(const std::vector<Storage>& requested,
 /// params' dtype comes with each group's tensors, and with it the kernel set: Storage).
 struct StorageOptions {
   DType states = DType::F32;                                ///< every state not named below
-  std::vector<std::pair<std::string, DType>> state_dtypes;  ///< per state, by name
+  std::vector<std::pair<std::string, DType>> state_dtypes;  ///< per state or matrix value, by name
   /// For bf16 and f16 params (an f32 param group is refused unless Nearest).
   ParamWrite param_write = ParamWrite::Nearest;
   std::uint64_t seed = 0;  ///< of stochastic rounding's random stream

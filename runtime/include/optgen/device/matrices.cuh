@@ -2,7 +2,8 @@
 /// optgen's device library: the kernels around cuBLAS's products of a matrix function
 /// (kernel_abi::MatrixBatch): each matrix of a batch divided by max(its Frobenius norm, eps), as
 /// torch.optim.Muon's _zeropower_via_newtonschulz does before its iteration: of a bf16 matrix, the
-/// norm summed in higher precision and rounded to bf16, as is its maximum with eps. A generated kernel
+/// norm summed in higher precision and rounded to bf16, as is its maximum with eps; of an f32 one
+/// (a storage that keeps the matrix value in f32), the same in f32, nothing rounded. A generated kernel
 /// source includes this header when its spec has a matrix value; the runtime launches the two
 /// kernels by their names in kernel_abi.h.
 
@@ -22,34 +23,56 @@ __device__ __forceinline__ MatrixPart matrix_part(const kernel_abi::MatrixBatch&
   return {matrix, first, last};
 }
 
-}  // namespace optgen
-
-extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
-    optgen_matrix_sum_squares(const optgen::kernel_abi::MatrixBatch batch) {
-  const optgen::MatrixPart part = optgen::matrix_part(batch, blockIdx.x);
-  const optgen::bf16* x = static_cast<const optgen::bf16*>(batch.x);
+/// Block `blockIdx.x`'s sum of squares of its part, into batch.partials.
+template <typename T>
+__device__ __forceinline__ void matrix_sum_squares(const kernel_abi::MatrixBatch& batch) {
+  const MatrixPart part = matrix_part(batch, blockIdx.x);
+  const T* x = static_cast<const T*>(batch.x);
   float sum = 0.0f;
   for (long long i = part.begin + threadIdx.x; i < part.end; i += blockDim.x) {
-    const float v = optgen::to_float(x[i]);
+    const float v = to_float(x[i]);
     sum += v * v;
   }
-  const double total = optgen::block_combine(false, static_cast<double>(sum));
+  const double total = block_combine(false, static_cast<double>(sum));
   if (threadIdx.x == 0) batch.partials[blockIdx.x] = total;
 }
 
-extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
-    optgen_matrix_normalize(const optgen::kernel_abi::MatrixBatch batch) {
-  const optgen::MatrixPart part = optgen::matrix_part(batch, blockIdx.x);
+/// Block `blockIdx.x`'s part divided by max(its matrix's norm, eps), each rounded to T as torch's
+/// division of a T tensor by its norm rounds them.
+template <typename T>
+__device__ __forceinline__ void matrix_normalize(const kernel_abi::MatrixBatch& batch) {
+  const MatrixPart part = matrix_part(batch, blockIdx.x);
   __shared__ float divisor;
   if (threadIdx.x == 0) {
     double total = 0.0;  // the matrix's partials in part order: the same bits in every block
     const double* partials = batch.partials + part.matrix * batch.parts;
     for (int p = 0; p < batch.parts; ++p) total += partials[p];
-    auto rounded = [](float v) { return optgen::to_float(optgen::from_float<optgen::bf16>(v)); };
+    auto rounded = [](float v) { return to_float(from_float<T>(v)); };
     divisor = rounded(fmaxf(rounded(static_cast<float>(sqrt(total))), batch.eps));
   }
   __syncthreads();
-  optgen::bf16* x = static_cast<optgen::bf16*>(batch.x);
-  for (long long i = part.begin + threadIdx.x; i < part.end; i += blockDim.x)
-    x[i] = optgen::from_float<optgen::bf16>(optgen::to_float(x[i]) / divisor);
+  T* x = static_cast<T*>(batch.x);
+  for (long long i = part.begin + threadIdx.x; i < part.end; i += blockDim.x) x[i] = from_float<T>(to_float(x[i]) / divisor);
+}
+
+}  // namespace optgen
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_sum_squares(const optgen::kernel_abi::MatrixBatch batch) {
+  optgen::matrix_sum_squares<optgen::bf16>(batch);
+}
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_normalize(const optgen::kernel_abi::MatrixBatch batch) {
+  optgen::matrix_normalize<optgen::bf16>(batch);
+}
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_sum_squares_f32(const optgen::kernel_abi::MatrixBatch batch) {
+  optgen::matrix_sum_squares<float>(batch);
+}
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_normalize_f32(const optgen::kernel_abi::MatrixBatch batch) {
+  optgen::matrix_normalize<float>(batch);
 }
