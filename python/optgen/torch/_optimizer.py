@@ -229,7 +229,9 @@ class Optimizer(torch.optim.Optimizer):
         bitsandbytes keeps them; state_dict() gives the state's values (float32, p's shape: a
         DTensor as p is), which load_state_dict() quantises, so that a checkpoint loads into
         another sharding, or into torch.optim's optimizer, and theirs here. The values of codes
-        quantise back to the same codes: a round trip in one layout changes no bit.
+        quantise back to the same codes: a round trip in one layout changes no bit. The dict may
+        also name a matrix value of the spec (Muon's "o", Engine.matrix_values): torch.float32
+        runs its matrix function in fp32 products, where the default is bf16's.
     master_weights: keep an fp32 master copy of each bfloat16 or float16 parameter: the step
         updates the master in float32 and writes the parameter as the master rounded to nearest
         (the built-in Adam and AdamW, with float32 states). The master is
