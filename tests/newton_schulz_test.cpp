@@ -55,6 +55,47 @@ double relative(const std::vector<A>& a, const std::vector<B>& b) {
   return diff / scale;
 }
 
+struct Shape {
+  int count, rows, cols;
+};
+
+/// One matrix of a batch before and after the GPU's iteration, each as X: the matrix, or its
+/// transpose when tall (the orientation the iteration runs in, on the CPU too).
+struct Orthogonalised {
+  std::vector<float> in, out;
+};
+
+/// `s.count` random matrices, each normalised by its Frobenius norm and rounded to ns.dtype (as
+/// the step's input is), orthogonalised in place by the GPU's batched iteration.
+std::vector<Orthogonalised> orthogonalise(const optgen::cublas::Handle& handle, const optgen::NewtonSchulz& ns,
+                                          const Shape& s, std::mt19937& rng, std::normal_distribution<float>& normal) {
+  const size_t size = static_cast<size_t>(s.rows) * s.cols;
+  std::vector<float> x(size * s.count);
+  for (int b = 0; b < s.count; ++b) {
+    double norm = 0;
+    for (size_t i = 0; i < size; ++i) norm += std::pow(x[b * size + i] = normal(rng), 2);
+    for (size_t i = 0; i < size; ++i)
+      x[b * size + i] = round_to(ns.dtype, static_cast<float>(x[b * size + i] / std::sqrt(norm)));
+  }
+  DeviceMemory on_device(x.size() * optgen::size_of(ns.dtype)),
+      scratch(optgen::newton_schulz_scratch_bytes(s.count, s.rows, s.cols, ns.dtype));
+  upload(ns.dtype, on_device.at(0), x);
+  optgen::newton_schulz(handle, on_device.get(), scratch.get(), s.count, s.rows, s.cols, ns, nullptr);
+  synchronize();
+  const std::vector<float> gpu = download(ns.dtype, on_device.at(0), x.size());
+  const bool tall = s.rows > s.cols;
+  std::vector<Orthogonalised> result(static_cast<size_t>(s.count),
+                                     {std::vector<float>(size), std::vector<float>(size)});
+  for (int b = 0; b < s.count; ++b)
+    for (int r = 0; r < s.rows; ++r)
+      for (int c = 0; c < s.cols; ++c) {
+        const size_t at = tall ? static_cast<size_t>(c) * s.rows + r : static_cast<size_t>(r) * s.cols + c;
+        result[b].in[at] = x[b * size + r * s.cols + c];
+        result[b].out[at] = gpu[b * size + r * s.cols + c];
+      }
+  return result;
+}
+
 }  // namespace
 
 TEST_CASE("batched Newton-Schulz through cuBLAS matches the iteration on the CPU", "[gpu]") {
@@ -67,38 +108,15 @@ TEST_CASE("batched Newton-Schulz through cuBLAS matches the iteration on the CPU
   std::mt19937 rng(33);
   std::normal_distribution<float> normal;
   const optgen::NewtonSchulz ns;  // torch.optim.Muon's defaults: 5 steps, (3.4445, -4.7750, 2.0315)
-  struct Shape {
-    int count, rows, cols;
-  };
   // Wide, square, a row, tall (orthogonalised transposed, as torch does), one column.
   for (const Shape& s : {Shape{3, 64, 192}, Shape{2, 96, 96}, Shape{1, 1, 33}, Shape{4, 50, 17}, Shape{2, 9, 1}}) {
     INFO(s.count << " matrices of " << s.rows << " x " << s.cols);
-    const size_t size = static_cast<size_t>(s.rows) * s.cols;
-    // Each matrix normalised by its Frobenius norm, then rounded to bf16, as torch's input is.
-    std::vector<float> x(size * s.count);
-    for (int b = 0; b < s.count; ++b) {
-      double norm = 0;
-      for (size_t i = 0; i < size; ++i) norm += std::pow(x[b * size + i] = normal(rng), 2);
-      for (size_t i = 0; i < size; ++i)
-        x[b * size + i] = round_to(DType::BF16, static_cast<float>(x[b * size + i] / std::sqrt(norm)));
-    }
-    DeviceMemory on_device(x.size() * 2), scratch(optgen::newton_schulz_scratch_bytes(s.count, s.rows, s.cols));
-    upload(DType::BF16, on_device.at(0), x);
-    optgen::newton_schulz(handle, on_device.get(), scratch.get(), s.count, s.rows, s.cols, ns, nullptr);
-    synchronize();
-    const std::vector<float> gpu = download(DType::BF16, on_device.at(0), x.size());
-    const bool tall = s.rows > s.cols;
     const int m = std::min(s.rows, s.cols), n = std::max(s.rows, s.cols);
-    for (int b = 0; b < s.count; ++b) {
+    const std::vector<Orthogonalised> batch = orthogonalise(handle, ns, s, rng, normal);
+    for (size_t b = 0; b < batch.size(); ++b) {
       INFO("matrix " << b);
-      // X: the matrix, or its transpose when tall; the result is compared in the same orientation.
-      std::vector<float> in(size), out(size);
-      for (int r = 0; r < s.rows; ++r)
-        for (int c = 0; c < s.cols; ++c) {
-          const size_t at = tall ? static_cast<size_t>(c) * s.rows + r : static_cast<size_t>(r) * s.cols + c;
-          in[at] = x[b * size + r * s.cols + c];
-          out[at] = gpu[b * size + r * s.cols + c];
-        }
+      const std::vector<float>& in = batch[b].in;
+      const std::vector<float>& out = batch[b].out;
       const auto bf16 = newton_schulz_cpu<float>(in, m, n, ns, [](float v) { return round_to(DType::BF16, v); });
       const auto exact =
           newton_schulz_cpu<double>(std::vector<double>(in.begin(), in.end()), m, n, ns, [](double v) { return v; });
@@ -122,37 +140,15 @@ TEST_CASE("batched Newton-Schulz in f32 through cuBLAS follows the exact iterati
   std::normal_distribution<float> normal;
   optgen::NewtonSchulz ns;
   ns.dtype = DType::F32;
-  struct Shape {
-    int count, rows, cols;
-  };
   for (const Shape& s : {Shape{3, 64, 192}, Shape{4, 50, 17}, Shape{1, 1, 33}}) {
     INFO(s.count << " matrices of " << s.rows << " x " << s.cols);
-    const size_t size = static_cast<size_t>(s.rows) * s.cols;
-    std::vector<float> x(size * s.count);
-    for (int b = 0; b < s.count; ++b) {
-      double norm = 0;
-      for (size_t i = 0; i < size; ++i) norm += std::pow(x[b * size + i] = normal(rng), 2);
-      for (size_t i = 0; i < size; ++i) x[b * size + i] = static_cast<float>(x[b * size + i] / std::sqrt(norm));
-    }
-    DeviceMemory on_device(x.size() * 4),
-        scratch(optgen::newton_schulz_scratch_bytes(s.count, s.rows, s.cols, DType::F32));
-    upload(DType::F32, on_device.at(0), x);
-    optgen::newton_schulz(handle, on_device.get(), scratch.get(), s.count, s.rows, s.cols, ns, nullptr);
-    synchronize();
-    const std::vector<float> gpu = download(DType::F32, on_device.at(0), x.size());
-    const bool tall = s.rows > s.cols;
     const int m = std::min(s.rows, s.cols), n = std::max(s.rows, s.cols);
-    for (int b = 0; b < s.count; ++b) {
+    const std::vector<Orthogonalised> batch = orthogonalise(handle, ns, s, rng, normal);
+    for (size_t b = 0; b < batch.size(); ++b) {
       INFO("matrix " << b);
-      std::vector<double> in(size);
-      std::vector<float> out(size);
-      for (int r = 0; r < s.rows; ++r)
-        for (int c = 0; c < s.cols; ++c) {
-          const size_t at = tall ? static_cast<size_t>(c) * s.rows + r : static_cast<size_t>(r) * s.cols + c;
-          in[at] = x[b * size + r * s.cols + c];
-          out[at] = gpu[b * size + r * s.cols + c];
-        }
-      const auto exact = newton_schulz_cpu<double>(in, m, n, ns, [](double v) { return v; });
+      const std::vector<float>& out = batch[b].out;
+      const auto exact = newton_schulz_cpu<double>(std::vector<double>(batch[b].in.begin(), batch[b].in.end()), m, n,
+                                                   ns, [](double v) { return v; });
       // f32 products (no TF32) summed in another order than the CPU's: float rounding, carried
       // through five steps, far inside bf16's 6e-2.
       CHECK(relative(out, exact) <= 1e-4);

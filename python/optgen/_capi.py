@@ -453,6 +453,11 @@ class Storage:
         return struct, names, dtypes
 
 
+def _absmax_offset(numel: int) -> int:
+    """blockwise8::absmax_offset: an 8-bit buffer's codes, padded to 16 bytes, then the absmax."""
+    return (numel + 15) // 16 * 16
+
+
 @dataclass(frozen=True)
 class StateBuffer:
     """One tensor's state as the engine holds it (Engine.state_buffer): `numel` values stored as
@@ -466,7 +471,7 @@ class StateBuffer:
     @property
     def absmax_offset(self) -> int:
         """Where an 8-bit state's block absmax starts, in bytes from `address`."""
-        return (self.numel + 15) // 16 * 16
+        return _absmax_offset(self.numel)
 
 
 @dataclass(frozen=True)
@@ -494,7 +499,7 @@ class Blockwise8Layout:
 
     def absmax_offset(self, numel: int) -> int:
         """Where the block absmax starts in a tensor's buffer: after the codes, padded to 16 bytes."""
-        return (numel + 15) // 16 * 16
+        return _absmax_offset(numel)
 
     def buffer_bytes(self, numel: int) -> int:
         """The bytes of a tensor's buffer: its codes, padded to 16, then a float32 absmax per block."""
@@ -621,8 +626,24 @@ def _doubles(values: Iterable[float]):
     return (ctypes.c_double * max(1, len(values)))(*values)
 
 
-class Engine:
+class _Owned:
+    """An object of the library this one owns (`_handle`), destroyed by `_destroy` in close() or
+    when this one is collected."""
+    _destroy: str
+
+    def close(self) -> None:
+        if self._handle:
+            getattr(self._lib.dll, self._destroy)(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+
+class Engine(_Owned):
     """One optgen optimizer (an optgen::FusedOptimizer) through the C ABI."""
+    _destroy = "optgen_destroy"
 
     def __init__(self, handle: int):
         self._lib = library()
@@ -672,15 +693,6 @@ class Engine:
         if engine.spec_warnings:
             warnings.warn(SpecWarning(engine.spec_warnings.rstrip("\n")), stacklevel=2)
         return engine
-
-    def close(self) -> None:
-        if self._handle:
-            self._lib.dll.optgen_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
 
     # ---- what the optimizer is ----
 
@@ -971,12 +983,13 @@ class Engine:
         self._lib.call("optgen_load", self._handle, os.fsencode(path))
 
 
-class Optimizers:
+class Optimizers(_Owned):
     """Engines of different specs as one optimizer (optgen::Optimizers, optgen_optimizers_create):
     Muon for the hidden matrices and AdamW for the rest, say. step() steps each engine in order on
     one stream; save() and load() write and read one checkpoint of them all (each engine's part
     under optimizer.<i>.; loading checks the count and the specs, and changes no engine when any
     part does not fit). It keeps its engines alive."""
+    _destroy = "optgen_optimizers_destroy"
 
     def __init__(self, engines: Sequence[Engine]):
         self._lib = library()
@@ -985,15 +998,6 @@ class Optimizers:
         handle = ctypes.c_void_p()
         self._lib.call("optgen_optimizers_create", members, len(self.engines), ctypes.byref(handle))
         self._handle = handle
-
-    def close(self) -> None:
-        if self._handle:
-            self._lib.dll.optgen_optimizers_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
-
-    def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
 
     def prepare(self, stream: int = 0) -> None:
         self._lib.call("optgen_optimizers_prepare", self._handle, stream)

@@ -200,7 +200,7 @@ struct Binder {
       if (same) return k;
       if (kernel.variant == variant) generated += (generated.empty() ? "" : ", ") + kernel_storage(kernel).text();
     }
-    const std::string text = kernel_storage_text(param, wanted.param_write, variant);
+    const std::string text = kernel_storage_text(param);
     throw Error(m.call("add_param_group"),
                 std::string("no kernel for variant ") + info.variants[variant].name + " with storage " + text +
                     " was generated (its kernels: " + (generated.empty() ? "none" : generated) + ")",
@@ -220,26 +220,25 @@ struct Binder {
       if (count > best) best = count, storage.states = d;
     }
     for (int s = 0; s < info.num_states; ++s)
-      if (kernel.state_dtypes[s] != storage.states)
-        storage.state_dtypes.emplace_back(info.states[s].name, kernel.state_dtypes[s]);
+      storage.state_dtypes.emplace_back(info.states[s].name, kernel.state_dtypes[s]);
     const VariantInfo& v = info.variants[kernel.variant];
     for (int j = 0; j < v.num_matrix_values; ++j)
-      if (matrix_dtype(kernel, j) != DType::BF16)
-        storage.state_dtypes.emplace_back(v.matrix_values[j].name, matrix_dtype(kernel, j));
-    return storage;
+      storage.state_dtypes.emplace_back(v.matrix_values[j].name, matrix_dtype(kernel, j));
+    return canonical(storage);
   }
 
-  /// The storage text of the kernel set of `variant` the optimizer's options need for `param` params.
-  std::string kernel_storage_text(DType param, ParamWrite write, int variant) const {
-    Storage storage{param, write, m.storage.states, {}};
-    for (int s = 0; s < m.info->num_states; ++s)
-      if (m.state_dtypes[s] != m.storage.states)
-        storage.state_dtypes.emplace_back(m.info->states[s].name, m.state_dtypes[s]);
-    const VariantInfo& v = m.info->variants[variant];
-    for (int j = 0; j < v.num_matrix_values; ++j)
-      if (const DType d = m.storage.for_params(param).matrix_dtype(v.matrix_values[j].name); d != DType::BF16)
-        storage.state_dtypes.emplace_back(v.matrix_values[j].name, d);
-    return storage.text();
+  /// The storage text of the kernel set the optimizer's options need for `param` params.
+  std::string kernel_storage_text(DType param) const { return canonical(m.storage.for_params(param)).text(); }
+
+  /// `storage`, which names states and matrix values of the optimizer only, as canonical_storage
+  /// writes it: the dtypes of their defaults dropped, the rest in declaration order.
+  Storage canonical(const Storage& storage) const {
+    std::vector<std::string> states;
+    for (int s = 0; s < m.info->num_states; ++s) states.push_back(m.info->states[s].name);
+    std::string error;
+    const std::optional<Storage> result = canonical_storage(storage, states, matrix_value_names(*m.info), &error);
+    if (!result) throw std::logic_error("kernel_storage: " + error);
+    return *result;
   }
 
   void check_tensor(const Tensor& t, std::size_t i, DType dtype) const {

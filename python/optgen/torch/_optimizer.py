@@ -724,9 +724,10 @@ class Optimizer(torch.optim.Optimizer):
         return fitted
 
     def _codec(self, name: str, device: torch.device) -> Codec:
-        key = (name, device)
+        """The codec of state `name`'s 8-bit dtype on `device` (one per dtype and device)."""
+        key = (self._quantized[name], device)
         if key not in self._codecs:
-            self._codecs[key] = Codec(self._quantized[name], device)
+            self._codecs[key] = Codec(*key)
         return self._codecs[key]
 
     def _local_values(self, p: torch.Tensor, s: State, value: Optional[torch.Tensor], initial: float) -> torch.Tensor:
