@@ -1,11 +1,12 @@
 // optgen_bench: µs per step and effective bandwidth of the generated launchers on real models'
 // parameter shapes (bench/workloads/*.json), against the device's copy bandwidth measured
-// here; and the host time spent inside step() for a model of many tensors.
+// here; and the host time spent inside step() for a model of many tensors, and of many matrices (Muon).
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
 //   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam,adam_mini,adamw_schedule_free]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
-//                [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8] [--tune FILE]
+//                [--host-matrices 10000] [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8]
+//                [--tune FILE]
 //
 // (CLI11 parses it: `--help` lists the options and their defaults; a bad option or value is an
 // error naming it, exit status 2, before anything runs.)
@@ -52,6 +53,7 @@
 #include "adamw_schedule_free.h"
 #include "dadapt_adam.h"
 #include "lamb.h"
+#include "muon.h"
 #include "prodigy.h"
 #include "optgen/blockwise8.h"
 #include "optgen/driver.h"
@@ -265,8 +267,27 @@ class AmpInputs {
   CUdeviceptr memory_ = 0;
 };
 
-/// Host time inside step(): the GPU is idle before each call, so no queueing is counted.
-void host_time(int tensors, CUstream stream) {
+/// Host time inside `optimizer`.step(): the GPU is idle before each call, so no queueing is
+/// counted. The first steps load the kernels, build the tables and (Muon) choose cuBLAS's algorithms.
+template <typename Optimizer>
+void host_time(Optimizer& optimizer, const std::string& what, CUstream stream) {
+  for (int i = 0; i < 3; ++i) optimizer.step(stream);
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) {
+    check(api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    auto t0 = std::chrono::steady_clock::now();
+    optimizer.step(stream);
+    auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  check(api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::sort(us.begin(), us.end());
+  std::printf("\nhost time inside %s: median %.2f us, p90 %.2f us, min %.2f us\n", what.c_str(), us[us.size() / 2],
+              us[us.size() * 9 / 10], us[0]);
+}
+
+/// Adam's host time for `tensors` tensors of 64 to 4096 elements.
+void adam_host_time(int tensors, CUstream stream) {
   std::vector<std::int64_t> sizes;
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> size(64, 4096);
@@ -274,21 +295,28 @@ void host_time(int tensors, CUstream stream) {
   Model model(sizes);
   optgen::Adam adam;
   adam.add_param_group(model.tensors);
-  adam.step(stream);  // loads the kernels, builds the tables
-  std::vector<double> us;
-  for (int i = 0; i < 200; ++i) {
-    check(api().cuStreamSynchronize(stream), "cuStreamSynchronize");
-    auto t0 = std::chrono::steady_clock::now();
-    adam.step(stream);
-    auto t1 = std::chrono::steady_clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  host_time(adam,
+            "Adam::step() for " + std::to_string(tensors) + " tensors (1 group, " +
+                std::to_string(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})) + " parameters)",
+            stream);
+}
+
+/// Muon's host time for `matrices` matrices of 20 shapes, 32 to 108 rows by 64 columns (as
+/// bench/torch_muon.py --many).
+void muon_host_time(int matrices, CUstream stream) {
+  std::vector<std::int64_t> sizes;
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (int i = 0; i < matrices; ++i) {
+    shapes.push_back({32 + 4 * (i % 20), 64});
+    sizes.push_back(shapes.back()[0] * shapes.back()[1]);
   }
-  std::sort(us.begin(), us.end());
-  std::printf(
-      "\nhost time inside Adam::step() for %d tensors (1 group, %lld parameters): median %.2f us, p90 %.2f us, min "
-      "%.2f us\n",
-      tensors, static_cast<long long>(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})), us[us.size() / 2],
-      us[us.size() * 9 / 10], us[0]);
+  Model model(sizes, shapes);
+  optgen::Muon muon;
+  muon.add_param_group(model.tensors);
+  host_time(muon,
+            "Muon::step() for " + std::to_string(matrices) + " matrices of " + std::to_string(std::min(matrices, 20)) +
+                " shapes (1 group)",
+            stream);
 }
 
 /// What the command line asks for; the defaults are a full run.
@@ -302,6 +330,7 @@ struct Arguments {
   std::vector<std::string> launch_shapes = {"default"};  ///< BxE, or default: the launcher's own
   int steps = 50;
   int host_tensors = 10000;
+  int host_matrices = 10000;
   std::string tune;  ///< where --tune writes its table; empty: no tuning
 };
 
@@ -459,7 +488,10 @@ void add_options(CLI::App& app, Arguments& args) {
           },
           "SHAPE", "launch shape"))
       ->capture_default_str();
-  app.add_option("--host-tensors", args.host_tensors, "tensors of the host-time measurement; 0: skip it")
+  app.add_option("--host-tensors", args.host_tensors, "tensors of Adam's host-time measurement; 0: skip it")
+      ->check(CLI::Range(0, 10000000))
+      ->capture_default_str();
+  app.add_option("--host-matrices", args.host_matrices, "matrices of Muon's host-time measurement; 0: skip it")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
   app.add_option("--tune", args.tune,
@@ -590,7 +622,8 @@ int main(int argc, char** argv) {
       std::printf("\nwrote %s (%s): OPTGEN_TUNING=%s uses it on this GPU\n", args.tune.c_str(), device.c_str(),
                   args.tune.c_str());
     }
-    if (args.host_tensors > 0) host_time(args.host_tensors, stream);
+    if (args.host_tensors > 0) adam_host_time(args.host_tensors, stream);
+    if (args.host_matrices > 0) muon_host_time(args.host_matrices, stream);
     api().cuStreamDestroy(stream);
   } catch (const std::exception& e) {
     std::cerr << "optgen_bench: " << e.what() << "\n";

@@ -54,6 +54,22 @@ def make(shapes, seed):
     return params
 
 
+def idle_host_us(step, calls=50):
+    """The median host time of a call of `step` with the GPU idle before it (no queueing counted)."""
+    import statistics
+    import time
+    import torch
+    step()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def graphed(step):
     """`step` captured once (after a warm-up on a side stream), then replayed."""
     import torch
@@ -145,11 +161,16 @@ def main():
         params = make(shapes, 3)
         ours = ot.Muon(params)
         eager = tc.time_steps(ours.step, args.steps, args.reps, 2, False)
+        idle = idle_host_us(ours.step)
         replay = tc.time_steps(graphed(ours.step), args.steps, args.reps, 2, False)
+        del ours
+        static = ot.Muon(params, static_grads=True)
+        static_idle = idle_host_us(static.step)
         print(f"\n10,000 matrices of 20 shapes: eager {eager['us_per_step']:.1f} µs a step "
-              f"(host {eager['host_us_per_step']:.1f} µs), graph replay {replay['us_per_step']:.1f} µs "
+              f"(host {eager['host_us_per_step']:.1f} µs; {idle:.1f} µs with the GPU idle before the call, "
+              f"{static_idle:.1f} µs with static_grads=True), graph replay {replay['us_per_step']:.1f} µs "
               f"(host {replay['host_us_per_step']:.1f} µs)")
-        results["many"] = {"eager": eager, "replay": replay}
+        results["many"] = {"eager": eager, "replay": replay, "idle_host_us": idle, "static_grads_idle_host_us": static_idle}
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(results, f, indent=1)

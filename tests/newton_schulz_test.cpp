@@ -66,9 +66,12 @@ struct Orthogonalised {
 };
 
 /// `s.count` random matrices, each normalised by its Frobenius norm and rounded to ns.dtype (as
-/// the step's input is), orthogonalised in place by the GPU's batched iteration.
+/// the step's input is), orthogonalised by the GPU's batched iteration into their buffer: from
+/// there, or (`from_scratch`) from the start of the scratch, as the step's norm kernels leave them
+/// for an odd number of steps.
 std::vector<Orthogonalised> orthogonalise(const optgen::cublas::Handle& handle, const optgen::NewtonSchulz& ns,
-                                          const Shape& s, std::mt19937& rng, std::normal_distribution<float>& normal) {
+                                          const Shape& s, std::mt19937& rng, std::normal_distribution<float>& normal,
+                                          bool from_scratch = false) {
   const size_t size = static_cast<size_t>(s.rows) * s.cols;
   std::vector<float> x(size * s.count);
   for (int b = 0; b < s.count; ++b) {
@@ -79,8 +82,9 @@ std::vector<Orthogonalised> orthogonalise(const optgen::cublas::Handle& handle, 
   }
   DeviceMemory on_device(x.size() * optgen::size_of(ns.dtype)),
       scratch(optgen::newton_schulz_scratch_bytes(s.count, s.rows, s.cols, ns.dtype));
-  upload(ns.dtype, on_device.at(0), x);
-  optgen::newton_schulz(handle, on_device.get(), scratch.get(), s.count, s.rows, s.cols, ns, nullptr);
+  upload(ns.dtype, on_device.at(0), from_scratch ? std::vector<float>(x.size(), NAN) : x);
+  if (from_scratch) upload(ns.dtype, scratch.at(0), x);
+  optgen::newton_schulz(handle, on_device.get(), scratch.get(), s.count, s.rows, s.cols, ns, nullptr, from_scratch);
   synchronize();
   const std::vector<float> gpu = download(ns.dtype, on_device.at(0), x.size());
   const bool tall = s.rows > s.cols;
@@ -156,4 +160,25 @@ TEST_CASE("batched Newton-Schulz in f32 through cuBLAS follows the exact iterati
   }
   CHECK_THROWS_WITH(optgen::newton_schulz_scratch_bytes(1, 2, 2, DType::F16),
                     Catch::Contains("Newton-Schulz runs in bf16 or f32, not f16"));
+}
+
+TEST_CASE("Newton-Schulz from the scratch ends in the matrices' buffer, as from there", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  if (std::string why; !optgen::cublas::available(&why)) {
+    record_skip(Catch::getResultCapture().getCurrentTestName(), "no cuBLAS: " + why);
+    return;
+  }
+  const optgen::cublas::Handle handle;
+  // Odd steps from the scratch end in x with no copy; even ones copy back; none copies the input.
+  for (const int steps : {5, 4, 1, 0})
+    for (const Shape& s : {Shape{3, 64, 192}, Shape{4, 50, 17}}) {
+      INFO(steps << " steps, " << s.count << " matrices of " << s.rows << " x " << s.cols);
+      optgen::NewtonSchulz ns;
+      ns.steps = steps;
+      std::mt19937 rng(35), same(35);
+      std::normal_distribution<float> normal, same_normal;
+      const std::vector<Orthogonalised> from_x = orthogonalise(handle, ns, s, rng, normal);
+      const std::vector<Orthogonalised> from_scratch = orthogonalise(handle, ns, s, same, same_normal, true);
+      for (size_t b = 0; b < from_x.size(); ++b) CHECK(from_scratch[b].out == from_x[b].out);
+    }
 }

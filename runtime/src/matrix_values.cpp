@@ -150,10 +150,16 @@ int apply_function(const MatrixValueInfo& value, DType dtype, const double* argu
   switch (value.function) {
     case MatrixFunction::NewtonSchulz: {
       const std::int64_t size = rows * cols;
+      const NewtonSchulz ns{static_cast<int>(arguments[0]), static_cast<float>(arguments[1]),
+                            static_cast<float>(arguments[2]), static_cast<float>(arguments[3]), dtype};
       const CUdeviceptr partials =
           scratch +
           round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256);
-      kernel_abi::MatrixBatch batch{reinterpret_cast<void*>(x),
+      // After an odd number of steps the iteration's result is where its input was not: the norm
+      // kernels leave the input in the scratch then, so that the result lands in x uncopied.
+      const bool odd = ns.steps % 2 == 1;
+      kernel_abi::MatrixBatch batch{reinterpret_cast<const void*>(x),
+                                    reinterpret_cast<void*>(odd ? scratch : x),
                                     reinterpret_cast<double*>(partials),
                                     size,
                                     part_size(size),
@@ -167,10 +173,8 @@ int apply_function(const MatrixValueInfo& value, DType dtype, const double* argu
            {f32 ? kernels.sum_squares_f32 : kernels.sum_squares, f32 ? kernels.normalize_f32 : kernels.normalize})
         driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
                        "check that the stream belongs to the current context");
-      return 2 + newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols),
-                               {static_cast<int>(arguments[0]), static_cast<float>(arguments[1]),
-                                static_cast<float>(arguments[2]), static_cast<float>(arguments[3]), dtype},
-                               stream);
+      return 2 +
+             newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols), ns, stream, odd);
     }
   }
   return 0;

@@ -30,9 +30,9 @@ size_t newton_schulz_scratch_bytes(long long count, int rows, int cols, DType dt
 // (U = b G + c G G is symmetric). A tall one (rows > cols) is Xᵀ row-major, which is X itself to
 // cuBLAS, ld m: G = X Xᵀ and X' = a X + U X as written. Each product writes a buffer apart from the
 // terms it adds (cublasLt's D apart from C): X and the scratch's X take turns, and nothing is copied
-// but, after an odd number of steps, the result back into place.
+// but, where the result ends in the scratch, the result back into place.
 int newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows, int cols,
-                  const NewtonSchulz& ns, CUstream stream) {
+                  const NewtonSchulz& ns, CUstream stream, bool input_in_scratch) {
   if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX)
     throw Error("optgen::newton_schulz", std::to_string(count) + " matrices of " + std::to_string(rows) + " x " +
                                              std::to_string(cols) + ": give from 1 to 2^31 - 1, of at least 1 x 1");
@@ -52,7 +52,7 @@ int newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scrat
   const cublas::Product square{kOpN, kOpN, m, m, m, m, m, m, mm, mm, mm, batch, type};
   const cublas::Product apply = tall ? cublas::Product{kOpN, kOpN, m, n, m, m, m, m, mm, mn, mn, batch, type}
                                      : cublas::Product{kOpN, kOpN, n, m, m, n, m, n, mn, mm, mn, batch, type};
-  CUdeviceptr current = x, next = scratch;
+  CUdeviceptr current = input_in_scratch ? scratch : x, next = input_in_scratch ? x : scratch;
   int enqueued = 0;
   for (int step = 0; step < ns.steps; ++step, enqueued += 3) {
     handle.multiply(gram, 1.0f, current, current, 0.0f, g, g, stream);

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 19 };
+enum { kVersion = 20 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -313,14 +313,17 @@ enum { kGroupKernelBlock = 128 };
 /// each matrix by max(its Frobenius norm, eps) with two kernels of optgen/device/matrices.cuh, in
 /// the module of every spec with a matrix value, each launched with kMatrixKernelBlock threads and
 /// count * parts blocks:
-///   kMatrixSumSquares(MatrixBatch)  block b: the sum of squares of part b % parts of matrix b / parts,
-///                                   into partials[b]
-///   kMatrixNormalize(MatrixBatch)   block b: that part divided by max(the matrix's norm, eps), its
-///                                   norm the sum of its parts' partials, in part order
+///   kMatrixSumSquares(MatrixBatch)  block b: the sum of squares of part b % parts of matrix b / parts
+///                                   of x, into partials[b]
+///   kMatrixNormalize(MatrixBatch)   block b: that part of x divided by max(the matrix's norm, eps),
+///                                   into the same elements of y (which may be x); the norm is the
+///                                   sum of the matrix's partials, added in the same order by every
+///                                   block
 /// A part is `part_size` consecutive elements (the last one the rest), a multiple of 8. The *F32
 /// kernels do the same for f32 matrices.
 struct MatrixBatch {
-  void* x;              ///< count * size elements
+  const void* x;        ///< count * size elements
+  void* y;              ///< where kMatrixNormalize writes: x, or count * size elements apart from it
   double* partials;     ///< count * parts
   long long size;       ///< elements per matrix
   long long part_size;  ///< elements per part
@@ -445,13 +448,14 @@ static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, field) == 20, "GroupWrite::field m
 static_assert(OPTGEN_ABI_OFFSETOF(GroupWrite, index) == 24, "GroupWrite::index moved");
 static_assert(sizeof(GroupWrite) == 32 && alignof(GroupWrite) == 8, "GroupWrite changed size or alignment");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, x) == 0, "MatrixBatch::x moved");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, partials) == 8, "MatrixBatch::partials moved");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, size) == 16, "MatrixBatch::size moved");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, part_size) == 24, "MatrixBatch::part_size moved");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, count) == 32, "MatrixBatch::count moved");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, parts) == 36, "MatrixBatch::parts moved");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, eps) == 40, "MatrixBatch::eps moved");
-static_assert(sizeof(MatrixBatch) == 48 && alignof(MatrixBatch) == 8, "MatrixBatch changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, y) == 8, "MatrixBatch::y moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, partials) == 16, "MatrixBatch::partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, size) == 24, "MatrixBatch::size moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, part_size) == 32, "MatrixBatch::part_size moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, count) == 40, "MatrixBatch::count moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, parts) == 44, "MatrixBatch::parts moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, eps) == 48, "MatrixBatch::eps moved");
+static_assert(sizeof(MatrixBatch) == 56 && alignof(MatrixBatch) == 8, "MatrixBatch changed size or alignment");
 #undef OPTGEN_ABI_OFFSETOF
 
 }  // namespace kernel_abi

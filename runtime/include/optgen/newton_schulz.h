@@ -28,11 +28,14 @@ size_t newton_schulz_scratch_bytes(long long count, int rows, int cols, DType dt
 
 /// Orthogonalises `count` row-major `rows` x `cols` matrices of ns.dtype, consecutive at `x`, in place, as
 /// torch does each: a matrix of more rows than columns transposed first and back after (here by
-/// reading it column-major: nothing is moved). `scratch` holds newton_schulz_scratch_bytes.
-/// Enqueued on `stream`: three GEMMs a step (cublasLt, each writing apart from what it reads), and
-/// after an odd number of steps one copy of the result back to `x`; capturable in a CUDA graph.
-/// Returns how many it enqueued (products and the copy), 0 for no matrices.
+/// reading it column-major: nothing is moved). `scratch` holds newton_schulz_scratch_bytes; where
+/// `input_in_scratch`, the input is its first count * rows * cols elements instead of x's (the
+/// result still lands in x).
+/// Enqueued on `stream`: three GEMMs a step (cublasLt, each writing apart from what it reads, so
+/// the steps alternate between x and the scratch), and one copy of the result to x where it ends in
+/// the scratch (an odd number of steps from x, an even one from the scratch); capturable in a CUDA
+/// graph. Returns how many it enqueued (products and the copy), 0 for no matrices.
 int newton_schulz(const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, int rows, int cols,
-                  const NewtonSchulz& ns, CUstream stream);
+                  const NewtonSchulz& ns, CUstream stream, bool input_in_scratch = false);
 
 }  // namespace optgen

@@ -7,6 +7,7 @@
 /// source includes this header when its spec has a matrix value; the runtime launches the two
 /// kernels by their names in kernel_abi.h.
 
+#include "optgen/device/operands.cuh"
 #include "optgen/device/reduce.cuh"
 
 namespace optgen {
@@ -23,36 +24,68 @@ __device__ __forceinline__ MatrixPart matrix_part(const kernel_abi::MatrixBatch&
   return {matrix, first, last};
 }
 
+/// The sum of squares of this thread's elements of `part`, V at a time.
+template <typename T, int V>
+__device__ __forceinline__ float sum_squares_of(const kernel_abi::MatrixBatch& batch, const MatrixPart& part) {
+  float sum = 0.0f;
+  for (long long i = part.begin + V * threadIdx.x; i < part.end; i += V * blockDim.x) {
+    float v[V];
+    load_vector<T, V>(batch.x, i, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) sum += v[e] * v[e];
+  }
+  return sum;
+}
+
+/// This thread's elements of `part` divided by `divisor` into batch.y, V at a time.
+template <typename T, int V>
+__device__ __forceinline__ void divide(const kernel_abi::MatrixBatch& batch, const MatrixPart& part, float divisor) {
+  for (long long i = part.begin + V * threadIdx.x; i < part.end; i += V * blockDim.x) {
+    float v[V];
+    load_vector<T, V>(batch.x, i, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] /= divisor;
+    store_vector<T, V>(batch.y, i, v);
+  }
+}
+
+/// Elements a vector of 16 bytes holds, where every matrix starts on 16 bytes (a size that is a
+/// multiple of it: parts are multiples of 8 elements, the buffers 256-byte aligned).
+template <typename T>
+__device__ __forceinline__ bool vectors_fit(const kernel_abi::MatrixBatch& batch) {
+  return batch.size % (16 / sizeof(T)) == 0;
+}
+
 /// Block `blockIdx.x`'s sum of squares of its part, into batch.partials.
 template <typename T>
 __device__ __forceinline__ void matrix_sum_squares(const kernel_abi::MatrixBatch& batch) {
   const MatrixPart part = matrix_part(batch, blockIdx.x);
-  const T* x = static_cast<const T*>(batch.x);
-  float sum = 0.0f;
-  for (long long i = part.begin + threadIdx.x; i < part.end; i += blockDim.x) {
-    const float v = to_float(x[i]);
-    sum += v * v;
-  }
+  const float sum =
+      vectors_fit<T>(batch) ? sum_squares_of<T, 16 / sizeof(T)>(batch, part) : sum_squares_of<T, 1>(batch, part);
   const double total = block_combine(false, static_cast<double>(sum));
   if (threadIdx.x == 0) batch.partials[blockIdx.x] = total;
 }
 
 /// Block `blockIdx.x`'s part divided by max(its matrix's norm, eps), each rounded to T as torch's
-/// division of a T tensor by its norm rounds them.
+/// division of a T tensor by its norm rounds them, into batch.y. The block adds the matrix's
+/// partials (threads strided, then block_combine: the same order, so the same bits, in every block).
 template <typename T>
 __device__ __forceinline__ void matrix_normalize(const kernel_abi::MatrixBatch& batch) {
   const MatrixPart part = matrix_part(batch, blockIdx.x);
+  const double* partials = batch.partials + part.matrix * batch.parts;
+  double total = 0.0;
+  for (int p = threadIdx.x; p < batch.parts; p += blockDim.x) total += __ldcg(partials + p);
+  total = block_combine(false, total);
   __shared__ float divisor;
   if (threadIdx.x == 0) {
-    double total = 0.0;  // the matrix's partials in part order: the same bits in every block
-    const double* partials = batch.partials + part.matrix * batch.parts;
-    for (int p = 0; p < batch.parts; ++p) total += partials[p];
     auto rounded = [](float v) { return to_float(from_float<T>(v)); };
     divisor = rounded(fmaxf(rounded(static_cast<float>(sqrt(total))), batch.eps));
   }
   __syncthreads();
-  T* x = static_cast<T*>(batch.x);
-  for (long long i = part.begin + threadIdx.x; i < part.end; i += blockDim.x) x[i] = from_float<T>(to_float(x[i]) / divisor);
+  if (vectors_fit<T>(batch))
+    divide<T, 16 / sizeof(T)>(batch, part, divisor);
+  else
+    divide<T, 1>(batch, part, divisor);
 }
 
 }  // namespace optgen
