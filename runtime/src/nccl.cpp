@@ -196,49 +196,39 @@ std::shared_ptr<Exchange> make_exchange(const Api& nccl, Comm comm, int ranks, i
 }
 
 /// Moves every rank's rows of each matrix to or from its owner (`gather`: to), in one NCCL group,
-/// and the owner's own rows by copies.
+/// and the owner's own rows by a copy. Rank r's rows of matrix i lie at its x on rank r, and at
+/// their place in the whole matrix on the owner.
 void move_rows(const Api& nccl, Comm comm, int rank, const Exchange& ex, const MatrixWork& w, bool gather) {
   check(nccl.GroupStart(), "ncclGroupStart");
   for (std::size_t i = 0; i < ex.shards.size(); ++i) {
     const int owner = ex.plan.owner[i];
-    const auto& shards = ex.shards[i];
     const std::int64_t cols = ex.cols[i];
     const DType dtype = w.matrices[i].dtype;
-    if (owner != rank) {
-      const std::int64_t local = shards[static_cast<std::size_t>(rank)];
-      if (local == 0) continue;
-      void* x = reinterpret_cast<void*>(w.matrices[i].x);
-      const auto count = static_cast<std::size_t>(local * cols);
-      check(gather ? nccl.Send(x, count, nccl_type(dtype), owner, comm, w.stream)
-                   : nccl.Recv(x, count, nccl_type(dtype), owner, comm, w.stream),
-            gather ? "ncclSend" : "ncclRecv");
-      continue;
-    }
-    for (std::size_t r = 0; r < shards.size(); ++r) {
-      if (shards[r] == 0 || static_cast<int>(r) == rank) continue;
-      void* part = reinterpret_cast<void*>(ex.whole_of[i] +
-                                           static_cast<std::size_t>(ex.plan.first[i][r] * cols) * size_of(dtype));
-      const auto count = static_cast<std::size_t>(shards[r] * cols);
-      check(gather ? nccl.Recv(part, count, nccl_type(dtype), static_cast<int>(r), comm, w.stream)
-                   : nccl.Send(part, count, nccl_type(dtype), static_cast<int>(r), comm, w.stream),
-            gather ? "ncclRecv" : "ncclSend");
+    void* const mine = reinterpret_cast<void*>(w.matrices[i].x);
+    for (std::size_t r = 0; r < ex.shards[i].size(); ++r) {
+      const int from = static_cast<int>(r);
+      const auto count = static_cast<std::size_t>(ex.shards[i][r] * cols);
+      if (count == 0 || (rank != owner && from != rank)) continue;
+      if (rank != owner) {
+        check(gather ? nccl.Send(mine, count, nccl_type(dtype), owner, comm, w.stream)
+                     : nccl.Recv(mine, count, nccl_type(dtype), owner, comm, w.stream),
+              gather ? "ncclSend" : "ncclRecv");
+        continue;
+      }
+      void* const part = reinterpret_cast<void*>(ex.whole_of[i] +
+                                                 static_cast<std::size_t>(ex.plan.first[i][r] * cols) * size_of(dtype));
+      if (from == rank)  // enqueued at once, before the group's transfers, none of which touches it
+        driver::check(driver::api().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(gather ? part : mine),
+                                                      reinterpret_cast<CUdeviceptr>(gather ? mine : part),
+                                                      count * size_of(dtype), w.stream),
+                      "cuMemcpyDtoDAsync");
+      else
+        check(gather ? nccl.Recv(part, count, nccl_type(dtype), from, comm, w.stream)
+                     : nccl.Send(part, count, nccl_type(dtype), from, comm, w.stream),
+              gather ? "ncclRecv" : "ncclSend");
     }
   }
   check(nccl.GroupEnd(), "ncclGroupEnd");
-  for (int i : ex.plan.owned) {
-    const std::int64_t local = ex.shards[static_cast<std::size_t>(i)][static_cast<std::size_t>(rank)];
-    if (local == 0) continue;
-    const std::int64_t cols = ex.cols[static_cast<std::size_t>(i)];
-    const std::size_t element = size_of(w.matrices[i].dtype);
-    const CUdeviceptr part =
-        ex.whole_of[static_cast<std::size_t>(i)] +
-        static_cast<std::size_t>(ex.plan.first[static_cast<std::size_t>(i)][static_cast<std::size_t>(rank)] * cols) *
-            element;
-    const CUdeviceptr x = w.matrices[i].x;
-    const auto bytes = static_cast<std::size_t>(local * cols) * element;
-    driver::check(driver::api().cuMemcpyDtoDAsync(gather ? part : x, gather ? x : part, bytes, w.stream),
-                  "cuMemcpyDtoDAsync");
-  }
 }
 
 }  // namespace
