@@ -43,13 +43,12 @@ from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, Optge
 from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
 from ._blockwise8 import Codec
 from ._device_array import DeviceArray
+from ._dtypes import OPTGEN_DTYPES, torch_dtype
 from ._ranks import RankMatrices, RankReductions, shard_groups
 
-_PARAM_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16}
-# A state's dtype as state_dtype names it: a torch dtype, or "q8" and "uq8", 8-bit blockwise
+# A state's dtype as state_dtype names it: a param's torch dtype, or "q8" and "uq8", 8-bit blockwise
 # (_blockwise8: codes and a float32 absmax per block of 256, values float32 in state_dicts).
-_STATE_DTYPES = {torch.float32: _capi.F32, torch.bfloat16: _capi.BF16, torch.float16: _capi.F16, "q8": _capi.Q8,
-                 "uq8": _capi.UQ8}
+_STATE_DTYPES = {**OPTGEN_DTYPES, "q8": _capi.Q8, "uq8": _capi.UQ8}
 _TYPE_NAMES = {_capi.BOOL: "bool", _capi.INT: "int", _capi.FLOAT: "float"}
 _grad_of = operator.attrgetter("grad")
 # Optimizer's keyword-only options, which from_spec tells apart from hyperparameters.
@@ -288,7 +287,7 @@ class Optimizer(torch.optim.Optimizer):
         self._describe = engine_factory(Storage())  # names, types, defaults and states of the spec
         self._storage = _storage_of(state_dtype, master_weights, stochastic_rounding, seed, self._describe)
         # Each state's torch dtype, by name (float32 for one in 8 bits: its values'), and the 8-bit ones'.
-        self._state_dtypes = {s.name: _torch_dtype(self._storage.dtype_of(s.name)) for s in self._describe.states}
+        self._state_dtypes = {s.name: torch_dtype(self._storage.dtype_of(s.name)) for s in self._describe.states}
         self._quantized = {s.name: self._storage.dtype_of(s.name) for s in self._describe.states
                            if self._storage.dtype_of(s.name) in (_capi.Q8, _capi.UQ8)}
         self._codecs: Dict[tuple, Codec] = {}
@@ -358,7 +357,7 @@ class Optimizer(torch.optim.Optimizer):
                              "stochastic_rounding (master_weights=True for float16 parameters)")
         if not local.is_cuda:
             raise ValueError(f"optgen.torch optimizers step CUDA tensors; a parameter is on {local.device}")
-        if local.dtype not in _PARAM_DTYPES:
+        if local.dtype not in OPTGEN_DTYPES:
             raise ValueError(f"optgen.torch optimizers step float32, bfloat16 and float16 parameters; a "
                              f"parameter is {local.dtype}")
         if local.is_sparse or not (local.is_contiguous() or local.is_contiguous(memory_format=torch.channels_last)):
@@ -823,7 +822,7 @@ class Optimizer(torch.optim.Optimizer):
         local = _local(p)
         state = self.state[p]
         shape = self._bound_shape(p)
-        return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), _PARAM_DTYPES[local.dtype],
+        return TensorBinding(local.data_ptr(), _local(p.grad).data_ptr(), local.numel(), OPTGEN_DTYPES[local.dtype],
                              [_local(state[s.name]).data_ptr() if _capi.present(x, len(shape)) else 0
                               for s, x in zip(self._describe.states, presence)],
                              shape=shape, whole_numel=p.numel() if local is not p else 0,
@@ -944,10 +943,6 @@ class Optimizer(torch.optim.Optimizer):
         if any(name == s.name for s in self._describe.scalar_states):
             return torch.tensor(number(value, name), dtype=torch.float64)
         return value
-
-
-def _torch_dtype(dtype: int) -> torch.dtype:
-    return next((t for t, d in _STATE_DTYPES.items() if d == dtype and isinstance(t, torch.dtype)), torch.float32)
 
 
 def _in_memory_order(values: torch.Tensor, layout: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ from .. import _capi
 from .._capi import ReductionResults
 from .._matrix_exchange import ExchangePlan, row_shards
 from ._device_array import DeviceArray
+from ._dtypes import torch_dtype
 
 
 def shard_groups(params: List[torch.Tensor]) -> Tuple[list, Optional[str]]:
@@ -150,7 +151,7 @@ class _Owned:
     def allocate(self, group: int) -> None:
         count = len(self.members)
         self.group = group
-        self.whole = torch.empty((count, self.rows, self.cols), dtype=_TORCH_DTYPES[self.dtype], device=self.device)
+        self.whole = torch.empty((count, self.rows, self.cols), dtype=torch_dtype(self.dtype), device=self.device)
         scratch = self.engine.matrix_function_scratch_bytes(count, self.rows, self.cols, self.dtype)
         self.scratch = torch.empty(max(1, scratch), dtype=torch.uint8, device=self.device)
 
@@ -250,15 +251,15 @@ class _Exchange:
         # This rank's rows, where the engine keeps them: sent in the gather, written by the scatter.
         self.views = [_device_view(mine[i].x, mine[i].rows * mine[i].cols, dtype, device) for i in plan.sent]
         self.sizes = [v.numel() for v in self.views]
-        self.send = torch.empty(sum(self.send_splits), dtype=_TORCH_DTYPES[dtype], device=device)
-        self.recv = torch.empty(sum(self.recv_splits), dtype=_TORCH_DTYPES[dtype], device=device)
+        self.send = torch.empty(sum(self.send_splits), dtype=torch_dtype(dtype), device=device)
+        self.recv = torch.empty(sum(self.recv_splits), dtype=torch_dtype(dtype), device=device)
         received = {(x.matrix, x.rank): self.recv[x.at:x.at + x.length] for x in plan.gathered}
         self.assemble = [(batch, [received[(i, r)] for i in batch.members for r in range(ranks) if (i, r) in received])
                          for batch in self.batches]
         self.back_views = [position[x.matrix][0].whole[position[x.matrix][1]].view(-1)[x.first:x.first + x.length]
                            for x in plan.scattered]
-        self.back_send = torch.empty(sum(self.recv_splits), dtype=_TORCH_DTYPES[dtype], device=device)
-        self.back_recv = torch.empty(sum(self.send_splits), dtype=_TORCH_DTYPES[dtype], device=device)
+        self.back_send = torch.empty(sum(self.recv_splits), dtype=torch_dtype(dtype), device=device)
+        self.back_recv = torch.empty(sum(self.send_splits), dtype=torch_dtype(dtype), device=device)
 
     def _check_alike(self, shapes: list, device: torch.device) -> None:
         """Raises ValueError unless every rank lists the same matrices (their count and whole sizes):
@@ -287,8 +288,6 @@ class _Exchange:
         if self.views:
             torch._foreach_copy_(self.views, list(torch.split(self.back_recv, self.sizes)))
 
-
-_TORCH_DTYPES = {_capi.BF16: torch.bfloat16, _capi.F32: torch.float32}
 
 
 def _device_view(address: int, count: int, dtype: int, device: torch.device) -> torch.Tensor:
