@@ -23,6 +23,11 @@ double argument(const MatrixArgument& a, const std::vector<double>& h) {
   return a.hyperparameter >= 0 ? h.at(static_cast<std::size_t>(a.hyperparameter)) : a.value;
 }
 
+/// Where the norms' partial sums start in a matrix function's scratch: after newton_schulz's.
+std::size_t partials_offset(long long count, long long rows, long long cols, DType dtype) {
+  return round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256);
+}
+
 }  // namespace
 
 MatrixKernels::MatrixKernels(const Module& module)
@@ -32,9 +37,8 @@ MatrixKernels::MatrixKernels(const Module& module)
       normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)) {}
 
 std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols, DType dtype) {
-  const std::size_t partials = static_cast<std::size_t>(count * part_count(rows * cols)) * sizeof(double);
-  return round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256) +
-         partials;
+  return partials_offset(count, rows, cols, dtype) +
+         static_cast<std::size_t>(count * part_count(rows * cols)) * sizeof(double);
 }
 
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
@@ -152,9 +156,7 @@ int apply_function(const MatrixValueInfo& value, DType dtype, const double* argu
       const std::int64_t size = rows * cols;
       const NewtonSchulz ns{static_cast<int>(arguments[0]), static_cast<float>(arguments[1]),
                             static_cast<float>(arguments[2]), static_cast<float>(arguments[3]), dtype};
-      const CUdeviceptr partials =
-          scratch +
-          round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256);
+      const CUdeviceptr partials = scratch + partials_offset(count, rows, cols, dtype);
       // After an odd number of steps the iteration's result is where its input was not: the norm
       // kernels leave the input in the scratch then, so that the result lands in x uncopied.
       const bool odd = ns.steps % 2 == 1;
