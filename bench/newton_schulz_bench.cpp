@@ -1,6 +1,7 @@
-// optgen_newton_schulz_bench: the batched Newton–Schulz of Muon's step (optgen/newton_schulz.h,
-// cuBLAS) on a model's hidden matrices, against the GPU's bf16 rate: ms per orthogonalisation of
-// all of them and the TFLOP/s it achieves.
+// optgen_newton_schulz_bench: the batched Newton–Schulz of Muon's step (muon's matrix function
+// newton_schulz, its program run through cuBLAS as a step runs it: FusedOptimizer::
+// apply_matrix_function) on a model's hidden matrices, against the GPU's bf16 rate: ms per
+// orthogonalisation of all of them (the norms and the products) and the TFLOP/s of its products.
 //
 //   optgen_newton_schulz_bench [--workload-dir DIR] [--workloads gpt2,llama-1b] [--steps 10]
 //
@@ -9,7 +10,7 @@
 // matrix costs ns_steps x (4 m^2 n + 2 m^3) FLOPs (m <= n: a tall one is orthogonalised
 // transposed, as torch.optim.Muon does).
 // Time: CUDA events around `steps` orthogonalisations of every batch, the median of 5, on random
-// matrices of unit norm (as the step's normalisation leaves them).
+// matrices of unit norm.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -23,8 +24,8 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "muon.h"
 #include "optgen/dtype.h"
-#include "optgen/newton_schulz.h"
 
 namespace {
 
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   std::string dtype_name = "bf16";
-  app.add_option("--dtype", dtype_name, "the matrices and products: bf16 (fp32 accumulation, as torch's) or f32")
+  app.add_option("--dtype", dtype_name,
+                 "the matrices and products: bf16 (fp32 accumulation, as torch's) or f32 (muon's storage f32:o=f32)")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -79,10 +81,28 @@ int main(int argc, char** argv) {
     optgen::driver::current_device();
     CUstream stream;
     check(api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    const optgen::cublas::Handle handle;
     optgen_bench::Timer timer;
-    optgen::NewtonSchulz ns;
-    ns.dtype = dtype_name == "f32" ? optgen::DType::F32 : optgen::DType::BF16;
+    const optgen::DType dtype = dtype_name == "f32" ? optgen::DType::F32 : optgen::DType::BF16;
+    // A muon optimizer of one small matrix, prepared: its matrix function runs on the batches here.
+    const optgen::OptimizerInfo& info = optgen::Muon::info();
+    const std::vector<double> h = optgen::default_hyperparameters(info);
+    optgen::StorageOptions storage;
+    if (dtype == optgen::DType::F32) storage.state_dtypes = {{"o", optgen::DType::F32}};
+    CUdeviceptr param = 0, grad = 0;
+    check(api().cuMemAlloc(&param, 64 * 4), "cuMemAlloc");
+    check(api().cuMemAlloc(&grad, 64 * 4), "cuMemAlloc");
+    check(api().cuMemsetD8(param, 0, 64 * 4), "cuMemsetD8");
+    check(api().cuMemsetD8(grad, 0, 64 * 4), "cuMemsetD8");
+    optgen::FusedOptimizer muon(info, h, storage);
+    optgen::Tensor matrix;
+    matrix.param = reinterpret_cast<void*>(param);
+    matrix.grad = reinterpret_cast<const void*>(grad);
+    matrix.numel = 64;
+    matrix.shape = {8, 8};
+    muon.add_param_group({matrix}, h);
+    muon.prepare(stream);
+    const int steps_per_call = 5;  // torch.optim.Muon's ns_steps
+    const std::vector<double> arguments = {steps_per_call, 3.4445, -4.775, 2.0315, 1e-7};
     std::mt19937 rng(1);
     std::printf("%s, %s\n\n", optgen::driver::device_name(optgen::driver::current_device()).c_str(),
                 dtype_name.c_str());
@@ -98,21 +118,21 @@ int main(int argc, char** argv) {
       std::string listed;
       for (const auto& [shape, count] : shapes) {
         Batch b{shape.first, shape.second, count};
-        const size_t bytes = optgen::size_of(ns.dtype) * static_cast<size_t>(count) * b.rows * b.cols;
+        const size_t bytes = optgen::size_of(dtype) * static_cast<size_t>(count) * b.rows * b.cols;
         check(api().cuMemAlloc(&b.x, bytes), "cuMemAlloc");
-        upload_random_matrices(b, ns.dtype, rng);
-        check(api().cuMemAlloc(&b.scratch, optgen::newton_schulz_scratch_bytes(count, b.rows, b.cols, ns.dtype)),
+        upload_random_matrices(b, dtype, rng);
+        check(api().cuMemAlloc(&b.scratch, muon.matrix_function_scratch_bytes(0, 0, count, b.rows, b.cols, dtype)),
               "cuMemAlloc");
         batches.push_back(b);
         const double m = std::min(b.rows, b.cols), n = std::max(b.rows, b.cols);
-        flops += static_cast<double>(count) * ns.steps * (4 * m * m * n + 2 * m * m * m);
+        flops += static_cast<double>(count) * steps_per_call * (4 * m * m * n + 2 * m * m * m);
         matrices += count;
         listed += (listed.empty() ? "" : ", ") + std::to_string(b.rows) + " x " + std::to_string(b.cols) + ": " +
                   std::to_string(count);
       }
       auto run = [&] {
         for (const Batch& b : batches)
-          optgen::newton_schulz(handle, b.x, b.scratch, b.count, b.rows, b.cols, ns, stream);
+          muon.apply_matrix_function(0, 0, arguments.data(), b.x, b.scratch, b.count, b.rows, b.cols, stream);
       };
       for (int i = 0; i < 3; ++i) run();
       const double us = timer.median_us(stream, steps, 5, run);
@@ -123,6 +143,8 @@ int main(int argc, char** argv) {
         api().cuMemFree(b.scratch);
       }
     }
+    api().cuMemFree(param);
+    api().cuMemFree(grad);
     api().cuStreamDestroy(stream);
   } catch (const std::exception& e) {
     std::cerr << "optgen_newton_schulz_bench: " << e.what() << "\n";

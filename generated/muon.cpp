@@ -35,10 +35,10 @@ namespace variants::muon {
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 0u};
-  /// Its matrix values: name, function, the Reduce stage that stores its operand, its arguments after
+  /// Its matrix values: name, program, the Reduce stage that stores its operand, its arguments after
   /// the matrix (a hyperparameter's index, or -1 and the number).
   [[maybe_unused]] const MatrixArgument kMatrixArguments0[] = {{8, 0.0}, {4, 0.0}, {5, 0.0}, {6, 0.0}, {7, 0.0}};
-  [[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {{"o", MatrixFunction::NewtonSchulz, 1, kMatrixArguments0, 5}};
+  [[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {{"o", &spec_reference::matrix_programs::newton_schulz::kProgram, 1, kMatrixArguments0, 5}};
   [[maybe_unused]] const char* const kf32_f32[] = {"muon_f32_f32_reduce", "muon_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"muon_bf16_f32_reduce", "muon_bf16_f32_update"};
   [[maybe_unused]] const char* const kf32_f32_o_f32[] = {"muon_f32_f32_o_f32_reduce", "muon_f32_f32_o_f32_update"};
@@ -58,10 +58,10 @@ namespace variants::muon_clip_grad_norm {
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
   /// Per stage, the kinds of block it launches: a mask of kernel_abi::BlockKind bits.
   [[maybe_unused]] const unsigned kStageBlocks[] = {1u << kernel_abi::kChunkRuns, 1u << kernel_abi::kChunkRuns, 0u};
-  /// Its matrix values: name, function, the Reduce stage that stores its operand, its arguments after
+  /// Its matrix values: name, program, the Reduce stage that stores its operand, its arguments after
   /// the matrix (a hyperparameter's index, or -1 and the number).
   [[maybe_unused]] const MatrixArgument kMatrixArguments0[] = {{8, 0.0}, {4, 0.0}, {5, 0.0}, {6, 0.0}, {7, 0.0}};
-  [[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {{"o", MatrixFunction::NewtonSchulz, 2, kMatrixArguments0, 5}};
+  [[maybe_unused]] const MatrixValueInfo kMatrixValues[] = {{"o", &spec_reference::matrix_programs::newton_schulz::kProgram, 2, kMatrixArguments0, 5}};
   [[maybe_unused]] const char* const kf32_f32[] = {"muon_clip_grad_norm_f32_f32_reduce1", "muon_clip_grad_norm_f32_f32_reduce2", "muon_clip_grad_norm_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"muon_clip_grad_norm_bf16_f32_reduce1", "muon_clip_grad_norm_bf16_f32_reduce2", "muon_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kf32_f32_o_f32[] = {"muon_clip_grad_norm_f32_f32_o_f32_reduce1", "muon_clip_grad_norm_f32_f32_o_f32_reduce2", "muon_clip_grad_norm_f32_f32_o_f32_update"};

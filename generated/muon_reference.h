@@ -52,6 +52,33 @@ inline void derive_flags([[maybe_unused]] double* h_) {
   h_[11] = (max_grad_norm > 0.0) ? 1.0 : 0.0;
 }
 
+/// newton_schulz(x, steps, a, b, c, eps): each matrix of x orthogonalised as torch.optim.Muon's _zeropower_via_newtonschulz does: divided by max(its Frobenius norm, eps), then `steps` times X = a X + (b A + c A A) X with A = X Xᵀ (a matrix of more rows than columns transposed first and back after)
+namespace matrix_programs::newton_schulz {
+  /// Its variables, R x C being its view of each matrix (a tall matrix transposed).
+  const MatrixVariable kVariables[] = {
+      {"x", MatrixDimension::R, MatrixDimension::C},
+      {"tmp#1", MatrixDimension::R, MatrixDimension::C},
+      {"g", MatrixDimension::R, MatrixDimension::R},
+      {"u", MatrixDimension::R, MatrixDimension::R},
+  };
+  const MatrixInstruction kCode[] = {
+      // tmp#1 = x / max(frobenius_norm(x), eps)
+      {MatrixOp::Normalize, 1, 0, -1, -1, false, false, {1.0, -1}, {1.0, 4}},
+      // x = tmp#1
+      {MatrixOp::Assign, 0, 1, -1, -1, false, false, {1.0, -1}, {0.0, -1}},
+      // repeat steps times the next 3 instructions
+      {MatrixOp::Repeat, 3, -1, -1, -1, false, false, {1.0, 0}, {0.0, -1}},
+      //   g = x @ transpose(x)
+      {MatrixOp::Product, 2, 0, 0, -1, false, true, {1.0, -1}, {0.0, -1}},
+      //   u = c * g @ g + b * g
+      {MatrixOp::Product, 3, 2, 2, 2, false, false, {1.0, 3}, {1.0, 2}},
+      //   x = u @ x + a * x
+      {MatrixOp::Product, 0, 3, 0, 0, false, false, {1.0, -1}, {1.0, 1}},
+  };
+  const char* const kParameters[] = {"steps", "a", "b", "c", "eps"};
+  const MatrixProgram kProgram = {"newton_schulz", true, kVariables, 4, kCode, 6, 0, kParameters, 5};
+}  // namespace matrix_programs::newton_schulz
+
 /// Whether state `index` exists under these hyperparameters (flags already derived).
 inline bool state_present([[maybe_unused]] const double* h_, int index_) {
   switch (index_) {
@@ -315,7 +342,8 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
         const ::std::size_t R_ = tensors_[t_].rows ? tensors_[t_].rows : 1;
         const ::std::size_t C_ = tensors_[t_].rows ? tensors_[t_].cols : tensors_[t_].numel;
         if (R_ * C_ == 0) continue;
-        ::optgen::reference::newton_schulz<T_>(matrix_data_[t_ * 1 + 0], tensors_[t_].numel / (R_ * C_), R_, C_, static_cast<::std::int64_t>(h_[8]), T_(h_[4]), T_(h_[5]), T_(h_[6]), T_(h_[7]));
+        const double arguments_[] = {h_[8], h_[4], h_[5], h_[6], h_[7]};
+        ::optgen::reference::run_matrix_program<T_>(matrix_programs::newton_schulz::kProgram, arguments_, matrix_data_[t_ * 1 + 0], tensors_[t_].numel / (R_ * C_), R_, C_);
       }
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::muon::update<T_>(tensors_[t_].numel, tensors_[t_].rows, tensors_[t_].cols, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data(), shaped_.data() + t_ * 1, matrix_data_.data() + t_ * 1);
       return;
@@ -342,7 +370,8 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
         const ::std::size_t R_ = tensors_[t_].rows ? tensors_[t_].rows : 1;
         const ::std::size_t C_ = tensors_[t_].rows ? tensors_[t_].cols : tensors_[t_].numel;
         if (R_ * C_ == 0) continue;
-        ::optgen::reference::newton_schulz<T_>(matrix_data_[t_ * 1 + 0], tensors_[t_].numel / (R_ * C_), R_, C_, static_cast<::std::int64_t>(h_[8]), T_(h_[4]), T_(h_[5]), T_(h_[6]), T_(h_[7]));
+        const double arguments_[] = {h_[8], h_[4], h_[5], h_[6], h_[7]};
+        ::optgen::reference::run_matrix_program<T_>(matrix_programs::newton_schulz::kProgram, arguments_, matrix_data_[t_ * 1 + 0], tensors_[t_].numel / (R_ * C_), R_, C_);
       }
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::muon_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].rows, tensors_[t_].cols, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 1, group_.data(), shaped_.data() + t_ * 1, matrix_data_.data() + t_ * 1);
       return;

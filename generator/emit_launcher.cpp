@@ -4,6 +4,7 @@
 
 #include "code_writer.h"
 #include "emit_common.h"
+#include "emit_matrix_programs.h"
 #include "expr_printer.h"
 #include "optgen/kernel_abi.h"
 #include "optimizer_tables.h"
@@ -103,14 +104,6 @@ std::string stage_kind(StageKind kind) {
   throw InternalError("stage_kind: unknown stage kind");
 }
 
-/// `function` as the launcher spells it: MatrixFunction::NewtonSchulz.
-std::string matrix_function(MatrixFunction function) {
-  switch (function) {
-    case MatrixFunction::NewtonSchulz: return "MatrixFunction::NewtonSchulz";
-  }
-  throw InternalError("matrix_function: unknown matrix function");
-}
-
 /// A stage's mask of kernel_abi::BlockKind bits as the sum of its kinds, e.g.
 /// `1u << kernel_abi::kChunkRuns | 1u << kernel_abi::kRowLines`; 0 for none (the Update stage).
 std::string block_mask(unsigned mask) {
@@ -186,7 +179,7 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
     block_masks(w, "kShardStageBlocks", row.shard_stage_blocks);
   }
   if (!row.matrix_values.empty()) {
-    w.line("/// Its matrix values: name, function, the Reduce stage that stores its operand, its arguments after");
+    w.line("/// Its matrix values: name, program, the Reduce stage that stores its operand, its arguments after");
     w.line("/// the matrix (a hyperparameter's index, or -1 and the number).");
     std::string values;
     for (size_t m = 0; m < row.matrix_values.size(); ++m) {
@@ -196,7 +189,7 @@ void variant_namespace(CodeWriter& w, const Program& p, const KernelTables& tabl
         args +=
             (args.empty() ? "{" : ", {") + std::to_string(a.hyperparameter) + ", " + cpp_double_literal(a.value) + "}";
       w.line("[[maybe_unused]] const MatrixArgument kMatrixArguments" + std::to_string(m) + "[] = {" + args + "};");
-      values += (values.empty() ? "" : ", ") + std::string("{\"") + v.name + "\", " + matrix_function(v.function) +
+      values += (values.empty() ? "" : ", ") + std::string("{\"") + v.name + "\", " + matrix_program_name(v.function) +
                 ", " + std::to_string(v.stage) + ", kMatrixArguments" + std::to_string(m) + ", " +
                 std::to_string(v.arguments.size()) + "}";
     }

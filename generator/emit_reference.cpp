@@ -6,6 +6,7 @@
 #include "code_writer.h"
 #include "element_code.h"
 #include "emit_common.h"
+#include "emit_matrix_programs.h"
 #include "expr_printer.h"
 #include "group_code.h"
 #include "shapes.h"
@@ -87,6 +88,7 @@ class ReferenceEmitter {
     CodeWriter w;
     write_tables(w, tables);
     derive_flags(w, tables);
+    emit_matrix_programs(w, spec_, variants);
     if (per_tensor_states(variants.front())) state_present_in(w, variants.front());
     state_present(w, variants.front());
     for (const auto& v : variants) variant(w, v);
@@ -345,8 +347,7 @@ class ReferenceEmitter {
       }
       for (const auto& m : p.matrix_values) {
         if (m.stage != stage || level != Domain::Element) continue;
-        w.line(m.name + "_data_[i_] = " + (shaped ? "T_(" + texts[j++] + ")" : texts[j++]) + ";  // for " +
-               matrix_function_info(m.op).name);
+        w.line(m.name + "_data_[i_] = " + (shaped ? "T_(" + texts[j++] + ")" : texts[j++]) + ";  // for " + m.function);
       }
       for (const auto& o : p.element_outputs) {
         if (o.stage != stage || level != Domain::Element) continue;
@@ -615,20 +616,19 @@ class ReferenceEmitter {
           const MatrixValue& value = v.matrix_values[m];
           if (value.stage != stage) continue;
           std::string args;
-          const auto& parameters = matrix_function_info(value.op).parameters;
-          for (size_t a = 0; a < value.args.size(); ++a)
-            args += std::string(parameters.at(a).integral ? ", static_cast<::std::int64_t>(" : ", T_(") +
-                    (value.args[a]->is_const() ? cpp_double_literal(value.args[a]->value)
-                                               : "h_[" + index_of(hyperparameters_, value.args[a]->name) + "]") +
-                    ")";
-          w.line("// " + value.name + ": " + matrix_function_info(value.op).name +
+          for (const Expr& a : value.args)
+            args += (args.empty() ? "" : ", ") +
+                    (a->is_const() ? cpp_double_literal(a->value) : "h_[" + index_of(hyperparameters_, a->name) + "]");
+          w.line("// " + value.name + ": " + value.function +
                  " of each matrix of each tensor (a tensor of fewer than two dimensions: one row).");
           w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) {");
           w.line("  const ::std::size_t R_ = tensors_[t_].rows ? tensors_[t_].rows : 1;");
           w.line("  const ::std::size_t C_ = tensors_[t_].rows ? tensors_[t_].cols : tensors_[t_].numel;");
           w.line("  if (R_ * C_ == 0) continue;");
-          w.line("  ::optgen::reference::newton_schulz<T_>(matrix_data_[t_ * " + matrices + " + " + std::to_string(m) +
-                 "], tensors_[t_].numel / (R_ * C_), R_, C_" + args + ");");
+          w.line("  const double arguments_[] = {" + (args.empty() ? std::string("0") : args) + "};");
+          w.line("  ::optgen::reference::run_matrix_program<T_>(matrix_programs::" + value.function +
+                 "::kProgram, arguments_, matrix_data_[t_ * " + matrices + " + " + std::to_string(m) +
+                 "], tensors_[t_].numel / (R_ * C_), R_, C_);");
           w.line("}");
         }
         for (size_t r = 0; r < v.reductions.size(); ++r) {

@@ -25,6 +25,7 @@ double apply(const Node& n, const double* v) {
         case BinaryOp::Ne: return v[0] != v[1];
         case BinaryOp::And: return (v[0] != 0) && (v[1] != 0);
         case BinaryOp::Or: return (v[0] != 0) || (v[1] != 0);
+        case BinaryOp::MatMul: break;  // matrix code only: never an element value
       }
       break;
     case NodeKind::Call: return builtin_info(n.builtin()).fold(v);

@@ -98,7 +98,7 @@ std::string ExprPrinter::expand(const Node& n, int* precedence) const {
     }
     case NodeKind::Reduce: return reduction_name(n) + "(" + print(n.args[0]) + ")";
     case NodeKind::Matrix: {
-      std::string text = std::string(matrix_function_info(n.matrix_op()).name) + "(";
+      std::string text = n.name + "(";
       for (size_t i = 0; i < n.args.size(); ++i) text += (i ? ", " : "") + print(n.args[i]);
       return text + ")";
     }
@@ -192,7 +192,7 @@ std::string composed_name(const Expr& e) {
     }
     case NodeKind::Matrix: {
       std::string a = composed_name(e->args[0]);
-      if (!a.empty()) name = std::string(matrix_function_info(e->matrix_op()).name) + "_" + a;
+      if (!a.empty()) name = e->name + "_" + a;
       break;
     }
   }

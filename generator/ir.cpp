@@ -189,13 +189,11 @@ Expr Node::make_reduce(ReduceOp op, Domain scope, Expr operand) {
   return n;
 }
 
-Expr Node::make_matrix(MatrixFunction op, std::vector<Expr> args) {
-  if (args.size() != matrix_function_info(op).parameters.size() + 1)
-    throw InternalError(std::string("wrong argument count of ") + matrix_function_info(op).name);
+Expr Node::make_matrix(const std::string& function, std::vector<Expr> args) {
   for (const auto& a : args)
-    if (!is_number(a->type)) throw InternalError(std::string("operand type of ") + matrix_function_info(op).name);
+    if (!is_number(a->type)) throw InternalError("operand type of " + function);
   auto n = blank(NodeKind::Matrix, ValueType::Float, args);
-  n->op = static_cast<int>(op);
+  n->name = function;
   n->level = Domain::Element;
   return n;
 }
@@ -228,7 +226,7 @@ Expr with_args(const Expr& e, std::vector<Expr> args) {
     case NodeKind::Select: fresh = Node::make_select(args.at(0), args.at(1), args.at(2)); break;
     case NodeKind::Call: fresh = Node::make_call(e->builtin(), std::move(args)); break;
     case NodeKind::Reduce: fresh = Node::make_reduce(e->reduce_op(), e->scope, args.at(0)); break;
-    case NodeKind::Matrix: fresh = Node::make_matrix(e->matrix_op(), std::move(args)); break;
+    case NodeKind::Matrix: fresh = Node::make_matrix(e->name, std::move(args)); break;
   }
   auto copy = std::const_pointer_cast<Node>(fresh);
   copy->hint = e->hint;
@@ -249,6 +247,7 @@ bool same_node(const Node& a, const Node& b) {
   if (a.kind == NodeKind::Const) return a.value == b.value;
   if (a.kind == NodeKind::Var) return a.var == b.var && a.name == b.name && a.level == b.level;
   if (a.kind == NodeKind::Reduce) return a.scope == b.scope;
+  if (a.kind == NodeKind::Matrix) return a.name == b.name;
   return true;
 }
 
@@ -256,7 +255,8 @@ size_t shallow_hash(const Node& n) {
   size_t h = std::hash<int>()(static_cast<int>(n.kind)) * 31 + static_cast<size_t>(n.op);
   h = h * 31 + static_cast<size_t>(n.type);
   if (n.kind == NodeKind::Const) h = h * 31 + std::hash<double>()(n.value);
-  if (n.kind == NodeKind::Var) h = h * 31 + std::hash<std::string>()(n.name) + static_cast<size_t>(n.var);
+  if (n.kind == NodeKind::Var || n.kind == NodeKind::Matrix)
+    h = h * 31 + std::hash<std::string>()(n.name) + static_cast<size_t>(n.var);
   if (n.kind == NodeKind::Reduce) h = h * 31 + static_cast<size_t>(n.scope);
   for (const auto& a : n.args) h = h * 31 + std::hash<const void*>()(a.get());
   return h;

@@ -27,7 +27,6 @@
 
 #include "builtins.h"
 #include "diagnostic.h"
-#include "matrices.h"
 #include "operators.h"
 #include "optgen/stage_kind.h"
 #include "reductions.h"
@@ -97,11 +96,11 @@ struct Node {
   Domain level;    ///< the highest level of its leaves
   int height = 1;  ///< 1 for a leaf, else one more than its highest operand
 
-  double value = 0;  ///< Const
-  VarKind var{};     ///< Var
-  std::string name;  ///< Var: the input's name
-  int op = 0;      ///< Unary/Binary: the operator; Call: the Builtin; Reduce: the ReduceOp; Matrix: the MatrixFunction
-  Domain scope{};  ///< Reduce: over a tensor or the whole group
+  double value = 0;        ///< Const
+  VarKind var{};           ///< Var
+  std::string name;        ///< Var: the input's name; Matrix: the matrix function's
+  int op = 0;              ///< Unary/Binary: the operator; Call: the Builtin; Reduce: the ReduceOp
+  Domain scope{};          ///< Reduce: over a tensor or the whole group
   std::vector<Expr> args;  ///< operands (Select: condition, if_true, if_false)
 
   // Not part of the node's identity: where it came from, for names and messages.
@@ -112,7 +111,6 @@ struct Node {
   BinaryOp binary_op() const { return static_cast<BinaryOp>(op); }
   Builtin builtin() const { return static_cast<Builtin>(op); }
   ReduceOp reduce_op() const { return static_cast<ReduceOp>(op); }
-  MatrixFunction matrix_op() const { return static_cast<MatrixFunction>(op); }
   bool is_const() const { return kind == NodeKind::Const; }
   bool is_const(double v) const { return kind == NodeKind::Const && value == v; }
 
@@ -135,7 +133,7 @@ struct Node {
   static Expr make_reduced(const std::string& name, Domain level = Domain::Tensor);
   /// Matrix function `op` (matrices.h) of the element value `args[0]`, its other arguments
   /// hyperparameters or numbers: one value per element.
-  static Expr make_matrix(MatrixFunction op, std::vector<Expr> args);
+  static Expr make_matrix(const std::string& function, std::vector<Expr> args);
   /// The result of the program's matrix value called `name` (Program::matrix_values), read by the
   /// element code of the stages after the one that computes its argument.
   static Expr make_matrix_value(const std::string& name);
@@ -218,7 +216,7 @@ struct ReductionValue {
 /// the function's other arguments, each a hyperparameter (a Var) or a number.
 struct MatrixValue {
   std::string name;
-  MatrixFunction op;
+  std::string function;  ///< the matrix function's name (Spec::find_matrix_function)
   Expr operand;
   std::vector<Expr> args;
   SourceLoc loc;  ///< the call in the spec

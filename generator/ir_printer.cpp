@@ -109,7 +109,7 @@ std::string dump(const Program& program) {
   if (!program.matrix_values.empty()) {
     out << "matrices:\n";
     for (const auto& m : program.matrix_values) {
-      std::string arrow = std::string("= ") + matrix_function_info(m.op).name + "(";
+      std::string arrow = "= " + m.function + "(";
       for (size_t i = 0; i < m.args.size(); ++i) arrow += (i ? ", " : "") + printer.print_body(m.args[i]);
       arrow += ") of each matrix of";
       if (!program.stages.empty()) arrow = "= (stage " + std::to_string(m.stage) + ") " + arrow.substr(2);

@@ -6,6 +6,8 @@
 
 #include "clipping.h"
 #include "evaluate.h"
+#include "matrices.h"
+#include "matrix_programs.h"
 #include "names.h"
 
 namespace optgen {
@@ -480,6 +482,9 @@ class Lowering {
     const BinaryOperatorInfo* info = find_binary_operator(s.text);
     if (!info) throw InternalError("lower: unknown operator '" + s.text + "'");
     const BinaryOp op = info->op;
+    if (op == BinaryOp::MatMul)
+      throw SpecError(s.loc, "'@' multiplies matrices, and only the statements of a matrix function have matrices",
+                      "define the product in `matrix_functions:` and call that function from 'update'");
     Expr a = expression(*s.operands[0]);
     Expr b = expression(*s.operands[1]);
     auto check = [&](const Expr& e, const char* side, bool want_bool) {
@@ -502,7 +507,7 @@ class Lowering {
   Expr call(const Syntax& s) {
     const int given = static_cast<int>(s.operands.size());
     if (const ReductionInfo* r = find_reduction(s.text, given); r && !env_.count(s.text)) return reduction(s, *r);
-    if (const MatrixFunctionInfo* m = find_matrix_function(s.text); m && !env_.count(s.text))
+    if (const MatrixFunctionSpec* m = spec_.find_matrix_function(s.text); m && !env_.count(s.text))
       return matrix_function(s, *m);
     const BuiltinInfo* fn = find_builtin(s.text);
     if (!fn) {
@@ -515,7 +520,8 @@ class Lowering {
         throw SpecError(s.loc, "'" + s.text + "' takes 1 argument, given " + std::to_string(given));
       std::vector<std::string> functions = builtin_names();
       for (const auto& r : reductions()) functions.push_back(r.name);
-      for (const auto& m : matrix_functions()) functions.push_back(m.name);
+      for (const auto& m : builtin_matrix_functions()) functions.push_back(m.name);
+      for (const auto& m : spec_.matrix_functions) functions.push_back(m.name);
       throw SpecError(s.loc, "unknown function '" + s.text + "'" + did_you_mean(s.text, functions));
     }
     const int arity = fn->arity;
@@ -593,20 +599,22 @@ class Lowering {
     return value;
   }
 
-  /// A matrix function (matrices.h): its first argument an element value of 'update', each other a
-  /// hyperparameter or a number, which the runtime reads on the host.
-  Expr matrix_function(const Syntax& s, const MatrixFunctionInfo& f) {
+  /// A matrix function (the spec's `matrix_functions:` or matrices.h's built-ins): its first
+  /// argument an element value of 'update', each other a hyperparameter or a number, which the
+  /// runtime reads on the host.
+  Expr matrix_function(const Syntax& s, const MatrixFunctionSpec& f) {
     const std::string called = "'" + s.text + "'";
     if (section_ != Section::Update)
       throw SpecError(s.loc, called + " transforms whole matrices of element values and can be used only in 'update'");
-    const size_t arity = f.parameters.size() + 1;
-    std::string signature = s.text + "(x";
-    for (const auto& p : f.parameters) signature += std::string(", ") + p.name;
+    const CompiledMatrixProgram program = compile_matrix_function(f);
+    std::string signature = s.text + "(";
+    for (size_t i = 0; i < f.parameters.size(); ++i) signature += (i ? ", " : "") + f.parameters[i];
     signature += ")";
-    if (s.operands.size() != arity)
-      throw SpecError(
-          s.loc, called + " takes " + std::to_string(arity) + " arguments, given " + std::to_string(s.operands.size()),
-          "call it as " + signature);
+    if (s.operands.size() != f.parameters.size())
+      throw SpecError(s.loc,
+                      called + " takes " + std::to_string(f.parameters.size()) + " arguments, given " +
+                          std::to_string(s.operands.size()),
+                      "call it as " + signature);
     if (guard_ == Guard::NotFactored)
       throw SpecError(s.loc, called +
                                  " transforms the matrices of a tensor of two or more dimensions, and is used "
@@ -617,7 +625,7 @@ class Lowering {
     if (x->level != Domain::Element)
       throw SpecError(s.operands[0]->loc, "the argument of " + called + " is " + per(x->level) +
                                               ": it transforms a matrix of element values (of param, grad or a state)");
-    for (size_t i = 0; i < f.parameters.size(); ++i) {
+    for (size_t i = 0; i < program.parameters.size(); ++i) {
       const Syntax& operand = *s.operands[i + 1];
       Expr a = expression(operand);
       // A number may be written as arithmetic of numbers (-4.775): its value.
@@ -625,20 +633,22 @@ class Lowering {
       for_each_node(a, [&](const Expr& e) { constant = constant && e->kind != NodeKind::Var; });
       if (constant && a->type != ValueType::Bool)
         a = Node::make_const(evaluate(a, [](const Node&) -> double { throw InternalError("no leaf"); }), a->type);
-      const MatrixFunctionInfo::Parameter& p = f.parameters[i];
+      const std::string& name = program.parameters[i];
+      const bool counts = program.counts[i];
       const bool hyperparameter = a->kind == NodeKind::Var && a->var == VarKind::Hyperparameter;
       if (a->type == ValueType::Bool || !(hyperparameter || a->is_const()))
         throw SpecError(operand.loc,
-                        "argument '" + std::string(p.name) + "' of " + called + " must be " +
-                            (p.integral ? "an int hyperparameter or an integer" : "a hyperparameter or a number") +
+                        "argument '" + name + "' of " + called + " must be " +
+                            (counts ? "an int hyperparameter or an integer" : "a hyperparameter or a number") +
                             ": the runtime hands it to the matrix products on the host",
                         "make it a hyperparameter of the spec");
-      if (p.integral && (a->type != ValueType::Int || (a->is_const() && a->value < 1)))
-        throw SpecError(operand.loc, "argument '" + std::string(p.name) + "' of " + called +
-                                         " counts iterations: give an int hyperparameter or an integer of at least 1");
+      if (counts && (a->type != ValueType::Int || (a->is_const() && (a->value < 0 || a->value > kMaxRepeat))))
+        throw SpecError(operand.loc, "argument '" + name + "' of " + called +
+                                         " counts iterations: give an int hyperparameter or an integer from 0 to " +
+                                         std::to_string(kMaxRepeat));
       args.push_back(a);
     }
-    auto node = std::const_pointer_cast<Node>(Node::make_matrix(f.op, std::move(args)));
+    auto node = std::const_pointer_cast<Node>(Node::make_matrix(f.name, std::move(args)));
     node->loc = s.loc;
     return node;
   }

@@ -10,7 +10,8 @@
 namespace optgen {
 
 enum class UnaryOp { Neg, Not };
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
+/// MatMul (`@`) is the matrix product, which only a matrix function's statements have (matrix_programs.h).
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or, MatMul };
 
 /// How operands of equal precedence group.
 enum class Associativity {

@@ -83,7 +83,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
          : v.level == Domain::Row  ? row.stored_row_values
                                    : row.stored_col_values);
     for (const MatrixValue& m : p.matrix_values) {
-      MatrixValueRow matrix{m.name, m.op, m.stage, {}};
+      MatrixValueRow matrix{m.name, m.function, m.stage, {}};
       for (const Expr& a : m.args)
         matrix.arguments.push_back(a->is_const() ? MatrixArgument{-1, a->value}
                                                  : MatrixArgument{hyperparameter_index(*p.spec, a->name), 0.0});

@@ -77,8 +77,8 @@ struct ReductionRow {
 /// A matrix value of a variant (ir.h's MatrixValue), as the runtime applies it (MatrixValueInfo).
 struct MatrixValueRow {
   std::string name;
-  MatrixFunction function;
-  int stage;  ///< the Reduce stage (1, 2, ...) that stores its operand
+  std::string function;  ///< the matrix function's name
+  int stage;             ///< the Reduce stage (1, 2, ...) that stores its operand
   std::vector<MatrixArgument> arguments;
 };
 

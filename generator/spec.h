@@ -69,6 +69,7 @@ struct BlockItem {
   std::optional<Statement> statement;
   std::shared_ptr<Syntax> when;  ///< for a guarded block
   std::string when_text;
+  std::shared_ptr<Syntax> repeat;  ///< for a repeated block (matrix functions only): its count
   SourceLoc loc;
   std::shared_ptr<Block> body;
 };
@@ -86,6 +87,22 @@ struct ProgramSpec {
   Block body;
 };
 
+/// One entry of `matrix_functions:` (or a built-in one, matrix_functions.h): a function of whole
+/// matrices that `update` may call, written as statements over matrix variables
+/// (matrix_programs.h compiles them). Its first parameter is the matrix; each other a number the
+/// call gives (a hyperparameter or a number).
+struct MatrixFunctionSpec {
+  std::string name;
+  SourceLoc loc;  ///< the name's key
+  std::vector<std::string> parameters;
+  std::vector<SourceLoc> parameter_locs;
+  bool transpose_tall = false;  ///< a matrix of more rows than columns is seen transposed
+  Block body;
+  std::string result;
+  SourceLoc result_loc;
+  std::string doc;  ///< what it computes, for the documentation and messages
+};
+
 /// Specialized flags a spec may have: each doubles the kernel variants.
 constexpr std::size_t kMaxFlags = 6;
 
@@ -100,8 +117,9 @@ struct Spec {
   std::vector<ScalarState> scalar_states;
   Block per_step;
   Block update;
-  SourceLoc update_loc;               ///< the `update:` key
-  std::vector<ProgramSpec> programs;  ///< `programs:`, in declaration order
+  SourceLoc update_loc;                              ///< the `update:` key
+  std::vector<ProgramSpec> programs;                 ///< `programs:`, in declaration order
+  std::vector<MatrixFunctionSpec> matrix_functions;  ///< `matrix_functions:`, in declaration order
   /// Storage combinations to generate kernels for (`storage:`, each canonical_storage); empty: the
   /// build's choice, else default_storage().
   std::vector<Storage> storage;
@@ -121,6 +139,8 @@ struct Spec {
   /// The variables `update` assigns a matrix function to (Muon's `o`), which a storage may keep in
   /// f32 (optgen/storage.h), in order of first assignment.
   std::vector<std::string> matrix_value_names() const;
+  /// The matrix function `update` may call as `name`: the spec's own, else a built-in; or null.
+  const MatrixFunctionSpec* find_matrix_function(const std::string& name) const;
   /// Empty when the spec's states can be kept in `storage` (canonical), else why not: 8-bit
   /// blockwise dtypes are for states of a value per element. `written` is the storage as the user
   /// wrote it, which the message quotes.

@@ -234,7 +234,10 @@ void warn_of_float_range(const Block& block, Spec& spec) {
   }
 }
 
-void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section) {
+/// `section`'s statements: each a statement or a guarded block, or in a matrix function
+/// (`matrix`) a repeated one.
+void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section,
+                 bool matrix = false) {
   if (!node.IsSequence()) loader.fail(node, "'" + section + "' must be a list of statements (`- name = expression`)");
   for (const YAML::Node& item : node) {
     BlockItem entry;
@@ -243,6 +246,13 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
       entry.statement = parse_statement(item.Scalar(), loader.loc(item));
     } else if (std::optional<std::string> text = loader.statement_with_colon(item)) {
       entry.statement = parse_statement(*text, loader.loc(item));
+    } else if (item.IsMap() && matrix) {
+      loader.entries(item, "a repeated block", {"repeat", "do"});
+      if (!item["repeat"]) loader.fail(item, "a block of a matrix function has no 'repeat'");
+      if (!item["do"]) loader.fail(item, "a repeated block has no 'do'");
+      entry.repeat = loader.expression(item["repeat"], "'repeat'");
+      entry.body = std::make_shared<Block>();
+      parse_block(loader, item["do"], *entry.body, section, matrix);
     } else if (item.IsMap()) {
       auto fields = loader.entries(item, "a guarded block", {"when", "do"});
       if (!item["when"]) loader.fail(item, "a guarded block has no 'when'");
@@ -252,9 +262,48 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
       entry.body = std::make_shared<Block>();
       parse_block(loader, item["do"], *entry.body, section);
     } else {
-      loader.fail(item, "each entry of '" + section + "' must be a statement or a `when:`/`do:` block");
+      loader.fail(item, "each entry of '" + section + "' must be a statement or a `" + (matrix ? "repeat" : "when") +
+                            ":`/`do:` block");
     }
     block.items.push_back(std::move(entry));
+  }
+}
+
+/// `matrix_functions:`: each a name, its parameters (the matrix first), whether it sees a tall
+/// matrix transposed, its statements and the variable it returns.
+void load_matrix_functions(const Loader& loader, const YAML::Node& node, std::vector<MatrixFunctionSpec>& out) {
+  for (auto& [key, value] : loader.entries(node, "'matrix_functions'")) {
+    MatrixFunctionSpec f;
+    f.name = key.Scalar();
+    f.loc = loader.loc(key);
+    if (std::string why = name_problem(f.name, NameUse::Value); !why.empty())
+      throw SpecError(f.loc, "'" + f.name + "' cannot name a matrix function", why);
+    const std::string what = "matrix function '" + f.name + "'";
+    loader.entries(value, what, {"parameters", "transpose_tall", "do", "result", "doc"});
+    const YAML::Node parameters = loader.field(value, key, "parameters", what);
+    if (!parameters.IsSequence() || parameters.size() == 0)
+      loader.fail(parameters, "the parameters of " + what + " must be a list of names, the matrix first");
+    for (const YAML::Node& p : parameters) {
+      if (!p.IsScalar()) loader.fail(p, "a parameter of " + what + " must be a name");
+      if (std::string why = name_problem(p.Scalar(), NameUse::Value); !why.empty())
+        loader.fail(p, "'" + p.Scalar() + "' cannot name a parameter", why);
+      if (std::find(f.parameters.begin(), f.parameters.end(), p.Scalar()) != f.parameters.end())
+        loader.fail(p, what + " has two parameters called '" + p.Scalar() + "'");
+      f.parameters.push_back(p.Scalar());
+      f.parameter_locs.push_back(loader.loc(p));
+    }
+    if (const YAML::Node tall = value["transpose_tall"]) {
+      if (!tall.IsScalar() || (tall.Scalar() != "true" && tall.Scalar() != "false"))
+        loader.fail(tall, "'transpose_tall' must be true or false");
+      f.transpose_tall = tall.Scalar() == "true";
+    }
+    if (const YAML::Node doc = value["doc"]) f.doc = doc.Scalar();
+    parse_block(loader, loader.field(value, key, "do", what), f.body, "matrix_functions: " + f.name, true);
+    const YAML::Node result = loader.field(value, key, "result", what);
+    if (!result.IsScalar()) loader.fail(result, "the result of " + what + " must be the name of a matrix variable");
+    f.result = result.Scalar();
+    f.result_loc = loader.loc(result);
+    out.push_back(std::move(f));
   }
 }
 
@@ -572,7 +621,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
   spec.file = file;
   auto top = loader.entries(root, "the spec",
                             {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
-                             "per_step", "update", "programs", "storage", "grad_clipping"});
+                             "per_step", "update", "programs", "matrix_functions", "storage", "grad_clipping"});
   for (const auto& [key, value] : top)
     if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
   for (const char* required : {"optimizer", "summary", "update"})
@@ -604,6 +653,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       spec.scalar_states.push_back(load_scalar_state(loader, key, value, spec));
     }
   }
+  if (YAML::Node functions = root["matrix_functions"]) load_matrix_functions(loader, functions, spec.matrix_functions);
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
   if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);  // may name matrix values
@@ -648,13 +698,29 @@ void collect_matrix_values(const Block& block, const Spec& spec, std::vector<std
     if (!item.statement) continue;
     const Syntax& value = *item.statement->value;
     const std::string& target = item.statement->target;
-    if (value.kind == Syntax::Kind::Call && find_matrix_function(value.text) && spec.state_index(target) < 0 &&
+    if (value.kind == Syntax::Kind::Call && spec.find_matrix_function(value.text) && spec.state_index(target) < 0 &&
         std::find(names.begin(), names.end(), target) == names.end())
       names.push_back(target);
   }
 }
 
 }  // namespace
+
+const MatrixFunctionSpec* Spec::find_matrix_function(const std::string& n) const {
+  for (const auto& f : matrix_functions)
+    if (f.name == n) return &f;
+  return find_builtin_matrix_function(n);
+}
+
+std::vector<MatrixFunctionSpec> load_matrix_functions_text(const std::string& path, const std::string& text) {
+  auto file = std::make_shared<const SourceFile>(SourceFile{path, text});
+  Loader loader(file);
+  const YAML::Node root = parse_yaml(loader, file);
+  loader.entries(root, path, {"matrix_functions"});
+  std::vector<MatrixFunctionSpec> functions;
+  load_matrix_functions(loader, root["matrix_functions"], functions);
+  return functions;
+}
 
 std::vector<std::string> Spec::matrix_value_names() const {
   std::vector<std::string> names;

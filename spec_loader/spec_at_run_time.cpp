@@ -3,12 +3,15 @@
 #include "optgen/spec_at_run_time.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "emit_common.h"
 #include "emit_cuda.h"
 #include "emit_images.h"
 #include "evaluate.h"
+#include "matrix_programs.h"
 #include "optgen/error.h"
 #include "optgen/kernel_abi.h"
 #include "optimizer_tables.h"
@@ -37,6 +40,7 @@ struct RuntimeSpec::Impl {
   std::vector<std::vector<ReductionSlot>> reduction_slots;  ///< per variant
   std::vector<std::vector<StatePresence>> state_presence;   ///< per variant (empty: every state always)
   std::vector<std::vector<MatrixValueInfo>> matrix_values;  ///< per variant
+  std::map<std::string, std::unique_ptr<OwnedMatrixProgram>> matrix_programs;  ///< by function
   std::vector<VariantInfo> variants;
   std::vector<std::vector<const char*>> stage_names;    ///< per kernel
   std::vector<std::vector<const char*>> program_names;  ///< per kernel: its programs' kernels
@@ -130,6 +134,11 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
       source(emit_cuda(spec, compiled, storage, KernelTuning{})),
       warnings(spec.warnings) {
   describe_spec();
+  for (const Program& p : compiled)
+    for (const MatrixValue& m : p.matrix_values)
+      if (!matrix_programs.count(m.function))
+        matrix_programs[m.function] =
+            std::make_unique<OwnedMatrixProgram>(compile_matrix_function(*spec.find_matrix_function(m.function)));
   describe_kernels();
   describe_images();
   describe_optimizer();
@@ -153,8 +162,8 @@ void RuntimeSpec::Impl::describe_kernels() {
     state_presence.push_back(std::move(presence));
     std::vector<MatrixValueInfo> matrices;
     for (const MatrixValueRow& m : v.matrix_values)
-      matrices.push_back(
-          {m.name.c_str(), m.function, m.stage, m.arguments.data(), static_cast<int>(m.arguments.size())});
+      matrices.push_back({m.name.c_str(), &matrix_programs.at(m.function)->program, m.stage, m.arguments.data(),
+                          static_cast<int>(m.arguments.size())});
     matrix_values.push_back(std::move(matrices));
   }
   for (size_t i = 0; i < kernel_tables.variants.size(); ++i) {

@@ -53,7 +53,7 @@ TEST_CASE("muon's variant tables carry its matrix value, its stage and its argum
     REQUIRE(variant.num_matrix_values == 1);
     const optgen::MatrixValueInfo& o = variant.matrix_values[0];
     CHECK(std::string(o.name) == "o");
-    CHECK(o.function == optgen::MatrixFunction::NewtonSchulz);
+    CHECK(std::string(o.program->name) == "newton_schulz");
     // Stored by the last Reduce stage (after the clipping's norm, where it clips), read by the update.
     CHECK(o.stage == variant.num_stages - 1);
     REQUIRE(o.num_arguments == 5);
@@ -217,7 +217,7 @@ TEST_CASE(
     optgen::FusedOptimizer opt(info, h0, storage);
     opt.add_param_group(a.tensors, h0);
     opt.add_param_group(b.tensors, h1);
-    DeviceMemory scratch(optgen::FusedOptimizer::matrix_function_scratch_bytes(3, 64, 32, dtype));
+    DeviceMemory scratch(opt.matrix_function_scratch_bytes(0, 0, 3, 64, 32, dtype));
     std::vector<std::string> seen;
     opt.set_matrix_hook([&](const optgen::MatrixWork& work) {
       for (int i = 0; i < work.num_matrices; ++i) {

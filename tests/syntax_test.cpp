@@ -46,8 +46,13 @@ TEST_CASE("statements are `name = expression`", "[syntax]") {
   CHECK(s.text == "exp_avg = lerp(exp_avg, g, 1 - beta1)");
 }
 
+TEST_CASE("'@' is the matrix product, as tight as '*'", "[syntax]") {
+  CHECK(optgen::to_string(*parse_expression("a * x @ transpose(x) + b", {})) == "a * x @ transpose(x) + b");
+  CHECK(optgen::to_string(*parse_expression("a * (x @ y)", {})) == "a * (x @ y)");
+}
+
 TEST_CASE("malformed expressions are errors, not crashes", "[syntax]") {
-  for (const char* bad : {"", "a +", "(a", "a b", "f(a,", "a ? b", "1.2.3", "a @ b", "a < b < c", "a ="})
+  for (const char* bad : {"", "a +", "(a", "a b", "f(a,", "a ? b", "1.2.3", "a $ b", "a @", "a < b < c", "a ="})
     CHECK_THROWS_AS(parse_expression(bad, {}), SpecError);
   CHECK_THROWS_AS(parse_statement("x + 1", {}), SpecError);
   CHECK_THROWS_AS(parse_statement("x =", {}), SpecError);

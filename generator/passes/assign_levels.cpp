@@ -87,7 +87,7 @@ class LevelSplitter {
     Expr operand = at_level(e->args[0], Domain::Element);
     std::string name = name_for(e);
     program_.matrix_values.push_back(
-        {name, e->matrix_op(), operand, std::vector<Expr>(e->args.begin() + 1, e->args.end()), e->loc});
+        {name, e->name, operand, std::vector<Expr>(e->args.begin() + 1, e->args.end()), e->loc});
     Expr leaf = Node::make_matrix_value(name);
     reduced_.emplace(e.get(), leaf);
     keep_.push_back(e);

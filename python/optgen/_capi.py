@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 13
+ABI_VERSION = 14
 
 
 class _Enum(enum.IntEnum):
@@ -286,7 +286,8 @@ class _Library:
             getattr(self.dll, name).restype = ctypes.c_char_p
             getattr(self.dll, name).argtypes = [_P]
         self.dll.optgen_matrix_function_scratch_bytes.restype = ctypes.c_size_t
-        self.dll.optgen_matrix_function_scratch_bytes.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int32]
+        self.dll.optgen_matrix_function_scratch_bytes.argtypes = [_P, _SIZE, ctypes.c_int] + [ctypes.c_int64] * 3 + [
+            ctypes.c_int32]
         for name in ("optgen_destroy", "optgen_optimizers_destroy"):
             getattr(self.dll, name).argtypes = [_P]
             getattr(self.dll, name).restype = None
@@ -879,12 +880,18 @@ class Engine(_Owned):
                                         for m in w.matrices[:w.num_matrices]], w.stream or 0)
         self._set_hook("optgen_set_matrix_hook", _MATRIX_HOOK, hook, convert)
 
-    def matrix_function_scratch_bytes(self, count: int, rows: int, cols: int, dtype: int = BF16) -> int:
-        """Bytes of device scratch apply_matrix_function needs for `count` matrices of rows x cols of
-        `dtype` (Matrices.dtype: BF16, the default, or F32)."""
+    def matrix_function_scratch_bytes(self, group: int, value: int, count: int, rows: int, cols: int,
+                                      dtype: int = BF16) -> int:
+        """Bytes of device scratch apply_matrix_function needs for matrix value `value` of the variant
+        `group` runs, on `count` matrices of rows x cols of `dtype` (Matrices.dtype: BF16, the default,
+        or F32): what its function's program needs."""
         if dtype not in (BF16, F32):
             raise ValueError(f"matrices are BF16 or F32; got {dtype!r}")
-        return self._lib.dll.optgen_matrix_function_scratch_bytes(count, rows, cols, dtype)
+        bytes_ = self._lib.dll.optgen_matrix_function_scratch_bytes(self._handle, group, value, count, rows, cols,
+                                                                     dtype)
+        if bytes_ == 0 and count > 0 and rows > 0 and cols > 0:
+            raise OptgenError(self._lib.dll.optgen_last_error().decode())
+        return bytes_
 
     def apply_matrix_function(self, group: int, value: int, arguments: Sequence[float], x: int, scratch: int,
                               count: int, rows: int, cols: int, stream: int) -> None:

@@ -392,10 +392,16 @@ int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook,
   });
 }
 
-size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols, int32_t dtype) {
+size_t optgen_matrix_function_scratch_bytes(optgen_optimizer* optimizer, size_t group, int value, int64_t count,
+                                            int64_t rows, int64_t cols, int32_t dtype) {
   if (dtype != OPTGEN_BF16 && dtype != OPTGEN_F32) return 0;
-  return optgen::FusedOptimizer::matrix_function_scratch_bytes(
-      count, rows, cols, dtype == OPTGEN_F32 ? optgen::DType::F32 : optgen::DType::BF16);
+  size_t bytes = 0;
+  guarded([&] {
+    require(optimizer, "optgen_matrix_function_scratch_bytes", "optimizer is NULL");
+    bytes = optimizer->engine.matrix_function_scratch_bytes(
+        group, value, count, rows, cols, dtype == OPTGEN_F32 ? optgen::DType::F32 : optgen::DType::BF16);
+  });
+  return bytes;
 }
 
 int optgen_apply_matrix_function(optgen_optimizer* optimizer, size_t group, int value, const double* arguments, void* x,

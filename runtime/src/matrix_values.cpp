@@ -6,40 +6,16 @@
 #include <tuple>
 
 #include "optgen/kernel_abi.h"
-#include "optgen/newton_schulz.h"
 
 namespace optgen {
 namespace {
-
-constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm kernels sums or divides
-
-/// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
-std::int64_t part_size(std::int64_t size) { return std::min<std::int64_t>(size, kPartElements); }
-/// How many parts a matrix of `size` elements has (none when it has no elements).
-std::int64_t part_count(std::int64_t size) { return size == 0 ? 0 : (size + part_size(size) - 1) / part_size(size); }
 
 /// The value of argument `a` for a group of hyperparameters `h`.
 double argument(const MatrixArgument& a, const std::vector<double>& h) {
   return a.hyperparameter >= 0 ? h.at(static_cast<std::size_t>(a.hyperparameter)) : a.value;
 }
 
-/// Where the norms' partial sums start in a matrix function's scratch: after newton_schulz's.
-std::size_t partials_offset(long long count, long long rows, long long cols, DType dtype) {
-  return round_up(newton_schulz_scratch_bytes(count, static_cast<int>(rows), static_cast<int>(cols), dtype), 256);
-}
-
 }  // namespace
-
-MatrixKernels::MatrixKernels(const Module& module)
-    : sum_squares(module.function(kernel_abi::kMatrixSumSquares)),
-      normalize(module.function(kernel_abi::kMatrixNormalize)),
-      sum_squares_f32(module.function(kernel_abi::kMatrixSumSquaresF32)),
-      normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)) {}
-
-std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols, DType dtype) {
-  return partials_offset(count, rows, cols, dtype) +
-         static_cast<std::size_t>(count * part_count(rows * cols)) * sizeof(double);
-}
 
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
   std::vector<double> args;
@@ -63,10 +39,10 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
       if (!bound) continue;  // a placeholder: no elements
       if (!bound->dims.factored)
         throw Error(call,
-                    std::string("variant ") + variant.name + " applies " +
-                        to_string(variant.matrix_values[v].function) + " to '" + variant.matrix_values[v].name +
-                        "', which needs matrices, but tensor " + std::to_string(t) + " of its plan (group " +
-                        std::to_string(groups[t]) + ", " + std::to_string(bound->numel) + " elements) is bound with " +
+                    std::string("variant ") + variant.name + " applies " + variant.matrix_values[v].program->name +
+                        " to '" + variant.matrix_values[v].name + "', which needs matrices, but tensor " +
+                        std::to_string(t) + " of its plan (group " + std::to_string(groups[t]) + ", " +
+                        std::to_string(bound->numel) + " elements) is bound with " +
                         (bound->shape.empty() ? "no shape" : std::to_string(bound->shape.size()) + " dimension") +
                         (bound->shape.size() == 1 ? ""
                          : bound->shape.empty()   ? ""
@@ -100,7 +76,8 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
     offsets.push_back(bytes);
     bytes = round_up(bytes + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols),
                      256);
-    scratch = std::max(scratch, matrix_scratch_bytes(bucket.count, bucket.rows, bucket.cols, bucket.dtype));
+    scratch = std::max(scratch, matrix_program_scratch_bytes(*variant.matrix_values[bucket.value].program, bucket.count,
+                                                             bucket.rows, bucket.cols, bucket.dtype));
   }
   result.memory = DeviceBuffer(bytes + scratch);
   const CUdeviceptr base = result.memory.get();
@@ -132,54 +109,15 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
                                     const std::vector<double>& h) {
   for (int m = 0; m < variant.num_matrix_values; ++m) {
     const MatrixValueInfo& value = variant.matrix_values[m];
-    switch (value.function) {
-      case MatrixFunction::NewtonSchulz: {
-        const MatrixArgument& steps = value.arguments[0];
-        const double given = argument(steps, h);
-        if (given >= 0 && given <= 1000 && given == std::floor(given)) break;
-        return std::string(to_string(value.function)) + "'s steps" +
-               (steps.hyperparameter >= 0 ? std::string(" (") + info.hyperparameters[steps.hyperparameter].name + ")"
-                                          : std::string()) +
-               " is " + std::to_string(given) + ": give a whole number from 0 to 1000";
-      }
-    }
+    const std::vector<double> args = matrix_arguments(value, h);
+    std::vector<std::string> names;
+    for (int a = 0; a < value.num_arguments; ++a)
+      names.push_back(value.arguments[a].hyperparameter >= 0
+                          ? info.hyperparameters[value.arguments[a].hyperparameter].name
+                          : std::string());
+    if (std::string why = matrix_program_problem(*value.program, args.data(), names); !why.empty()) return why;
   }
   return "";
-}
-
-int apply_function(const MatrixValueInfo& value, DType dtype, const double* arguments, const MatrixKernels& kernels,
-                   const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
-                   long long cols, CUstream stream) {
-  if (count == 0 || rows * cols == 0) return 0;
-  switch (value.function) {
-    case MatrixFunction::NewtonSchulz: {
-      const std::int64_t size = rows * cols;
-      const NewtonSchulz ns{static_cast<int>(arguments[0]), static_cast<float>(arguments[1]),
-                            static_cast<float>(arguments[2]), static_cast<float>(arguments[3]), dtype};
-      const CUdeviceptr partials = scratch + partials_offset(count, rows, cols, dtype);
-      // After an odd number of steps the iteration's result is where its input was not: the norm
-      // kernels leave the input in the scratch then, so that the result lands in x uncopied.
-      const bool odd = ns.steps % 2 == 1;
-      kernel_abi::MatrixBatch batch{reinterpret_cast<const void*>(x),
-                                    reinterpret_cast<void*>(odd ? scratch : x),
-                                    reinterpret_cast<double*>(partials),
-                                    size,
-                                    part_size(size),
-                                    static_cast<int>(count),
-                                    static_cast<int>(part_count(size)),
-                                    static_cast<float>(arguments[4])};
-      void* batch_args[] = {&batch};
-      const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch.count) * batch.parts);
-      const bool f32 = dtype == DType::F32;
-      for (CUfunction kernel :
-           {f32 ? kernels.sum_squares_f32 : kernels.sum_squares, f32 ? kernels.normalize_f32 : kernels.normalize})
-        driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, batch_args, false,
-                       "check that the stream belongs to the current context");
-      return 2 +
-             newton_schulz(handle, x, scratch, count, static_cast<int>(rows), static_cast<int>(cols), ns, stream, odd);
-    }
-  }
-  return 0;
 }
 
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
@@ -199,9 +137,9 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
       std::int64_t count = bucket.groups[g].count;
       for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
       launches +=
-          apply_function(value, bucket.dtype, args.data(), matrices.kernels, handle,
-                         bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
-                         matrices.scratch, count, bucket.rows, bucket.cols, stream);
+          run_matrix_program(*value.program, args.data(), bucket.dtype, matrices.kernels, handle,
+                             bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
+                             matrices.scratch, count, bucket.rows, bucket.cols, stream);
       g = end;
     }
   }

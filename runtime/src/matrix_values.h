@@ -1,9 +1,9 @@
 #pragma once
 /// A plan's matrix values (VariantInfo::matrix_values, a spec's newton_schulz): the buffers their
 /// Reduce stage stores the operands in, and the work the runtime does on them before the next
-/// stage. A tensor is the matrices of its last two dimensions (shape_layout.h's TensorDims); the
-/// matrices of one shape, across tensors and groups, lie consecutively in one bucket, so that each
-/// product of the iteration is one strided-batched GEMM over the whole bucket (or over each run of
+/// stage: their function's program (matrix_program_run.h). A tensor is the matrices of its last two dimensions
+/// (shape_layout.h's TensorDims); the matrices of one shape, across tensors and groups, lie consecutively in one
+/// bucket, so that each product of the iteration is one strided-batched GEMM over the whole bucket (or over each run of
 /// its groups whose arguments differ): launches grow with the shapes, not with the tensors.
 
 #include <cuda.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "matrix_program_run.h"
 #include "optgen/cublas.h"
 #include "optimizer_impl.h"
 
@@ -43,19 +44,11 @@ struct MatrixTensor {
   std::int64_t batch = 0, rows = 0, cols = 0;
 };
 
-/// The kernels of the matrix functions' norms (kernel_abi::kMatrixSumSquares, kMatrixNormalize and
-/// their f32 twins), in every generated module with a matrix value.
-struct MatrixKernels {
-  CUfunction sum_squares = nullptr, normalize = nullptr;
-  CUfunction sum_squares_f32 = nullptr, normalize_f32 = nullptr;
-  explicit MatrixKernels(const Module& module);
-};
-
 struct PlanMatrices {
   DeviceBuffer memory;  ///< every bucket's matrices, then the scratch
   std::vector<MatrixBucket> buckets;
   std::vector<MatrixTensor> tensors;  ///< in plan order, each value's in turn (for a matrix hook)
-  CUdeviceptr scratch = 0;            ///< matrix_scratch_bytes of the largest bucket
+  CUdeviceptr scratch = 0;            ///< matrix_program_scratch_bytes of the largest bucket
   MatrixKernels kernels;
 };
 
@@ -69,33 +62,20 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
                             const Module& module, std::vector<void*>& pointers, const std::string& call);
 
-/// Bytes of scratch a matrix function of `count` matrices of `rows` x `cols` of `dtype` needs:
-/// newton_schulz's, then the norms' partial sums (kernel_abi::MatrixBatch).
-std::size_t matrix_scratch_bytes(long long count, long long rows, long long cols, DType dtype);
-
 /// The arguments of matrix value `value` for a group of hyperparameters `h`.
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h);
 
-/// Enqueues on `stream` `value`'s function, with `arguments` (value.num_arguments of them, as
-/// matrix_arguments gives them), of `count` matrices of `dtype` (BF16: bf16 products that accumulate
-/// in fp32; F32: fp32 throughout) of `rows` x `cols` consecutive at `x`, in place: each divided by its norm (plus the
-/// function's eps) and orthogonalised. `scratch` holds matrix_scratch_bytes. Capturable. Returns
-/// the launches it enqueued (kernels, cuBLAS products and copies; 0 for no matrices).
-int apply_function(const MatrixValueInfo& value, DType dtype, const double* arguments, const MatrixKernels& kernels,
-                   const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count, long long rows,
-                   long long cols, CUstream stream);
-
 /// What is wrong with the arguments hyperparameters `h` give `variant`'s matrix functions
-/// (newton_schulz's steps: a whole number from 0 to 1000), or "". Checked where a group's
+/// (a repeat's count, such as newton_schulz's steps: a whole number from 0 to 1000), or "". Checked where a group's
 /// hyperparameters are given or changed, so that no step stops halfway.
 std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo& variant,
                                     const std::vector<double>& h);
 
 /// Enqueues on `stream` what the matrix values stored by Reduce stage `stage` (1, 2, ...) need before
-/// the next stage reads them: each bucket's matrices divided by their norms and orthogonalised,
+/// the next stage reads them: each bucket's matrices through its value's program,
 /// with the arguments of its groups (their hyperparameters, `groups[g].h`, which
 /// matrix_argument_problem accepted), one batch per run of groups whose arguments agree.
-/// Capturable in a CUDA graph. Returns the launches it enqueued (as apply_function).
+/// Capturable in a CUDA graph. Returns the launches it enqueued (as run_matrix_program).
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);
 

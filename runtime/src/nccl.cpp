@@ -164,7 +164,8 @@ std::vector<std::vector<std::int64_t>> gather_rows(const Api& nccl, Comm comm, i
   return shards;
 }
 
-std::shared_ptr<Exchange> make_exchange(const Api& nccl, Comm comm, int ranks, int rank, const MatrixWork& w) {
+std::shared_ptr<Exchange> make_exchange(const Api& nccl, Comm comm, int ranks, int rank, const MatrixWork& w,
+                                        const FusedOptimizer& optimizer) {
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
   driver::check(driver::api().cuStreamIsCapturing(w.stream, &capturing), "cuStreamIsCapturing");
   if (capturing != CU_STREAM_CAPTURE_STATUS_NONE)
@@ -187,8 +188,8 @@ std::shared_ptr<Exchange> make_exchange(const Api& nccl, Comm comm, int ranks, i
     const auto count = static_cast<long long>(b.members.size());
     const std::size_t size = static_cast<std::size_t>(b.rows * b.cols) * size_of(b.dtype);
     b.whole = DeviceBuffer(std::max<std::size_t>(1, size * b.members.size()));
-    b.scratch = DeviceBuffer(
-        std::max<std::size_t>(1, FusedOptimizer::matrix_function_scratch_bytes(count, b.rows, b.cols, b.dtype)));
+    b.scratch = DeviceBuffer(std::max<std::size_t>(
+        1, optimizer.matrix_function_scratch_bytes(b.group, b.value, count, b.rows, b.cols, b.dtype)));
     for (std::size_t k = 0; k < b.members.size(); ++k)
       ex->whole_of[static_cast<std::size_t>(b.members[k])] = b.whole.get() + k * size;
   }
@@ -255,7 +256,7 @@ std::function<void(const MatrixWork&)> matrix_hook(Comm comm, FusedOptimizer& op
       }
     }
     std::shared_ptr<const Exchange>& ex = (*exchanges)[key];
-    if (!ex) ex = make_exchange(nccl, comm, ranks, rank, w);
+    if (!ex) ex = make_exchange(nccl, comm, ranks, rank, w, optimizer);
     move_rows(nccl, comm, rank, *ex, w, true);
     for (const Exchange::Batch& b : ex->batches)
       optimizer.apply_matrix_function(b.group, b.value, b.arguments.data(), b.whole.get(), b.scratch.get(),

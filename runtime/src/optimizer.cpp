@@ -1425,9 +1425,20 @@ void FusedOptimizer::set_matrix_hook(std::function<void(const MatrixWork&)> hook
   impl_->matrix_hook = std::move(hook);
 }
 
-std::size_t FusedOptimizer::matrix_function_scratch_bytes(long long count, long long rows, long long cols,
-                                                          DType dtype) {
-  return matrix_scratch_bytes(count, rows, cols, dtype);
+/// Matrix value `value` of the variant `group` runs, or optgen::Error naming `call`.
+const MatrixValueInfo& FusedOptimizer::Impl::matrix_value(std::size_t group, int value, const char* call) const {
+  const VariantInfo& variant = info->variants[group_at(group, call).variant];
+  if (value < 0 || value >= variant.num_matrix_values)
+    throw Error(this->call(call), "group " + std::to_string(group) + " runs variant " + variant.name + ", which has " +
+                                      std::to_string(variant.num_matrix_values) + " matrix values; there is no value " +
+                                      std::to_string(value));
+  return variant.matrix_values[value];
+}
+
+std::size_t FusedOptimizer::matrix_function_scratch_bytes(std::size_t group, int value, long long count, long long rows,
+                                                          long long cols, DType dtype) const {
+  const MatrixValueInfo& v = impl_->matrix_value(group, value, "matrix_function_scratch_bytes");
+  return matrix_program_scratch_bytes(*v.program, count, rows, cols, dtype);
 }
 
 void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const double* arguments, CUdeviceptr x,
@@ -1438,13 +1449,11 @@ void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const d
   if (!m.prepared || g.plan < 0)
     throw Error(m.call("apply_matrix_function"), "the optimizer is not prepared", "call prepare() or step() first");
   const Plan& plan = m.plans[static_cast<std::size_t>(g.plan)];
-  const VariantInfo& variant = m.info->variants[g.variant];
-  if (value < 0 || value >= variant.num_matrix_values || !plan.matrices)
-    throw Error(m.call("apply_matrix_function"), "group " + std::to_string(group) + " runs variant " + variant.name +
-                                                     ", which has " + std::to_string(variant.num_matrix_values) +
-                                                     " matrix values; there is no value " + std::to_string(value));
-  apply_function(variant.matrix_values[value], matrix_dtype(m.info->kernels[g.kernel], value), arguments,
-                 plan.matrices->kernels, *m.cublas, x, scratch, count, rows, cols, stream);
+  const MatrixValueInfo& v = m.matrix_value(group, value, "apply_matrix_function");
+  if (std::string why = matrix_program_problem(*v.program, arguments); !why.empty())
+    throw Error(m.call("apply_matrix_function"), why);
+  run_matrix_program(*v.program, arguments, matrix_dtype(m.info->kernels[g.kernel], value), plan.matrices->kernels,
+                     *m.cublas, x, scratch, count, rows, cols, stream);
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {

@@ -219,6 +219,8 @@ struct FusedOptimizer::Impl {
   int scalar_state_index(const std::string& name, const char* method) const;
   int program_index(const std::string& name, const char* method) const;
   const Group& group_at(std::size_t group, const char* method) const;
+  /// Matrix value `value` of the variant group `group` runs, or optgen::Error naming `method`.
+  const MatrixValueInfo& matrix_value(std::size_t group, int value, const char* method) const;
   /// Throws optgen::Error unless `h` holds every hyperparameter, bools as 0 or 1, all finite.
   void check_hyperparameters(const std::vector<double>& h, const char* method) const;
   /// The variant a group of hyperparameters `h` runs, after checking them and filling in the

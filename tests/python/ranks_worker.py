@@ -304,7 +304,8 @@ def muon(rank, device, mesh, no_gather, backend):
             def apply(work):
                 for m in work.matrices:
                     if m.batch:
-                        scratch = torch.empty(engine.matrix_function_scratch_bytes(m.batch, m.rows, m.cols, m.dtype),
+                        scratch = torch.empty(engine.matrix_function_scratch_bytes(m.group, m.value, m.batch, m.rows,
+                                                                                   m.cols, m.dtype),
                                               dtype=torch.uint8, device=device)
                         engine.apply_matrix_function(m.group, m.value, m.arguments, m.x, scratch.data_ptr(), m.batch,
                                                      m.rows, m.cols, work.stream)

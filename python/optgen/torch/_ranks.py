@@ -152,7 +152,7 @@ class _Owned:
         count = len(self.members)
         self.group = group
         self.whole = torch.empty((count, self.rows, self.cols), dtype=torch_dtype(self.dtype), device=self.device)
-        scratch = self.engine.matrix_function_scratch_bytes(count, self.rows, self.cols, self.dtype)
+        scratch = self.engine.matrix_function_scratch_bytes(group, self.value, count, self.rows, self.cols, self.dtype)
         self.scratch = torch.empty(max(1, scratch), dtype=torch.uint8, device=self.device)
 
     def apply(self, stream: int) -> None:

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 13
+#define OPTGEN_ABI_VERSION 14
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -263,9 +263,12 @@ int optgen_set_matrix_hook(optgen_optimizer* optimizer, optgen_matrix_hook hook,
  * ranks; optgen::nccl::matrix_hook): each whole matrix orthogonalised on an owner rank, the rows
  * moved by NCCL sends and receives on the step's stream; take one step before capturing. (ABI 12.) */
 int optgen_set_nccl_matrix_hook(optgen_optimizer* optimizer, void* nccl_comm);
-/* Bytes of device scratch optgen_apply_matrix_function needs for `count` matrices of rows x cols
- * of `dtype` (optgen_matrices::dtype; ABI 13); 0 for a dtype other than OPTGEN_BF16 or OPTGEN_F32. */
-size_t optgen_matrix_function_scratch_bytes(int64_t count, int64_t rows, int64_t cols, int32_t dtype);
+/* Bytes of device scratch optgen_apply_matrix_function needs for matrix value `value` of `group`'s
+ * variant on `count` matrices of rows x cols of `dtype` (optgen_matrices::dtype; ABI 14: its
+ * function's program decides); 0 for a dtype other than OPTGEN_BF16 or OPTGEN_F32, a group or value
+ * that does not exist (the error is then the last error). */
+size_t optgen_matrix_function_scratch_bytes(optgen_optimizer* optimizer, size_t group, int value, int64_t count,
+                                            int64_t rows, int64_t cols, int32_t dtype);
 /* Applies matrix value `value`'s function with `arguments` (optgen_matrices::arguments) to `count`
  * row-major matrices of rows x cols at `x` (of the group's optgen_matrices::dtype), in place, with `scratch`, on
  * `stream`, as a step of `group` does (FusedOptimizer::apply_matrix_function); needs the optimizer prepared. */

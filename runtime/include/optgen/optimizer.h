@@ -36,7 +36,7 @@
 #include "optgen/storage.h"
 #include "optgen/kernel_abi.h"  // VariantInfo::stage_blocks' BlockKind bits
 #include "optgen/kernel_images.h"
-#include "optgen/matrix_function.h"
+#include "optgen/matrix_program.h"
 #include "optgen/reference.h"
 
 namespace optgen {
@@ -132,7 +132,8 @@ struct MatrixArgument {
   double value;
 };
 
-/// A matrix value of a variant (a spec's newton_schulz, optgen/matrix_function.h): its Reduce stage
+/// A matrix value of a variant (a spec's call of a matrix function such as newton_schulz, whose
+/// program optgen/matrix_program.h describes): its Reduce stage
 /// `stage` (1, 2, ... as ReductionSlot::stage) stores its operand, bf16, in buffers the runtime
 /// allocates in prepare(), where each tensor is the matrices of its last two dimensions (one for a
 /// tensor of two), those of one shape consecutive; the runtime applies `function` to every matrix of
@@ -140,7 +141,7 @@ struct MatrixArgument {
 /// 2 + num_states + its index.
 struct MatrixValueInfo {
   const char* name;
-  MatrixFunction function;
+  const MatrixProgram* program;
   int stage;
   const MatrixArgument* arguments;  ///< after the matrix, as generator/matrices.h lists them
   int num_arguments;
@@ -344,7 +345,7 @@ struct ReductionResults {
 /// What a matrix hook (FusedOptimizer::set_matrix_hook) is handed after the launch of a Reduce
 /// stage that stores matrix values, in place of the work the optimizer would do on them: every
 /// tensor's matrices of each value that stage stored, which the hook replaces by the value's
-/// function of them (MatrixValueInfo::function with `arguments`, e.g. with
+/// function of them (MatrixValueInfo::program with `arguments`, e.g. with
 /// FusedOptimizer::apply_matrix_function) by work on `stream`, before the next stage reads them.
 struct MatrixWork {
   struct Matrices {
@@ -503,10 +504,11 @@ class FusedOptimizer {
   /// on `stream`, before the next stage reads them. Every rank must hold the same groups with the
   /// same tensors. An empty function removes the hook.
   void set_matrix_hook(std::function<void(const MatrixWork&)> hook);
-  /// Bytes of scratch apply_matrix_function needs for `count` matrices of `rows` x `cols` of `dtype`
-  /// (Matrices::dtype).
-  static std::size_t matrix_function_scratch_bytes(long long count, long long rows, long long cols,
-                                                   DType dtype = DType::BF16);
+  /// Bytes of scratch apply_matrix_function needs for matrix value `value` of the variant group
+  /// `group` runs, on `count` matrices of `rows` x `cols` of `dtype` (Matrices::dtype): what its
+  /// function's program needs, whatever the arguments.
+  std::size_t matrix_function_scratch_bytes(std::size_t group, int value, long long count, long long rows,
+                                            long long cols, DType dtype = DType::BF16) const;
   /// Applies matrix value `value`'s function (of a variant of the group `group` runs), with the
   /// group's arguments `arguments` (MatrixWork::Matrices::arguments), to `count` row-major matrices
   /// of `rows` x `cols` of the group's kernel set's dtype for it (Matrices::dtype), consecutive at

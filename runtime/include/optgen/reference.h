@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "optgen/matrix_program.h"
+
 namespace optgen::reference {
 
 // ---- Built-in functions of the spec language, in the element type T. ----
@@ -40,49 +42,76 @@ T clamp(T x, T lo, T hi) {
   return min(max(x, lo), hi);
 }
 
-// ---- Matrix functions of the spec language (generator/matrices.h), in the element type T. ----
+// ---- Matrix functions of the spec language: their programs (optgen/matrix_program.h), in T. ----
 
-/// newton_schulz of the `batch` consecutive row-major `rows` x `cols` matrices at `x`, in place, in
-/// T: the exact iteration that the GPU's bf16 products approximate (torch.optim.Muon's
-/// _zeropower_via_newtonschulz without its rounding to bf16). Each matrix is divided by
-/// max(its Frobenius norm, eps), then `steps` times X = a X + (b A + c A A) X with A = X Xᵀ; a
-/// matrix of more rows than columns is transposed first and back after.
+/// Runs `program` with the call's `arguments` (after the matrix) on each of the `batch` consecutive
+/// row-major `rows` x `cols` matrices at `x`, in place, in T: the exact computation that the GPU's
+/// bf16 products approximate. Where the program transposes tall matrices and rows > cols, it sees
+/// each matrix transposed, and its result is transposed back.
 template <typename T>
-void newton_schulz(T* x, std::size_t batch, std::size_t rows, std::size_t cols, std::int64_t steps, T a, T b, T c,
-                   T eps) {
-  const bool tall = rows > cols;
-  const std::size_t m = tall ? cols : rows, n = tall ? rows : cols;
-  std::vector<T> X(m * n), A(m * m), B(m * m), Y(m * n);
+void run_matrix_program(const MatrixProgram& program, const double* arguments, T* x, std::size_t batch,
+                        std::size_t rows, std::size_t cols) {
+  struct Matrix {
+    std::size_t r = 0, c = 0;
+    std::vector<T> v;  // row-major
+    T at(bool transposed, std::size_t i, std::size_t j) const { return transposed ? v[j * c + i] : v[i * c + j]; }
+  };
+  const bool tall = program.transpose_tall && rows > cols;
+  const std::size_t R = tall ? cols : rows, C = tall ? rows : cols;
+  auto scalar = [&](const MatrixScalar& s) { return T(s.factor * (s.argument < 0 ? 1.0 : arguments[s.argument])); };
+  auto extent = [&](MatrixDimension d) { return d == MatrixDimension::R ? R : C; };
   for (std::size_t k = 0; k < batch; ++k) {
     T* matrix = x + k * rows * cols;
-    T norm = 0;
-    for (std::size_t i = 0; i < rows * cols; ++i) norm += matrix[i] * matrix[i];
-    const T divisor = std::max(std::sqrt(norm), eps);
-    for (std::size_t r = 0; r < rows; ++r)  // X is m x n: the matrix, or its transpose
-      for (std::size_t q = 0; q < cols; ++q) (tall ? X[q * n + r] : X[r * n + q]) = matrix[r * cols + q] / divisor;
-    for (std::int64_t step = 0; step < steps; ++step) {
-      for (std::size_t i = 0; i < m; ++i)  // A = X Xᵀ
-        for (std::size_t j = 0; j < m; ++j) {
-          T sum = 0;
-          for (std::size_t q = 0; q < n; ++q) sum += X[i * n + q] * X[j * n + q];
-          A[i * m + j] = sum;
+    std::vector<Matrix> vars(static_cast<std::size_t>(program.num_variables));
+    for (int i = 0; i < program.num_variables; ++i)
+      vars[i].r = extent(program.variables[i].rows), vars[i].c = extent(program.variables[i].cols);
+    vars[0].v.resize(R * C);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < cols; ++j)
+        (tall ? vars[0].v[j * C + i] : vars[0].v[i * C + j]) = matrix[i * cols + j];
+    auto run = [&](auto& self, int begin, int end) -> void {
+      for (int n = begin; n < end; ++n) {
+        const MatrixInstruction& in = program.code[n];
+        if (in.op == MatrixOp::Repeat) {
+          const auto times = static_cast<std::int64_t>(scalar(in.alpha));
+          for (std::int64_t t = 0; t < times; ++t) self(self, n + 1, n + 1 + in.target);
+          n += in.target;
+          continue;
         }
-      for (std::size_t i = 0; i < m; ++i)  // B = b A + c A A
-        for (std::size_t j = 0; j < m; ++j) {
-          T sum = 0;
-          for (std::size_t q = 0; q < m; ++q) sum += A[i * m + q] * A[q * m + j];
-          B[i * m + j] = b * A[i * m + j] + c * sum;
+        Matrix out;
+        out.r = vars[in.target].r, out.c = vars[in.target].c;
+        out.v.assign(out.r * out.c, T(0));
+        const Matrix& a = vars[in.a];
+        switch (in.op) {
+          case MatrixOp::Assign: out.v = a.v; break;
+          case MatrixOp::Normalize: {
+            T sum = 0;
+            for (T e : a.v) sum += e * e;
+            const T divisor = std::max(std::sqrt(sum), scalar(in.beta));
+            for (std::size_t i = 0; i < a.v.size(); ++i) out.v[i] = a.v[i] / divisor;
+            break;
+          }
+          case MatrixOp::Product: {
+            const Matrix& b = vars[in.b];
+            const std::size_t inner = in.transpose_a ? a.r : a.c;
+            const T alpha = scalar(in.alpha), beta = scalar(in.beta);
+            for (std::size_t i = 0; i < out.r; ++i)
+              for (std::size_t j = 0; j < out.c; ++j) {
+                T sum = 0;
+                for (std::size_t q = 0; q < inner; ++q) sum += a.at(in.transpose_a, i, q) * b.at(in.transpose_b, q, j);
+                out.v[i * out.c + j] = alpha * sum + (in.c < 0 ? T(0) : beta * vars[in.c].v[i * out.c + j]);
+              }
+            break;
+          }
+          case MatrixOp::Repeat: break;
         }
-      for (std::size_t i = 0; i < m; ++i)  // X = a X + B X
-        for (std::size_t j = 0; j < n; ++j) {
-          T sum = 0;
-          for (std::size_t q = 0; q < m; ++q) sum += B[i * m + q] * X[q * n + j];
-          Y[i * n + j] = a * X[i * n + j] + sum;
-        }
-      X.swap(Y);
-    }
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t q = 0; q < cols; ++q) matrix[r * cols + q] = tall ? X[q * n + r] : X[r * n + q];
+        vars[in.target] = std::move(out);
+      }
+    };
+    run(run, 0, program.size);
+    const Matrix& result = vars[program.result];
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < cols; ++j) matrix[i * cols + j] = tall ? result.v[j * C + i] : result.v[i * C + j];
   }
 }
 

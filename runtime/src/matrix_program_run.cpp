@@ -1,0 +1,304 @@
+#include "matrix_program_run.h"
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "optgen/driver.h"
+#include "optgen/error.h"
+#include "optgen/kernel_abi.h"
+
+namespace optgen {
+namespace {
+
+constexpr std::int64_t kPartElements = 1 << 14;  // elements a block of the norm kernels sums or divides
+
+/// A part of a matrix for the norm kernels: all of a small one, else kPartElements (a multiple of 8).
+std::int64_t part_size(std::int64_t size) { return std::min<std::int64_t>(size, kPartElements); }
+/// How many parts a matrix of `size` elements has (none when it has no elements).
+std::int64_t part_count(std::int64_t size) { return size == 0 ? 0 : (size + part_size(size) - 1) / part_size(size); }
+
+double value_of(const MatrixScalar& s, const double* arguments) {
+  return s.factor * (s.argument < 0 ? 1.0 : arguments[s.argument]);
+}
+
+/// One instruction of the program unrolled: it writes value `out` (values are numbered in the
+/// order they are computed; value 0 is the argument), reading values a, b and c.
+struct Step {
+  MatrixOp op;
+  int out, a, b, c;
+  bool transpose_a, transpose_b;
+  float alpha, beta;
+};
+
+struct Trace {
+  std::vector<Step> steps;
+  std::vector<int> variable;  ///< per value, its variable (its shape)
+  int result = 0;
+};
+
+/// `program` unrolled with `arguments`; where `repeats` >= 0, every repeat runs that many times.
+Trace unroll(const MatrixProgram& program, const double* arguments, int repeats) {
+  Trace t;
+  t.variable.push_back(0);
+  std::vector<int> current(static_cast<std::size_t>(program.num_variables), -1);
+  current[0] = 0;
+  auto run = [&](auto& self, int begin, int end) -> void {
+    for (int n = begin; n < end; ++n) {
+      const MatrixInstruction& in = program.code[n];
+      if (in.op == MatrixOp::Repeat) {
+        const long long times = repeats >= 0 ? repeats : std::llround(value_of(in.alpha, arguments));
+        for (long long i = 0; i < times; ++i) self(self, n + 1, n + 1 + in.target);
+        n += in.target;
+        continue;
+      }
+      if (in.op == MatrixOp::Assign) {
+        current[static_cast<std::size_t>(in.target)] = current[static_cast<std::size_t>(in.a)];
+        continue;
+      }
+      auto read = [&](int var) { return var < 0 ? -1 : current[static_cast<std::size_t>(var)]; };
+      const Step s{in.op,
+                   static_cast<int>(t.variable.size()),
+                   read(in.a),
+                   read(in.b),
+                   read(in.c),
+                   in.transpose_a,
+                   in.transpose_b,
+                   static_cast<float>(value_of(in.alpha, arguments)),
+                   static_cast<float>(value_of(in.beta, arguments))};
+      t.variable.push_back(in.target);
+      current[static_cast<std::size_t>(in.target)] = s.out;
+      t.steps.push_back(s);
+    }
+  };
+  run(run, 0, program.size);
+  t.result = current[static_cast<std::size_t>(program.result)];
+  return t;
+}
+
+/// The view's dimensions: R and C of a program's matrices.
+struct View {
+  int r, c;
+  bool column_major;  ///< a tall matrix seen transposed: its row-major bytes are the view column-major
+  std::int64_t rows(const MatrixProgram& p, int var) const {
+    return p.variables[var].rows == MatrixDimension::R ? r : c;
+  }
+  std::int64_t cols(const MatrixProgram& p, int var) const {
+    return p.variables[var].cols == MatrixDimension::R ? r : c;
+  }
+};
+
+/// Where each value lives: buffer 0 is the matrices' own (x), the others are in the scratch.
+struct Placement {
+  std::vector<int> buffer;              ///< per value
+  std::vector<std::int64_t> elements;   ///< per buffer, of each matrix
+  std::vector<std::size_t> offset;      ///< per buffer, its bytes into the scratch (0 for x)
+  std::size_t partials = 0, bytes = 0;  ///< where the norms' partial sums start; the scratch's size
+  bool copy_result = false;             ///< the result ends in the scratch: copied to x at the end
+};
+
+std::size_t round_up_256(std::size_t n) { return (n + 255) / 256 * 256; }
+
+/// Each value placed in the first buffer of its size where no other value lives while it does
+/// (buffers in the order they are made, x first), from the last computed back: the result in x
+/// where the argument is read no more by then, the argument in x.
+Placement place(const MatrixProgram& program, const Trace& t, const View& view, long long count, DType dtype) {
+  const std::size_t values = t.variable.size();
+  auto elements_of = [&](std::size_t v) {
+    const int var = t.variable[v];
+    return view.rows(program, var) * view.cols(program, var);
+  };
+  // A value lives from the write that makes it (2k + 1 at step k) to its last read: 2k where the
+  // step may write where it reads (a norm's input, a product's C), else 2k + 1.
+  std::vector<long long> first(values, -1), last(values, -1);
+  for (std::size_t k = 0; k < t.steps.size(); ++k) {
+    const Step& s = t.steps[k];
+    const long long write = 2 * static_cast<long long>(k) + 1;
+    first[static_cast<std::size_t>(s.out)] = last[static_cast<std::size_t>(s.out)] = write;
+    auto read = [&](int v, bool in_place) {
+      if (v >= 0) last[static_cast<std::size_t>(v)] = std::max(last[static_cast<std::size_t>(v)], write - in_place);
+    };
+    read(s.a, s.op == MatrixOp::Normalize);
+    read(s.b, false);
+    read(s.c, true);
+  }
+  last[static_cast<std::size_t>(t.result)] = LLONG_MAX;
+  Placement p;
+  p.buffer.assign(values, -1);
+  p.elements.push_back(static_cast<std::int64_t>(view.r) * view.c);
+  std::vector<std::vector<std::size_t>> living(1);  // per buffer, its values
+  auto fits = [&](std::size_t b, std::size_t v) {
+    for (std::size_t u : living[b])
+      if (first[u] <= last[v] && first[v] <= last[u]) return false;
+    return true;
+  };
+  auto put = [&](std::size_t v, std::size_t b) {
+    p.buffer[v] = static_cast<int>(b);
+    living[b].push_back(v);
+  };
+  put(0, 0);
+  const auto result = static_cast<std::size_t>(t.result);
+  if (result != 0) {
+    if (fits(0, result))
+      put(result, 0);
+    else
+      p.copy_result = true;
+  }
+  for (std::size_t v = values; v-- > 1;) {
+    if (p.buffer[v] >= 0) continue;
+    std::size_t b = 0;
+    while (b < living.size() && !(p.elements[b] == elements_of(v) && fits(b, v))) ++b;
+    if (b == living.size()) {
+      living.emplace_back();
+      p.elements.push_back(elements_of(v));
+    }
+    put(v, b);
+  }
+  const std::size_t element = size_of(dtype);
+  p.offset.assign(living.size(), 0);
+  std::size_t bytes = 0;
+  for (std::size_t b = 1; b < living.size(); ++b) {
+    p.offset[b] = bytes;
+    bytes = round_up_256(bytes + element * static_cast<std::size_t>(count * p.elements[b]));
+  }
+  p.partials = bytes;
+  std::int64_t parts = 0;
+  for (const Step& s : t.steps)
+    if (s.op == MatrixOp::Normalize) parts = std::max(parts, part_count(elements_of(static_cast<std::size_t>(s.a))));
+  p.bytes = bytes + static_cast<std::size_t>(count * parts) * sizeof(double);
+  return p;
+}
+
+View view_of(const MatrixProgram& program, long long rows, long long cols) {
+  const bool tall = program.transpose_tall && rows > cols;
+  return {static_cast<int>(tall ? cols : rows), static_cast<int>(tall ? rows : cols), tall};
+}
+
+/// The element size of `dtype`, which must be BF16 or F32.
+void check_dtype(DType dtype, const char* call) {
+  if (dtype != DType::BF16 && dtype != DType::F32)
+    throw Error(call, std::string("matrix programs run in bf16 or f32, not ") + to_string(dtype));
+}
+
+}  // namespace
+
+MatrixKernels::MatrixKernels(const Module& module)
+    : sum_squares(module.function(kernel_abi::kMatrixSumSquares)),
+      normalize(module.function(kernel_abi::kMatrixNormalize)),
+      sum_squares_f32(module.function(kernel_abi::kMatrixSumSquaresF32)),
+      normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)) {}
+
+std::string matrix_program_problem(const MatrixProgram& program, const double* arguments,
+                                   const std::vector<std::string>& names) {
+  for (int n = 0; n < program.size; ++n) {
+    const MatrixInstruction& in = program.code[n];
+    if (in.op != MatrixOp::Repeat || in.alpha.argument < 0) continue;  // a number: checked by the generator
+    const double times = value_of(in.alpha, arguments);
+    if (times >= 0 && times <= kMaxRepeat && times == std::floor(times)) continue;
+    const auto a = static_cast<std::size_t>(in.alpha.argument);
+    const std::string named = a < names.size() && !names[a].empty() ? " (" + names[a] + ")" : "";
+    return std::string(program.name) + "'s " + program.parameters[a] + named + " is " + std::to_string(times) +
+           ": give a whole number from 0 to " + std::to_string(kMaxRepeat);
+  }
+  return "";
+}
+
+std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long count, long long rows, long long cols,
+                                         DType dtype) {
+  check_dtype(dtype, "optgen::matrix_program_scratch_bytes");
+  if (count <= 0 || rows <= 0 || cols <= 0) return 0;
+  const std::vector<double> zeros(static_cast<std::size_t>(std::max(program.num_arguments, 1)), 0.0);
+  const View view = view_of(program, rows, cols);
+  // Past its first two times, a repeat places its values as it did the time before last.
+  std::size_t bytes = 0;
+  for (int repeats = 0; repeats <= 3; ++repeats)
+    bytes = std::max(bytes, place(program, unroll(program, zeros.data(), repeats), view, count, dtype).bytes);
+  return bytes;
+}
+
+int run_matrix_program(const MatrixProgram& program, const double* arguments, DType dtype, const MatrixKernels& kernels,
+                       const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count,
+                       long long rows, long long cols, CUstream stream) {
+  check_dtype(dtype, "optgen::run_matrix_program");
+  if (count == 0 || rows * cols == 0) return 0;
+  if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX || rows > INT_MAX || cols > INT_MAX)
+    throw Error("optgen::run_matrix_program", std::to_string(count) + " matrices of " + std::to_string(rows) + " x " +
+                                                  std::to_string(cols) + ": give from 1 to 2^31 - 1 of at least 1 x 1");
+  const View view = view_of(program, rows, cols);
+  const Trace trace = unroll(program, arguments, -1);
+  const Placement placed = place(program, trace, view, count, dtype);
+  if (placed.bytes > matrix_program_scratch_bytes(program, count, rows, cols, dtype))
+    throw std::logic_error(std::string("run_matrix_program: ") + program.name +
+                           " needs more scratch than it asked for");
+  const int type = dtype == DType::F32 ? cublas::kF32 : cublas::kBF16;
+  const int batch = static_cast<int>(count);
+  auto at = [&](int v) {
+    const int b = placed.buffer[static_cast<std::size_t>(v)];
+    return b == 0 ? x : scratch + placed.offset[static_cast<std::size_t>(b)];
+  };
+  auto rows_of = [&](int v) {
+    return static_cast<int>(view.rows(program, trace.variable[static_cast<std::size_t>(v)]));
+  };
+  auto cols_of = [&](int v) {
+    return static_cast<int>(view.cols(program, trace.variable[static_cast<std::size_t>(v)]));
+  };
+  auto size_of_value = [&](int v) { return static_cast<long long>(rows_of(v)) * cols_of(v); };
+  auto op = [](bool transposed) { return transposed ? cublas::kOpT : cublas::kOpN; };
+  int launches = 0;
+  for (const Step& s : trace.steps) {
+    switch (s.op) {
+      case MatrixOp::Normalize: {
+        const std::int64_t size = size_of_value(s.a);
+        kernel_abi::MatrixBatch norms{reinterpret_cast<const void*>(at(s.a)),
+                                      reinterpret_cast<void*>(at(s.out)),
+                                      reinterpret_cast<double*>(scratch + placed.partials),
+                                      size,
+                                      part_size(size),
+                                      batch,
+                                      static_cast<int>(part_count(size)),
+                                      s.beta};
+        void* args[] = {&norms};
+        const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(batch) * norms.parts);
+        const bool f32 = dtype == DType::F32;
+        for (CUfunction kernel :
+             {f32 ? kernels.sum_squares_f32 : kernels.sum_squares, f32 ? kernels.normalize_f32 : kernels.normalize})
+          driver::launch(kernel, blocks, kernel_abi::kMatrixKernelBlock, stream, args, false,
+                         "check that the stream belongs to the current context");
+        launches += 2;
+        break;
+      }
+      case MatrixOp::Product: {
+        // cuBLAS is column-major: a view stored column-major is multiplied as written; one stored
+        // row-major is each matrix's transpose there, so D = a op(A) op(B) + b C is computed as
+        // Dᵀ = a op(B)ᵀ op(A)ᵀ + b Cᵀ.
+        const int ar = rows_of(s.a), ac = cols_of(s.a), br = rows_of(s.b), bc = cols_of(s.b);
+        const int dr = rows_of(s.out), dc = cols_of(s.out), inner = s.transpose_a ? ar : ac;
+        const long long sa = size_of_value(s.a), sb = size_of_value(s.b), sd = size_of_value(s.out);
+        const CUdeviceptr c = s.c < 0 ? at(s.out) : at(s.c);
+        const float beta = s.c < 0 ? 0.0f : s.beta;
+        if (view.column_major)
+          handle.multiply({op(s.transpose_a), op(s.transpose_b), dr, dc, inner, ar, br, dr, sa, sb, sd, batch, type},
+                          s.alpha, at(s.a), at(s.b), beta, c, at(s.out), stream);
+        else
+          handle.multiply({op(s.transpose_b), op(s.transpose_a), dc, dr, inner, bc, ac, dc, sb, sa, sd, batch, type},
+                          s.alpha, at(s.b), at(s.a), beta, c, at(s.out), stream);
+        ++launches;
+        break;
+      }
+      case MatrixOp::Assign:
+      case MatrixOp::Repeat: throw std::logic_error("run_matrix_program: an unrolled program has no Assign or Repeat");
+    }
+  }
+  if (placed.copy_result) {
+    driver::check(driver::api().cuMemcpyDtoDAsync(
+                      x, at(trace.result), size_of(dtype) * static_cast<std::size_t>(count * rows * cols), stream),
+                  "cuMemcpyDtoDAsync");
+    ++launches;
+  }
+  return launches;
+}
+
+}  // namespace optgen
