@@ -43,6 +43,9 @@ std::string describe(const MatrixInstruction& i, const CompiledMatrixProgram& p)
     case MatrixOp::Product:
       return target + scaled(i.alpha, var(i.a, i.transpose_a) + " @ " + var(i.b, i.transpose_b)) +
              (i.c < 0 ? "" : " + " + scaled(i.beta, var(i.c, false)));
+    case MatrixOp::Combine:
+      return target + scaled(i.alpha, var(i.a, i.transpose_a)) +
+             (i.b < 0 ? "" : " + " + scaled(i.beta, var(i.b, i.transpose_b)));
     case MatrixOp::Repeat:
       return "repeat " + scalar_text(i.alpha, p) + " times the next " + std::to_string(i.target) + " instruction" +
              (i.target == 1 ? "" : "s");
@@ -55,6 +58,7 @@ std::string op_name(MatrixOp op) {
     case MatrixOp::Assign: return "MatrixOp::Assign";
     case MatrixOp::Normalize: return "MatrixOp::Normalize";
     case MatrixOp::Product: return "MatrixOp::Product";
+    case MatrixOp::Combine: return "MatrixOp::Combine";
     case MatrixOp::Repeat: return "MatrixOp::Repeat";
   }
   return "?";

@@ -67,8 +67,6 @@ class Compiler {
   CompiledMatrixProgram p_;
   std::map<std::string, int> vars_;
   int temporaries_ = 0;
-  SourceLoc loc_;  ///< the statement being compiled, for messages
-  std::string text_;
 
   std::string in_function() const { return " in matrix function '" + f_.name + "'"; }
 
@@ -105,8 +103,6 @@ class Compiler {
   }
 
   void statement(const Statement& s) {
-    loc_ = s.value->loc;
-    text_ = s.text;
     if (scalar_parameter(s.target) >= 0)
       throw SpecError(s.target_loc, "'" + s.target + "' is a number the call gives" + in_function() +
                                         ": statements assign matrices, not its parameters");
@@ -159,23 +155,30 @@ class Compiler {
         emit(MatrixOp::Assign, target, leaves[0].a.var, -1, -1, false, false, number(1), number(0));
         return;
       }
-      throw SpecError(loc_,
-                      "'" + text_ + "' computes a matrix without a product" + in_function() +
-                          ": matrix code scales, adds and transposes matrices inside a product, "
-                          "`alpha * a @ b + beta * c` (one GEMM)",
-                      "write the sum beside a product, e.g. x = a * x + b * g @ x");
+      if (leaves.size() == 1) {
+        emit(MatrixOp::Combine, target, leaves[0].a.var, -1, -1, leaves[0].a.transposed, false, leaves[0].coeff,
+             number(0));
+        return;
+      }
+      // Two at a time: the last sum writes the target.
+      Term acc = leaves[0];
+      for (size_t i = 1; i < leaves.size(); ++i) {
+        const int to = i + 1 == leaves.size() ? target : temporary(v.rows, v.cols);
+        emit(MatrixOp::Combine, to, acc.a.var, leaves[i].a.var, -1, acc.a.transposed, leaves[i].a.transposed, acc.coeff,
+             leaves[i].coeff);
+        acc = {number(1), {to, false}, std::nullopt};
+      }
+      return;
     }
     int c = -1;
     MatrixScalar beta = number(0);
     if (leaves.size() == 1 && !leaves[0].a.transposed) {
       c = leaves[0].a.var;
       beta = leaves[0].coeff;
-    } else if (!leaves.empty()) {
-      throw SpecError(loc_,
-                      "'" + text_ + "' adds " + (leaves.size() > 1 ? "more than one matrix" : "a transposed matrix") +
-                          " to a product" + in_function() +
-                          ": a product adds one matrix as it is, `alpha * a @ b + beta * c`",
-                      "add the others in a product of their own");
+    } else if (!leaves.empty()) {  // the sum of the others first
+      c = temporary(v.rows, v.cols);
+      assign(c, {true, number(0), leaves, v.rows, v.cols});
+      beta = number(1);
     }
     for (size_t i = 0; i < products.size(); ++i) {
       const Term& t = products[i];

@@ -1,8 +1,8 @@
 #pragma once
 /// A matrix function's statements compiled into its program (optgen/matrix_program.h): each
 /// statement's matrix expression into products (`@`, with a number times each factor and one more
-/// matrix added: one GEMM each), linear combinations and norms, with temporaries where an
-/// expression needs one. Shapes are checked as R and C (the function's view of its matrix): a
+/// matrix added: one GEMM each), sums of the matrices no product adds (two at a time) and norms,
+/// with temporaries where an expression needs one. Shapes are checked as R and C (the function's view of its matrix): a
 /// product of mismatched inner dimensions, a sum of differing shapes, a number added to a matrix
 /// and anything that is not matrix code are located errors.
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lower.h"
+#include "matrix_programs.h"
 #include "passes/passes.h"
 #include "shapes.h"
 #include "unsigned_states.h"
@@ -62,6 +63,8 @@ void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& v
 }  // namespace
 
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each, Emitters emitters) {
+  // Every matrix function the spec defines compiles, called or not: `optgen check` reports its errors.
+  for (const MatrixFunctionSpec& f : spec.matrix_functions) compile_matrix_function(f);
   Program lowered = lower(spec);
   if (after_each) after_each("lower", lowered);
   std::vector<Program> programs;

@@ -16,6 +16,7 @@
 #include "clipping.h"
 #include "matrices.h"
 #include "names.h"
+#include "reductions.h"
 #include "optgen/files.h"
 #include "spec.h"
 
@@ -653,7 +654,18 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       spec.scalar_states.push_back(load_scalar_state(loader, key, value, spec));
     }
   }
-  if (YAML::Node functions = root["matrix_functions"]) load_matrix_functions(loader, functions, spec.matrix_functions);
+  if (YAML::Node functions = root["matrix_functions"]) {
+    load_matrix_functions(loader, functions, spec.matrix_functions);
+    for (const MatrixFunctionSpec& f : spec.matrix_functions) {
+      if (is_reserved_name(f.name) || is_reduction_name(f.name))
+        throw SpecError(f.loc, "matrix function '" + f.name + "' has the name of a function of the language",
+                        "name it after what it does, e.g. 'orthogonalise'");
+      if (auto taken = names.find(f.name); taken != names.end())
+        throw SpecError(f.loc,
+                        "matrix function '" + f.name + "' has the name of a hyperparameter, state or scalar state",
+                        "first declared at line " + std::to_string(taken->second.line));
+    }
+  }
   if (YAML::Node per_step = root["per_step"]) parse_block(loader, per_step, spec.per_step, "per_step");
   parse_block(loader, root["update"], spec.update, "update");
   if (YAML::Node storage = root["storage"]) load_storage(loader, storage, spec);  // may name matrix values

@@ -188,8 +188,10 @@ void check_dtype(DType dtype, const char* call) {
 MatrixKernels::MatrixKernels(const Module& module)
     : sum_squares(module.function(kernel_abi::kMatrixSumSquares)),
       normalize(module.function(kernel_abi::kMatrixNormalize)),
+      combine(module.function(kernel_abi::kMatrixCombine)),
       sum_squares_f32(module.function(kernel_abi::kMatrixSumSquaresF32)),
-      normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)) {}
+      normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)),
+      combine_f32(module.function(kernel_abi::kMatrixCombineF32)) {}
 
 std::string matrix_program_problem(const MatrixProgram& program, const double* arguments,
                                    const std::vector<std::string>& names) {
@@ -285,6 +287,30 @@ int run_matrix_program(const MatrixProgram& program, const double* arguments, DT
         else
           handle.multiply({op(s.transpose_b), op(s.transpose_a), dc, dr, inner, bc, ac, dc, sb, sa, sd, batch, type},
                           s.alpha, at(s.b), at(s.a), beta, c, at(s.out), stream);
+        ++launches;
+        break;
+      }
+      case MatrixOp::Combine: {
+        // An element a thread over the matrices as stored: a view stored column-major is each
+        // matrix's transpose, whose sum is the sum of the transposes, so only the shape turns.
+        const int dr = rows_of(s.out), dc = cols_of(s.out);
+        kernel_abi::MatrixSum sum{reinterpret_cast<const void*>(at(s.a)),
+                                  s.b < 0 ? nullptr : reinterpret_cast<const void*>(at(s.b)),
+                                  reinterpret_cast<void*>(at(s.out)),
+                                  view.column_major ? dc : dr,
+                                  view.column_major ? dr : dc,
+                                  batch,
+                                  s.transpose_a,
+                                  s.transpose_b,
+                                  s.alpha,
+                                  s.b < 0 ? 0.0f : s.beta};
+        void* args[] = {&sum};
+        const long long total = static_cast<long long>(dr) * dc * batch;
+        const auto blocks = static_cast<unsigned>(
+            std::min<long long>((total + kernel_abi::kMatrixKernelBlock - 1) / kernel_abi::kMatrixKernelBlock, 8192));
+        driver::launch(dtype == DType::F32 ? kernels.combine_f32 : kernels.combine, blocks,
+                       kernel_abi::kMatrixKernelBlock, stream, args, false,
+                       "check that the stream belongs to the current context");
         ++launches;
         break;
       }

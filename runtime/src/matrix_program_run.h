@@ -1,7 +1,7 @@
 #pragma once
 /// Runs a matrix program (optgen/matrix_program.h) on a batch of matrices of one shape: its
-/// products as strided-batched GEMMs through cuBLAS (optgen/cublas.h), its sums as cublasLt
-/// transforms, its norms in the module's kernels (kernel_abi::kMatrixSumSquares, kMatrixNormalize).
+/// products as strided-batched GEMMs through cuBLAS (optgen/cublas.h), its norms and its sums in
+/// the module's kernels (kernel_abi::kMatrixSumSquares, kMatrixNormalize, kMatrixCombine).
 /// The program is unrolled on the host with its arguments, each value it computes is placed in a
 /// buffer (the matrices' own, `x`, or one of the scratch) where no value still to be read lives,
 /// and the result is placed in `x` where the program allows it (else copied there at the end):
@@ -20,10 +20,10 @@
 
 namespace optgen {
 
-/// The kernels of matrix programs' norms, in every generated module with a matrix value.
+/// The kernels of matrix programs' norms and sums, in every generated module with a matrix value.
 struct MatrixKernels {
-  CUfunction sum_squares = nullptr, normalize = nullptr;
-  CUfunction sum_squares_f32 = nullptr, normalize_f32 = nullptr;
+  CUfunction sum_squares = nullptr, normalize = nullptr, combine = nullptr;
+  CUfunction sum_squares_f32 = nullptr, normalize_f32 = nullptr, combine_f32 = nullptr;
   explicit MatrixKernels(const Module& module);
 };
 

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 20 };
+enum { kVersion = 21 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -331,6 +331,21 @@ struct MatrixBatch {
   int parts;            ///< per matrix: ceil(size / part_size)
   float eps;
 };
+/// A matrix program's sum of matrices without a product (MatrixOp::Combine):
+///   kMatrixCombine(MatrixSum)  d = alpha op(a) + beta op(b) of `count` row-major rows x cols
+///                              matrices (op a transpose where asked: a then holds cols x rows
+///                              matrices), grid-strided over every element; b may be null (beta 0).
+struct MatrixSum {
+  const void* a;
+  const void* b;
+  void* d;
+  long long rows, cols;  ///< of each matrix of d
+  int count;
+  int transpose_a, transpose_b;
+  float alpha, beta;
+};
+constexpr char kMatrixCombine[] = "optgen_matrix_combine";
+constexpr char kMatrixCombineF32[] = "optgen_matrix_combine_f32";
 constexpr char kMatrixSumSquares[] = "optgen_matrix_sum_squares";
 constexpr char kMatrixNormalize[] = "optgen_matrix_normalize";
 constexpr char kMatrixSumSquaresF32[] = "optgen_matrix_sum_squares_f32";
@@ -456,6 +471,17 @@ static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, count) == 40, "MatrixBatch::count
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, parts) == 44, "MatrixBatch::parts moved");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixBatch, eps) == 48, "MatrixBatch::eps moved");
 static_assert(sizeof(MatrixBatch) == 56 && alignof(MatrixBatch) == 8, "MatrixBatch changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, a) == 0, "MatrixSum::a moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, b) == 8, "MatrixSum::b moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, d) == 16, "MatrixSum::d moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, rows) == 24, "MatrixSum::rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, cols) == 32, "MatrixSum::cols moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, count) == 40, "MatrixSum::count moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, transpose_a) == 44, "MatrixSum::transpose_a moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, transpose_b) == 48, "MatrixSum::transpose_b moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, alpha) == 52, "MatrixSum::alpha moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, beta) == 56, "MatrixSum::beta moved");
+static_assert(sizeof(MatrixSum) == 64 && alignof(MatrixSum) == 8, "MatrixSum changed size or alignment");
 #undef OPTGEN_ABI_OFFSETOF
 
 }  // namespace kernel_abi

@@ -10,8 +10,8 @@
 // A program sees each matrix as R x C: its rows and columns, or, where `transpose_tall` and the
 // matrix has more rows than columns, its transpose (the result transposed back). Variable 0 is the
 // argument; a variable's shape is two of R and C. Scalars are a number times, at most, one of the
-// function's arguments after the matrix, which the runtime reads on the host. Every instruction but
-// a norm is one GEMM: matrices are scaled, added and transposed inside products.
+// function's arguments after the matrix, which the runtime reads on the host. A product is one GEMM
+// (it adds a matrix as it is); a sum of matrices that no product adds is a kernel of its own.
 // Plain C++ that host compilers and NVRTC both accept, like kernel_abi.h: no includes.
 
 namespace optgen {
@@ -20,6 +20,7 @@ enum class MatrixOp {
   Assign,     ///< target = a (a name for the same matrix: nothing runs)
   Normalize,  ///< target = a / max(frobenius_norm(a), beta)
   Product,    ///< target = alpha op(a) op(b) + beta c (c: -1 for none), op a transpose where asked
+  Combine,    ///< target = alpha op(a) + beta op(b) (b: -1 for none)
   Repeat,     ///< the next `target` instructions, alpha times (a whole number from 0 to kMaxRepeat)
 };
 

@@ -103,6 +103,14 @@ void run_matrix_program(const MatrixProgram& program, const double* arguments, T
               }
             break;
           }
+          case MatrixOp::Combine: {
+            const T alpha = scalar(in.alpha), beta = scalar(in.beta);
+            for (std::size_t i = 0; i < out.r; ++i)
+              for (std::size_t j = 0; j < out.c; ++j)
+                out.v[i * out.c + j] =
+                    alpha * a.at(in.transpose_a, i, j) + (in.b < 0 ? T(0) : beta * vars[in.b].at(in.transpose_b, i, j));
+            break;
+          }
           case MatrixOp::Repeat: break;
         }
         vars[in.target] = std::move(out);

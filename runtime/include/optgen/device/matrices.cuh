@@ -3,9 +3,10 @@
 /// (kernel_abi::MatrixBatch): each matrix of a batch divided by max(its Frobenius norm, eps), as
 /// torch.optim.Muon's _zeropower_via_newtonschulz does before its iteration: of a bf16 matrix, the
 /// norm summed in higher precision and rounded to bf16, as is its maximum with eps; of an f32 one
-/// (a storage that keeps the matrix value in f32), the same in f32, nothing rounded. A generated kernel
-/// source includes this header when its spec has a matrix value; the runtime launches the two
-/// kernels by their names in kernel_abi.h.
+/// (a storage that keeps the matrix value in f32), the same in f32, nothing rounded; and a program's
+/// sums of matrices without a product (kernel_abi::MatrixSum). A generated kernel source includes
+/// this header when its spec has a matrix value; the runtime launches the kernels by their names in
+/// kernel_abi.h.
 
 #include "optgen/device/operands.cuh"
 #include "optgen/device/reduce.cuh"
@@ -88,7 +89,34 @@ __device__ __forceinline__ void matrix_normalize(const kernel_abi::MatrixBatch& 
     divide<T, 1>(batch, part, divisor);
 }
 
+/// d = alpha op(a) + beta op(b), an element a thread, grid-strided (a transposed operand is read
+/// across its rows: uncoalesced, for sums that programs write beside their products).
+template <typename T>
+__device__ __forceinline__ void matrix_combine(const kernel_abi::MatrixSum& s) {
+  const long long size = s.rows * s.cols, total = size * s.count;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long matrix = i / size, at = i % size, r = at / s.cols, c = at % s.cols;
+    const long long transposed = matrix * size + c * s.rows + r;
+    float a, b = 0.0f;
+    load_vector<T, 1>(s.a, s.transpose_a ? transposed : i, &a);
+    if (s.b) load_vector<T, 1>(s.b, s.transpose_b ? transposed : i, &b);
+    float d = s.alpha * a + (s.b ? s.beta * b : 0.0f);
+    store_vector<T, 1>(s.d, i, &d);
+  }
+}
+
 }  // namespace optgen
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_combine(const optgen::kernel_abi::MatrixSum sum) {
+  optgen::matrix_combine<optgen::bf16>(sum);
+}
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_combine_f32(const optgen::kernel_abi::MatrixSum sum) {
+  optgen::matrix_combine<float>(sum);
+}
 
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
     optgen_matrix_sum_squares(const optgen::kernel_abi::MatrixBatch batch) {
