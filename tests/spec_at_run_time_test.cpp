@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "adabelief.h"
 #include "adabelief_reference.h"
@@ -52,6 +53,43 @@ std::string builtin_spec(const std::string& name) { return (kSourceDir / "specs"
 
 // ---- One OptimizerInfo against another, field by field (CHECKs, so every difference shows). ----
 
+/// The same matrix values: names, stages, arguments and programs, instruction by instruction.
+void check_same_matrix_values(const optgen::VariantInfo& a, const optgen::VariantInfo& b) {
+  INFO("variant " << a.name);
+  REQUIRE(a.num_matrix_values == b.num_matrix_values);
+  for (int m = 0; m < a.num_matrix_values; ++m) {
+    const optgen::MatrixValueInfo &x = a.matrix_values[m], &y = b.matrix_values[m];
+    CHECK(text(x.name) == text(y.name));
+    CHECK(x.stage == y.stage);
+    REQUIRE(x.num_arguments == y.num_arguments);
+    for (int i = 0; i < x.num_arguments; ++i) {
+      CHECK(x.arguments[i].hyperparameter == y.arguments[i].hyperparameter);
+      CHECK(x.arguments[i].value == y.arguments[i].value);
+    }
+    const optgen::MatrixProgram &p = *x.program, &q = *y.program;
+    CHECK(text(p.name) == text(q.name));
+    CHECK(p.transpose_tall == q.transpose_tall);
+    CHECK(p.result == q.result);
+    REQUIRE(p.num_arguments == q.num_arguments);
+    for (int i = 0; i < p.num_arguments; ++i) CHECK(text(p.parameters[i]) == text(q.parameters[i]));
+    REQUIRE(p.num_variables == q.num_variables);
+    for (int i = 0; i < p.num_variables; ++i) {
+      CHECK(text(p.variables[i].name) == text(q.variables[i].name));
+      CHECK(p.variables[i].rows == q.variables[i].rows);
+      CHECK(p.variables[i].cols == q.variables[i].cols);
+    }
+    REQUIRE(p.size == q.size);
+    for (int i = 0; i < p.size; ++i) {
+      const optgen::MatrixInstruction &s = p.code[i], &t = q.code[i];
+      INFO("instruction " << i);
+      CHECK(std::tie(s.op, s.target, s.a, s.b, s.c, s.transpose_a, s.transpose_b) ==
+            std::tie(t.op, t.target, t.a, t.b, t.c, t.transpose_a, t.transpose_b));
+      CHECK(std::tie(s.alpha.factor, s.alpha.argument, s.beta.factor, s.beta.argument) ==
+            std::tie(t.alpha.factor, t.alpha.argument, t.beta.factor, t.beta.argument));
+    }
+  }
+}
+
 void check_same_tables(const optgen::OptimizerInfo& a, const optgen::OptimizerInfo& b) {
   CHECK(a.abi_version == b.abi_version);
   CHECK(text(a.generator) == text(b.generator));
@@ -82,6 +120,8 @@ void check_same_tables(const optgen::OptimizerInfo& a, const optgen::OptimizerIn
   check_states(a.scalar_states, a.num_scalar_states, b.scalar_states, b.num_scalar_states);
   REQUIRE(a.num_flags == b.num_flags);
   for (int i = 0; i < a.num_flags; ++i) CHECK(a.flags[i] == b.flags[i]);
+  REQUIRE(a.num_variants == b.num_variants);
+  for (int v = 0; v < a.num_variants; ++v) check_same_matrix_values(a.variants[v], b.variants[v]);
 }
 
 void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerInfo& b) {

@@ -222,8 +222,8 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
 }
 
 int run_matrix_program(const MatrixProgram& program, const double* arguments, DType dtype, const MatrixKernels& kernels,
-                       const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count,
-                       long long rows, long long cols, CUstream stream) {
+                       const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, std::size_t scratch_bytes,
+                       long long count, long long rows, long long cols, CUstream stream) {
   check_dtype(dtype, "optgen::run_matrix_program");
   if (count == 0 || rows * cols == 0) return 0;
   if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX || rows > INT_MAX || cols > INT_MAX)
@@ -232,9 +232,11 @@ int run_matrix_program(const MatrixProgram& program, const double* arguments, DT
   const View view = view_of(program, rows, cols);
   const Trace trace = unroll(program, arguments, -1);
   const Placement placed = place(program, trace, view, count, dtype);
-  if (placed.bytes > matrix_program_scratch_bytes(program, count, rows, cols, dtype))
-    throw std::logic_error(std::string("run_matrix_program: ") + program.name +
-                           " needs more scratch than it asked for");
+  if (placed.bytes > scratch_bytes)
+    throw Error("optgen::run_matrix_program", std::string(program.name) + " of " + std::to_string(count) +
+                                                  " matrices of " + std::to_string(rows) + " x " +
+                                                  std::to_string(cols) + " needs " + std::to_string(placed.bytes) +
+                                                  " bytes of scratch, given " + std::to_string(scratch_bytes));
   const int type = dtype == DType::F32 ? cublas::kF32 : cublas::kBF16;
   const int batch = static_cast<int>(count);
   auto at = [&](int v) {

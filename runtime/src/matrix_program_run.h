@@ -40,11 +40,12 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
 
 /// Enqueues `program` with `arguments` (which matrix_program_problem accepts) on `count` row-major
 /// `rows` x `cols` matrices of `dtype` consecutive at `x`, in place, on `stream`: BF16 products
-/// accumulate in fp32, as torch's; F32 is fp32 throughout. `scratch` holds
-/// matrix_program_scratch_bytes. Capturable in a CUDA graph. Returns the launches it enqueued
-/// (kernels, cuBLAS calls and copies; 0 for no matrices).
+/// accumulate in fp32, as torch's; F32 is fp32 throughout. `scratch` holds `scratch_bytes`, at least
+/// matrix_program_scratch_bytes (else optgen::Error, before anything is enqueued). Capturable in a
+/// CUDA graph. Returns the launches it enqueued (kernels, cuBLAS calls and copies; 0 for no
+/// matrices).
 int run_matrix_program(const MatrixProgram& program, const double* arguments, DType dtype, const MatrixKernels& kernels,
-                       const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, long long count,
-                       long long rows, long long cols, CUstream stream);
+                       const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, std::size_t scratch_bytes,
+                       long long count, long long rows, long long cols, CUstream stream);
 
 }  // namespace optgen

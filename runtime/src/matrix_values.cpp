@@ -26,7 +26,7 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
 PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
                             const Module& module, std::vector<void*>& pointers, const std::string& call) {
-  PlanMatrices result{{}, {}, {}, 0, MatrixKernels(module)};
+  PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module)};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
   // Buckets by value and shape, in the order their shapes first appear; within a bucket, the
@@ -82,6 +82,7 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
   result.memory = DeviceBuffer(bytes + scratch);
   const CUdeviceptr base = result.memory.get();
   result.scratch = base + bytes;
+  result.scratch_bytes = scratch;
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
     bucket.x = base + offsets[b];
@@ -139,7 +140,7 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
       launches +=
           run_matrix_program(*value.program, args.data(), bucket.dtype, matrices.kernels, handle,
                              bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
-                             matrices.scratch, count, bucket.rows, bucket.cols, stream);
+                             matrices.scratch, matrices.scratch_bytes, count, bucket.rows, bucket.cols, stream);
       g = end;
     }
   }

@@ -49,6 +49,7 @@ struct PlanMatrices {
   std::vector<MatrixBucket> buckets;
   std::vector<MatrixTensor> tensors;  ///< in plan order, each value's in turn (for a matrix hook)
   CUdeviceptr scratch = 0;            ///< matrix_program_scratch_bytes of the largest bucket
+  std::size_t scratch_bytes = 0;
   MatrixKernels kernels;
 };
 

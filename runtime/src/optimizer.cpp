@@ -1452,8 +1452,10 @@ void FusedOptimizer::apply_matrix_function(std::size_t group, int value, const d
   const MatrixValueInfo& v = m.matrix_value(group, value, "apply_matrix_function");
   if (std::string why = matrix_program_problem(*v.program, arguments); !why.empty())
     throw Error(m.call("apply_matrix_function"), why);
-  run_matrix_program(*v.program, arguments, matrix_dtype(m.info->kernels[g.kernel], value), plan.matrices->kernels,
-                     *m.cublas, x, scratch, count, rows, cols, stream);
+  const DType dtype = matrix_dtype(m.info->kernels[g.kernel], value);
+  // The caller's scratch holds what matrix_function_scratch_bytes said.
+  run_matrix_program(*v.program, arguments, dtype, plan.matrices->kernels, *m.cublas, x, scratch,
+                     matrix_program_scratch_bytes(*v.program, count, rows, cols, dtype), count, rows, cols, stream);
 }
 
 void FusedOptimizer::set_reduction_hook(std::function<void(const ReductionResults&)> hook) {
