@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "operators.h"
 
@@ -51,7 +52,7 @@ class Compiler {
     auto it = vars_.find(f_.result);
     if (it == vars_.end())
       throw SpecError(f_.result_loc, "matrix function '" + f_.name + "' returns '" + f_.result +
-                                         "', which none of its statements assigns");
+                                         "', which none of its statements assigns" + unknown_because(f_.result));
     const auto& v = p_.variables[static_cast<size_t>(it->second)];
     if (v.rows != MatrixDimension::R || v.cols != MatrixDimension::C)
       throw SpecError(f_.result_loc, "matrix function '" + f_.name + "' returns '" + f_.result + "', which is " +
@@ -66,7 +67,13 @@ class Compiler {
   const MatrixFunctionSpec& f_;
   CompiledMatrixProgram p_;
   std::map<std::string, int> vars_;
+  std::set<std::string> in_repeat_;  ///< names first assigned in a repeat, unknown after it
   int temporaries_ = 0;
+
+  /// " (...)": why `name` is unknown here, where a repeat assigned it first.
+  std::string unknown_because(const std::string& name) const {
+    return in_repeat_.count(name) ? " (a repeat assigns it first, and may run no times: assign it before)" : "";
+  }
 
   std::string in_function() const { return " in matrix function '" + f_.name + "'"; }
 
@@ -78,7 +85,16 @@ class Compiler {
       }
       const size_t at = p_.code.size();
       p_.code.push_back({MatrixOp::Repeat, 0, -1, -1, -1, false, false, count(*item.repeat), number(0)});
+      // A name a repeat assigns first is its own: after it, it may not have run.
+      const std::map<std::string, int> before = vars_;
       block(*item.body);
+      for (auto it = vars_.begin(); it != vars_.end();)
+        if (!before.count(it->first)) {
+          in_repeat_.insert(it->first);
+          it = vars_.erase(it);
+        } else {
+          ++it;
+        }
       p_.code[at].target = static_cast<int>(p_.code.size() - at - 1);
     }
   }
@@ -223,7 +239,8 @@ class Compiler {
         if (int p = scalar_parameter(s.text); p >= 0) return scalar({1, p});
         throw SpecError(s.loc,
                         "unknown name '" + s.text + "'" + in_function() +
-                            ": its statements read its parameters and the matrices they assign",
+                            ": its statements read its parameters and the matrices they assign" +
+                            unknown_because(s.text),
                         "pass a hyperparameter as an argument of the call");
       }
       case Syntax::Kind::Unary: {

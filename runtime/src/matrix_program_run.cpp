@@ -40,8 +40,9 @@ struct Trace {
   int result = 0;
 };
 
-/// `program` unrolled with `arguments`; where `repeats` >= 0, every repeat runs that many times.
-Trace unroll(const MatrixProgram& program, const double* arguments, int repeats) {
+/// `program` unrolled with `arguments`; where `repeats` is given, repeat number i (in the order of
+/// the code) runs repeats[i] times instead.
+Trace unroll(const MatrixProgram& program, const double* arguments, const std::vector<int>* repeats = nullptr) {
   Trace t;
   t.variable.push_back(0);
   std::vector<int> current(static_cast<std::size_t>(program.num_variables), -1);
@@ -50,7 +51,10 @@ Trace unroll(const MatrixProgram& program, const double* arguments, int repeats)
     for (int n = begin; n < end; ++n) {
       const MatrixInstruction& in = program.code[n];
       if (in.op == MatrixOp::Repeat) {
-        const long long times = repeats >= 0 ? repeats : std::llround(value_of(in.alpha, arguments));
+        const long long times = repeats ? (*repeats)[static_cast<std::size_t>(std::count_if(
+                                              program.code, program.code + n,
+                                              [](const MatrixInstruction& i) { return i.op == MatrixOp::Repeat; }))]
+                                        : std::llround(value_of(in.alpha, arguments));
         for (long long i = 0; i < times; ++i) self(self, n + 1, n + 1 + in.target);
         n += in.target;
         continue;
@@ -59,7 +63,12 @@ Trace unroll(const MatrixProgram& program, const double* arguments, int repeats)
         current[static_cast<std::size_t>(in.target)] = current[static_cast<std::size_t>(in.a)];
         continue;
       }
-      auto read = [&](int var) { return var < 0 ? -1 : current[static_cast<std::size_t>(var)]; };
+      auto read = [&](int var) {
+        if (var < 0) return -1;
+        if (current[static_cast<std::size_t>(var)] < 0)  // the generator assigns a name before it reads it
+          throw std::logic_error(std::string("matrix program ") + program.name + " reads a variable before writing it");
+        return current[static_cast<std::size_t>(var)];
+      };
       const Step s{in.op,
                    static_cast<int>(t.variable.size()),
                    read(in.a),
@@ -76,6 +85,8 @@ Trace unroll(const MatrixProgram& program, const double* arguments, int repeats)
   };
   run(run, 0, program.size);
   t.result = current[static_cast<std::size_t>(program.result)];
+  if (t.result < 0)
+    throw std::logic_error(std::string("matrix program ") + program.name + " returns an unwritten variable");
   return t;
 }
 
@@ -103,9 +114,12 @@ struct Placement {
 std::size_t round_up_256(std::size_t n) { return (n + 255) / 256 * 256; }
 
 /// Each value placed in the first buffer of its size where no other value lives while it does
-/// (buffers in the order they are made, x first), from the last computed back: the result in x
-/// where the argument is read no more by then, the argument in x.
-Placement place(const MatrixProgram& program, const Trace& t, const View& view, long long count, DType dtype) {
+/// (buffers in the order they are made, x first; the argument in x). `pinned`: from the last
+/// computed back, the result in x where the argument is read no more by then (nothing copied, but
+/// no bound on the buffers); else in the order computed, which takes as few buffers as ever live at
+/// once (interval colouring), the result copied to x where it ends elsewhere.
+Placement place(const MatrixProgram& program, const Trace& t, const View& view, long long count, DType dtype,
+                bool pinned) {
   const std::size_t values = t.variable.size();
   auto elements_of = [&](std::size_t v) {
     const int var = t.variable[v];
@@ -141,13 +155,9 @@ Placement place(const MatrixProgram& program, const Trace& t, const View& view, 
   };
   put(0, 0);
   const auto result = static_cast<std::size_t>(t.result);
-  if (result != 0) {
-    if (fits(0, result))
-      put(result, 0);
-    else
-      p.copy_result = true;
-  }
-  for (std::size_t v = values; v-- > 1;) {
+  if (pinned && result != 0 && fits(0, result)) put(result, 0);
+  for (std::size_t i = 1; i < values; ++i) {
+    const std::size_t v = pinned ? values - i : i;
     if (p.buffer[v] >= 0) continue;
     std::size_t b = 0;
     while (b < living.size() && !(p.elements[b] == elements_of(v) && fits(b, v))) ++b;
@@ -157,6 +167,7 @@ Placement place(const MatrixProgram& program, const Trace& t, const View& view, 
     }
     put(v, b);
   }
+  p.copy_result = p.buffer[result] != 0;
   const std::size_t element = size_of(dtype);
   p.offset.assign(living.size(), 0);
   std::size_t bytes = 0;
@@ -214,10 +225,20 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
   if (count <= 0 || rows <= 0 || cols <= 0) return 0;
   const std::vector<double> zeros(static_cast<std::size_t>(std::max(program.num_arguments, 1)), 0.0);
   const View view = view_of(program, rows, cols);
-  // Past its first two times, a repeat places its values as it did the time before last.
+  // The most values that live at once, placed in the order computed: what lives across a point of
+  // a repeat's middle time lives across the same point of its second of three, so every repeat run
+  // 0 to 3 times (each on its own, up to 6 repeats; beyond, all alike) bounds any number of times.
+  const auto repeats = static_cast<std::size_t>(std::count_if(
+      program.code, program.code + program.size, [](const MatrixInstruction& i) { return i.op == MatrixOp::Repeat; }));
+  const bool each = repeats <= 6;
+  std::size_t combinations = 1;
+  for (std::size_t i = 0; i < (each ? repeats : 1); ++i) combinations *= 4;
   std::size_t bytes = 0;
-  for (int repeats = 0; repeats <= 3; ++repeats)
-    bytes = std::max(bytes, place(program, unroll(program, zeros.data(), repeats), view, count, dtype).bytes);
+  for (std::size_t c = 0; c < combinations; ++c) {
+    std::vector<int> times(repeats);
+    for (std::size_t i = 0; i < repeats; ++i) times[i] = static_cast<int>(each ? (c >> (2 * i)) & 3 : c);
+    bytes = std::max(bytes, place(program, unroll(program, zeros.data(), &times), view, count, dtype, false).bytes);
+  }
   return bytes;
 }
 
@@ -230,8 +251,10 @@ int run_matrix_program(const MatrixProgram& program, const double* arguments, DT
     throw Error("optgen::run_matrix_program", std::to_string(count) + " matrices of " + std::to_string(rows) + " x " +
                                                   std::to_string(cols) + ": give from 1 to 2^31 - 1 of at least 1 x 1");
   const View view = view_of(program, rows, cols);
-  const Trace trace = unroll(program, arguments, -1);
-  const Placement placed = place(program, trace, view, count, dtype);
+  const Trace trace = unroll(program, arguments);
+  // Nothing copied where the scratch holds it (Newton–Schulz: always), else as few buffers as live.
+  Placement placed = place(program, trace, view, count, dtype, true);
+  if (placed.bytes > scratch_bytes) placed = place(program, trace, view, count, dtype, false);
   if (placed.bytes > scratch_bytes)
     throw Error("optgen::run_matrix_program", std::string(program.name) + " of " + std::to_string(count) +
                                                   " matrices of " + std::to_string(rows) + " x " +
