@@ -111,8 +111,6 @@ struct Placement {
   bool copy_result = false;             ///< the result ends in the scratch: copied to x at the end
 };
 
-std::size_t round_up_256(std::size_t n) { return (n + 255) / 256 * 256; }
-
 /// Each value placed in the first buffer of its size where no other value lives while it does
 /// (buffers in the order they are made, x first; the argument in x). `pinned`: from the last
 /// computed back, the result in x where the argument is read no more by then (nothing copied, but
@@ -173,7 +171,7 @@ Placement place(const MatrixProgram& program, const Trace& t, const View& view, 
   std::size_t bytes = 0;
   for (std::size_t b = 1; b < living.size(); ++b) {
     p.offset[b] = bytes;
-    bytes = round_up_256(bytes + element * static_cast<std::size_t>(count * p.elements[b]));
+    bytes = round_up(bytes + element * static_cast<std::size_t>(count * p.elements[b]), 256);
   }
   p.partials = bytes;
   std::int64_t parts = 0;
