@@ -28,8 +28,8 @@ namespace variants::dadapt_adam {
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
   /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"sk_l1", false, 1, Domain::Group, 0, false, false},
-      {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 1, Domain::Group, 1, false, false},
+      {"sk_l1", false, 1, Domain::Optimizer, 0, false, false},
+      {"optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 1, Domain::Optimizer, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -44,8 +44,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
   /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
-      {"sk_l1", false, 2, Domain::Group, 1, false, false},
-      {"group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 2, Domain::Group, 2, false, false},
+      {"sk_l1", false, 2, Domain::Optimizer, 1, false, false},
+      {"optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps", false, 2, Domain::Optimizer, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -56,8 +56,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"dadapt_adam", variants::dadapt_adam::kStates, 3, 40, "dadapt_adam_group", variants::dadapt_adam::kStageKinds, 2, variants::dadapt_adam::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
-    {"dadapt_adam_clip_grad_norm", variants::dadapt_adam_clip_grad_norm::kStates, 3, 44, "dadapt_adam_clip_grad_norm_group", variants::dadapt_adam_clip_grad_norm::kStageKinds, 3, variants::dadapt_adam_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
+    {"dadapt_adam", variants::dadapt_adam::kStates, 3, 44, "dadapt_adam_group", variants::dadapt_adam::kStageKinds, 2, variants::dadapt_adam::kReductions, 2, -1, nullptr, nullptr, {0, 0, 0}},
+    {"dadapt_adam_clip_grad_norm", variants::dadapt_adam_clip_grad_norm::kStates, 3, 48, "dadapt_adam_clip_grad_norm_group", variants::dadapt_adam_clip_grad_norm::kStageKinds, 3, variants::dadapt_adam_clip_grad_norm::kReductions, 3, 0, nullptr, nullptr, {0, 0, 0}},
 };
 
 const KernelInfo kKernels[] = {
@@ -78,7 +78,7 @@ std::vector<double> values_of(const DAdaptAdam::Options& o) { return {o.lr, o.be
 
 const OptimizerInfo& DAdaptAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/21, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
+      /*abi_version=*/22, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

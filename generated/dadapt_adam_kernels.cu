@@ -66,9 +66,10 @@ namespace variants::dadapt_adam {
     float beta2;  // beta2
     float one_minus_beta2;  // 1 - beta2
     float eps;  // eps
+    float dlr;  // d * lr * (use_bias_correction ? sqrt(1 - beta2 ** step) / (1 - beta1 ** step) : 1)
     bool decouple;  // decouple
   };
-  static_assert(sizeof(GroupValues) == 40, "the launcher's values_stride holds this");
+  static_assert(sizeof(GroupValues) == 44, "the launcher's values_stride holds this");
 
   /// The group code: the spec's per_step, in double, once per step and param group.
   struct Group {
@@ -103,6 +104,7 @@ namespace variants::dadapt_adam {
       result_.beta2 = static_cast<float>(beta2);
       result_.one_minus_beta2 = static_cast<float>(1.0 - beta2);
       result_.eps = static_cast<float>(eps);
+      result_.dlr = static_cast<float>(dlr);
       result_.decouple = decouple;
       return result_;
     }
@@ -111,26 +113,19 @@ namespace variants::dadapt_adam {
     /// 'update' assigns from the results of the reductions over the group; from the scalar state
     /// `old_state_` the step started from, into `scalar_state_` (the Update stage's commit).
     static __device__ __forceinline__ void advance([[maybe_unused]] const double* h_, [[maybe_unused]] const double* old_state_, [[maybe_unused]] long long step, [[maybe_unused]] const optgen::Results& results_, double* scalar_state_) {
-      const double lr = h_[0];
-      const double beta1 = h_[1];
       const double beta2 = h_[2];
-      const bool use_bias_correction = h_[6] != 0;
       const double growth_rate = h_[8];
       const double d = old_state_[0];
       const double numerator_weighted = old_state_[1];
       // progress = sk_l1 > 0
-      const bool progress = results_.of_group(0) > 0.0;
+      const bool progress = results_.of_optimizer(0, false) > 0.0;
       // sqrt_beta2 = sqrt(beta2)
       const double sqrt_beta2 = ::sqrt(beta2);
       const double one_minus_sqrt_beta2 = 1.0 - sqrt_beta2;
-      // "bias_correction = use_bias_correction ? sqrt(1 - beta2 ** step) / (1 - beta1 ** step) : 1"
-      const double bias_correction = use_bias_correction ? ::sqrt(1.0 - ::pow(beta2, static_cast<double>(step))) / (1.0 - ::pow(beta1, static_cast<double>(step))) : 1.0;
-      // dlr = d * lr * bias_correction
-      const double dlr = d * lr * bias_correction;
-      // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * (dlr * group_sum(g * (s / (sqrt(exp_avg_sq) + eps))))
-      const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * (dlr * results_.of_group(1));
+      // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * optimizer_sum(dlr * g * (s / (sqrt(exp_avg_sq) + eps)))
+      const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * results_.of_optimizer(1, false);
       // d_hat = numerator / ((1 - sqrt_beta2) * sk_l1)
-      const double d_hat = numerator / (one_minus_sqrt_beta2 * results_.of_group(0));
+      const double d_hat = numerator / (one_minus_sqrt_beta2 * results_.of_optimizer(0, false));
       // "d = progress ? max(d, min(d_hat, d * growth_rate)) : d"
       const double d_next = progress ? ::optgen::max(d, ::optgen::min(d_hat, d * growth_rate)) : d;
       // "numerator_weighted = progress ? numerator : numerator_weighted"
@@ -160,8 +155,8 @@ namespace variants::dadapt_adam {
       static constexpr int kReductions = 2;
       static constexpr bool kGroupScope = true;  // a reduction over the whole group
       static constexpr int kGradNormSlot = -1;
-      // 0: sk_l1, sum over each group (result 0)
-      // 1: group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over each group (result 1)
+      // 0: sk_l1, sum over the optimizer (its groups' results combined) (result 0)
+      // 1: optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over the optimizer (its groups' results combined) (result 1)
       /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
       /// where its result goes (kernel_abi::ReductionTable's r).
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
@@ -177,6 +172,7 @@ namespace variants::dadapt_adam {
         const float dlr_times_one_minus_sqrt_beta2 = k_.dlr_times_one_minus_sqrt_beta2;
         const float weight_decay = k_.weight_decay;
         const float eps = k_.eps;
+        const float dlr = k_.dlr;
         const bool decouple = k_.decouple;
         const float param = v_[0];
         const float grad = v_[1];
@@ -187,7 +183,7 @@ namespace variants::dadapt_adam {
         // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
         const float s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
         r_[0] = ::fabsf(s_next);  // sk_l1
-        r_[1] = g * (s / (::sqrtf(exp_avg_sq) + eps));  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps
+        r_[1] = dlr * g * (s / (::sqrtf(exp_avg_sq) + eps));  // optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps
       }
     };
   };
@@ -211,7 +207,7 @@ namespace variants::dadapt_adam {
     static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
       const bool decouple = k_.decouple;
       // progress = sk_l1 > 0
-      const bool progress_1 = results_.of_group(0) > 0.0;
+      const bool progress_1 = results_.of_optimizer(0, false) > 0.0;
       TensorValues tv_;
       tv_.progress = progress_1;
       tv_.progress_and_decouple = progress_1 && decouple;
@@ -313,9 +309,10 @@ namespace variants::dadapt_adam_clip_grad_norm {
     float beta2;  // beta2
     float one_minus_beta2;  // 1 - beta2
     float eps;  // eps
+    float dlr;  // d * lr * (use_bias_correction ? sqrt(1 - beta2 ** step) / (1 - beta1 ** step) : 1)
     bool decouple;  // decouple
   };
-  static_assert(sizeof(GroupValues) == 44, "the launcher's values_stride holds this");
+  static_assert(sizeof(GroupValues) == 48, "the launcher's values_stride holds this");
 
   /// The group code: the spec's per_step, in double, once per step and param group.
   struct Group {
@@ -352,6 +349,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
       result_.beta2 = static_cast<float>(beta2);
       result_.one_minus_beta2 = static_cast<float>(1.0 - beta2);
       result_.eps = static_cast<float>(eps);
+      result_.dlr = static_cast<float>(dlr);
       result_.decouple = decouple;
       return result_;
     }
@@ -360,26 +358,19 @@ namespace variants::dadapt_adam_clip_grad_norm {
     /// 'update' assigns from the results of the reductions over the group; from the scalar state
     /// `old_state_` the step started from, into `scalar_state_` (the Update stage's commit).
     static __device__ __forceinline__ void advance([[maybe_unused]] const double* h_, [[maybe_unused]] const double* old_state_, [[maybe_unused]] long long step, [[maybe_unused]] const optgen::Results& results_, double* scalar_state_) {
-      const double lr = h_[0];
-      const double beta1 = h_[1];
       const double beta2 = h_[2];
-      const bool use_bias_correction = h_[6] != 0;
       const double growth_rate = h_[8];
       const double d = old_state_[0];
       const double numerator_weighted = old_state_[1];
       // progress = sk_l1 > 0
-      const bool progress = results_.of_group(1) > 0.0;
+      const bool progress = results_.of_optimizer(1, false) > 0.0;
       // sqrt_beta2 = sqrt(beta2)
       const double sqrt_beta2 = ::sqrt(beta2);
       const double one_minus_sqrt_beta2 = 1.0 - sqrt_beta2;
-      // "bias_correction = use_bias_correction ? sqrt(1 - beta2 ** step) / (1 - beta1 ** step) : 1"
-      const double bias_correction = use_bias_correction ? ::sqrt(1.0 - ::pow(beta2, static_cast<double>(step))) / (1.0 - ::pow(beta1, static_cast<double>(step))) : 1.0;
-      // dlr = d * lr * bias_correction
-      const double dlr = d * lr * bias_correction;
-      // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * (dlr * group_sum(g * (s / (sqrt(exp_avg_sq) + eps))))
-      const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * (dlr * results_.of_group(2));
+      // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * optimizer_sum(dlr * g * (s / (sqrt(exp_avg_sq) + eps)))
+      const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * results_.of_optimizer(2, false);
       // d_hat = numerator / ((1 - sqrt_beta2) * sk_l1)
-      const double d_hat = numerator / (one_minus_sqrt_beta2 * results_.of_group(1));
+      const double d_hat = numerator / (one_minus_sqrt_beta2 * results_.of_optimizer(1, false));
       // "d = progress ? max(d, min(d_hat, d * growth_rate)) : d"
       const double d_next = progress ? ::optgen::max(d, ::optgen::min(d_hat, d * growth_rate)) : d;
       // "numerator_weighted = progress ? numerator : numerator_weighted"
@@ -451,8 +442,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
       static constexpr int kReductions = 2;
       static constexpr bool kGroupScope = true;  // a reduction over the whole group
       static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-      // 0: sk_l1, sum over each group (result 1)
-      // 1: group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over each group (result 2)
+      // 0: sk_l1, sum over the optimizer (its groups' results combined) (result 1)
+      // 1: optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps, sum over the optimizer (its groups' results combined) (result 2)
       /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
       /// where its result goes (kernel_abi::ReductionTable's r).
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
@@ -468,6 +459,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
         const float dlr_times_one_minus_sqrt_beta2 = k_.dlr_times_one_minus_sqrt_beta2;
         const float weight_decay = k_.weight_decay;
         const float eps = k_.eps;
+        const float dlr = k_.dlr;
         const bool decouple = k_.decouple;
         const float clip_coef = tv_.clip_coef;
         const float param = v_[0];
@@ -480,7 +472,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
         // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
         const float s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
         r_[0] = ::fabsf(s_next);  // sk_l1
-        r_[1] = g * (s / (::sqrtf(exp_avg_sq) + eps));  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps
+        r_[1] = dlr * g * (s / (::sqrtf(exp_avg_sq) + eps));  // optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps
       }
     };
   };
@@ -508,7 +500,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
       // progress = sk_l1 > 0
-      const bool progress_1 = results_.of_group(1) > 0.0;
+      const bool progress_1 = results_.of_optimizer(1, false) > 0.0;
       TensorValues tv_;
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       tv_.progress = progress_1;

@@ -19,13 +19,13 @@ namespace optgen::reference::dadapt_adam {
 inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lr", ValueType::Float, 1.0, false, false},
     {"beta1", ValueType::Float, 0.9, false, false},
-    {"beta2", ValueType::Float, 0.999, false, false},
+    {"beta2", ValueType::Float, 0.999, false, false, true},
     {"eps", ValueType::Float, 1e-08, false, false},
     {"weight_decay", ValueType::Float, 0.0, false, false},
     {"decouple", ValueType::Bool, 0.0, false, false},
     {"use_bias_correction", ValueType::Bool, 0.0, false, false},
-    {"d0", ValueType::Float, 1e-06, false, false},
-    {"growth_rate", ValueType::Float, ::std::numeric_limits<double>::infinity(), false, false},
+    {"d0", ValueType::Float, 1e-06, false, false, true},
+    {"growth_rate", ValueType::Float, ::std::numeric_limits<double>::infinity(), false, false, true},
     {"max_grad_norm", ValueType::Float, 0.0, false, false},
     {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
 };
@@ -35,8 +35,8 @@ inline constexpr StateInfo kStates[] = {
     {"s", {0.0, -1}},
 };
 inline constexpr StateInfo kScalarStates[] = {
-    {"d", {0.0, 7}},
-    {"numerator_weighted", {0.0, -1}},
+    {"d", {0.0, 7}, StateShape::Elements, true},
+    {"numerator_weighted", {0.0, -1}, StateShape::Elements, true},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
 inline constexpr int kFlags[] = {10};
@@ -66,7 +66,7 @@ inline bool state_present([[maybe_unused]] const double* h_, int index_) {
 
 // ---- variant dadapt_adam (clip_grad_norm=false) ----
 namespace variants::dadapt_adam {
-  inline constexpr ::std::size_t kNumGroupValues = 10;
+  inline constexpr ::std::size_t kNumGroupValues = 11;
   inline constexpr ::std::size_t kNumReductions = 2;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   sqrt_beta2
@@ -79,6 +79,7 @@ namespace variants::dadapt_adam {
   ///   beta2
   ///   one_minus_beta2
   ///   eps
+  ///   dlr
   using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
@@ -97,7 +98,7 @@ namespace variants::dadapt_adam {
     const double bias_correction = use_bias_correction ? ::std::sqrt(1.0 - ::std::pow(beta2, static_cast<double>(step))) / (1.0 - ::std::pow(beta1, static_cast<double>(step))) : 1.0;
     // dlr = d * lr * bias_correction
     const double dlr = d * lr * bias_correction;
-    return GroupValues{sqrt_beta2, dlr * (1.0 - sqrt_beta2), (decouple) ? 1.0 : 0.0, weight_decay, weight_decay * dlr, beta1, dlr * (1.0 - beta1), beta2, 1.0 - beta2, eps};
+    return GroupValues{sqrt_beta2, dlr * (1.0 - sqrt_beta2), (decouple) ? 1.0 : 0.0, weight_decay, weight_decay * dlr, beta1, dlr * (1.0 - beta1), beta2, 1.0 - beta2, eps, dlr};
   }
 
   /// per_step for the generic descriptor: the group values into `out_`.
@@ -110,10 +111,7 @@ namespace variants::dadapt_adam {
   /// 'update' assigns from the group's results `group_`; from the scalar state `old_state_` the
   /// step started from, into `scalar_state_`.
   inline void advance([[maybe_unused]] const double* h_, [[maybe_unused]] const double* old_state_, [[maybe_unused]] ::std::int64_t step, [[maybe_unused]] const double* group_, double* scalar_state_) {
-    const double lr = h_[0];
-    const double beta1 = h_[1];
     const double beta2 = h_[2];
-    const bool use_bias_correction = h_[6] != 0;
     const double growth_rate = h_[8];
     const double d = old_state_[0];
     const double numerator_weighted = old_state_[1];
@@ -122,12 +120,8 @@ namespace variants::dadapt_adam {
     // sqrt_beta2 = sqrt(beta2)
     const double sqrt_beta2 = ::std::sqrt(beta2);
     const double one_minus_sqrt_beta2 = 1.0 - sqrt_beta2;
-    // "bias_correction = use_bias_correction ? sqrt(1 - beta2 ** step) / (1 - beta1 ** step) : 1"
-    const double bias_correction = use_bias_correction ? ::std::sqrt(1.0 - ::std::pow(beta2, static_cast<double>(step))) / (1.0 - ::std::pow(beta1, static_cast<double>(step))) : 1.0;
-    // dlr = d * lr * bias_correction
-    const double dlr = d * lr * bias_correction;
-    // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * (dlr * group_sum(g * (s / (sqrt(exp_avg_sq) + eps))))
-    const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * (dlr * group_[1]);
+    // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * optimizer_sum(dlr * g * (s / (sqrt(exp_avg_sq) + eps)))
+    const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * group_[1];
     // d_hat = numerator / ((1 - sqrt_beta2) * sk_l1)
     const double d_hat = numerator / (one_minus_sqrt_beta2 * group_[0]);
     // "d = progress ? max(d, min(d_hat, d * growth_rate)) : d"
@@ -147,10 +141,11 @@ namespace variants::dadapt_adam {
     const bool decouple = k_[2] != 0;
     const T_ weight_decay = T_(k_[3]);
     const T_ eps = T_(k_[9]);
+    const T_ dlr = T_(k_[10]);
     T_* const exp_avg_sq_data_ = state_data_[1];
     T_* const s_data_ = state_data_[2];
     double sk_l1_ = 0.0;
-    double group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = 0.0;
+    double optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -161,10 +156,10 @@ namespace variants::dadapt_adam {
       // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
       const T_ s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
       sk_l1_ = sk_l1_ + static_cast<double>(::std::fabs(s_next));
-      group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ + static_cast<double>(g * (s / (::std::sqrt(exp_avg_sq) + eps)));
+      optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ + static_cast<double>(dlr * g * (s / (::std::sqrt(exp_avg_sq) + eps)));
     }
     tensor_[0] = sk_l1_;
-    tensor_[1] = group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_;
+    tensor_[1] = optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_;
   }
 
   /// The Update stage: per element, writes the tensor's buffers in place;
@@ -217,7 +212,7 @@ namespace variants::dadapt_adam {
 
 // ---- variant dadapt_adam_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::dadapt_adam_clip_grad_norm {
-  inline constexpr ::std::size_t kNumGroupValues = 11;
+  inline constexpr ::std::size_t kNumGroupValues = 12;
   inline constexpr ::std::size_t kNumReductions = 3;
   /// The values the tensor and element code read, computed once per step and param group:
   ///   sqrt_beta2
@@ -231,6 +226,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
   ///   beta2
   ///   one_minus_beta2
   ///   eps
+  ///   dlr
   using GroupValues = ::std::array<double, kNumGroupValues>;
 
   /// The group code, once per step and param group: advances the scalar state and computes the group values.
@@ -250,7 +246,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
     const double bias_correction = use_bias_correction ? ::std::sqrt(1.0 - ::std::pow(beta2, static_cast<double>(step))) / (1.0 - ::std::pow(beta1, static_cast<double>(step))) : 1.0;
     // dlr = d * lr * bias_correction
     const double dlr = d * lr * bias_correction;
-    return GroupValues{sqrt_beta2, dlr * (1.0 - sqrt_beta2), (decouple) ? 1.0 : 0.0, max_grad_norm, weight_decay, weight_decay * dlr, beta1, dlr * (1.0 - beta1), beta2, 1.0 - beta2, eps};
+    return GroupValues{sqrt_beta2, dlr * (1.0 - sqrt_beta2), (decouple) ? 1.0 : 0.0, max_grad_norm, weight_decay, weight_decay * dlr, beta1, dlr * (1.0 - beta1), beta2, 1.0 - beta2, eps, dlr};
   }
 
   /// per_step for the generic descriptor: the group values into `out_`.
@@ -263,10 +259,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
   /// 'update' assigns from the group's results `group_`; from the scalar state `old_state_` the
   /// step started from, into `scalar_state_`.
   inline void advance([[maybe_unused]] const double* h_, [[maybe_unused]] const double* old_state_, [[maybe_unused]] ::std::int64_t step, [[maybe_unused]] const double* group_, double* scalar_state_) {
-    const double lr = h_[0];
-    const double beta1 = h_[1];
     const double beta2 = h_[2];
-    const bool use_bias_correction = h_[6] != 0;
     const double growth_rate = h_[8];
     const double d = old_state_[0];
     const double numerator_weighted = old_state_[1];
@@ -275,12 +268,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
     // sqrt_beta2 = sqrt(beta2)
     const double sqrt_beta2 = ::std::sqrt(beta2);
     const double one_minus_sqrt_beta2 = 1.0 - sqrt_beta2;
-    // "bias_correction = use_bias_correction ? sqrt(1 - beta2 ** step) / (1 - beta1 ** step) : 1"
-    const double bias_correction = use_bias_correction ? ::std::sqrt(1.0 - ::std::pow(beta2, static_cast<double>(step))) / (1.0 - ::std::pow(beta1, static_cast<double>(step))) : 1.0;
-    // dlr = d * lr * bias_correction
-    const double dlr = d * lr * bias_correction;
-    // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * (dlr * group_sum(g * (s / (sqrt(exp_avg_sq) + eps))))
-    const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * (dlr * group_[2]);
+    // numerator = sqrt_beta2 * numerator_weighted + (1 - sqrt_beta2) * optimizer_sum(dlr * g * (s / (sqrt(exp_avg_sq) + eps)))
+    const double numerator = sqrt_beta2 * numerator_weighted + one_minus_sqrt_beta2 * group_[2];
     // d_hat = numerator / ((1 - sqrt_beta2) * sk_l1)
     const double d_hat = numerator / (one_minus_sqrt_beta2 * group_[1]);
     // "d = progress ? max(d, min(d_hat, d * growth_rate)) : d"
@@ -313,6 +302,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
     const T_ max_grad_norm = T_(k_[3]);
     const T_ weight_decay = T_(k_[4]);
     const T_ eps = T_(k_[10]);
+    const T_ dlr = T_(k_[11]);
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -320,7 +310,7 @@ namespace variants::dadapt_adam_clip_grad_norm {
     T_* const exp_avg_sq_data_ = state_data_[1];
     T_* const s_data_ = state_data_[2];
     double sk_l1_ = 0.0;
-    double group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = 0.0;
+    double optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -332,10 +322,10 @@ namespace variants::dadapt_adam_clip_grad_norm {
       // s = sqrt_beta2 * s + dlr * (1 - sqrt_beta2) * g
       const T_ s_next = sqrt_beta2 * s + dlr_times_one_minus_sqrt_beta2 * g;
       sk_l1_ = sk_l1_ + static_cast<double>(::std::fabs(s_next));
-      group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ + static_cast<double>(g * (s / (::std::sqrt(exp_avg_sq) + eps)));
+      optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ + static_cast<double>(dlr * g * (s / (::std::sqrt(exp_avg_sq) + eps)));
     }
     tensor_[1] = sk_l1_;
-    tensor_[2] = group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps_;
+    tensor_[2] = optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_;
   }
 
   /// The Update stage: per element, writes the tensor's buffers in place;
@@ -393,8 +383,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
 
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
-    {"dadapt_adam", 10, &variants::dadapt_adam::per_step_into},
-    {"dadapt_adam_clip_grad_norm", 11, &variants::dadapt_adam_clip_grad_norm::per_step_into},
+    {"dadapt_adam", 11, &variants::dadapt_adam::per_step_into, true},
+    {"dadapt_adam_clip_grad_norm", 12, &variants::dadapt_adam_clip_grad_norm::per_step_into, true},
 };
 inline constexpr int kNumVariants = 2;
 
@@ -404,10 +394,17 @@ inline int select_variant([[maybe_unused]] const double* h_) {
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
+/// `totals_`: null, or the totals of the reductions over every group (step_groups' two passes).
 template <typename T_>
-void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_, [[maybe_unused]] OptimizerTotals* totals_) {
   switch (select_variant(h_)) {
     case 0: {
+      // Adding this group's parts to the totals changes nothing: per_step runs on a copy.
+      ::std::vector<double> copy_;
+      if (totals_ && totals_->adding) {
+        copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);
+        scalar_state_ = copy_.data();
+      }
       const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);
       const auto k_ = variants::dadapt_adam::per_step(h_, scalar_state_, step);
       // The results of the reductions: [tensor * 2 + r] and [r].
@@ -415,13 +412,22 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::dadapt_adam::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 2, group_.data());
       group_[0] = 0.0;  // sk_l1, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 2 + 0];
-      group_[1] = 0.0;  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, over the group's tensors in order
+      if (totals_) group_[0] = totals_->take(0, 0, false, group_[0]);  // over every group
+      group_[1] = 0.0;  // optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[1] = group_[1] + tensor_[t_ * 2 + 1];
+      if (totals_) group_[1] = totals_->take(0, 1, false, group_[1]);  // over every group
+      if (totals_ && totals_->adding) return;
       variants::dadapt_adam::advance(h_, old_state_.data(), step, group_.data(), scalar_state_);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::dadapt_adam::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 2, group_.data());
       return;
     }
     case 1: {
+      // Adding this group's parts to the totals changes nothing: per_step runs on a copy.
+      ::std::vector<double> copy_;
+      if (totals_ && totals_->adding) {
+        copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);
+        scalar_state_ = copy_.data();
+      }
       const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);
       const auto k_ = variants::dadapt_adam_clip_grad_norm::per_step(h_, scalar_state_, step);
       // The results of the reductions: [tensor * 3 + r] and [r].
@@ -432,8 +438,11 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::dadapt_adam_clip_grad_norm::reduce2<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 3, group_.data());
       group_[1] = 0.0;  // sk_l1, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[1] = group_[1] + tensor_[t_ * 3 + 1];
-      group_[2] = 0.0;  // group_sum_g_times_s_over_sqrt_exp_avg_sq_plus_eps, over the group's tensors in order
+      if (totals_) group_[1] = totals_->take(1, 1, false, group_[1]);  // over every group
+      group_[2] = 0.0;  // optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[2] = group_[2] + tensor_[t_ * 3 + 2];
+      if (totals_) group_[2] = totals_->take(1, 2, false, group_[2]);  // over every group
+      if (totals_ && totals_->adding) return;
       variants::dadapt_adam_clip_grad_norm::advance(h_, old_state_.data(), step, group_.data(), scalar_state_);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::dadapt_adam_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 3, group_.data());
       return;

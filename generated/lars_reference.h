@@ -484,8 +484,9 @@ inline int select_variant([[maybe_unused]] const double* h_) {
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
+/// `totals_`: null, or the totals of the reductions over every group (step_groups' two passes).
 template <typename T_>
-void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_, [[maybe_unused]] OptimizerTotals* totals_) {
   switch (select_variant(h_)) {
     case 0: {
       const auto k_ = variants::lars::per_step(h_, scalar_state_, step);

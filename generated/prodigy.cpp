@@ -28,8 +28,8 @@ namespace variants::prodigy {
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
   /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"denominator", false, 1, Domain::Group, 0, false, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1, false, false},
+      {"denominator", false, 1, Domain::Optimizer, 0, false, false},
+      {"optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Optimizer, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -43,8 +43,8 @@ namespace variants::prodigy_first_moment {
   /// Its reductions: name, a maximum (else a sum), stage, the domain of its result, index among
   /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
-      {"denominator", false, 1, Domain::Group, 0, false, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Group, 1, false, false},
+      {"denominator", false, 1, Domain::Optimizer, 0, false, false},
+      {"optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 1, Domain::Optimizer, 1, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Update};
@@ -59,8 +59,8 @@ namespace variants::prodigy_clip_grad_norm {
   /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
-      {"denominator", false, 2, Domain::Group, 1, false, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2, false, false},
+      {"denominator", false, 2, Domain::Optimizer, 1, false, false},
+      {"optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Optimizer, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -75,8 +75,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
   /// the reductions of that domain, whether it sums over the rows, the columns of a matrix.
   [[maybe_unused]] const ReductionSlot kReductions[] = {
       {"grad_norm_squared", false, 1, Domain::Group, 0, false, false},
-      {"denominator", false, 2, Domain::Group, 1, false, false},
-      {"group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Group, 2, false, false},
+      {"denominator", false, 2, Domain::Optimizer, 1, false, false},
+      {"optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param", false, 2, Domain::Optimizer, 2, false, false},
   };
   /// Its stages in launch order.
   [[maybe_unused]] const StageKind kStageKinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
@@ -117,7 +117,7 @@ std::vector<double> values_of(const Prodigy::Options& o) { return {o.lr, o.beta1
 
 const OptimizerInfo& Prodigy::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/21, "optgen 0.2.0", "Prodigy", "prodigy",
+      /*abi_version=*/22, "optgen 0.2.0", "Prodigy", "prodigy",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

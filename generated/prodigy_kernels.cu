@@ -162,13 +162,13 @@ namespace variants::prodigy {
       const double d_max = old_state_[1];
       const double d_numerator = old_state_[2];
       // progress = denominator > 0
-      const bool progress = results_.of_group(0) > 0.0;
+      const bool progress = results_.of_optimizer(0, false) > 0.0;
       // b3 = beta3 < 0 ? sqrt(beta2) : beta3
       const double b3 = beta3 < 0.0 ? ::sqrt(beta2) : beta3;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3 * d_numerator + results_.of_group(1);
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3 * d_numerator + results_.of_optimizer(1, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(0);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(0, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -203,8 +203,8 @@ namespace variants::prodigy {
       static constexpr int kReductions = 2;
       static constexpr bool kGroupScope = true;  // a reduction over the whole group
       static constexpr int kGradNormSlot = -1;
-      // 0: denominator, sum over each group (result 0)
-      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 1)
+      // 0: denominator, sum over the optimizer (its groups' results combined) (result 0)
+      // 1: optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over the optimizer (its groups' results combined) (result 1)
       /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
       /// where its result goes (kernel_abi::ReductionTable's r).
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
@@ -232,7 +232,7 @@ namespace variants::prodigy {
         // p0:         {init: param}   # only read: the parameter at the first step
         const float p0_1 = step_eq_one ? param : p0;
         r_[0] = ::fabsf(s_next);  // denominator
-        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
       }
     };
   };
@@ -266,11 +266,11 @@ namespace variants::prodigy {
       const bool decouple = k_.decouple;
       const bool d_eq_d0 = k_.d_eq_d0;
       // progress = denominator > 0
-      const bool progress_1 = results_.of_group(0) > 0.0;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3_times_d_numerator + results_.of_group(1);
+      const bool progress_1 = results_.of_optimizer(0, false) > 0.0;
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3_times_d_numerator + results_.of_optimizer(1, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(0);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(0, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress_1 ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -457,13 +457,13 @@ namespace variants::prodigy_first_moment {
       const double d_max = old_state_[1];
       const double d_numerator = old_state_[2];
       // progress = denominator > 0
-      const bool progress = results_.of_group(0) > 0.0;
+      const bool progress = results_.of_optimizer(0, false) > 0.0;
       // b3 = beta3 < 0 ? sqrt(beta2) : beta3
       const double b3 = beta3 < 0.0 ? ::sqrt(beta2) : beta3;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3 * d_numerator + results_.of_group(1);
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3 * d_numerator + results_.of_optimizer(1, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(0);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(0, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -498,8 +498,8 @@ namespace variants::prodigy_first_moment {
       static constexpr int kReductions = 2;
       static constexpr bool kGroupScope = true;  // a reduction over the whole group
       static constexpr int kGradNormSlot = -1;
-      // 0: denominator, sum over each group (result 0)
-      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 1)
+      // 0: denominator, sum over the optimizer (its groups' results combined) (result 0)
+      // 1: optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over the optimizer (its groups' results combined) (result 1)
       /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
       /// where its result goes (kernel_abi::ReductionTable's r).
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x33u >> op_) & 1u; }
@@ -527,7 +527,7 @@ namespace variants::prodigy_first_moment {
         // p0:         {init: param}   # only read: the parameter at the first step
         const float p0_1 = step_eq_one ? param : p0;
         r_[0] = ::fabsf(s_next);  // denominator
-        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
       }
     };
   };
@@ -559,11 +559,11 @@ namespace variants::prodigy_first_moment {
       const bool decouple = k_.decouple;
       const bool d_eq_d0 = k_.d_eq_d0;
       // progress = denominator > 0
-      const bool progress_1 = results_.of_group(0) > 0.0;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3_times_d_numerator + results_.of_group(1);
+      const bool progress_1 = results_.of_optimizer(0, false) > 0.0;
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3_times_d_numerator + results_.of_optimizer(1, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(0);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(0, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress_1 ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -754,13 +754,13 @@ namespace variants::prodigy_clip_grad_norm {
       const double d_max = old_state_[1];
       const double d_numerator = old_state_[2];
       // progress = denominator > 0
-      const bool progress = results_.of_group(1) > 0.0;
+      const bool progress = results_.of_optimizer(1, false) > 0.0;
       // b3 = beta3 < 0 ? sqrt(beta2) : beta3
       const double b3 = beta3 < 0.0 ? ::sqrt(beta2) : beta3;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3 * d_numerator + results_.of_group(2);
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3 * d_numerator + results_.of_optimizer(2, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(1);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(1, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -837,8 +837,8 @@ namespace variants::prodigy_clip_grad_norm {
       static constexpr int kReductions = 2;
       static constexpr bool kGroupScope = true;  // a reduction over the whole group
       static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-      // 0: denominator, sum over each group (result 1)
-      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 2)
+      // 0: denominator, sum over the optimizer (its groups' results combined) (result 1)
+      // 1: optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over the optimizer (its groups' results combined) (result 2)
       /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
       /// where its result goes (kernel_abi::ReductionTable's r).
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x1bu >> op_) & 1u; }
@@ -868,7 +868,7 @@ namespace variants::prodigy_clip_grad_norm {
         // p0:         {init: param}   # only read: the parameter at the first step
         const float p0_1 = step_eq_one ? param : p0;
         r_[0] = ::fabsf(s_next);  // denominator
-        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
       }
     };
   };
@@ -906,11 +906,11 @@ namespace variants::prodigy_clip_grad_norm {
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
       // progress = denominator > 0
-      const bool progress_1 = results_.of_group(1) > 0.0;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3_times_d_numerator + results_.of_group(2);
+      const bool progress_1 = results_.of_optimizer(1, false) > 0.0;
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3_times_d_numerator + results_.of_optimizer(2, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(1);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(1, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress_1 ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -1103,13 +1103,13 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       const double d_max = old_state_[1];
       const double d_numerator = old_state_[2];
       // progress = denominator > 0
-      const bool progress = results_.of_group(1) > 0.0;
+      const bool progress = results_.of_optimizer(1, false) > 0.0;
       // b3 = beta3 < 0 ? sqrt(beta2) : beta3
       const double b3 = beta3 < 0.0 ? ::sqrt(beta2) : beta3;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3 * d_numerator + results_.of_group(2);
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3 * d_numerator + results_.of_optimizer(2, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(1);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(1, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"
@@ -1186,8 +1186,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       static constexpr int kReductions = 2;
       static constexpr bool kGroupScope = true;  // a reduction over the whole group
       static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
-      // 0: denominator, sum over each group (result 1)
-      // 1: group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over each group (result 2)
+      // 0: denominator, sum over the optimizer (its groups' results combined) (result 1)
+      // 1: optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, sum over the optimizer (its groups' results combined) (result 2)
       /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
       /// where its result goes (kernel_abi::ReductionTable's r).
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x33u >> op_) & 1u; }
@@ -1217,7 +1217,7 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
         // p0:         {init: param}   # only read: the parameter at the first step
         const float p0_1 = step_eq_one ? param : p0;
         r_[0] = ::fabsf(s_next);  // denominator
-        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
+        r_[1] = d_over_d0_times_dlr * g * (p0_1 - param);  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param
       }
     };
   };
@@ -1253,11 +1253,11 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
       // progress = denominator > 0
-      const bool progress_1 = results_.of_group(1) > 0.0;
-      // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
-      const double numerator = b3_times_d_numerator + results_.of_group(2);
+      const bool progress_1 = results_.of_optimizer(1, false) > 0.0;
+      // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
+      const double numerator = b3_times_d_numerator + results_.of_optimizer(2, false);
       // d_hat = d_coef * numerator / denominator
-      const double d_hat = d_coef * numerator / results_.of_group(1);
+      const double d_hat = d_coef * numerator / results_.of_optimizer(1, false);
       // "d_max = progress ? max(d_max, d_hat) : d_max"
       const double d_max_next = progress_1 ? ::optgen::max(d_max, d_hat) : d_max;
       // "d_grown = d == d0 ? max(d, d_hat) : d"

@@ -19,16 +19,16 @@ namespace optgen::reference::prodigy {
 inline constexpr HyperparameterInfo kHyperparameters[] = {
     {"lr", ValueType::Float, 1.0, false, false},
     {"beta1", ValueType::Float, 0.9, false, false},
-    {"beta2", ValueType::Float, 0.999, false, false},
-    {"beta3", ValueType::Float, -1.0, false, false},
+    {"beta2", ValueType::Float, 0.999, false, false, true},
+    {"beta3", ValueType::Float, -1.0, false, false, true},
     {"eps", ValueType::Float, 1e-08, false, false},
     {"weight_decay", ValueType::Float, 0.0, false, false},
     {"decouple", ValueType::Bool, 1.0, false, false},
     {"use_bias_correction", ValueType::Bool, 0.0, false, false},
     {"safeguard_warmup", ValueType::Bool, 0.0, false, false},
-    {"d0", ValueType::Float, 1e-06, false, false},
-    {"d_coef", ValueType::Float, 1.0, false, false},
-    {"growth_rate", ValueType::Float, ::std::numeric_limits<double>::infinity(), false, false},
+    {"d0", ValueType::Float, 1e-06, false, false, true},
+    {"d_coef", ValueType::Float, 1.0, false, false, true},
+    {"growth_rate", ValueType::Float, ::std::numeric_limits<double>::infinity(), false, false, true},
     {"first_moment", ValueType::Bool, 0.0, true, true},
     {"max_grad_norm", ValueType::Float, 0.0, false, false},
     {"clip_grad_norm", ValueType::Bool, 0.0, true, true},
@@ -40,9 +40,9 @@ inline constexpr StateInfo kStates[] = {
     {"p0", {0.0, -1, true}},
 };
 inline constexpr StateInfo kScalarStates[] = {
-    {"d", {0.0, 9}},
-    {"d_max", {0.0, 9}},
-    {"d_numerator", {0.0, -1}},
+    {"d", {0.0, 9}, StateShape::Elements, true},
+    {"d_max", {0.0, 9}, StateShape::Elements, true},
+    {"d_numerator", {0.0, -1}, StateShape::Elements, true},
 };
 /// The specialized flags (hyperparameter indices), in the order of the variant bits.
 inline constexpr int kFlags[] = {12, 14};
@@ -150,7 +150,7 @@ namespace variants::prodigy {
     const bool progress = group_[0] > 0.0;
     // b3 = beta3 < 0 ? sqrt(beta2) : beta3
     const double b3 = beta3 < 0.0 ? ::std::sqrt(beta2) : beta3;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3 * d_numerator + group_[1];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[0];
@@ -179,7 +179,7 @@ namespace variants::prodigy {
     T_* const s_data_ = state_data_[2];
     T_* const p0_data_ = state_data_[3];
     double denominator_ = 0.0;
-    double group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
+    double optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -192,10 +192,10 @@ namespace variants::prodigy {
       // p0:         {init: param}   # only read: the parameter at the first step
       const T_ p0_1 = step_eq_one ? param : p0;
       denominator_ = denominator_ + static_cast<double>(::std::fabs(s_next));
-      group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
+      optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
     }
     tensor_[0] = denominator_;
-    tensor_[1] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
+    tensor_[1] = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
   /// The Update stage: per element, writes the tensor's buffers in place;
@@ -221,7 +221,7 @@ namespace variants::prodigy {
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // progress = denominator > 0
     const bool progress_1 = group_[0] > 0.0;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3_times_d_numerator + group_[1];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[0];
@@ -342,7 +342,7 @@ namespace variants::prodigy_first_moment {
     const bool progress = group_[0] > 0.0;
     // b3 = beta3 < 0 ? sqrt(beta2) : beta3
     const double b3 = beta3 < 0.0 ? ::std::sqrt(beta2) : beta3;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3 * d_numerator + group_[1];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[0];
@@ -371,7 +371,7 @@ namespace variants::prodigy_first_moment {
     T_* const s_data_ = state_data_[2];
     T_* const p0_data_ = state_data_[3];
     double denominator_ = 0.0;
-    double group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
+    double optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -384,10 +384,10 @@ namespace variants::prodigy_first_moment {
       // p0:         {init: param}   # only read: the parameter at the first step
       const T_ p0_1 = step_eq_one ? param : p0;
       denominator_ = denominator_ + static_cast<double>(::std::fabs(s_next));
-      group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
+      optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
     }
     tensor_[0] = denominator_;
-    tensor_[1] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
+    tensor_[1] = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
   /// The Update stage: per element, writes the tensor's buffers in place;
@@ -415,7 +415,7 @@ namespace variants::prodigy_first_moment {
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // progress = denominator > 0
     const bool progress_1 = group_[0] > 0.0;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3_times_d_numerator + group_[1];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[0];
@@ -540,7 +540,7 @@ namespace variants::prodigy_clip_grad_norm {
     const bool progress = group_[1] > 0.0;
     // b3 = beta3 < 0 ? sqrt(beta2) : beta3
     const double b3 = beta3 < 0.0 ? ::std::sqrt(beta2) : beta3;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3 * d_numerator + group_[2];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[1];
@@ -586,7 +586,7 @@ namespace variants::prodigy_clip_grad_norm {
     T_* const s_data_ = state_data_[2];
     T_* const p0_data_ = state_data_[3];
     double denominator_ = 0.0;
-    double group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
+    double optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -600,10 +600,10 @@ namespace variants::prodigy_clip_grad_norm {
       // p0:         {init: param}   # only read: the parameter at the first step
       const T_ p0_1 = step_eq_one ? param : p0;
       denominator_ = denominator_ + static_cast<double>(::std::fabs(s_next));
-      group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
+      optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
     }
     tensor_[1] = denominator_;
-    tensor_[2] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
+    tensor_[2] = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
   /// The Update stage: per element, writes the tensor's buffers in place;
@@ -632,7 +632,7 @@ namespace variants::prodigy_clip_grad_norm {
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     // progress = denominator > 0
     const bool progress_1 = group_[1] > 0.0;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3_times_d_numerator + group_[2];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[1];
@@ -757,7 +757,7 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     const bool progress = group_[1] > 0.0;
     // b3 = beta3 < 0 ? sqrt(beta2) : beta3
     const double b3 = beta3 < 0.0 ? ::std::sqrt(beta2) : beta3;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3 * d_numerator + group_[2];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[1];
@@ -803,7 +803,7 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     T_* const s_data_ = state_data_[2];
     T_* const p0_data_ = state_data_[3];
     double denominator_ = 0.0;
-    double group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
+    double optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -817,10 +817,10 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       // p0:         {init: param}   # only read: the parameter at the first step
       const T_ p0_1 = step_eq_one ? param : p0;
       denominator_ = denominator_ + static_cast<double>(::std::fabs(s_next));
-      group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
+      optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ + static_cast<double>(d_over_d0_times_dlr * g * (p0_1 - param));
     }
     tensor_[1] = denominator_;
-    tensor_[2] = group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
+    tensor_[2] = optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_;
   }
 
   /// The Update stage: per element, writes the tensor's buffers in place;
@@ -851,7 +851,7 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     // progress = denominator > 0
     const bool progress_1 = group_[1] > 0.0;
-    // numerator = b3 * d_numerator + group_sum(d / d0 * dlr * g * (p0 - param))
+    // numerator = b3 * d_numerator + optimizer_sum(d / d0 * dlr * g * (p0 - param))
     const double numerator = b3_times_d_numerator + group_[2];
     // d_hat = d_coef * numerator / denominator
     const double d_hat = d_coef * numerator / group_[1];
@@ -902,10 +902,10 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
 
 /// The variants, in the order of their flag bits: variant i has flag j set when bit j of i is.
 inline constexpr VariantInfo kVariants[] = {
-    {"prodigy", 17, &variants::prodigy::per_step_into},
-    {"prodigy_first_moment", 19, &variants::prodigy_first_moment::per_step_into},
-    {"prodigy_clip_grad_norm", 18, &variants::prodigy_clip_grad_norm::per_step_into},
-    {"prodigy_first_moment_clip_grad_norm", 20, &variants::prodigy_first_moment_clip_grad_norm::per_step_into},
+    {"prodigy", 17, &variants::prodigy::per_step_into, true},
+    {"prodigy_first_moment", 19, &variants::prodigy_first_moment::per_step_into, true},
+    {"prodigy_clip_grad_norm", 18, &variants::prodigy_clip_grad_norm::per_step_into, true},
+    {"prodigy_first_moment_clip_grad_norm", 20, &variants::prodigy_first_moment_clip_grad_norm::per_step_into, true},
 };
 inline constexpr int kNumVariants = 4;
 
@@ -915,10 +915,17 @@ inline int select_variant([[maybe_unused]] const double* h_) {
 }
 
 /// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.
+/// `totals_`: null, or the totals of the reductions over every group (step_groups' two passes).
 template <typename T_>
-void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_) {
+void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, ::std::size_t count_, T_ grad_scale_, [[maybe_unused]] OptimizerTotals* totals_) {
   switch (select_variant(h_)) {
     case 0: {
+      // Adding this group's parts to the totals changes nothing: per_step runs on a copy.
+      ::std::vector<double> copy_;
+      if (totals_ && totals_->adding) {
+        copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);
+        scalar_state_ = copy_.data();
+      }
       const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);
       const auto k_ = variants::prodigy::per_step(h_, scalar_state_, step);
       // The results of the reductions: [tensor * 2 + r] and [r].
@@ -926,13 +933,22 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 2, group_.data());
       group_[0] = 0.0;  // denominator, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 2 + 0];
-      group_[1] = 0.0;  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
+      if (totals_) group_[0] = totals_->take(0, 0, false, group_[0]);  // over every group
+      group_[1] = 0.0;  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[1] = group_[1] + tensor_[t_ * 2 + 1];
+      if (totals_) group_[1] = totals_->take(0, 1, false, group_[1]);  // over every group
+      if (totals_ && totals_->adding) return;
       variants::prodigy::advance(h_, old_state_.data(), step, group_.data(), scalar_state_);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 2, group_.data());
       return;
     }
     case 1: {
+      // Adding this group's parts to the totals changes nothing: per_step runs on a copy.
+      ::std::vector<double> copy_;
+      if (totals_ && totals_->adding) {
+        copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);
+        scalar_state_ = copy_.data();
+      }
       const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);
       const auto k_ = variants::prodigy_first_moment::per_step(h_, scalar_state_, step);
       // The results of the reductions: [tensor * 2 + r] and [r].
@@ -940,13 +956,22 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy_first_moment::reduce1<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 2, group_.data());
       group_[0] = 0.0;  // denominator, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[0] = group_[0] + tensor_[t_ * 2 + 0];
-      group_[1] = 0.0;  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
+      if (totals_) group_[0] = totals_->take(1, 0, false, group_[0]);  // over every group
+      group_[1] = 0.0;  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[1] = group_[1] + tensor_[t_ * 2 + 1];
+      if (totals_) group_[1] = totals_->take(1, 1, false, group_[1]);  // over every group
+      if (totals_ && totals_->adding) return;
       variants::prodigy_first_moment::advance(h_, old_state_.data(), step, group_.data(), scalar_state_);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy_first_moment::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 2, group_.data());
       return;
     }
     case 2: {
+      // Adding this group's parts to the totals changes nothing: per_step runs on a copy.
+      ::std::vector<double> copy_;
+      if (totals_ && totals_->adding) {
+        copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);
+        scalar_state_ = copy_.data();
+      }
       const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);
       const auto k_ = variants::prodigy_clip_grad_norm::per_step(h_, scalar_state_, step);
       // The results of the reductions: [tensor * 3 + r] and [r].
@@ -957,13 +982,22 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy_clip_grad_norm::reduce2<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 3, group_.data());
       group_[1] = 0.0;  // denominator, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[1] = group_[1] + tensor_[t_ * 3 + 1];
-      group_[2] = 0.0;  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
+      if (totals_) group_[1] = totals_->take(2, 1, false, group_[1]);  // over every group
+      group_[2] = 0.0;  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[2] = group_[2] + tensor_[t_ * 3 + 2];
+      if (totals_) group_[2] = totals_->take(2, 2, false, group_[2]);  // over every group
+      if (totals_ && totals_->adding) return;
       variants::prodigy_clip_grad_norm::advance(h_, old_state_.data(), step, group_.data(), scalar_state_);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 3, group_.data());
       return;
     }
     case 3: {
+      // Adding this group's parts to the totals changes nothing: per_step runs on a copy.
+      ::std::vector<double> copy_;
+      if (totals_ && totals_->adding) {
+        copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);
+        scalar_state_ = copy_.data();
+      }
       const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);
       const auto k_ = variants::prodigy_first_moment_clip_grad_norm::per_step(h_, scalar_state_, step);
       // The results of the reductions: [tensor * 3 + r] and [r].
@@ -974,8 +1008,11 @@ void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Te
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy_first_moment_clip_grad_norm::reduce2<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 3, group_.data());
       group_[1] = 0.0;  // denominator, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[1] = group_[1] + tensor_[t_ * 3 + 1];
-      group_[2] = 0.0;  // group_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
+      if (totals_) group_[1] = totals_->take(3, 1, false, group_[1]);  // over every group
+      group_[2] = 0.0;  // optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param, over the group's tensors in order
       for (::std::size_t t_ = 0; t_ < count_; ++t_) group_[2] = group_[2] + tensor_[t_ * 3 + 2];
+      if (totals_) group_[2] = totals_->take(3, 2, false, group_[2]);  // over every group
+      if (totals_ && totals_->adding) return;
       variants::prodigy_first_moment_clip_grad_norm::advance(h_, old_state_.data(), step, group_.data(), scalar_state_);
       for (::std::size_t t_ = 0; t_ < count_; ++t_) variants::prodigy_first_moment_clip_grad_norm::update<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * 3, group_.data());
       return;

@@ -176,6 +176,9 @@ class CudaPrinter : public ExprPrinter {
         std::string value;
         switch (reduction.scope) {
           case Domain::Group: return "results_.of_group(" + std::to_string(r) + ")";
+          case Domain::Optimizer:
+            return "results_.of_optimizer(" + std::to_string(r) + ", " +
+                   (reduction.op == ReduceOp::Max ? "true" : "false") + ")";
           case Domain::Tensor: return "results_.of_tensor(" + std::to_string(r) + ")";
           case Domain::Row: value = "sh_.row_result(" + s + ", " + index(shaped_.row, var) + ")"; break;
           case Domain::Column: value = "sh_.col_result(" + s + ", " + index(shaped_.col, var) + ")"; break;
@@ -572,7 +575,7 @@ class CudaEmitter {
     std::string slots;
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i].second->op == ReduceOp::Max) is_max |= 1u << i;
-      if (list[i].second->scope == Domain::Group) is_group |= 1u << i;
+      if (has_group_results(list[i].second->scope)) is_group |= 1u << i;
       slots += "i_ == " + std::to_string(i) + " ? " + std::to_string(scope_index(p, list[i].first)) + " : ";
     }
     w.line("static constexpr int kOperands = " + std::to_string(operand_names(p).size()) + ";");
@@ -584,8 +587,10 @@ class CudaEmitter {
     }
     for (size_t i = 0; i < list.size(); ++i)
       w.line("// " + std::to_string(i) + ": " + list[i].second->name + ", " + to_string(list[i].second->op) +
-             " over each " + to_string(list[i].second->scope) + " (result " +
-             std::to_string(scope_index(p, list[i].first)) + ")");
+             (list[i].second->scope == Domain::Optimizer
+                  ? std::string(" over the optimizer (its groups' results combined)")
+                  : " over each " + std::string(to_string(list[i].second->scope))) +
+             " (result " + std::to_string(scope_index(p, list[i].first)) + ")");
     w.line("/// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum)" +
            std::string(over_tensors ? ", over the group" : "") + ";");
     w.line("/// where its result goes (kernel_abi::ReductionTable's r" +

@@ -78,6 +78,7 @@ void storage_namespace(CodeWriter& w, const Spec& spec, const std::vector<Storag
 std::string reduction_scope(Domain scope) {
   switch (scope) {
     case Domain::Tensor: return "Domain::Tensor";
+    case Domain::Optimizer: return "Domain::Optimizer";
     case Domain::Group: return "Domain::Group";
     case Domain::Row: return "Domain::Row";
     case Domain::Column: return "Domain::Column";

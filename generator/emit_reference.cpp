@@ -49,6 +49,7 @@ class CppPrinter : public ExprPrinter {
         if (program_->reductions[r].name == var.name) {
           const std::string index = std::to_string(r);
           switch (program_->reductions[r].scope) {
+            case Domain::Optimizer:  // the group's slot holds the total over every group (step_group)
             case Domain::Group: return "group_[" + index + "]";
             case Domain::Tensor: return "tensor_[" + index + "]";
             case Domain::Row: return "shaped_[" + index + "][row_i_]";
@@ -84,7 +85,7 @@ class ReferenceEmitter {
   }
 
   std::string emit(const std::vector<Program>& variants) {
-    const SpecTables tables = spec_tables(spec_, variants.front());
+    const SpecTables tables = spec_tables(spec_, variants);
     CodeWriter w;
     write_tables(w, tables);
     derive_flags(w, tables);
@@ -113,14 +114,17 @@ class ReferenceEmitter {
     w.line("inline constexpr HyperparameterInfo kHyperparameters[] = {");
     for (const auto& h : tables.hyperparameters)
       w.line("    {\"" + h.name + "\", " + value_type(h.type) + ", " + cpp_double_literal(h.default_value) + ", " +
-             (h.specialized ? "true" : "false") + ", " + (h.derived ? "true" : "false") + "},");
+             (h.specialized ? "true" : "false") + ", " + (h.derived ? "true" : "false") +
+             (h.per_optimizer ? ", true" : "") + "},");
     if (tables.hyperparameters.empty()) w.line("    {\"\", ValueType::Float, 0, false, false},");
     w.line("};");
     auto state_table = [&](const char* name, const std::vector<StateRow>& list) {
       w.line(std::string("inline constexpr StateInfo ") + name + "[] = {");
       for (const auto& s : list)
         w.line("    {\"" + s.name + "\", " + init(s.init) +
-               (s.shape == StateShape::Elements ? "" : std::string(", StateShape::") + shape_name(s.shape)) + "},");
+               (s.shape == StateShape::Elements ? std::string(s.per_optimizer ? ", StateShape::Elements" : "")
+                                                : std::string(", StateShape::") + shape_name(s.shape)) +
+               (s.per_optimizer ? ", true" : "") + "},");
       if (list.empty()) w.line("    {\"\", {0, -1}},");
       w.line("};");
     };
@@ -336,7 +340,8 @@ class ReferenceEmitter {
         std::string target;
         switch (reduction.scope) {
           case Domain::Tensor:
-          case Domain::Group: target = reduction.name + "_"; break;
+          case Domain::Group:
+          case Domain::Optimizer: target = reduction.name + "_"; break;
           case Domain::Row: target = "shaped_[" + std::to_string(r) + "][row_i_]"; break;
           case Domain::Column: target = "shaped_[" + std::to_string(r) + "][col_i_]"; break;
           case Domain::Matrix: target = "shaped_[" + std::to_string(r) + "][b_]"; break;
@@ -554,7 +559,7 @@ class ReferenceEmitter {
     w.line("inline constexpr VariantInfo kVariants[] = {");
     for (const auto& v : variants)
       w.line("    {\"" + v.variant + "\", " + std::to_string(v.values[Domain::Group].size()) +
-             ", &variants::" + v.variant + "::per_step_into},");
+             ", &variants::" + v.variant + "::per_step_into" + (reduces_over_optimizer(v) ? ", true" : "") + "},");
     w.line("};");
     w.line("inline constexpr int kNumVariants = " + std::to_string(variants.size()) + ";");
     w.line();
@@ -570,11 +575,11 @@ class ReferenceEmitter {
   void dispatch(CodeWriter& w, const std::vector<Program>& variants) {
     w.line();
     w.line("/// One step of one param group: picks the variant from the flags in `h`, then updates every tensor.");
+    w.line("/// `totals_`: null, or the totals of the reductions over every group (step_groups' two passes).");
     w.line("template <typename T_>");
     auto fn = w.block(
         "void step(const double* h_, double* scalar_state_, ::std::int64_t step, const Tensor<T_>* tensors_, "
-        "::std::size_t count_, "
-        "T_ grad_scale_)");
+        "::std::size_t count_, T_ grad_scale_, [[maybe_unused]] OptimizerTotals* totals_)");
     auto sw = w.block("switch (select_variant(h_))");
     for (size_t i = 0; i < variants.size(); ++i) {
       const auto& v = variants[i];
@@ -592,6 +597,15 @@ class ReferenceEmitter {
                    "k_, tensor_.data() + t_ * " +
                        stride + ", group_.data()" + matrix_argument + ");";
       const bool commits = !v.scalar_state_commits.empty();
+      const bool over_optimizer = reduces_over_optimizer(v);
+      if (over_optimizer) {
+        w.line("// Adding this group's parts to the totals changes nothing: per_step runs on a copy.");
+        w.line("::std::vector<double> copy_;");
+        w.line("if (totals_ && totals_->adding) {");
+        w.line("  copy_.assign(scalar_state_, scalar_state_ + kNumScalarStates);");
+        w.line("  scalar_state_ = copy_.data();");
+        w.line("}");
+      }
       if (commits) w.line("const ::std::vector<double> old_state_(scalar_state_, scalar_state_ + kNumScalarStates);");
       w.line("const auto k_ = " + ns + "per_step(h_, scalar_state_, step);");
       w.line("// The results of the reductions: [tensor * " + stride + " + r] and [r].");
@@ -633,17 +647,27 @@ class ReferenceEmitter {
         }
         for (size_t r = 0; r < v.reductions.size(); ++r) {
           const auto& reduction = v.reductions[r];
-          if (reduction.stage != stage || reduction.scope != Domain::Group) continue;
+          if (reduction.stage != stage || !has_group_results(reduction.scope)) continue;
           const std::string at = "group_[" + std::to_string(r) + "]";
           w.line(at + " = " + identity(reduction) + ";  // " + reduction.name + ", over the group's tensors in order");
           w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + at + " = " +
                  combine(reduction, at, "tensor_[t_ * " + stride + " + " + std::to_string(r) + "]") + ";");
+          if (reduction.scope == Domain::Optimizer)
+            w.line("if (totals_) " + at + " = totals_->take(" + std::to_string(i) + ", " + std::to_string(r) + ", " +
+                   (reduction.op == ReduceOp::Max ? "true" : "false") + ", " + at + ");  // over every group");
         }
       }
+      if (over_optimizer) w.line("if (totals_ && totals_->adding) return;");
       if (commits) w.line(ns + "advance(h_, old_state_.data(), step, group_.data(), scalar_state_);");
       w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "update" + arguments);
       w.line("return;");
     }
+  }
+
+  static bool reduces_over_optimizer(const Program& v) {
+    for (const auto& r : v.reductions)
+      if (r.scope == Domain::Optimizer) return true;
+    return false;
   }
 
   /// The spec's programs: `run` picks the variant, then runs program `program_` over every tensor.

@@ -36,7 +36,8 @@ std::string ExprPrinter::call(Builtin fn, const std::vector<std::string>& args) 
 }
 
 std::string reduction_name(const Node& reduce) {
-  return std::string(reduce.scope == Domain::Group ? "group_" : "") + to_string(reduce.reduce_op());
+  const char* prefix = reduce.scope == Domain::Group ? "group_" : reduce.scope == Domain::Optimizer ? "optimizer_" : "";
+  return prefix + std::string(to_string(reduce.reduce_op()));
 }
 
 std::string ExprPrinter::print(const Expr& e) const { return print(e, 0, false); }

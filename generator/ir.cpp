@@ -40,7 +40,8 @@ size_t DomainValues::index(Domain domain) {
 Domain result_level(Domain scope) {
   switch (scope) {
     case Domain::Tensor:
-    case Domain::Group: return Domain::Tensor;
+    case Domain::Group:
+    case Domain::Optimizer: return Domain::Tensor;
     case Domain::Row: return Domain::Row;
     case Domain::Column: return Domain::Column;
     case Domain::Matrix: return Domain::Matrix;

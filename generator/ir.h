@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -266,6 +267,9 @@ struct Program {
   /// the scalar state before `per_step`) and the results of reductions over the group (Reduced
   /// leaves once `assign_levels` has run), and committed with the step.
   std::vector<Output> scalar_state_commits;
+  /// The hyperparameters that values of one per optimizer read (a scalar state of `scope:
+  /// optimizer`, its `init`): every group must hold the same value of each (the runtime checks).
+  std::set<std::string> optimizer_hyperparameters;
   /// Filled by `assign_levels`: the values computed once per group, tensor, matrix, row or column,
   /// each read through Hoisted leaves by the code of finer domains.
   DomainValues values;

@@ -11,6 +11,7 @@ namespace {
 /// The sigil of a hoisted value of `level`.
 std::string sigil(Domain level) {
   switch (level) {
+    case Domain::Optimizer:
     case Domain::Group: return "$";
     case Domain::Tensor: return "@";
     case Domain::Matrix: return "@matrix.";

@@ -69,6 +69,7 @@ Guard guard_under(const Expr& condition, bool holds, Guard outer) {
 
 const char* per(Domain level) {
   switch (level) {
+    case Domain::Optimizer: return "one value per optimizer";
     case Domain::Group: return "one value per param group";
     case Domain::Tensor: return "one value per tensor";
     case Domain::Matrix: return "one value per matrix";
@@ -172,7 +173,11 @@ class Lowering {
     block(spec_.per_step);
     for (const auto& s : spec_.scalar_states) {
       const Binding& b = env_.at(s.name);
-      if (assigned_.count(s.name)) program.scalar_state_updates.push_back({s.name, b.value, b.loc});
+      if (s.per_optimizer && !s.init.hyperparameter.empty())
+        program.optimizer_hyperparameters.insert(s.init.hyperparameter);
+      if (!assigned_.count(s.name)) continue;
+      if (s.per_optimizer) check_optimizer_value(program, s.name, b);
+      program.scalar_state_updates.push_back({s.name, b.value, b.loc});
     }
   }
 
@@ -234,6 +239,7 @@ class Lowering {
         throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step' or 'update'");
       if (assigned_in_update_.count(s.name)) {
         check_commit(s.name, b);
+        if (s.per_optimizer) check_optimizer_value(program, s.name, b);
         program.scalar_state_commits.push_back({s.name, b.value, b.loc});
       }
     }
@@ -265,12 +271,13 @@ class Lowering {
     std::function<void(const Expr&)> visit = [&](const Expr& e) {
       if (!seen.insert(e.get()).second) return;
       if (e->kind == NodeKind::Reduce) {
-        if (e->scope != Domain::Group)
+        if (!has_group_results(e->scope))
           throw SpecError(b.loc,
                           "scalar state '" + name +
                               "' is one value per param group, but its new value reads a reduction over each " +
                               to_string(e->scope),
-                          "reduce over the whole group (group_sum, group_norm, group_max)");
+                          "reduce over the whole group (group_sum, group_norm, group_max) or the optimizer "
+                          "(optimizer_sum, ...)");
         return;  // its operand is element code, as any reduction's
       }
       if (e->kind == NodeKind::Var && e->level != Domain::Group)
@@ -278,6 +285,37 @@ class Lowering {
                         "scalar state '" + name + "' is one value per param group, but its new value reads '" +
                             e->name + "', " + per(e->level),
                         "reduce it over the group first (group_sum, group_norm, group_max)");
+      for (const auto& a : e->args) visit(a);
+    };
+    visit(b.value);
+  }
+
+  /// A scalar state of `scope: optimizer` is one value for the optimizer: every group computes its
+  /// copy alike, so its new value may read constants, reductions over the optimizer, such states
+  /// and hyperparameters (each then one value for the optimizer: Program::optimizer_hyperparameters),
+  /// not `step` (a group added later counts from 0), a group's reductions or a group's scalar state.
+  void check_optimizer_value(Program& program, const std::string& name, const Binding& b) {
+    const std::string what = "scalar state '" + name + "' is one value for the optimizer (scope: optimizer)";
+    std::set<const Node*> seen;
+    std::function<void(const Expr&)> visit = [&](const Expr& e) {
+      if (!seen.insert(e.get()).second) return;
+      if (e->kind == NodeKind::Reduce) {
+        if (e->scope != Domain::Optimizer)
+          throw SpecError(b.loc, what + ", but its new value reads a reduction over each " + to_string(e->scope),
+                          "reduce over every group of the optimizer (optimizer_sum, optimizer_norm, optimizer_max)");
+        return;  // its operand is element code, as any reduction's
+      }
+      if (e->kind == NodeKind::Var && e->var == VarKind::Hyperparameter)
+        program.optimizer_hyperparameters.insert(e->name);
+      if (e->kind == NodeKind::Var && e->var == VarKind::Step)
+        throw SpecError(b.loc, what + ", but its new value reads 'step', which each group counts from its first step",
+                        "a group added later would compute another value");
+      if (e->kind == NodeKind::Var && e->var == VarKind::ScalarState)
+        for (const auto& s : spec_.scalar_states)
+          if (s.name == e->name && !s.per_optimizer)
+            throw SpecError(b.loc,
+                            what + ", but its new value reads scalar state '" + s.name + "', one per param group",
+                            "declare '" + s.name + "' with 'scope: optimizer' too");
       for (const auto& a : e->args) visit(a);
     };
     visit(b.value);
@@ -546,9 +584,10 @@ class Lowering {
     const bool factored_scope = r.scope == Domain::Row || r.scope == Domain::Column;
     if (section_ != Section::Update)
       throw SpecError(s.loc, called + " reduces over the elements of " +
-                                 (r.scope == Domain::Tensor  ? "a tensor"
-                                  : r.scope == Domain::Group ? "a param group"
-                                                             : "a factored tensor's rows or columns") +
+                                 (r.scope == Domain::Tensor      ? "a tensor"
+                                  : r.scope == Domain::Group     ? "a param group"
+                                  : r.scope == Domain::Optimizer ? "every param group"
+                                                                 : "a factored tensor's rows or columns") +
                                  " and can be used only in 'update'");
     if (factored_scope && guard_ != Guard::Factored)
       throw SpecError(s.loc,
@@ -563,10 +602,11 @@ class Lowering {
     Domain scope = r.scope;
     const bool over_matrix = r.scope == Domain::Tensor && (x->level == Domain::Row || x->level == Domain::Column);
     if (over_matrix) scope = Domain::Matrix;
-    if (r.scope == Domain::Group && (x->level == Domain::Row || x->level == Domain::Column))
+    if (has_group_results(r.scope) && (x->level == Domain::Row || x->level == Domain::Column))
       throw SpecError(s.operands[0]->loc,
                       "the argument of " + called + " is " + per(x->level) +
-                          ", but it reduces the elements of every tensor of a param group",
+                          ", but it reduces the elements of every tensor of " +
+                          (r.scope == Domain::Group ? "a param group" : "every param group"),
                       "reduce the element values themselves; sum, mean, norm and max reduce a row or column value "
                       "over each matrix");
     if (x->level != Domain::Element && !over_matrix) {
@@ -588,6 +628,16 @@ class Lowering {
       throw SpecError(s.operands[0]->loc,
                       "the argument of " + called + " is the same for every element: it reads no param, grad or state",
                       "a reduction runs over the elements of a tensor; use the value itself");
+    }
+    if (r.scope == Domain::Optimizer) {
+      // Every group's part of it is summed before any group's step reads it: it cannot wait on the
+      // total of another (the CPU reference computes the parts in one pass).
+      for_each_node(x, [&](const Expr& e) {
+        if (e->kind == NodeKind::Reduce && e->scope == Domain::Optimizer)
+          throw SpecError(s.operands[0]->loc,
+                          "the argument of " + called + " reads another reduction over every param group",
+                          "reduce over the group (group_sum, ...) inside, or combine the two results");
+      });
     }
     using Form = ReductionInfo::Form;
     auto reduce = std::const_pointer_cast<Node>(
@@ -663,6 +713,7 @@ class Lowering {
       case Domain::Matrix: return level == Domain::Row ? rows() : cols();
       case Domain::Tensor:
       case Domain::Group:
+      case Domain::Optimizer:
       case Domain::Element: break;
     }
     return env_.at("numel").value;

@@ -32,12 +32,20 @@ std::vector<StateRow> state_rows(const Spec& spec, const States& states) {
 
 }  // namespace
 
-SpecTables spec_tables(const Spec& spec, const Program& variant) {
+SpecTables spec_tables(const Spec& spec, const std::vector<Program>& variants) {
+  if (variants.empty()) throw InternalError("optimizer tables: no variants");
+  const Program& variant = variants.front();
   SpecTables tables;
-  for (const auto& h : spec.hyperparameters)
-    tables.hyperparameters.push_back({h.name, h.type, h.default_value, h.specialize, h.derived != nullptr});
+  for (const auto& h : spec.hyperparameters) {
+    bool per_optimizer = false;
+    for (const Program& v : variants) per_optimizer = per_optimizer || v.optimizer_hyperparameters.count(h.name) > 0;
+    tables.hyperparameters.push_back(
+        {h.name, h.type, h.default_value, h.specialize, h.derived != nullptr, per_optimizer});
+  }
   tables.states = state_rows(spec, spec.states);
   tables.scalar_states = state_rows(spec, spec.scalar_states);
+  for (size_t i = 0; i < spec.scalar_states.size(); ++i)
+    tables.scalar_states[i].per_optimizer = spec.scalar_states[i].per_optimizer;
   for (const Hyperparameter* flag : spec.flags()) tables.flags.push_back(hyperparameter_index(spec, flag->name));
   for (const auto& h : spec.hyperparameters) {
     if (!h.derived) continue;

@@ -25,6 +25,7 @@ struct HyperparameterRow {
   double default_value;  ///< bools as 0/1; 0 for derived flags
   bool specialized;      ///< selects a variant
   bool derived;          ///< computed from other hyperparameters
+  bool per_optimizer;    ///< read by values of one per optimizer (Program::optimizer_hyperparameters)
 };
 
 /// How a state buffer or scalar state starts: the constant `value`, or the value of hyperparameter
@@ -39,6 +40,7 @@ struct StateRow {
   std::string name;
   InitRow init;
   StateShape shape = StateShape::Elements;  ///< scalar states: always elements (unused)
+  bool per_optimizer = false;               ///< a scalar state of `scope: optimizer`
 };
 
 /// A derived flag: hyperparameter number `hyperparameter` is `value`, a Bool expression over the
@@ -60,8 +62,8 @@ struct SpecTables {
   std::vector<std::string> programs;          ///< the names of `programs:`, in declaration order
 };
 
-/// `variant`: any compiled variant of the spec (each holds the derived flags' IR).
-SpecTables spec_tables(const Spec& spec, const Program& variant);
+/// `variants`: the spec's compiled variants (each holds the derived flags' IR).
+SpecTables spec_tables(const Spec& spec, const std::vector<Program>& variants);
 
 /// One reduction of a variant, at its index r of kernel_abi::ReductionTable.
 struct ReductionRow {

@@ -11,7 +11,8 @@ namespace optgen {
 kernel_abi::BlockKind block_kind(const ReductionValue& r) {
   switch (r.scope) {
     case Domain::Tensor:
-    case Domain::Group: return kernel_abi::kChunkRuns;
+    case Domain::Group:
+    case Domain::Optimizer: return kernel_abi::kChunkRuns;
     case Domain::Row: return kernel_abi::kRowLines;
     case Domain::Column: return kernel_abi::kColumnSegments;
     case Domain::Matrix:
@@ -123,7 +124,7 @@ unsigned stage_blocks(const Program& variant, const Stage& stage) {
 
 int scope_index(const Program& variant, size_t r) {
   const Domain scope = variant.reductions.at(r).scope;
-  if (scope == Domain::Tensor || scope == Domain::Group) return static_cast<int>(r);
+  if (scope == Domain::Tensor || has_group_results(scope)) return static_cast<int>(r);
   int index = 0;
   for (size_t i = 0; i < r; ++i) index += variant.reductions[i].scope == scope ? 1 : 0;
   return index;
@@ -193,7 +194,7 @@ bool reads_position(const Program& variant, const std::vector<Expr>& roots, int 
       if ((e->var == VarKind::Hoisted || e->var == VarKind::State) && shaped_level) reads = true;
       if (e->var == VarKind::Reduced)
         for (const auto& r : variant.reductions)
-          if (r.name == e->name && r.scope != Domain::Tensor && r.scope != Domain::Group) reads = true;
+          if (r.name == e->name && r.scope != Domain::Tensor && !has_group_results(r.scope)) reads = true;
     });
   return reads;
 }

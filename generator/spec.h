@@ -56,10 +56,14 @@ struct ElementState {
   std::string when_text;
 };
 
+/// One value per param group, or (`scope: optimizer`) one for the whole optimizer: every group then
+/// holds the same copy, computed from values that are the same for every group (lower.cpp's
+/// check_optimizer_value), as Prodigy and D-Adaptation share their D.
 struct ScalarState {
   std::string name;
   SourceLoc loc;
   Init init;
+  bool per_optimizer = false;  ///< `scope: optimizer`
 };
 
 struct Block;

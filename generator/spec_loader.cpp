@@ -604,13 +604,20 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
   return s;
 }
 
-/// One entry of `scalar_state:`, `key: {init}`.
+/// One entry of `scalar_state:`, `key: {init, scope}` (scope `group`, the default, or `optimizer`).
 ScalarState load_scalar_state(const Loader& loader, const YAML::Node& key, const YAML::Node& value, const Spec& spec) {
   ScalarState s;
   s.name = key.Scalar();
   s.loc = loader.loc(key);
-  loader.entries(value, "scalar state '" + s.name + "'", {"init"});
+  loader.entries(value, "scalar state '" + s.name + "'", {"init", "scope"});
   s.init = parse_init(loader, loader.field(value, key, "init", "scalar state '" + s.name + "'"), spec, s.name, false);
+  if (const YAML::Node scope = value["scope"]) {
+    const std::string text = loader.scalar(scope, "'scope'");
+    if (text != "group" && text != "optimizer")
+      loader.fail(scope, "bad scope '" + text + "' for scalar state '" + s.name + "': expected group or optimizer",
+                  "group: one value per param group; optimizer: one value shared by every group");
+    s.per_optimizer = text == "optimizer";
+  }
   return s;
 }
 

@@ -77,7 +77,8 @@ std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& ro
   for (const StateRow& s : rows)
     states.push_back({s.name.c_str(),
                       {s.init.value, s.init.hyperparameter, s.init.param},
-                      static_cast<reference::StateShape>(static_cast<int>(s.shape))});
+                      static_cast<reference::StateShape>(static_cast<int>(s.shape)),
+                      s.per_optimizer});
   return states;
 }
 
@@ -128,7 +129,7 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
     : generator(generator_banner()),
       optimizer(spec.optimizer),
       spec_name(spec.name),
-      spec_tables(optgen::spec_tables(spec, compiled.front())),
+      spec_tables(optgen::spec_tables(spec, compiled)),
       kernel_tables(optgen::kernel_tables(compiled, storage, KernelTuning{})),
       source_name(spec.name + "_kernels.cu"),
       source(emit_cuda(spec, compiled, storage, KernelTuning{})),
@@ -146,7 +147,8 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
 
 void RuntimeSpec::Impl::describe_spec() {
   for (const HyperparameterRow& h : spec_tables.hyperparameters)
-    hyperparameters.push_back({h.name.c_str(), runtime_type(h.type), h.default_value, h.specialized, h.derived});
+    hyperparameters.push_back(
+        {h.name.c_str(), runtime_type(h.type), h.default_value, h.specialized, h.derived, h.per_optimizer});
   states = runtime_states(spec_tables.states);
   scalar_states = runtime_states(spec_tables.scalar_states);
 }

@@ -159,7 +159,7 @@ TEST_CASE("the reference clips non-finite gradients as torch does: an inf norm z
   auto step = [&](std::vector<double> grad) {
     std::vector<double> param = {1.0, 2.0, 3.0};
     optgen::reference::Tensor<double> t{param.size(), param.data(), grad.data(), nullptr};
-    ref.step_double(h.data(), scalar_state, 1, &t, 1, 1.0);
+    ref.step_double(h.data(), scalar_state, 1, &t, 1, 1.0, nullptr);
     return param;
   };
   // torch: clip_coef = 1 / (inf + 1e-6) = 0; finite gradients become 0, an infinite one NaN.

@@ -27,7 +27,7 @@ TEST_CASE("a state with init: param reads the parameter at step 1, in the CPU re
     const double c = 1.0 / static_cast<double>(step);
     const double p_expected = (1 - c) * p + c * z_expected;
     optgen::reference::Tensor<double> t{1, &p, &g, states};
-    ref.step_double(h.data(), nullptr, step, &t, 1, 1.0);
+    ref.step_double(h.data(), nullptr, step, &t, 1, 1.0, nullptr);
     CHECK(z == z_expected);
     CHECK(p == p_expected);
   }

@@ -21,7 +21,7 @@ TEST_CASE("per-tensor values follow each tensor's numel in the CPU reference", "
     std::vector<double> param(n, 1.0), grad(n, 0.5), buf(n, 0.0);
     double* states[] = {buf.data()};
     optgen::reference::Tensor<double> t{n, param.data(), grad.data(), states};
-    ref.step_double(h.data(), scalar_state, 1, &t, 1, 1.0);
+    ref.step_double(h.data(), scalar_state, 1, &t, 1, 1.0, nullptr);
     const double warmup = 1.0 / 3.0;  // min(1, step / 3) at step 1
     const double scale = n > 1000 ? 0.1 * warmup / std::sqrt(static_cast<double>(n)) : 0.1 * warmup;
     INFO(n << " elements");

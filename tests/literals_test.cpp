@@ -42,7 +42,7 @@ TEST_CASE("infinite defaults and inits, and literals beyond float, in the CPU re
   float param = 1.0f, grad = 0.5f, m = std::numeric_limits<float>::infinity();
   float* states[] = {&m};
   optgen::reference::Tensor<float> t{1, &param, &grad, states};
-  ref.step_float(h.data(), scalar_state, 1, &t, 1, 1.0f);
+  ref.step_float(h.data(), scalar_state, 1, &t, 1, 1.0f, nullptr);
   // huge = min(1e39, 2) is 2 (1e39 is inf in float); g = 0.5; m = min(inf, min(inf, 1.5)) = 1.5
   CHECK(m == 1.5f);
   CHECK(param == Approx(1.0f - 0.01f * 2.0f * 0.5f / 1.5f).epsilon(1e-6));

@@ -135,7 +135,7 @@ TEST_CASE("names the generated code uses for itself are mangled there: the refer
   for (int step = 1; step <= 2; ++step) {
     const double grad = step == 1 ? 0.3 : -0.2;
     optgen::reference::Tensor<double> t{1, &param, &grad, states};
-    ref.step_double(h.data(), scalar_state.data(), step, &t, 1, 1.0);
+    ref.step_double(h.data(), scalar_state.data(), step, &t, 1, 1.0, nullptr);
     const double sqrtf_ = std::sqrt(static_cast<double>(step)), powf_ = 0.001 * std::pow(3.0, 2.0);
     count *= 0.9;
     tensors += 0.05;

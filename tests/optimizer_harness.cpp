@@ -317,7 +317,7 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
 /// worst relative error in `result`. Afterwards `g` holds the device's values.
 void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                  DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
-                 Comparison& result, float grad_scale, int program) {
+                 Comparison& result, float grad_scale, int program, optgen::reference::OptimizerTotals* totals) {
   const auto& info = opt.info();
   const std::vector<double> h = opt.hyperparameters(group);
   std::vector<std::vector<float*>> state_pointers(g.sizes.size(), std::vector<float*>(info.num_states, nullptr));
@@ -338,9 +338,10 @@ void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Opt
         {static_cast<size_t>(g.sizes[t]), param, g.grads[t].data(), state_pointers[t].data(), rows, cols});
   }
   if (program < 0)
-    ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale);
+    ref.step_float(h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size(), grad_scale, totals);
   else
     ref.run_float(program, h.data(), ref_scalar_state.data(), step, tensors.data(), tensors.size());
+  if (totals && totals->adding) return;
 
   const double limit = tolerance(g.dtype, dtypes);
   for (size_t t = 0; t < g.sizes.size(); ++t) {

@@ -122,10 +122,14 @@ StateSnapshot snapshot_states(const optgen::FusedOptimizer& opt, const optgen::r
 /// host copies and `states`) and compares the device's params and states with it, recording the
 /// worst relative error in `result`. Afterwards `g` holds the device's values. `grad_scale`: the
 /// factor the gradients carry (AMP). `program`: the spec's program (an index into ref.programs)
-/// the GPU ran, after `step` steps, instead of a step (-1).
+/// the GPU ran, after `step` steps, instead of a step (-1). `totals`: for a spec that reduces over
+/// every group (optimizer_sum, ...), the reference's totals (reference::step_groups): in their
+/// adding pass the group only adds its parts and nothing is compared; then every group is checked
+/// with them.
 void check_group(const optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, std::size_t group,
                  DeviceGroup& g, StateSnapshot& states, std::vector<double>& ref_scalar_state, std::int64_t step,
-                 Comparison& result, float grad_scale = 1.0f, int program = -1);
+                 Comparison& result, float grad_scale = 1.0f, int program = -1,
+                 optgen::reference::OptimizerTotals* totals = nullptr);
 
 void synchronize();
 

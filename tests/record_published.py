@@ -582,8 +582,9 @@ class Lars(Optimizer):
 # dadaptation/dadapt_adam.py: class DAdaptAdam (__init__, step), with fsdp_in_use False (one
 # process) and every group's layer_scale 1 (the defaults' value; no constructor argument sets it).
 # DAdaptAdam modifies p.grad in place (coupled weight decay), so its grad is a copy of the recorded
-# gradient. Its D and numerator_weighted are shared by every param group, where optgen keeps one per
-# group: only single-group cases are recorded. log_every only prints, and is left out.
+# gradient. Its D and numerator_weighted are shared by every param group, as optgen's (scope:
+# optimizer); the two-group case differs in per-group values only. log_every only prints, and is
+# left out.
 
 DADAPT_ADAM_SOURCE = ("dadaptation 3.2 (PyPI; facebookresearch/dadaptation) dadaptation/dadapt_adam.py "
                       "(class DAdaptAdam), transcribed with numpy")
@@ -734,8 +735,8 @@ class DAdaptAdam(Optimizer):
 # class Prodigy (__init__, step), with slice_p=1 (every element in the D estimate; larger values
 # approximate it) and fsdp_in_use False (one process). Prodigy modifies p.grad in place (coupled
 # weight decay), so its grad is a copy of the recorded gradient. Its D, d_max and d_numerator are
-# shared by every param group (and betas, beta3, decouple read from the first), where optgen keeps
-# one per group: only single-group cases are recorded.
+# shared by every param group (and betas, beta3, decouple read from the first), as optgen's
+# (scope: optimizer); the two-group case differs in per-group values only.
 
 PRODIGY_SOURCE = ("prodigyopt 1.1.2 (PyPI; konstmish/prodigy) prodigyopt/prodigy.py (class Prodigy, slice_p=1), "
                   "transcribed with numpy")
@@ -1238,8 +1239,7 @@ class Published(NamedTuple):
     bools: List[str]
     base: Dict[str, object]
     cases: List[Dict[str, object]]  # overrides of base, one group of every tensor
-    # overrides for tensors [0, 1] and [2]; None: no two-group case (the published class shares
-    # values between its groups that optgen keeps per group)
+    # overrides for tensors [0, 1] and [2]; None: no two-group case
     two_groups: Optional[Tuple[Dict[str, object], Dict[str, object]]]
     states: Callable[[Dict, Dict], List[str]]  # (hyperparameters, a param's state) -> names to record
     fixed: Dict[str, object] = {}  # keywords passed to the class besides the hyperparameters
@@ -1375,7 +1375,8 @@ PUBLISHED = {
             {"zero_grads": [[1, 0], [1, 1], [1, 2]], "weight_decay": 0.1},
             {"zero_params0": [1]},  # a zero tensor: p0 is a zero scalar in Prodigy
         ],
-        two_groups=None,
+        # One D for both groups, from sums over both; weight decay, eps and safeguard_warmup per group.
+        two_groups=({"weight_decay": 0.1}, {"eps": 1e-4, "safeguard_warmup": True}),
         states=lambda h, state: [n for n in ("exp_avg", "exp_avg_sq", "s") if n in state],
     ),
     "dadapt_adam": Published(
@@ -1400,7 +1401,8 @@ PUBLISHED = {
             {"zero_grads": [[1, 0], [1, 1], [1, 2]], "weight_decay": 0.1, "decouple": True},
             {"zero_params0": [1]},
         ],
-        two_groups=None,
+        # One D for both groups, from sums over both; weight decay and eps per group.
+        two_groups=({"weight_decay": 0.1}, {"eps": 1e-4, "weight_decay": 0.0}),
         states=lambda h, state: ["exp_avg", "exp_avg_sq", "s"],
     ),
     "adam_mini": Published(

@@ -124,7 +124,7 @@ TEST_CASE("the reference's reductions compute what the spec's statements say", "
       states[t] = {ms[t].data()};
       tensors.push_back({sizes[t], params[t].data(), grads[t].data(), states[t].data()});
     }
-    ref.step_double(h.data(), scalar_state, step, tensors.data(), tensors.size(), 1.0);
+    ref.step_double(h.data(), scalar_state, step, tensors.data(), tensors.size(), 1.0, nullptr);
     mix_by_hand(0.1, 0.5, expected_params, grads, expected_ms);
     for (size_t t = 0; t < sizes.size(); ++t)
       for (size_t i = 0; i < sizes[t]; ++i) {

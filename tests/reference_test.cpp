@@ -140,16 +140,16 @@ double run_case(const Optimizer& opt, const YAML::Node& c, int steps, std::strin
       Values g = to_values(c["grads"][step - 1][t]);
       grads[t].assign(g.begin(), g.end());
     }
-    for (auto& group : groups) {
-      std::vector<optgen::reference::Tensor<T>> tensors;
-      for (int t : group.tensors)
-        tensors.push_back(
+    std::vector<std::vector<optgen::reference::Tensor<T>>> tensors(groups.size());
+    std::vector<optgen::reference::GroupStep<T>> group_steps;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int t : groups[g].tensors)
+        tensors[g].push_back(
             {params[t].size(), params[t].data(), grads[t].data(), state_pointers[t].data(), rows[t], cols[t]});
-      if constexpr (std::is_same_v<T, float>)
-        opt.step_float(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size(), 1.0f);
-      else
-        opt.step_double(group.h.data(), group.scalar_state.data(), step, tensors.data(), tensors.size(), 1.0);
+      group_steps.push_back(
+          {groups[g].h.data(), groups[g].scalar_state.data(), step, tensors[g].data(), tensors[g].size()});
     }
+    optgen::reference::step_groups<T>(opt, group_steps.data(), group_steps.size(), T(1));
     run_programs(step);
     auto compare = [&](const std::vector<T>& ours, const Values& theirs, const std::string& what, double floor = 0) {
       double e = relative_error(Values(ours.begin(), ours.end()), theirs, floor);
@@ -366,7 +366,7 @@ TEST_CASE("CPU reference with rows and columns: one Adafactor step of a 2 x 3 ma
       {2, vector.data(), vector_grad.data(), vector_states},
   };
   double scalar_state[1] = {0};
-  opt.step_double(h.data(), scalar_state, 1, tensors, 2, 1.0);
+  opt.step_double(h.data(), scalar_state, 1, tensors, 2, 1.0, nullptr);
   const std::vector<double> want_matrix = {0.1152189527493363, -0.3990734033080916, 1.2365965279962225,
                                            0.811355383959894,  0.8247897253703667,  -1.2782523818560179},
                             want_vector = {0.15943058495790519, -2.690569415042095};

@@ -104,6 +104,7 @@ void check_same_tables(const optgen::OptimizerInfo& a, const optgen::OptimizerIn
     CHECK(x.default_value == y.default_value);
     CHECK(x.specialized == y.specialized);
     CHECK(x.derived == y.derived);
+    CHECK(x.per_optimizer == y.per_optimizer);
   }
   auto check_states = [](const optgen::reference::StateInfo* x, int nx, const optgen::reference::StateInfo* y, int ny) {
     REQUIRE(nx == ny);
@@ -114,6 +115,7 @@ void check_same_tables(const optgen::OptimizerInfo& a, const optgen::OptimizerIn
       CHECK(x[i].init.hyperparameter == y[i].init.hyperparameter);
       CHECK(x[i].init.param == y[i].init.param);
       CHECK(x[i].shape == y[i].shape);
+      CHECK(x[i].per_optimizer == y[i].per_optimizer);
     }
   };
   check_states(a.states, a.num_states, b.states, b.num_states);

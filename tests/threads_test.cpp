@@ -369,7 +369,7 @@ void check_trajectory(const Trajectory& run) {
                          state_pointers[t].data(), matrix ? static_cast<std::size_t>(shape[0]) : 0,
                          matrix ? static_cast<std::size_t>(shape[1]) : 0});
     }
-    ref.step_float(run.h[step - 1].data(), scalar_state.data(), step, tensors.data(), tensors.size(), 1.0f);
+    ref.step_float(run.h[step - 1].data(), scalar_state.data(), step, tensors.data(), tensors.size(), 1.0f, nullptr);
     for (std::size_t t = 0; t < run.sizes.size(); ++t) {
       const std::string of = " of tensor " + std::to_string(t) + " at step " + std::to_string(step);
       compare(run.params[step][t], params[t], "param" + of);

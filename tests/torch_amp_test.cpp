@@ -101,7 +101,7 @@ TEST_CASE("the CPU reference under AMP follows torch's fused Adam, AdamW and SGD
         std::vector<optgen::reference::Tensor<float>> tensors;
         for (size_t t = 0; t < params.size(); ++t)
           tensors.push_back({params[t].size(), params[t].data(), c.grads[k][t].data(), pointers[t].data()});
-        ref.step_float(h.data(), scalar_state.data(), ++step, tensors.data(), tensors.size(), c.grad_scale[k]);
+        ref.step_float(h.data(), scalar_state.data(), ++step, tensors.data(), tensors.size(), c.grad_scale[k], nullptr);
       }
       for (size_t t = 0; t < params.size(); ++t) {
         const double error = relative_error(params[t], c.params[k][t]);

@@ -333,7 +333,7 @@ int optgen_set_reduction_hook(optgen_optimizer* optimizer, optgen_reduction_hook
       std::vector<optgen_reduction> reductions;
       for (int i = 0; i < r.num_slots; ++i)
         reductions.push_back({r.slots[i].name, r.slots[i].is_max ? 1 : 0, r.slots[i].stage,
-                              r.slots[i].scope == optgen::Domain::Group ? 1 : 0});
+                              optgen::has_group_results(r.slots[i].scope) ? 1 : 0});
       static_assert(sizeof(optgen_result_run) == sizeof(optgen::ResultRun), "optgen_result_run is ResultRun");
       const optgen_reduction_results results{r.stage,
                                              r.num_slots,

@@ -67,7 +67,7 @@ std::function<void(const ReductionResults&)> all_reduce_hook(Comm comm) {
       double* tensors = r.tensor_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_tensors);
       check(nccl.AllReduce(tensors, tensors, static_cast<size_t>(r.num_tensors), kFloat64, op, comm, r.stream),
             "ncclAllReduce");
-      if (r.slots[i].scope != Domain::Group) continue;
+      if (!has_group_results(r.slots[i].scope)) continue;
       double* groups = r.group_results + static_cast<size_t>(i) * static_cast<size_t>(r.num_groups);
       check(nccl.AllReduce(groups, groups, static_cast<size_t>(r.num_groups), kFloat64, op, comm, r.stream),
             "ncclAllReduce");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -564,6 +565,10 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
   binder.check_tensors(tensors, g.variant);
   binder.bind_states(g, tensors);
   m.unprepare();
+  // A scalar state of `scope: optimizer` is one value for the optimizer: a new group takes its copy.
+  if (!m.groups.empty())
+    for (int s = 0; s < m.info->num_scalar_states; ++s)
+      if (m.info->scalar_states[s].per_optimizer) g.scalar_state[s] = m.groups[0].scalar_state[s];
   m.groups.push_back(std::move(g));
   return m.groups.size() - 1;
 }
@@ -919,6 +924,58 @@ std::vector<Plan> plans_by_kernel(const std::vector<Group>& groups) {
   return plans;
 }
 
+bool reduces_over_optimizer(const VariantInfo& variant) {
+  for (int r = 0; r < variant.num_reductions; ++r)
+    if (variant.reductions[r].scope == Domain::Optimizer) return true;
+  return false;
+}
+
+/// A reduction over every group (optimizer_sum, ...) adds up the group results of one plan's
+/// kernels: every group must step with one kernel set (one variant, one dtype).
+void check_one_plan_over_optimizer(const FusedOptimizer::Impl& m) {
+  if (m.plans.size() < 2) return;
+  for (const Plan& plan : m.plans) {
+    const KernelInfo& kernel = m.info->kernels[plan.kernel];
+    if (!reduces_over_optimizer(m.info->variants[kernel.variant])) continue;
+    const Plan& other = &plan == &m.plans[0] ? m.plans[1] : m.plans[0];
+    throw Error(m.call("prepare"),
+                "param groups " + std::to_string(plan.groups[0]) + " and " + std::to_string(other.groups[0]) +
+                    " step with different kernel sets (" + tuning_name(*m.info, kernel) + " and " +
+                    tuning_name(*m.info, m.info->kernels[other.kernel]) + "), but " + m.info->name +
+                    " reduces over every param group, which one kernel set must step",
+                "give every group the same dtype and the same values of the specialized flags");
+  }
+}
+
+/// A value of one per optimizer (a scalar state of `scope: optimizer`) is computed by every group
+/// alike from the hyperparameters it reads (HyperparameterInfo::per_optimizer): every group must
+/// hold the same value of each.
+void check_per_optimizer_hyperparameters(const FusedOptimizer::Impl& m, const char* method) {
+  const OptimizerInfo& info = *m.info;
+  auto format_double = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", x);
+    return std::string(text);
+  };
+  for (int i = 0; i < info.num_hyperparameters; ++i) {
+    if (!info.hyperparameters[i].per_optimizer) continue;
+    for (std::size_t g = 1; g < m.groups.size(); ++g) {
+      const double a = m.groups[0].h[i], b = m.groups[g].h[i];
+      if (a == b) continue;  // never NaN (check_hyperparameters)
+      std::string states;
+      for (int s = 0; s < info.num_scalar_states; ++s)
+        if (info.scalar_states[s].per_optimizer)
+          states += std::string(states.empty() ? "'" : ", '") + info.scalar_states[s].name + "'";
+      throw Error(m.call(method),
+                  std::string("hyperparameter '") + info.hyperparameters[i].name + "' is " + format_double(b) +
+                      " in param group " + std::to_string(g) + " and " + format_double(a) +
+                      " in group 0, but the scalar state " + states +
+                      ", one value for the optimizer, is computed from it",
+                  std::string("set '") + info.hyperparameters[i].name + "' alike for every group (set(name, value))");
+    }
+  }
+}
+
 /// Bytes per slot entry of the group table's values: the largest GroupValues of any variant,
 /// rounded up to 8 so that every entry is aligned for any field.
 int values_stride(const OptimizerInfo& info) {
@@ -1001,6 +1058,7 @@ void FusedOptimizer::prepare(CUstream stream) {
   }
   m.early_start = driver::early_start_supported(driver::current_device());
   m.plans = plans_by_kernel(m.groups);
+  check_one_plan_over_optimizer(m);
   m.grad_norm_memory = upload_grad_norms(m);
   std::vector<unsigned> blocks(m.groups.size(), 0);
   for (Plan& plan : m.plans) build_plan(m, plan, blocks);
@@ -1111,6 +1169,7 @@ void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const Var
 
 void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
   Impl& m = *impl_;
+  check_per_optimizer_hyperparameters(m, "step");
   if (!m.prepared) prepare(stream);
   m.begin_launches(stream);
   m.inputs = {amp.grad_scale, amp.found_inf};
@@ -1317,10 +1376,13 @@ void FusedOptimizer::set_scalar_state(const std::string& name, double value, std
   const int s = m.scalar_state_index(name, "set_scalar_state");
   m.group_at(group, "set_scalar_state");
   if (std::isnan(value)) throw Error(m.call("set_scalar_state"), name + " cannot be NaN");
+  // One value for the optimizer (`scope: optimizer`): every group's copy.
+  const bool every_group = m.info->scalar_states[s].per_optimizer;
+  const std::size_t first = every_group ? 0 : group, count = every_group ? m.groups.size() : 1;
   if (m.prepared)
-    m.write_groups(group, 1, kernel_abi::kScalarState, s, value);
+    m.write_groups(first, count, kernel_abi::kScalarState, s, value);
   else
-    m.groups[group].scalar_state[s] = value;
+    for (std::size_t g = first; g < first + count; ++g) m.groups[g].scalar_state[s] = value;
 }
 
 StateBuffer FusedOptimizer::state(const std::string& name, std::size_t group, std::size_t tensor) const {
@@ -1400,7 +1462,7 @@ bool FusedOptimizer::reduces_over_group(std::vector<double> hyperparameters) con
   const Impl& m = *impl_;
   const VariantInfo& variant = m.info->variants[m.variant_of(hyperparameters, "reduces_over_group")];
   for (int r = 0; r < variant.num_reductions; ++r)
-    if (variant.reductions[r].scope == Domain::Group) return true;
+    if (has_group_results(variant.reductions[r].scope)) return true;
   return false;
 }
 

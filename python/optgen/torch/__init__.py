@@ -441,11 +441,12 @@ class DAdaptAdam(Optimizer):
     """D-Adaptation Adam (Defazio and Mishchenko, 2023) as its authors' dadaptation computes it
     (facebookresearch/dadaptation dadaptation/dadapt_adam.py, release 3.2; specs/dadapt_adam.yaml):
     its arguments and defaults, Adam whose step size D is estimated as it trains (leave lr at 1).
-    D and numerator_weighted are scalar state, kept on the device and updated there each step from
-    two sums over the param group (state[p]["d"] after state_dict(), and each group's "d" in
-    state_dict()'s param_groups, not in self.param_groups):
-    DAdaptAdam shares one D among all groups, optgen keeps one per group (the same with one group).
-    A group's layer_scale is 1; log_every is accepted and prints nothing. With DTensor params (FSDP2)
+    D and numerator_weighted are scalar state of the optimizer, one value every group shares as
+    DAdaptAdam's, kept on the device and updated there each step from two sums over every param
+    group (state[p]["d"] after state_dict(), and each group's "d" in state_dict()'s param_groups,
+    not in self.param_groups). Every group must hold the same betas[1], growth_rate and d0 (step()
+    raises otherwise; DAdaptAdam reads the first group's), and one dtype; a group of lr 0 counts in
+    D's sums (DAdaptAdam leaves it out). A group's layer_scale is 1; log_every is accepted and prints nothing. With DTensor params (FSDP2)
     D's sums cover every rank's shards whatever fsdp_in_use says (Optimizer: DTensor params);
     fsdp_in_use is kept for state_dict()."""
 
@@ -769,10 +770,12 @@ class Prodigy(Optimizer):
     """Prodigy (Mishchenko and Defazio, 2024) as its authors' prodigyopt computes it
     (konstmish/prodigy prodigyopt/prodigy.py; specs/prodigy.yaml): its arguments and defaults, Adam
     whose step size D is estimated as it trains (leave lr at 1). D, d_max and d_numerator are
-    scalar state, kept on the device and updated there each step from two sums over the param
-    group (state[p]["d"] after state_dict(), and each group's "d" in state_dict()'s param_groups, not
-    in self.param_groups): Prodigy shares one D among all groups, optgen keeps one per group (the
-    same with one group). slice_p must be 1 (the exact estimate). With DTensor params (FSDP2) D's
+    scalar state of the optimizer, one value every group shares as Prodigy's, kept on the device
+    and updated there each step from two sums over every param group (state[p]["d"] after
+    state_dict(), and each group's "d" in state_dict()'s param_groups, not in self.param_groups).
+    Every group must hold the same betas[1], beta3, d0, d_coef and growth_rate (step() raises
+    otherwise; Prodigy reads the first group's) and one dtype; a group of lr 0 counts in D's sums
+    (Prodigy leaves it out). slice_p must be 1 (the exact estimate). With DTensor params (FSDP2) D's
     sums cover every rank's shards whatever fsdp_in_use says (Optimizer: DTensor params);
     fsdp_in_use is kept for state_dict(). A step whose gradients are all zero before any was not
     (Prodigy returns early there) still counts in the step count that use_bias_correction reads."""

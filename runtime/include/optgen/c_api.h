@@ -165,10 +165,12 @@ int optgen_launch_shape(const optgen_optimizer* optimizer, size_t group, int* bl
 /* ---- Sharded tensors: reductions across ranks (ABI 8) ----
  * A reduction of the optimizer's variant (optgen::ReductionSlot), as a reduction hook sees it. */
 typedef struct {
-  const char* name;   /* the generator's name for it, e.g. sum_param_times_param */
-  int32_t is_max;     /* 1: a maximum, 0: a sum */
-  int32_t stage;      /* the Reduce stage that computes it, from 1 */
-  int32_t over_group; /* 1: over all tensors of a group (results in group_results), 0: per tensor */
+  const char* name; /* the generator's name for it, e.g. sum_param_times_param */
+  int32_t is_max;   /* 1: a maximum, 0: a sum */
+  int32_t stage;    /* the Reduce stage that computes it, from 1 */
+  /* 1: over all tensors of a group, or of every group (results in group_results, one per group:
+   * the kernels add an optimizer-wide one's up), 0: per tensor */
+  int32_t over_group;
 } optgen_reduction;
 
 /* A run of `count` floats from float `first` of a buffer (optgen::ResultRun). (ABI 11) */

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "optgen/matrix_program.h"
@@ -133,6 +136,9 @@ struct HyperparameterInfo {
   double default_value;  ///< bools as 0/1; unused for derived flags
   bool specialized;      ///< selects a variant
   bool derived;          ///< computed from other hyperparameters by `derive_flags`
+  /// Read by a value of one per optimizer (a scalar state of `scope: optimizer`): every param group
+  /// must hold the same value (FusedOptimizer checks before it steps).
+  bool per_optimizer = false;
 };
 
 /// How a state buffer or scalar state starts: a constant, or a hyperparameter's value.
@@ -152,6 +158,8 @@ struct StateInfo {
   const char* name;
   InitInfo init;
   StateShape shape = StateShape::Elements;
+  /// A scalar state of `scope: optimizer`: one value for the optimizer, each group holding a copy.
+  bool per_optimizer = false;
 };
 
 /// One tensor of a param group: `states` has one pointer per declared state, in declaration
@@ -176,6 +184,34 @@ struct VariantInfo {
   /// The group code of step `step` (from 1): advances `scalar_state` and writes the group values,
   /// in the order the variant hoisted them.
   void (*per_step)(const double* h, double* scalar_state, std::int64_t step, double* group_values);
+  /// Reduces over every group of the optimizer (optimizer_sum, ...): step_groups takes two passes.
+  bool reduces_over_optimizer = false;
+};
+
+/// The reductions over every group of the optimizer (optimizer_sum, optimizer_norm, optimizer_max)
+/// between the two passes of step_groups: the first adds each group's part of each (its group
+/// changes nothing), the second steps every group with the totals. Every group must take the same
+/// variant, whose reduction indices they share (so must a FusedOptimizer's: one kernel).
+struct OptimizerTotals {
+  bool adding = true;
+  int variant = -1;
+  std::vector<double> values;  ///< [r], the variant's reduction index
+  std::vector<bool> seen;
+
+  /// In the first pass, adds `part`, a group's result of reduction r of `variant`, to its total
+  /// and returns it unchanged; in the second, returns the total.
+  double take(int of_variant, int r, bool is_max, double part) {
+    if (variant >= 0 && of_variant != variant)
+      throw std::invalid_argument("reductions over every param group need every group to take one variant (" +
+                                  std::to_string(variant) + " and " + std::to_string(of_variant) + " here)");
+    variant = of_variant;
+    const std::size_t i = static_cast<std::size_t>(r);
+    if (i >= values.size()) values.resize(i + 1), seen.resize(i + 1);
+    if (!adding) return values[i];
+    values[i] = !seen[i] ? part : is_max ? max<double>(values[i], part) : values[i] + part;
+    seen[i] = true;
+    return part;
+  }
 };
 
 /// What a generated reference exports. Hyperparameters travel as doubles in declaration order
@@ -197,11 +233,12 @@ struct Optimizer {
   const VariantInfo* variants;
   int num_variants;
   /// One step of one param group: advances `scalar_state`, updates every tensor in place. The
-  /// gradients are divided by `grad_scale` first (AMP; 1 leaves them as they are).
+  /// gradients are divided by `grad_scale` first (AMP; 1 leaves them as they are). `totals`: null
+  /// (a reduction over every group is over this one), or step_groups' (the optimizer's groups).
   void (*step_float)(const double* h, double* scalar_state, std::int64_t step, const Tensor<float>* tensors,
-                     std::size_t count, float grad_scale);
+                     std::size_t count, float grad_scale, OptimizerTotals* totals);
   void (*step_double)(const double* h, double* scalar_state, std::int64_t step, const Tensor<double>* tensors,
-                      std::size_t count, double grad_scale);
+                      std::size_t count, double grad_scale, OptimizerTotals* totals);
   /// For a spec whose states exist for some tensors only (a `when` that reads `factored`): whether
   /// state `index` exists for a tensor that is factored, or not. Null: state_present says it.
   bool (*state_present_in)(const double* h, int index, bool factored) = nullptr;
@@ -215,5 +252,45 @@ struct Optimizer {
   void (*run_double)(int program, const double* h, const double* scalar_state, std::int64_t steps,
                      const Tensor<double>* tensors, std::size_t count) = nullptr;
 };
+
+/// One param group of a step of step_groups: as Optimizer::step_float's arguments.
+template <typename T>
+struct GroupStep {
+  const double* h;  ///< derived flags filled in
+  double* scalar_state;
+  std::int64_t step;
+  const Tensor<T>* tensors;
+  std::size_t count;
+};
+
+/// One step of every param group of an optimizer, in order. Where a group's variant reduces over
+/// every group (optimizer_sum, ...), two passes: every group adds its part of each such reduction to
+/// the totals, then every group steps with them.
+template <typename T>
+void step_groups(const Optimizer& opt, const GroupStep<T>* groups, std::size_t count, T grad_scale) {
+  auto step = [&](const GroupStep<T>& g, OptimizerTotals* totals) {
+    if constexpr (std::is_same_v<T, float>)
+      opt.step_float(g.h, g.scalar_state, g.step, g.tensors, g.count, grad_scale, totals);
+    else
+      opt.step_double(g.h, g.scalar_state, g.step, g.tensors, g.count, grad_scale, totals);
+  };
+  bool over_optimizer = false;
+  for (std::size_t i = 0; i < count; ++i)
+    over_optimizer = over_optimizer || opt.variants[opt.select_variant(groups[i].h)].reduces_over_optimizer;
+  if (!over_optimizer) {
+    for (std::size_t i = 0; i < count; ++i) step(groups[i], nullptr);
+    return;
+  }
+  for (std::size_t i = 1; i < count; ++i)
+    if (opt.select_variant(groups[i].h) != opt.select_variant(groups[0].h))
+      throw std::invalid_argument(std::string(opt.name) +
+                                  " reduces over every param group, so every group must take "
+                                  "one variant: groups 0 and " +
+                                  std::to_string(i) + " differ in a specialized flag");
+  OptimizerTotals totals;
+  for (std::size_t i = 0; i < count; ++i) step(groups[i], &totals);
+  totals.adding = false;
+  for (std::size_t i = 0; i < count; ++i) step(groups[i], &totals);
+}
 
 }  // namespace optgen::reference

@@ -34,17 +34,30 @@ __device__ void write_values(const GroupTable& groups, int slot, int group) {
 }
 
 /// The finished results of a plan's reductions that a block of tensor `t` in group `g` reads:
-/// of_tensor(r) and of_group(r) for reduction r (kernel_abi::ReductionTable).
+/// of_tensor(r), of_group(r) and of_optimizer(r) for reduction r (kernel_abi::ReductionTable).
 struct Results {
   const double* tensor;
   const double* group;
   long long num_tensors;
   long long num_groups;
+  const double* groups;  ///< every group's results: group - g
   __device__ __forceinline__ double of_tensor(int r) const { return __ldcg(tensor + r * num_tensors); }
   __device__ __forceinline__ double of_group(int r) const { return __ldcg(group + r * num_groups); }
+  /// Over every group of the optimizer: the groups' results combined in group order, the same bits
+  /// in every block that asks. Every group is in this plan (FusedOptimizer checks) and has a result
+  /// (a group of no tensors steps a placeholder: optimizer.cpp's plan_tensors).
+  __device__ __forceinline__ double of_optimizer(int r, bool is_max) const {
+    const double* at = groups + r * num_groups;
+    double x = __ldcg(at);
+    for (long long g = 1; g < num_groups; ++g) {
+      const double y = __ldcg(at + g);
+      x = is_max ? max(x, y) : x + y;
+    }
+    return x;
+  }
 };
 __device__ __forceinline__ Results results(const ReductionTable& red, int t, int g) {
-  return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups};
+  return Results{red.tensor_results + t, red.group_results + g, red.num_tensors, red.num_groups, red.group_results};
 }
 
 /// A step's results, written by the block with its first ticket into the slot the step does not
