@@ -368,3 +368,28 @@ stored: column col_var_next by stage 1
 stored: column col_var (new state) by stage 1
 )ir");
 }
+
+TEST_CASE("plan_stages: a variant that reduces over every group stores no state in a Reduce stage", "[passes]") {
+  // The momentum feeds a matrix function, so its Reduce stage stores it for the update (Muon's
+  // rule); a reduction over every group stops that: the CPU reference's first pass over the groups
+  // runs the Reduce stages and must change nothing (reference::step_groups).
+  const std::string body = R"ir(
+hyperparameters:
+  lr: {type: float, default: 0.1}
+state:
+  m: {init: zeros}
+update:
+  - m = 0.9 * m + grad
+  - o = newton_schulz(m, 5, 3.4445, -4.7750, 2.0315, 1e-7)
+  - param = param - lr * o%s
+)ir";
+  auto with = [&](const std::string& tail) {
+    std::string text = body;
+    text.replace(text.find("%s"), 2, tail);
+    return optgen::test::ir_after("plan_stages", text);
+  };
+  CHECK_THAT(with(""), Catch::Contains("m <- (by stage 1)"));
+  const std::string over_groups = with(" / optimizer_norm(grad)");
+  INFO(over_groups);
+  CHECK_THAT(over_groups, !Catch::Contains("(by stage"));
+}

@@ -34,8 +34,12 @@ bool reads_state_outside(const Expr& e, const std::string& name, const Node* ins
 /// state whose new value it computes for that operand (Muon's momentum, for its Nesterov update) it
 /// stores too, where the stages after it read the state only through that new value; they then
 /// load the stored value instead of computing it again from the gradient and the old state
-/// (Muon's Update stage reads 10 bytes a parameter instead of 22).
+/// (Muon's Update stage reads 10 bytes a parameter instead of 22). Not in a variant that reduces
+/// over every group: the CPU reference's first pass over the groups runs its Reduce stages to
+/// change nothing (reference::step_groups).
 void store_states_early(Program& p) {
+  for (const ReductionValue& r : p.reductions)
+    if (r.scope == Domain::Optimizer) return;
   for (const MatrixValue& m : p.matrix_values) {
     const int k = m.stage;
     std::set<const Node*> computed;

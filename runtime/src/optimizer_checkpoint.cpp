@@ -290,6 +290,14 @@ void FusedOptimizer::restore(const Checkpoint& c) {
       }
       if (tensor.master) read.tensor(master_name(g, t), safetensors_dtype(DType::F32), {tensor.numel});
     }
+    // A scalar state of `scope: optimizer` is one value: every group's copy the same (one saved
+    // when the spec kept one per group would step on apart).
+    if (g > 0)
+      for (int s = 0; s < info.num_scalar_states; ++s)
+        if (info.scalar_states[s].per_optimizer && l.progress.scalar_state[s] != loaded[0].progress.scalar_state[s])
+          read.fail("param group " + std::to_string(g) + "'s scalar state " + info.scalar_states[s].name +
+                    " differs from group 0's, but it is one value for the optimizer (scope: optimizer); was it "
+                    "saved by an optgen that kept one per group?");
     loaded.push_back(std::move(l));
   }
   read.check_all_used();

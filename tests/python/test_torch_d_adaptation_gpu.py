@@ -109,6 +109,24 @@ def test_param_groups_share_one_d_as_the_published_class(name):
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_group_whose_gradients_start_later_keeps_the_shared_d(name):
+    """Group 1 has no gradients for two steps (frozen), then joins: D goes on from where the first
+    group took it, as the published class's, rather than starting again from d0."""
+    theirs_cls = published(name)
+    ours_p, theirs_p = make_params(5), make_params(5)
+    ours = getattr(ot, name)([dict(params=ours_p[:2]), dict(params=ours_p[2:])])
+    theirs = theirs_cls([dict(params=theirs_p[:2]), dict(params=theirs_p[2:])])
+    for step in range(6):
+        for i, (p, q, g) in enumerate(zip(ours_p, theirs_p, gradients(step))):
+            p.grad, q.grad = (g.clone(), g.clone()) if i < 2 or step >= 2 else (None, None)
+        ours.step()
+        theirs.step()
+        for i, (p, q) in enumerate(zip(ours_p, theirs_p)):
+            close(p, q, f"step {step + 1}, param {i}")
+        assert d_of(ours, ours_p[0]) == pytest.approx(theirs.param_groups[0]["d"], rel=RTOL), f"D after step {step + 1}"
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_groups_must_agree_on_what_d_reads(name):
     params = make_params(4)
     opt = getattr(ot, name)([dict(params=params[:2]), dict(params=params[2:], d0=1e-4)])

@@ -545,8 +545,12 @@ class Optimizer(torch.optim.Optimizer):
                 tensors = [self._tensor_binding(binding.params[i], presence) for i in indices]
                 g = engine.add_param_group(tensors, values)
                 engine.set_step_count(g, step)
-                for s, value in zip(engine.scalar_states, scalars):
-                    engine.set_scalar_state(s.name, g, value)
+                # Parameters that never stepped hold the scalar state's initial values, which the
+                # new group has already: setting them would reset a state of the optimizer (Prodigy's
+                # D, one value every group shares) to its start.
+                if step > 0:
+                    for s, value in zip(engine.scalar_states, scalars):
+                        engine.set_scalar_state(s.name, g, value)
                 binding.engine_groups.append(g)
                 binding.where.update({i: (g, t) for t, i in enumerate(indices)})
                 if self._master:
