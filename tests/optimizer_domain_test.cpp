@@ -238,3 +238,17 @@ TEST_CASE("an optimizer that reduces over every group keeps its groups' shared v
                                           Catch::Contains("reduces over every param group"));
   }
 }
+
+TEST_CASE("a group of no tensors steps with the kernel set of its variant's groups, bf16 ones too", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(4);
+  Run run;
+  const std::vector<double> h = optgen::default_hyperparameters(run.opt.info());
+  run.add(DType::BF16, {300, 7}, h, rng);
+  run.add(DType::BF16, {}, h, rng);  // no dtype of its own: bf16's plan, not an f32 one
+  for (std::int64_t step = 1; step <= 2; ++step) run.step(step, rng);
+  CHECK(run.opt.launches_last_step() == 2);  // one plan: its Reduce stage and its Update stage
+  INFO("worst relative error " << run.result.worst << " in " << run.result.where);
+  CHECK(run.result.worst <= 1e-2);
+  CHECK(run.opt.scalar_state("avg", 1) == run.opt.scalar_state("avg", 0));
+}

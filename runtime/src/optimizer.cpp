@@ -152,11 +152,15 @@ struct Binder {
 
   /// A group of these hyperparameters (checked, derived flags filled in) for tensors of `dtype`:
   /// its variant, its kernel and its initial scalar state; no tensors yet.
-  Group new_group(std::vector<double> h, DType dtype) const {
+  /// `dtype`: the group's tensors'; none (a group of no tensors) takes that of the last group of
+  /// its variant, so that it steps in that group's plan rather than in one of its own.
+  Group new_group(std::vector<double> h, std::optional<DType> dtype) const {
     const OptimizerInfo& info = *m.info;
     Group g;
     g.variant = m.variant_of(h, "add_param_group");
-    g.kernel = find_kernel(g.variant, dtype);
+    for (auto it = m.groups.rbegin(); !dtype && it != m.groups.rend(); ++it)
+      if (it->variant == g.variant) dtype = info.kernels[it->kernel].param;
+    g.kernel = find_kernel(g.variant, dtype.value_or(DType::F32));
     for (int s = 0; s < info.num_scalar_states; ++s)
       g.scalar_state.push_back(initial_value(info.scalar_states[s].init, h));
     g.h = std::move(h);
@@ -561,7 +565,7 @@ std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, 
 std::size_t FusedOptimizer::add_param_group(const std::vector<Tensor>& tensors, std::vector<double> h) {
   Impl& m = *impl_;
   const Binder binder{m};
-  Group g = binder.new_group(std::move(h), group_dtype(tensors));
+  Group g = binder.new_group(std::move(h), tensors.empty() ? std::nullopt : std::optional<DType>(tensors[0].dtype));
   binder.check_tensors(tensors, g.variant);
   binder.bind_states(g, tensors);
   m.unprepare();
