@@ -49,7 +49,7 @@ class CppPrinter : public ExprPrinter {
         if (program_->reductions[r].name == var.name) {
           const std::string index = std::to_string(r);
           switch (program_->reductions[r].scope) {
-            case Domain::Optimizer:  // the group's slot holds the total over every group (step_group)
+            case Domain::Optimizer:  // the group's slot holds the total over every group (step_groups)
             case Domain::Group: return "group_[" + index + "]";
             case Domain::Tensor: return "tensor_[" + index + "]";
             case Domain::Row: return "shaped_[" + index + "][row_i_]";
@@ -662,12 +662,6 @@ class ReferenceEmitter {
       w.line("for (::std::size_t t_ = 0; t_ < count_; ++t_) " + ns + "update" + arguments);
       w.line("return;");
     }
-  }
-
-  static bool reduces_over_optimizer(const Program& v) {
-    for (const auto& r : v.reductions)
-      if (r.scope == Domain::Optimizer) return true;
-    return false;
   }
 
   /// The spec's programs: `run` picks the variant, then runs program `program_` over every tensor.

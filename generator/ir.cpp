@@ -315,6 +315,12 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
   return result;
 }
 
+bool reduces_over_optimizer(const Program& program) {
+  for (const auto& r : program.reductions)
+    if (r.scope == Domain::Optimizer) return true;
+  return false;
+}
+
 bool uses_shapes(const Program& program) {
   bool uses = false;
   for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column}) uses = uses || !program.values[d].empty();

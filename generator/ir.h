@@ -290,6 +290,10 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
 /// stages then work per matrix, row and column of each tensor, which needs the tensors' shapes.
 bool uses_shapes(const Program& program);
 
+/// Whether the program reduces over every group (optimizer_sum, ...): the CPU reference then steps
+/// its groups in two passes (reference::step_groups).
+bool reduces_over_optimizer(const Program& program);
+
 /// Applies `f` to every node reachable from the program's roots, operands before users, each once.
 void for_each_node(const Program& program, const std::function<void(const Expr&)>& f);
 void for_each_node(const Expr& root, const std::function<void(const Expr&)>& f);

@@ -38,8 +38,7 @@ bool reads_state_outside(const Expr& e, const std::string& name, const Node* ins
 /// over every group: the CPU reference's first pass over the groups runs its Reduce stages to
 /// change nothing (reference::step_groups).
 void store_states_early(Program& p) {
-  for (const ReductionValue& r : p.reductions)
-    if (r.scope == Domain::Optimizer) return;
+  if (reduces_over_optimizer(p)) return;
   for (const MatrixValue& m : p.matrix_values) {
     const int k = m.stage;
     std::set<const Node*> computed;
