@@ -124,7 +124,8 @@ namespace variants::adafactor {
       float cols;
       float rows;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       tv_.factored = factored_;
       tv_.cols = static_cast<float>(static_cast<double>(cols_));
@@ -250,7 +251,8 @@ namespace variants::adafactor {
       float cols;
       float rows;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       tv_.cols = static_cast<float>(static_cast<double>(cols_));
       tv_.rows = static_cast<float>(static_cast<double>(rows_));
@@ -302,7 +304,8 @@ namespace variants::adafactor {
       bool not_factored;
       bool factored;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       tv_.not_factored = !factored_;
       tv_.factored = factored_;
@@ -378,7 +381,8 @@ namespace variants::adafactor {
       bool factored;
       float alpha_over_denom;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double eps2 = k_.eps2;
       const double rho_t = k_.rho_t;
       const double d = k_.d;
@@ -393,6 +397,8 @@ namespace variants::adafactor {
       tv_.alpha_over_denom = static_cast<float>(alpha / denom);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -491,7 +497,8 @@ namespace variants::adafactor {
       struct TensorValues {
         // (this stage reads nothing computed per tensor)
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         return tv_;
       }
@@ -589,7 +596,8 @@ namespace variants::adafactor {
       struct TensorValues {
         float cols;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         tv_.cols = static_cast<float>(static_cast<double>(cols_));
         return tv_;
@@ -634,7 +642,8 @@ namespace variants::adafactor {
         float cols;
         float rows;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         tv_.not_factored = !factored_;
         tv_.factored = factored_;
@@ -724,7 +733,8 @@ namespace variants::adafactor {
         float rows;
         float alpha_over_denom;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         const double eps2 = k_.eps2;
         const double rho_t = k_.rho_t;
         const double d = k_.d;
@@ -741,6 +751,8 @@ namespace variants::adafactor {
         tv_.alpha_over_denom = static_cast<float>(alpha / denom);
         return tv_;
       }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
       /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
       /// caller computes the elements again with IeeeMath where it was not exact).
@@ -874,7 +886,8 @@ namespace variants::adafactor_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -926,7 +939,8 @@ namespace variants::adafactor_clip_grad_norm {
       float cols;
       float rows;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -1033,7 +1047,8 @@ namespace variants::adafactor_clip_grad_norm {
       float cols;
       float rows;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       tv_.cols = static_cast<float>(static_cast<double>(cols_));
       tv_.rows = static_cast<float>(static_cast<double>(rows_));
@@ -1086,7 +1101,8 @@ namespace variants::adafactor_clip_grad_norm {
       float clip_coef;
       bool factored;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -1169,7 +1185,8 @@ namespace variants::adafactor_clip_grad_norm {
       bool factored;
       float alpha_over_denom;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double eps2 = k_.eps2;
       const double rho_t = k_.rho_t;
       const double max_grad_norm = k_.max_grad_norm;
@@ -1188,6 +1205,8 @@ namespace variants::adafactor_clip_grad_norm {
       tv_.alpha_over_denom = static_cast<float>(alpha / denom);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -1288,7 +1307,8 @@ namespace variants::adafactor_clip_grad_norm {
       struct TensorValues {
         // (this stage reads nothing computed per tensor)
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         return tv_;
       }
@@ -1345,7 +1365,8 @@ namespace variants::adafactor_clip_grad_norm {
       struct TensorValues {
         float clip_coef;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         const double max_grad_norm = k_.max_grad_norm;
         const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
         const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -1416,7 +1437,8 @@ namespace variants::adafactor_clip_grad_norm {
       struct TensorValues {
         float cols;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         tv_.cols = static_cast<float>(static_cast<double>(cols_));
         return tv_;
@@ -1462,7 +1484,8 @@ namespace variants::adafactor_clip_grad_norm {
         float cols;
         float rows;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         const double max_grad_norm = k_.max_grad_norm;
         const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
         const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -1559,7 +1582,8 @@ namespace variants::adafactor_clip_grad_norm {
         float rows;
         float alpha_over_denom;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         const double eps2 = k_.eps2;
         const double rho_t = k_.rho_t;
         const double max_grad_norm = k_.max_grad_norm;
@@ -1580,6 +1604,8 @@ namespace variants::adafactor_clip_grad_norm {
         tv_.alpha_over_denom = static_cast<float>(alpha / denom);
         return tv_;
       }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
       /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
       /// caller computes the elements again with IeeeMath where it was not exact).

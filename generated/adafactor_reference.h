@@ -144,9 +144,9 @@ namespace variants::adafactor {
     const ::std::size_t R_ = factored_ ? rows_ : 1, C_ = factored_ ? cols_ : numel_;
     const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);
     const T_ one_minus_beta2_t = T_(k_[4]);
+    T_* const row_var_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const T_ cols = T_(static_cast<double>(C_));
-    T_* const row_var_data_ = state_data_[0];
     shaped_[3].assign(B_, 0.0);
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
@@ -170,14 +170,14 @@ namespace variants::adafactor {
     const T_ one_minus_beta2_t = T_(k_[4]);
     const T_ eps1 = T_(k_[5]);
     const T_ eps1_times_eps1 = T_(k_[6]);
+    T_* const row_var_data_ = state_data_[0];
+    T_* const col_var_data_ = state_data_[1];
+    T_* const variance_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const bool not_factored = !factored_;
     const bool factored = factored_;
     const T_ cols = T_(static_cast<double>(C_));
     const T_ rows = T_(static_cast<double>(R_));
-    T_* const row_var_data_ = state_data_[0];
-    T_* const col_var_data_ = state_data_[1];
-    T_* const variance_data_ = state_data_[2];
     double sum_u_times_u_ = 0.0;
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       const T_ max_sum_row_var_next_over_rows_eps1 = T_(::optgen::reference::max<double>(shaped_[3][b_] / rows, eps1));
@@ -233,6 +233,9 @@ namespace variants::adafactor {
     const T_ eps1 = T_(k_[5]);
     const T_ eps1_times_eps1 = T_(k_[6]);
     const T_ d = T_(k_[7]);
+    T_* const row_var_data_ = state_data_[0];
+    T_* const col_var_data_ = state_data_[1];
+    T_* const variance_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double sqrt_numel = ::std::sqrt(static_cast<double>(numel_));
     // alpha = max(eps2, norm(param) / sqrt(numel)) * rho_t
@@ -244,9 +247,6 @@ namespace variants::adafactor {
     const T_ cols = T_(static_cast<double>(C_));
     const T_ rows = T_(static_cast<double>(R_));
     const T_ alpha_over_denom = T_(alpha / denom);
-    T_* const row_var_data_ = state_data_[0];
-    T_* const col_var_data_ = state_data_[1];
-    T_* const variance_data_ = state_data_[2];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       const T_ max_sum_row_var_next_over_rows_eps1 = T_(::optgen::reference::max<double>(shaped_[3][b_] / rows, eps1));
       ::std::vector<T_> col_var_next_col_(C_);
@@ -406,9 +406,9 @@ namespace variants::adafactor_clip_grad_norm {
     const ::std::size_t R_ = factored_ ? rows_ : 1, C_ = factored_ ? cols_ : numel_;
     const ::std::size_t B_ = R_ * C_ == 0 ? 0 : numel_ / (R_ * C_);
     const T_ one_minus_beta2_t = T_(k_[5]);
+    T_* const row_var_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const T_ cols = T_(static_cast<double>(C_));
-    T_* const row_var_data_ = state_data_[0];
     shaped_[4].assign(B_, 0.0);
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
@@ -433,6 +433,9 @@ namespace variants::adafactor_clip_grad_norm {
     const T_ one_minus_beta2_t = T_(k_[5]);
     const T_ eps1 = T_(k_[6]);
     const T_ eps1_times_eps1 = T_(k_[7]);
+    T_* const row_var_data_ = state_data_[0];
+    T_* const col_var_data_ = state_data_[1];
+    T_* const variance_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[1]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -441,9 +444,6 @@ namespace variants::adafactor_clip_grad_norm {
     const bool factored = factored_;
     const T_ cols = T_(static_cast<double>(C_));
     const T_ rows = T_(static_cast<double>(R_));
-    T_* const row_var_data_ = state_data_[0];
-    T_* const col_var_data_ = state_data_[1];
-    T_* const variance_data_ = state_data_[2];
     double sum_u_times_u_ = 0.0;
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       const T_ max_sum_row_var_next_over_rows_eps1 = T_(::optgen::reference::max<double>(shaped_[4][b_] / rows, eps1));
@@ -501,6 +501,9 @@ namespace variants::adafactor_clip_grad_norm {
     const T_ eps1 = T_(k_[6]);
     const T_ eps1_times_eps1 = T_(k_[7]);
     const T_ d = T_(k_[8]);
+    T_* const row_var_data_ = state_data_[0];
+    T_* const col_var_data_ = state_data_[1];
+    T_* const variance_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[1]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -515,9 +518,6 @@ namespace variants::adafactor_clip_grad_norm {
     const T_ cols = T_(static_cast<double>(C_));
     const T_ rows = T_(static_cast<double>(R_));
     const T_ alpha_over_denom = T_(alpha / denom);
-    T_* const row_var_data_ = state_data_[0];
-    T_* const col_var_data_ = state_data_[1];
-    T_* const variance_data_ = state_data_[2];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       const T_ max_sum_row_var_next_over_rows_eps1 = T_(::optgen::reference::max<double>(shaped_[4][b_] / rows, eps1));
       ::std::vector<T_> col_var_next_col_(C_);

@@ -104,7 +104,8 @@ namespace variants::adam_mini {
       bool factored;
       float cols;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       tv_.factored = factored_;
       tv_.cols = static_cast<float>(static_cast<double>(cols_));
@@ -172,11 +173,14 @@ namespace variants::adam_mini {
     struct TensorValues {
       bool not_factored;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       tv_.not_factored = !factored_;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -260,7 +264,8 @@ namespace variants::adam_mini {
       struct TensorValues {
         // (this stage reads nothing computed per tensor)
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         return tv_;
       }
@@ -317,13 +322,16 @@ namespace variants::adam_mini {
         bool factored;
         float cols;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         tv_.not_factored = !factored_;
         tv_.factored = factored_;
         tv_.cols = static_cast<float>(static_cast<double>(cols_));
         return tv_;
       }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
       /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
       /// caller computes the elements again with IeeeMath where it was not exact).
@@ -445,7 +453,8 @@ namespace variants::adam_mini_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -493,7 +502,8 @@ namespace variants::adam_mini_clip_grad_norm {
       bool factored;
       float cols;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -568,7 +578,8 @@ namespace variants::adam_mini_clip_grad_norm {
       float clip_coef;
       bool not_factored;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -577,6 +588,8 @@ namespace variants::adam_mini_clip_grad_norm {
       tv_.not_factored = !factored_;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -662,7 +675,8 @@ namespace variants::adam_mini_clip_grad_norm {
       struct TensorValues {
         // (this stage reads nothing computed per tensor)
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         TensorValues tv_;
         return tv_;
       }
@@ -716,7 +730,8 @@ namespace variants::adam_mini_clip_grad_norm {
       struct TensorValues {
         float clip_coef;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         const double max_grad_norm = k_.max_grad_norm;
         const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
         const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -772,7 +787,8 @@ namespace variants::adam_mini_clip_grad_norm {
         bool factored;
         float cols;
       };
-      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
         const double max_grad_norm = k_.max_grad_norm;
         const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
         const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -783,6 +799,8 @@ namespace variants::adam_mini_clip_grad_norm {
         tv_.cols = static_cast<float>(static_cast<double>(cols_));
         return tv_;
       }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
       /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
       /// caller computes the elements again with IeeeMath where it was not exact).

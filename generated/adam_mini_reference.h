@@ -137,13 +137,13 @@ namespace variants::adam_mini {
     const T_ bias_correction_2_sqrt = T_(k_[5]);
     const T_ eps = T_(k_[6]);
     const T_ lr = T_(k_[7]);
+    T_* const m_data_ = state_data_[0];
+    T_* const vmean_data_ = state_data_[1];
+    T_* const v_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const bool not_factored = !factored_;
     const bool factored = factored_;
     const T_ cols = T_(static_cast<double>(C_));
-    T_* const m_data_ = state_data_[0];
-    T_* const vmean_data_ = state_data_[1];
-    T_* const v_data_ = state_data_[2];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
         [[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;
@@ -289,6 +289,9 @@ namespace variants::adam_mini_clip_grad_norm {
     const T_ bias_correction_2_sqrt = T_(k_[6]);
     const T_ eps = T_(k_[7]);
     const T_ lr = T_(k_[8]);
+    T_* const m_data_ = state_data_[0];
+    T_* const vmean_data_ = state_data_[1];
+    T_* const v_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -296,9 +299,6 @@ namespace variants::adam_mini_clip_grad_norm {
     const bool not_factored = !factored_;
     const bool factored = factored_;
     const T_ cols = T_(static_cast<double>(C_));
-    T_* const m_data_ = state_data_[0];
-    T_* const vmean_data_ = state_data_[1];
-    T_* const v_data_ = state_data_[2];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
         [[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;

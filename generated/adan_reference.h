@@ -261,14 +261,14 @@ namespace variants::adan_clip_grad_norm {
     const T_ step_size_diff = T_(k_[11]);
     const T_ one_minus_beta2 = T_(k_[12]);
     const T_ decay_after = T_(k_[13]);
-    // Per tensor, in double from the group values as the element code has them, as the kernels do:
-    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
-    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
-    const T_ clip_coef = T_(clip_coef_1);
     T_* const exp_avg_data_ = state_data_[0];
     T_* const exp_avg_sq_data_ = state_data_[1];
     T_* const exp_avg_diff_data_ = state_data_[2];
     T_* const neg_pre_grad_data_ = state_data_[3];
+    // Per tensor, in double from the group values as the element code has them, as the kernels do:
+    const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
+    const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+    const T_ clip_coef = T_(clip_coef_1);
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

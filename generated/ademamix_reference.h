@@ -346,12 +346,12 @@ namespace variants::ademamix_clip_grad_norm {
     const T_ sqrt_bias_correction2 = T_(k_[8]);
     const T_ eps = T_(k_[9]);
     const T_ weight_decay = T_(k_[10]);
+    T_* const exp_avg_slow_data_ = state_data_[1];
+    T_* const exp_avg_sq_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_slow_data_ = state_data_[1];
-    T_* const exp_avg_sq_data_ = state_data_[2];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -463,13 +463,13 @@ namespace variants::ademamix_fast_ema_clip_grad_norm {
     const T_ sqrt_bias_correction2 = T_(k_[10]);
     const T_ eps = T_(k_[11]);
     const T_ weight_decay = T_(k_[12]);
+    T_* const exp_avg_fast_data_ = state_data_[0];
+    T_* const exp_avg_slow_data_ = state_data_[1];
+    T_* const exp_avg_sq_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_fast_data_ = state_data_[0];
-    T_* const exp_avg_slow_data_ = state_data_[1];
-    T_* const exp_avg_sq_data_ = state_data_[2];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

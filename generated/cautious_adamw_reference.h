@@ -124,12 +124,12 @@ namespace variants::cautious_adamw {
     const T_ beta2 = T_(k_[5]);
     const T_ one_minus_beta2 = T_(k_[6]);
     const T_ eps = T_(k_[7]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // mask_scale = max(mean(mask), 1.0e-3)
     const double mask_scale_1 = ::optgen::reference::max<double>(tensor_[0] / static_cast<double>(numel_), 0.001);
     const T_ mask_scale = T_(mask_scale_1);
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -211,11 +211,11 @@ namespace variants::cautious_adamw_clip_grad_norm {
     const T_ beta1 = T_(k_[3]);
     const T_ one_minus_beta1 = T_(k_[4]);
     const T_ max_grad_norm = T_(k_[5]);
+    T_* const exp_avg_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_data_ = state_data_[0];
     double sum_mask_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -243,6 +243,8 @@ namespace variants::cautious_adamw_clip_grad_norm {
     const T_ beta2 = T_(k_[6]);
     const T_ one_minus_beta2 = T_(k_[7]);
     const T_ eps = T_(k_[8]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -250,8 +252,6 @@ namespace variants::cautious_adamw_clip_grad_norm {
     const double mask_scale_1 = ::optgen::reference::max<double>(tensor_[1] / static_cast<double>(numel_), 0.001);
     const T_ clip_coef = T_(clip_coef_1);
     const T_ mask_scale = T_(mask_scale_1);
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

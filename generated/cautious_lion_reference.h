@@ -112,9 +112,9 @@ namespace variants::cautious_lion {
     const T_ one_minus_beta1 = T_(k_[3]);
     const T_ beta2 = T_(k_[4]);
     const T_ one_minus_beta2 = T_(k_[5]);
+    T_* const exp_avg_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const T_ numel_over_sum_mask_plus_one = T_(static_cast<double>(numel_) / (tensor_[0] + 1.0));
-    T_* const exp_avg_data_ = state_data_[0];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -186,11 +186,11 @@ namespace variants::cautious_lion_clip_grad_norm {
     const T_ beta1 = T_(k_[2]);
     const T_ one_minus_beta1 = T_(k_[3]);
     const T_ max_grad_norm = T_(k_[4]);
+    T_* const exp_avg_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_data_ = state_data_[0];
     double sum_mask_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -216,12 +216,12 @@ namespace variants::cautious_lion_clip_grad_norm {
     const T_ max_grad_norm = T_(k_[4]);
     const T_ beta2 = T_(k_[5]);
     const T_ one_minus_beta2 = T_(k_[6]);
+    T_* const exp_avg_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
     const T_ numel_over_sum_mask_plus_one = T_(static_cast<double>(numel_) / (tensor_[1] + 1.0));
-    T_* const exp_avg_data_ = state_data_[0];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

@@ -144,7 +144,8 @@ namespace variants::dadapt_adam {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -204,7 +205,8 @@ namespace variants::dadapt_adam {
       bool progress;
       bool progress_and_decouple;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const bool decouple = k_.decouple;
       // progress = sk_l1 > 0
       const bool progress_1 = results_.of_optimizer(0, false) > 0.0;
@@ -213,6 +215,8 @@ namespace variants::dadapt_adam {
       tv_.progress_and_decouple = progress_1 && decouple;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -389,7 +393,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -427,7 +432,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -494,7 +500,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
       bool progress;
       bool progress_and_decouple;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const bool decouple = k_.decouple;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
@@ -507,6 +514,8 @@ namespace variants::dadapt_adam_clip_grad_norm {
       tv_.progress_and_decouple = progress_1 && decouple;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).

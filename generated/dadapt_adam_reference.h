@@ -176,14 +176,14 @@ namespace variants::dadapt_adam {
     const T_ beta2 = T_(k_[7]);
     const T_ one_minus_beta2 = T_(k_[8]);
     const T_ eps = T_(k_[9]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // progress = sk_l1 > 0
     const bool progress_1 = group_[0] > 0.0;
     const bool progress = progress_1;
     const bool progress_and_decouple = progress_1 && decouple;
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -303,12 +303,12 @@ namespace variants::dadapt_adam_clip_grad_norm {
     const T_ weight_decay = T_(k_[4]);
     const T_ eps = T_(k_[10]);
     const T_ dlr = T_(k_[11]);
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
     double sk_l1_ = 0.0;
     double optimizer_sum_dlr_times_g_times_s_over_sqrt_exp_avg_sq_plus_eps_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
@@ -343,6 +343,9 @@ namespace variants::dadapt_adam_clip_grad_norm {
     const T_ beta2 = T_(k_[8]);
     const T_ one_minus_beta2 = T_(k_[9]);
     const T_ eps = T_(k_[10]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -351,9 +354,6 @@ namespace variants::dadapt_adam_clip_grad_norm {
     const T_ clip_coef = T_(clip_coef_1);
     const bool progress = progress_1;
     const bool progress_and_decouple = progress_1 && decouple;
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

@@ -160,6 +160,8 @@ namespace variants::lamb {
     const T_ one_minus_beta2 = T_(k_[8]);
     const T_ bias_correction2 = T_(k_[9]);
     const T_ eps = T_(k_[10]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // param_norm = norm(param)
     const double param_norm = ::std::sqrt(tensor_[0]);
@@ -168,8 +170,6 @@ namespace variants::lamb {
     // "trusted = (use_nvlamb || weight_decay != 0) && param_norm != 0 && update_norm != 0"
     const bool trusted = use_nvlamb_or_weight_decay_ne_zero && param_norm != 0.0 && update_norm != 0.0;
     const T_ tensor_value_1 = T_(lr * (trusted ? param_norm / update_norm : 1.0));
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -271,12 +271,12 @@ namespace variants::lamb_clip_grad_norm {
     const T_ one_minus_beta2 = T_(k_[9]);
     const T_ bias_correction2 = T_(k_[10]);
     const T_ eps = T_(k_[11]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[1]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
     double sum_u_times_u_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
@@ -316,6 +316,8 @@ namespace variants::lamb_clip_grad_norm {
     const T_ one_minus_beta2 = T_(k_[9]);
     const T_ bias_correction2 = T_(k_[10]);
     const T_ eps = T_(k_[11]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[1]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -327,8 +329,6 @@ namespace variants::lamb_clip_grad_norm {
     const bool trusted = use_nvlamb_or_weight_decay_ne_zero && param_norm != 0.0 && update_norm != 0.0;
     const T_ clip_coef = T_(clip_coef_1);
     const T_ tensor_value_1 = T_(lr * (trusted ? param_norm / update_norm : 1.0));
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

@@ -210,6 +210,7 @@ namespace variants::lars_use_momentum {
     const T_ momentum = T_(k_[7]);
     const bool step_eq_one = k_[8] != 0;
     const T_ one_minus_dampening = T_(k_[9]);
+    T_* const momentum_buffer_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // w_norm = norm(param)
     const double w_norm = ::std::sqrt(tensor_[0]);
@@ -222,7 +223,6 @@ namespace variants::lars_use_momentum {
     // "trust_ratio = trust_clip ? min(trust_ratio / lr, 1) : trust_ratio"
     const double trust_ratio_3 = trust_clip ? ::optgen::reference::min<double>(trust_ratio_2 / lr, 1.0) : trust_ratio_2;
     const T_ trust_ratio = T_(trust_ratio_3);
-    T_* const momentum_buffer_data_ = state_data_[0];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -434,6 +434,7 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     const T_ momentum = T_(k_[8]);
     const bool step_eq_one = k_[9] != 0;
     const T_ one_minus_dampening = T_(k_[10]);
+    T_* const momentum_buffer_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -449,7 +450,6 @@ namespace variants::lars_use_momentum_clip_grad_norm {
     const double trust_ratio_3 = trust_clip ? ::optgen::reference::min<double>(trust_ratio_2 / lr, 1.0) : trust_ratio_2;
     const T_ clip_coef = T_(clip_coef_1);
     const T_ trust_ratio = T_(trust_ratio_3);
-    T_* const momentum_buffer_data_ = state_data_[0];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

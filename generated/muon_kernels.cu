@@ -108,7 +108,8 @@ namespace variants::muon {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -171,7 +172,8 @@ namespace variants::muon {
     struct TensorValues {
       float lr_times_scale;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double lr = k_.lr;
       const bool match_rms_adamw = k_.match_rms_adamw;
       // "scale = match_rms_adamw ? 0.2 * sqrt(max(rows, cols)) : sqrt(max(1, rows / cols))"
@@ -180,6 +182,8 @@ namespace variants::muon {
       tv_.lr_times_scale = static_cast<float>(lr * scale);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -304,7 +308,8 @@ namespace variants::muon_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -350,7 +355,8 @@ namespace variants::muon_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -419,7 +425,8 @@ namespace variants::muon_clip_grad_norm {
     struct TensorValues {
       float lr_times_scale;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
       const double lr = k_.lr;
       const bool match_rms_adamw = k_.match_rms_adamw;
       // "scale = match_rms_adamw ? 0.2 * sqrt(max(rows, cols)) : sqrt(max(1, rows / cols))"
@@ -428,6 +435,8 @@ namespace variants::muon_clip_grad_norm {
       tv_.lr_times_scale = static_cast<float>(lr * scale);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).

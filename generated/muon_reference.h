@@ -249,11 +249,11 @@ namespace variants::muon_clip_grad_norm {
     const T_ max_grad_norm = T_(k_[4]);
     const T_ one_minus_momentum = T_(k_[5]);
     const T_ momentum = T_(k_[6]);
+    T_* const momentum_buffer_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const momentum_buffer_data_ = state_data_[0];
     for (::std::size_t b_ = 0; b_ < B_; ++b_) {
       for (::std::size_t r_ = 0; r_ < R_; ++r_) {
         [[maybe_unused]] const ::std::size_t row_i_ = b_ * R_ + r_;

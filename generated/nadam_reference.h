@@ -233,12 +233,12 @@ namespace variants::nadam_clip_grad_norm {
     const T_ eps = T_(k_[9]);
     const T_ lr_times_mu_next_over_one_minus_mu_product_next = T_(k_[10]);
     const T_ one_minus_beta1 = T_(k_[11]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

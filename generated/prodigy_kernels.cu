@@ -192,7 +192,8 @@ namespace variants::prodigy {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -255,7 +256,8 @@ namespace variants::prodigy {
       float dlr_times_d_next;
       float d_next_times_eps;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double dlr = k_.dlr;
       const double d_max = k_.d_max;
       const double d_coef = k_.d_coef;
@@ -284,6 +286,8 @@ namespace variants::prodigy {
       tv_.d_next_times_eps = static_cast<float>(d_next * eps);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -487,7 +491,8 @@ namespace variants::prodigy_first_moment {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -549,7 +554,8 @@ namespace variants::prodigy_first_moment {
       bool progress_and_decouple;
       float d_next_times_eps;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double d_max = k_.d_max;
       const double d_coef = k_.d_coef;
       const double b3_times_d_numerator = k_.b3_times_d_numerator;
@@ -576,6 +582,8 @@ namespace variants::prodigy_first_moment {
       tv_.d_next_times_eps = static_cast<float>(d_next * eps);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -784,7 +792,8 @@ namespace variants::prodigy_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -822,7 +831,8 @@ namespace variants::prodigy_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -892,7 +902,8 @@ namespace variants::prodigy_clip_grad_norm {
       float dlr_times_d_next;
       float d_next_times_eps;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double dlr = k_.dlr;
       const double d_max = k_.d_max;
@@ -925,6 +936,8 @@ namespace variants::prodigy_clip_grad_norm {
       tv_.d_next_times_eps = static_cast<float>(d_next * eps);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -1133,7 +1146,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -1171,7 +1185,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -1240,7 +1255,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       bool progress_and_decouple;
       float d_next_times_eps;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double d_max = k_.d_max;
       const double d_coef = k_.d_coef;
@@ -1271,6 +1287,8 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
       tv_.d_next_times_eps = static_cast<float>(d_next * eps);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).

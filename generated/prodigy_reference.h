@@ -218,6 +218,9 @@ namespace variants::prodigy {
     const T_ beta2 = T_(k_[14]);
     const T_ d_times_d_times_one_minus_beta2 = T_(k_[15]);
     const T_ eps = T_(k_[16]);
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
+    T_* const p0_data_ = state_data_[3];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // progress = denominator > 0
     const bool progress_1 = group_[0] > 0.0;
@@ -235,9 +238,6 @@ namespace variants::prodigy {
     const bool progress_and_decouple = progress_1 && decouple;
     const T_ dlr_times_d_next = T_(dlr * d_next);
     const T_ d_next_times_eps = T_(d_next * eps);
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
-    T_* const p0_data_ = state_data_[3];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -412,6 +412,10 @@ namespace variants::prodigy_first_moment {
     const T_ d = T_(k_[16]);
     const T_ growth_rate = T_(k_[17]);
     const T_ eps = T_(k_[18]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
+    T_* const p0_data_ = state_data_[3];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     // progress = denominator > 0
     const bool progress_1 = group_[0] > 0.0;
@@ -428,10 +432,6 @@ namespace variants::prodigy_first_moment {
     const bool progress = progress_1;
     const bool progress_and_decouple = progress_1 && decouple;
     const T_ d_next_times_eps = T_(d_next * eps);
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
-    T_* const p0_data_ = state_data_[3];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -579,12 +579,12 @@ namespace variants::prodigy_clip_grad_norm {
     const T_ coupled_decay = T_(k_[3]);
     const T_ d_over_d0_times_dlr = T_(k_[10]);
     const bool step_eq_one = k_[11] != 0;
+    T_* const s_data_ = state_data_[2];
+    T_* const p0_data_ = state_data_[3];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const s_data_ = state_data_[2];
-    T_* const p0_data_ = state_data_[3];
     double denominator_ = 0.0;
     double optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
@@ -627,6 +627,9 @@ namespace variants::prodigy_clip_grad_norm {
     const T_ beta2 = T_(k_[15]);
     const T_ d_times_d_times_one_minus_beta2 = T_(k_[16]);
     const T_ eps = T_(k_[17]);
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
+    T_* const p0_data_ = state_data_[3];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -647,9 +650,6 @@ namespace variants::prodigy_clip_grad_norm {
     const bool progress_and_decouple = progress_1 && decouple;
     const T_ dlr_times_d_next = T_(dlr * d_next);
     const T_ d_next_times_eps = T_(d_next * eps);
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
-    T_* const p0_data_ = state_data_[3];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -796,12 +796,12 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     const T_ coupled_decay = T_(k_[3]);
     const T_ d_over_d0_times_dlr = T_(k_[14]);
     const bool step_eq_one = k_[15] != 0;
+    T_* const s_data_ = state_data_[2];
+    T_* const p0_data_ = state_data_[3];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const s_data_ = state_data_[2];
-    T_* const p0_data_ = state_data_[3];
     double denominator_ = 0.0;
     double optimizer_sum_d_over_d0_times_dlr_times_g_times_p0_minus_param_ = 0.0;
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
@@ -846,6 +846,10 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     const T_ d = T_(k_[17]);
     const T_ growth_rate = T_(k_[18]);
     const T_ eps = T_(k_[19]);
+    T_* const exp_avg_data_ = state_data_[0];
+    T_* const exp_avg_sq_data_ = state_data_[1];
+    T_* const s_data_ = state_data_[2];
+    T_* const p0_data_ = state_data_[3];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -865,10 +869,6 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
     const bool progress = progress_1;
     const bool progress_and_decouple = progress_1 && decouple;
     const T_ d_next_times_eps = T_(d_next * eps);
-    T_* const exp_avg_data_ = state_data_[0];
-    T_* const exp_avg_sq_data_ = state_data_[1];
-    T_* const s_data_ = state_data_[2];
-    T_* const p0_data_ = state_data_[3];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

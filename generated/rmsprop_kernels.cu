@@ -121,10 +121,13 @@ namespace variants::rmsprop {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -237,10 +240,13 @@ namespace variants::rmsprop_centered {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -360,10 +366,13 @@ namespace variants::rmsprop_use_momentum {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -484,10 +493,13 @@ namespace variants::rmsprop_centered_use_momentum {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -606,7 +618,8 @@ namespace variants::rmsprop_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -650,7 +663,8 @@ namespace variants::rmsprop_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -658,6 +672,8 @@ namespace variants::rmsprop_clip_grad_norm {
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -769,7 +785,8 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -813,7 +830,8 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -821,6 +839,8 @@ namespace variants::rmsprop_centered_clip_grad_norm {
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -939,7 +959,8 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -983,7 +1004,8 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -991,6 +1013,8 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).
@@ -1110,7 +1134,8 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -1154,7 +1179,8 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     struct TensorValues {
       float clip_coef;
     };
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_) {
+    template <typename Ts_>
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -1162,6 +1188,8 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
       tv_.clip_coef = static_cast<float>(clip_coef_1);
       return tv_;
     }
+
+    static constexpr bool kTensorStates = false;  // no state of one value per tensor
 
     /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
     /// caller computes the elements again with IeeeMath where it was not exact).

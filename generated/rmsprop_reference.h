@@ -394,11 +394,11 @@ namespace variants::rmsprop_clip_grad_norm {
     const T_ alpha = T_(k_[4]);
     const T_ one_minus_alpha = T_(k_[5]);
     const T_ eps = T_(k_[6]);
+    T_* const square_avg_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const square_avg_data_ = state_data_[0];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -476,12 +476,12 @@ namespace variants::rmsprop_centered_clip_grad_norm {
     const T_ alpha = T_(k_[4]);
     const T_ one_minus_alpha = T_(k_[5]);
     const T_ eps = T_(k_[6]);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const grad_avg_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const square_avg_data_ = state_data_[0];
-    T_* const grad_avg_data_ = state_data_[2];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -566,12 +566,12 @@ namespace variants::rmsprop_use_momentum_clip_grad_norm {
     const T_ alpha = T_(k_[5]);
     const T_ one_minus_alpha = T_(k_[6]);
     const T_ eps = T_(k_[7]);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const momentum_buffer_data_ = state_data_[1];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const square_avg_data_ = state_data_[0];
-    T_* const momentum_buffer_data_ = state_data_[1];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;
@@ -656,13 +656,13 @@ namespace variants::rmsprop_centered_use_momentum_clip_grad_norm {
     const T_ alpha = T_(k_[5]);
     const T_ one_minus_alpha = T_(k_[6]);
     const T_ eps = T_(k_[7]);
+    T_* const square_avg_data_ = state_data_[0];
+    T_* const momentum_buffer_data_ = state_data_[1];
+    T_* const grad_avg_data_ = state_data_[2];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const square_avg_data_ = state_data_[0];
-    T_* const momentum_buffer_data_ = state_data_[1];
-    T_* const grad_avg_data_ = state_data_[2];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

@@ -290,11 +290,11 @@ namespace variants::sgd_use_momentum_clip_grad_norm {
     const T_ momentum = T_(k_[5]);
     const bool step_eq_one = k_[6] != 0;
     const T_ one_minus_dampening = T_(k_[7]);
+    T_* const momentum_buffer_data_ = state_data_[0];
     // Per tensor, in double from the group values as the element code has them, as the kernels do:
     const double clip_ratio = max_grad_norm / (::std::sqrt(group_[0]) + 1e-06);
     const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
     const T_ clip_coef = T_(clip_coef_1);
-    T_* const momentum_buffer_data_ = state_data_[0];
     for (::std::size_t i_ = 0; i_ < numel_; ++i_) {
       const T_ param = param_data_[i_];
       const T_ grad = grad_data_[i_] / grad_scale_;

@@ -147,6 +147,7 @@ class CudaPrinter : public ExprPrinter {
     if (var.var == VarKind::Rows) return double_ ? "static_cast<double>(rows_)" : "static_cast<float>(rows_)";
     if (var.var == VarKind::Cols) return double_ ? "static_cast<double>(cols_)" : "static_cast<float>(cols_)";
     if (var.var == VarKind::Reduced) return reduced(var);
+    if (var.var == VarKind::State && var.level == Domain::Tensor) return tensor_state(var);
     if (var.var == VarKind::State && var.level != Domain::Element) return shaped_state(var);
     if (var.var == VarKind::Hoisted)
       if (const StoredValue* v = loaded_value(stored_, var.name, var.level, shaped_.order)) return load(*v);
@@ -188,6 +189,17 @@ class CudaPrinter : public ExprPrinter {
         return double_ ? "static_cast<double>(" + value + ")" : value;
       }
     throw InternalError("emit_cuda: reduction '" + var.name + "' read outside tensor or shaped code");
+  }
+
+  /// A state of one value per tensor, read by tensor code: ts_.load(operand) (device/operands.cuh's
+  /// TensorStates).
+  std::string tensor_state(const Node& var) const {
+    if (!program_) throw InternalError("emit_cuda: state '" + var.name + "' read outside tensor code");
+    const auto& states = program_->states;
+    const size_t op = std::find(states.begin(), states.end(), var.name) - states.begin();
+    if (op == states.size()) throw InternalError("emit_cuda: '" + var.name + "' is not a state of the variant");
+    const std::string value = "ts_.load(" + std::to_string(op + 2) + ")";
+    return double_ ? "static_cast<double>(" + value + ")" : value;
   }
 
   /// A row or column state, read by the code of its level: sh_.row_state(operand, j, row).
@@ -642,15 +654,35 @@ class CudaEmitter {
         w.line(std::string(t->value->type == ValueType::Bool ? "bool " : "float ") + t->name + ";");
       if (list.empty()) w.line("// (this stage reads nothing computed per tensor)");
     }
-    auto fn = w.block(
-        "static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, "
-        "[[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_" +
-        std::string(shaped ? ", [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] "
-                             "long long cols_"
-                           : "") +
-        ")");
+    w.line("template <typename Ts_>");
+    auto fn = w.block("static __device__ __forceinline__ TensorValues tensor(" + tensor_parameters(shaped) + ")");
     std::vector<Expr> roots;
     for (const HoistedValue* t : list) roots.push_back(t->value);
+    CudaPrinter printer(true, &p);  // once per block: in double, so that numel is exact
+    auto values = tensor_code(w, p, roots, printer, taken);
+    w.line("TensorValues tv_;");
+    for (size_t i = 0; i < values.size(); ++i) {
+      const bool is_bool = list[i]->value->type == ValueType::Bool;
+      w.line("tv_." + list[i]->name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
+    }
+    w.line("return tv_;");
+  }
+
+  /// The parameters of tensor code: the group's values, the tensor's numel (and, with rows and
+  /// columns, its shape), the results of earlier stages, and its states of one value per tensor.
+  static std::string tensor_parameters(bool shaped) {
+    return "[[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const "
+           "optgen::Results& results_, " +
+           std::string(shaped ? "[[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] "
+                                "long long cols_, "
+                              : "") +
+           "[[maybe_unused]] const Ts_& ts_";
+  }
+
+  /// Tensor code for `roots`, in double: the group values they read, then their temporaries;
+  /// returns each root's text.
+  static std::vector<std::string> tensor_code(CodeWriter& w, const Program& p, const std::vector<Expr>& roots,
+                                              CudaPrinter& printer, const std::set<std::string>& taken) {
     std::set<std::string> group_read;
     for (const auto& r : roots)
       for_each_node(r, [&](const Expr& e) {
@@ -660,14 +692,34 @@ class CudaEmitter {
     for (const auto& f : group_value_fields(p))
       if (group_read.count(f.name))
         w.line(std::string(f.is_bool ? "const bool " : "const double ") + f.name + " = k_." + f.name + ";");
-    CudaPrinter printer(true, &p);  // once per block: in double, so that numel is exact
-    auto values = write_level_code(w, roots, Domain::Tensor, printer, "double", taken);
-    w.line("TensorValues tv_;");
-    for (size_t i = 0; i < values.size(); ++i) {
-      const bool is_bool = list[i]->value->type == ValueType::Bool;
-      w.line("tv_." + list[i]->name + " = " + (is_bool ? values[i] : "static_cast<float>(" + values[i] + ")") + ";");
+    return write_level_code(w, roots, Domain::Tensor, printer, "double", taken);
+  }
+
+  /// The Update stage's states of one value per tensor (`shape: tensor`): their new values,
+  /// computed as tensor values are and stored by the tensor's last block (device/update.cuh's
+  /// end_update), each computed before any is stored.
+  void tensor_state_stores(CodeWriter& w, const Program& p, const std::vector<const Output*>& outputs,
+                           const std::set<std::string>& taken, bool shaped) {
+    std::string names;
+    for (const Output* o : outputs) names += (names.empty() ? "" : ", ") + o->name;
+    w.line(std::string("static constexpr bool kTensorStates = ") + (outputs.empty() ? "false" : "true") + ";  // " +
+           (outputs.empty() ? "no state of one value per tensor" : "stores a value per tensor: " + names));
+    if (outputs.empty()) return;
+    w.line();
+    w.line("/// Each state of one value per tensor, stored once: by the tensor's last block.");
+    w.line("template <typename Ts_>");
+    auto fn = w.block("static __device__ __forceinline__ void store_tensor_states(" + tensor_parameters(shaped) + ")");
+    std::vector<Expr> roots;
+    for (const Output* o : outputs) roots.push_back(o->value);
+    CudaPrinter printer(true, &p);
+    auto values = tensor_code(w, p, roots, printer, taken);
+    const auto operands = operand_names(p);
+    for (size_t j = 0; j < outputs.size(); ++j)
+      w.line("const float " + outputs[j]->name + "_next_ = static_cast<float>(" + values[j] + ");");
+    for (const Output* o : outputs) {
+      const size_t op = std::find(operands.begin(), operands.end(), o->name) - operands.begin();
+      w.line("ts_.store(" + std::to_string(op) + ", " + o->name + "_next_);");
     }
-    w.line("return tv_;");
   }
 
   // ---- The Reduce and Update structs of every variant, which reduce_stage (optgen/device/reduce_stage.cuh)
@@ -682,8 +734,8 @@ class CudaEmitter {
     std::set<std::string> taken = taken_names(p);
     for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column})
       for (const auto& v : p.values[d]) taken.insert(v.name);
-    for (const char* name :
-         {"k_", "tv_", "sh_", "ix_", "v_", "r_", "p_", "q_", "b_", "factored_", "rows_", "cols_", "numel_", "results_"})
+    for (const char* name : {"k_", "tv_", "sh_", "ix_", "v_", "r_", "p_", "q_", "b_", "factored_", "rows_", "cols_",
+                             "numel_", "results_", "ts_"})
       taken.insert(name);
     return taken;
   }
@@ -1039,6 +1091,8 @@ class CudaEmitter {
     w.line();
     std::set<std::string> taken = shaped_taken_names(p);
     tensor_values(w, p, read, taken, shaped);
+    w.line();
+    tensor_state_stores(w, p, outputs[Domain::Tensor], taken, shaped);
     w.line();
     {
       w.line("/// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose");

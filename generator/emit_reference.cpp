@@ -39,8 +39,11 @@ class CppPrinter : public ExprPrinter {
     if (var.var == VarKind::Factored) return "factored_";
     if (var.var == VarKind::Rows) return element_ ? "T_(R_)" : "static_cast<double>(R_)";
     if (var.var == VarKind::Cols) return element_ ? "T_(C_)" : "static_cast<double>(C_)";
-    // A row or column state, read by the code of its level (element code reads it hoisted): loaded
-    // where it is used, 0 for a tensor that has none.
+    // A state of one value per tensor, read by tensor code; a row or column state, by the code of
+    // its level (element code reads either hoisted): loaded where it is used, a row or column
+    // state as 0 for a tensor that has none.
+    if (var.var == VarKind::State && var.level == Domain::Tensor)
+      return "static_cast<double>(" + var.name + "_data_[0])";
     if (var.var == VarKind::State && var.level != Domain::Element)
       return "static_cast<double>(" + var.name + "_data_ ? " + var.name + "_data_[" +
              (var.level == Domain::Row ? "row_i_" : "col_i_") + "] : T_(0))";
@@ -104,7 +107,9 @@ class ReferenceEmitter {
   static const char* value_type(ValueType t) {
     return t == ValueType::Bool ? "ValueType::Bool" : t == ValueType::Int ? "ValueType::Int" : "ValueType::Float";
   }
-  static const char* shape_name(StateShape shape) { return shape == StateShape::Rows ? "Rows" : "Cols"; }
+  static const char* shape_name(StateShape shape) {
+    return shape == StateShape::Rows ? "Rows" : shape == StateShape::Cols ? "Cols" : "Tensor";
+  }
   static std::string init(const InitRow& i) {
     return "{" + cpp_double_literal(i.value) + ", " + std::to_string(i.hyperparameter) + (i.param ? ", true" : "") +
            "}";
@@ -421,6 +426,18 @@ class ReferenceEmitter {
         finish(Domain::Element, texts);
       }
     }
+    if (!roots[Domain::Tensor].empty()) {
+      // The states of one value per tensor, after the element code has read their old values (as
+      // tensor values): each computed before any is stored.
+      CppPrinter tensor_printer(false, &p);
+      auto texts = write_level_code(w, roots[Domain::Tensor], Domain::Tensor, tensor_printer, "double", taken);
+      std::vector<const Output*> outputs;
+      for (const auto& o : p.element_outputs)
+        if (o.level == Domain::Tensor && o.stage == 0) outputs.push_back(&o);
+      for (size_t j = 0; j < outputs.size(); ++j)
+        w.line("const T_ " + outputs[j]->name + "_next_ = T_(" + texts[j] + ");");
+      for (const Output* o : outputs) w.line(o->name + "_data_[0] = " + o->name + "_next_;");
+    }
     for (size_t r : indices)
       if (result_level(p.reductions[r].scope) == Domain::Tensor)
         w.line("tensor_[" + std::to_string(r) + "] = " + p.reductions[r].name + "_;");
@@ -520,22 +537,23 @@ class ReferenceEmitter {
     for (const auto& v : p.values[Domain::Group]) taken.insert(v.name);
     for (const auto& v : p.values[Domain::Tensor]) taken.insert(v.name);
     for (const auto& r : p.reductions) taken.insert(r.name);
+    for (const auto& o : p.element_outputs)
+      if (o.stage == stage) read.insert(o.name);  // the outputs it writes
+    for (const auto& s : p.states)
+      if (read.count(s)) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
     if (!list.empty()) {
       w.line("// Per tensor, in double from the group values as the element code has them, as the kernels do:");
       std::vector<Expr> tensor_roots;
       for (const HoistedValue* v : list) tensor_roots.push_back(v->value);
       CppPrinter tensor_printer(false, &p);
       auto values = write_level_code(w, tensor_roots, Domain::Tensor, tensor_printer, "double", taken);
+      for (const auto& [node, name] : tensor_printer.names) taken.insert(name);
       for (size_t j = 0; j < values.size(); ++j) {
         const bool is_bool = list[j]->value->type == ValueType::Bool;
         w.line(std::string("const ") + (is_bool ? "bool " : "T_ ") + list[j]->name + " = " +
                (is_bool ? values[j] : "T_(" + values[j] + ")") + ";");
       }
     }
-    for (const auto& o : p.element_outputs)
-      if (o.stage == stage) read.insert(o.name);  // the outputs it writes
-    for (const auto& s : p.states)
-      if (read.count(s)) w.line("T_* const " + s + "_data_ = state_data_[" + index_of(states_, s) + "];");
   }
 
   static std::string identity(const ReductionValue& r) {

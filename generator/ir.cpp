@@ -27,6 +27,7 @@ Domain level_of(StateShape shape) {
   switch (shape) {
     case StateShape::Rows: return Domain::Row;
     case StateShape::Cols: return Domain::Column;
+    case StateShape::Tensor: return Domain::Tensor;
     case StateShape::Elements: return Domain::Element;
   }
   return Domain::Element;
@@ -110,7 +111,7 @@ Expr Node::make_var(VarKind var, const std::string& name, ValueType type) {
 }
 
 Expr Node::make_state(const std::string& name, Domain level) {
-  if (level != Domain::Row && level != Domain::Column && level != Domain::Element)
+  if (level != Domain::Tensor && level != Domain::Row && level != Domain::Column && level != Domain::Element)
     throw InternalError("state '" + name + "' read at the " + std::string(to_string(level)) + " level");
   auto n = std::const_pointer_cast<Node>(make_var(VarKind::State, name, ValueType::Float));
   n->level = level;
@@ -324,7 +325,7 @@ bool reduces_over_optimizer(const Program& program) {
 bool uses_shapes(const Program& program) {
   bool uses = false;
   for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column}) uses = uses || !program.values[d].empty();
-  for (const auto& o : program.element_outputs) uses = uses || o.level != Domain::Element;
+  for (const auto& o : program.element_outputs) uses = uses || o.level == Domain::Row || o.level == Domain::Column;
   for (const auto& r : program.reductions) uses = uses || result_level(r.scope) != Domain::Tensor;
   for_each_node(program, [&](const Expr& e) {
     uses = uses || (e->kind == NodeKind::Var &&

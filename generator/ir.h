@@ -61,7 +61,7 @@ enum class NodeKind {
 Domain join(Domain a, Domain b);
 /// Whether every value of level `a` is known where a value of level `b` is computed (a <= b).
 bool at_or_below(Domain a, Domain b);
-/// The level a state of this shape is read at: Row, Column or Element.
+/// The level a state of this shape is read at: Tensor, Row, Column or Element.
 Domain level_of(StateShape shape);
 
 /// What a Var leaf reads. Factored, Rows and Cols are per tensor: whether it has two or more
@@ -118,7 +118,7 @@ struct Node {
   /// Factories check their invariants and throw InternalError when broken.
   static Expr make_const(double value, ValueType type);
   static Expr make_var(VarKind var, const std::string& name, ValueType type);
-  /// A state buffer's old value, at the level of the state's shape (Row, Column or Element).
+  /// A state buffer's old value, at the level of the state's shape (Tensor, Row, Column or Element).
   static Expr make_state(const std::string& name, Domain level);
   /// A value computed at `level` (below Element) by the code of that level, read by name.
   static Expr make_hoisted(const std::string& name, ValueType type, Domain level);

@@ -153,10 +153,21 @@ class Lowering {
               "declare it with 'specialize: true', or add a derived flag");
       });
     }
-    // A row or column state exists only where there are rows and columns.
+    // A row or column state exists only where there are rows and columns; a tensor's, for every
+    // tensor of the variants that have it.
     for (const auto& s : spec_.states) {
       if (s.shape == StateShape::Elements) continue;
       auto it = program.state_conditions.find(s.name);
+      if (s.shape == StateShape::Tensor) {
+        bool factored = false;
+        if (it != program.state_conditions.end())
+          for_each_node(it->second, [&](const Expr& e) { factored = factored || is_factored(e); });
+        if (factored)
+          throw SpecError(s.when->loc,
+                          "state '" + s.name + "' has one value per tensor, so its 'when' may use only flags",
+                          "a tensor of any shape has one; read 'factored' where the state is used instead");
+        continue;
+      }
       if (it == program.state_conditions.end() || !requires_factored(it->second, true))
         throw SpecError(s.shape_loc,
                         "state '" + s.name + "' has " + per(level_of(s.shape)) +
@@ -238,7 +249,7 @@ class Lowering {
       if (!assigned_.count(s.name))
         throw SpecError(s.loc, "scalar state '" + s.name + "' is never assigned in 'per_step' or 'update'");
       if (assigned_in_update_.count(s.name)) {
-        check_commit(s.name, b);
+        check_commit(s.name, b, s.per_optimizer);
         if (s.per_optimizer) check_optimizer_value(program, s.name, b);
         program.scalar_state_commits.push_back({s.name, b.value, b.loc});
       }
@@ -266,25 +277,28 @@ class Lowering {
 
   /// A scalar state `update` assigns is one value per param group: the value may read what per_step
   /// reads, per_step's values and reductions over the group, not a tensor's or an element's values.
-  void check_commit(const std::string& name, const Binding& b) {
+  void check_commit(const std::string& name, const Binding& b, bool per_optimizer) {
+    const std::string what =
+        "scalar state '" + name + "' is " +
+        (per_optimizer ? "one value for the optimizer (scope: optimizer)" : "one value per param group");
+    const std::string reduce_first = per_optimizer
+                                         ? "reduce it over the optimizer first (optimizer_sum, optimizer_norm, "
+                                           "optimizer_max)"
+                                         : "reduce it over the group first (group_sum, group_norm, group_max)";
     std::set<const Node*> seen;
     std::function<void(const Expr&)> visit = [&](const Expr& e) {
       if (!seen.insert(e.get()).second) return;
       if (e->kind == NodeKind::Reduce) {
         if (!has_group_results(e->scope))
-          throw SpecError(b.loc,
-                          "scalar state '" + name +
-                              "' is one value per param group, but its new value reads a reduction over each " +
-                              to_string(e->scope),
-                          "reduce over the whole group (group_sum, group_norm, group_max) or the optimizer "
-                          "(optimizer_sum, ...)");
+          throw SpecError(b.loc, what + ", but its new value reads a reduction over each " + to_string(e->scope),
+                          per_optimizer ? "reduce over every group of the optimizer (optimizer_sum, optimizer_norm, "
+                                          "optimizer_max)"
+                                        : "reduce over the whole group (group_sum, group_norm, group_max) or the "
+                                          "optimizer (optimizer_sum, ...)");
         return;  // its operand is element code, as any reduction's
       }
       if (e->kind == NodeKind::Var && e->level != Domain::Group)
-        throw SpecError(b.loc,
-                        "scalar state '" + name + "' is one value per param group, but its new value reads '" +
-                            e->name + "', " + per(e->level),
-                        "reduce it over the group first (group_sum, group_norm, group_max)");
+        throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per(e->level), reduce_first);
       for (const auto& a : e->args) visit(a);
     };
     visit(b.value);
@@ -327,6 +341,14 @@ class Lowering {
   bool element_or_tensor_name(const std::string& name) const {
     return name == "param" || name == "grad" || name == "numel" || name == "rows" || name == "cols" ||
            spec_.state_index(name) >= 0;
+  }
+  /// "tensor" or "element": what such a name has one value per (a state of rows or columns counts
+  /// as its elements').
+  const char* tensor_or_element(const std::string& name) const {
+    const int s = spec_.state_index(name);
+    const bool tensor = name == "numel" || name == "rows" || name == "cols" ||
+                        (s >= 0 && spec_.states[static_cast<size_t>(s)].shape == StateShape::Tensor);
+    return tensor ? "tensor" : "element";
   }
 
   /// Whether a statement of `b` (or of a block in it) assigns `name`.
@@ -388,11 +410,10 @@ class Lowering {
       kind = it->second.kind;
       check_assignable(s, kind);
     } else if (section_ == Section::PerStep && element_or_tensor_name(s.target)) {
-      throw SpecError(s.target_loc,
-                      "cannot assign to '" + s.target + "' in 'per_step': it is a per-" +
-                          (s.target == "numel" || s.target == "rows" || s.target == "cols" ? "tensor" : "element") +
-                          " value",
-                      "per_step computes values once per param group; give this value a new name");
+      throw SpecError(
+          s.target_loc,
+          "cannot assign to '" + s.target + "' in 'per_step': it is a per-" + tensor_or_element(s.target) + " value",
+          "per_step computes values once per param group; give this value a new name");
     } else if (is_reserved_name(s.target)) {
       throw SpecError(s.target_loc,
                       "cannot assign to '" + s.target + "': it is " +
@@ -423,11 +444,23 @@ class Lowering {
   void check_state_write(const Statement& s, const Expr& value) {
     const ElementState& state = spec_.states.at(spec_.state_index(s.target));
     check_guard(state, s.target_loc, "assigned");
+    check_program_state(s.target, s.target_loc, "assigned");
     const Domain level = level_of(state.shape);
     if (!at_or_below(value->level, level))
       throw SpecError(s.value->loc, "state '" + s.target + "' has " + per(level) + ", but this is " + per(value->level),
-                      level == Domain::Row ? "reduce it over each row first (row_sum, row_mean)"
-                                           : "reduce it over each column first (col_sum, col_mean)");
+                      level == Domain::Row      ? "reduce it over each row first (row_sum, row_mean)"
+                      : level == Domain::Column ? "reduce it over each column first (col_sum, col_mean)"
+                                                : "reduce it over the tensor first (sum, mean, norm, max)");
+  }
+
+  /// A program (`programs:`) runs element code only: a state of one value per tensor is the step's.
+  void check_program_state(const std::string& name, const SourceLoc& at, const char* what) const {
+    if (section_ != Section::Program) return;
+    if (spec_.states.at(spec_.state_index(name)).shape != StateShape::Tensor) return;
+    throw SpecError(
+        at, "state '" + name + "' has one value per tensor and cannot be " + what + " in program '" + program_ + "'",
+        "a program runs element by element between steps; only the step reads and writes a tensor's "
+        "states");
   }
 
   /// The guard a read or write of `state` needs: `factored` for a state only factored tensors have,
@@ -751,15 +784,18 @@ class Lowering {
             s.loc, "'" + s.text + "' is a per-tensor value and cannot be used in 'per_step'",
             "per_step runs once per param group, whose tensors differ in size; use " + s.text + " in 'update'");
       if (section_ == Section::PerStep && element_or_tensor_name(s.text))
-        throw SpecError(s.loc, "'" + s.text + "' is a per-element value and cannot be used in 'per_step'",
-                        "per_step sees hyperparameters, step and scalar state");
+        throw SpecError(
+            s.loc, "'" + s.text + "' is a per-" + tensor_or_element(s.text) + " value and cannot be used in 'per_step'",
+            "per_step sees hyperparameters, step and scalar state");
       std::vector<std::string> candidates;
       for (const auto& [n, b] : env_) candidates.push_back(n);
       throw SpecError(s.loc, "unknown name '" + s.text + "'" + did_you_mean(s.text, candidates));
     }
     const Binding& b = it->second;
-    if (b.kind == NameKind::State && (section_ == Section::Update || section_ == Section::Program))
+    if (b.kind == NameKind::State && (section_ == Section::Update || section_ == Section::Program)) {
       check_guard(spec_.states.at(spec_.state_index(s.text)), s.loc, "read");
+      check_program_state(s.text, s.loc, "read");
+    }
     if (section_ == Section::Flag || section_ == Section::StateCondition) {
       const Hyperparameter* h = b.kind == NameKind::Hyperparameter ? spec_.find_hyperparameter(s.text) : nullptr;
       if (!h)

@@ -50,7 +50,8 @@ void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& v
   for (const auto& v : variants) {
     if (!v.reductions.empty()) continue;
     for (const auto& s : spec.states)
-      if (s.shape != StateShape::Elements && std::find(v.states.begin(), v.states.end(), s.name) != v.states.end())
+      if ((s.shape == StateShape::Rows || s.shape == StateShape::Cols) &&
+          std::find(v.states.begin(), v.states.end(), s.name) != v.states.end())
         throw SpecError(s.shape_loc,
                         "state '" + s.name + "' of shape " + to_string(s.shape) + " needs a reduction in the step (" +
                             v.variant +

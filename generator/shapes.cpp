@@ -217,7 +217,8 @@ bool update_reads_shaped_states(const Program& variant) {
   bool reads = false;
   for (const auto& root : roots)
     for_each_node(root, [&](const Expr& e) {
-      reads = reads || (e->kind == NodeKind::Var && e->var == VarKind::State && e->level != Domain::Element);
+      reads = reads || (e->kind == NodeKind::Var && e->var == VarKind::State &&
+                        (e->level == Domain::Row || e->level == Domain::Column));
     });
   return reads;
 }

@@ -40,9 +40,10 @@ struct Init {
   bool param = false;          ///< starts as the parameter
 };
 
-/// What a state buffer holds a value for: every element (the default), or every row or every
-/// column of a factored tensor's matrices (`shape: rows`, `shape: cols`).
-enum class StateShape { Elements, Rows, Cols };
+/// What a state buffer holds a value for: every element (the default), every row or every column
+/// of a factored tensor's matrices (`shape: rows`, `shape: cols`), or the whole tensor (`shape:
+/// tensor`: one value).
+enum class StateShape { Elements, Rows, Cols, Tensor };
 const char* to_string(StateShape shape);
 
 struct ElementState {

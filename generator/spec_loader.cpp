@@ -27,6 +27,7 @@ const char* to_string(StateShape shape) {
     case StateShape::Elements: return "elements";
     case StateShape::Rows: return "rows";
     case StateShape::Cols: return "cols";
+    case StateShape::Tensor: return "tensor";
   }
   return "?";
 }
@@ -591,10 +592,16 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
       s.shape = StateShape::Rows;
     else if (text == "cols")
       s.shape = StateShape::Cols;
+    else if (text == "tensor")
+      s.shape = StateShape::Tensor;
     else if (text != "elements")
-      loader.fail(shape, "bad shape '" + text + "' for state '" + s.name + "': expected elements, rows or cols");
+      loader.fail(shape,
+                  "bad shape '" + text + "' for state '" + s.name + "': expected elements, rows, cols or tensor");
     if (s.shape != StateShape::Elements && s.init.param)
-      loader.fail(shape, "state '" + s.name + "' has a value per " + (s.shape == StateShape::Rows ? "row" : "column") +
+      loader.fail(shape, "state '" + s.name + "' has a value per " +
+                             (s.shape == StateShape::Rows   ? "row"
+                              : s.shape == StateShape::Cols ? "column"
+                                                            : "tensor") +
                              " and cannot start as the parameter, which has one per element");
   }
   if (value["when"]) {

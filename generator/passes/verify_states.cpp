@@ -45,7 +45,7 @@ Program verify_states(const Program& program) {
         throw SpecError(o.loc, "this reads state '" + e->name + "', which is absent in variant " + program.variant +
                                    " (" + flags_text(program) + ")");
     });
-  for (Domain d : {Domain::Row, Domain::Column})
+  for (Domain d : {Domain::Tensor, Domain::Row, Domain::Column})
     for (const auto& v : program.values[d])
       for_each_node(v.value, [&](const Expr& e) {
         if (e->kind == NodeKind::Var && e->var == VarKind::State && !present.count(e->name))

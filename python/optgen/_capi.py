@@ -61,10 +61,12 @@ class ValueType(_Enum):
 
 class Shape(_Enum):
     """A state's shape (C ABI 4): one value per element of its tensor, per row (B*R values for a
-    tensor of B matrices of R rows and C columns, its last two dimensions), or per column (B*C)."""
+    tensor of B matrices of R rows and C columns, its last two dimensions), per column (B*C), or
+    one for the tensor."""
     ELEMENTS = 0
     ROWS = 1
     COLS = 2
+    TENSOR = 3
 
 
 class Presence(_Enum):
@@ -80,11 +82,12 @@ class Presence(_Enum):
 F32, BF16, F16, Q8, UQ8 = DType
 NEAREST, MASTER, STOCHASTIC = ParamWrite
 BOOL, INT, FLOAT = ValueType
-ELEMENTS, ROWS, COLS = Shape
+ELEMENTS, ROWS, COLS, TENSOR = Shape
 ABSENT, ALWAYS, FACTORED, NOT_FACTORED = Presence
 DTYPE_NAMES = {F32: "f32", BF16: "bf16", F16: "f16", Q8: "q8", UQ8: "uq8"}
 PARAM_WRITE_NAMES = {NEAREST: "nearest", MASTER: "master", STOCHASTIC: "stochastic"}
-SHAPE_NAMES = {ELEMENTS: "elements", ROWS: "rows", COLS: "cols"}
+SHAPE_NAMES = {ELEMENTS: "elements", ROWS: "rows", COLS: "cols", TENSOR: "tensor"}
+SHAPE_UNITS = {ELEMENTS: "element", ROWS: "row", COLS: "column", TENSOR: "tensor"}  # one value per ...
 PRESENCE_NAMES = {ABSENT: "absent", ALWAYS: "always", FACTORED: "factored", NOT_FACTORED: "not factored"}
 
 # C ABI 4: int optgen_state_presence(const optgen_optimizer*, const double* hyperparameters,
@@ -191,7 +194,7 @@ class _HyperparameterInfo(ctypes.Structure):
 
 
 class _StateInfo(ctypes.Structure):
-    # `shape` (ABI 4): ELEMENTS, ROWS or COLS.
+    # `shape` (ABI 4): ELEMENTS, ROWS, COLS or TENSOR.
     _fields_ = [("name", ctypes.c_char_p), ("init_value", ctypes.c_double), ("init_hyperparameter", ctypes.c_int32),
                 ("init_param", ctypes.c_int32), ("shape", ctypes.c_int32)]
 
@@ -359,21 +362,24 @@ class State:
     init_value: float
     init_hyperparameter: Optional[str]  # the hyperparameter it starts as, or None: init_value
     init_param: bool = False  # starts as the parameter (read in its place at the group's first step)
-    shape: int = ELEMENTS  # ELEMENTS, ROWS or COLS (a scalar state: ELEMENTS)
+    shape: int = ELEMENTS  # ELEMENTS, ROWS, COLS or TENSOR (a scalar state: ELEMENTS)
 
     def initial_value(self, hyperparameters: Mapping[str, float]) -> float:
         return hyperparameters[self.init_hyperparameter] if self.init_hyperparameter else self.init_value
 
     def numel(self, shape: Sequence[int]) -> int:
-        """How many values this state holds for a tensor of `shape`: its numel, or for ROWS and COLS
-        B*R and B*C, the tensor being B matrices of R rows and C columns (its last two dimensions)."""
+        """How many values this state holds for a tensor of `shape`: its numel, for ROWS and COLS B*R
+        and B*C, the tensor being B matrices of R rows and C columns (its last two dimensions), for
+        TENSOR 1."""
         numel = 1
         for n in shape:
             numel *= n
         if self.shape == ELEMENTS:
             return numel
+        if self.shape == TENSOR:
+            return 1
         if len(shape) < 2:
-            raise OptgenError(f"state {self.name} has one value per {SHAPE_NAMES[self.shape][:-1]}, but a tensor of "
+            raise OptgenError(f"state {self.name} has one value per {SHAPE_UNITS[self.shape]}, but a tensor of "
                               f"shape {list(shape)} has no rows and columns (it needs two dimensions or more)")
         rows, cols = shape[-2], shape[-1]
         if rows == 0 or cols == 0:

@@ -851,8 +851,12 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   }
   const VariantInfo& variant = plan.variant;
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
-  // A variant with Reduce stages (reductions, or matrix values to store) gives every tensor a chunk.
-  const bool reduces = variant.num_stages > 1;
+  // A variant with Reduce stages (reductions, or matrix values to store) gives every tensor a chunk,
+  // and so does one with states of one value per tensor, which its Update stage counts the blocks
+  // of in the reduction table (device/update.cuh's end_update).
+  bool reduces = variant.num_stages > 1;
+  for (int j = 0; j < variant.num_states; ++j)
+    reduces = reduces || info.states[variant.states[j]].shape == reference::StateShape::Tensor;
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, reduces);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel, whole_numel;

@@ -27,6 +27,7 @@ std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, st
     case reference::StateShape::Elements: return numel;
     case reference::StateShape::Rows: return dims.total_rows();
     case reference::StateShape::Cols: return dims.total_cols();
+    case reference::StateShape::Tensor: return 1;
   }
   return numel;
 }
@@ -74,7 +75,7 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     const reference::StateShape shape = info.states[variant.states[j]].shape;
     l.num_row_states += shape == reference::StateShape::Rows ? 1 : 0;
     l.num_col_states += shape == reference::StateShape::Cols ? 1 : 0;
-    if (shape != reference::StateShape::Elements) shaped_states.push_back(j);
+    if (shape == reference::StateShape::Rows || shape == reference::StateShape::Cols) shaped_states.push_back(j);
   }
 
   l.block_offset.assign(static_cast<std::size_t>(kNumBlockKinds) * (T + 1), 0);

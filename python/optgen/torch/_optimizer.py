@@ -38,7 +38,7 @@ import torch
 import torch.optim.optimizer as _torch_optimizer
 
 from .. import _capi
-from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, Engine, OptgenError, State, Storage,
+from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, TENSOR, Engine, OptgenError, State, Storage,
                      TensorBinding)
 from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
 from ._blockwise8 import Codec
@@ -521,7 +521,7 @@ class Optimizer(torch.optim.Optimizer):
             binding.dtype = next((_local(p).dtype for p in binding.params if p.grad is not None), None)
             values = self._group_values(group, binding.dtype)
             presence = engine.state_presence(values)
-            factors = any(x in (FACTORED, NOT_FACTORED) or (x and s.shape != ELEMENTS)
+            factors = any(x in (FACTORED, NOT_FACTORED) or (x and s.shape in (ROWS, COLS))
                           for s, x in zip(engine.states, presence))
             buckets = defaultdict(list)  # (dtype, step, scalar state) -> param indices
             for i, p in enumerate(binding.params):
@@ -709,7 +709,7 @@ class Optimizer(torch.optim.Optimizer):
         values (a float tensor of p's shape, a DTensor, or a whole tensor for a DTensor p) stored;
         none: `initial`."""
         if s.shape != ELEMENTS:
-            raise ValueError(f"state {s.name!r} has one value per {_capi.SHAPE_NAMES[s.shape][:-1]}, which 8-bit "
+            raise ValueError(f"state {s.name!r} has one value per {_capi.SHAPE_UNITS[s.shape]}, which 8-bit "
                              "blockwise storage does not keep: give it a torch dtype in state_dtype")
         local = _local(p)
         codec = self._codec(s.name, local.device)
@@ -779,7 +779,7 @@ class Optimizer(torch.optim.Optimizer):
         if across and s.shape == COLS:
             raise ValueError(f"state {s.name!r} has one value per column, which a parameter of shape {tuple(p.shape)} "
                              f"bound as {bound} cut along its columns does not keep on its ranks")
-        replicated = len(bound) == 2 and (s.shape == ROWS if across else s.shape == COLS)
+        replicated = s.shape == TENSOR or (len(bound) == 2 and (s.shape == ROWS if across else s.shape == COLS))
         placements = [Replicate() if replicated else x for x in p.placements]
         if isinstance(value, DTensor) and value.dtype == dtype and tuple(value.shape) == whole and \
                 value.device_mesh == p.device_mesh and list(value.placements) == placements and \
@@ -802,7 +802,7 @@ class Optimizer(torch.optim.Optimizer):
     def _check_state_size(p: torch.Tensor, s: State, value: torch.Tensor, shape: tuple) -> None:
         if value.numel() != math.prod(shape):
             per = {ELEMENTS: "", ROWS: " (one value per row of its last two dimensions)",
-                   COLS: " (one value per column of its last two dimensions)"}[s.shape]
+                   COLS: " (one value per column of its last two dimensions)", TENSOR: " (one value for the tensor)"}[s.shape]
             raise ValueError(f"state {s.name!r} of a parameter of shape {tuple(p.shape)} must have shape {shape}{per}; "
                              f"got one of shape {tuple(value.shape)}")
 
@@ -939,8 +939,8 @@ class Optimizer(torch.optim.Optimizer):
         if name == "step":
             return torch.tensor(float(value))
         if name in states:
-            if states[name].shape != ELEMENTS and len(self._bound_shape(p)) < 2:
-                raise ValueError(f"state {name!r} has one value per {_capi.SHAPE_NAMES[states[name].shape][:-1]} of a "
+            if states[name].shape in (ROWS, COLS) and len(self._bound_shape(p)) < 2:
+                raise ValueError(f"state {name!r} has one value per {_capi.SHAPE_UNITS[states[name].shape]} of a "
                                  f"tensor's last two dimensions, but the state_dict gives it for a parameter of shape "
                                  f"{tuple(p.shape)}")
             return self._as_state(p, states[name], value, 0.0)
@@ -960,11 +960,13 @@ def _in_memory_order(values: torch.Tensor, layout: torch.Tensor) -> torch.Tensor
 def _state_shape(shape: tuple, s: State) -> tuple:
     """The torch shape of state `s` for a parameter bound with `shape` (of two or more dimensions,
     for ROWS and COLS): torch.optim.Adafactor's, the last dimension (rows: one value per row) or
-    second to last (columns) made 1."""
+    second to last (columns) made 1; for TENSOR, () (one value, as torch keeps a parameter's step)."""
     if s.shape == ELEMENTS:
         return shape
+    if s.shape == TENSOR:
+        return ()
     if len(shape) < 2:
-        raise ValueError(f"state {s.name!r} has one value per {_capi.SHAPE_NAMES[s.shape][:-1]}, but a parameter of "
+        raise ValueError(f"state {s.name!r} has one value per {_capi.SHAPE_UNITS[s.shape]}, but a parameter of "
                          f"shape {shape} has fewer than two dimensions")
     return shape[:-1] + (1,) if s.shape == ROWS else shape[:-2] + (1, shape[-1])
 

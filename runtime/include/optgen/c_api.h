@@ -300,8 +300,8 @@ typedef struct {
 /* What a state buffer holds values for (optgen::reference::StateShape). A tensor of two or more
  * dimensions is B matrices of R rows and C columns, its last two dimensions (B = numel / (R * C), 0
  * for an empty tensor); any other is one matrix of one row of numel columns. A state of elements
- * holds numel values, of rows B * R, of columns B * C. */
-enum { OPTGEN_STATE_ELEMENTS = 0, OPTGEN_STATE_ROWS = 1, OPTGEN_STATE_COLS = 2 };
+ * holds numel values, of rows B * R, of columns B * C, of the tensor one. */
+enum { OPTGEN_STATE_ELEMENTS = 0, OPTGEN_STATE_ROWS = 1, OPTGEN_STATE_COLS = 2, OPTGEN_STATE_TENSOR = 3 };
 
 /* A state buffer or scalar state: how it starts, a constant or a hyperparameter's value, or (a
  * buffer) the parameter; and (a buffer) what it holds values for. (ABI 4 added `shape`.) */

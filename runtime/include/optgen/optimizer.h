@@ -49,9 +49,10 @@ struct Tensor {
   DType dtype = DType::F32;  ///< of param and grad
   /// The caller's own state buffers, one per state the spec declares (declaration order; entries
   /// for states the variant does not use, or that do not exist for this tensor, are ignored),
-  /// taken as they are: not initialised. Each holds the state's values for this tensor: numel, or
-  /// for a state of rows (columns) one per row (column) of each of its matrices (StateInfo::shape;
-  /// FusedOptimizer::state says how many). Null: optgen allocates and initialises them.
+  /// taken as they are: not initialised. Each holds the state's values for this tensor: numel, for
+  /// a state of rows (columns) one per row (column) of each of its matrices, for a state of the
+  /// tensor one (StateInfo::shape; FusedOptimizer::state says how many). Null: optgen allocates
+  /// and initialises them.
   void* const* states = nullptr;
   std::int64_t grad_numel = -1;  ///< when the caller knows it: must equal numel (-1: not given)
   /// The tensor's dimensions, outermost first, when the caller knows them (empty: not given). Their
@@ -78,7 +79,7 @@ struct Tensor {
 /// A state buffer of one tensor.
 struct StateBuffer {
   void* data;          ///< null when the state does not exist for the tensor
-  std::int64_t numel;  ///< its values: the tensor's numel, B * R for a state of rows, B * C of columns
+  std::int64_t numel;  ///< its values: the tensor's numel, B * R for a state of rows, B * C of columns, 1 of the tensor
   /// As stored for this tensor (stored_dtype): an 8-bit state of a tensor under
   /// blockwise8::kMin8bitSize elements is F32. For Q8 and UQ8, `data` holds storage_bytes(dtype,
   /// numel) bytes: the codes, then the block absmax at blockwise8::absmax_offset(numel).
@@ -429,7 +430,7 @@ class FusedOptimizer {
 
   /// State `name` of a tensor. A tensor of two or more dimensions is B matrices of R rows and C
   /// columns (its last two dimensions; any other tensor one matrix of one row of numel columns): a
-  /// state of rows holds B * R values, of columns B * C, of elements numel. A state that exists
+  /// state of rows holds B * R values, of columns B * C, of elements numel, of the tensor 1. A state that exists
   /// for factored tensors only (a spec's `when: factored`), or for the others only, is {null, 0}
   /// for the rest; one the group's variant does not have is an optgen::Error.
   StateBuffer state(const std::string& name, std::size_t group, std::size_t tensor) const;

@@ -150,9 +150,10 @@ struct InitInfo {
   bool param = false;
 };
 
-/// What a state buffer holds a value for: every element, or every row or column of each matrix of
-/// a factored tensor (B matrices of R rows and C columns: B·R and B·C values).
-enum class StateShape { Elements, Rows, Cols };
+/// What a state buffer holds a value for: every element, every row or column of each matrix of a
+/// factored tensor (B matrices of R rows and C columns: B·R and B·C values), or the whole tensor
+/// (one value).
+enum class StateShape { Elements, Rows, Cols, Tensor };
 
 struct StateInfo {
   const char* name;

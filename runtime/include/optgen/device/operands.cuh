@@ -369,4 +369,24 @@ __device__ __forceinline__ void* operand_pointer(const TableView& table, int op,
   return table.pointers[static_cast<long long>(row) * table.num_tensors + t];
 }
 
+/// Tensor t's states of one value per tensor (`shape: tensor`), operands whose buffer holds that
+/// one value: a stage's tensor() loads those it reads, and the Update stage's last block of the
+/// tensor stores their new values (end_update), once every block of it has loaded the old ones. A
+/// group of no tensors steps a placeholder without buffers: it reads 0 and stores nothing.
+template <typename Ops, int kOps>
+struct TensorStates {
+  const TableView& table;
+  int t;
+  __device__ __forceinline__ float load(int op) const {
+    const void* data = operand_pointer<Ops, kOps>(table, op, t);
+    float x = 0.0f;
+    if (data) load_operand<Ops, 1>(op, data, 0, &x);
+    return x;
+  }
+  __device__ __forceinline__ void store(int op, float x) const {
+    void* data = operand_pointer<Ops, kOps>(table, op, t);
+    if (data) store_operand<Ops, 1>(op, data, 0, &x, ParamStore{nullptr, 0, t, 0});
+  }
+};
+
 }  // namespace optgen

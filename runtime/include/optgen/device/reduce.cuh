@@ -234,7 +234,8 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
     }
     const bool stores = kM > 0 && (inputs.found_inf == nullptr || *inputs.found_inf == 0.0f);
     const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-    const typename Stage::TensorValues tv = at.tensor(k, table.whole_numel[t], results(red, t, g));
+    const typename Stage::TensorValues tv =
+        at.tensor(k, table.whole_numel[t], results(red, t, g), TensorStates<Ops, kOps>{table, t});
     // Read per run rather than held across the loop: one register fewer where it counts.
     const bool scaled = inputs.grad_scale != 0;
     const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;

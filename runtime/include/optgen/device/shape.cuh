@@ -204,10 +204,15 @@ struct ElementValues {
 template <typename Stage, typename Code, typename Ops, bool kShaped, int V, bool kFromSnapshot = false>
 struct Position {
   __device__ __forceinline__ Position(const TableView&, int) {}
-  template <typename Values, typename Results>
-  __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
-                                                                 const Results& r) const {
-    return Stage::tensor(k, numel, r);
+  template <typename Values, typename Results, typename States>
+  __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel, const Results& r,
+                                                                 const States& ts) const {
+    return Stage::tensor(k, numel, r, ts);
+  }
+  template <typename Values, typename Results, typename States>
+  __device__ __forceinline__ void store_tensor_states(const Values& k, long long numel, const Results& r,
+                                                      const States& ts) const {
+    Code::store_tensor_states(k, numel, r, ts);
   }
   /// Whether an operand exists for this tensor (every one does here).
   __device__ __forceinline__ bool present(const void*) const { return true; }
@@ -239,10 +244,15 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, kFromSnapshot>(table, t)) {
     rows_of_vectors = sh.C % V == 0;
   }
-  template <typename Values, typename Results>
-  __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel,
-                                                                 const Results& r) const {
-    return Stage::tensor(k, numel, r, sh.factored, sh.whole_R, sh.whole_C);
+  template <typename Values, typename Results, typename States>
+  __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel, const Results& r,
+                                                                 const States& ts) const {
+    return Stage::tensor(k, numel, r, sh.factored, sh.whole_R, sh.whole_C, ts);
+  }
+  template <typename Values, typename Results, typename States>
+  __device__ __forceinline__ void store_tensor_states(const Values& k, long long numel, const Results& r,
+                                                      const States& ts) const {
+    Code::store_tensor_states(k, numel, r, sh.factored, sh.whole_R, sh.whole_C, ts);
   }
   /// A state that exists for factored tensors only, or for the others only, has no pointer where
   /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.

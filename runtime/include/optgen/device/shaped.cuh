@@ -90,7 +90,8 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const Ta
   const int g = group_of_tensor(red, t);
   s.k = *group_values<Values>(groups, current_slot(groups, g), g);
   s.sh = shaped<Ops>(table, t);
-  s.tv = Reduce::tensor(s.k, table.whole_numel[t], results(red, t, g), s.sh.factored, s.sh.whole_R, s.sh.whole_C);
+  s.tv = Reduce::tensor(s.k, table.whole_numel[t], results(red, t, g), s.sh.factored, s.sh.whole_R, s.sh.whole_C,
+                        TensorStates<Ops, Reduce::kOperands>{table, t});
   s.scaled = inputs.grad_scale != 0;
   s.grad_scale = s.scaled ? *inputs.grad_scale : 1.0f;
   return s;

@@ -126,7 +126,7 @@ __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableVie
     step.ticket = take_ticket<Update>(groups, red, t, g);
     step.k = *group_values<typename Group::Values>(groups, step.ticket.slot, g);
   }
-  step.tv = at.tensor(step.k, table.whole_numel[t], results(red, t, g));
+  step.tv = at.tensor(step.k, table.whole_numel[t], results(red, t, g), TensorStates<Ops, Update::kOperands>{table, t});
   step.ps = param_store<Ops>(table, groups, step.ticket.slot, t, g);
   step.scaled = inputs.grad_scale != 0;
   step.grad_scale = step.scaled ? *inputs.grad_scale : 1.0f;
@@ -134,11 +134,21 @@ __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableVie
   return step;
 }
 
-/// An Update stage's block is done: the group's last one publishes the step (a program's: nothing).
-template <typename Update, typename Group>
-__device__ __forceinline__ void end_update(const GroupTable& groups, const ReductionTable& red,
+/// An Update stage's block is done: the tensor's last one stores its states of one value per tensor
+/// (Update::kTensorStates: every block of the tensor has loaded the old values by then; counted in
+/// the reduction table's tensor arrivals, which the runtime gives such a variant, Reduce stage or
+/// not), and the group's last one publishes the step (a program's: nothing). Every thread must call
+/// it.
+template <typename Update, typename Group, typename Ops>
+__device__ __forceinline__ void end_update(const TableView& table, const GroupTable& groups,
+                                           const ReductionTable& red, const UpdatePosition<Update, Ops>& at,
                                            const UpdateStep<Update, Group>& step, int t, int g) {
   if constexpr (Update::kProgram) return;  // a program counts no step
+  if constexpr (Update::kTensorStates) {
+    if (last_to_arrive(&red.tensor_arrivals[t], static_cast<unsigned>(red.chunks[t])) && threadIdx.x == 0)
+      at.store_tensor_states(step.k, table.whole_numel[t], results(red, t, g),
+                             TensorStates<Ops, Update::kOperands>{table, t});
+  }
   if (threadIdx.x == 0 && step.ticket.commits()) commit_step<Group>(groups, step.ticket.slot, g, results(red, t, g));
 }
 

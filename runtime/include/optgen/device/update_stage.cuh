@@ -37,7 +37,7 @@ __device__ __forceinline__ void update_stage(const TableView& table, const Group
   const UpdateStep<Update, Group> step =
       begin_update<Update, Group, Ops>(table, groups, inputs, red, walk.position(), t, g);
   walk.run(step);
-  end_update(groups, red, step, t, g);
+  end_update(table, groups, red, walk.position(), step, t, g);
 }
 
 }  // namespace optgen
