@@ -49,6 +49,9 @@ def test_which_groups_reduce_over_all_their_tensors():
     assert adamw.reduces_over_group({"max_grad_norm": 1.0})  # the global gradient norm
     assert not lamb.reduces_over_group({})  # its norms are per tensor
     assert lamb.reduces_over_group({"max_grad_norm": 1.0})
+    prodigy = Engine.builtin("prodigy")
+    assert not prodigy.reduces_over_group({})  # its sums are over every group: any grouping covers them
+    assert prodigy.reduces_over_group({"max_grad_norm": 1.0})
     with pytest.raises(OptgenError, match="no param group 0"):
         adamw.grad_norm(0)
 

@@ -468,7 +468,8 @@ class FusedOptimizer {
   std::vector<std::optional<StatePresence>> state_presence(std::vector<double> hyperparameters) const;
   /// Whether a group of these hyperparameters (as states_used takes them) computes a reduction over
   /// all of its tensors (a global norm: max_grad_norm > 0, or a spec's group_norm): such a group
-  /// must hold every tensor the reduction is meant to cover.
+  /// must hold every tensor the reduction is meant to cover. A reduction over every group
+  /// (optimizer_sum, ...) does not count: it covers the tensors however they are grouped.
   bool reduces_over_group(std::vector<double> hyperparameters) const;
 
   std::size_t num_groups() const;
