@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -137,6 +138,32 @@ TEST_CASE("muon matches the CPU reference on matrices of mixed shapes in two gro
     // lr 0.02 (group 0); the largest scale, match_rms_adamw's 0.2 sqrt(300) of group 1's 100 x 300.
     CHECK(result.worst <= matrix_tolerance(info, kernel, 0.02, 0.2 * std::sqrt(300.0), 5));
   }
+}
+
+TEST_CASE("buckets of small matrices on streams of their own step as on the caller's, bit for bit", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const optgen::KernelInfo& kernel = info.kernels[0];
+  const std::vector<double> h = hyperparameters_for(info, kernel.variant);
+  // Five shapes, each bucket small for any GPU: with OPTGEN_MATRIX_STREAMS unset they run on lanes.
+  const TensorShapes shapes{{{64, 32}, {32, 64}, {3, 48, 16}, {1, 9}, {100, 300}, {64, 32}}};
+  std::vector<std::vector<std::vector<unsigned char>>> after;
+  for (const char* streams : {"1", ""}) {
+    INFO("OPTGEN_MATRIX_STREAMS '" << streams << "'");
+    setenv("OPTGEN_MATRIX_STREAMS", streams, 1);  // read when the optimizer prepares
+    std::mt19937 rng(11);
+    DeviceGroup group(kernel.param, shapes, std::vector<bool>(6, false), rng);
+    optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
+    opt.add_param_group(group.tensors, h);
+    for (int step = 0; step < 3; ++step) {
+      group.new_gradients(rng);
+      opt.step();
+    }
+    synchronize();
+    unsetenv("OPTGEN_MATRIX_STREAMS");
+    after.push_back(group.device_bytes());
+  }
+  CHECK(after[0] == after[1]);
 }
 
 TEST_CASE("a step's launches count the work on its matrices and follow its arguments", "[gpu]") {

@@ -14,7 +14,6 @@ constexpr const char* kInstall =
     "path, or set OPTGEN_CUBLASLT to its path";
 
 /// cuBLAS's workspace: what it asks for on Hopper (32 MiB), enough for every GPU before it.
-constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
 Api load() {
   // $OPTGEN_CUBLASLT, else the newest cublasLt on the library path.
@@ -127,11 +126,11 @@ const Handle::Plan& Handle::plan(const Product& p) const {
 }
 
 void Handle::multiply(const Product& p, float alpha, CUdeviceptr a, CUdeviceptr b, float beta, CUdeviceptr c,
-                      CUdeviceptr d, CUstream stream) const {
+                      CUdeviceptr d, CUstream stream, CUdeviceptr workspace) const {
   const Plan& q = plan(p);
   check(api().Matmul(handle_, q.op, &alpha, reinterpret_cast<const void*>(a), q.a, reinterpret_cast<const void*>(b),
                      q.b, &beta, reinterpret_cast<const void*>(c), q.c, reinterpret_cast<void*>(d), q.c, &q.chosen.algo,
-                     reinterpret_cast<void*>(workspace_), kWorkspaceBytes, stream),
+                     reinterpret_cast<void*>(workspace ? workspace : workspace_), kWorkspaceBytes, stream),
         "cublasLtMatmul");
 }
 

@@ -186,6 +186,7 @@ Api load_api() {
   load_symbol(library, api.cuEventCreate, "cuEventCreate");
   load_symbol(library, api.cuEventDestroy, "cuEventDestroy_v2");
   load_symbol(library, api.cuEventRecord, "cuEventRecord");
+  load_symbol(library, api.cuStreamWaitEvent, "cuStreamWaitEvent");
   load_symbol(library, api.cuEventSynchronize, "cuEventSynchronize");
   // _v2 since CUDA 12.8; the first version, with the same signature, on older drivers.
   if (dlsym(library, "cuEventElapsedTime_v2"))

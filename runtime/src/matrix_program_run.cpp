@@ -242,7 +242,7 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
 
 int run_matrix_program(const MatrixProgram& program, const double* arguments, DType dtype, const MatrixKernels& kernels,
                        const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, std::size_t scratch_bytes,
-                       long long count, long long rows, long long cols, CUstream stream) {
+                       long long count, long long rows, long long cols, CUstream stream, CUdeviceptr workspace) {
   check_dtype(dtype, "optgen::run_matrix_program");
   if (count == 0 || rows * cols == 0) return 0;
   if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX || rows > INT_MAX || cols > INT_MAX)
@@ -306,10 +306,10 @@ int run_matrix_program(const MatrixProgram& program, const double* arguments, DT
         const float beta = s.c < 0 ? 0.0f : s.beta;
         if (view.column_major)
           handle.multiply({op(s.transpose_a), op(s.transpose_b), dr, dc, inner, ar, br, dr, sa, sb, sd, batch, type},
-                          s.alpha, at(s.a), at(s.b), beta, c, at(s.out), stream);
+                          s.alpha, at(s.a), at(s.b), beta, c, at(s.out), stream, workspace);
         else
           handle.multiply({op(s.transpose_b), op(s.transpose_a), dc, dr, inner, bc, ac, dc, sb, sa, sd, batch, type},
-                          s.alpha, at(s.b), at(s.a), beta, c, at(s.out), stream);
+                          s.alpha, at(s.b), at(s.a), beta, c, at(s.out), stream, workspace);
         ++launches;
         break;
       }

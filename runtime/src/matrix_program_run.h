@@ -42,10 +42,11 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
 /// `rows` x `cols` matrices of `dtype` consecutive at `x`, in place, on `stream`: BF16 products
 /// accumulate in fp32, as torch's; F32 is fp32 throughout. `scratch` holds `scratch_bytes`, at least
 /// matrix_program_scratch_bytes (else optgen::Error, before anything is enqueued). Capturable in a
-/// CUDA graph. Returns the launches it enqueued (kernels, cuBLAS calls and copies; 0 for no
-/// matrices).
+/// CUDA graph. `workspace`: cuBLAS's (cublas::Handle::kWorkspaceBytes), where programs run at once
+/// on several streams; 0, the handle's. Returns the launches it enqueued (kernels, cuBLAS calls and
+/// copies; 0 for no matrices).
 int run_matrix_program(const MatrixProgram& program, const double* arguments, DType dtype, const MatrixKernels& kernels,
                        const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, std::size_t scratch_bytes,
-                       long long count, long long rows, long long cols, CUstream stream);
+                       long long count, long long rows, long long cols, CUstream stream, CUdeviceptr workspace = 0);
 
 }  // namespace optgen

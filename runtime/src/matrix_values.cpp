@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <tuple>
 
@@ -15,6 +16,63 @@ double argument(const MatrixArgument& a, const std::vector<double>& h) {
   return a.hyperparameter >= 0 ? h.at(static_cast<std::size_t>(a.hyperparameter)) : a.value;
 }
 
+/// A bucket whose Gram (count x ceil(min(rows, cols) / 128)^2 output tiles of 128 x 128, the
+/// smallest product of Newton–Schulz) makes fewer tiles than this per multiprocessor leaves much of
+/// the GPU idle in its products' last waves: such buckets run side by side, on lanes. Measured on
+/// an H200 (bench/RESULTS.md, 2026-12-01): gpt2's five buckets of 1 to 12 matrices of 768 rows, one
+/// stream each, 2316 µs of products against 2800 one after the other.
+constexpr long long kLaneTilesPerMultiprocessor = 16;
+/// Streams at once, the caller's among them: `$OPTGEN_MATRIX_STREAMS` (1 to 16; 1 runs every bucket
+/// on the caller's stream), else 8 (gpt2's five buckets, a stream each: 3.21 and 3.12 ms a step
+/// against 3.24 with four streams, 3.55 with one).
+int max_streams() {
+  const char* given = std::getenv("OPTGEN_MATRIX_STREAMS");
+  if (given == nullptr || *given == '\0') return 8;
+  char* end = nullptr;
+  const long n = std::strtol(given, &end, 10);
+  if (*end != '\0' || n < 1 || n > 16)
+    throw Error("OPTGEN_MATRIX_STREAMS", std::string("is '") + given + "': give a whole number from 1 to 16");
+  return static_cast<int>(n);
+}
+
+long long gram_tiles(const MatrixBucket& b) {
+  const long long side = (std::min(b.rows, b.cols) + 127) / 128;
+  return b.count * side * side;
+}
+
+/// Where each bucket's program runs (PlanMatrices::lane_of): the large ones on the caller's stream
+/// (share 0), the small ones spread over it and up to max_streams() - 1 lanes, the largest first onto
+/// the least loaded, by multiply-adds. Returns the lanes used.
+int assign_lanes(const std::vector<MatrixBucket>& buckets, std::vector<int>& lane_of) {
+  lane_of.assign(buckets.size(), 0);
+  const long long limit = kLaneTilesPerMultiprocessor * driver::multiprocessor_count(driver::current_device());
+  auto work = [](const MatrixBucket& b) {
+    return static_cast<double>(b.count) * b.rows * b.cols * std::min(b.rows, b.cols);
+  };
+  std::vector<std::size_t> small;
+  double large = 0;
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    if (gram_tiles(buckets[b]) < limit)
+      small.push_back(b);
+    else
+      large += work(buckets[b]);
+  }
+  if (buckets.size() < 2 || small.empty()) return 0;
+  const int lanes = static_cast<int>(
+      std::min<std::size_t>(small.size() - (large > 0 ? 0 : 1), static_cast<std::size_t>(max_streams() - 1)));
+  if (lanes == 0) return 0;
+  std::stable_sort(small.begin(), small.end(),
+                   [&](std::size_t a, std::size_t b) { return work(buckets[a]) > work(buckets[b]); });
+  std::vector<double> load(static_cast<std::size_t>(lanes) + 1, 0.0);
+  load[0] = large;
+  for (std::size_t b : small) {
+    const auto share = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    lane_of[b] = static_cast<int>(share);
+    load[share] += work(buckets[b]);
+  }
+  return lanes;
+}
+
 }  // namespace
 
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
@@ -26,7 +84,7 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
 PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
                             const Module& module, std::vector<void*>& pointers, const std::string& call) {
-  PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module)};
+  PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module), {}, {}, {}};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
   // Buckets by value and shape, in the order their shapes first appear; within a bucket, the
@@ -67,8 +125,9 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
       }
       members[it->second].push_back(t);
     }
-  // One allocation: the buckets' matrices (each 256-byte aligned), then the scratch.
-  std::size_t bytes = 0, scratch = 0;
+  // One allocation: the buckets' matrices (each 256-byte aligned), then the scratch of the caller's
+  // stream, then each lane's scratch and cuBLAS workspace.
+  std::size_t bytes = 0;
   std::vector<std::size_t> offsets;
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
@@ -76,13 +135,34 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
     offsets.push_back(bytes);
     bytes = round_up(bytes + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols),
                      256);
-    scratch = std::max(scratch, matrix_program_scratch_bytes(*variant.matrix_values[bucket.value].program, bucket.count,
-                                                             bucket.rows, bucket.cols, bucket.dtype));
   }
-  result.memory = DeviceBuffer(bytes + scratch);
+  result.lanes = std::vector<MatrixLane>(static_cast<std::size_t>(assign_lanes(result.buckets, result.lane_of)));
+  std::vector<std::size_t> scratch(result.lanes.size() + 1, 0);  // per stream: its largest bucket's
+  for (std::size_t b = 0; b < result.buckets.size(); ++b) {
+    const MatrixBucket& bucket = result.buckets[b];
+    std::size_t& need = scratch[static_cast<std::size_t>(result.lane_of[b])];
+    need = std::max(need, matrix_program_scratch_bytes(*variant.matrix_values[bucket.value].program, bucket.count,
+                                                       bucket.rows, bucket.cols, bucket.dtype));
+  }
+  std::vector<std::size_t> at(scratch.size());
+  for (std::size_t s = 0; s < scratch.size(); ++s) {
+    at[s] = bytes;
+    bytes = round_up(bytes + scratch[s], 256);
+  }
+  const std::size_t workspaces = bytes;
+  result.memory = DeviceBuffer(bytes + result.lanes.size() * cublas::Handle::kWorkspaceBytes);
   const CUdeviceptr base = result.memory.get();
-  result.scratch = base + bytes;
-  result.scratch_bytes = scratch;
+  result.scratch = base + at[0];
+  result.scratch_bytes = scratch[0];
+  for (std::size_t l = 0; l < result.lanes.size(); ++l) {
+    MatrixLane& lane = result.lanes[l];
+    lane.scratch = base + at[l + 1];
+    lane.scratch_bytes = scratch[l + 1];
+    lane.workspace = base + workspaces + l * cublas::Handle::kWorkspaceBytes;
+    lane.stream.get();  // made now: a step may be captured
+    lane.done.get();
+  }
+  if (!result.lanes.empty()) result.fork.get();
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
     bucket.x = base + offsets[b];
@@ -123,10 +203,29 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
 
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
+  const driver::Api& cuda = driver::api();
   int launches = 0;
-  for (const MatrixBucket& bucket : matrices.buckets) {
+  std::vector<bool> forked(matrices.lanes.size(), false);
+  for (std::size_t b = 0; b < matrices.buckets.size(); ++b) {
+    const MatrixBucket& bucket = matrices.buckets[b];
     const MatrixValueInfo& value = variant.matrix_values[bucket.value];
     if (value.stage != stage) continue;
+    CUstream on = stream;
+    CUdeviceptr scratch = matrices.scratch, workspace = 0;
+    std::size_t scratch_bytes = matrices.scratch_bytes;
+    if (const int lane = matrices.lane_of[b]; lane > 0) {
+      const MatrixLane& l = matrices.lanes[static_cast<std::size_t>(lane - 1)];
+      if (!forked[static_cast<std::size_t>(lane - 1)]) {  // the lane waits for what the caller's stream holds
+        if (std::find(forked.begin(), forked.end(), true) == forked.end())
+          driver::check(cuda.cuEventRecord(matrices.fork.get(), stream), "cuEventRecord");
+        driver::check(cuda.cuStreamWaitEvent(l.stream.get(), matrices.fork.get(), 0), "cuStreamWaitEvent");
+        forked[static_cast<std::size_t>(lane - 1)] = true;
+      }
+      on = l.stream.get();
+      scratch = l.scratch;
+      scratch_bytes = l.scratch_bytes;
+      workspace = l.workspace;
+    }
     const std::int64_t size = bucket.rows * bucket.cols;
     // The runs of consecutive groups whose arguments agree: one batch each.
     for (std::size_t g = 0; g < bucket.groups.size();) {
@@ -140,9 +239,14 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
       launches +=
           run_matrix_program(*value.program, args.data(), bucket.dtype, matrices.kernels, handle,
                              bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
-                             matrices.scratch, matrices.scratch_bytes, count, bucket.rows, bucket.cols, stream);
+                             scratch, scratch_bytes, count, bucket.rows, bucket.cols, on, workspace);
       g = end;
     }
+  }
+  for (std::size_t l = 0; l < matrices.lanes.size(); ++l) {  // the caller's stream waits for every lane
+    if (!forked[l]) continue;
+    driver::check(cuda.cuEventRecord(matrices.lanes[l].done.get(), matrices.lanes[l].stream.get()), "cuEventRecord");
+    driver::check(cuda.cuStreamWaitEvent(stream, matrices.lanes[l].done.get(), 0), "cuStreamWaitEvent");
   }
   return launches;
 }

@@ -44,13 +44,28 @@ struct MatrixTensor {
   std::int64_t batch = 0, rows = 0, cols = 0;
 };
 
+/// A stream of the optimizer's own on which some buckets' programs run beside those on the caller's
+/// stream (build_matrices says which), with scratch and a cuBLAS workspace of its own; `done`
+/// orders the caller's stream after it.
+struct MatrixLane {
+  mutable OwnedStream stream;  // made in build_matrices (not during a capture), used by steps
+  mutable OwnedEvent done;
+  CUdeviceptr scratch = 0;  ///< matrix_program_scratch_bytes of its largest bucket
+  std::size_t scratch_bytes = 0;
+  CUdeviceptr workspace = 0;  ///< cublas::Handle::kWorkspaceBytes
+};
+
 struct PlanMatrices {
-  DeviceBuffer memory;  ///< every bucket's matrices, then the scratch
+  DeviceBuffer memory;  ///< every bucket's matrices, then the scratch, then the lanes' scratch and workspaces
   std::vector<MatrixBucket> buckets;
   std::vector<MatrixTensor> tensors;  ///< in plan order, each value's in turn (for a matrix hook)
-  CUdeviceptr scratch = 0;            ///< matrix_program_scratch_bytes of the largest bucket
+  CUdeviceptr scratch = 0;            ///< for the buckets on the caller's stream: the largest one's
   std::size_t scratch_bytes = 0;
   MatrixKernels kernels;
+  /// Per bucket, where its program runs: 0 on the caller's stream, i on lanes[i - 1].
+  std::vector<int> lane_of;
+  std::vector<MatrixLane> lanes;
+  mutable OwnedEvent fork;  ///< orders the lanes after the caller's stream
 };
 
 /// Lays out and allocates the buffers of `variant`'s matrix values, each of its dtype in kernel set
@@ -75,8 +90,9 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
 /// Enqueues on `stream` what the matrix values stored by Reduce stage `stage` (1, 2, ...) need before
 /// the next stage reads them: each bucket's matrices through its value's program,
 /// with the arguments of its groups (their hyperparameters, `groups[g].h`, which
-/// matrix_argument_problem accepted), one batch per run of groups whose arguments agree.
-/// Capturable in a CUDA graph. Returns the launches it enqueued (as run_matrix_program).
+/// matrix_argument_problem accepted), one batch per run of groups whose arguments agree; the
+/// buckets of lanes on their lanes, forked from `stream` and joined back to it. Capturable in a
+/// CUDA graph. Returns the launches it enqueued (as run_matrix_program).
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);
 

@@ -73,6 +73,29 @@ class OwnedStream {
   CUstream stream_ = nullptr;
 };
 
+/// An event of the optimizer's own, without timing (for ordering streams), created on first use.
+class OwnedEvent {
+ public:
+  OwnedEvent() = default;
+  OwnedEvent(OwnedEvent&& o) noexcept : event_(o.event_) { o.event_ = nullptr; }
+  OwnedEvent& operator=(OwnedEvent&& o) noexcept {
+    std::swap(event_, o.event_);
+    return *this;
+  }
+  OwnedEvent(const OwnedEvent&) = delete;
+  OwnedEvent& operator=(const OwnedEvent&) = delete;
+  ~OwnedEvent() {
+    if (event_) driver::api().cuEventDestroy(event_);
+  }
+  CUevent get() {
+    if (!event_) driver::check(driver::api().cuEventCreate(&event_, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    return event_;
+  }
+
+ private:
+  CUevent event_ = nullptr;
+};
+
 struct BoundTensor {
   void* param;
   const void* grad;

@@ -108,9 +108,14 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
-  /// Enqueues D = alpha op(A) op(B) + beta C on `stream`.
+  /// Enqueues D = alpha op(A) op(B) + beta C on `stream`, with the handle's workspace, or with
+  /// `workspace` (kWorkspaceBytes) where given: products that may run at once on several streams
+  /// need one each.
   void multiply(const Product& p, float alpha, CUdeviceptr a, CUdeviceptr b, float beta, CUdeviceptr c, CUdeviceptr d,
-                CUstream stream) const;
+                CUstream stream, CUdeviceptr workspace = 0) const;
+
+  /// The bytes of a product's workspace.
+  static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
  private:
   struct Plan;
