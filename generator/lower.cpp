@@ -297,6 +297,12 @@ class Lowering {
                                           "optimizer (optimizer_sum, ...)");
         return;  // its operand is element code, as any reduction's
       }
+      if (e->kind == NodeKind::Var &&
+          e->level == Domain::Tensor)  // a reduction cannot take it (numel, a tensor's state)
+        throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per(e->level),
+                        "compute it from reductions of element values (" +
+                            std::string(per_optimizer ? "optimizer_sum" : "group_sum") +
+                            "(...)), or keep the value per tensor (a state of 'shape: tensor')");
       if (e->kind == NodeKind::Var && e->level != Domain::Group)
         throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per(e->level), reduce_first);
       for (const auto& a : e->args) visit(a);
@@ -643,6 +649,16 @@ class Lowering {
                       "reduce the element values themselves; sum, mean, norm and max reduce a row or column value "
                       "over each matrix");
     if (x->level != Domain::Element && !over_matrix) {
+      std::string tensor_state;  // a state of one value per tensor it reads (before or after its assignment)
+      for_each_node(x, [&](const Expr& e) {
+        if (e->kind == NodeKind::Var && e->var == VarKind::State && e->level == Domain::Tensor) tensor_state = e->name;
+      });
+      if (!tensor_state.empty())
+        throw SpecError(s.operands[0]->loc,
+                        "the argument of " + called + " is " + per(x->level) + ": it reads state '" + tensor_state +
+                            "', which has one value per tensor",
+                        "a reduction runs over the elements of a tensor; reduce the element values the state is "
+                        "computed from");
       bool reads_reduction = false;
       for_each_node(x, [&](const Expr& e) { reads_reduction = reads_reduction || e->kind == NodeKind::Reduce; });
       if (reads_reduction)
@@ -659,7 +675,8 @@ class Lowering {
                             ", but it reduces the elements of each " + (r.scope == Domain::Row ? "row" : "column"),
                         "sum, mean, norm and max reduce a row or column value over each matrix");
       throw SpecError(s.operands[0]->loc,
-                      "the argument of " + called + " is the same for every element: it reads no param, grad or state",
+                      "the argument of " + called +
+                          " is the same for every element: it reads no param, grad or state of one value per element",
                       "a reduction runs over the elements of a tensor; use the value itself");
     }
     if (r.scope == Domain::Optimizer) {

@@ -145,6 +145,34 @@ TEST_CASE("states of one value per tensor on the GPU match the CPU reference", "
   }
 }
 
+TEST_CASE("steps back to back store a tensor's value as steps one at a time do, bit for bit", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  // Each step's kernels may start under the last one's tail: the value the Update stage's last
+  // block stores must be the one the next step's stages read, with no host wait between steps.
+  const auto& info = optgen::TensorState::info();
+  for (const bool normalized : {true, false}) {
+    INFO("normalized " << normalized);
+    std::vector<double> h = optgen::default_hyperparameters(info);
+    h[kNormalized] = normalized ? 1 : 0;
+    std::vector<std::vector<std::vector<unsigned char>>> after;
+    for (const bool wait : {true, false}) {
+      std::mt19937 rng(8);
+      optgen::FusedOptimizer opt(info, h);
+      DeviceGroup g(DType::F32, {4097, 300001, 1, 70001}, {false, false, false, false}, rng);
+      opt.add_param_group(g.tensors, h);
+      g.new_gradients(rng);
+      for (int step = 0; step < 6; ++step) {
+        opt.step();
+        if (wait) synchronize();
+      }
+      synchronize();
+      after.push_back(g.device_bytes());
+      for (const auto& s : state_bytes(opt)) after.back().push_back(s);
+    }
+    CHECK(after[0] == after[1]);
+  }
+}
+
 TEST_CASE("a checkpoint carries states of one value per tensor", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(4);

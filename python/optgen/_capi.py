@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _nvrtc
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 14
+ABI_VERSION = 15
 
 
 class _Enum(enum.IntEnum):

@@ -83,7 +83,7 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
 
 PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
-                            const Module& module, std::vector<void*>& pointers, const std::string& call) {
+                            const Module& module, std::vector<void*>& pointers, const std::string& call, bool lanes) {
   PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module), {}, {}, {}};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
@@ -136,7 +136,9 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
     bytes = round_up(bytes + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols),
                      256);
   }
-  result.lanes = std::vector<MatrixLane>(static_cast<std::size_t>(assign_lanes(result.buckets, result.lane_of)));
+  result.lane_of.assign(result.buckets.size(), 0);
+  if (lanes)
+    result.lanes = std::vector<MatrixLane>(static_cast<std::size_t>(assign_lanes(result.buckets, result.lane_of)));
   std::vector<std::size_t> scratch(result.lanes.size() + 1, 0);  // per stream: its largest bucket's
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     const MatrixBucket& bucket = result.buckets[b];
@@ -204,50 +206,64 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
   const driver::Api& cuda = driver::api();
+  // The lanes this stage uses wait for what the caller's stream holds before any of its buckets.
+  std::vector<bool> used(matrices.lanes.size(), false);
+  for (std::size_t b = 0; b < matrices.buckets.size(); ++b)
+    if (matrices.lane_of[b] > 0 && variant.matrix_values[matrices.buckets[b].value].stage == stage)
+      used[static_cast<std::size_t>(matrices.lane_of[b] - 1)] = true;
+  const bool forks = std::find(used.begin(), used.end(), true) != used.end();
+  if (forks) driver::check(cuda.cuEventRecord(matrices.fork.get(), stream), "cuEventRecord");
+  for (std::size_t l = 0; l < matrices.lanes.size(); ++l)
+    if (used[l])
+      driver::check(cuda.cuStreamWaitEvent(matrices.lanes[l].stream.get(), matrices.fork.get(), 0),
+                    "cuStreamWaitEvent");
+  // The caller's stream waits for every lane, also when a bucket's program throws midway (a capture
+  // then ends with that error, not with a stream left forked).
+  auto join = [&] {
+    for (std::size_t l = 0; l < matrices.lanes.size(); ++l) {
+      if (!used[l]) continue;
+      driver::check(cuda.cuEventRecord(matrices.lanes[l].done.get(), matrices.lanes[l].stream.get()), "cuEventRecord");
+      driver::check(cuda.cuStreamWaitEvent(stream, matrices.lanes[l].done.get(), 0), "cuStreamWaitEvent");
+    }
+  };
   int launches = 0;
-  std::vector<bool> forked(matrices.lanes.size(), false);
-  for (std::size_t b = 0; b < matrices.buckets.size(); ++b) {
-    const MatrixBucket& bucket = matrices.buckets[b];
-    const MatrixValueInfo& value = variant.matrix_values[bucket.value];
-    if (value.stage != stage) continue;
-    CUstream on = stream;
-    CUdeviceptr scratch = matrices.scratch, workspace = 0;
-    std::size_t scratch_bytes = matrices.scratch_bytes;
-    if (const int lane = matrices.lane_of[b]; lane > 0) {
-      const MatrixLane& l = matrices.lanes[static_cast<std::size_t>(lane - 1)];
-      if (!forked[static_cast<std::size_t>(lane - 1)]) {  // the lane waits for what the caller's stream holds
-        if (std::find(forked.begin(), forked.end(), true) == forked.end())
-          driver::check(cuda.cuEventRecord(matrices.fork.get(), stream), "cuEventRecord");
-        driver::check(cuda.cuStreamWaitEvent(l.stream.get(), matrices.fork.get(), 0), "cuStreamWaitEvent");
-        forked[static_cast<std::size_t>(lane - 1)] = true;
+  try {
+    for (std::size_t b = 0; b < matrices.buckets.size(); ++b) {
+      const MatrixBucket& bucket = matrices.buckets[b];
+      const MatrixValueInfo& value = variant.matrix_values[bucket.value];
+      if (value.stage != stage) continue;
+      CUstream on = stream;
+      CUdeviceptr scratch = matrices.scratch, workspace = 0;
+      std::size_t scratch_bytes = matrices.scratch_bytes;
+      if (const int lane = matrices.lane_of[b]; lane > 0) {
+        const MatrixLane& l = matrices.lanes[static_cast<std::size_t>(lane - 1)];
+        on = l.stream.get();
+        scratch = l.scratch;
+        scratch_bytes = l.scratch_bytes;
+        workspace = l.workspace;
       }
-      on = l.stream.get();
-      scratch = l.scratch;
-      scratch_bytes = l.scratch_bytes;
-      workspace = l.workspace;
+      const std::int64_t size = bucket.rows * bucket.cols;
+      // The runs of consecutive groups whose arguments agree: one batch each.
+      for (std::size_t g = 0; g < bucket.groups.size();) {
+        const auto arguments_of = [&](std::size_t run) {
+          return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
+        };
+        const std::vector<double> args = arguments_of(g);
+        std::size_t end = g + 1;
+        std::int64_t count = bucket.groups[g].count;
+        for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
+        launches += run_matrix_program(
+            *value.program, args.data(), bucket.dtype, matrices.kernels, handle,
+            bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size), scratch,
+            scratch_bytes, count, bucket.rows, bucket.cols, on, workspace);
+        g = end;
+      }
     }
-    const std::int64_t size = bucket.rows * bucket.cols;
-    // The runs of consecutive groups whose arguments agree: one batch each.
-    for (std::size_t g = 0; g < bucket.groups.size();) {
-      const auto arguments_of = [&](std::size_t run) {
-        return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
-      };
-      const std::vector<double> args = arguments_of(g);
-      std::size_t end = g + 1;
-      std::int64_t count = bucket.groups[g].count;
-      for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
-      launches +=
-          run_matrix_program(*value.program, args.data(), bucket.dtype, matrices.kernels, handle,
-                             bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
-                             scratch, scratch_bytes, count, bucket.rows, bucket.cols, on, workspace);
-      g = end;
-    }
+  } catch (...) {
+    join();
+    throw;
   }
-  for (std::size_t l = 0; l < matrices.lanes.size(); ++l) {  // the caller's stream waits for every lane
-    if (!forked[l]) continue;
-    driver::check(cuda.cuEventRecord(matrices.lanes[l].done.get(), matrices.lanes[l].stream.get()), "cuEventRecord");
-    driver::check(cuda.cuStreamWaitEvent(stream, matrices.lanes[l].done.get(), 0), "cuStreamWaitEvent");
-  }
+  join();
   return launches;
 }
 

@@ -72,11 +72,12 @@ struct PlanMatrices {
 /// `kernel` (matrix_dtype), for a plan's tensors (`tensors`,
 /// each of group `groups[t]`; null for a placeholder), and points the rows of `pointers`
 /// (TableView::pointers, n = tensors.size() a row) of their operands at them. `module`: the plan's,
-/// whose matrix kernels it looks up. optgen::Error, naming `call`, for a tensor that is no matrix:
+/// whose matrix kernels it looks up. `lanes`: whether small buckets may run on lanes (not where a
+/// matrix hook does the work instead). optgen::Error, naming `call`, for a tensor that is no matrix:
 /// bound without a shape of two or more dimensions.
 PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
-                            const Module& module, std::vector<void*>& pointers, const std::string& call);
+                            const Module& module, std::vector<void*>& pointers, const std::string& call, bool lanes);
 
 /// The arguments of matrix value `value` for a group of hyperparameters `h`.
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h);

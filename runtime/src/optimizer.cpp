@@ -886,7 +886,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
       groups.push_back(t.group);
     }
     auto matrices = std::make_shared<PlanMatrices>(
-        build_matrices(variant, kernel, bound, groups, *plan.module, plan.pointers, m.call("prepare")));
+        build_matrices(variant, kernel, bound, groups, *plan.module, plan.pointers, m.call("prepare"), !m.matrix_hook));
     for (MatrixTensor& t : matrices->tensors)
       t.position = static_cast<std::size_t>(tensors[t.tensor].tensor - m.groups[t.group].tensors.data());
     plan.matrices = std::move(matrices);

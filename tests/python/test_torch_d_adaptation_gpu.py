@@ -148,6 +148,30 @@ def test_parameters_of_one_group_whose_gradients_start_later_share_the_d(name):
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_late_parameters_with_bias_correction_are_refused_in_the_groups_terms(name):
+    """With use_bias_correction, late parameters would read a step count of their own where the
+    published class reads the group's: refused, naming the torch group, rather than a silent
+    difference; so are parameters of two dtypes, which D's sums cannot span."""
+    params = make_params(7)
+    opt = getattr(ot, name)(params, use_bias_correction=True)
+    for step in range(3):
+        for i, (p, g) in enumerate(zip(params, gradients(step))):
+            p.grad = g if i < 2 or step >= 2 else None
+        if step < 2:
+            opt.step()
+    with pytest.raises(ValueError, match=r"param group 0: its parameters reached their first gradient at different "
+                                         r"steps \(step counts \[0, 2\]\)"):
+        opt.step()
+    mixed = make_params(8)
+    mixed[1].data = mixed[1].data.to(torch.bfloat16)
+    opt = getattr(ot, name)(mixed)
+    for p, g in zip(mixed, gradients(0)):
+        p.grad = g.to(p.dtype)
+    with pytest.raises(ValueError, match=r"param group 0: its parameters are of 2 dtypes"):
+        opt.step()
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_groups_must_agree_on_what_d_reads(name):
     params = make_params(4)
     opt = getattr(ot, name)([dict(params=params[:2]), dict(params=params[2:], d0=1e-4)])

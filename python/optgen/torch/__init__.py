@@ -38,6 +38,24 @@ def _builtin(spec: str):
     return lambda storage: _Engine.builtin(spec, storage=storage)
 
 
+def _d_adaptation_split_problem(name: str, group, parts) -> _Optional[str]:
+    """Why Prodigy's or DAdaptAdam's param group cannot step as groups of one (dtype, step count)
+    each: D's sums need every group in one kernel set, one dtype; with use_bias_correction each
+    part's bias correction would read its own step count, where the published class reads the
+    group's."""
+    dtypes = sorted({str(dtype) for dtype, _ in parts})
+    if len(dtypes) > 1:
+        return (f"its parameters are of {len(dtypes)} dtypes ({', '.join(dtypes)}), and {name}'s one D over every "
+                "group needs every parameter of the optimizer in one dtype: give the optimizer parameters of one dtype")
+    steps = sorted({step for _, step in parts})
+    if len(steps) > 1 and group.get("use_bias_correction"):
+        return (f"its parameters reached their first gradient at different steps (step counts {steps}), and with "
+                f"use_bias_correction each would read its own count where {name} reads the group's: give every "
+                "parameter of the group a gradient from the first step on, or put the late ones in a group of their "
+                "own")
+    return None
+
+
 def _check_d_adaptation(name: str, lr: float, eps: float, d0: float, fsdp_in_use: bool) -> None:
     """The argument checks Prodigy and DAdaptAdam share (their published classes' own)."""
     if not 0.0 < d0:
@@ -467,6 +485,9 @@ class DAdaptAdam(Optimizer):
         return _as_published(super().state_dict(), ("d", "numerator_weighted"),
                              dict(layer_scale=1.0, log_every=0, fsdp_in_use=self._fsdp_in_use))
 
+    def _split_problem(self, group, parts):
+        return _d_adaptation_split_problem("DAdaptAdam", group, parts)
+
 
 class LAMB(Optimizer):
     """LAMB as NVIDIA APEX's FusedLAMB computes it (specs/lamb.yaml): FusedLAMB's arguments and defaults,
@@ -815,6 +836,9 @@ class Prodigy(Optimizer):
     def _check_ranges(self, values: _Dict[str, float]) -> None:
         """torch's checks but on beta3, which Prodigy leaves unchecked (__init__ checks it here)."""
         super()._check_ranges({k: v for k, v in values.items() if k != "beta3"})
+
+    def _split_problem(self, group, parts):
+        return _d_adaptation_split_problem("Prodigy", group, parts)
 
 
 class RAdam(Optimizer):

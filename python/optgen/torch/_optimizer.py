@@ -32,7 +32,7 @@ import os
 import weakref
 from collections import defaultdict
 from itertools import chain
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.optim.optimizer as _torch_optimizer
@@ -541,6 +541,8 @@ class Optimizer(torch.optim.Optimizer):
                     f"step count each ({kinds}), each with a norm of its own; put parameters of different dtypes "
                     "in param groups of their own, and give every parameter of the group a gradient from the first "
                     "step on")
+            if len(buckets) > 1 and (why := self._split_problem(group, [(k[0], k[1]) for k in buckets])):
+                raise ValueError(f"param group {len(bindings)}: {why}")
             for (dtype, step, scalars), indices in buckets.items():
                 tensors = [self._tensor_binding(binding.params[i], presence) for i in indices]
                 g = engine.add_param_group(tensors, values)
@@ -805,6 +807,11 @@ class Optimizer(torch.optim.Optimizer):
                    COLS: " (one value per column of its last two dimensions)", TENSOR: " (one value for the tensor)"}[s.shape]
             raise ValueError(f"state {s.name!r} of a parameter of shape {tuple(p.shape)} must have shape {shape}{per}; "
                              f"got one of shape {tuple(value.shape)}")
+
+    def _split_problem(self, group: dict, parts: List[Tuple[torch.dtype, int]]) -> Optional[str]:
+        """Why a param group cannot step as groups of one (dtype, step count) each, `parts`, or None:
+        a subclass whose published optimizer would step them otherwise says so."""
+        return None
 
     def _bound_shape(self, p: torch.Tensor) -> tuple:
         """The shape p is bound with: its own (its local shard's), which a spec's rows and columns

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 14
+#define OPTGEN_ABI_VERSION 15
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -300,7 +300,7 @@ typedef struct {
 /* What a state buffer holds values for (optgen::reference::StateShape). A tensor of two or more
  * dimensions is B matrices of R rows and C columns, its last two dimensions (B = numel / (R * C), 0
  * for an empty tensor); any other is one matrix of one row of numel columns. A state of elements
- * holds numel values, of rows B * R, of columns B * C, of the tensor one. */
+ * holds numel values, of rows B * R, of columns B * C, of the tensor one (OPTGEN_STATE_TENSOR: ABI 15). */
 enum { OPTGEN_STATE_ELEMENTS = 0, OPTGEN_STATE_ROWS = 1, OPTGEN_STATE_COLS = 2, OPTGEN_STATE_TENSOR = 3 };
 
 /* A state buffer or scalar state: how it starts, a constant or a hyperparameter's value, or (a
