@@ -297,8 +297,8 @@ class Lowering {
                                           "optimizer (optimizer_sum, ...)");
         return;  // its operand is element code, as any reduction's
       }
-      if (e->kind == NodeKind::Var &&
-          e->level == Domain::Tensor)  // a reduction cannot take it (numel, a tensor's state)
+      // A tensor's value (numel, a state of one value per tensor), which no reduction takes.
+      if (e->kind == NodeKind::Var && e->level == Domain::Tensor)
         throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per(e->level),
                         "compute it from reductions of element values (" +
                             std::string(per_optimizer ? "optimizer_sum" : "group_sum") +

@@ -108,14 +108,9 @@ def test_param_groups_share_one_d_as_the_published_class(name):
                 f"D of group {group} after step {step + 1}"
 
 
-@pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_a_group_whose_gradients_start_later_keeps_the_shared_d(name):
-    """Group 1 has no gradients for two steps (frozen), then joins: D goes on from where the first
-    group took it, as the published class's, rather than starting again from d0."""
-    theirs_cls = published(name)
-    ours_p, theirs_p = make_params(5), make_params(5)
-    ours = getattr(ot, name)([dict(params=ours_p[:2]), dict(params=ours_p[2:])])
-    theirs = theirs_cls([dict(params=theirs_p[:2]), dict(params=theirs_p[2:])])
+def step_with_late_gradients(ours, theirs, ours_p, theirs_p):
+    """Six steps of both, the parameters after the first two without gradients for the first two
+    steps; the parameters and D compared after each."""
     for step in range(6):
         for i, (p, q, g) in enumerate(zip(ours_p, theirs_p, gradients(step))):
             p.grad, q.grad = (g.clone(), g.clone()) if i < 2 or step >= 2 else (None, None)
@@ -124,6 +119,17 @@ def test_a_group_whose_gradients_start_later_keeps_the_shared_d(name):
         for i, (p, q) in enumerate(zip(ours_p, theirs_p)):
             close(p, q, f"step {step + 1}, param {i}")
         assert d_of(ours, ours_p[0]) == pytest.approx(theirs.param_groups[0]["d"], rel=RTOL), f"D after step {step + 1}"
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_group_whose_gradients_start_later_keeps_the_shared_d(name):
+    """Group 1 has no gradients for two steps (frozen), then joins: D goes on from where the first
+    group took it, as the published class's, rather than starting again from d0."""
+    theirs_cls = published(name)
+    ours_p, theirs_p = make_params(5), make_params(5)
+    ours = getattr(ot, name)([dict(params=ours_p[:2]), dict(params=ours_p[2:])])
+    theirs = theirs_cls([dict(params=theirs_p[:2]), dict(params=theirs_p[2:])])
+    step_with_late_gradients(ours, theirs, ours_p, theirs_p)
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
@@ -136,14 +142,7 @@ def test_parameters_of_one_group_whose_gradients_start_later_share_the_d(name):
     ours_p, theirs_p = make_params(6), make_params(6)
     ours = getattr(ot, name)(ours_p, weight_decay=0.1)
     theirs = theirs_cls(theirs_p, weight_decay=0.1)
-    for step in range(6):
-        for i, (p, q, g) in enumerate(zip(ours_p, theirs_p, gradients(step))):
-            p.grad, q.grad = (g.clone(), g.clone()) if i < 2 or step >= 2 else (None, None)
-        ours.step()
-        theirs.step()
-        for i, (p, q) in enumerate(zip(ours_p, theirs_p)):
-            close(p, q, f"step {step + 1}, param {i}")
-        assert d_of(ours, ours_p[0]) == pytest.approx(theirs.param_groups[0]["d"], rel=RTOL), f"D after step {step + 1}"
+    step_with_late_gradients(ours, theirs, ours_p, theirs_p)
     assert d_of(ours, ours_p[3]) == d_of(ours, ours_p[0])
 
 
