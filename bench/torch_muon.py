@@ -18,7 +18,9 @@ and AdamW alone on the rest.
 The Newton-Schulz FLOPs of a step (ns_steps x (4 m^2 n + 2 m^3) per m x n matrix, m <= n) over the
 step's time give the TFLOP/s in the table. The timing is bench/torch_compare.py's time_steps():
 the median over --reps repetitions of CUDA-event time around a Python loop of --steps steps, in µs
-per step, and the host time per step. Markdown to stdout, JSON to --out. It needs torch (2.11 has
+per step, and the host time per step. optgen's eager step and its replay take their repetitions in
+turn, the order reversed each round: a GPU's clock falls as its power rises over a run of products
+(1755 to 1665 MHz on an H200), and whichever ran later read up to 5% slower. Markdown to stdout, JSON to --out. It needs torch (2.11 has
 torch.optim.Muon), a GPU and the optgen package with its library (PYTHONPATH=python
 OPTGEN_LIBRARY=<build>/liboptgen.so).
 
@@ -70,6 +72,21 @@ def idle_host_us(step, calls=50):
     return statistics.median(times)
 
 
+def alternated(steps, n, reps):
+    """time_steps of each of `steps` (name -> step), one repetition of each in turn, the order
+    reversed every round, so that a GPU warming through the run weighs on each alike."""
+    import statistics
+    gpu, host = {name: [] for name in steps}, {name: [] for name in steps}
+    names = list(steps)
+    for rep in range(reps):
+        for name in names if rep % 2 == 0 else names[::-1]:
+            r = tc.time_steps(steps[name], n, 1, 2 if rep == 0 else 1, False)
+            gpu[name] += r["reps_us"]
+            host[name] += r["reps_host_us"]
+    return {name: {"us_per_step": statistics.median(gpu[name]), "host_us_per_step": statistics.median(host[name]),
+                   "reps_us": gpu[name], "reps_host_us": host[name]} for name in names}
+
+
 def graphed(step):
     """`step` captured once (after a warm-up on a side stream), then replayed."""
     import torch
@@ -119,8 +136,7 @@ def main():
 
         params = make(hidden, 1)
         ours = ot.Muon(params)
-        run("optgen", ours.step)
-        run("optgen_graph", graphed(ours.step))
+        runs.update(alternated({"optgen": ours.step, "optgen_graph": graphed(ours.step)}, args.steps, args.reps))
         del ours, params
         if args.breakdown:
             # The step without the iteration's products: its elementwise stages and the norms.
@@ -160,9 +176,9 @@ def main():
         shapes = [(32 + 4 * (i % 20), 64) for i in range(10000)]
         params = make(shapes, 3)
         ours = ot.Muon(params)
-        eager = tc.time_steps(ours.step, args.steps, args.reps, 2, False)
+        timed = alternated({"eager": ours.step, "replay": graphed(ours.step)}, args.steps, args.reps)
+        eager, replay = timed["eager"], timed["replay"]
         idle = idle_host_us(ours.step)
-        replay = tc.time_steps(graphed(ours.step), args.steps, args.reps, 2, False)
         del ours
         static = ot.Muon(params, static_grads=True)
         static_idle = idle_host_us(static.step)
