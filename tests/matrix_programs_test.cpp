@@ -266,8 +266,10 @@ TEST_CASE("a spec's own matrix functions step as its CPU reference, in every sto
     const std::vector<double> h = optgen::default_hyperparameters(info);
     std::mt19937 rng(static_cast<unsigned>(k) + 11);
     // Wide, tall (polar sees it transposed, mix does not), square, a batch of three, one row.
-    DeviceGroup group(kernel.param, TensorShapes{{{16, 40}, {48, 12}, {24, 24}, {3, 8, 20}, {1, 30}}},
-                      {false, false, false, false, false}, rng);
+    // Small matrices run in one block each; 72 x 90 (a view of more than kMatrixInBlockRows rows)
+    // through cuBLAS.
+    DeviceGroup group(kernel.param, TensorShapes{{{16, 40}, {48, 12}, {24, 24}, {3, 8, 20}, {1, 30}, {72, 90}}},
+                      {false, false, false, false, false, false}, rng);
     optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
     opt.add_param_group(group.tensors, h);
     std::vector<double> scalar_state = initial_scalar_state(info, h);

@@ -172,8 +172,9 @@ TEST_CASE("a step's launches count the work on its matrices and follow its argum
   const optgen::KernelInfo& kernel = info.kernels[0];
   std::vector<double> h = hyperparameters_for(info, kernel.variant);
   std::mt19937 rng(3);
-  // Matrices of two shapes: two batches.
-  DeviceGroup group(kernel.param, TensorShapes{{{64, 32}, {64, 32}, {16, 48}}}, {false, false, false}, rng);
+  // Matrices of two shapes, each too large to run in one block (a view of more than
+  // kMatrixInBlockRows rows): two batches through cuBLAS.
+  DeviceGroup group(kernel.param, TensorShapes{{{80, 96}, {80, 96}, {72, 100}}}, {false, false, false}, rng);
   optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
   opt.add_param_group(group.tensors, h);
   for (int steps : {5, 4, 1}) {
@@ -189,6 +190,30 @@ TEST_CASE("a step's launches count the work on its matrices and follow its argum
       const int per_batch = 2 + 3 * steps;
       CHECK(opt.launches_last_step() == info.variants[kernel.variant].num_stages + 2 * per_batch);
     }
+  }
+}
+
+TEST_CASE("small matrices run their whole program in one launch a batch, up to the steps a block holds", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const optgen::KernelInfo& kernel = info.kernels[0];
+  std::vector<double> h = hyperparameters_for(info, kernel.variant);
+  std::mt19937 rng(3);
+  // Two shapes of at most kMatrixInBlockRows rows in their view (16 x 48; 64 x 32, seen as 32 x 64).
+  DeviceGroup group(kernel.param, TensorShapes{{{64, 32}, {64, 32}, {16, 48}}}, {false, false, false}, rng);
+  optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
+  opt.add_param_group(group.tensors, h);
+  const int stages = info.variants[kernel.variant].num_stages;
+  // The norm and three products a step: 1 + 3 * 13 steps fit kMatrixInBlockSteps, 1 + 3 * 14 do not.
+  static_assert(optgen::kernel_abi::kMatrixInBlockSteps == 40, "the step counts below assume 40");
+  for (int steps : {5, 13, 0, 14}) {
+    INFO("ns_steps " << steps);
+    opt.set("ns_steps", steps);
+    group.new_gradients(rng);
+    opt.step();
+    synchronize();
+    const int per_batch = steps <= 13 ? 1 : 2 + 3 * steps;
+    CHECK(opt.launches_last_step() == stages + 2 * per_batch);
   }
 }
 

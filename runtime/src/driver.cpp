@@ -167,6 +167,7 @@ Api load_api() {
   load_symbol(library, api.cuModuleLoadData, "cuModuleLoadData");
   load_symbol(library, api.cuModuleUnload, "cuModuleUnload");
   load_symbol(library, api.cuModuleGetFunction, "cuModuleGetFunction");
+  load_symbol(library, api.cuFuncSetAttribute, "cuFuncSetAttribute");
   load_symbol(library, api.cuLaunchKernel, "cuLaunchKernel");
   api.cuLaunchKernelEx = reinterpret_cast<decltype(api.cuLaunchKernelEx)>(dlsym(library, "cuLaunchKernelEx"));
   load_symbol(library, api.cuMemAlloc, "cuMemAlloc_v2");
@@ -339,10 +340,11 @@ bool early_start_supported(CUdevice device) {
 }
 
 void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream, void** args, bool early_start,
-            const std::string& fix) {
+            const std::string& fix, unsigned shared_bytes) {
   const Api& a = api();
   if (!early_start || a.cuLaunchKernelEx == nullptr) {
-    check(a.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel", fix);
+    check(a.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shared_bytes, stream, args, nullptr), "cuLaunchKernel",
+          fix);
     return;
   }
   CUlaunchAttribute attribute{};
@@ -353,6 +355,7 @@ void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream,
   config.gridDimY = config.gridDimZ = 1;
   config.blockDimX = block;
   config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = shared_bytes;
   config.hStream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;

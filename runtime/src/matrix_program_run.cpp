@@ -192,6 +192,80 @@ void check_dtype(DType dtype, const char* call) {
     throw Error(call, std::string("matrix programs run in bf16 or f32, not ") + to_string(dtype));
 }
 
+/// Bytes of static shared memory the in-block kernels may take beside their dynamic shared memory
+/// (block_combine's and the norm's divisor: 272 on sm_80 and sm_90).
+constexpr int kInBlockStaticShared = 1024;
+
+/// Elements a row of a value of `cols` columns takes in shared memory (matrices.cuh's padding to 16,
+/// then 8 more: a row's stride an odd multiple of 16 bytes, so ldmatrix's rows fall in different banks).
+int in_block_ld(std::int64_t cols) { return static_cast<int>((cols + 15) / 16 * 16 + 8); }
+int in_block_rows(std::int64_t rows) { return static_cast<int>((rows + 15) / 16 * 16); }
+
+/// `trace` as one block per matrix runs it (kernel_abi::MatrixInBlock), its values in the buffers
+/// `place` gives them (for one matrix), each buffer as large as its largest padded value; false
+/// where it does not fit: a view of more than kMatrixInBlockRows rows, more than
+/// kMatrixInBlockSteps steps, or more than `shared_limit` bytes of values. `bytes`: of the values.
+bool plan_in_block(const MatrixProgram& program, const Trace& trace, const View& view, DType dtype,
+                   std::size_t shared_limit, kernel_abi::MatrixInBlock& p, std::size_t& bytes) {
+  if (view.r > kernel_abi::kMatrixInBlockRows || trace.steps.size() > kernel_abi::kMatrixInBlockSteps) return false;
+  const Placement placed = place(program, trace, view, 1, dtype, false);
+  const std::size_t values = trace.variable.size();
+  auto rows_of = [&](std::size_t v) { return view.rows(program, trace.variable[v]); };
+  auto cols_of = [&](std::size_t v) { return view.cols(program, trace.variable[v]); };
+  std::vector<std::int64_t> size(placed.elements.size(), 0);
+  for (std::size_t v = 0; v < values; ++v) {
+    std::int64_t& s = size[static_cast<std::size_t>(placed.buffer[v])];
+    s = std::max<std::int64_t>(s, static_cast<std::int64_t>(in_block_rows(rows_of(v))) * in_block_ld(cols_of(v)));
+  }
+  std::vector<int> offset(size.size(), 0);
+  std::int64_t total = 0;
+  for (std::size_t b = 0; b < size.size(); ++b) {
+    offset[b] = static_cast<int>(total);
+    total += size[b];  // a multiple of 8 elements: each value's rows start on 16 bytes
+  }
+  bytes = static_cast<std::size_t>(total) * size_of(dtype);
+  if (bytes > shared_limit) return false;
+  auto at = [&](int v) {
+    return v < 0 ? -1 : offset[static_cast<std::size_t>(placed.buffer[static_cast<std::size_t>(v)])];
+  };
+  auto ld = [&](int v) { return v < 0 ? 0 : in_block_ld(cols_of(static_cast<std::size_t>(v))); };
+  p.num_steps = static_cast<int>(trace.steps.size());
+  for (std::size_t k = 0; k < trace.steps.size(); ++k) {
+    const Step& s = trace.steps[k];
+    const auto out = static_cast<std::size_t>(s.out);
+    int op = kernel_abi::kCombineStep;
+    if (s.op == MatrixOp::Normalize) op = kernel_abi::kNormalizeStep;
+    if (s.op == MatrixOp::Product) op = kernel_abi::kProductStep;
+    const int inner = s.op != MatrixOp::Product ? 0
+                      : s.transpose_a           ? static_cast<int>(rows_of(static_cast<std::size_t>(s.a)))
+                                                : static_cast<int>(cols_of(static_cast<std::size_t>(s.a)));
+    p.steps[k] = {op,
+                  at(s.out),
+                  at(s.a),
+                  at(s.b),
+                  s.op == MatrixOp::Product ? at(s.c) : -1,
+                  ld(s.out),
+                  ld(s.a),
+                  ld(s.b),
+                  static_cast<int>(rows_of(out)),
+                  static_cast<int>(cols_of(out)),
+                  inner,
+                  s.transpose_a ? 1 : 0,
+                  s.transpose_b ? 1 : 0,
+                  s.alpha,
+                  s.op == MatrixOp::Product && s.c < 0 ? 0.0f : s.beta};
+  }
+  p.rows = view.r;
+  p.cols = view.c;
+  p.column_major = view.column_major ? 1 : 0;
+  p.shared_elements = static_cast<int>(total);
+  p.argument = at(0);
+  p.argument_ld = ld(0);
+  p.result = at(trace.result);
+  p.result_ld = ld(trace.result);
+  return true;
+}
+
 }  // namespace
 
 MatrixKernels::MatrixKernels(const Module& module)
@@ -200,7 +274,20 @@ MatrixKernels::MatrixKernels(const Module& module)
       combine(module.function(kernel_abi::kMatrixCombine)),
       sum_squares_f32(module.function(kernel_abi::kMatrixSumSquaresF32)),
       normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)),
-      combine_f32(module.function(kernel_abi::kMatrixCombineF32)) {}
+      combine_f32(module.function(kernel_abi::kMatrixCombineF32)),
+      in_block(module.function(kernel_abi::kMatrixProgramInBlock)),
+      in_block_f32(module.function(kernel_abi::kMatrixProgramInBlockF32)) {
+  const driver::Api& cuda = driver::api();
+  int limit = 0;
+  driver::check(cuda.cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                          driver::current_device()),
+                "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+  in_block_shared = static_cast<std::size_t>(std::max(0, limit - kInBlockStaticShared));
+  for (CUfunction f : {in_block, in_block_f32})
+    driver::check(
+        cuda.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(in_block_shared)),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+}
 
 std::string matrix_program_problem(const MatrixProgram& program, const double* arguments,
                                    const std::vector<std::string>& names) {
@@ -250,6 +337,17 @@ int run_matrix_program(const MatrixProgram& program, const double* arguments, DT
                                                   std::to_string(cols) + ": give from 1 to 2^31 - 1 of at least 1 x 1");
   const View view = view_of(program, rows, cols);
   const Trace trace = unroll(program, arguments);
+  kernel_abi::MatrixInBlock in_block{};
+  std::size_t shared = 0;
+  if (plan_in_block(program, trace, view, dtype, kernels.in_block_shared, in_block, shared)) {
+    in_block.x = reinterpret_cast<void*>(x);
+    in_block.count = static_cast<int>(count);
+    void* args[] = {&in_block};
+    driver::launch(dtype == DType::F32 ? kernels.in_block_f32 : kernels.in_block, static_cast<unsigned>(count),
+                   kernel_abi::kMatrixKernelBlock, stream, args, false,
+                   "check that the stream belongs to the current context", static_cast<unsigned>(shared));
+    return 1;
+  }
   // Nothing copied where the scratch holds it (Newton–Schulz: always), else as few buffers as live.
   Placement placed = place(program, trace, view, count, dtype, true);
   if (placed.bytes > scratch_bytes) placed = place(program, trace, view, count, dtype, false);

@@ -1,11 +1,15 @@
 #pragma once
-/// Runs a matrix program (optgen/matrix_program.h) on a batch of matrices of one shape: its
-/// products as strided-batched GEMMs through cuBLAS (optgen/cublas.h), its norms and its sums in
-/// the module's kernels (kernel_abi::kMatrixSumSquares, kMatrixNormalize, kMatrixCombine).
-/// The program is unrolled on the host with its arguments, each value it computes is placed in a
-/// buffer (the matrices' own, `x`, or one of the scratch) where no value still to be read lives,
-/// and the result is placed in `x` where the program allows it (else copied there at the end):
-/// Newton–Schulz alternates between x and one scratch matrix and copies nothing.
+/// Runs a matrix program (optgen/matrix_program.h) on a batch of matrices of one shape. The program
+/// is unrolled on the host with its arguments, and each value it computes is placed in a buffer
+/// where no value still to be read lives. Small matrices (a view of at most
+/// kernel_abi::kMatrixInBlockRows rows whose values fit in a block's shared memory) run the whole
+/// program in one launch, a block per matrix, the buffers in shared memory
+/// (kernel_abi::kMatrixProgramInBlock): a batch's launch per product would cost more than its
+/// products. Others run their products as strided-batched GEMMs through cuBLAS (optgen/cublas.h),
+/// their norms and sums in the module's kernels (kernel_abi::kMatrixSumSquares, kMatrixNormalize,
+/// kMatrixCombine), the buffers the matrices' own (`x`) and the scratch's, the result placed in `x`
+/// where the program allows it (else copied there at the end): Newton–Schulz alternates between x
+/// and one scratch matrix and copies nothing.
 
 #include <cuda.h>
 
@@ -24,6 +28,10 @@ namespace optgen {
 struct MatrixKernels {
   CUfunction sum_squares = nullptr, normalize = nullptr, combine = nullptr;
   CUfunction sum_squares_f32 = nullptr, normalize_f32 = nullptr, combine_f32 = nullptr;
+  CUfunction in_block = nullptr, in_block_f32 = nullptr;
+  /// Bytes of dynamic shared memory the in-block kernels may take (the device's opt-in limit, less
+  /// their static shared memory).
+  std::size_t in_block_shared = 0;
   explicit MatrixKernels(const Module& module);
 };
 

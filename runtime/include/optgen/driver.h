@@ -27,6 +27,7 @@ struct Api {
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void**, void**);
   /// Null where the driver predates it (CUDA 12.0): launches then go through cuLaunchKernel.
@@ -91,14 +92,14 @@ std::string device_name(CUdevice device);
 /// has cuLaunchKernelEx.
 bool early_start_supported(CUdevice device);
 
-/// Launches `function` (`grid` blocks of `block` threads, no dynamic shared memory) on `stream`.
-/// With `early_start`, where supported, the kernel may start while the kernel before it on the
-/// stream is still running, once every block of that one has started or ended (programmatic
+/// Launches `function` (`grid` blocks of `block` threads, `shared_bytes` of dynamic shared memory)
+/// on `stream`. With `early_start`, where supported, the kernel may start while the kernel before it
+/// on the stream is still running, once every block of that one has started or ended (programmatic
 /// dependent launch): it must execute griddepcontrol.wait (optgen/device/group.cuh's
 /// wait_for_previous_kernel) before it reads what the previous kernel wrote, or writes anything
 /// the previous kernel reads. Throws optgen::Error naming the call, with `fix`.
 void launch(CUfunction function, unsigned grid, unsigned block, CUstream stream, void** args, bool early_start,
-            const std::string& fix);
+            const std::string& fix, unsigned shared_bytes = 0);
 
 /// Whether work enqueued on `stream` is being captured into a CUDA graph (also when the legacy
 /// default stream would join a capture elsewhere).

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 23 };
+enum { kVersion = 24 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -344,6 +344,44 @@ struct MatrixSum {
   int transpose_a, transpose_b;
   float alpha, beta;
 };
+/// A matrix program run whole by one block per matrix, every value in shared memory (the runtime's
+/// choice where a matrix's view has at most kMatrixInBlockRows rows, its values fit in a block's
+/// shared memory and its unrolled program has at most kMatrixInBlockSteps steps: there cuBLAS's
+/// launches, a batch's per product, cost more than the products):
+///   kMatrixProgramInBlock(MatrixInBlock)  block b: matrix b of x through `steps`, kMatrixKernelBlock
+///                                         threads, `shared_elements` elements of dynamic shared memory
+/// Each value is a row-major matrix at an element offset of the shared memory, its rows and columns
+/// rounded up to multiples of 16 (`ld` elements a row), the padding zero. A product runs on tensor
+/// cores in bf16 with fp32 accumulation (f32: in fp32 on the CUDA cores), rounded to the dtype as
+/// cuBLAS rounds its output; the sums of squares and the division are those of kMatrixNormalize.
+enum { kMatrixInBlockSteps = 40, kMatrixInBlockRows = 64 };
+enum MatrixStepOp {
+  kNormalizeStep,  ///< out = a / max(frobenius_norm(a), beta)
+  kProductStep,    ///< out = alpha op(a) op(b) + beta c (c may be out)
+  kCombineStep,    ///< out = alpha op(a) + beta op(b)
+};
+struct MatrixStep {
+  int op;                  ///< a MatrixStepOp
+  int out, a, b, c;        ///< element offsets of the values in shared memory; b and c -1 for none
+  int out_ld, a_ld, b_ld;  ///< elements a row of out (and of c, its shape), of a and of b
+  int rows, cols;          ///< of out
+  int inner;               ///< a product's: the columns of op(a)
+  int transpose_a, transpose_b;
+  float alpha, beta;
+};
+struct MatrixInBlock {
+  void* x;  ///< count matrices of rows * cols elements, row-major, or column-major where column_major
+  int count;
+  int rows, cols;  ///< the view's
+  int column_major;
+  int shared_elements;        ///< of every value's buffer, zeroed before the argument is loaded
+  int argument, argument_ld;  ///< where the matrix is loaded
+  int result, result_ld;      ///< where the program leaves its result, stored into x
+  int num_steps;
+  MatrixStep steps[kMatrixInBlockSteps];
+};
+constexpr char kMatrixProgramInBlock[] = "optgen_matrix_program_in_block";
+constexpr char kMatrixProgramInBlockF32[] = "optgen_matrix_program_in_block_f32";
 constexpr char kMatrixCombine[] = "optgen_matrix_combine";
 constexpr char kMatrixCombineF32[] = "optgen_matrix_combine_f32";
 constexpr char kMatrixSumSquares[] = "optgen_matrix_sum_squares";
@@ -482,6 +520,9 @@ static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, transpose_b) == 48, "MatrixSum::tra
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, alpha) == 52, "MatrixSum::alpha moved");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, beta) == 56, "MatrixSum::beta moved");
 static_assert(sizeof(MatrixSum) == 64 && alignof(MatrixSum) == 8, "MatrixSum changed size or alignment");
+static_assert(sizeof(MatrixStep) == 60 && alignof(MatrixStep) == 4, "MatrixStep changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlock, steps) == 48, "MatrixInBlock::steps moved");
+static_assert(sizeof(MatrixInBlock) == 48 + 60 * kMatrixInBlockSteps, "MatrixInBlock changed size");
 #undef OPTGEN_ABI_OFFSETOF
 
 }  // namespace kernel_abi

@@ -106,7 +106,201 @@ __device__ __forceinline__ void matrix_combine(const kernel_abi::MatrixSum& s) {
   }
 }
 
+// ---- A matrix program in one block (kernel_abi::MatrixInBlock): every value a row-major matrix in
+// shared memory, rows and columns padded with zeros to multiples of 16.
+
+/// A dimension rounded up to the 16 a value is padded to.
+__device__ __forceinline__ int padded(int n) { return (n + 15) / 16 * 16; }
+
+/// Element (r, k) of op(m), m row-major with `ld` elements a row.
+template <typename T>
+__device__ __forceinline__ T element_of(const T* m, int ld, bool transposed, int r, int k) {
+  return transposed ? m[k * ld + r] : m[r * ld + k];
+}
+
+/// The shared-memory address of `p`, for ldmatrix.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  unsigned address;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(address) : "l"(p));
+  return address;
+}
+
+/// Four 8 x 8 bf16 matrices, a row of 16 bytes at each lane's `row` (lanes 8j to 8j + 7 name matrix
+/// j's rows), into mma's fragment registers; `transposed`: each matrix transposed.
+__device__ __forceinline__ void load_matrices(const bf16* row, bool transposed, unsigned (&r)[4]) {
+  const unsigned at = shared_address(row);
+  if (transposed)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+}
+
+/// d += a b of mma.m16n8k16 (bf16 in, fp32 accumulated): a's four registers, b's two.
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// out = alpha op(a) op(b) + beta c of one block: each warp a 16 x 16 tile of out at a time, two
+/// mma.m16n8k16 (bf16 in, fp32 accumulated) for each 16 of the padded inner dimension, whose
+/// padding adds zeros. ldmatrix loads the fragments in the PTX ISA's layouts for mma.m16n8k16 (a
+/// row, b column): op(a)'s 16 x 16 block as four 8 x 8 matrices (rows 0-7 and 8-15 of columns 0-7,
+/// then of columns 8-15), op(b)'s 16 x 16 as four (rows 0-7 and 8-15 of columns 0-7, then of
+/// columns 8-15), each read transposed where the operand's rows are the other dimension. A row of
+/// a value is 16-byte aligned and its stride an odd multiple of 16 bytes, so the eight rows of a
+/// matrix fall in different banks.
+__device__ __forceinline__ void product_in_block(bf16* shared, const kernel_abi::MatrixStep& st) {
+  const bf16* a = shared + st.a;
+  const bf16* b = shared + st.b;
+  bf16* out = shared + st.out;
+  const bf16* c = st.c >= 0 ? shared + st.c : nullptr;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3, j = lane >> 3, w = lane & 7;
+  const int tile_rows = padded(st.rows) / 16, tile_cols = padded(st.cols) / 16;
+  const int inner = padded(st.inner);
+  const bool ta = st.transpose_a != 0, tb = st.transpose_b != 0;
+  for (int tile = warp; tile < tile_rows * tile_cols; tile += warps) {
+    const int r0 = tile / tile_cols * 16, n0 = tile % tile_cols * 16;
+    float d[2][4] = {};
+    for (int k0 = 0; k0 < inner; k0 += 16) {
+      unsigned fa[4], fb[4];
+      // op(a) = a: lane l names row r0 + l % 16 at column k0 + 8 (l / 16); op(a) = a^T (a is k x m):
+      // matrix j is a's rows k0 + 8 (j / 2) + w at column r0 + 8 (j % 2), transposed.
+      load_matrices(ta ? a + (k0 + (j >> 1) * 8 + w) * st.a_ld + r0 + (j & 1) * 8
+                       : a + (r0 + (lane & 15)) * st.a_ld + k0 + (lane >> 4) * 8,
+                    ta, fa);
+      // op(b) = b^T (b is n x k): matrix j is b's rows n0 + 8 (j / 2) + w at column k0 + 8 (j % 2);
+      // op(b) = b (k x n): b's rows k0 + 8 (j % 2) + w at column n0 + 8 (j / 2), transposed.
+      load_matrices(tb ? b + (n0 + (j >> 1) * 8 + w) * st.b_ld + k0 + (j & 1) * 8
+                       : b + (k0 + (j & 1) * 8 + w) * st.b_ld + n0 + (j >> 1) * 8,
+                    !tb, fb);
+      mma_16x8x16(d[0], fa, fb[0], fb[1]);
+      mma_16x8x16(d[1], fa, fb[2], fb[3]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = r0 + g + (i >= 2 ? 8 : 0), col = n0 + 8 * h + 2 * t + (i & 1);
+        const float beta_c = c ? st.beta * to_float(c[r * st.out_ld + col]) : 0.0f;
+        out[r * st.out_ld + col] = from_float<bf16>(st.alpha * d[h][i] + beta_c);
+      }
+  }
+}
+
+/// The same in f32 on the CUDA cores, an element of out a thread at a time (no TF32, as cuBLAS's
+/// 32F products); the padding written as zeros.
+__device__ __forceinline__ void product_in_block(float* shared, const kernel_abi::MatrixStep& st) {
+  const float* a = shared + st.a;
+  const float* b = shared + st.b;
+  float* out = shared + st.out;
+  const float* c = st.c >= 0 ? shared + st.c : nullptr;
+  const bool ta = st.transpose_a != 0, tb = st.transpose_b != 0;
+  for (int i = threadIdx.x; i < padded(st.rows) * st.out_ld; i += blockDim.x) {
+    const int r = i / st.out_ld, col = i % st.out_ld;
+    if (r >= st.rows || col >= st.cols) {
+      out[i] = 0.0f;
+      continue;
+    }
+    float sum = 0.0f;
+    for (int k = 0; k < st.inner; ++k)
+      sum = fmaf(element_of(a, st.a_ld, ta, r, k), element_of(b, st.b_ld, tb, k, col), sum);
+    out[i] = st.alpha * sum + (c ? st.beta * c[i] : 0.0f);
+  }
+}
+
+/// out = a / max(norm(a), eps): the sum of squares a thread's elements at a time in float, added
+/// over the block in double, the norm and its maximum with eps rounded to T, as kMatrixNormalize;
+/// the padding written as zeros (out's buffer may have held a value of another shape).
+template <typename T>
+__device__ __forceinline__ void normalize_in_block(T* shared, const kernel_abi::MatrixStep& st) {
+  const T* a = shared + st.a;
+  T* out = shared + st.out;
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < st.rows * st.cols; i += blockDim.x) {
+    const float v = to_float(a[i / st.cols * st.a_ld + i % st.cols]);
+    sum += v * v;
+  }
+  const double total = block_combine(false, static_cast<double>(sum));
+  __shared__ float divisor;
+  if (threadIdx.x == 0) {
+    auto rounded = [](float v) { return to_float(from_float<T>(v)); };
+    divisor = rounded(fmaxf(rounded(static_cast<float>(sqrt(total))), st.beta));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < padded(st.rows) * st.out_ld; i += blockDim.x) {
+    const int r = i / st.out_ld, col = i % st.out_ld;
+    out[i] = from_float<T>(r < st.rows && col < st.cols ? to_float(a[r * st.a_ld + col]) / divisor : 0.0f);
+  }
+}
+
+/// out = alpha op(a) + beta op(b), the padding written as zeros.
+template <typename T>
+__device__ __forceinline__ void combine_in_block(T* shared, const kernel_abi::MatrixStep& st) {
+  for (int i = threadIdx.x; i < padded(st.rows) * st.out_ld; i += blockDim.x) {
+    const int r = i / st.out_ld, col = i % st.out_ld;
+    float v = 0.0f;
+    if (r < st.rows && col < st.cols) {
+      v = st.alpha * to_float(element_of(shared + st.a, st.a_ld, st.transpose_a != 0, r, col));
+      if (st.b >= 0) v += st.beta * to_float(element_of(shared + st.b, st.b_ld, st.transpose_b != 0, r, col));
+    }
+    shared[st.out + i] = from_float<T>(v);
+  }
+}
+
+/// Where element i of a matrix as stored is in its view's shared-memory copy (rows of `ld`
+/// elements): row i / cols, column i % cols; or, where the view is the stored matrix's transpose (a
+/// tall matrix's), row i % rows, column i / rows. Threads walk the stored order: global accesses
+/// coalesce either way.
+__device__ __forceinline__ int view_offset(const kernel_abi::MatrixInBlock& p, int i, int ld) {
+  return p.column_major ? i % p.rows * ld + i / p.rows : i / p.cols * ld + i % p.cols;
+}
+
+/// Block `blockIdx.x`: its matrix loaded into shared memory, the program's steps, the result stored.
+template <typename T>
+__device__ __forceinline__ void matrix_program_in_block(const kernel_abi::MatrixInBlock& p) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* shared = reinterpret_cast<T*>(shared_bytes);
+  const long long m = blockIdx.x;
+  T* x = static_cast<T*>(p.x);
+  for (int i = threadIdx.x; i < p.shared_elements; i += blockDim.x) shared[i] = from_float<T>(0.0f);
+  __syncthreads();
+  const long long first = m * p.rows * p.cols;
+  for (int i = threadIdx.x; i < p.rows * p.cols; i += blockDim.x)
+    shared[p.argument + view_offset(p, i, p.argument_ld)] = x[first + i];
+  __syncthreads();
+  for (int s = 0; s < p.num_steps; ++s) {
+    const kernel_abi::MatrixStep& st = p.steps[s];
+    switch (st.op) {
+      case kernel_abi::kNormalizeStep: normalize_in_block(shared, st); break;
+      case kernel_abi::kProductStep: product_in_block(shared, st); break;
+      case kernel_abi::kCombineStep: combine_in_block(shared, st); break;
+      default: break;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < p.rows * p.cols; i += blockDim.x)
+    x[first + i] = shared[p.result + view_offset(p, i, p.result_ld)];
+}
+
 }  // namespace optgen
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_program_in_block(const optgen::kernel_abi::MatrixInBlock program) {
+  optgen::matrix_program_in_block<optgen::bf16>(program);
+}
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_program_in_block_f32(const optgen::kernel_abi::MatrixInBlock program) {
+  optgen::matrix_program_in_block<float>(program);
+}
 
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
     optgen_matrix_combine(const optgen::kernel_abi::MatrixSum sum) {
