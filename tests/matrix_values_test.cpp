@@ -25,25 +25,6 @@ int hyperparameter(const optgen::OptimizerInfo& info, const std::string& name) {
   return -1;
 }
 
-/// `steps` steps of `opt`'s groups 0 (`a`, hyperparameters h0) and 1 (`b`, h1), each on new
-/// gradients, checked against the CPU reference `ref`: the worst relative error.
-Comparison step_two_groups(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& a,
-                           DeviceGroup& b, const std::vector<double>& h0, const std::vector<double>& h1, int steps,
-                           std::mt19937& rng) {
-  std::vector<double> state_a = initial_scalar_state(opt.info(), h0), state_b = initial_scalar_state(opt.info(), h1);
-  Comparison result;
-  for (std::int64_t step = 1; step <= steps; ++step) {
-    a.new_gradients(rng);
-    b.new_gradients(rng);
-    StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
-    opt.step();
-    synchronize();
-    check_group(opt, ref, 0, a, states_a, state_a, step, result);
-    check_group(opt, ref, 1, b, states_b, state_b, step, result);
-  }
-  return result;
-}
-
 }  // namespace
 
 TEST_CASE("muon's variant tables carry its matrix value, its stage and its arguments", "[launcher]") {

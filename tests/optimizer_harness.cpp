@@ -423,6 +423,23 @@ std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, cons
   return s;
 }
 
+Comparison step_two_groups(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& a,
+                           DeviceGroup& b, const std::vector<double>& h0, const std::vector<double>& h1, int steps,
+                           std::mt19937& rng) {
+  std::vector<double> state_a = initial_scalar_state(opt.info(), h0), state_b = initial_scalar_state(opt.info(), h1);
+  Comparison result;
+  for (std::int64_t step = 1; step <= steps; ++step) {
+    a.new_gradients(rng);
+    b.new_gradients(rng);
+    StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
+    opt.step();
+    synchronize();
+    check_group(opt, ref, 0, a, states_a, state_a, step, result);
+    check_group(opt, ref, 1, b, states_b, state_b, step, result);
+  }
+  return result;
+}
+
 Comparison compare_steps(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
                          int steps, std::mt19937& rng) {
   std::vector<double> scalar_state = initial_scalar_state(opt.info(), opt.hyperparameters(0));

@@ -151,6 +151,12 @@ std::vector<double> initial_scalar_state(const optgen::OptimizerInfo& info, cons
 Comparison compare_steps(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& g,
                          int steps, std::mt19937& rng);
 
+/// `steps` steps of `opt`'s groups 0 (`a`, hyperparameters h0) and 1 (`b`, h1), each on new
+/// gradients, checked against the CPU reference `ref`: the worst relative error.
+Comparison step_two_groups(optgen::FusedOptimizer& opt, const optgen::reference::Optimizer& ref, DeviceGroup& a,
+                           DeviceGroup& b, const std::vector<double>& h0, const std::vector<double>& h1, int steps,
+                           std::mt19937& rng);
+
 /// A tensor whose pointers look fine but point nowhere: for checks that fail before the driver.
 optgen::Tensor fake_tensor(std::int64_t numel = 8);
 

@@ -116,17 +116,7 @@ TEST_CASE("states of one value per tensor on the GPU match the CPU reference", "
         opt.add_param_group(a.tensors, h);
         opt.add_param_group(b.tensors, h2);
         opt.add_param_group({}, h);  // a group of no tensors steps a placeholder, without buffers
-        std::vector<double> sa = initial_scalar_state(opt.info(), h), sb = initial_scalar_state(opt.info(), h2);
-        Comparison result;
-        for (std::int64_t step = 1; step <= 4; ++step) {
-          a.new_gradients(rng);
-          b.new_gradients(rng);
-          StateSnapshot states_a = snapshot_states(opt, ref, 0, a), states_b = snapshot_states(opt, ref, 1, b);
-          opt.step();
-          synchronize();
-          check_group(opt, ref, 0, a, states_a, sa, step, result);
-          check_group(opt, ref, 1, b, states_b, sb, step, result);
-        }
+        const Comparison result = step_two_groups(opt, ref, a, b, h, h2, 4, rng);
         INFO("worst relative error " << result.worst << " in " << result.where);
         CHECK(result.worst <= tolerance(dtype, {DType::F32}));
         // Each tensor's count is one value, its group's steps: every block of a tensor read the

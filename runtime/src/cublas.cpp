@@ -13,8 +13,6 @@ constexpr const char* kInstall =
     "install cuBLAS (the CUDA toolkit's libcublasLt, or the nvidia-cublas wheel torch ships), put it on the library "
     "path, or set OPTGEN_CUBLASLT to its path";
 
-/// cuBLAS's workspace: what it asks for on Hopper (32 MiB), enough for every GPU before it.
-
 Api load() {
   // $OPTGEN_CUBLASLT, else the newest cublasLt on the library path.
   std::string library_path;

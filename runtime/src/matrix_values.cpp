@@ -73,6 +73,45 @@ int assign_lanes(const std::vector<MatrixBucket>& buckets, std::vector<int>& lan
   return lanes;
 }
 
+/// Where the programs of a lane's buckets run (lane 0: the caller's stream).
+struct LaneResources {
+  CUstream stream;
+  CUdeviceptr scratch;
+  std::size_t scratch_bytes;
+  CUdeviceptr workspace;  ///< 0: the cuBLAS handle's own
+};
+
+LaneResources resources_of(const PlanMatrices& matrices, int lane, CUstream caller) {
+  if (lane == 0) return {caller, matrices.scratch, matrices.scratch_bytes, 0};
+  const MatrixLane& l = matrices.lanes[static_cast<std::size_t>(lane - 1)];
+  return {l.stream.get(), l.scratch, l.scratch_bytes, l.workspace};
+}
+
+/// Bucket b's matrices through its value's program, on `on`: one batch per run of consecutive
+/// groups whose arguments agree. Returns the launches it enqueued.
+int run_bucket(const PlanMatrices& matrices, std::size_t b, const VariantInfo& variant,
+               const std::vector<Group>& groups, const cublas::Handle& handle, const LaneResources& on) {
+  const MatrixBucket& bucket = matrices.buckets[b];
+  const MatrixValueInfo& value = variant.matrix_values[bucket.value];
+  const std::int64_t size = bucket.rows * bucket.cols;
+  auto arguments_of = [&](std::size_t run) {
+    return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
+  };
+  int launches = 0;
+  for (std::size_t g = 0; g < bucket.groups.size();) {
+    const std::vector<double> args = arguments_of(g);
+    std::size_t end = g + 1;
+    std::int64_t count = bucket.groups[g].count;
+    for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
+    launches +=
+        run_matrix_program(*value.program, args.data(), bucket.dtype, matrices.kernels, handle,
+                           bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
+                           on.scratch, on.scratch_bytes, count, bucket.rows, bucket.cols, on.stream, on.workspace);
+    g = end;
+  }
+  return launches;
+}
+
 }  // namespace
 
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
@@ -228,37 +267,10 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
   };
   int launches = 0;
   try {
-    for (std::size_t b = 0; b < matrices.buckets.size(); ++b) {
-      const MatrixBucket& bucket = matrices.buckets[b];
-      const MatrixValueInfo& value = variant.matrix_values[bucket.value];
-      if (value.stage != stage) continue;
-      CUstream on = stream;
-      CUdeviceptr scratch = matrices.scratch, workspace = 0;
-      std::size_t scratch_bytes = matrices.scratch_bytes;
-      if (const int lane = matrices.lane_of[b]; lane > 0) {
-        const MatrixLane& l = matrices.lanes[static_cast<std::size_t>(lane - 1)];
-        on = l.stream.get();
-        scratch = l.scratch;
-        scratch_bytes = l.scratch_bytes;
-        workspace = l.workspace;
-      }
-      const std::int64_t size = bucket.rows * bucket.cols;
-      // The runs of consecutive groups whose arguments agree: one batch each.
-      for (std::size_t g = 0; g < bucket.groups.size();) {
-        const auto arguments_of = [&](std::size_t run) {
-          return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
-        };
-        const std::vector<double> args = arguments_of(g);
-        std::size_t end = g + 1;
-        std::int64_t count = bucket.groups[g].count;
-        for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
-        launches += run_matrix_program(
-            *value.program, args.data(), bucket.dtype, matrices.kernels, handle,
-            bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size), scratch,
-            scratch_bytes, count, bucket.rows, bucket.cols, on, workspace);
-        g = end;
-      }
-    }
+    for (std::size_t b = 0; b < matrices.buckets.size(); ++b)
+      if (variant.matrix_values[matrices.buckets[b].value].stage == stage)
+        launches +=
+            run_bucket(matrices, b, variant, groups, handle, resources_of(matrices, matrices.lane_of[b], stream));
   } catch (...) {
     join();
     throw;
