@@ -180,6 +180,40 @@ TEST_CASE("newton_schulz's scratch is one more X, G and U, then the norms' parti
              Catch::Contains("newton_schulz's steps (ns_steps) is 2.5") && Catch::Contains("from 0 to 1000"));
 }
 
+TEST_CASE("newton_schulz in a block: four buffers of two shapes serve matrices of every shape", "[launcher]") {
+  const optgen::MatrixProgram& p = *launcher("muon").variants[0].matrix_values[0].program;
+  for (const double steps : {5.0, 4.0}) {
+    INFO(steps << " steps");
+    const double args[] = {steps, 3.4445, -4.775, 2.0315, 1e-7};
+    const optgen::UnrolledProgram unrolled(p, args, DType::BF16);
+    const optgen::kernel_abi::MatrixInBlock& b = unrolled.in_block();
+    CHECK(b.num_steps == 1 + 3 * static_cast<int>(steps));
+    CHECK(b.num_runs == 0);
+    // X (R x C, the argument, normalised in place), G and U (R x R), the next X (R x C): each step's
+    // X in the other X buffer from the one it reads.
+    REQUIRE(b.num_buffers == 4);
+    const int rows[] = {0, 0, 0, 0}, cols[] = {1, 0, 0, 1};
+    for (int i = 0; i < 4; ++i) {
+      CHECK(b.buffer_rows[i] == rows[i]);
+      CHECK(b.buffer_cols[i] == cols[i]);
+    }
+    CHECK(b.argument == 0);
+    CHECK(b.result == (steps == 5 ? 3 : 0));
+    CHECK(b.steps[1].op == optgen::kernel_abi::kProductStep);
+    CHECK((b.steps[1].out == 1 && b.steps[1].a == 0 && b.steps[1].b == 0 && b.steps[1].c == -1));
+    CHECK((b.steps[3].out == 3 && b.steps[3].a == 2 && b.steps[3].b == 0 && b.steps[3].c == 0));
+    // 50 x 17, seen as 17 x 50: rows padded to 32, a row of 50 to 64 + 8 elements, of 17 to 32 + 8.
+    CHECK(unrolled.in_block_bytes(50, 17) == 2 * (2 * 32 * 72 + 2 * 32 * 40));
+    CHECK(unrolled.in_block_bytes(1, 9) == 2 * (2 * 16 * 24 + 2 * 16 * 24));
+    CHECK(unrolled.in_block_bytes(64, 64) > 0);
+    CHECK(unrolled.in_block_bytes(65, 66) == 0);  // a view of more than kMatrixInBlockRows rows
+    CHECK(optgen::UnrolledProgram(p, args, DType::F32).in_block_bytes(50, 17) == 2 * unrolled.in_block_bytes(50, 17));
+  }
+  // 1 + 3 * 14 steps: more than a block holds.
+  const double args[] = {14, 3.4445, -4.775, 2.0315, 1e-7};
+  CHECK(optgen::UnrolledProgram(p, args, DType::BF16).in_block_bytes(16, 16) == 0);
+}
+
 TEST_CASE("a spec's own matrix functions compile, and their misuse is a located error", "[errors]") {
   const std::string ok =
       function_of("      - repeat: n\n        do:\n          - x = 1.5 * x - 0.5 * x @ transpose(x) @ x\n");

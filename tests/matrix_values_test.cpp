@@ -174,27 +174,63 @@ TEST_CASE("a step's launches count the work on its matrices and follow its argum
   }
 }
 
-TEST_CASE("small matrices run their whole program in one launch a batch, up to the steps a block holds", "[gpu]") {
+TEST_CASE("small matrices of every shape run their whole program in one launch, up to the steps a block holds",
+          "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   const auto& info = launcher("muon");
   const optgen::KernelInfo& kernel = info.kernels[0];
   std::vector<double> h = hyperparameters_for(info, kernel.variant);
   std::mt19937 rng(3);
-  // Two shapes of at most kMatrixInBlockRows rows in their view (16 x 48; 64 x 32, seen as 32 x 64).
+  // Two shapes of at most kMatrixInBlockRows rows in their view (16 x 48; 64 x 32, seen as 32 x 64),
+  // as many blocks to a multiprocessor on any GPU of 64 KB of shared memory a multiprocessor.
   DeviceGroup group(kernel.param, TensorShapes{{{64, 32}, {64, 32}, {16, 48}}}, {false, false, false}, rng);
   optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
   opt.add_param_group(group.tensors, h);
   const int stages = info.variants[kernel.variant].num_stages;
   // The norm and three products a step: 1 + 3 * 13 steps fit kMatrixInBlockSteps, 1 + 3 * 14 do not.
   static_assert(optgen::kernel_abi::kMatrixInBlockSteps == 40, "the step counts below assume 40");
-  for (int steps : {5, 13, 0, 14}) {
+  for (int steps : {5, 13, 0, 14, 5}) {
     INFO("ns_steps " << steps);
     opt.set("ns_steps", steps);
-    group.new_gradients(rng);
-    opt.step();
-    synchronize();
-    const int per_batch = steps <= 13 ? 1 : 2 + 3 * steps;
-    CHECK(opt.launches_last_step() == stages + 2 * per_batch);
+    for (int step = 0; step < 2; ++step) {  // the second made from what the first left (nothing changed)
+      group.new_gradients(rng);
+      opt.step();
+      synchronize();
+      CHECK(opt.launches_last_step() == stages + (steps <= 13 ? 1 : 2 * (2 + 3 * steps)));
+    }
+  }
+}
+
+TEST_CASE("seventy shapes of small matrices step as the CPU reference in a few launches", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  const auto& info = launcher("muon");
+  const auto& ref = reference_of("muon");
+  for (int k = 0; k < info.num_kernels; ++k) {  // f32 params, o in bf16 and in f32 (f32:o=f32)
+    const optgen::KernelInfo& kernel = info.kernels[k];
+    if (kernel.variant != 0 || kernel.param != DType::F32) continue;
+    INFO("kernel set " << kernel.stages[0]);
+    std::vector<double> h0 = hyperparameters_for(info, kernel.variant), h1 = h0;
+    h1[hyperparameter(info, "ns_steps")] = 3;
+    std::mt19937 rng(static_cast<unsigned>(k) + 5);
+    // 1 x 24 to 70 x 24 (those of more than 24 rows seen as 24 x r): more runs than one launch
+    // holds (kMatrixInBlockRuns), of sizes that fit more and fewer blocks to a multiprocessor;
+    // group 1's shapes are group 0's with other arguments.
+    static_assert(optgen::kernel_abi::kMatrixInBlockRuns < 70, "the shapes below need two launches or more");
+    TensorShapes shapes_a, shapes_b;
+    for (std::int64_t r = 1; r <= 70; ++r) shapes_a.list.push_back({r, 24});
+    for (std::int64_t r = 1; r <= 70; r += 23) shapes_b.list.push_back({r, 24});
+    DeviceGroup a(kernel.param, shapes_a, std::vector<bool>(shapes_a.list.size(), false), rng);
+    DeviceGroup b(kernel.param, shapes_b, std::vector<bool>(shapes_b.list.size(), false), rng);
+    optgen::FusedOptimizer opt(info, h0, storage_of(info, kernel));
+    opt.add_param_group(a.tensors, h0);
+    opt.add_param_group(b.tensors, h1);
+    const Comparison result = step_two_groups(opt, ref, a, b, h0, h1, 3, rng);
+    INFO("worst relative error " << result.worst << " in " << result.where);
+    CHECK(result.worst <= matrix_tolerance(info, kernel, hyperparameter(info, h0, "lr"), std::sqrt(70.0 / 24.0), 3));
+    // Two programs (5 and 3 steps of Newton–Schulz), each two launches or more, fewer than a shape each.
+    const int matrix_launches = opt.launches_last_step() - info.variants[kernel.variant].num_stages;
+    CHECK(matrix_launches >= 3);
+    CHECK(matrix_launches < 20);
   }
 }
 

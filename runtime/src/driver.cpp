@@ -168,6 +168,8 @@ Api load_api() {
   load_symbol(library, api.cuModuleUnload, "cuModuleUnload");
   load_symbol(library, api.cuModuleGetFunction, "cuModuleGetFunction");
   load_symbol(library, api.cuFuncSetAttribute, "cuFuncSetAttribute");
+  load_symbol(library, api.cuFuncGetAttribute, "cuFuncGetAttribute");
+  load_symbol(library, api.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   load_symbol(library, api.cuLaunchKernel, "cuLaunchKernel");
   api.cuLaunchKernelEx = reinterpret_cast<decltype(api.cuLaunchKernelEx)>(dlsym(library, "cuLaunchKernelEx"));
   load_symbol(library, api.cuMemAlloc, "cuMemAlloc_v2");

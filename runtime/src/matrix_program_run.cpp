@@ -25,25 +25,10 @@ double value_of(const MatrixScalar& s, const double* arguments) {
   return s.factor * (s.argument < 0 ? 1.0 : arguments[s.argument]);
 }
 
-/// One instruction of the program unrolled: it writes value `out` (values are numbered in the
-/// order they are computed; value 0 is the argument), reading values a, b and c.
-struct Step {
-  MatrixOp op;
-  int out, a, b, c;
-  bool transpose_a, transpose_b;
-  float alpha, beta;
-};
-
-struct Trace {
-  std::vector<Step> steps;
-  std::vector<int> variable;  ///< per value, its variable (its shape)
-  int result = 0;
-};
-
 /// `program` unrolled with `arguments`; where `repeats` is given, repeat number i (in the order of
 /// the code) runs repeats[i] times instead.
-Trace unroll(const MatrixProgram& program, const double* arguments, const std::vector<int>* repeats = nullptr) {
-  Trace t;
+MatrixTrace unroll(const MatrixProgram& program, const double* arguments, const std::vector<int>* repeats = nullptr) {
+  MatrixTrace t;
   t.variable.push_back(0);
   std::vector<int> current(static_cast<std::size_t>(program.num_variables), -1);
   current[0] = 0;
@@ -69,15 +54,15 @@ Trace unroll(const MatrixProgram& program, const double* arguments, const std::v
           throw std::logic_error(std::string("matrix program ") + program.name + " reads a variable before writing it");
         return current[static_cast<std::size_t>(var)];
       };
-      const Step s{in.op,
-                   static_cast<int>(t.variable.size()),
-                   read(in.a),
-                   read(in.b),
-                   read(in.c),
-                   in.transpose_a,
-                   in.transpose_b,
-                   static_cast<float>(value_of(in.alpha, arguments)),
-                   static_cast<float>(value_of(in.beta, arguments))};
+      const MatrixTraceStep s{in.op,
+                              static_cast<int>(t.variable.size()),
+                              read(in.a),
+                              read(in.b),
+                              read(in.c),
+                              in.transpose_a,
+                              in.transpose_b,
+                              static_cast<float>(value_of(in.alpha, arguments)),
+                              static_cast<float>(value_of(in.beta, arguments))};
       t.variable.push_back(in.target);
       current[static_cast<std::size_t>(in.target)] = s.out;
       t.steps.push_back(s);
@@ -102,32 +87,25 @@ struct View {
   }
 };
 
-/// Where each value lives: buffer 0 is the matrices' own (x), the others are in the scratch.
-struct Placement {
-  std::vector<int> buffer;              ///< per value
-  std::vector<std::int64_t> elements;   ///< per buffer, of each matrix
-  std::vector<std::size_t> offset;      ///< per buffer, its bytes into the scratch (0 for x)
-  std::size_t partials = 0, bytes = 0;  ///< where the norms' partial sums start; the scratch's size
-  bool copy_result = false;             ///< the result ends in the scratch: copied to x at the end
+/// Values in buffers: per value, its buffer; per buffer, the key of the values it holds.
+struct Colouring {
+  std::vector<int> buffer;
+  std::vector<std::int64_t> key;
 };
 
-/// Each value placed in the first buffer of its size where no other value lives while it does
-/// (buffers in the order they are made, x first; the argument in x). `pinned`: from the last
-/// computed back, the result in x where the argument is read no more by then (nothing copied, but
-/// no bound on the buffers); else in the order computed, which takes as few buffers as ever live at
-/// once (interval colouring), the result copied to x where it ends elsewhere.
-Placement place(const MatrixProgram& program, const Trace& t, const View& view, long long count, DType dtype,
-                bool pinned) {
+/// Each value of `t` placed in the first buffer of its key (`key_of(value)`: its size, or its shape)
+/// where no other value lives while it does (buffers in the order they are made; the argument in
+/// buffer 0). `pinned`: from the last computed back, the result in buffer 0 where the argument is
+/// read no more by then (nothing copied, but no bound on the buffers); else in the order computed,
+/// which takes as few buffers as ever live at once (interval colouring).
+template <typename KeyOf>
+Colouring colour(const MatrixTrace& t, KeyOf key_of, bool pinned) {
   const std::size_t values = t.variable.size();
-  auto elements_of = [&](std::size_t v) {
-    const int var = t.variable[v];
-    return view.rows(program, var) * view.cols(program, var);
-  };
   // A value lives from the write that makes it (2k + 1 at step k) to its last read: 2k where the
   // step may write where it reads (a norm's input, a product's C), else 2k + 1.
   std::vector<long long> first(values, -1), last(values, -1);
   for (std::size_t k = 0; k < t.steps.size(); ++k) {
-    const Step& s = t.steps[k];
+    const MatrixTraceStep& s = t.steps[k];
     const long long write = 2 * static_cast<long long>(k) + 1;
     first[static_cast<std::size_t>(s.out)] = last[static_cast<std::size_t>(s.out)] = write;
     auto read = [&](int v, bool in_place) {
@@ -138,44 +116,68 @@ Placement place(const MatrixProgram& program, const Trace& t, const View& view, 
     read(s.c, true);
   }
   last[static_cast<std::size_t>(t.result)] = LLONG_MAX;
-  Placement p;
-  p.buffer.assign(values, -1);
-  p.elements.push_back(static_cast<std::int64_t>(view.r) * view.c);
-  std::vector<std::vector<std::size_t>> living(1);  // per buffer, its values
+  Colouring c;
+  c.buffer.assign(values, -1);
+  std::vector<std::vector<std::size_t>> living;  // per buffer, its values
   auto fits = [&](std::size_t b, std::size_t v) {
     for (std::size_t u : living[b])
       if (first[u] <= last[v] && first[v] <= last[u]) return false;
     return true;
   };
   auto put = [&](std::size_t v, std::size_t b) {
-    p.buffer[v] = static_cast<int>(b);
+    if (b == living.size()) {
+      living.emplace_back();
+      c.key.push_back(key_of(v));
+    }
+    c.buffer[v] = static_cast<int>(b);
     living[b].push_back(v);
   };
   put(0, 0);
   const auto result = static_cast<std::size_t>(t.result);
-  if (pinned && result != 0 && fits(0, result)) put(result, 0);
+  if (pinned && result != 0 && key_of(result) == c.key[0] && fits(0, result)) put(result, 0);
   for (std::size_t i = 1; i < values; ++i) {
     const std::size_t v = pinned ? values - i : i;
-    if (p.buffer[v] >= 0) continue;
+    if (c.buffer[v] >= 0) continue;
     std::size_t b = 0;
-    while (b < living.size() && !(p.elements[b] == elements_of(v) && fits(b, v))) ++b;
-    if (b == living.size()) {
-      living.emplace_back();
-      p.elements.push_back(elements_of(v));
-    }
+    while (b < living.size() && !(c.key[b] == key_of(v) && fits(b, v))) ++b;
     put(v, b);
   }
-  p.copy_result = p.buffer[result] != 0;
+  return c;
+}
+
+/// Where each value lives for a batch through cuBLAS: buffer 0 is the matrices' own (x), the
+/// others are in the scratch.
+struct Placement {
+  std::vector<int> buffer;              ///< per value
+  std::vector<std::int64_t> elements;   ///< per buffer, of each matrix
+  std::vector<std::size_t> offset;      ///< per buffer, its bytes into the scratch (0 for x)
+  std::size_t partials = 0, bytes = 0;  ///< where the norms' partial sums start; the scratch's size
+  bool copy_result = false;             ///< the result ends in the scratch: copied to x at the end
+};
+
+/// The values of `count` matrices coloured by size (`pinned` as colour's), the result copied to x
+/// where it ends elsewhere.
+Placement place(const MatrixProgram& program, const MatrixTrace& t, const View& view, long long count, DType dtype,
+                bool pinned) {
+  auto elements_of = [&](std::size_t v) {
+    const int var = t.variable[v];
+    return view.rows(program, var) * view.cols(program, var);
+  };
+  Colouring coloured = colour(t, elements_of, pinned);
+  Placement p;
+  p.buffer = std::move(coloured.buffer);
+  p.elements = std::move(coloured.key);
+  p.copy_result = p.buffer[static_cast<std::size_t>(t.result)] != 0;
   const std::size_t element = size_of(dtype);
-  p.offset.assign(living.size(), 0);
+  p.offset.assign(p.elements.size(), 0);
   std::size_t bytes = 0;
-  for (std::size_t b = 1; b < living.size(); ++b) {
+  for (std::size_t b = 1; b < p.elements.size(); ++b) {
     p.offset[b] = bytes;
     bytes = round_up(bytes + element * static_cast<std::size_t>(count * p.elements[b]), 256);
   }
   p.partials = bytes;
   std::int64_t parts = 0;
-  for (const Step& s : t.steps)
+  for (const MatrixTraceStep& s : t.steps)
     if (s.op == MatrixOp::Normalize) parts = std::max(parts, part_count(elements_of(static_cast<std::size_t>(s.a))));
   p.bytes = bytes + static_cast<std::size_t>(count * parts) * sizeof(double);
   return p;
@@ -192,78 +194,35 @@ void check_dtype(DType dtype, const char* call) {
     throw Error(call, std::string("matrix programs run in bf16 or f32, not ") + to_string(dtype));
 }
 
-/// Bytes of static shared memory the in-block kernels may take beside their dynamic shared memory
-/// (block_combine's and the norm's divisor: 272 on sm_80 and sm_90).
-constexpr int kInBlockStaticShared = 1024;
+/// Where matrices of `count` x rows x cols may go: 1 to 2^31 - 1 matrices of at least 1 x 1 (both
+/// ways of running a program index them in int).
+void check_batch(long long count, long long rows, long long cols, const char* call) {
+  if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX || rows > INT_MAX || cols > INT_MAX)
+    throw Error(call, std::to_string(count) + " matrices of " + std::to_string(rows) + " x " + std::to_string(cols) +
+                          ": give from 1 to 2^31 - 1 of at least 1 x 1");
+}
 
-/// Elements a row of a value of `cols` columns takes in shared memory (matrices.cuh's padding to 16,
-/// then 8 more: a row's stride an odd multiple of 16 bytes, so ldmatrix's rows fall in different banks).
-int in_block_ld(std::int64_t cols) { return static_cast<int>((cols + 15) / 16 * 16 + 8); }
-int in_block_rows(std::int64_t rows) { return static_cast<int>((rows + 15) / 16 * 16); }
+/// A dimension of a value in shared memory: rounded up to 16 (matrices.cuh's padded), and a row's
+/// elements 8 more (its stride an odd multiple of 16 bytes, so ldmatrix's rows fall in different
+/// banks).
+std::int64_t in_block_rows(std::int64_t rows) { return (rows + 15) / 16 * 16; }
+std::int64_t in_block_ld(std::int64_t cols) { return in_block_rows(cols) + 8; }
 
-/// `trace` as one block per matrix runs it (kernel_abi::MatrixInBlock), its values in the buffers
-/// `place` gives them (for one matrix), each buffer as large as its largest padded value; false
-/// where it does not fit: a view of more than kMatrixInBlockRows rows, more than
-/// kMatrixInBlockSteps steps, or more than `shared_limit` bytes of values. `bytes`: of the values.
-bool plan_in_block(const MatrixProgram& program, const Trace& trace, const View& view, DType dtype,
-                   std::size_t shared_limit, kernel_abi::MatrixInBlock& p, std::size_t& bytes) {
-  if (view.r > kernel_abi::kMatrixInBlockRows || trace.steps.size() > kernel_abi::kMatrixInBlockSteps) return false;
-  const Placement placed = place(program, trace, view, 1, dtype, false);
-  const std::size_t values = trace.variable.size();
-  auto rows_of = [&](std::size_t v) { return view.rows(program, trace.variable[v]); };
-  auto cols_of = [&](std::size_t v) { return view.cols(program, trace.variable[v]); };
-  std::vector<std::int64_t> size(placed.elements.size(), 0);
-  for (std::size_t v = 0; v < values; ++v) {
-    std::int64_t& s = size[static_cast<std::size_t>(placed.buffer[v])];
-    s = std::max<std::int64_t>(s, static_cast<std::int64_t>(in_block_rows(rows_of(v))) * in_block_ld(cols_of(v)));
+/// Runs share a launch where their blocks to a multiprocessor on their own (`per_multiprocessor`)
+/// are of one class, the same power of two or up to the next (4 to 7): a launch's run then keeps
+/// more than half the blocks it would have alone. On an H200, 10,000 matrices of 20 shapes whose
+/// own occupancies were 5 and 4 blocks took 1872.8 µs as two launches, 1874.8 as one (bench/RESULTS.md).
+int occupancy_class(int per_multiprocessor) {
+  int c = 0;
+  while (per_multiprocessor > 1) {
+    per_multiprocessor /= 2;
+    ++c;
   }
-  std::vector<int> offset(size.size(), 0);
-  std::int64_t total = 0;
-  for (std::size_t b = 0; b < size.size(); ++b) {
-    offset[b] = static_cast<int>(total);
-    total += size[b];  // a multiple of 8 elements: each value's rows start on 16 bytes
-  }
-  bytes = static_cast<std::size_t>(total) * size_of(dtype);
-  if (bytes > shared_limit) return false;
-  auto at = [&](int v) {
-    return v < 0 ? -1 : offset[static_cast<std::size_t>(placed.buffer[static_cast<std::size_t>(v)])];
-  };
-  auto ld = [&](int v) { return v < 0 ? 0 : in_block_ld(cols_of(static_cast<std::size_t>(v))); };
-  p.num_steps = static_cast<int>(trace.steps.size());
-  for (std::size_t k = 0; k < trace.steps.size(); ++k) {
-    const Step& s = trace.steps[k];
-    const auto out = static_cast<std::size_t>(s.out);
-    int op = kernel_abi::kCombineStep;
-    if (s.op == MatrixOp::Normalize) op = kernel_abi::kNormalizeStep;
-    if (s.op == MatrixOp::Product) op = kernel_abi::kProductStep;
-    const int inner = s.op != MatrixOp::Product ? 0
-                      : s.transpose_a           ? static_cast<int>(rows_of(static_cast<std::size_t>(s.a)))
-                                                : static_cast<int>(cols_of(static_cast<std::size_t>(s.a)));
-    p.steps[k] = {op,
-                  at(s.out),
-                  at(s.a),
-                  at(s.b),
-                  s.op == MatrixOp::Product ? at(s.c) : -1,
-                  ld(s.out),
-                  ld(s.a),
-                  ld(s.b),
-                  static_cast<int>(rows_of(out)),
-                  static_cast<int>(cols_of(out)),
-                  inner,
-                  s.transpose_a ? 1 : 0,
-                  s.transpose_b ? 1 : 0,
-                  s.alpha,
-                  s.op == MatrixOp::Product && s.c < 0 ? 0.0f : s.beta};
-  }
-  p.rows = view.r;
-  p.cols = view.c;
-  p.column_major = view.column_major ? 1 : 0;
-  p.shared_elements = static_cast<int>(total);
-  p.argument = at(0);
-  p.argument_ld = ld(0);
-  p.result = at(trace.result);
-  p.result_ld = ld(trace.result);
-  return true;
+  return c;
+}
+
+kernel_abi::MatrixSide side_of(MatrixDimension d) {
+  return d == MatrixDimension::R ? kernel_abi::kViewRows : kernel_abi::kViewCols;
 }
 
 }  // namespace
@@ -278,11 +237,17 @@ MatrixKernels::MatrixKernels(const Module& module)
       in_block(module.function(kernel_abi::kMatrixProgramInBlock)),
       in_block_f32(module.function(kernel_abi::kMatrixProgramInBlockF32)) {
   const driver::Api& cuda = driver::api();
-  int limit = 0;
+  int limit = 0, static_shared = 0;
   driver::check(cuda.cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                           driver::current_device()),
                 "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
-  in_block_shared = static_cast<std::size_t>(std::max(0, limit - kInBlockStaticShared));
+  for (CUfunction f : {in_block, in_block_f32}) {
+    int bytes = 0;
+    driver::check(cuda.cuFuncGetAttribute(&bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f),
+                  "cuFuncGetAttribute(SHARED_SIZE_BYTES)");
+    static_shared = std::max(static_shared, bytes);
+  }
+  in_block_shared = static_cast<std::size_t>(std::max(0, limit - static_shared));
   for (CUfunction f : {in_block, in_block_f32})
     driver::check(
         cuda.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(in_block_shared)),
@@ -327,27 +292,121 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
   return bytes;
 }
 
+bool matrix_view_fits_block(const MatrixProgram& program, long long rows, long long cols) {
+  return view_of(program, rows, cols).r <= kernel_abi::kMatrixInBlockRows;
+}
+
+UnrolledProgram::UnrolledProgram(const MatrixProgram& program, const double* arguments, DType dtype)
+    : program_(&program), dtype_(dtype), trace_(unroll(program, arguments)) {
+  check_dtype(dtype, "optgen::UnrolledProgram");
+  if (trace_.steps.size() > kernel_abi::kMatrixInBlockSteps) return;
+  // In a block, a buffer holds values of one shape (a side for its rows, one for its columns), so
+  // that the same steps serve matrices of any shape.
+  auto shape_of = [&](std::size_t v) {
+    const MatrixVariable& var = program.variables[trace_.variable[v]];
+    return std::int64_t{2} * side_of(var.rows) + side_of(var.cols);
+  };
+  const Colouring coloured = colour(trace_, shape_of, false);
+  if (coloured.key.size() > kernel_abi::kMatrixInBlockBuffers) return;
+  kernel_abi::MatrixInBlock& p = in_block_;
+  p.num_steps = static_cast<int>(trace_.steps.size());
+  p.num_buffers = static_cast<int>(coloured.key.size());
+  for (int b = 0; b < p.num_buffers; ++b) {
+    p.buffer_rows[b] = static_cast<int>(coloured.key[static_cast<std::size_t>(b)] / 2);
+    p.buffer_cols[b] = static_cast<int>(coloured.key[static_cast<std::size_t>(b)] % 2);
+  }
+  auto buffer = [&](int v) { return v < 0 ? -1 : coloured.buffer[static_cast<std::size_t>(v)]; };
+  for (std::size_t k = 0; k < trace_.steps.size(); ++k) {
+    const MatrixTraceStep& s = trace_.steps[k];
+    int op = kernel_abi::kCombineStep;
+    if (s.op == MatrixOp::Normalize) op = kernel_abi::kNormalizeStep;
+    if (s.op == MatrixOp::Product) op = kernel_abi::kProductStep;
+    p.steps[k] = {op,
+                  buffer(s.out),
+                  buffer(s.a),
+                  buffer(s.b),
+                  s.op == MatrixOp::Product ? buffer(s.c) : -1,
+                  s.transpose_a ? 1 : 0,
+                  s.transpose_b ? 1 : 0,
+                  s.alpha,
+                  s.beta};
+  }
+  p.argument = buffer(0);
+  p.result = buffer(trace_.result);
+  fits_block_ = true;
+}
+
+std::size_t UnrolledProgram::in_block_bytes(long long rows, long long cols) const {
+  const View view = view_of(*program_, rows, cols);
+  if (!fits_block_ || view.r > kernel_abi::kMatrixInBlockRows) return 0;
+  auto length = [&](int side) -> std::int64_t { return side == kernel_abi::kViewRows ? view.r : view.c; };
+  std::int64_t elements = 0;
+  for (int b = 0; b < in_block_.num_buffers; ++b)
+    elements += in_block_rows(length(in_block_.buffer_rows[b])) * in_block_ld(length(in_block_.buffer_cols[b]));
+  return static_cast<std::size_t>(elements) * size_of(dtype_);
+}
+
+bool InBlockLaunches::add(const UnrolledProgram& program, const MatrixKernels& kernels, CUdeviceptr x, long long count,
+                          long long rows, long long cols) {
+  const std::size_t bytes = program.in_block_bytes(rows, cols);
+  if (bytes == 0 || bytes > kernels.in_block_shared || count > INT_MAX) return false;
+  if (count < 1) return true;
+  const CUfunction function = program.dtype() == DType::F32 ? kernels.in_block_f32 : kernels.in_block;
+  int per_multiprocessor = 0;
+  driver::check(driver::api().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, function,
+                                                                          kernel_abi::kMatrixKernelBlock, bytes),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  const int occupancy = occupancy_class(per_multiprocessor);
+  auto joins = [&](const Launch& l) {
+    return l.program == &program && l.occupancy == occupancy && l.argument.num_runs < kernel_abi::kMatrixInBlockRuns &&
+           l.blocks + count <= INT_MAX;
+  };
+  auto it = std::find_if(launches_.begin(), launches_.end(), joins);
+  if (it == launches_.end())
+    it = launches_.insert(launches_.end(), {&program, function, occupancy, program.in_block(), 0, 0});
+  const View view = view_of(program.program(), rows, cols);
+  it->argument.runs[it->argument.num_runs++] = {reinterpret_cast<void*>(x),
+                                                static_cast<int>(it->blocks),
+                                                static_cast<int>(count),
+                                                view.r,
+                                                view.c,
+                                                view.column_major ? 1 : 0,
+                                                0};
+  it->blocks += count;
+  it->shared_bytes = std::max(it->shared_bytes, bytes);
+  return true;
+}
+
+int InBlockLaunches::enqueue(CUstream stream) const {
+  for (const Launch& l : launches_) {
+    void* args[] = {const_cast<kernel_abi::MatrixInBlock*>(&l.argument)};
+    driver::launch(l.function, static_cast<unsigned>(l.blocks), kernel_abi::kMatrixKernelBlock, stream, args, false,
+                   "check that the stream belongs to the current context", static_cast<unsigned>(l.shared_bytes));
+  }
+  return static_cast<int>(launches_.size());
+}
+
 int run_matrix_program(const MatrixProgram& program, const double* arguments, DType dtype, const MatrixKernels& kernels,
                        const cublas::Handle& handle, CUdeviceptr x, CUdeviceptr scratch, std::size_t scratch_bytes,
                        long long count, long long rows, long long cols, CUstream stream, CUdeviceptr workspace) {
   check_dtype(dtype, "optgen::run_matrix_program");
   if (count == 0 || rows * cols == 0) return 0;
-  if (rows < 1 || cols < 1 || count < 1 || count > INT_MAX || rows > INT_MAX || cols > INT_MAX)
-    throw Error("optgen::run_matrix_program", std::to_string(count) + " matrices of " + std::to_string(rows) + " x " +
-                                                  std::to_string(cols) + ": give from 1 to 2^31 - 1 of at least 1 x 1");
+  check_batch(count, rows, cols, "optgen::run_matrix_program");
+  const UnrolledProgram unrolled(program, arguments, dtype);
+  InBlockLaunches in_block;
+  if (in_block.add(unrolled, kernels, x, count, rows, cols)) return in_block.enqueue(stream);
+  return unrolled.run_batched(kernels, handle, x, scratch, scratch_bytes, count, rows, cols, stream, workspace);
+}
+
+int UnrolledProgram::run_batched(const MatrixKernels& kernels, const cublas::Handle& handle, CUdeviceptr x,
+                                 CUdeviceptr scratch, std::size_t scratch_bytes, long long count, long long rows,
+                                 long long cols, CUstream stream, CUdeviceptr workspace) const {
+  if (count == 0 || rows * cols == 0) return 0;
+  check_batch(count, rows, cols, "optgen::run_matrix_program");
+  const MatrixProgram& program = *program_;
+  const MatrixTrace& trace = trace_;
+  const DType dtype = dtype_;
   const View view = view_of(program, rows, cols);
-  const Trace trace = unroll(program, arguments);
-  kernel_abi::MatrixInBlock in_block{};
-  std::size_t shared = 0;
-  if (plan_in_block(program, trace, view, dtype, kernels.in_block_shared, in_block, shared)) {
-    in_block.x = reinterpret_cast<void*>(x);
-    in_block.count = static_cast<int>(count);
-    void* args[] = {&in_block};
-    driver::launch(dtype == DType::F32 ? kernels.in_block_f32 : kernels.in_block, static_cast<unsigned>(count),
-                   kernel_abi::kMatrixKernelBlock, stream, args, false,
-                   "check that the stream belongs to the current context", static_cast<unsigned>(shared));
-    return 1;
-  }
   // Nothing copied where the scratch holds it (Newton–Schulz: always), else as few buffers as live.
   Placement placed = place(program, trace, view, count, dtype, true);
   if (placed.bytes > scratch_bytes) placed = place(program, trace, view, count, dtype, false);
@@ -371,7 +430,7 @@ int run_matrix_program(const MatrixProgram& program, const double* arguments, DT
   auto size_of_value = [&](int v) { return static_cast<long long>(rows_of(v)) * cols_of(v); };
   auto op = [](bool transposed) { return transposed ? cublas::kOpT : cublas::kOpN; };
   int launches = 0;
-  for (const Step& s : trace.steps) {
+  for (const MatrixTraceStep& s : trace.steps) {
     switch (s.op) {
       case MatrixOp::Normalize: {
         const std::int64_t size = size_of_value(s.a);

@@ -40,10 +40,11 @@ long long gram_tiles(const MatrixBucket& b) {
   return b.count * side * side;
 }
 
-/// Where each bucket's program runs (PlanMatrices::lane_of): the large ones on the caller's stream
-/// (share 0), the small ones spread over it and up to max_streams() - 1 lanes, the largest first onto
-/// the least loaded, by multiply-adds. Returns the lanes used.
-int assign_lanes(const std::vector<MatrixBucket>& buckets, std::vector<int>& lane_of) {
+/// Where each bucket's batches through cuBLAS run (PlanMatrices::lane_of): the large ones on the
+/// caller's stream (share 0), the small ones spread over it and up to max_streams() - 1 lanes, the
+/// largest first onto the least loaded, by multiply-adds; those that may run in a block each on the
+/// caller's (their launches hold every such bucket). Returns the lanes used.
+int assign_lanes(const std::vector<MatrixBucket>& buckets, const VariantInfo& variant, std::vector<int>& lane_of) {
   lane_of.assign(buckets.size(), 0);
   const long long limit = kLaneTilesPerMultiprocessor * driver::multiprocessor_count(driver::current_device());
   auto work = [](const MatrixBucket& b) {
@@ -52,7 +53,9 @@ int assign_lanes(const std::vector<MatrixBucket>& buckets, std::vector<int>& lan
   std::vector<std::size_t> small;
   double large = 0;
   for (std::size_t b = 0; b < buckets.size(); ++b) {
-    if (gram_tiles(buckets[b]) < limit)
+    const MatrixBucket& bucket = buckets[b];
+    if (matrix_view_fits_block(*variant.matrix_values[bucket.value].program, bucket.rows, bucket.cols)) continue;
+    if (gram_tiles(bucket) < limit)
       small.push_back(b);
     else
       large += work(buckets[b]);
@@ -87,43 +90,73 @@ LaneResources resources_of(const PlanMatrices& matrices, int lane, CUstream call
   return {l.stream.get(), l.scratch, l.scratch_bytes, l.workspace};
 }
 
-/// Bucket b's matrices through its value's program, on `on`: one batch per run of consecutive
-/// groups whose arguments agree. Returns the launches it enqueued.
-int run_bucket(const PlanMatrices& matrices, std::size_t b, const VariantInfo& variant,
-               const std::vector<Group>& groups, const cublas::Handle& handle, const LaneResources& on) {
-  const MatrixBucket& bucket = matrices.buckets[b];
-  const MatrixValueInfo& value = variant.matrix_values[bucket.value];
-  const std::int64_t size = bucket.rows * bucket.cols;
-  auto arguments_of = [&](std::size_t run) {
-    return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
+/// Appends the arguments of matrix value `value` for a group of hyperparameters `h` to `out`.
+void append_arguments(const MatrixValueInfo& value, const std::vector<double>& h, std::vector<double>& out) {
+  for (int a = 0; a < value.num_arguments; ++a) out.push_back(argument(value.arguments[a], h));
+}
+
+/// The key of a stage's work: per matrix value of `stage`, per group, its arguments.
+void stage_arguments(const VariantInfo& variant, int stage, const std::vector<Group>& groups,
+                     std::vector<double>& out) {
+  out.clear();
+  for (int v = 0; v < variant.num_matrix_values; ++v)
+    if (variant.matrix_values[v].stage == stage)
+      for (const Group& g : groups) append_arguments(variant.matrix_values[v], g.h, out);
+}
+
+/// What stage `stage` enqueues for the arguments `groups` give it: per bucket of the stage, one
+/// batch per run of consecutive groups whose arguments agree, in a block each where it fits, else
+/// through cuBLAS.
+MatrixStageWork make_stage_work(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
+                                const std::vector<Group>& groups) {
+  MatrixStageWork work;
+  work.made = true;
+  stage_arguments(variant, stage, groups, work.arguments);
+  std::map<std::tuple<int, DType, std::vector<double>>, const UnrolledProgram*> unrolled;
+  auto program_of = [&](const MatrixBucket& bucket, const std::vector<double>& args) {
+    const UnrolledProgram*& p = unrolled[std::make_tuple(bucket.value, bucket.dtype, args)];
+    if (p == nullptr) {
+      work.programs.push_back(
+          std::make_unique<UnrolledProgram>(*variant.matrix_values[bucket.value].program, args.data(), bucket.dtype));
+      p = work.programs.back().get();
+    }
+    return p;
   };
-  int launches = 0;
-  for (std::size_t g = 0; g < bucket.groups.size();) {
-    const std::vector<double> args = arguments_of(g);
-    std::size_t end = g + 1;
-    std::int64_t count = bucket.groups[g].count;
-    for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
-    launches +=
-        run_matrix_program(*value.program, args.data(), bucket.dtype, matrices.kernels, handle,
-                           bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.groups[g].first * size),
-                           on.scratch, on.scratch_bytes, count, bucket.rows, bucket.cols, on.stream, on.workspace);
-    g = end;
+  for (std::size_t b = 0; b < matrices.buckets.size(); ++b) {
+    const MatrixBucket& bucket = matrices.buckets[b];
+    const MatrixValueInfo& value = variant.matrix_values[bucket.value];
+    if (value.stage != stage) continue;
+    auto arguments_of = [&](std::size_t run) {
+      return matrix_arguments(value, groups[static_cast<std::size_t>(bucket.groups[run].group)].h);
+    };
+    for (std::size_t g = 0; g < bucket.groups.size();) {
+      const std::vector<double> args = arguments_of(g);
+      std::size_t end = g + 1;
+      std::int64_t count = bucket.groups[g].count;
+      for (; end < bucket.groups.size() && arguments_of(end) == args; ++end) count += bucket.groups[end].count;
+      const UnrolledProgram* program = program_of(bucket, args);
+      const CUdeviceptr x = bucket.x + size_of(bucket.dtype) *
+                                           static_cast<std::size_t>(bucket.groups[g].first * bucket.rows * bucket.cols);
+      if (!work.in_block.add(*program, matrices.kernels, x, count, bucket.rows, bucket.cols))
+        work.batches.push_back({b, program, x, count});
+      g = end;
+    }
   }
-  return launches;
+  return work;
 }
 
 }  // namespace
 
 std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::vector<double>& h) {
   std::vector<double> args;
-  for (int a = 0; a < value.num_arguments; ++a) args.push_back(argument(value.arguments[a], h));
+  append_arguments(value, h, args);
   return args;
 }
 
 PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
                             const Module& module, std::vector<void*>& pointers, const std::string& call, bool lanes) {
-  PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module), {}, {}, {}};
+  PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module), {}, {}, {}, {}};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
   // Buckets by value and shape, in the order their shapes first appear; within a bucket, the
@@ -177,7 +210,8 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
   }
   result.lane_of.assign(result.buckets.size(), 0);
   if (lanes)
-    result.lanes = std::vector<MatrixLane>(static_cast<std::size_t>(assign_lanes(result.buckets, result.lane_of)));
+    result.lanes =
+        std::vector<MatrixLane>(static_cast<std::size_t>(assign_lanes(result.buckets, variant, result.lane_of)));
   std::vector<std::size_t> scratch(result.lanes.size() + 1, 0);  // per stream: its largest bucket's
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     const MatrixBucket& bucket = result.buckets[b];
@@ -245,19 +279,24 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
   const driver::Api& cuda = driver::api();
-  // The lanes this stage uses wait for what the caller's stream holds before any of its buckets.
+  if (matrices.work.size() <= static_cast<std::size_t>(stage))
+    matrices.work.resize(static_cast<std::size_t>(stage) + 1);
+  MatrixStageWork& work = matrices.work[static_cast<std::size_t>(stage)];
+  std::vector<double> arguments;
+  stage_arguments(variant, stage, groups, arguments);
+  if (!work.made || work.arguments != arguments) work = make_stage_work(matrices, variant, stage, groups);
+  // The lanes this stage uses wait for what the caller's stream holds before any of its batches.
   std::vector<bool> used(matrices.lanes.size(), false);
-  for (std::size_t b = 0; b < matrices.buckets.size(); ++b)
-    if (matrices.lane_of[b] > 0 && variant.matrix_values[matrices.buckets[b].value].stage == stage)
-      used[static_cast<std::size_t>(matrices.lane_of[b] - 1)] = true;
+  for (const MatrixStageWork::Batch& batch : work.batches)
+    if (matrices.lane_of[batch.bucket] > 0) used[static_cast<std::size_t>(matrices.lane_of[batch.bucket] - 1)] = true;
   const bool forks = std::find(used.begin(), used.end(), true) != used.end();
   if (forks) driver::check(cuda.cuEventRecord(matrices.fork.get(), stream), "cuEventRecord");
   for (std::size_t l = 0; l < matrices.lanes.size(); ++l)
     if (used[l])
       driver::check(cuda.cuStreamWaitEvent(matrices.lanes[l].stream.get(), matrices.fork.get(), 0),
                     "cuStreamWaitEvent");
-  // The caller's stream waits for every lane, also when a bucket's program throws midway (a capture
-  // then ends with that error, not with a stream left forked).
+  // The caller's stream waits for every lane, also when a batch throws midway (a capture then ends
+  // with that error, not with a stream left forked).
   auto join = [&] {
     for (std::size_t l = 0; l < matrices.lanes.size(); ++l) {
       if (!used[l]) continue;
@@ -267,10 +306,13 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
   };
   int launches = 0;
   try {
-    for (std::size_t b = 0; b < matrices.buckets.size(); ++b)
-      if (variant.matrix_values[matrices.buckets[b].value].stage == stage)
-        launches +=
-            run_bucket(matrices, b, variant, groups, handle, resources_of(matrices, matrices.lane_of[b], stream));
+    launches += work.in_block.enqueue(stream);
+    for (const MatrixStageWork::Batch& batch : work.batches) {
+      const MatrixBucket& bucket = matrices.buckets[batch.bucket];
+      const LaneResources on = resources_of(matrices, matrices.lane_of[batch.bucket], stream);
+      launches += batch.program->run_batched(matrices.kernels, handle, batch.x, on.scratch, on.scratch_bytes,
+                                             batch.count, bucket.rows, bucket.cols, on.stream, on.workspace);
+    }
   } catch (...) {
     join();
     throw;

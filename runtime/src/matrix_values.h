@@ -55,6 +55,24 @@ struct MatrixLane {
   CUdeviceptr workspace = 0;  ///< cublas::Handle::kWorkspaceBytes
 };
 
+/// What apply_matrices enqueues for a stage, made for one set of its groups' arguments and made
+/// anew when they change: each value's program unrolled once per distinct set of arguments, the
+/// small matrices of every bucket in a few launches of the in-block kernels, the others a batch
+/// each through cuBLAS on their bucket's lane.
+struct MatrixStageWork {
+  bool made = false;
+  std::vector<double> arguments;  ///< what it was made for: per value of the stage, per group, its arguments
+  std::vector<std::unique_ptr<UnrolledProgram>> programs;  ///< by address in `in_block` and `batches`
+  InBlockLaunches in_block;
+  struct Batch {
+    std::size_t bucket;
+    const UnrolledProgram* program;
+    CUdeviceptr x;
+    std::int64_t count;
+  };
+  std::vector<Batch> batches;
+};
+
 struct PlanMatrices {
   DeviceBuffer memory;  ///< every bucket's matrices, then the scratch, then the lanes' scratch and workspaces
   std::vector<MatrixBucket> buckets;
@@ -62,10 +80,14 @@ struct PlanMatrices {
   CUdeviceptr scratch = 0;            ///< for the buckets on the caller's stream: the largest one's
   std::size_t scratch_bytes = 0;
   MatrixKernels kernels;
-  /// Per bucket, where its program runs: 0 on the caller's stream, i on lanes[i - 1].
+  /// Per bucket, where its batches through cuBLAS run: 0 on the caller's stream, i on lanes[i - 1]
+  /// (matrices that may run in a block each, matrix_view_fits_block, stay on the caller's).
   std::vector<int> lane_of;
   std::vector<MatrixLane> lanes;
   mutable OwnedEvent fork;  ///< orders the lanes after the caller's stream
+  /// Per stage (VariantInfo::matrix_values' `stage`), what apply_matrices last made for it: a memo,
+  /// remade where the arguments differ, so a step unrolls and packs nothing.
+  mutable std::vector<MatrixStageWork> work;
 };
 
 /// Lays out and allocates the buffers of `variant`'s matrix values, each of its dtype in kernel set
@@ -91,9 +113,10 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
 /// Enqueues on `stream` what the matrix values stored by Reduce stage `stage` (1, 2, ...) need before
 /// the next stage reads them: each bucket's matrices through its value's program,
 /// with the arguments of its groups (their hyperparameters, `groups[g].h`, which
-/// matrix_argument_problem accepted), one batch per run of groups whose arguments agree; the
-/// buckets of lanes on their lanes, forked from `stream` and joined back to it. Capturable in a
-/// CUDA graph. Returns the launches it enqueued (as run_matrix_program).
+/// matrix_argument_problem accepted), one batch per run of groups whose arguments agree: the small
+/// ones (InBlockLaunches) in a few launches on `stream`, the others through cuBLAS, those of lanes
+/// on their lanes, forked from `stream` and joined back to it. Capturable in a CUDA graph. Returns
+/// the launches it enqueued (as run_matrix_program).
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);
 

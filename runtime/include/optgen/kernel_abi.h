@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 24 };
+enum { kVersion = 25 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -346,39 +346,52 @@ struct MatrixSum {
 };
 /// A matrix program run whole by one block per matrix, every value in shared memory (the runtime's
 /// choice where a matrix's view has at most kMatrixInBlockRows rows, its values fit in a block's
-/// shared memory and its unrolled program has at most kMatrixInBlockSteps steps: there cuBLAS's
-/// launches, a batch's per product, cost more than the products):
-///   kMatrixProgramInBlock(MatrixInBlock)  block b: matrix b of x through `steps`, kMatrixKernelBlock
-///                                         threads, `shared_elements` elements of dynamic shared memory
-/// Each value is a row-major matrix at an element offset of the shared memory, its rows and columns
-/// rounded up to multiples of 16 (`ld` elements a row), the padding zero. A product runs on tensor
-/// cores in bf16 with fp32 accumulation (f32: in fp32 on the CUDA cores), rounded to the dtype as
-/// cuBLAS rounds its output; the sums of squares and the division are those of kMatrixNormalize.
-enum { kMatrixInBlockSteps = 40, kMatrixInBlockRows = 64 };
+/// shared memory and its unrolled program has at most kMatrixInBlockSteps steps and
+/// kMatrixInBlockBuffers buffers: there cuBLAS's launches, a batch's per product, cost more than the
+/// products). One launch runs the program on up to kMatrixInBlockRuns runs of matrices, each of its
+/// own shape:
+///   kMatrixProgramInBlock(MatrixInBlock)  block b: matrix b - runs[k].first of runs[k].x, where
+///                                         runs[k] is the last run whose first <= b, through `steps`;
+///                                         kMatrixKernelBlock threads, dynamic shared memory for
+///                                         the largest run's buffers
+/// The steps name buffers, not places: a buffer holds values of one shape, rows and columns each
+/// the view's rows or its columns (buffer_rows, buffer_cols), so one program serves every shape. A
+/// block lays its buffers out in shared memory in order, each a row-major matrix of its rows and
+/// columns rounded up to multiples of 16 and each row 8 elements more (a row's stride an odd multiple
+/// of 16 bytes), the padding zero. A product runs on tensor cores in bf16 with fp32 accumulation
+/// (f32: in fp32 on the CUDA cores), rounded to the dtype as cuBLAS rounds its output; the sums of
+/// squares and the division are those of kMatrixNormalize.
+enum { kMatrixInBlockSteps = 40, kMatrixInBlockRows = 64, kMatrixInBlockBuffers = 8, kMatrixInBlockRuns = 64 };
 enum MatrixStepOp {
   kNormalizeStep,  ///< out = a / max(frobenius_norm(a), beta)
   kProductStep,    ///< out = alpha op(a) op(b) + beta c (c may be out)
   kCombineStep,    ///< out = alpha op(a) + beta op(b)
 };
+/// A buffer's side: the view's rows (R) or its columns (C).
+enum MatrixSide { kViewRows, kViewCols };
 struct MatrixStep {
-  int op;                  ///< a MatrixStepOp
-  int out, a, b, c;        ///< element offsets of the values in shared memory; b and c -1 for none
-  int out_ld, a_ld, b_ld;  ///< elements a row of out (and of c, its shape), of a and of b
-  int rows, cols;          ///< of out
-  int inner;               ///< a product's: the columns of op(a)
+  int op;            ///< a MatrixStepOp
+  int out, a, b, c;  ///< buffers; b and c -1 for none
   int transpose_a, transpose_b;
   float alpha, beta;
 };
-struct MatrixInBlock {
-  void* x;  ///< count matrices of rows * cols elements, row-major, or column-major where column_major
+/// `count` matrices of one shape, consecutive at x: row-major rows x cols (the view's), or the
+/// view column-major where column_major (a tall matrix seen transposed).
+struct MatrixInBlockRun {
+  void* x;
+  int first;  ///< the launch's block of its first matrix
   int count;
-  int rows, cols;  ///< the view's
+  int rows, cols;
   int column_major;
-  int shared_elements;        ///< of every value's buffer, zeroed before the argument is loaded
-  int argument, argument_ld;  ///< where the matrix is loaded
-  int result, result_ld;      ///< where the program leaves its result, stored into x
-  int num_steps;
+  int unused;
+};
+struct MatrixInBlock {
+  int num_steps, num_buffers, num_runs;
+  int argument, result;                    ///< the buffers the matrix is loaded into and stored from
+  int buffer_rows[kMatrixInBlockBuffers];  ///< per buffer, a MatrixSide
+  int buffer_cols[kMatrixInBlockBuffers];  ///< per buffer, a MatrixSide
   MatrixStep steps[kMatrixInBlockSteps];
+  MatrixInBlockRun runs[kMatrixInBlockRuns];
 };
 constexpr char kMatrixProgramInBlock[] = "optgen_matrix_program_in_block";
 constexpr char kMatrixProgramInBlockF32[] = "optgen_matrix_program_in_block_f32";
@@ -520,9 +533,22 @@ static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, transpose_b) == 48, "MatrixSum::tra
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, alpha) == 52, "MatrixSum::alpha moved");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, beta) == 56, "MatrixSum::beta moved");
 static_assert(sizeof(MatrixSum) == 64 && alignof(MatrixSum) == 8, "MatrixSum changed size or alignment");
-static_assert(sizeof(MatrixStep) == 60 && alignof(MatrixStep) == 4, "MatrixStep changed size or alignment");
-static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlock, steps) == 48, "MatrixInBlock::steps moved");
-static_assert(sizeof(MatrixInBlock) == 48 + 60 * kMatrixInBlockSteps, "MatrixInBlock changed size");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixStep, out) == 4, "MatrixStep::out moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixStep, transpose_a) == 20, "MatrixStep::transpose_a moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixStep, alpha) == 28, "MatrixStep::alpha moved");
+static_assert(sizeof(MatrixStep) == 36 && alignof(MatrixStep) == 4, "MatrixStep changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlockRun, first) == 8, "MatrixInBlockRun::first moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlockRun, rows) == 16, "MatrixInBlockRun::rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlockRun, column_major) == 24, "MatrixInBlockRun::column_major moved");
+static_assert(sizeof(MatrixInBlockRun) == 32 && alignof(MatrixInBlockRun) == 8,
+              "MatrixInBlockRun changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlock, argument) == 12, "MatrixInBlock::argument moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlock, buffer_rows) == 20, "MatrixInBlock::buffer_rows moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlock, steps) == 20 + 8 * kMatrixInBlockBuffers,
+              "MatrixInBlock::steps moved");
+static_assert(OPTGEN_ABI_OFFSETOF(MatrixInBlock, runs) == 1528, "MatrixInBlock::runs moved");
+static_assert(sizeof(MatrixInBlock) == 1528 + 32 * kMatrixInBlockRuns && sizeof(MatrixInBlock) <= 4096,
+              "MatrixInBlock changed size, or outgrew the 4 KB a kernel's arguments may take");
 #undef OPTGEN_ABI_OFFSETOF
 
 }  // namespace kernel_abi

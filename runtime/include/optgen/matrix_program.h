@@ -3,7 +3,7 @@
 // Matrix programs: what a spec's matrix function (`matrix_functions:`, or a built-in such as
 // newton_schulz) computes of each matrix, as a list of instructions over matrix variables. The one
 // definition shared by the generator (generator/matrix_programs.h compiles a function's statements
-// into it), the launcher's and the reference's tables, the runtime (runtime/src/matrix_program.cpp
+// into it), the launcher's and the reference's tables, the runtime (runtime/src/matrix_program_run.cpp
 // runs every matrix of one shape at once: products through cuBLAS, norms in the module's kernels)
 // and the CPU reference (optgen/reference.h runs it in double).
 //

@@ -109,6 +109,17 @@ __device__ __forceinline__ void matrix_combine(const kernel_abi::MatrixSum& s) {
 // ---- A matrix program in one block (kernel_abi::MatrixInBlock): every value a row-major matrix in
 // shared memory, rows and columns padded with zeros to multiples of 16.
 
+/// A step of the program where this block's run puts it: element offsets of its values in shared
+/// memory and their row strides, out's shape, a product's inner dimension.
+struct InBlockStep {
+  int out, a, b, c;  ///< b and c -1 for none
+  int out_ld, a_ld, b_ld;
+  int rows, cols;
+  int inner;
+  int transpose_a, transpose_b;
+  float alpha, beta;
+};
+
 /// A dimension rounded up to the 16 a value is padded to.
 __device__ __forceinline__ int padded(int n) { return (n + 15) / 16 * 16; }
 
@@ -156,7 +167,7 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const unsigned (&a)[4
 /// columns 8-15), each read transposed where the operand's rows are the other dimension. A row of
 /// a value is 16-byte aligned and its stride an odd multiple of 16 bytes, so the eight rows of a
 /// matrix fall in different banks.
-__device__ __forceinline__ void product_in_block(bf16* shared, const kernel_abi::MatrixStep& st) {
+__device__ __forceinline__ void product_in_block(bf16* shared, const InBlockStep& st) {
   const bf16* a = shared + st.a;
   const bf16* b = shared + st.b;
   bf16* out = shared + st.out;
@@ -197,7 +208,7 @@ __device__ __forceinline__ void product_in_block(bf16* shared, const kernel_abi:
 
 /// The same in f32 on the CUDA cores, an element of out a thread at a time (no TF32, as cuBLAS's
 /// 32F products); the padding written as zeros.
-__device__ __forceinline__ void product_in_block(float* shared, const kernel_abi::MatrixStep& st) {
+__device__ __forceinline__ void product_in_block(float* shared, const InBlockStep& st) {
   const float* a = shared + st.a;
   const float* b = shared + st.b;
   float* out = shared + st.out;
@@ -220,7 +231,7 @@ __device__ __forceinline__ void product_in_block(float* shared, const kernel_abi
 /// over the block in double, the norm and its maximum with eps rounded to T, as kMatrixNormalize;
 /// the padding written as zeros (out's buffer may have held a value of another shape).
 template <typename T>
-__device__ __forceinline__ void normalize_in_block(T* shared, const kernel_abi::MatrixStep& st) {
+__device__ __forceinline__ void normalize_in_block(T* shared, const InBlockStep& st) {
   const T* a = shared + st.a;
   T* out = shared + st.out;
   float sum = 0.0f;
@@ -243,7 +254,7 @@ __device__ __forceinline__ void normalize_in_block(T* shared, const kernel_abi::
 
 /// out = alpha op(a) + beta op(b), the padding written as zeros.
 template <typename T>
-__device__ __forceinline__ void combine_in_block(T* shared, const kernel_abi::MatrixStep& st) {
+__device__ __forceinline__ void combine_in_block(T* shared, const InBlockStep& st) {
   for (int i = threadIdx.x; i < padded(st.rows) * st.out_ld; i += blockDim.x) {
     const int r = i / st.out_ld, col = i % st.out_ld;
     float v = 0.0f;
@@ -259,26 +270,69 @@ __device__ __forceinline__ void combine_in_block(T* shared, const kernel_abi::Ma
 /// elements): row i / cols, column i % cols; or, where the view is the stored matrix's transpose (a
 /// tall matrix's), row i % rows, column i / rows. Threads walk the stored order: global accesses
 /// coalesce either way.
-__device__ __forceinline__ int view_offset(const kernel_abi::MatrixInBlock& p, int i, int ld) {
-  return p.column_major ? i % p.rows * ld + i / p.rows : i / p.cols * ld + i % p.cols;
+__device__ __forceinline__ int view_offset(const kernel_abi::MatrixInBlockRun& run, int i, int ld) {
+  return run.column_major ? i % run.rows * ld + i / run.rows : i / run.cols * ld + i % run.cols;
 }
 
-/// Block `blockIdx.x`: its matrix loaded into shared memory, the program's steps, the result stored.
+/// Where a block's buffers lie for its run's shape: each one's element offset, row stride, rows and
+/// columns.
+struct InBlockBuffers {
+  int offset[kernel_abi::kMatrixInBlockBuffers], ld[kernel_abi::kMatrixInBlockBuffers];
+  int rows[kernel_abi::kMatrixInBlockBuffers], cols[kernel_abi::kMatrixInBlockBuffers];
+  int elements;  ///< of them all
+};
+
+/// Block `blockIdx.x`: its run found, its matrix loaded into shared memory, the program's steps, the
+/// result stored.
 template <typename T>
 __device__ __forceinline__ void matrix_program_in_block(const kernel_abi::MatrixInBlock& p) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* shared = reinterpret_cast<T*>(shared_bytes);
-  const long long m = blockIdx.x;
-  T* x = static_cast<T*>(p.x);
-  for (int i = threadIdx.x; i < p.shared_elements; i += blockDim.x) shared[i] = from_float<T>(0.0f);
+  int k = 0;
+  while (k + 1 < p.num_runs && p.runs[k + 1].first <= static_cast<int>(blockIdx.x)) ++k;
+  const kernel_abi::MatrixInBlockRun& run = p.runs[k];
+  __shared__ InBlockBuffers buffers;
+  if (threadIdx.x == 0) {
+    int at = 0;
+    for (int b = 0; b < p.num_buffers; ++b) {
+      const int rows = p.buffer_rows[b] == kernel_abi::kViewRows ? run.rows : run.cols;
+      const int cols = p.buffer_cols[b] == kernel_abi::kViewRows ? run.rows : run.cols;
+      buffers.offset[b] = at;
+      buffers.ld[b] = padded(cols) + 8;
+      buffers.rows[b] = rows;
+      buffers.cols[b] = cols;
+      at += padded(rows) * buffers.ld[b];  // a multiple of 8 elements: each row starts on 16 bytes
+    }
+    buffers.elements = at;
+  }
   __syncthreads();
-  const long long first = m * p.rows * p.cols;
-  for (int i = threadIdx.x; i < p.rows * p.cols; i += blockDim.x)
-    shared[p.argument + view_offset(p, i, p.argument_ld)] = x[first + i];
+  const long long m = static_cast<int>(blockIdx.x) - run.first;
+  T* x = static_cast<T*>(run.x);
+  for (int i = threadIdx.x; i < buffers.elements; i += blockDim.x) shared[i] = from_float<T>(0.0f);
+  __syncthreads();
+  const long long first = m * run.rows * run.cols;
+  for (int i = threadIdx.x; i < run.rows * run.cols; i += blockDim.x)
+    shared[buffers.offset[p.argument] + view_offset(run, i, buffers.ld[p.argument])] = x[first + i];
   __syncthreads();
   for (int s = 0; s < p.num_steps; ++s) {
-    const kernel_abi::MatrixStep& st = p.steps[s];
-    switch (st.op) {
+    const kernel_abi::MatrixStep& step = p.steps[s];
+    auto at = [&](int b) { return b < 0 ? -1 : buffers.offset[b]; };
+    auto ld = [&](int b) { return b < 0 ? 0 : buffers.ld[b]; };
+    const InBlockStep st{at(step.out),
+                         at(step.a),
+                         at(step.b),
+                         at(step.c),
+                         ld(step.out),
+                         ld(step.a),
+                         ld(step.b),
+                         buffers.rows[step.out],
+                         buffers.cols[step.out],
+                         step.transpose_a ? buffers.rows[step.a] : buffers.cols[step.a],
+                         step.transpose_a,
+                         step.transpose_b,
+                         step.alpha,
+                         step.beta};
+    switch (step.op) {
       case kernel_abi::kNormalizeStep: normalize_in_block(shared, st); break;
       case kernel_abi::kProductStep: product_in_block(shared, st); break;
       case kernel_abi::kCombineStep: combine_in_block(shared, st); break;
@@ -286,8 +340,8 @@ __device__ __forceinline__ void matrix_program_in_block(const kernel_abi::Matrix
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < p.rows * p.cols; i += blockDim.x)
-    x[first + i] = shared[p.result + view_offset(p, i, p.result_ld)];
+  for (int i = threadIdx.x; i < run.rows * run.cols; i += blockDim.x)
+    x[first + i] = shared[buffers.offset[p.result] + view_offset(run, i, buffers.ld[p.result])];
 }
 
 }  // namespace optgen
