@@ -877,17 +877,17 @@ namespace variants::adafactor_clip_grad_norm {
     }
   };
 
-  /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+  /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
-    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
     template <typename Ts_>
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -909,22 +909,14 @@ namespace variants::adafactor_clip_grad_norm {
       static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
       static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
       static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
-      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
-      // The stored values its element code loads, by slot: Position loads them once per vector.
-      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
-      template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float param = v_[0];
         const float grad = v_[1];
         r_[0] = param * param;  // sum_param_times_param
         r_[1] = grad * grad;  // grad_norm_squared
       }
     };
-
-    /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
-    template <int kKind>
-    struct Lines;
   };
 
   /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
@@ -1847,7 +1839,7 @@ adafactor_group(const optgen::GroupTable groups, const optgen::GroupWrite write)
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
@@ -1907,7 +1899,7 @@ adafactor_clip_grad_norm_shards_f32_f32_update(const optgen::TableView table, co
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -1987,7 +1979,7 @@ adafactor_clip_grad_norm_shards_bf16_f32_update(const optgen::TableView table, c
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce1, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }

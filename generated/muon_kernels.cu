@@ -99,17 +99,17 @@ namespace variants::muon {
     }
   };
 
-  /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+  /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce {
     static constexpr int kOperands = 4;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
-    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
     template <typename Ts_>
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -129,12 +129,8 @@ namespace variants::muon {
       static constexpr int kElementStores = 2;  // values stored element by element: matrix values' operands, states
       static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
       static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return j_ == 0 ? 3 : j_ == 1 ? 2 : -1; }
-      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
-      // The stored values its element code loads, by slot: Position loads them once per vector.
-      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
-      template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float one_minus_momentum = k_.one_minus_momentum;
         const float momentum = k_.momentum;
         const bool nesterov = k_.nesterov;
@@ -148,10 +144,6 @@ namespace variants::muon {
         r_[1] = momentum_buffer_next;  // momentum_buffer's new value, stored
       }
     };
-
-    /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
-    template <int kKind>
-    struct Lines;
   };
 
   /// The Update stage's code (rows and columns): every output from the operands.
@@ -299,17 +291,17 @@ namespace variants::muon_clip_grad_norm {
     }
   };
 
-  /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
+  /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 4;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
-    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       // (this stage reads nothing computed per tensor)
     };
     template <typename Ts_>
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       TensorValues tv_;
       return tv_;
     }
@@ -330,33 +322,25 @@ namespace variants::muon_clip_grad_norm {
       static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
       static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
       static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
-      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
-      // The stored values its element code loads, by slot: Position loads them once per vector.
-      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
-      template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float grad = v_[1];
         r_[0] = grad * grad;  // grad_norm_squared
       }
     };
-
-    /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
-    template <int kKind>
-    struct Lines;
   };
 
-  /// Reduce stage 2 (rows and columns): per kind of block, the operands of its reductions.
+  /// Reduce stage 2: the operands of its reductions, element by element.
   struct Reduce2 {
     static constexpr int kOperands = 4;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
-    static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    static constexpr bool kShaped = false;  // element-wise code
 
     struct TensorValues {
       float clip_coef;
     };
     template <typename Ts_>
-    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] bool factored_, [[maybe_unused]] long long rows_, [[maybe_unused]] long long cols_, [[maybe_unused]] const Ts_& ts_) {
+    static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
       const double max_grad_norm = k_.max_grad_norm;
       const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
       const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
@@ -380,12 +364,8 @@ namespace variants::muon_clip_grad_norm {
       static constexpr int kElementStores = 2;  // values stored element by element: matrix values' operands, states
       static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
       static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return j_ == 0 ? 3 : j_ == 1 ? 2 : -1; }
-      static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
-      // The stored values its element code loads, by slot: Position loads them once per vector.
-      static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
 
-      template <typename Sh_>
-      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
         const float one_minus_momentum = k_.one_minus_momentum;
         const float momentum = k_.momentum;
         const bool nesterov = k_.nesterov;
@@ -401,10 +381,6 @@ namespace variants::muon_clip_grad_norm {
         r_[1] = momentum_buffer_next;  // momentum_buffer's new value, stored
       }
     };
-
-    /// Lines (kRowLines: over each row; kMatrixRowLines, kMatrixColumnLines: over each matrix).
-    template <int kKind>
-    struct Lines;
   };
 
   /// The Update stage's code (rows and columns): every output from the operands.
@@ -511,7 +487,7 @@ namespace variants::muon_clip_grad_norm {
 }  // namespace variants::muon_clip_grad_norm
 
 /// muon, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon::Reduce, variants::muon::Group, variants::muon::Operands_f32_f32>(table, groups, inputs, reductions);
@@ -527,7 +503,7 @@ muon_f32_f32_update(const optgen::TableView table, const optgen::GroupTable grou
 }
 
 /// muon, reduce stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon::Reduce, variants::muon::Group, variants::muon::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -543,7 +519,7 @@ muon_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable gro
 }
 
 /// muon, reduce stage, storage f32:f32:o=f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_f32_f32_o_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon::Reduce, variants::muon::Group, variants::muon::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
@@ -559,7 +535,7 @@ muon_f32_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// muon, reduce stage, storage bf16:f32:o=f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_bf16_f32_o_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon::Reduce, variants::muon::Group, variants::muon::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
@@ -581,7 +557,7 @@ muon_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
 }
 
 /// muon_clip_grad_norm, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce1, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
@@ -589,7 +565,7 @@ muon_clip_grad_norm_f32_f32_reduce1(const optgen::TableView table, const optgen:
 }
 
 /// muon_clip_grad_norm, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce2, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
@@ -605,7 +581,7 @@ muon_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::
 }
 
 /// muon_clip_grad_norm, reduce stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce1, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -613,7 +589,7 @@ muon_clip_grad_norm_bf16_f32_reduce1(const optgen::TableView table, const optgen
 }
 
 /// muon_clip_grad_norm, reduce stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce2, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -629,7 +605,7 @@ muon_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen:
 }
 
 /// muon_clip_grad_norm, reduce stage, storage f32:f32:o=f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_f32_f32_o_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce1, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
@@ -637,7 +613,7 @@ muon_clip_grad_norm_f32_f32_o_f32_reduce1(const optgen::TableView table, const o
 }
 
 /// muon_clip_grad_norm, reduce stage, storage f32:f32:o=f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_f32_f32_o_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce2, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
@@ -653,7 +629,7 @@ muon_clip_grad_norm_f32_f32_o_f32_update(const optgen::TableView table, const op
 }
 
 /// muon_clip_grad_norm, reduce stage, storage bf16:f32:o=f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_bf16_f32_o_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce1, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);
@@ -661,7 +637,7 @@ muon_clip_grad_norm_bf16_f32_o_f32_reduce1(const optgen::TableView table, const 
 }
 
 /// muon_clip_grad_norm, reduce stage, storage bf16:f32:o=f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
 muon_clip_grad_norm_bf16_f32_o_f32_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::muon_clip_grad_norm::Reduce2, variants::muon_clip_grad_norm::Group, variants::muon_clip_grad_norm::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);

@@ -831,7 +831,7 @@ class CudaEmitter {
     auto st = w.block("struct " + name, "};");
     reduction_constants(w, p, list, roots, elements);
     if (elements) stored_operand_constants(w, stores);
-    const bool shaped = uses_shapes(p);
+    const bool shaped = reduce_shaped(p, stage);
     if (elements && shaped) loaded_slot_masks(w, p, roots, stage.number, reads_position(p, roots, stage.number));
     if (!elements) stored_values_finish(w, p, stage, kind);
     w.line();
@@ -957,25 +957,55 @@ class CudaEmitter {
              texts[i] + ");  // " + list[i]->name + (list[i]->new_state ? "'s new value" : ""));
   }
 
+  /// What Reduce stage `stage` computes: its reductions' operands, the values it stores element by
+  /// element, the row, column and matrix values its lines store.
+  static std::vector<Expr> reduce_roots(const Program& p, const Stage& stage) {
+    std::vector<Expr> roots;
+    for (const auto& item : stage_reductions(p, stage)) roots.push_back(item.second->operand);
+    for (const ElementStore& store : stage_stores(p, stage)) roots.push_back(store.value);
+    for (const auto& v : stored_values(p))
+      if (v.stage == stage.number) roots.push_back(v.value);
+    return roots;
+  }
+
+  /// Whether Reduce stage `stage` runs as code of rows and columns (kShaped: each element's
+  /// position found, rows and columns handed to its tensor values, the shaped stages' launch bounds):
+  /// in a variant with shapes, where it launches blocks other than chunk runs or its code reads a
+  /// row, column or matrix value or a tensor's shape. Muon's first stage, which stores its matrix
+  /// value's operand and its momentum, is element-wise code (gpt2: 349 µs as shaped code).
+  static bool reduce_shaped(const Program& p, const Stage& stage) {
+    if (!uses_shapes(p)) return false;
+    if (stage_blocks(p, stage) != 1u << kernel_abi::kChunkRuns) return true;
+    std::vector<Expr> code = reduce_roots(p, stage);
+    if (reads_position(p, code, stage.number)) return true;
+    // The tensor values it reads, and theirs.
+    for (std::size_t n = 0; n != code.size();) {
+      n = code.size();
+      for (const HoistedValue* v : tensor_values_read(p, code))
+        if (std::find(code.begin(), code.end(), v->value) == code.end()) code.push_back(v->value);
+    }
+    bool shape = false;
+    for (const Expr& root : code)
+      for_each_node(root, [&](const Expr& e) {
+        shape = shape || (e->kind == NodeKind::Var &&
+                          (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
+      });
+    return shape;
+  }
+
   /// A Reduce stage's code, which reduce_stage (device/reduce_stage.cuh) drives: a struct per kind
   /// of block it launches (kBlocks, kernel_abi::BlockKind; an element-wise variant's chunk runs
   /// only), and the snapshot of the row and column states (stage 1).
   void reduce_struct(CodeWriter& w, const Program& p, const Stage& stage) {
-    const bool shaped = uses_shapes(p);
+    const bool shaped = reduce_shaped(p, stage);
     const unsigned blocks = shaped ? stage_blocks(p, stage) : 1u << kernel_abi::kChunkRuns;
     const auto list = stage_reductions(p, stage);
     const auto stores = stage_stores(p, stage);
     using Kind = kernel_abi::BlockKind;
     std::map<int, std::vector<std::pair<int, const ReductionValue*>>> by_kind;
-    std::vector<Expr> roots;
-    for (const auto& item : list) {
-      roots.push_back(item.second->operand);
-      by_kind[block_kind(*item.second)].push_back(item);
-    }
+    for (const auto& item : list) by_kind[block_kind(*item.second)].push_back(item);
     if (!stores.empty()) by_kind[Kind::kChunkRuns];  // chunk runs store them
-    for (const ElementStore& store : stores) roots.push_back(store.value);
-    for (const auto& v : stored_values(p))
-      if (v.stage == stage.number) roots.push_back(v.value);
+    const std::vector<Expr> roots = reduce_roots(p, stage);
     const std::string name = reduce_struct_name(stage);
     w.line("/// Reduce stage " + std::to_string(stage.number) +
            (shaped ? " (rows and columns): per kind of block, the operands of its reductions."
@@ -1153,8 +1183,9 @@ class CudaEmitter {
            (p.for_shards ? " on shards" : "") + ", storage " + s.text() + ".");
     // The step on shards' Update stage computes its row, column and matrix values per element: the
     // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's).
+    const bool shaped = stage.kind == StageKind::Reduce ? reduce_shaped(p, stage) : uses_shapes(p);
     const char* bounds = stage.kind == StageKind::Reduce || p.for_shards
-                             ? (uses_shapes(p) ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
+                             ? (shaped ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
                          : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
                                                      : "OPTGEN_LAUNCH_BOUNDS";
     w.line(std::string("extern \"C\" __global__ void ") + bounds);

@@ -1,6 +1,7 @@
 #include "optgen/optimizer.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -653,13 +654,35 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   return chunks;
 }
 
-/// How many chunks a Reduce stage's block takes: as many as keep eight blocks per multiprocessor
-/// busy, from 1 (small plans: every chunk its own block) to kReduceChunksPerBlock (large ones, where
-/// a block's run of chunks saves combines and arrivals).
-int reduce_chunks_per_block(std::size_t chunks) {
-  const auto blocks_wanted = static_cast<std::size_t>(driver::multiprocessor_count(driver::current_device())) * 8;
-  const std::size_t per_block = chunks / std::max<std::size_t>(blocks_wanted, 1);
-  return static_cast<int>(std::clamp<std::size_t>(per_block, 1, kernel_abi::kReduceChunksPerBlock));
+/// How many chunks a Reduce stage's block takes: the most, up to kReduceChunksPerBlock (a block's
+/// run of chunks saves combines and arrivals), whose blocks fill their last wave of the `resident`
+/// blocks the GPU holds at once to at least 90% of the others; 1 where none does (small plans: every
+/// chunk its own block). gpt2's Muon took 8, 1,308 blocks of 1,056 resident: 1.24 waves, its Reduce
+/// stage at 3.4 TB/s (bench/RESULTS.md).
+int reduce_chunks_per_block(std::size_t chunks, std::size_t resident) {
+  for (int per_block = kernel_abi::kReduceChunksPerBlock; per_block > 1; --per_block) {
+    const double waves =
+        static_cast<double>((chunks + static_cast<std::size_t>(per_block) - 1) / static_cast<std::size_t>(per_block)) /
+        static_cast<double>(std::max<std::size_t>(resident, 1));
+    if (waves >= 1 && waves / std::ceil(waves) >= 0.9) return per_block;
+  }
+  return 1;
+}
+
+/// The blocks of a plan's Reduce stages the GPU holds at once: the fewest of any of them.
+std::size_t resident_reduce_blocks(const Plan& plan) {
+  int fewest = INT_MAX;
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    if (plan.variant.stage_kinds[s] != StageKind::Reduce) continue;
+    int blocks = 0;
+    driver::check(
+        driver::api().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, plan.stages[s], plan.shape.block_size, 0),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    fewest = std::min(fewest, blocks);
+  }
+  if (fewest == INT_MAX) return 0;
+  return static_cast<std::size_t>(fewest) *
+         static_cast<std::size_t>(driver::multiprocessor_count(driver::current_device()));
 }
 
 /// The results and scratch of a plan's reductions (kernel_abi::ReductionTable), for `reductions`
@@ -704,7 +727,7 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
                      reductions,
                      static_cast<int>(n),
                      static_cast<int>(G),
-                     reduce_chunks_per_block(total_chunks),
+                     reduce_chunks_per_block(total_chunks, resident_reduce_blocks(plan)),
                      reinterpret_cast<float*>(m.grad_norm_memory.get())};
 }
 
@@ -904,6 +927,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
                 nullptr,
                 m.storage.seed,
                 device_pointer<const long long>(plan.table_memory, whole_numel_at)};
+  plan.stages.clear();
+  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(plan.stage_names[s]));
   build_reductions(m, plan, tensors, chunks_per_tensor, variant.num_reductions, reduces);
   plan.shape_memory = DeviceBuffer();
   plan.row_results = plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them, and the runs
@@ -911,8 +936,6 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   ShapeLayout shapes;
   if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
-  plan.stages.clear();
-  for (int s = 0; s < variant.num_stages; ++s) plan.stages.push_back(plan.module->function(plan.stage_names[s]));
   plan.programs.clear();
   for (int p = 0; p < info.num_programs; ++p) plan.programs.push_back(plan.module->function(kernel.programs[p]));
 }
