@@ -11,6 +11,7 @@
 
 #include "capture.h"
 #include "optimizer_harness.h"
+#include "optimizer_impl.h"
 #include "reduction_mix.h"
 #include "reduction_mix_reference.h"
 
@@ -133,6 +134,21 @@ TEST_CASE("the reference's reductions compute what the spec's statements say", "
         REQUIRE(ms[t][i] == Approx(expected_ms[t][i]).epsilon(1e-12).margin(1e-14));
       }
   }
+}
+
+TEST_CASE("a Reduce stage's block takes as many chunks as fill the GPU's last wave of blocks", "[runtime]") {
+  using optgen::reduce_chunks_per_block;
+  // gpt2's Muon on an H200: 10,460 chunks, 1,056 blocks at once. 8 a block make 1.24 waves, 7
+  // 1.42, 6 1.65; 5 make 2,092 blocks, 1.98 waves.
+  CHECK(reduce_chunks_per_block(10460, 1056) == 5);
+  // Whole waves at 8: 8 * 1056 * 3 chunks.
+  CHECK(reduce_chunks_per_block(8 * 1056 * 3, 1056) == 8);
+  // llama-1b's 150,000 chunks: 17.8 waves at 8.
+  CHECK(reduce_chunks_per_block(150000, 1056) == 8);
+  // Fewer chunks than two blocks' worth a wave: a chunk a block.
+  CHECK(reduce_chunks_per_block(1500, 1056) == 1);
+  CHECK(reduce_chunks_per_block(0, 1056) == 1);
+  CHECK(reduce_chunks_per_block(100, 0) == 1);
 }
 
 TEST_CASE("reductions on the GPU match the CPU reference: groups, zero norms, odd and empty tensors, many chunks",

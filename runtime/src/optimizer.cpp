@@ -14,6 +14,18 @@
 #include "optimizer_impl.h"
 
 namespace optgen {
+
+int reduce_chunks_per_block(std::size_t chunks, std::size_t resident) {
+  if (resident == 0) return 1;
+  for (int per_block = kernel_abi::kReduceChunksPerBlock; per_block > 1; --per_block) {
+    const double waves =
+        static_cast<double>((chunks + static_cast<std::size_t>(per_block) - 1) / static_cast<std::size_t>(per_block)) /
+        static_cast<double>(resident);
+    if (waves >= 1 && waves / std::ceil(waves) >= 0.9) return per_block;
+  }
+  return 1;
+}
+
 namespace {
 
 constexpr std::size_t kStateAlignment = 256;  // bytes; keeps every state buffer 16-byte aligned
@@ -652,21 +664,6 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   std::stable_sort(chunks.begin(), chunks.end(),
                    [](const kernel_abi::Chunk& a, const kernel_abi::Chunk& b) { return a.count > b.count; });
   return chunks;
-}
-
-/// How many chunks a Reduce stage's block takes: the most, up to kReduceChunksPerBlock (a block's
-/// run of chunks saves combines and arrivals), whose blocks fill their last wave of the `resident`
-/// blocks the GPU holds at once to at least 90% of the others; 1 where none does (small plans: every
-/// chunk its own block). gpt2's Muon took 8, 1,308 blocks of 1,056 resident: 1.24 waves, its Reduce
-/// stage at 3.4 TB/s (bench/RESULTS.md).
-int reduce_chunks_per_block(std::size_t chunks, std::size_t resident) {
-  for (int per_block = kernel_abi::kReduceChunksPerBlock; per_block > 1; --per_block) {
-    const double waves =
-        static_cast<double>((chunks + static_cast<std::size_t>(per_block) - 1) / static_cast<std::size_t>(per_block)) /
-        static_cast<double>(std::max<std::size_t>(resident, 1));
-    if (waves >= 1 && waves / std::ceil(waves) >= 0.9) return per_block;
-  }
-  return 1;
 }
 
 /// The blocks of a plan's Reduce stages the GPU holds at once: the fewest of any of them.
