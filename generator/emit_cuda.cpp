@@ -969,10 +969,11 @@ class CudaEmitter {
   }
 
   /// Whether Reduce stage `stage` runs as code of rows and columns (kShaped: each element's
-  /// position found, rows and columns handed to its tensor values, the shaped stages' launch bounds):
-  /// in a variant with shapes, where it launches blocks other than chunk runs or its code reads a
-  /// row, column or matrix value or a tensor's shape. Muon's first stage, which stores its matrix
-  /// value's operand and its momentum, is element-wise code (gpt2: 349 µs as shaped code).
+  /// position found, rows and columns handed to its tensor values, an absent state read as 0, the
+  /// shaped stages' launch bounds): in a variant with shapes, where it launches blocks other than
+  /// chunk runs, or its code reads a row, column or matrix value, a tensor's shape, or a state that
+  /// some tensors lack (a `when:` on `factored`). Muon's first stage, which stores its matrix
+  /// value's operand and its momentum, is element-wise code.
   static bool reduce_shaped(const Program& p, const Stage& stage) {
     if (!uses_shapes(p)) return false;
     if (stage_blocks(p, stage) != 1u << kernel_abi::kChunkRuns) return true;
@@ -987,8 +988,9 @@ class CudaEmitter {
     bool shape = false;
     for (const Expr& root : code)
       for_each_node(root, [&](const Expr& e) {
-        shape = shape || (e->kind == NodeKind::Var &&
-                          (e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols));
+        if (e->kind != NodeKind::Var) return;
+        shape = shape || e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols ||
+                (e->var == VarKind::State && state_presence(p, e->name) != Presence::Always);
       });
     return shape;
   }

@@ -82,3 +82,31 @@ TEST_CASE("a long sum is emitted in time linear in its length", "[emit]") {
   CHECK(kernels.find("grad * 39.0f + grad * 4e+01f") != std::string::npos);
   CHECK(reference.find("grad * T_(39.0) + grad * T_(4e+01)") != std::string::npos);
 }
+
+TEST_CASE("a Reduce stage of a variant with shapes is shaped code only where its code needs it", "[emit]") {
+  // The first struct of kShaped in the source: the variant's first Reduce stage.
+  auto first_reduce_shaped = [](const std::string& kernels) {
+    const std::size_t reduce = kernels.find("struct Reduce");
+    REQUIRE(reduce != std::string::npos);
+    return kernels.compare(kernels.find("kShaped = ", reduce) + 10, 4, "true") == 0;
+  };
+  auto kernels_of = [](const optgen::Spec& spec) {
+    return optgen::emit_cuda(spec, optgen::compile_spec(spec), optgen::default_storage(), {});
+  };
+  // Muon's first stage stores its momentum and its matrix value's operand, reading neither rows,
+  // columns nor a tensor's shape: element-wise code, though the variant has shapes.
+  CHECK_FALSE(first_reduce_shaped(kernels_of(optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/muon.yaml"))));
+  // A norm of a state that only vectors have reads nothing of rows either, but a matrix has no such
+  // state (a null pointer): shaped code reads an absent state as 0.
+  const optgen::Spec vectors_only = optgen::load_spec_text(
+      "v.yaml", optgen::test::spec_text("hyperparameters:\n  lr: {type: float, default: 0.01}\n"
+                                        "state:\n  variance: {init: zeros, when: \"!factored\"}\n"
+                                        "update:\n"
+                                        "  - when: \"!factored\"\n    do:\n"
+                                        "      - variance = lerp(variance, grad * grad, 0.1)\n"
+                                        "      - n = norm(variance)\n"
+                                        "      - param = param - lr * grad / max(n, 1)\n"
+                                        "  - when: factored\n    do:\n"
+                                        "      - param = param - lr * grad\n"));
+  CHECK(first_reduce_shaped(kernels_of(vectors_only)));
+}

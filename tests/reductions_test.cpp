@@ -145,6 +145,9 @@ TEST_CASE("a Reduce stage's block takes as many chunks as fill the GPU's last wa
   CHECK(reduce_chunks_per_block(8 * 1056 * 3, 1056) == 8);
   // llama-1b's 150,000 chunks: 17.8 waves at 8.
   CHECK(reduce_chunks_per_block(150000, 1056) == 8);
+  // No count fills the last wave to 90%: the best (3,100 chunks, 1,000 at once: 1 and 2 a block
+  // both fill it to 78%, 3 to 52%).
+  CHECK(reduce_chunks_per_block(3100, 1000) == 2);
   // Fewer chunks than two blocks' worth a wave: a chunk a block.
   CHECK(reduce_chunks_per_block(1500, 1056) == 1);
   CHECK(reduce_chunks_per_block(0, 1056) == 1);

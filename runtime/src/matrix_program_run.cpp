@@ -293,7 +293,7 @@ std::size_t matrix_program_scratch_bytes(const MatrixProgram& program, long long
 }
 
 bool matrix_view_fits_block(const MatrixProgram& program, long long rows, long long cols) {
-  return view_of(program, rows, cols).r <= kernel_abi::kMatrixInBlockRows;
+  return rows <= INT_MAX && cols <= INT_MAX && view_of(program, rows, cols).r <= kernel_abi::kMatrixInBlockRows;
 }
 
 UnrolledProgram::UnrolledProgram(const MatrixProgram& program, const double* arguments, DType dtype)
@@ -337,8 +337,8 @@ UnrolledProgram::UnrolledProgram(const MatrixProgram& program, const double* arg
 }
 
 std::size_t UnrolledProgram::in_block_bytes(long long rows, long long cols) const {
+  if (!fits_block_ || !matrix_view_fits_block(*program_, rows, cols)) return 0;
   const View view = view_of(*program_, rows, cols);
-  if (!fits_block_ || view.r > kernel_abi::kMatrixInBlockRows) return 0;
   auto length = [&](int side) -> std::int64_t { return side == kernel_abi::kViewRows ? view.r : view.c; };
   std::int64_t elements = 0;
   for (int b = 0; b < in_block_.num_buffers; ++b)

@@ -42,8 +42,9 @@ long long gram_tiles(const MatrixBucket& b) {
 
 /// Where each bucket's batches through cuBLAS run (PlanMatrices::lane_of): the large ones on the
 /// caller's stream (share 0), the small ones spread over it and up to max_streams() - 1 lanes, the
-/// largest first onto the least loaded, by multiply-adds; those that may run in a block each on the
-/// caller's (their launches hold every such bucket). Returns the lanes used.
+/// largest first onto the least loaded, by multiply-adds; those whose view may run in a block each
+/// on the caller's (in the in-block launches, or, where their program or shared memory does not
+/// fit a block, through cuBLAS there). Returns the lanes used.
 int assign_lanes(const std::vector<MatrixBucket>& buckets, const VariantInfo& variant, std::vector<int>& lane_of) {
   lane_of.assign(buckets.size(), 0);
   const long long limit = kLaneTilesPerMultiprocessor * driver::multiprocessor_count(driver::current_device());
@@ -112,15 +113,17 @@ MatrixStageWork make_stage_work(const PlanMatrices& matrices, const VariantInfo&
   MatrixStageWork work;
   work.made = true;
   stage_arguments(variant, stage, groups, work.arguments);
-  std::map<std::tuple<int, DType, std::vector<double>>, const UnrolledProgram*> unrolled;
+  // Each program unrolled once per value, dtype and arguments (a NaN argument, equal to nothing, once
+  // per run).
+  std::vector<std::tuple<int, DType, std::vector<double>>> made;
   auto program_of = [&](const MatrixBucket& bucket, const std::vector<double>& args) {
-    const UnrolledProgram*& p = unrolled[std::make_tuple(bucket.value, bucket.dtype, args)];
-    if (p == nullptr) {
-      work.programs.push_back(
-          std::make_unique<UnrolledProgram>(*variant.matrix_values[bucket.value].program, args.data(), bucket.dtype));
-      p = work.programs.back().get();
-    }
-    return p;
+    const auto key = std::make_tuple(bucket.value, bucket.dtype, args);
+    const auto it = std::find(made.begin(), made.end(), key);
+    if (it != made.end()) return work.programs[static_cast<std::size_t>(it - made.begin())].get();
+    made.push_back(key);
+    work.programs.push_back(
+        std::make_unique<UnrolledProgram>(*variant.matrix_values[bucket.value].program, args.data(), bucket.dtype));
+    return work.programs.back().get();
   };
   for (std::size_t b = 0; b < matrices.buckets.size(); ++b) {
     const MatrixBucket& bucket = matrices.buckets[b];

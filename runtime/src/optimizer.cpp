@@ -16,14 +16,20 @@
 namespace optgen {
 
 int reduce_chunks_per_block(std::size_t chunks, std::size_t resident) {
-  if (resident == 0) return 1;
-  for (int per_block = kernel_abi::kReduceChunksPerBlock; per_block > 1; --per_block) {
-    const double waves =
-        static_cast<double>((chunks + static_cast<std::size_t>(per_block) - 1) / static_cast<std::size_t>(per_block)) /
-        static_cast<double>(resident);
-    if (waves >= 1 && waves / std::ceil(waves) >= 0.9) return per_block;
+  if (resident == 0 || chunks == 0) return 1;
+  int best = 1;
+  double best_fill = 0;
+  for (int per_block = 1; per_block <= kernel_abi::kReduceChunksPerBlock; ++per_block) {
+    const std::size_t blocks = (chunks + static_cast<std::size_t>(per_block) - 1) / static_cast<std::size_t>(per_block);
+    const double waves = static_cast<double>(blocks) / static_cast<double>(resident);
+    if (per_block > 1 && waves < 1) break;  // fewer blocks than the GPU holds: more chunks a block only idle it
+    const double fill = waves / std::ceil(waves);
+    if (fill >= 0.9 || fill >= best_fill) {
+      best = per_block;
+      best_fill = std::max(fill, best_fill);
+    }
   }
-  return 1;
+  return best;
 }
 
 namespace {

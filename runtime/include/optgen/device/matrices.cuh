@@ -229,7 +229,7 @@ __device__ __forceinline__ void product_in_block(float* shared, const InBlockSte
 
 /// out = a / max(norm(a), eps): the sum of squares a thread's elements at a time in float, added
 /// over the block in double, the norm and its maximum with eps rounded to T, as kMatrixNormalize;
-/// the padding written as zeros (out's buffer may have held a value of another shape).
+/// the padding written as zeros, as every step writes its output's.
 template <typename T>
 __device__ __forceinline__ void normalize_in_block(T* shared, const InBlockStep& st) {
   const T* a = shared + st.a;
