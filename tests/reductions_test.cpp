@@ -140,18 +140,22 @@ TEST_CASE("a Reduce stage's block takes as many chunks as fill the GPU's last wa
   using optgen::reduce_chunks_per_block;
   // gpt2's Muon on an H200: 10,460 chunks, 1,056 blocks at once. 8 a block make 1.24 waves, 7
   // 1.42, 6 1.65; 5 make 2,092 blocks, 1.98 waves.
-  CHECK(reduce_chunks_per_block(10460, 1056) == 5);
+  CHECK(reduce_chunks_per_block(10460, 1056, true) == 5);
   // Whole waves at 8: 8 * 1056 * 3 chunks.
-  CHECK(reduce_chunks_per_block(8 * 1056 * 3, 1056) == 8);
+  CHECK(reduce_chunks_per_block(8 * 1056 * 3, 1056, true) == 8);
   // llama-1b's 150,000 chunks: 17.8 waves at 8.
-  CHECK(reduce_chunks_per_block(150000, 1056) == 8);
+  CHECK(reduce_chunks_per_block(150000, 1056, true) == 8);
   // No count fills the last wave to 90%: the best (3,100 chunks, 1,000 at once: 1 and 2 a block
   // both fill it to 78%, 3 to 52%).
-  CHECK(reduce_chunks_per_block(3100, 1000) == 2);
+  CHECK(reduce_chunks_per_block(3100, 1000, true) == 2);
   // Fewer chunks than two blocks' worth a wave: a chunk a block.
-  CHECK(reduce_chunks_per_block(1500, 1056) == 1);
-  CHECK(reduce_chunks_per_block(0, 1056) == 1);
-  CHECK(reduce_chunks_per_block(100, 0) == 1);
+  CHECK(reduce_chunks_per_block(1500, 1056, true) == 1);
+  CHECK(reduce_chunks_per_block(0, 1056, true) == 1);
+  CHECK(reduce_chunks_per_block(100, 0, true) == 1);
+  // Without filling the wave: as many as keep the blocks busy.
+  CHECK(reduce_chunks_per_block(10460, 1056, false) == 8);
+  CHECK(reduce_chunks_per_block(6334, 1056, false) == 5);
+  CHECK(reduce_chunks_per_block(1500, 1056, false) == 1);
 }
 
 TEST_CASE("reductions on the GPU match the CPU reference: groups, zero norms, odd and empty tensors, many chunks",

@@ -15,8 +15,10 @@
 
 namespace optgen {
 
-int reduce_chunks_per_block(std::size_t chunks, std::size_t resident) {
+int reduce_chunks_per_block(std::size_t chunks, std::size_t resident, bool fill_last_wave) {
   if (resident == 0 || chunks == 0) return 1;
+  if (!fill_last_wave)
+    return static_cast<int>(std::clamp<std::size_t>(chunks / resident, 1, kernel_abi::kReduceChunksPerBlock));
   int best = 1;
   double best_fill = 0;
   for (int per_block = 1; per_block <= kernel_abi::kReduceChunksPerBlock; ++per_block) {
@@ -672,8 +674,15 @@ std::vector<kernel_abi::Chunk> chunk_table(const std::vector<PlanTensor>& tensor
   return chunks;
 }
 
-/// The blocks of a plan's Reduce stages the GPU holds at once: the fewest of any of them.
-std::size_t resident_reduce_blocks(const Plan& plan) {
+/// reduce_chunks_per_block for `plan`, of `chunks` chunks. A plan with matrix values fills the last
+/// wave of its Reduce stages' blocks (the fewest any of them holds at once): the matrix functions
+/// after its stage start when it ends. Others keep eight blocks a multiprocessor busy: the kernel
+/// after a Reduce stage starts under its tail (programmatic dependent launch), and filling the wave
+/// measured no better (bench/RESULTS.md, 2026-12-01: resnet50's clipped AdamW 2% slower, LAMB 3%
+/// faster).
+int plan_chunks_per_block(const Plan& plan, std::size_t chunks) {
+  const auto multiprocessors = static_cast<std::size_t>(driver::multiprocessor_count(driver::current_device()));
+  if (!plan.matrices) return reduce_chunks_per_block(chunks, multiprocessors * 8, false);
   int fewest = INT_MAX;
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
     if (plan.variant.stage_kinds[s] != StageKind::Reduce) continue;
@@ -683,9 +692,8 @@ std::size_t resident_reduce_blocks(const Plan& plan) {
         "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     fewest = std::min(fewest, blocks);
   }
-  if (fewest == INT_MAX) return 0;
-  return static_cast<std::size_t>(fewest) *
-         static_cast<std::size_t>(driver::multiprocessor_count(driver::current_device()));
+  return reduce_chunks_per_block(chunks, fewest == INT_MAX ? 0 : static_cast<std::size_t>(fewest) * multiprocessors,
+                                 true);
 }
 
 /// The results and scratch of a plan's reductions (kernel_abi::ReductionTable), for `reductions`
@@ -730,7 +738,7 @@ void build_reductions(const FusedOptimizer::Impl& m, Plan& plan, const std::vect
                      reductions,
                      static_cast<int>(n),
                      static_cast<int>(G),
-                     reduce_chunks_per_block(total_chunks, resident_reduce_blocks(plan)),
+                     plan_chunks_per_block(plan, total_chunks),
                      reinterpret_cast<float*>(m.grad_norm_memory.get())};
 }
 

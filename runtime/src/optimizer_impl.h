@@ -28,14 +28,14 @@ namespace optgen {
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 /// How many chunks a Reduce stage's block takes (kernel_abi::ReductionTable::chunks_per_block), of
-/// `chunks` chunk-run blocks' worth and `resident` blocks the GPU holds at once: the most, up to
-/// kReduceChunksPerBlock (a block's run of chunks saves combines and arrivals), whose blocks fill
-/// their last wave to at least 90% of the others, else the count that fills it best; never so many
-/// that the blocks are fewer than the GPU holds (small plans: a chunk a block), and 1 where
-/// `resident` is 0. gpt2's Muon took 8 before: 1,308 blocks of 1,056 resident, 1.24 waves, its
-/// Reduce stage at 3.4 TB/s (bench/RESULTS.md). A shaped stage's other blocks (lines, segments) are
-/// not counted.
-int reduce_chunks_per_block(std::size_t chunks, std::size_t resident);
+/// `chunks` chunk-run blocks' worth and `resident` blocks the GPU holds at once (1 where either is
+/// 0). `fill_last_wave`: the most, up to kReduceChunksPerBlock (a block's run of chunks saves
+/// combines and arrivals), whose blocks fill their last wave to at least 90% of the others, else
+/// the count that fills it best, never so many that the blocks are fewer than the GPU holds; gpt2's
+/// Muon took 8 before, 1,308 blocks of 1,056 resident, 1.24 waves, its Reduce stage at 3.4 TB/s
+/// (bench/RESULTS.md). Else as many as keep `resident` blocks busy, from 1 to
+/// kReduceChunksPerBlock. A shaped stage's other blocks (lines, segments) are not counted.
+int reduce_chunks_per_block(std::size_t chunks, std::size_t resident, bool fill_last_wave);
 
 /// Device memory that frees itself.
 class DeviceBuffer {
