@@ -41,8 +41,8 @@
 // runtime hands NVRTC as in-memory headers: no include path, at build time or at load time.
 
 // Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,
-// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm,
-// --shaped-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the
+// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,
+// --shaped-runs-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the
 // same values. The runtime may compile this source for another launch shape (kernel_abi.h,
 // "Launch shape"): defined beforehand, the block size and elements per thread are that shape's.
 #ifndef OPTGEN_BLOCK_SIZE
@@ -59,6 +59,7 @@
 #define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(768))  // 768 threads per SM
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
+#define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
 #define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 
 #include "optgen/device/kernels.cuh"
@@ -1685,7 +1686,7 @@ adafactor_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adafactor, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
@@ -1737,7 +1738,7 @@ adafactor_bf16_f32_reduce2(const optgen::TableView table, const optgen::GroupTab
 }
 
 /// adafactor, reduce stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -1797,7 +1798,7 @@ adafactor_f16_f32_reduce2(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adafactor, reduce stage, storage f16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
@@ -1857,7 +1858,7 @@ adafactor_clip_grad_norm_f32_f32_reduce3(const optgen::TableView table, const op
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
@@ -1923,7 +1924,7 @@ adafactor_clip_grad_norm_bf16_f32_reduce3(const optgen::TableView table, const o
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage bf16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_bf16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -1997,7 +1998,7 @@ adafactor_clip_grad_norm_f16_f32_reduce3(const optgen::TableView table, const op
 }
 
 /// adafactor_clip_grad_norm, reduce stage, storage f16.
-extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_reduce4(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor_clip_grad_norm::Reduce4, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }

@@ -82,8 +82,8 @@
 // runtime hands NVRTC as in-memory headers: no include path, at build time or at load time.
 
 // Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,
-// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm,
-// --shaped-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the
+// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,
+// --shaped-runs-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the
 // same values. The runtime may compile this source for another launch shape (kernel_abi.h,
 // "Launch shape"): defined beforehand, the block size and elements per thread are that shape's.
 #ifndef OPTGEN_BLOCK_SIZE
@@ -100,6 +100,7 @@
 #define OPTGEN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(768))  // 768 threads per SM
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
+#define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
 #define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 
 #include "optgen/device/kernels.cuh"

@@ -34,6 +34,9 @@ std::string KernelTuning::check() const {
   if (shaped_min_blocks_per_sm < 0 || shaped_min_blocks_per_sm > 32)
     return "min blocks per SM of the Reduce stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
+  if (shaped_runs_min_blocks_per_sm < 0 || shaped_runs_min_blocks_per_sm > 32)
+    return "min blocks per SM of the Reduce stages of rows and columns that are chunk runs only " +
+           std::to_string(shaped_runs_min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
   if (blockwise_min_blocks_per_sm < 0 || blockwise_min_blocks_per_sm > 32)
     return "min blocks per SM of the Update stages with 8-bit states " + std::to_string(blockwise_min_blocks_per_sm) +
            " must be from 0 (ptxas chooses) to 32";
@@ -239,8 +242,8 @@ class CudaEmitter {
     for (const auto& v : variants) check_blockwise(v, storage);
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,");
-    w.line("// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm,");
-    w.line("// --shaped-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the");
+    w.line("// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,");
+    w.line("// --shaped-runs-min-blocks-per-sm, --blockwise-min-blocks-per-sm); the launcher launches with the");
     w.line("// same values. The runtime may compile this source for another launch shape (kernel_abi.h,");
     w.line("// \"Launch shape\"): defined beforehand, the block size and elements per thread are that shape's.");
     define_unless_given(w, kernel_abi::kBlockSizeMacro, tables.block_size, "threads per block");
@@ -254,6 +257,8 @@ class CudaEmitter {
     launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm);
     launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm);
+    launch_bounds(w, "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS", tuning_.shaped_runs_min_blocks_per_sm,
+                  tuning_.shaped_block_size);
     launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm);
     w.line();
     w.line("#include \"optgen/device/kernels.cuh\"");
@@ -315,14 +320,14 @@ class CudaEmitter {
   }
 
   /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, blocks)`, which caps the registers: at
-  /// KernelTuning::block_size `min_blocks` blocks per SM, at any other block size (the spec's own,
-  /// block_size_for; a launch shape's) as many threads (OPTGEN_BLOCKS_PER_SM).
-  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks) const {
+  /// `block_size` (0: KernelTuning::block_size) `min_blocks` blocks per SM, at any other block size
+  /// (the spec's own, block_size_for; a launch shape's) as many threads (OPTGEN_BLOCKS_PER_SM).
+  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks, int block_size = 0) const {
     if (min_blocks == 0) {
       w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses the registers");
       return;
     }
-    const int threads = min_blocks * tuning_.block_size;
+    const int threads = min_blocks * (block_size != 0 ? block_size : tuning_.block_size);
     w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(" + std::to_string(threads) +
            "))  // " + std::to_string(threads) + " threads per SM");
   }
@@ -1184,10 +1189,15 @@ class CudaEmitter {
            (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) +
            (p.for_shards ? " on shards" : "") + ", storage " + s.text() + ".");
     // The step on shards' Update stage computes its row, column and matrix values per element: the
-    // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's).
+    // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's). A
+    // shaped Reduce stage of chunk runs only (not on shards) has a budget of its own.
     const bool shaped = stage.kind == StageKind::Reduce ? reduce_shaped(p, stage) : uses_shapes(p);
+    const bool runs_only =
+        stage.kind == StageKind::Reduce && !p.for_shards && stage_blocks(p, stage) == 1u << kernel_abi::kChunkRuns;
     const char* bounds = stage.kind == StageKind::Reduce || p.for_shards
-                             ? (shaped ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_REDUCE_LAUNCH_BOUNDS")
+                             ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
+                                : runs_only ? "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS"
+                                            : "OPTGEN_SHAPED_LAUNCH_BOUNDS")
                          : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
                                                      : "OPTGEN_LAUNCH_BOUNDS";
     w.line(std::string("extern \"C\" __global__ void ") + bounds);

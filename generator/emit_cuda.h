@@ -36,6 +36,12 @@ struct KernelTuning {
   /// The same for every stage of a variant with rows and columns, whose code indexes each element's
   /// row, column and matrix and computes their values in double: three blocks per SM spill.
   int shaped_min_blocks_per_sm = 2;
+  /// The same for a Reduce stage of a spec with rows and columns whose blocks are all chunk runs
+  /// (Adafactor's norm of the update), in blocks of shaped_block_size (7: 896 threads per SM, 72
+  /// registers, where the shaped budget left it 96 and five blocks): bound by the latency of its
+  /// loop, it gains from more threads where no row line or column segment shares its budget
+  /// (bench/RESULTS.md, 2026-12-01).
+  int shaped_runs_min_blocks_per_sm = 7;
   /// The same for the Update stages of kernel sets with 8-bit states, whose warps hold the block
   /// they update and the next one's loads (bench/RESULTS.md, 2026-11-26).
   int blockwise_min_blocks_per_sm = 2;

@@ -90,6 +90,11 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
                   "the same for the Reduce stages of a spec with rows and columns (0: ptxas chooses; default 2)")
       ->check(CLI::Range(0, 32));
   command
+      .add_option("--shaped-runs-min-blocks-per-sm", args.tuning.shaped_runs_min_blocks_per_sm,
+                  "the same for a Reduce stage of a spec with rows and columns that is chunk runs only, in "
+                  "blocks of --shaped-block-size (0: ptxas chooses; default 7)")
+      ->check(CLI::Range(0, 32));
+  command
       .add_option("--blockwise-min-blocks-per-sm", args.tuning.blockwise_min_blocks_per_sm,
                   "the same for the Update stages of kernel sets with 8-bit states (0: ptxas chooses; default 2)")
       ->check(CLI::Range(0, 32));
