@@ -110,3 +110,26 @@ TEST_CASE("a Reduce stage of a variant with shapes is shaped code only where its
                                         "      - param = param - lr * grad\n"));
   CHECK(first_reduce_shaped(kernels_of(vectors_only)));
 }
+
+TEST_CASE("a shaped Reduce stage of chunk runs only has a register budget of its own", "[emit]") {
+  const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/adafactor.yaml");
+  const std::string kernels = optgen::emit_cuda(spec, optgen::compile_spec(spec), optgen::default_storage(), {});
+  // The bounds a kernel is declared with: the line before its name.
+  auto bounds_of = [&](const std::string& kernel) {
+    const std::size_t at = kernels.find("\n" + kernel + "(");
+    REQUIRE(at != std::string::npos);
+    const std::size_t line = kernels.rfind("void ", at) + 5;
+    return kernels.substr(line, at - line);
+  };
+  CHECK(kernels.find("#define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, "
+                     "OPTGEN_BLOCKS_PER_SM(896))") != std::string::npos);
+  // The norm of the update: chunk runs only. The first stage has row lines and column segments;
+  // the step on shards keeps the shaped budget; the Update stage has the Update stages' own.
+  CHECK(bounds_of("adafactor_f32_f32_reduce3") == "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_f32_f32_reduce1") == "OPTGEN_SHAPED_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_shards_f32_f32_reduce3") == "OPTGEN_SHAPED_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_f32_f32_update") == "OPTGEN_LAUNCH_BOUNDS");
+  optgen::KernelTuning tuning;
+  tuning.shaped_runs_min_blocks_per_sm = 33;
+  CHECK_THAT(tuning.check(), Catch::Contains("chunk runs only 33 must be from 0"));
+}
