@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import optgen.torch as ot  # noqa: E402
+import cuda_tensors  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -33,13 +34,11 @@ SHAPES = [(64, 33), (7,), (3, 5, 5), (1000,)]
 
 
 def make_params(seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in SHAPES]
+    return cuda_tensors.make_params(SHAPES, seed)
 
 
 def gradients(step, scale):
-    g = torch.Generator(device="cuda").manual_seed(100 + step)
-    return [scale * torch.randn(s, generator=g, device="cuda") for s in SHAPES]
+    return cuda_tensors.gradients(SHAPES, step, seed=100, scale=scale)
 
 
 @pytest.fixture

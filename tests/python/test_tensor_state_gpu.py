@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import optgen.torch as ot  # noqa: E402
+import cuda_tensors  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -36,13 +37,11 @@ SHAPES = [(64, 33), (7,), (3, 5, 5), (100000,), (0,)]
 
 
 def make_params(seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in SHAPES]
+    return cuda_tensors.make_params(SHAPES, seed)
 
 
 def gradients(step):
-    g = torch.Generator(device="cuda").manual_seed(100 + step)
-    return [torch.randn(s, generator=g, device="cuda") for s in SHAPES]
+    return cuda_tensors.gradients(SHAPES, step, seed=100)
 
 
 def novograd_step(params, grads, ms, vs, step, lr, beta1=0.95, beta2=0.98, eps=1e-8, wd=0.0):

@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import optgen.torch as ot  # noqa: E402
+import cuda_tensors  # noqa: E402
+from cuda_tensors import gradients  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -28,13 +30,7 @@ CONFIGS = [
 
 
 def make_params(seed, dtype=torch.float32, shapes=SHAPES):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda").to(dtype)) for s in shapes]
-
-
-def gradients(params, step, scale=1.0):
-    g = torch.Generator(device="cuda").manual_seed(1000 + step)
-    return [(torch.randn(p.shape, generator=g, device="cuda") * scale).to(p.dtype) for p in params]
+    return cuda_tensors.make_params(shapes, seed, dtype)
 
 
 def groups(params, h0, h1):
@@ -46,7 +42,7 @@ def run(optimizer, params, steps, first_step=0, schedule=True, scale=1.0):
     and the last group's lr halved by hand once (both reach optgen's engine as group assignments)."""
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.9 ** s) if schedule else None
     for step in range(first_step, first_step + steps):
-        for p, g in zip(params, gradients(params, step, scale)):
+        for p, g in zip(params, gradients(params, step, scale=scale)):
             p.grad = g
         optimizer.step()
         if scheduler:

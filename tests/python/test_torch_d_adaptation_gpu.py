@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import optgen.torch as ot  # noqa: E402
+import cuda_tensors  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -50,13 +51,11 @@ def published(name):
 
 
 def make_params(seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in SHAPES]
+    return cuda_tensors.make_params(SHAPES, seed)
 
 
 def gradients(step):
-    g = torch.Generator(device="cuda").manual_seed(1000 + step)
-    return [torch.randn(s, generator=g, device="cuda") for s in SHAPES]
+    return cuda_tensors.gradients(SHAPES, step)
 
 
 def close(a, b, what):

@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import optgen  # noqa: E402
 import optgen.torch as ot  # noqa: E402
+import cuda_tensors  # noqa: E402
+from cuda_tensors import gradients  # noqa: E402
 from optgen._hyperparameters import spec_values  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -40,14 +42,7 @@ STEPS = 8  # past RAdam's switch to its rectified update and ASGD's t0
 
 
 def make_params(seed, dtype=torch.float32):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda", dtype=torch.float32).to(dtype))
-            for s in SHAPES]
-
-
-def gradients(params, step):
-    g = torch.Generator(device="cuda").manual_seed(1000 + step)
-    return [torch.randn(p.shape, generator=g, device="cuda", dtype=torch.float32).to(p.dtype) for p in params]
+    return cuda_tensors.make_params(SHAPES, seed, dtype)
 
 
 def groups(params, h0, h1):

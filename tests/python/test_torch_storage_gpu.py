@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import optgen  # noqa: E402
 import optgen.torch as ot  # noqa: E402
+import cuda_tensors  # noqa: E402
+from cuda_tensors import gradients  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 SHAPES = [(33, 17), (5,), (1000,), (4, 3, 3, 3)]
@@ -18,19 +20,12 @@ BF16_STATES = {"*": torch.bfloat16, "exp_avg_sq": torch.float32}  # adamw's "bf1
 
 
 def make_params(seed, dtype=torch.float32):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda", dtype=torch.float32).to(dtype))
-            for s in SHAPES]
+    return cuda_tensors.make_params(SHAPES, seed, dtype)
 
 
 def copies(params, dtype):
     """New parameters holding the same values in `dtype`."""
     return [torch.nn.Parameter(p.detach().to(dtype)) for p in params]
-
-
-def gradients(params, step):
-    g = torch.Generator(device="cuda").manual_seed(1000 + step)
-    return [torch.randn(p.shape, generator=g, device="cuda", dtype=torch.float32).to(p.dtype) for p in params]
 
 
 def groups(params, h0, h1):
