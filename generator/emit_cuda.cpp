@@ -26,20 +26,16 @@ std::string KernelTuning::check() const {
     return "block size " + std::to_string(block_size) + " must be a power of two from 32 to 1024";
   if (!kernel_abi::valid_elements_per_thread(elements_per_thread))
     return "elements per thread " + std::to_string(elements_per_thread) + " must be a power of two up to 64";
-  if (min_blocks_per_sm < 0 || min_blocks_per_sm > 32)
-    return "min blocks per SM " + std::to_string(min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
-  if (reduce_min_blocks_per_sm < 0 || reduce_min_blocks_per_sm > 32)
-    return "min blocks per SM of the Reduce stages " + std::to_string(reduce_min_blocks_per_sm) +
-           " must be from 0 (ptxas chooses) to 32";
-  if (shaped_min_blocks_per_sm < 0 || shaped_min_blocks_per_sm > 32)
-    return "min blocks per SM of the Reduce stages with rows and columns " + std::to_string(shaped_min_blocks_per_sm) +
-           " must be from 0 (ptxas chooses) to 32";
-  if (shaped_runs_min_blocks_per_sm < 0 || shaped_runs_min_blocks_per_sm > 32)
-    return "min blocks per SM of the Reduce stages of rows and columns that are chunk runs only " +
-           std::to_string(shaped_runs_min_blocks_per_sm) + " must be from 0 (ptxas chooses) to 32";
-  if (blockwise_min_blocks_per_sm < 0 || blockwise_min_blocks_per_sm > 32)
-    return "min blocks per SM of the Update stages with 8-bit states " + std::to_string(blockwise_min_blocks_per_sm) +
-           " must be from 0 (ptxas chooses) to 32";
+  const std::pair<int, const char*> budgets[] = {
+      {min_blocks_per_sm, "min blocks per SM"},
+      {reduce_min_blocks_per_sm, "min blocks per SM of the Reduce stages"},
+      {shaped_min_blocks_per_sm, "min blocks per SM of the Reduce stages with rows and columns"},
+      {shaped_runs_min_blocks_per_sm,
+       "min blocks per SM of the Reduce stages of rows and columns that are chunk runs only"},
+      {blockwise_min_blocks_per_sm, "min blocks per SM of the Update stages with 8-bit states"}};
+  for (const auto& [blocks, what] : budgets)
+    if (blocks < 0 || blocks > 32)
+      return std::string(what) + " " + std::to_string(blocks) + " must be from 0 (ptxas chooses) to 32";
   if (!kernel_abi::valid_block_size(shaped_block_size))
     return "block size " + std::to_string(shaped_block_size) +
            " of specs with rows and columns must be a power of "
@@ -254,12 +250,12 @@ class CudaEmitter {
     w.line("// (threads per block * blocks).");
     w.line("#define OPTGEN_BLOCKS_PER_SM(threads) \\");
     w.line("  ((threads) >= 2 * OPTGEN_BLOCK_SIZE ? (threads) / OPTGEN_BLOCK_SIZE : 1)");
-    launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm);
-    launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm);
-    launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm);
+    launch_bounds(w, "OPTGEN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm, tuning_.block_size);
+    launch_bounds(w, "OPTGEN_REDUCE_LAUNCH_BOUNDS", tuning_.reduce_min_blocks_per_sm, tuning_.block_size);
+    launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm, tuning_.block_size);
     launch_bounds(w, "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS", tuning_.shaped_runs_min_blocks_per_sm,
                   tuning_.shaped_block_size);
-    launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm);
+    launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm, tuning_.block_size);
     w.line();
     w.line("#include \"optgen/device/kernels.cuh\"");
     const bool matrices =
@@ -320,14 +316,14 @@ class CudaEmitter {
   }
 
   /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, blocks)`, which caps the registers: at
-  /// `block_size` (0: KernelTuning::block_size) `min_blocks` blocks per SM, at any other block size
-  /// (the spec's own, block_size_for; a launch shape's) as many threads (OPTGEN_BLOCKS_PER_SM).
-  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks, int block_size = 0) const {
+  /// `block_size` `min_blocks` blocks per SM, at any other block size (the spec's own,
+  /// block_size_for; a launch shape's) as many threads (OPTGEN_BLOCKS_PER_SM).
+  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks, int block_size) const {
     if (min_blocks == 0) {
       w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses the registers");
       return;
     }
-    const int threads = min_blocks * (block_size != 0 ? block_size : tuning_.block_size);
+    const int threads = min_blocks * block_size;
     w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(" + std::to_string(threads) +
            "))  // " + std::to_string(threads) + " threads per SM");
   }
