@@ -248,7 +248,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
     auto add = [&](float (&x)[kOps], int e, bool in_row) {
       if (scaled) x[1] = x[1] / grad_scale;
       float value[Code::kResults];
-      at.apply(k, tv, x, value);
+      at.apply(k, tv, x, value, e, in_row);
       at.next(e, in_row);
 #pragma unroll
       for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);

@@ -37,6 +37,30 @@ __device__ __forceinline__ ElementIndex element_index(long long i, long long R, 
   return x;
 }
 
+/// The index of element x.i + gap, where gap is `rows` rows and `cols` columns (gap = rows * C +
+/// cols, cols < C) and shorter than a matrix (rows < R): additions and two carries, not the two
+/// divisions of element_index. x may stand one past its row's last column (x.c == C), where a walk
+/// along a row left it.
+__device__ __forceinline__ void skip_ahead(ElementIndex& x, long long gap, long long rows, long long cols, long long R,
+                                     long long C) {
+  x.i += gap;
+  x.r += rows;
+  x.p += rows;
+  x.c += cols;
+  x.q += cols;
+  if (x.c >= C) {
+    x.c -= C;
+    x.q -= C;
+    ++x.r;
+    ++x.p;
+  }
+  if (x.r >= R) {
+    x.r -= R;
+    ++x.b;
+    x.q += C;
+  }
+}
+
 /// The index of the element after x.
 __device__ __forceinline__ void advance(ElementIndex& x, long long R, long long C) {
   ++x.i;
@@ -194,13 +218,14 @@ struct ElementValues {
 /// where kFromSnapshot: the Update stage's), the element's row, column and matrix, and the stored
 /// values `Code` reads (Code::kRowValues, kColValues, kMatrixValues), where it reads any of them
 /// (Code::kIndexed: else its tensor's values and shape only). A loop visits V consecutive
-/// elements at a time: seek finds the first (two divisions) and loads its row's and matrix's
-/// values, once for all V where they lie in one row (the tensor's rows are a multiple of V long);
-/// next advances to the following one and, outside a row of vectors, loads its row's and matrix's
-/// values again. `Stage` is the struct whose tensor() computes the stage's tensor values; apply()
-/// calls Code::apply with what it reads (its column's values loaded there: held for a whole
-/// vector, they spilled in Adafactor's stochastic-rounding kernels); store_states and
-/// finish_vector store the Update stage's row and column states.
+/// elements at a time: seek finds the first (two divisions, or, in a Reduce stage, a few
+/// additions for the thread's next vector of a walk) and loads its row's and matrix's values, once
+/// for all V where they lie in one row (the tensor's rows are a multiple of V long), and in a
+/// Reduce stage its columns' values; next advances to the following one and, outside a row of
+/// vectors, loads its row's and matrix's values again. `Stage` is the struct whose tensor()
+/// computes the stage's tensor values; apply() calls Code::apply with what it reads (the Update
+/// stage's column values loaded there); store_states and finish_vector store the Update stage's
+/// row and column states.
 template <typename Stage, typename Code, typename Ops, bool kShaped, int V, bool kFromSnapshot = false>
 struct Position {
   __device__ __forceinline__ Position(const TableView&, int) {}
@@ -220,7 +245,8 @@ struct Position {
   __device__ __forceinline__ bool in_row() const { return true; }
   __device__ __forceinline__ void next(int, bool) {}
   template <typename Values, typename TensorValues, typename A, typename B>
-  __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b) const {
+  __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b, int = -1,
+                                        bool = false) const {
     Code::apply(k, tv, a, b);
   }
   template <typename Values, typename TensorValues>
@@ -235,14 +261,33 @@ template <typename Stage, typename Code, typename Ops, int V, bool kFromSnapshot
 struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   typedef Shaped<Ops, kFromSnapshot> Sh;
   static constexpr unsigned kRows = Code::kRowValues, kCols = Code::kColValues, kMatrices = Code::kMatrixValues;
+  /// A walk's threads take V consecutive elements each, a block's width of vectors apart (chunk_runs,
+  /// ElementWalk): a thread's next vector starts kGap elements after its last one ends.
+  static constexpr long long kGap = static_cast<long long>(OPTGEN_BLOCK_SIZE - 1) * V;
   Sh sh;
   ElementIndex ix;
   bool rows_of_vectors;  ///< every row holds whole vectors: a vector's elements share their row
   bool in_row_;          ///< the vector since the last seek lies in one row (its values are loaded)
+  // A Reduce stage finds its thread's next vector by skip_ahead, which holds ix across vectors; the
+  // Update stage finds each by element_index: ix held across its vectors spilled 24-28 bytes at its
+  // register cap (adam_mini's clipped f16 kernels with master copies, sm_80).
+  static constexpr bool kSkip = !kFromSnapshot;
+  int gap;  ///< kGap in rows and columns, (rows << 16) | columns; -1 where a matrix is not longer
   float row[slot_span(kRows)], matrix[slot_span(kMatrices)];
+  // A Reduce stage's column values of a vector in one row, loaded together by seek: loaded by
+  // apply, each waited for before its element, they held Adafactor's norm of the update to their
+  // latency (2026-12-01: its step 3% shorter on gpt2 and llama-1b). The Update stage loads them in
+  // apply: held for a vector at its 80 registers, they spilled 24-36 bytes in the bf16, f16 and
+  // clipped kernel sets.
+  static constexpr bool kPrefetch = !kFromSnapshot && kCols != 0u;
+  float col[kPrefetch ? slot_span(kCols) : 1][kPrefetch ? V : 1];
 
   __device__ __forceinline__ Position(const TableView& table, int t) : sh(shaped<Ops, kFromSnapshot>(table, t)) {
     rows_of_vectors = sh.C % V == 0;
+    ix.i = -kGap - 1;  // no seek yet: the first is element_index's
+    static_assert(kGap < (1 << 15), "a walk's gap in rows and columns fits 16 bits each");
+    const long long rows = sh.C > 0 ? kGap / sh.C : 0;
+    gap = kSkip && sh.C > 0 && sh.R * sh.C > kGap ? static_cast<int>(rows << 16 | (kGap - rows * sh.C)) : -1;
   }
   template <typename Values, typename Results, typename States>
   __device__ __forceinline__ typename Stage::TensorValues tensor(const Values& k, long long numel, const Results& r,
@@ -258,12 +303,26 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   /// it does not (generator/shapes.h's state_presence): it reads as 0 and is not stored.
   __device__ __forceinline__ bool present(const void* data) const { return data != nullptr; }
 
-  /// Element i, the first of the V a vector loop visits (`vector`), or one on its own.
+  /// Element i, the first of the V a vector loop visits (`vector`), or one on its own. The thread's
+  /// next vector of a Reduce stage's walk (kGap past where next() left the last) is found by
+  /// skip_ahead(), any other element by element_index's divisions.
   __device__ __forceinline__ void seek(long long i, bool vector = true) {
     in_row_ = vector && rows_of_vectors;
     if (!Code::kIndexed) return;
-    ix = element_index(i, sh.R, sh.C);
+    if (kSkip && i - ix.i == kGap && gap >= 0)
+      skip_ahead(ix, kGap, gap >> 16, gap & 0xffff, sh.R, sh.C);
+    else
+      ix = element_index(i, sh.R, sh.C);
     load_row();
+    if constexpr (kPrefetch) {
+      if (in_row_) {
+#pragma unroll
+        for (int j = 0; j < slot_span(kCols); ++j)
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if ((kCols >> j) & 1u) col[j][e] = __ldg(sh.col_values + j * sh.num_cols + ix.q + e);
+      }
+    }
   }
   /// Whether the vector since the last seek lies in one row. A loop over its elements branches on
   /// it once and hands next() the constant: `if (at.in_row()) body(true); else body(false);`, each
@@ -281,15 +340,23 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
     advance(ix, sh.R, sh.C);
     if (e + 1 < V) load_row();
   }
+  /// Code::apply for element e of the vector since the last seek (in_row: as in_row() said, a
+  /// constant as for next; e = -1 for an element on its own).
   template <typename Values, typename TensorValues, typename A, typename B>
-  __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b) const {
+  __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b, int e = -1,
+                                        bool in_row = false) const {
     ElementValues<Sh, kRows, kCols, kMatrices> at{sh};
 #pragma unroll
     for (int j = 0; j < slot_span(kRows); ++j)
       if ((kRows >> j) & 1u) at.row[j] = row[j];
 #pragma unroll
-    for (int j = 0; j < slot_span(kCols); ++j)
-      if ((kCols >> j) & 1u) at.col[j] = __ldg(sh.col_values + j * sh.num_cols + ix.q);
+    for (int j = 0; j < slot_span(kCols); ++j) {
+      if (!((kCols >> j) & 1u)) continue;
+      if constexpr (kPrefetch)
+        at.col[j] = in_row && e >= 0 ? col[j][e] : __ldg(sh.col_values + j * sh.num_cols + ix.q);
+      else
+        at.col[j] = __ldg(sh.col_values + j * sh.num_cols + ix.q);
+    }
 #pragma unroll
     for (int j = 0; j < slot_span(kMatrices); ++j)
       if ((kMatrices >> j) & 1u) at.matrix[j] = matrix[j];

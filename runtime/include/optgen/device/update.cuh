@@ -297,7 +297,7 @@ struct ElementWalk {
             }
             if (step.scaled) x[1] = x[1] / step.grad_scale;
             IeeeMath math;
-            at.apply(step.k, step.tv, x, math);
+            at.apply(step.k, step.tv, x, math, e, in_row);
             at.store_states(step.k, step.tv, in_row);
             at.next(e, in_row);
 #pragma unroll
