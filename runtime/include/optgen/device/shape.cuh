@@ -320,7 +320,7 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
         for (int j = 0; j < slot_span(kCols); ++j)
 #pragma unroll
           for (int e = 0; e < V; ++e)
-            if ((kCols >> j) & 1u) col[j][e] = __ldg(sh.col_values + j * sh.num_cols + ix.q + e);
+            if ((kCols >> j) & 1u) col[j][e] = column_value(j, ix.q + e);
       }
     }
   }
@@ -341,7 +341,7 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
     if (e + 1 < V) load_row();
   }
   /// Code::apply for element e of the vector since the last seek (in_row: as in_row() said, a
-  /// constant as for next; e = -1 for an element on its own).
+  /// constant as for next; false for an element on its own, whose e is not read).
   template <typename Values, typename TensorValues, typename A, typename B>
   __device__ __forceinline__ void apply(const Values& k, const TensorValues& tv, A& a, B& b, int e = -1,
                                         bool in_row = false) const {
@@ -353,9 +353,9 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
     for (int j = 0; j < slot_span(kCols); ++j) {
       if (!((kCols >> j) & 1u)) continue;
       if constexpr (kPrefetch)
-        at.col[j] = in_row && e >= 0 ? col[j][e] : __ldg(sh.col_values + j * sh.num_cols + ix.q);
+        at.col[j] = in_row ? col[j][e] : column_value(j, ix.q);
       else
-        at.col[j] = __ldg(sh.col_values + j * sh.num_cols + ix.q);
+        at.col[j] = column_value(j, ix.q);
     }
 #pragma unroll
     for (int j = 0; j < slot_span(kMatrices); ++j)
@@ -409,6 +409,10 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   }
 
  private:
+  /// Value j of column q, through the read-only data cache (as load_row's).
+  __device__ __forceinline__ float column_value(int j, long long q) const {
+    return __ldg(sh.col_values + j * sh.num_cols + q);
+  }
   // The row's and matrix's values, through the read-only data cache (the stage that loads them does
   // not write them), as apply() loads the column's.
   __device__ __forceinline__ void load_row() {
