@@ -287,11 +287,7 @@ namespace variants::adafactor {
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] long long p_, long long b_, float (&r_)[kReductions]) {
-      const float one_minus_beta2_t = k_.one_minus_beta2_t;
-      const float cols = tv_.cols;
-      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
-      r_[0] = row_var_next_1;  // sum_row_var_next
+      r_[0] = sh_.row_value(0, p_);  // sum_row_var_next
     }
   };
 
@@ -1075,11 +1071,7 @@ namespace variants::adafactor_clip_grad_norm {
 
     template <typename Sh_>
     static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] long long p_, long long b_, float (&r_)[kReductions]) {
-      const float one_minus_beta2_t = k_.one_minus_beta2_t;
-      const float cols = tv_.cols;
-      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
-      r_[0] = row_var_next_1;  // sum_row_var_next
+      r_[0] = sh_.row_value(0, p_);  // sum_row_var_next
     }
   };
 

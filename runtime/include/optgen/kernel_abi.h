@@ -64,6 +64,9 @@ struct TableView {
 // enum: block b of the stage is a block of the first kind in the mask while b is below that kind's
 // total (ShapeTable::block_offset), and so on. Within a kind, a tensor's blocks are consecutive
 // (block_offset[kind * (num_tensors + 1) + tensor] is its first, [... + num_tensors] the total).
+// A stage with both row lines and column segments takes them as one range, each tensor's blocks of
+// the two interleaved (the device library's rows_and_columns_block), so that both read a tensor's
+// gradient rows at about the same time: the second read comes from L2.
 // The Update stage launches one block per chunk, as for every variant.
 //
 // - kChunkRuns: reductions over each tensor or group: runs of chunks, as in every plan

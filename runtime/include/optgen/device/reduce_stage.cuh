@@ -14,7 +14,8 @@ __device__ __forceinline__ constexpr bool has_blocks(unsigned blocks, kernel_abi
 
 /// A Reduce stage: block b is a block of the first kind in Reduce::kBlocks (kernel_abi::BlockKind)
 /// while b is below that kind's count, and so on; chunk runs count table.num_chunks /
-/// chunks_per_block blocks, the other kinds ShapeTable::block_offset's. An element-wise variant's
+/// chunks_per_block blocks, the other kinds ShapeTable::block_offset's. Row lines and column
+/// segments, where a stage has both, are one range, interleaved (rows_and_columns_block). An element-wise variant's
 /// stages have chunk runs only. Nothing but the stage's results (and a row or column line's stored
 /// values, and the operands of its matrix values and states it stores) is written, and the step is
 /// not advanced: that is the Update stage's.
@@ -50,22 +51,35 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
       return chunk_runs<typename Reduce::Elements, Reduce, Group, Ops, Reduce::kShaped>(table, groups, inputs, red, b);
     b -= n;
   }
-  if constexpr (has_blocks(kBlocks, kRowLines)) {
-    if (b < total(kRowLines)) return shaped_lines<kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
+  const ShapeTable* st = table.shapes;
+  if constexpr (has_blocks(kBlocks, kRowLines) && has_blocks(kBlocks, kColumnSegments)) {
+    const long long n = total(kRowLines) + total(kColumnSegments);
+    if (b < n) {
+      int kind;
+      const KindBlock at = rows_and_columns_block(*st, b, kind);
+      if (kind == kRowLines) return shaped_lines<kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, at);
+      return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, at);
+    }
+    b -= n;
+  } else if constexpr (has_blocks(kBlocks, kRowLines)) {
+    if (b < total(kRowLines))
+      return shaped_lines<kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, block_of_kind(*st, kRowLines, b));
     b -= total(kRowLines);
-  }
-  if constexpr (has_blocks(kBlocks, kColumnSegments)) {
-    if (b < total(kColumnSegments)) return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, b);
+  } else if constexpr (has_blocks(kBlocks, kColumnSegments)) {
+    if (b < total(kColumnSegments))
+      return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, block_of_kind(*st, kColumnSegments, b));
     b -= total(kColumnSegments);
   }
   if constexpr (has_blocks(kBlocks, kMatrixRowLines)) {
     if (b < total(kMatrixRowLines))
-      return shaped_lines<kMatrixRowLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
+      return shaped_lines<kMatrixRowLines, Reduce, Group, Ops>(table, groups, inputs, red,
+                                                               block_of_kind(*st, kMatrixRowLines, b));
     b -= total(kMatrixRowLines);
   }
   if constexpr (has_blocks(kBlocks, kMatrixColumnLines)) {
     if (b < total(kMatrixColumnLines))
-      return shaped_lines<kMatrixColumnLines, Reduce, Group, Ops>(table, groups, inputs, red, b);
+      return shaped_lines<kMatrixColumnLines, Reduce, Group, Ops>(table, groups, inputs, red,
+                                                                  block_of_kind(*st, kMatrixColumnLines, b));
     b -= total(kMatrixColumnLines);
   }
   if constexpr (has_blocks(kBlocks, kSnapshot)) {

@@ -26,6 +26,38 @@ __device__ __forceinline__ KindBlock block_of_kind(const ShapeTable& st, int kin
   return {lo, b - offset[lo]};
 }
 
+/// A stage's row lines and column segments, interleaved: block b of the two kinds together is a
+/// tensor's, whose blocks of both kinds are consecutive, the row lines spread among the column
+/// segments in proportion to their counts (a row line where b * rows / (rows + columns) steps).
+/// Row lines go down a tensor's rows, column segments down its bands of kColumnSegmentRows rows
+/// (shaped_columns): a column segment reads the gradient rows the row lines just beside it read,
+/// so that the stage reads each gradient element from DRAM about once, the second time from L2.
+/// Returns the block, and in `kind` which of the two it is.
+__device__ __forceinline__ KindBlock rows_and_columns_block(const ShapeTable& st, long long b, int& kind) {
+  const long long* rows = st.block_offset + static_cast<long long>(kernel_abi::kRowLines) * (st.num_tensors + 1);
+  const long long* columns =
+      st.block_offset + static_cast<long long>(kernel_abi::kColumnSegments) * (st.num_tensors + 1);
+  int lo = 0, hi = st.num_tensors;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (__ldg(rows + mid) + __ldg(columns + mid) <= b)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const long long n_rows = rows[lo + 1] - rows[lo], n = n_rows + columns[lo + 1] - columns[lo];
+  const long long j = b - rows[lo] - columns[lo];
+  // Row lines among the tensor's first j blocks, j * n_rows / n: in 32 bits where that holds it (a
+  // small model's many short blocks each pay for this), then whether block j is one of them.
+  const unsigned long long product = static_cast<unsigned long long>(j) * n_rows;
+  const long long rows_before = product <= 0xffffffffull && n <= 0xffffffffll
+                                    ? static_cast<unsigned>(product) / static_cast<unsigned>(n)
+                                    : static_cast<long long>(product / n);
+  const bool row = (j + 1) * n_rows >= (rows_before + 1) * n;
+  kind = row ? kernel_abi::kRowLines : kernel_abi::kColumnSegments;
+  return {lo, row ? rows_before : j - rows_before};
+}
+
 /// Combines `x` over the `lanes` consecutive threads that share a line (a power of two up to the
 /// block size), in a fixed order; the result is valid in the line's first thread. Every thread of
 /// the block must call it.
@@ -152,12 +184,11 @@ __device__ __forceinline__ void reduce_short_lines(const ShapedBlock<Reduce, Gro
 /// one lane go to reduce_short_lines.
 template <int kKind, typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_lines(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
-                                             const ReductionTable& red, long long block) {
+                                             const ReductionTable& red, KindBlock at) {
   typedef typename Reduce::template Lines<kKind> Code;
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   const ShapeTable& st = *table.shapes;
-  const KindBlock at = block_of_kind(st, kKind, block);
   const int t = at.tensor;
   const long long local = at.local;
   const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
@@ -242,11 +273,23 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
         }
       }
     } else {
-      // Row (column) j of matrix `line`.
+      // Row (column) j of matrix `line`, kBatch at a time with their loads in flight together: a
+      // lane of a long matrix line (gpt2's embedding: 50,257 rows, 393 a lane) is otherwise a chain
+      // of round trips to memory.
       const long long b = line;
       const long long first = b * (kKind == kernel_abi::kMatrixRowLines ? s.sh.R : s.sh.C);
-#pragma unroll 4
-      for (long long j = lane; j < length; j += lanes) {
+      constexpr int kBatch = 16;
+      long long j = lane;
+      for (; j + (kBatch - 1) * lanes < length; j += kBatch * lanes) {
+        float value[kBatch][kR];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) Code::apply(s.k, s.tv, s.sh, first + j + u * lanes, b, value[u]);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+          for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[u][r]);
+      }
+      for (; j < length; j += lanes) {
         float value[kR];
         Code::apply(s.k, s.tv, s.sh, first + j, b, value);
 #pragma unroll
@@ -269,18 +312,24 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
 /// column, whose partials the last segment of a tile of columns to arrive combines in order.
 template <typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_columns(const TableView& table, const GroupTable& groups,
-                                               const StepInputs& inputs, const ReductionTable& red, long long block) {
+                                               const StepInputs& inputs, const ReductionTable& red, KindBlock at) {
   typedef typename Reduce::Cols Code;
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   const ShapeTable& st = *table.shapes;
-  const KindBlock at = block_of_kind(st, kernel_abi::kColumnSegments, block);
   const int t = at.tensor;
   const long long local = at.local;
   const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
   const long long R = s.sh.R, C = s.sh.C, columns = s.sh.B * C;
   const long long segments = kernel_abi::column_segments(R);
-  const long long tile = local / segments, segment = local - tile * segments;
+  // Segment by segment, each across the tiles of block_size columns (rows_and_columns_block's
+  // order; short_lines(R) is 1 where there are several).
+  long long segment = 0, tile = local;
+  if (segments > 1) {
+    const long long tiles = (columns + OPTGEN_BLOCK_SIZE - 1) / OPTGEN_BLOCK_SIZE;
+    segment = local / tiles;
+    tile = local - segment * tiles;
+  }
   void* ptr[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op) ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
