@@ -60,6 +60,8 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
+#define OPTGEN_LEAN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
+#define OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 
 #include "optgen/device/kernels.cuh"
@@ -1678,13 +1680,13 @@ adafactor_f32_f32_reduce2(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adafactor, reduce stage, storage f32.
-extern "C" __global__ void OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS
 adafactor_f32_f32_reduce3(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::reduce_stage<variants::adafactor::Reduce3, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, update stage, storage f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adafactor_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
@@ -1738,7 +1740,7 @@ adafactor_bf16_f32_reduce3(const optgen::TableView table, const optgen::GroupTab
 }
 
 /// adafactor, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -1796,7 +1798,7 @@ adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adafactor, update stage, storage f16.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adafactor_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }

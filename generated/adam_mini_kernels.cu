@@ -43,6 +43,8 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
+#define OPTGEN_LEAN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
+#define OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 
 #include "optgen/device/kernels.cuh"
@@ -865,7 +867,7 @@ adam_mini_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable
 }
 
 /// adam_mini, update stage, storage f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adam_mini_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
 }
@@ -891,7 +893,7 @@ adam_mini_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// adam_mini, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adam_mini_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);

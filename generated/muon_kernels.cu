@@ -53,6 +53,8 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
+#define OPTGEN_LEAN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
+#define OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 
 #include "optgen/device/kernels.cuh"
@@ -496,7 +498,7 @@ muon_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable grou
 }
 
 /// muon, update stage, storage f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 muon_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_f32_f32>(table, groups, inputs, reductions);
@@ -512,7 +514,7 @@ muon_bf16_f32_reduce(const optgen::TableView table, const optgen::GroupTable gro
 }
 
 /// muon, update stage, storage bf16.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 muon_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_bf16_f32>(table, groups, inputs, reductions);
@@ -528,7 +530,7 @@ muon_f32_f32_o_f32_reduce(const optgen::TableView table, const optgen::GroupTabl
 }
 
 /// muon, update stage, storage f32:f32:o=f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 muon_f32_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_f32_f32_o_f32>(table, groups, inputs, reductions);
@@ -544,7 +546,7 @@ muon_bf16_f32_o_f32_reduce(const optgen::TableView table, const optgen::GroupTab
 }
 
 /// muon, update stage, storage bf16:f32:o=f32.
-extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 muon_bf16_f32_o_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::muon::Update, variants::muon::Group, variants::muon::Operands_bf16_f32_o_f32>(table, groups, inputs, reductions);

@@ -255,6 +255,13 @@ class CudaEmitter {
     launch_bounds(w, "OPTGEN_SHAPED_LAUNCH_BOUNDS", tuning_.shaped_min_blocks_per_sm, tuning_.block_size);
     launch_bounds(w, "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS", tuning_.shaped_runs_min_blocks_per_sm,
                   tuning_.shaped_block_size);
+    if (std::any_of(variants.begin(), variants.end(), uses_shapes)) {
+      // A lean kernel set's (lean_operands) Update stage and shaped Reduce stage of chunk runs only.
+      launch_bounds(w, "OPTGEN_LEAN_LAUNCH_BOUNDS", tuning_.min_blocks_per_sm, tuning_.block_size,
+                    tuning_.shaped_block_size);
+      launch_bounds(w, "OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS", tuning_.shaped_runs_min_blocks_per_sm,
+                    tuning_.shaped_block_size, tuning_.shaped_block_size);
+    }
     launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm, tuning_.block_size);
     w.line();
     w.line("#include \"optgen/device/kernels.cuh\"");
@@ -318,12 +325,13 @@ class CudaEmitter {
   /// `#define NAME __launch_bounds__(OPTGEN_BLOCK_SIZE, blocks)`, which caps the registers: at
   /// `block_size` `min_blocks` blocks per SM, at any other block size (the spec's own,
   /// block_size_for; a launch shape's) as many threads (OPTGEN_BLOCKS_PER_SM).
-  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks, int block_size) const {
+  /// `extra`: threads per SM beyond min_blocks * block_size (a lean kernel set's block).
+  void launch_bounds(CodeWriter& w, const std::string& name, int min_blocks, int block_size, int extra = 0) const {
     if (min_blocks == 0) {
       w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses the registers");
       return;
     }
-    const int threads = min_blocks * block_size;
+    const int threads = min_blocks * block_size + extra;
     w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(" + std::to_string(threads) +
            "))  // " + std::to_string(threads) + " threads per SM");
   }
@@ -1194,6 +1202,20 @@ class CudaEmitter {
     }
   }
 
+  /// Whether kernel set `s` of variant `p` (with rows and columns) is lean enough for a tighter
+  /// register budget: its params written as they are read, every state f32, no clipping, and for
+  /// a Reduce stage (`reduce`) f32 params. Its Update stage then fits one more block per SM than the
+  /// Update stage's budget, and a Reduce stage of chunk runs only one more than theirs: the norm of
+  /// Adafactor's update and the Update stages of Adafactor and Adam-mini are bound by the latency of
+  /// their loops, which more warps hide (bench/RESULTS.md, 2026-12-01); the other sets spill there
+  /// (master copies, stochastic rounding, bf16 states, clipping; narrow params in the norm).
+  static bool lean_operands(const Program& p, const Storage& s, bool reduce) {
+    if (s.param_write != ParamWrite::Nearest || clipping::grad_norm_slot(p) >= 0) return false;
+    if (reduce && s.param != DType::F32) return false;
+    return std::all_of(p.states.begin(), p.states.end(),
+                       [&](const std::string& state) { return s.state_dtype(state) == DType::F32; });
+  }
+
   /// Stage `stage` of kernel set `k` (of variant p), named `name`.
   void stage_kernel(CodeWriter& w, const Program& p, const KernelRow& k, const Stage& stage, const std::string& name) {
     const Storage& s = k.storage;
@@ -1204,15 +1226,19 @@ class CudaEmitter {
     // The step on shards' Update stage computes its row, column and matrix values per element: the
     // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's). A
     // shaped Reduce stage of chunk runs only (not on shards) has a budget of its own.
+    // A lean kernel set of such a variant (lean_operands) takes one more block per SM in those two.
     const bool shaped = stage.kind == StageKind::Reduce ? reduce_shaped(p, stage) : uses_shapes(p);
     const bool runs_only =
         stage.kind == StageKind::Reduce && !p.for_shards && stage_blocks(p, stage) == 1u << kernel_abi::kChunkRuns;
-    const char* bounds = stage.kind == StageKind::Reduce || p.for_shards
-                             ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
-                                : runs_only ? "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS"
-                                            : "OPTGEN_SHAPED_LAUNCH_BOUNDS")
-                         : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
-                                                     : "OPTGEN_LAUNCH_BOUNDS";
+    const bool lean = shaped && !p.for_shards && lean_operands(p, s, stage.kind == StageKind::Reduce);
+    const char* bounds =
+        stage.kind == StageKind::Reduce || p.for_shards
+            ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
+               : runs_only ? (lean ? "OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS" : "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS")
+                           : "OPTGEN_SHAPED_LAUNCH_BOUNDS")
+        : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
+        : lean                      ? "OPTGEN_LEAN_LAUNCH_BOUNDS"
+                                    : "OPTGEN_LAUNCH_BOUNDS";
     w.line(std::string("extern \"C\" __global__ void ") + bounds);
     auto fn =
         w.block(name +

@@ -111,7 +111,8 @@ TEST_CASE("a Reduce stage of a variant with shapes is shaped code only where its
   CHECK(first_reduce_shaped(kernels_of(vectors_only)));
 }
 
-TEST_CASE("a shaped Reduce stage of chunk runs only has a register budget of its own", "[emit]") {
+TEST_CASE("a shaped Reduce stage of chunk runs only has a register budget of its own, a lean kernel set a tighter one",
+          "[emit]") {
   const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/adafactor.yaml");
   const std::string kernels = optgen::emit_cuda(spec, optgen::compile_spec(spec), optgen::default_storage(), {});
   // The bounds a kernel is declared with: the line before its name.
@@ -123,12 +124,24 @@ TEST_CASE("a shaped Reduce stage of chunk runs only has a register budget of its
   };
   CHECK(kernels.find("#define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, "
                      "OPTGEN_BLOCKS_PER_SM(896))") != std::string::npos);
-  // The norm of the update: chunk runs only. The first stage has row lines and column segments;
-  // the step on shards keeps the shaped budget; the Update stage has the Update stages' own.
-  CHECK(bounds_of("adafactor_f32_f32_reduce3") == "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS");
+  // A lean kernel set's: one more block of 128 threads per SM than the Update stages' 768 and
+  // the chunk runs' 896.
+  CHECK(kernels.find("#define OPTGEN_LEAN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, "
+                     "OPTGEN_BLOCKS_PER_SM(896))") != std::string::npos);
+  CHECK(kernels.find("#define OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, "
+                     "OPTGEN_BLOCKS_PER_SM(1024))") != std::string::npos);
+  // The norm of the update: chunk runs only, lean with f32 params (not bf16). The first stage has
+  // row lines and column segments; the step on shards keeps the shaped budget; the Update stage
+  // has the Update stages' own, or the lean one where its params are written as read, its states
+  // f32 and it does not clip.
+  CHECK(bounds_of("adafactor_f32_f32_reduce3") == "OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_bf16_f32_reduce3") == "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS");
   CHECK(bounds_of("adafactor_f32_f32_reduce1") == "OPTGEN_SHAPED_LAUNCH_BOUNDS");
   CHECK(bounds_of("adafactor_shards_f32_f32_reduce3") == "OPTGEN_SHAPED_LAUNCH_BOUNDS");
-  CHECK(bounds_of("adafactor_f32_f32_update") == "OPTGEN_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_f32_f32_update") == "OPTGEN_LEAN_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_bf16_f32_update") == "OPTGEN_LEAN_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_clip_grad_norm_f32_f32_update") == "OPTGEN_LAUNCH_BOUNDS");
+  CHECK(bounds_of("adafactor_clip_grad_norm_f32_f32_reduce4") == "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS");
   optgen::KernelTuning tuning;
   tuning.shaped_runs_min_blocks_per_sm = 33;
   CHECK_THAT(tuning.check(), Catch::Contains("chunk runs only 33 must be from 0"));
