@@ -66,7 +66,7 @@ struct TableView {
 // (block_offset[kind * (num_tensors + 1) + tensor] is its first, [... + num_tensors] the total).
 // A stage with both row lines and column segments takes them as one range, each tensor's blocks of
 // the two interleaved (the device library's rows_and_columns_block), so that both read a tensor's
-// gradient rows at about the same time: the second read comes from L2.
+// gradient rows at about the same time, the second read from L2 where they are still there.
 // The Update stage launches one block per chunk, as for every variant.
 //
 // - kChunkRuns: reductions over each tensor or group: runs of chunks, as in every plan

@@ -15,10 +15,10 @@ __device__ __forceinline__ constexpr bool has_blocks(unsigned blocks, kernel_abi
 /// A Reduce stage: block b is a block of the first kind in Reduce::kBlocks (kernel_abi::BlockKind)
 /// while b is below that kind's count, and so on; chunk runs count table.num_chunks /
 /// chunks_per_block blocks, the other kinds ShapeTable::block_offset's. Row lines and column
-/// segments, where a stage has both, are one range, interleaved (rows_and_columns_block). An element-wise variant's
-/// stages have chunk runs only. Nothing but the stage's results (and a row or column line's stored
-/// values, and the operands of its matrix values and states it stores) is written, and the step is
-/// not advanced: that is the Update stage's.
+/// segments, where a stage has both, are one range, interleaved (rows_and_columns_block). An
+/// element-wise variant's stages have chunk runs only. Nothing but the stage's results (and a row
+/// or column line's stored values, and the operands of its matrix values and states it stores) is
+/// written, and the step is not advanced: that is the Update stage's.
 ///
 /// It waits for the kernel before it and only then lets the next one start. The Update stage after
 /// it loads params, grads and states before its own wait, and a wait covers only the kernel just

@@ -30,8 +30,9 @@ __device__ __forceinline__ KindBlock block_of_kind(const ShapeTable& st, int kin
 /// tensor's, whose blocks of both kinds are consecutive, the row lines spread among the column
 /// segments in proportion to their counts (a row line where b * rows / (rows + columns) steps).
 /// Row lines go down a tensor's rows, column segments down its bands of kColumnSegmentRows rows
-/// (shaped_columns): a column segment reads the gradient rows the row lines just beside it read,
-/// so that the stage reads each gradient element from DRAM about once, the second time from L2.
+/// (shaped_columns): a column segment starts on the gradient rows the row lines just beside it
+/// read, and the second read hits L2 while they are still there (16% of the reads of gpt2's first
+/// Adafactor stage: a segment of 256 rows outlives much of L2; bench/RESULTS.md, 2026-12-01).
 /// Returns the block, and in `kind` which of the two it is.
 __device__ __forceinline__ KindBlock rows_and_columns_block(const ShapeTable& st, long long b, int& kind) {
   const long long* rows = st.block_offset + static_cast<long long>(kernel_abi::kRowLines) * (st.num_tensors + 1);
