@@ -168,6 +168,18 @@ __device__ __forceinline__ constexpr int loaded_operands() {
   return n > 0 ? n : 1;
 }
 
+/// Elements of a vector of a Reduce stage's chunk runs: 16 bytes of the parameter, or 32 for code
+/// of rows and columns that reads its elements' rows and columns (Code::kIndexed) with f32 params,
+/// so that Position's work per vector (finding its row and column, loading their values) serves
+/// eight elements, not four.
+template <typename Code, typename Ops, bool kShaped>
+__device__ __forceinline__ constexpr int chunk_run_vector() {
+  if constexpr (kShaped) {
+    if constexpr (Code::kIndexed && sizeof(typename Ops::Param) == 4) return 8;
+  }
+  return reduce_vector<Ops>();
+}
+
 /// The chunk runs of a Reduce stage's block `block`: the chunks [block * chunks_per_block, ...) of
 /// the chunk table, a run at a time: the consecutive chunks of one tensor among them, which are
 /// consecutive parts of it, read as one range (the operands of `Code`'s reductions, element by
@@ -187,7 +199,7 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
   constexpr int kOps = Code::kOperands;
   constexpr int kR = Code::kReductions;
   constexpr int kM = Code::kElementStores;
-  constexpr int V = reduce_vector<Ops>();
+  constexpr int V = chunk_run_vector<Code, Ops, kShaped>();
   // Elements in flight per thread, spread over the operands read: a reduction of one operand (a
   // gradient norm) holds four times the Update stage's count, with little math per element; one
   // of several (LAMB's norms read four, and recompute the update) twice, which keeps its registers
