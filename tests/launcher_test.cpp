@@ -407,10 +407,25 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   std::mt19937 rng(20261121);
   // Shapes, which only a spec with rows and columns (adafactor) reads: empty, a scalar, vectors;
   // matrices with one column, with rows longer than a block's lanes, with more rows than a column
-  // segment and two chunks; batches of small matrices (conv weights).
-  const TensorShapes shapes{
-      {{0}, {}, {3}, {17, 1}, {4097}, {8, 4, 3, 3}, {2, 1, 5003}, {601, 173}, {100003}, {16, 8, 1, 1}, {3, 5, 7, 11}}};
-  const std::vector<bool> misaligned = {false, false, true, false, true, false, true, false, true, true, false};
+  // segment and two chunks; batches of small matrices (conv weights); matrices whose rows are whole
+  // tiles of 128 columns, which column segments reduce (kernel_abi::rows_in_column_segments): three
+  // tiles and two segments, a batch of two of two tiles, one tile.
+  const TensorShapes shapes{{{0},
+                             {},
+                             {3},
+                             {17, 1},
+                             {4097},
+                             {8, 4, 3, 3},
+                             {2, 1, 5003},
+                             {601, 173},
+                             {100003},
+                             {16, 8, 1, 1},
+                             {3, 5, 7, 11},
+                             {300, 384},
+                             {2, 40, 256},
+                             {20, 128}}};
+  const std::vector<bool> misaligned = {false, false, true, false, true,  false, true,
+                                        false, true,  true, false, false, true,  false};
   // A spec with a matrix function (muon) steps matrices only: wide, tall, one row, one column, a
   // batch of small ones, and one of rows longer than a block's lanes.
   const TensorShapes matrices{{{3, 5}, {17, 1}, {1, 9}, {8, 4, 3, 3}, {2, 70, 30}, {601, 173}, {16, 8, 1, 1}}};

@@ -621,6 +621,53 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
         0);
 }
 
+TEST_CASE("column segments reduce the rows of matrices whose rows are whole tiles of columns", "[shapes]") {
+  using optgen::reference::StateShape;
+  const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
+                                                 {"col_var", {0, -1, false}, StateShape::Cols}};
+  const int variant_states[] = {0, 1};
+  using optgen::Domain;
+  const optgen::ReductionSlot reductions[] = {{"row_mean", false, 1, Domain::Row, 0},
+                                              {"col_mean", false, 1, Domain::Column, 0}};
+  unsigned masks[] = {bit(abi::kRowLines) | bit(abi::kColumnSegments), 0};
+  using optgen::StageKind;
+  const StageKind stage_kinds[] = {StageKind::Reduce, StageKind::Update};
+  optgen::VariantInfo variant{
+      "rows_and_columns", variant_states, 2, 8, "rows_and_columns_group", stage_kinds, 2, reductions, 2, -1, masks};
+  optgen::OptimizerInfo info{};
+  info.states = states;
+  info.num_states = 2;
+  CHECK(abi::rows_in_column_segments(300, 512, 128));
+  CHECK_FALSE(abi::rows_in_column_segments(300, 500, 128));  // a tile would cross into the next row
+  CHECK_FALSE(abi::rows_in_column_segments(16, 512, 128));   // short columns: a thread takes several
+  CHECK_FALSE(abi::rows_in_column_segments(300, 512, 256));  // a tile is four warps
+
+  // Three segments of six tiles, a batch of two matrices of two tiles, one of 1000 columns.
+  const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({600, 768}, 600 * 768),
+                                                optgen::tensor_dims({2, 40, 256}, 2 * 40 * 256),
+                                                optgen::tensor_dims({300, 1000}, 300000)};
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 128, 32);
+  auto offsets = [&](abi::BlockKind kind) {
+    return std::vector<long long>(l.block_offset.begin() + kind * 4, l.block_offset.begin() + kind * 4 + 4);
+  };
+  const long long tall = abi::line_blocks(300, 1000, 128, 32);
+  CHECK(offsets(abi::kRowLines) == std::vector<long long>{0, 0, 0, tall});
+  CHECK(offsets(abi::kColumnSegments) == std::vector<long long>{0, 18, 22, 38});
+  // Partials of six tiles for each of the 600 rows; two tiles for each of the batch's 80. Arrivals
+  // per band: three of the first, one for each matrix of the batch.
+  CHECK(l.row_partial_offset == std::vector<long long>{0, 3600, 3760});
+  CHECK(l.row_partial_units == 3760);
+  CHECK(l.row_band_offset == std::vector<long long>{0, 3, 5});
+  CHECK(l.row_bands == 5);
+
+  // A stage of row lines without column segments keeps every tensor's row lines.
+  masks[0] = bit(abi::kRowLines);
+  const optgen::ShapeLayout rows_only = optgen::shape_layout(info, variant, dims, 128, 32);
+  CHECK(rows_only.blocks(abi::kRowLines) ==
+        abi::line_blocks(600, 768, 128, 32) + abi::line_blocks(80, 256, 128, 32) + tall);
+  CHECK(rows_only.row_partial_units == 0);
+}
+
 TEST_CASE("a plan's lines take more values a lane where its rows make blocks enough to fill the GPU", "[shapes]") {
   // gpt2's hidden matrices (a layer's four, 12 layers) make 7,488 row-line blocks of 128 threads at
   // 128 values a lane: 3.5 waves of an H200's 132 x 16 resident blocks. One layer's 624 at 128 are

@@ -794,6 +794,10 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
   const bool columns = l.num_col_reductions > 0;
   const Part col_arrivals = part(columns ? static_cast<std::size_t>(l.col_tiles) * sizeof(unsigned) : 0);
   const Part col_tile_offset = array(l.col_tile_offset);
+  const Part row_partials = part(floats(l.num_row_reductions, l.row_partial_units));
+  const Part row_partial_offset = array(l.row_partial_offset);
+  const Part row_arrivals = part(static_cast<std::size_t>(l.row_bands) * sizeof(unsigned));
+  const Part row_band_offset = array(l.row_band_offset);
   const Part row_snapshot = part(l.snapshot ? floats(l.num_row_states, l.num_rows) : 0);
   const Part col_snapshot = part(l.snapshot ? floats(l.num_col_states, l.num_cols) : 0);
   plan.shape_memory = DeviceBuffer(upload.size());
@@ -825,7 +829,12 @@ ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const Varian
                                        l.num_matrices,
                                        l.num_col_reductions,
                                        l.num_tensors,
-                                       l.line_values};
+                                       l.line_values,
+                                       l.num_row_reductions,
+                                       reinterpret_cast<float*>(at(row_partials)),
+                                       reinterpret_cast<const long long*>(at(row_partial_offset)),
+                                       reinterpret_cast<unsigned*>(at(row_arrivals)),
+                                       reinterpret_cast<const long long*>(at(row_band_offset))};
   std::memcpy(upload.at(table.at), &view, sizeof(view));
   upload.copy_to(d);
   plan.table.shapes = reinterpret_cast<const kernel_abi::ShapeTable*>(at(table));

@@ -78,6 +78,13 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     if (shape == reference::StateShape::Rows || shape == reference::StateShape::Cols) shaped_states.push_back(j);
   }
 
+  // Whether a tensor's column segments may take its rows (rows_in_column_segments): where every
+  // stage of row lines, of the step and of the step on shards, has column segments too.
+  bool rows_with_columns = variant.stage_blocks != nullptr;
+  for (const unsigned* masks : {variant.stage_blocks, variant.shard_stage_blocks})
+    for (int s = 0; s < variant.num_stages && masks; ++s)
+      if ((masks[s] >> kRowLines & 1u) && !(masks[s] >> kColumnSegments & 1u)) rows_with_columns = false;
+
   l.block_offset.assign(static_cast<std::size_t>(kNumBlockKinds) * (T + 1), 0);
   auto offsets_of = [&](int kind) { return l.block_offset.begin() + static_cast<std::ptrdiff_t>(kind * (T + 1)); };
   for (std::size_t t = 0; t < T; ++t) {
@@ -98,7 +105,10 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     bool has_shaped_state = false;
     for (int j : shaped_states) has_shaped_state = has_shaped_state || state_present(variant, j, d.factored);
     long long blocks[kNumBlockKinds] = {};
-    blocks[kRowLines] = line_blocks(rows, C, block_size, line_values);
+    // A shard's rows (columns) are finished across ranks: they keep their lines.
+    const bool rows_in_columns =
+        rows_with_columns && !d.split_rows && !d.split_cols && rows_in_column_segments(R, C, block_size) && rows > 0;
+    blocks[kRowLines] = rows_in_columns ? 0 : line_blocks(rows, C, block_size, line_values);
     blocks[kColumnSegments] = column_blocks(cols, R, block_size);
     blocks[kMatrixRowLines] = line_blocks(d.batch, R, block_size, line_values);
     blocks[kMatrixColumnLines] = line_blocks(d.batch, C, block_size, line_values);
@@ -114,6 +124,13 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     if (segments > 1) {
       l.col_partial_units += segments * cols;
       l.col_tiles += (cols + block_size - 1) / block_size;
+    }
+    // Row partials and arrivals: only for rows that column segments take, of several tiles.
+    l.row_partial_offset.push_back(l.row_partial_units);
+    l.row_band_offset.push_back(l.row_bands);
+    if (rows_in_columns && C > block_size) {
+      l.row_partial_units += C / block_size * rows;
+      l.row_bands += d.batch * segments;
     }
   }
   return l;

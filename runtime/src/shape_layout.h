@@ -61,11 +61,15 @@ struct ShapeLayout {
   std::vector<long long> block_offset;
   std::vector<long long> col_partial_offset;  ///< in units of num_col_reductions floats
   std::vector<long long> col_tile_offset;
+  std::vector<long long> row_partial_offset;  ///< in units of num_row_reductions floats
+  std::vector<long long> row_band_offset;
   long long num_rows = 0, num_cols = 0, num_matrices = 0;
   int num_row_reductions = 0, num_col_reductions = 0, num_matrix_reductions = 0;
   StoredValueCounts stored_values;             ///< the variant's: slots of the value buffers
   long long col_partial_units = 0;             ///< col_partials' size in units of num_col_reductions floats
   long long col_tiles = 0;                     ///< col_arrivals' size: tiles of tensors of several segments
+  long long row_partial_units = 0;             ///< row_partials' size in units of num_row_reductions floats
+  long long row_bands = 0;                     ///< row_arrivals' size: bands of rows of several tiles
   int num_row_states = 0, num_col_states = 0;  ///< the snapshots' states (the variant's Rows, Cols states)
   bool snapshot = false;                       ///< whether a stage takes the snapshot (kSnapshot)
 

@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 25 };
+enum { kVersion = 26 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -66,7 +66,8 @@ struct TableView {
 // (block_offset[kind * (num_tensors + 1) + tensor] is its first, [... + num_tensors] the total).
 // A stage with both row lines and column segments takes them as one range, each tensor's blocks of
 // the two interleaved (the device library's rows_and_columns_block), so that both read a tensor's
-// gradient rows at about the same time, the second read from L2 where they are still there.
+// gradient rows at about the same time, the second read from L2 where they are still there; most
+// tensors have no row lines there (rows_in_column_segments), their gradient read once.
 // The Update stage launches one block per chunk, as for every variant.
 //
 // - kChunkRuns: reductions over each tensor or group: runs of chunks, as in every plan
@@ -74,7 +75,11 @@ struct TableView {
 // - kRowLines: reductions over each row (row_sum, row_mean): a line of C elements per row.
 // - kColumnSegments: reductions over each column: a thread per column, summing down a segment
 //   of up to kColumnSegmentRows rows; a column of more rows is split into segments, whose
-//   partials the last segment to arrive combines in segment order.
+//   partials the last segment to arrive combines in segment order. In a stage of both kinds, a
+//   tensor whose rows are whole tiles of columns (rows_in_column_segments) has no row lines: its
+//   column segments reduce its rows too, so the stage reads its gradient once. A segment's warps
+//   combine each of its rows over their columns; where a row spans several tiles, their partials
+//   (ShapeTable::row_partials) the last tile of the band to arrive combines in tile order.
 // - kMatrixRowLines: reductions of row code over each matrix (a line of R rows per matrix).
 // - kMatrixColumnLines: reductions of column code over each matrix (a line of C columns).
 // - kSnapshot: copies the row and column states into ShapeTable::row_snapshot and
@@ -168,6 +173,14 @@ OPTGEN_ABI_FUNCTION long long column_blocks(long long columns, long long rows, i
   const long long tile = static_cast<long long>(block_size) * short_lines(rows);
   return (columns + tile - 1) / tile * column_segments(rows);
 }
+/// Whether, in a stage of row lines and column segments, a tensor's column segments reduce its rows
+/// as well (and it has no row lines): at kRowTileThreads threads a block, a tile of block_size
+/// columns lies in one matrix (each matrix's rows are whole tiles; four warps of 32 lanes of four
+/// columns each), and its segments are one round (short_lines is 1).
+enum { kRowTileThreads = 128 };
+OPTGEN_ABI_FUNCTION bool rows_in_column_segments(long long rows, long long cols, int block_size) {
+  return block_size == kRowTileThreads && rows > kShortLineValues / 2 && cols > 0 && cols % block_size == 0;
+}
 /// Blocks that copy a tensor's row and column states (kSnapshot): one entry per thread.
 OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns, int block_size) {
   const long long entries = rows > columns ? rows : columns;
@@ -227,6 +240,16 @@ struct ShapeTable {
   int num_col_reductions;
   int num_tensors;
   int line_values;  ///< values a lane of a line takes at most (line_lanes): the plan's own
+  int num_row_reductions;
+  /// [(row_partial_offset[tensor] + tile * B * R + row) * num_row_reductions + s]: the partial sums
+  /// over each tile of block_size columns of the rows its column segments reduce
+  /// (rows_in_column_segments), for tensors whose rows span several tiles.
+  float* row_partials;
+  const long long* row_partial_offset;  ///< [tensor]: in units of num_row_reductions floats
+  /// [row_band_offset[tensor] + matrix * column_segments(R) + segment]: the tiles of a band of rows
+  /// that arrived.
+  unsigned int* row_arrivals;
+  const long long* row_band_offset;  ///< [tensor]
 };
 
 /// The device-resident state of every param group: hyperparameters, step counts, scalar state and
@@ -473,7 +496,12 @@ static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_matrices) == 184, "ShapeTable:
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_col_reductions) == 192, "ShapeTable::num_col_reductions moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_tensors) == 196, "ShapeTable::num_tensors moved");
 static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, line_values) == 200, "ShapeTable::line_values moved");
-static_assert(sizeof(ShapeTable) == 208 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, num_row_reductions) == 204, "ShapeTable::num_row_reductions moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_partials) == 208, "ShapeTable::row_partials moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_partial_offset) == 216, "ShapeTable::row_partial_offset moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_arrivals) == 224, "ShapeTable::row_arrivals moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ShapeTable, row_band_offset) == 232, "ShapeTable::row_band_offset moved");
+static_assert(sizeof(ShapeTable) == 240 && alignof(ShapeTable) == 8, "ShapeTable changed size or alignment");
 
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, hyperparameters) == 0, "GroupTable::hyperparameters moved");
 static_assert(OPTGEN_ABI_OFFSETOF(GroupTable, steps) == 8, "GroupTable::steps moved");

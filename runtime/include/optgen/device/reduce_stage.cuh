@@ -58,7 +58,7 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
       int kind;
       const KindBlock at = rows_and_columns_block(*st, b, kind);
       if (kind == kRowLines) return shaped_lines<kRowLines, Reduce, Group, Ops>(table, groups, inputs, red, at);
-      return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, at);
+      return shaped_columns<true, Reduce, Group, Ops>(table, groups, inputs, red, at);
     }
     b -= n;
   } else if constexpr (has_blocks(kBlocks, kRowLines)) {
@@ -67,7 +67,8 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
     b -= total(kRowLines);
   } else if constexpr (has_blocks(kBlocks, kColumnSegments)) {
     if (b < total(kColumnSegments))
-      return shaped_columns<Reduce, Group, Ops>(table, groups, inputs, red, block_of_kind(*st, kColumnSegments, b));
+      return shaped_columns<false, Reduce, Group, Ops>(table, groups, inputs, red,
+                                                       block_of_kind(*st, kColumnSegments, b));
     b -= total(kColumnSegments);
   }
   if constexpr (has_blocks(kBlocks, kMatrixRowLines)) {

@@ -32,8 +32,10 @@ __device__ __forceinline__ KindBlock block_of_kind(const ShapeTable& st, int kin
 /// Row lines go down a tensor's rows, column segments down its bands of kColumnSegmentRows rows
 /// (shaped_columns): a column segment starts on the gradient rows the row lines just beside it
 /// read, and the second read hits L2 while they are still there (16% of the reads of gpt2's first
-/// Adafactor stage: a segment of 256 rows outlives much of L2; bench/RESULTS.md, 2026-12-01).
-/// Returns the block, and in `kind` which of the two it is.
+/// Adafactor stage: a segment of 256 rows outlives much of L2; bench/RESULTS.md, 2026-12-01). Most
+/// tensors of such a stage have no row lines (rows_in_column_segments: their column segments
+/// reduce their rows), and their gradient is read once. Returns the block, and in `kind` which of
+/// the two it is.
 __device__ __forceinline__ KindBlock rows_and_columns_block(const ShapeTable& st, long long b, int& kind) {
   const long long* rows = st.block_offset + static_cast<long long>(kernel_abi::kRowLines) * (st.num_tensors + 1);
   const long long* columns =
@@ -308,10 +310,247 @@ __device__ __forceinline__ void shaped_lines(const TableView& table, const Group
     if (lane == 0 && line < lines) Code::finish(s.k, s.tv, s.sh, line);
 }
 
+/// A warp's values of N rows (a power of two up to 32), a[u] of row u in each lane, combined over
+/// the warp's 32 lanes in a fixed order: halves exchanged while a lane holds more than one row
+/// (N - 1 shuffles), then a shuffle tree. Lane l returns row l / (32 / N)'s.
+template <int N>
+__device__ __forceinline__ float warp_rows_combine(bool is_max, const float (&a)[N]) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "rows: a power of two up to 32");
+  const int lane = threadIdx.x & 31;
+  float x[N];
+#pragma unroll
+  for (int u = 0; u < N; ++u) x[u] = a[u];
+#pragma unroll
+  for (int half = N / 2, offset = 16; half >= 1; half /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < half; ++i)
+      x[i] = reduce_combine(is_max, upper ? x[i + half] : x[i],
+                            __shfl_xor_sync(0xffffffffu, upper ? x[i] : x[i + half], offset));
+  }
+#pragma unroll
+  for (int offset = 16 / N; offset >= 1; offset /= 2)
+    x[0] = reduce_combine(is_max, x[0], __shfl_xor_sync(0xffffffffu, x[0], offset));
+  return x[0];
+}
+
+/// Column q's results from its sums over segment `segment` of its rows (acc), in a tile `tile` of
+/// block_size columns: stored where the column has one segment; else stored as the segment's
+/// partials, which the last segment of the tile to arrive combines in segment order. The block's
+/// threads all call it where the column has several segments (a barrier).
+template <typename Code, typename Block>
+__device__ __forceinline__ void column_results(const ShapeTable& st, const Block& s, int t, long long q,
+                                               long long segment, long long tile,
+                                               const float (&acc)[Code::kReductions]) {
+  constexpr int kR = Code::kReductions;
+  const long long columns = s.sh.B * s.sh.C, segments = kernel_abi::column_segments(s.sh.R);
+  float* out = st.col_results + s.sh.col0;
+  if (segments == 1) {
+    if (q >= columns) return;
+#pragma unroll
+    for (int r = 0; r < kR; ++r) out[Code::slot(r) * st.num_cols + q] = acc[r];
+    if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
+    return;
+  }
+  const long long n = st.num_col_reductions;
+  float* partials = st.col_partials + st.col_partial_offset[t] * n;
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+    if (q < columns) partials[(segment * columns + q) * n + Code::slot(r)] = acc[r];
+  // Every thread's partials, not only thread 0's, must be visible to the last block.
+  __threadfence();
+  if (!last_to_arrive(&st.col_arrivals[st.col_tile_offset[t] + tile], static_cast<unsigned>(segments))) return;
+  if (q >= columns) return;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    float x = reduce_identity<float>(Code::is_max(r));
+    for (long long j = 0; j < segments; ++j)
+      x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
+    out[Code::slot(r) * st.num_cols + q] = x;
+  }
+  if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
+}
+
+/// What follows rows_and_columns_tile's loop: the tile's columns (column_results) and the band's
+/// rows: their results are the block's (a barrier made them visible to it), or, where this is the
+/// band's last tile to arrive, the tiles' partials combined in tile order; then finished.
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void finish_tile(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                         const ReductionTable& red, int t, long long tile, long long segment,
+                                         const float (&acc)[Reduce::Cols::kReductions]) {
+  typedef typename Reduce::Cols Code;
+  typedef typename Reduce::template Lines<kernel_abi::kRowLines> RowCode;
+  constexpr int kRR = RowCode::kReductions;
+  const ShapeTable& st = *table.shapes;
+  const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
+  const long long R = s.sh.R, C = s.sh.C, rows = s.sh.B * R, b = tile * OPTGEN_BLOCK_SIZE / C;
+  const long long tiles = C / OPTGEN_BLOCK_SIZE, first = segment * kernel_abi::kColumnSegmentRows;
+  const long long last = first + kernel_abi::kColumnSegmentRows < R ? first + kernel_abi::kColumnSegmentRows : R;
+  float* out = st.row_results + s.sh.row0;
+  const int nr = st.num_row_reductions;
+  const float* partials = st.row_partials + st.row_partial_offset[t] * nr;
+  bool finish_rows = tiles == 1;  // block-uniform
+  if (!finish_rows) {
+    __threadfence();  // every thread's partials, not only thread 0's
+    finish_rows = last_to_arrive(&st.row_arrivals[st.row_band_offset[t] + b * kernel_abi::column_segments(R) + segment],
+                                 static_cast<unsigned>(tiles));
+  }
+  for (long long k = first + threadIdx.x; finish_rows && k < last; k += OPTGEN_BLOCK_SIZE) {
+    const long long p = b * R + k;
+    if (tiles > 1) {
+#pragma unroll
+      for (int r = 0; r < kRR; ++r) {
+        float total = reduce_identity<float>(RowCode::is_max(r));
+        const float* partial = partials + p * nr + RowCode::slot(r);
+        const long long stride = rows * nr;
+#pragma unroll 4
+        for (long long j = 0; j < tiles; ++j, partial += stride)
+          total = reduce_combine(RowCode::is_max(r), total, __ldcg(partial));
+        out[RowCode::slot(r) * st.num_rows + p] = total;
+      }
+    }
+    if constexpr (RowCode::kStoredValues > 0) RowCode::finish(s.k, s.tv, s.sh, p);
+  }
+  column_results<Code>(st, s, t, tile * OPTGEN_BLOCK_SIZE + threadIdx.x, segment, tile, acc);
+}
+
+/// A column segment that reduces rows too (shaped_columns, kWithRows): tile `tile` of block_size
+/// (128) columns of a matrix, over the rows of segment `segment`. Each warp takes a quarter of the
+/// rows, a lane four consecutive columns (one access) of four rows at a time; the warp combines
+/// each row over its 128 columns (warp_rows_combine) and stores it (a tile that spans the matrix's
+/// rows) or the tile's partial of it, and the warps' column sums are combined in warp order for
+/// thread threadIdx.x's column (finish_tile stores them).
+template <typename Reduce, typename Group, typename Ops>
+__device__ __forceinline__ void rows_and_columns_tile(const TableView& table, const GroupTable& groups,
+                                                      const StepInputs& inputs, const ReductionTable& red, int t,
+                                                      long long tile, long long segment) {
+  typedef typename Reduce::Cols Code;
+  typedef typename Reduce::template Lines<kernel_abi::kRowLines> RowCode;
+  constexpr int kOps = Reduce::kOperands, kR = Code::kReductions, kRR = RowCode::kReductions;
+  constexpr int kWarps = kernel_abi::kRowTileThreads / 32, V = kernel_abi::kRowTileThreads / 32;  // a lane's columns
+  constexpr int kUnroll = 4;                                                                        // rows in flight
+  static_assert(OPTGEN_BLOCK_SIZE == kernel_abi::kRowTileThreads, "a tile is four warps of 32 x 4 columns");
+  const long long tile_first = tile * OPTGEN_BLOCK_SIZE;
+  // The block's tensor as the loop reads it; finish_tile reads it again, so that the loop does not
+  // hold what only the finish needs (held, the kernel took 116 registers rather than 88, sm_90).
+  const ShapedBlock<Reduce, Group, Ops> s = shaped_block<Reduce, Group, Ops>(table, groups, inputs, red, t);
+  const ShapeTable& st = *table.shapes;
+  void* ptr[kOps];
+#pragma unroll
+  for (int op = 0; op < kOps; ++op)
+    ptr[op] = Code::loads(op) || RowCode::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long R = s.sh.R, C = s.sh.C, rows = s.sh.B * R;
+  const long long first = segment * kernel_abi::kColumnSegmentRows;
+  const long long last = first + kernel_abi::kColumnSegmentRows < R ? first + kernel_abi::kColumnSegmentRows : R;
+  const long long b = tile_first / C;
+  const int c0 = static_cast<int>(tile_first - b * C) + lane * V;  // the lane's first column
+  const int tiles = static_cast<int>(C / OPTGEN_BLOCK_SIZE), tile_in_matrix = (c0 - lane * V) / OPTGEN_BLOCK_SIZE;
+  // The warp's rows of the segment: rows first + k for k in [k_first, k_last).
+  const int quarter = (static_cast<int>(last - first) + kWarps - 1) / kWarps;
+  const int k_first = warp * quarter;
+  const int k_last = k_first + quarter < static_cast<int>(last - first) ? k_first + quarter : static_cast<int>(last - first);
+  bool vectors = true;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) vectors = vectors && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  float* out = st.row_results + s.sh.row0;
+  const int nr = st.num_row_reductions;
+  float* partials = st.row_partials + st.row_partial_offset[t] * nr;
+  float sums[V][kR];
+#pragma unroll
+  for (int e = 0; e < V; ++e)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) sums[e][r] = reduce_identity<float>(Code::is_max(r));
+  ElementIndex x;
+  x.b = b;
+  const long long p0 = b * R + first;  // the segment's first row in the tensor
+  long long i0 = (p0 + k_first) * C + c0;  // the lane's first element of row first + k0
+  for (int k0 = k_first; k0 < k_last; k0 += kUnroll, i0 += kUnroll * C) {
+    float v[kUnroll][kOps][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const long long i = i0 + u * C;
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if (k0 + u < k_last && ptr[op]) {
+          if (vectors) {
+            load_operand<Ops, V>(op, ptr[op], i, v[u][op]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) load_operand<Ops, 1>(op, ptr[op], i + e, &v[u][op][e]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
+        }
+      }
+    }
+    float row_value[kRR][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRR; ++r) row_value[r][u] = reduce_identity<float>(RowCode::is_max(r));
+      if (k0 + u >= k_last) continue;
+      x.r = first + k0 + u;
+      x.p = p0 + k0 + u;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float operands[kOps];
+#pragma unroll
+        for (int op = 0; op < kOps; ++op) operands[op] = v[u][op][e];
+        if (s.scaled) operands[1] = operands[1] / s.grad_scale;
+        x.c = c0 + e;
+        x.q = b * C + x.c;
+        x.i = x.p * C + x.c;
+        float value[kR], row[kRR];
+        Code::apply(s.k, s.tv, s.sh, x, operands, value);
+        RowCode::apply(s.k, s.tv, s.sh, x, operands, row);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) sums[e][r] = reduce_combine(Code::is_max(r), sums[e][r], value[r]);
+#pragma unroll
+        for (int r = 0; r < kRR; ++r) row_value[r][u] = reduce_combine(RowCode::is_max(r), row_value[r][u], row[r]);
+      }
+    }
+    const int u = lane / (32 / kUnroll);  // the row warp_rows_combine leaves this lane
+    const long long p = p0 + k0 + u;
+    const bool mine = lane % (32 / kUnroll) == 0 && k0 + u < k_last;
+#pragma unroll
+    for (int r = 0; r < kRR; ++r) {
+      const float total = warp_rows_combine(RowCode::is_max(r), row_value[r]);
+      if (mine) {
+        if (tiles == 1)
+          out[RowCode::slot(r) * st.num_rows + p] = total;
+        else
+          partials[(tile_in_matrix * rows + p) * nr + RowCode::slot(r)] = total;
+      }
+    }
+  }
+  // The warps' column sums, combined in warp order for thread threadIdx.x's column.
+  __shared__ float warp_sums[kR][kWarps][32 * V];
+#pragma unroll
+  for (int e = 0; e < V; ++e)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) warp_sums[r][warp][lane * V + e] = sums[e][r];
+  __syncthreads();
+  float acc[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    acc[r] = reduce_identity<float>(Code::is_max(r));
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) acc[r] = reduce_combine(Code::is_max(r), acc[r], warp_sums[r][w][threadIdx.x]);
+  }
+  finish_tile<Reduce, Group, Ops>(table, groups, inputs, red, t, tile, segment, acc);
+}
+
+
 /// The column segments of a shaped Reduce stage: a thread per column (of any matrix of the
 /// tensor) sums down up to kColumnSegmentRows rows; a tensor of more rows has several segments per
 /// column, whose partials the last segment of a tile of columns to arrive combines in order.
-template <typename Reduce, typename Group, typename Ops>
+///
+/// In a stage of row lines too (kWithRows), a tensor without row lines (rows_in_column_segments:
+/// its matrices' rows are whole tiles of the block's 128 columns) has its rows reduced here as
+/// well, so that the stage reads its gradient once (rows_and_columns_tile).
+template <bool kWithRows, typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_columns(const TableView& table, const GroupTable& groups,
                                                const StepInputs& inputs, const ReductionTable& red, KindBlock at) {
   typedef typename Reduce::Cols Code;
@@ -331,11 +570,17 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
     segment = local / tiles;
     tile = local - segment * tiles;
   }
+  if constexpr (kWithRows && OPTGEN_BLOCK_SIZE == kernel_abi::kRowTileThreads) {
+    const long long* row_lines = st.block_offset + static_cast<long long>(kernel_abi::kRowLines) * (st.num_tensors + 1);
+    if (row_lines[t + 1] == row_lines[t])  // rows_in_column_segments (block-uniform): a tile of one round
+      return rows_and_columns_tile<Reduce, Group, Ops>(table, groups, inputs, red, t, tile, segment);
+  }
+  float acc[kR];
   void* ptr[kOps];
 #pragma unroll
   for (int op = 0; op < kOps; ++op) ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
   // Column q's reductions over the segment's rows, into acc.
-  auto sum_column = [&](long long q, float(&acc)[kR]) {
+  auto sum_column = [&](long long q) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
     if (q >= columns) return;
@@ -365,42 +610,21 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
       }
     }
   };
-  float* out = st.col_results + s.sh.col0;
-  float acc[kR];
   if (segments == 1) {
     // A tile of short_lines(R) rounds of block_size columns (kernel_abi::column_blocks).
     const int rounds = kernel_abi::short_lines(R);
 #pragma unroll 1
     for (int round = 0; round < rounds; ++round) {
       const long long q = (tile * rounds + round) * OPTGEN_BLOCK_SIZE + threadIdx.x;
-      sum_column(q, acc);
-      if (q >= columns) continue;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) out[Code::slot(r) * st.num_cols + q] = acc[r];
-      if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
+      sum_column(q);
+      column_results<Code>(st, s, t, q, segment, tile, acc);
     }
     return;
   }
   // Several segments: short_lines(R) is 1 (R > kColumnSegmentRows), a tile is block_size columns.
   const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
-  sum_column(q, acc);
-  const long long n = st.num_col_reductions;
-  float* partials = st.col_partials + st.col_partial_offset[t] * n;
-#pragma unroll
-  for (int r = 0; r < kR; ++r)
-    if (q < columns) partials[(segment * columns + q) * n + Code::slot(r)] = acc[r];
-  // Every thread's partials, not only thread 0's, must be visible to the last block.
-  __threadfence();
-  if (!last_to_arrive(&st.col_arrivals[st.col_tile_offset[t] + tile], static_cast<unsigned>(segments))) return;
-  if (q >= columns) return;
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    float x = reduce_identity<float>(Code::is_max(r));
-    for (long long j = 0; j < segments; ++j)
-      x = reduce_combine(Code::is_max(r), x, __ldcg(partials + (j * columns + q) * n + Code::slot(r)));
-    out[Code::slot(r) * st.num_cols + q] = x;
-  }
-  if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, q);
+  sum_column(q);
+  column_results<Code>(st, s, t, q, segment, tile, acc);
 }
 
 /// kSnapshot: copies the tensor's row and column states (as floats) for the Update stage.
