@@ -666,6 +666,10 @@ TEST_CASE("column segments reduce the rows of matrices whose rows are whole tile
   CHECK(rows_only.blocks(abi::kRowLines) ==
         abi::line_blocks(600, 768, 128, 32) + abi::line_blocks(80, 256, 128, 32) + tall);
   CHECK(rows_only.row_partial_units == 0);
+  // Nor has a variant with no stage of row lines row partials or bands.
+  masks[0] = bit(abi::kColumnSegments);
+  const optgen::ShapeLayout columns_only = optgen::shape_layout(info, variant, dims, 128, 32);
+  CHECK((columns_only.row_partial_units == 0 && columns_only.row_bands == 0));
 }
 
 TEST_CASE("a plan's lines take more values a lane where its rows make blocks enough to fill the GPU", "[shapes]") {

@@ -78,12 +78,17 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     if (shape == reference::StateShape::Rows || shape == reference::StateShape::Cols) shaped_states.push_back(j);
   }
 
-  // Whether a tensor's column segments may take its rows (rows_in_column_segments): where every
-  // stage of row lines, of the step and of the step on shards, has column segments too.
-  bool rows_with_columns = variant.stage_blocks != nullptr;
+  // Whether a tensor's column segments may take its rows (rows_in_column_segments): where a stage
+  // has row lines and column segments, and every stage of row lines, of the step and of the step
+  // on shards, has column segments too.
+  bool rows_with_columns = false, rows_alone = false;
   for (const unsigned* masks : {variant.stage_blocks, variant.shard_stage_blocks})
-    for (int s = 0; s < variant.num_stages && masks; ++s)
-      if ((masks[s] >> kRowLines & 1u) && !(masks[s] >> kColumnSegments & 1u)) rows_with_columns = false;
+    for (int s = 0; s < variant.num_stages && masks; ++s) {
+      const bool rows = (masks[s] >> kRowLines & 1u) != 0, columns = (masks[s] >> kColumnSegments & 1u) != 0;
+      rows_with_columns = rows_with_columns || (rows && columns);
+      rows_alone = rows_alone || (rows && !columns);
+    }
+  rows_with_columns = rows_with_columns && !rows_alone;
 
   l.block_offset.assign(static_cast<std::size_t>(kNumBlockKinds) * (T + 1), 0);
   auto offsets_of = [&](int kind) { return l.block_offset.begin() + static_cast<std::ptrdiff_t>(kind * (T + 1)); };
