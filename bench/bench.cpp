@@ -203,7 +203,9 @@ std::vector<OptimizerCase> optimizer_cases() {
       // Four launches: norm(param) and the row and column sums of grad^2 (reads p, g, g), the new
       // row_var's mean per matrix (rows only), the update's norm (reads g), the update (reads p,
       // g; writes p). Row and column states are negligible; 1-D tensors also read and write
-      // `variance` (not counted).
+      // `variance` (not counted). The floor issue 32 set: a tensor whose rows are whole tiles of
+      // 128 columns reads g once in the first stage (kernel_abi::rows_in_column_segments), so a
+      // step of gpt2's moves about 24 bytes a parameter.
       {"adafactor", {2, 1, 4, {}}, with_defaults(optgen::Adafactor::info(), {})},
       // Two launches: the D estimate's two sums over the group (reads p, g, p0, s), then the update
       // (reads p, g, m, v, s; writes p, m, v, s). p0 is read-only: written at the first step only.
