@@ -641,6 +641,9 @@ TEST_CASE("column segments reduce the rows of matrices whose rows are whole tile
   CHECK_FALSE(abi::rows_in_column_segments(300, 500, 128));  // a tile would cross into the next row
   CHECK_FALSE(abi::rows_in_column_segments(16, 512, 128));   // short columns: a thread takes several
   CHECK_FALSE(abi::rows_in_column_segments(300, 512, 256));  // a tile is four warps
+  // A shard that holds none of a matrix's rows has no row lines either: the device tells the two
+  // apart by this test, not by the missing lines.
+  CHECK_FALSE(abi::rows_in_column_segments(0, 512, 128));
 
   // Three segments of six tiles, a batch of two matrices of two tiles, one of 1000 columns.
   const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({600, 768}, 600 * 768),

@@ -571,8 +571,11 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
     tile = local - segment * tiles;
   }
   if constexpr (kWithRows && OPTGEN_BLOCK_SIZE == kernel_abi::kRowTileThreads) {
+    // The plan gave the tensor no row lines for one of two reasons: its column segments take its
+    // rows (rows_in_column_segments; row partials and bands are laid out for it), or it has no rows
+    // (a rank's shard that holds none of a matrix's rows), which the plain segments serve.
     const long long* row_lines = st.block_offset + static_cast<long long>(kernel_abi::kRowLines) * (st.num_tensors + 1);
-    if (row_lines[t + 1] == row_lines[t])  // rows_in_column_segments (block-uniform): a tile of one round
+    if (row_lines[t + 1] == row_lines[t] && kernel_abi::rows_in_column_segments(R, C, OPTGEN_BLOCK_SIZE))
       return rows_and_columns_tile<Reduce, Group, Ops>(table, groups, inputs, red, t, tile, segment);
   }
   float acc[kR];
