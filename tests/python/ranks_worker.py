@@ -21,7 +21,8 @@ rows), emb 3x4 (2 and 1) and scale 1 (1 and 0: rank 1's shard is empty), in thre
 last holding only scale (a group with no elements on rank 1); Adafactor's groups
 (ADAFACTOR_GROUPS) hold conv 4x3x2x2 too (whole matrices on each rank) and row 1x6 (rank 1 holds
 none of its rows, and still sums its columns). Gradients are whole tensors drawn
-from a seed per step, the same in every process; each rank takes its shard of them.
+from a seed per step, the same in every process (plus, for the D-adaptation cases, a part the
+same every step: STEADY); each rank takes its shard of them.
 
 trajectories: every case steps a sharded copy (fully_shard) and a whole copy (each rank holds one,
 as one GPU would) from the same init with the same gradients; after every step each rank's
@@ -91,6 +92,10 @@ CASES = {
     "adam_mini": lambda named: adam_mini(named),
 }
 REDUCING = sorted(set(CASES) - {"adamw"})  # those whose step reads a reduction
+# The D-adaptation cases' gradients hold a direction that persists from step to step (this weight
+# of a second normal draw, the same every step), as training's do. Drawn afresh each step alone,
+# they leave D's estimate under d0 for all STEPS: D never moves and the sums it reads go unchecked.
+STEADY = {"prodigy": 0.5, "dadapt_adam": 0.5}
 # Checkpointed too: AdamW with fp32 master copies of bf16 params (state "master_param"), and
 # bitsandbytes' AdamW8bit storage on a model with a tensor large enough for 8-bit states (BIG).
 MASTER = {"adamw_master": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1, master_weights=True)}
@@ -119,9 +124,9 @@ def adam_mini(named):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, shapes=SHAPES):
+    def __init__(self, shapes=SHAPES, steady=0.0):
         super().__init__()
-        self.shapes = shapes
+        self.shapes, self.steady = shapes, steady
         generator = torch.Generator().manual_seed(0)
         for name, shape in shapes.items():
             self.register_parameter(name, torch.nn.Parameter(torch.randn(shape, generator=generator)))
@@ -139,9 +144,10 @@ class Model(torch.nn.Module):
         return groups
 
 
-def whole_grads(step, device, shapes=SHAPES):
-    generator = torch.Generator().manual_seed(1000 + step)
-    return {name: torch.randn(shape, generator=generator).to(device) for name, shape in shapes.items()}
+def whole_grads(step, device, shapes=SHAPES, steady=0.0):
+    generator, fixed = torch.Generator().manual_seed(1000 + step), torch.Generator().manual_seed(999)
+    return {name: (torch.randn(shape, generator=generator) + steady * torch.randn(shape, generator=fixed)).to(device)
+            for name, shape in shapes.items()}
 
 
 def ranks():
@@ -158,7 +164,7 @@ def part(t):
 
 
 def set_grads(model, step, device):
-    for name, g in whole_grads(step, device, model.shapes).items():
+    for name, g in whole_grads(step, device, model.shapes, model.steady).items():
         p = getattr(model, name)
         g = g.to(p.dtype)
         if isinstance(p, DTensor):
@@ -199,8 +205,8 @@ def shapes_of(case):
     return {**SHAPES, **BIG} if case in EIGHT_BIT else SHAPES
 
 
-def sharded_model(device, mesh, dtype=torch.float32, shapes=SHAPES):
-    model = Model(shapes).to(device, dtype)
+def sharded_model(device, mesh, dtype=torch.float32, shapes=SHAPES, steady=0.0):
+    model = Model(shapes, steady).to(device, dtype)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -209,7 +215,8 @@ def trajectories(rank, device, mesh, no_reduce, backend):
     if no_reduce:  # each rank reads its own shards' reductions
         ot.Optimizer._reduce_across_ranks = lambda self, engine, params: None
     for case, make in CASES.items():
-        sharded, reference = sharded_model(device, mesh), Model().to(device)
+        steady = STEADY.get(case, 0.0)
+        sharded, reference = sharded_model(device, mesh, steady=steady), Model(steady=steady).to(device)
         opt, ref = make(sharded.groups_of(case)), make(reference.groups_of(case))
         violation, largest, norms = 0.0, 0.0, 0.0
         for step in range(STEPS):
@@ -223,7 +230,9 @@ def trajectories(rank, device, mesh, no_reduce, backend):
                 for g in range(len(GROUPS)):
                     a, b = opt.grad_norm(g).item(), ref.grad_norm(g).item()
                     norms = max(norms, abs(a - b) / b)
-        report(rank, check="trajectory", case=case, violation=violation, largest=largest, grad_norm_rel=norms)
+        # D-adaptation's D, where the case has one: the whole copy's after STEPS (d0 if it never moved)
+        d = ref.state_dict()["param_groups"][0].get("d") if case in STEADY else None
+        report(rank, check="trajectory", case=case, violation=violation, largest=largest, grad_norm_rel=norms, d=d)
     if backend == "nccl":  # gloo's collectives cannot be captured
         report(rank, check="trajectory", case="lamb_clipped_graph",
                violation=captured(device, mesh, CASES["lamb_clipped"]))
