@@ -85,10 +85,10 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor::kf32_f32_shards},
+    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor::kf32_f32_shards, nullptr, "adafactor_f32_f32_update_long_rows"},
     {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor::kbf16_f32_shards},
     {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor::kf16_f32_shards},
-    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf32_f32_shards},
+    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf32_f32_shards, nullptr, "adafactor_clip_grad_norm_f32_f32_update_long_rows"},
     {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kbf16_f32_shards},
     {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf16_f32_shards},
 };

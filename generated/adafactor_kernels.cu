@@ -1691,6 +1691,12 @@ adafactor_f32_f32_update(const optgen::TableView table, const optgen::GroupTable
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
+/// adafactor, update stage of long rows, vectors of eight, storage f32.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adafactor_f32_f32_update_long_rows(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
+}
+
 /// adafactor, reduce stage on shards, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_shards_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -1861,6 +1867,12 @@ adafactor_clip_grad_norm_f32_f32_reduce4(const optgen::TableView table, const op
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, update stage of long rows, vectors of eight, storage f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f32_f32_update_long_rows(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage on shards, storage f32.

@@ -72,9 +72,9 @@ const VariantInfo kVariants[] = {
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini::kf32_f32_shards},
+    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini::kf32_f32_shards, nullptr, "adam_mini_f32_f32_update_long_rows"},
     {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini::kbf16_f32_shards},
-    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kf32_f32_shards},
+    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kf32_f32_shards, nullptr, "adam_mini_clip_grad_norm_f32_f32_update_long_rows"},
     {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kbf16_f32_shards},
 };
 

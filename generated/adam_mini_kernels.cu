@@ -872,6 +872,12 @@ adam_mini_f32_f32_update(const optgen::TableView table, const optgen::GroupTable
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
+/// adam_mini, update stage of long rows, vectors of eight, storage f32.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adam_mini_f32_f32_update_long_rows(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
+}
+
 /// adam_mini, reduce stage on shards, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_shards_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -938,6 +944,12 @@ adam_mini_clip_grad_norm_f32_f32_reduce2(const optgen::TableView table, const op
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_f32_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, update stage of long rows, vectors of eight, storage f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_f32_f32_update_long_rows(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
 }
 
 /// adam_mini_clip_grad_norm, reduce stage on shards, storage f32.

@@ -63,6 +63,14 @@ std::string kernel_name(const Program& variant, const Storage& storage, const St
 
 std::string group_kernel_name(const Program& variant) { return variant.variant + "_group"; }
 
+std::string long_row_update_name(const Program& variant, const Storage& s) {
+  if (!variant.is_step() || variant.for_shards || !update_reads_position(variant)) return "";
+  if (s.param != DType::F32 || s.param_write != ParamWrite::Nearest) return "";
+  for (const auto& state : variant.states)
+    if (s.state_dtype(state) != DType::F32) return "";
+  return kernel_name(variant, s, variant.stages.back()) + "_long_rows";
+}
+
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s) {
   bool f32 = s.param == DType::F32 && s.param_write == ParamWrite::Nearest;
   for (const auto& state : variant.states) {
@@ -280,6 +288,8 @@ class CudaEmitter {
       for (const KernelRow* k : tables.kernels_of(static_cast<int>(i))) {
         for (std::size_t s = 0; s < k->stages.size(); ++s)
           stage_kernel(w, variants[i], *k, variants[i].stages[s], k->stages[s]);
+        if (!k->long_row_update.empty())
+          stage_kernel(w, variants[i], *k, variants[i].stages.back(), k->long_row_update, true);
         for (std::size_t j = 0; j < k->programs.size(); ++j) {
           const Program& program = variants[i].programs[j];
           stage_kernel(w, program, *k, program.stages.back(), k->programs[j]);
@@ -1104,15 +1114,7 @@ class CudaEmitter {
   /// at column (row) 0: loaded where the Reduce stage that finished it stored it (shapes.h's
   /// stored_values), else computed there.
   void update_struct(CodeWriter& w, const Program& variant) {
-    // A state the step only reads that starts as the parameter is written at the group's first
-    // step only, when it reads as the parameter: the stage writes it the parameter and never loads it.
-    Program p = variant;
-    for (auto& o : p.element_outputs)
-      if (o.first_step_only) o.value = Node::make_var(VarKind::Param, "param", ValueType::Float);
-    // A state a Reduce stage stores (Output::stage) is only read here, as it was stored.
-    p.element_outputs.erase(std::remove_if(p.element_outputs.begin(), p.element_outputs.end(),
-                                           [](const Output& o) { return o.stage != 0; }),
-                            p.element_outputs.end());
+    const Program p = update_stage_view(variant);
     const bool shaped = uses_shapes(p);
     const int order = static_cast<int>(p.stages.size());
     const std::vector<StoredValue> stored = stored_values(p);
@@ -1140,9 +1142,7 @@ class CudaEmitter {
     w.line(std::string("static constexpr bool kProgram = ") +
            (p.is_step() ? "false;  // the step: takes a ticket, counts the step"
                         : "true;  // a program: no ticket, no step counted"));
-    // Indexed where it stores a row or column state too (store_states reads the element's index).
-    const bool stores_states = !outputs[Domain::Row].empty() || !outputs[Domain::Column].empty();
-    if (shaped) loaded_slot_masks(w, p, element_roots, order, stores_states || reads_position(p, all, order));
+    if (shaped) loaded_slot_masks(w, p, element_roots, order, update_reads_position(variant));
     // The operands it reads (row and column states go through sh_), and those it writes back: the
     // outputs, and the read-only states that start as the parameter at the group's first step only.
     operand_masks(w, p, with_shaped_values(p, all, order));
@@ -1216,13 +1216,16 @@ class CudaEmitter {
                        [&](const std::string& state) { return s.state_dtype(state) == DType::F32; });
   }
 
-  /// Stage `stage` of kernel set `k` (of variant p), named `name`.
-  void stage_kernel(CodeWriter& w, const Program& p, const KernelRow& k, const Stage& stage, const std::string& name) {
+  /// Stage `stage` of kernel set `k` (of variant p), named `name`; an Update stage in vectors of
+  /// kernel_abi::kLongRowVector elements where `long_rows` (long_row_update_name).
+  void stage_kernel(CodeWriter& w, const Program& p, const KernelRow& k, const Stage& stage, const std::string& name,
+                    bool long_rows = false) {
     const Storage& s = k.storage;
     w.line();
     w.line("/// " + p.variant + ", " +
            (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) +
-           (p.for_shards ? " on shards" : "") + ", storage " + s.text() + ".");
+           (p.for_shards ? " on shards" : "") + (long_rows ? " of long rows, vectors of eight" : "") + ", storage " +
+           s.text() + ".");
     // The step on shards' Update stage computes its row, column and matrix values per element: the
     // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's). A
     // shaped Reduce stage of chunk runs only (not on shards) has a budget of its own.
@@ -1260,7 +1263,8 @@ class CudaEmitter {
                ">(table, groups, inputs, reductions);");
         break;
       case StageKind::Update:
-        w.line("optgen::update_stage<" + scope + "::Update, " + types + ">(table, groups, inputs, reductions);");
+        w.line("optgen::update_stage<" + scope + "::Update, " + types +
+               (long_rows ? ", optgen::kernel_abi::kLongRowVector" : "") + ">(table, groups, inputs, reductions);");
         break;
     }
     if (guarded) w.line("#endif");

@@ -77,6 +77,13 @@ struct KernelTuning {
 
 /// `<variant>_<param storage>_<state storage>_<stage>`, e.g. adam_amsgrad_bf16_f32_update.
 std::string kernel_name(const Program& variant, const Storage& storage, const Stage& stage);
+/// `<update kernel's name>_long_rows`: the Update stage of kernel set `s` of the variant in vectors
+/// of kernel_abi::kLongRowVector elements a thread, which a plan of long rows launches instead
+/// (KernelInfo::long_row_update). Empty where the set has none: its step's Update stage reads no
+/// element's row, column or matrix (update_reads_position), or an operand is not f32 (their
+/// vector is 8 already, or a master copy's registers would not hold two of them), or it is a
+/// program or a step on shards.
+std::string long_row_update_name(const Program& variant, const Storage& s);
 /// Elements per block of the variant's kernels in storage `s`: blockwise_chunk_size where a state
 /// is 8-bit, shaped_chunk_size for a variant with rows and columns, narrow_chunk_size where any
 /// other operand the variant has is not f32; else reduce_chunk_size for a variant with Reduce

@@ -237,7 +237,8 @@ std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_
          (has_states ? "storage::k" + k.storage.name() : std::string("nullptr")) + ", " + std::to_string(k.chunk_size) +
          optional_fields({{k.programs.empty() ? "" : names + "_programs", "nullptr"},
                           {k.shard_stages.empty() ? "" : names + "_shards", "nullptr"},
-                          {keeps_matrix_values_in_f32(k) ? names + "_matrices" : "", "nullptr"}}) +
+                          {keeps_matrix_values_in_f32(k) ? names + "_matrices" : "", "nullptr"},
+                          {k.long_row_update.empty() ? "" : "\"" + k.long_row_update + "\"", "nullptr"}}) +
          "},";
 }
 

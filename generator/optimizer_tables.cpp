@@ -104,7 +104,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     compiled.push_back(p);
     for (const Storage& s : storage) {
-      KernelRow kernel{{}, {}, {}, static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
+      KernelRow kernel{{}, {}, {}, long_row_update_name(p, s), static_cast<int>(i), s, chunk_size_for(tuning, p, s)};
       for (const Stage& stage : p.stages) kernel.stages.push_back(kernel_name(p, s, stage));
       if (p.shard_step)
         for (const Stage& stage : p.shard_step->stages)

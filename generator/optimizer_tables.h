@@ -111,6 +111,7 @@ struct KernelRow {
   std::vector<std::string> stages;        ///< kernel names, in launch order
   std::vector<std::string> programs;      ///< kernel names of the spec's programs, in declaration order
   std::vector<std::string> shard_stages;  ///< the step on shards' (Program::shard_step); empty: none
+  std::string long_row_update;            ///< long_row_update_name: the Update stage for long rows; empty: none
   int variant;                            ///< index into KernelTables::variants
   Storage storage;
   long long chunk_size;  ///< elements per block (chunk_size_for)

@@ -208,6 +208,27 @@ std::vector<const Output*> update_computes(const Program& variant, const std::ve
   return list;
 }
 
+Program update_stage_view(const Program& variant) {
+  Program p = variant;
+  for (auto& o : p.element_outputs)
+    if (o.first_step_only) o.value = Node::make_var(VarKind::Param, "param", ValueType::Float);
+  p.element_outputs.erase(
+      std::remove_if(p.element_outputs.begin(), p.element_outputs.end(), [](const Output& o) { return o.stage != 0; }),
+      p.element_outputs.end());
+  return p;
+}
+
+bool update_reads_position(const Program& variant) {
+  if (!uses_shapes(variant)) return false;
+  const Program p = update_stage_view(variant);
+  std::vector<Expr> all;  // the code the stage computes
+  for (const Output* o : update_computes(p, stored_values(p))) all.push_back(o->value);
+  const bool stores_states = std::any_of(p.element_outputs.begin(), p.element_outputs.end(), [](const Output& o) {
+    return o.level == Domain::Row || o.level == Domain::Column;
+  });
+  return stores_states || reads_position(p, all, static_cast<int>(p.stages.size()));
+}
+
 bool update_reads_shaped_states(const Program& variant) {
   if (!uses_shapes(variant)) return false;
   std::vector<Expr> roots;

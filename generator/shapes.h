@@ -102,6 +102,15 @@ LoadedSlots loaded_slots(const Program& variant, const std::vector<Expr>& roots,
 /// finds each element's index (ix_).
 bool reads_position(const Program& variant, const std::vector<Expr>& roots, int order);
 
+/// The variant as its Update stage's code sees it: the outputs a Reduce stage stores are only read
+/// there (dropped), and a read-only state that starts as the parameter is written the parameter at
+/// the group's first step (its value `param`).
+Program update_stage_view(const Program& variant);
+
+/// Whether the Update stage's element code needs each element's index (Position's kIndexed): it
+/// stores a row or column state (at the row's column 0, the column's row 0), or reads_position.
+bool update_reads_position(const Program& variant);
+
 /// Whether the Update stage's code reads a row or column state itself (not through a stored value),
 /// which it then reads from the snapshot the first Reduce stage takes (kernel_abi::kSnapshot).
 bool update_reads_shaped_states(const Program& variant);

@@ -211,7 +211,8 @@ void RuntimeSpec::Impl::describe_kernels() {
                        state_dtypes[i].empty() ? nullptr : state_dtypes[i].data(), k.chunk_size,
                        program_names[i].empty() ? nullptr : program_names[i].data(),
                        shard_names[i].empty() ? nullptr : shard_names[i].data(),
-                       matrix_dtypes[i].empty() ? nullptr : matrix_dtypes[i].data()});
+                       matrix_dtypes[i].empty() ? nullptr : matrix_dtypes[i].data(),
+                       k.long_row_update.empty() ? nullptr : k.long_row_update.c_str()});
   }
   for (const std::string& program : spec_tables.programs) programs.push_back(program.c_str());
 }

@@ -480,6 +480,46 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   }
 }
 
+TEST_CASE("the Update stages of short and of long rows each match the CPU reference where a plan takes them", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  std::mt19937 rng(20261202);
+  // Rows of one to eleven values (conv weights, a column, a short vector) and, with a matrix of rows
+  // that vectors of eight straddle (173), long ones; misaligned tensors go element by element.
+  const TensorShapes short_rows{{{8, 4, 3, 3}, {16, 8, 1, 1}, {3, 5, 7, 11}, {17, 1}, {3}, {40, 3}}};
+  const TensorShapes long_rows_too{{{601, 173}, {2, 40, 256}, {4097}, {16, 8, 1, 1}, {3}}};
+  int sets = 0;
+  for (const auto& [name, info] : optgen::builtin_launchers()) {
+    const auto& ref = reference_of(name);
+    for (int k = 0; k < info->num_kernels; ++k) {
+      const optgen::KernelInfo& kernel = info->kernels[k];
+      if (!kernel.long_row_update) continue;
+      ++sets;
+      const std::string update = kernel.stages[info->variants[kernel.variant].num_stages - 1];
+      for (const bool long_plan : {false, true}) {
+        DYNAMIC_SECTION(kernel.stages[0] << (long_plan ? ", long rows" : ", short rows")) {
+          const std::vector<double> h = hyperparameters_for(*info, kernel.variant);
+          optgen::FusedOptimizer opt(*info, h, storage_of(*info, kernel));
+          const TensorShapes& shapes = long_plan ? long_rows_too : short_rows;
+          std::vector<bool> misaligned(shapes.list.size(), false);
+          misaligned[1] = misaligned[4] = true;
+          DeviceGroup group(kernel.param, shapes, misaligned, rng);
+          opt.add_param_group(group.tensors, h);
+          auto scalar_state = initial_scalar_state(*info, opt.hyperparameters(0));
+          Comparison result;
+          for (std::int64_t step = 1; step <= 3; ++step) {
+            group.new_gradients(rng);
+            compare_step(opt, ref, group, scalar_state, step, result);
+          }
+          CHECK(opt.stage_kernels(0).back() == (long_plan ? std::string(kernel.long_row_update) : update));
+          INFO(opt.stage_kernels(0).back() << ": worst relative error " << result.worst << " in " << result.where);
+          CHECK(result.worst <= tolerance(*info, kernel));
+        }
+      }
+    }
+  }
+  CHECK(sets == 4);  // adafactor's and adam_mini's f32 sets, each with and without clipping
+}
+
 TEST_CASE("10,000 tensors are updated by one launch", "[gpu]") {
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(7);

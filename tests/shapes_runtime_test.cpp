@@ -313,6 +313,51 @@ TEST_CASE("a reduction hook switches a spec with a step on shards to it", "[shap
   CHECK(lamb.kernels[0].shard_stages == nullptr);
 }
 
+TEST_CASE("f32 kernel sets of code that reads rows and columns have an Update stage of long rows", "[shapes]") {
+  // Adafactor's and Adam-mini's Update stages read each element's row and column: their sets of
+  // f32 params and states have one in vectors of eight, named after the stage.
+  for (const char* name : {"adafactor", "adam_mini"}) {
+    const optgen::OptimizerInfo& info = launcher(name);
+    int with = 0;
+    for (int k = 0; k < info.num_kernels; ++k) {
+      const optgen::KernelInfo& kernel = info.kernels[k];
+      INFO(kernel.stages[0]);
+      bool f32 = kernel.param == DType::F32 && kernel.param_write == optgen::ParamWrite::Nearest;
+      for (int j = 0; j < info.variants[kernel.variant].num_states; ++j)
+        f32 = f32 && kernel.state_dtypes[info.variants[kernel.variant].states[j]] == DType::F32;
+      REQUIRE((kernel.long_row_update != nullptr) == f32);
+      if (!f32) continue;
+      ++with;
+      const std::string update = kernel.stages[info.variants[kernel.variant].num_stages - 1];
+      CHECK(std::string(kernel.long_row_update) == update + "_long_rows");
+    }
+    CHECK(with == info.num_variants);  // each variant's f32 set
+  }
+  // Muon's Update stage reads no element's row or column; Adam's has none.
+  for (const char* name : {"muon", "adam"}) {
+    const optgen::OptimizerInfo& info = launcher(name);
+    for (int k = 0; k < info.num_kernels; ++k) CHECK(info.kernels[k].long_row_update == nullptr);
+  }
+}
+
+TEST_CASE("a plan takes the Update stage of long rows where at most an eighth of its elements are in short rows",
+          "[shapes]") {
+  using optgen::tensor_dims;
+  static_assert(optgen::kLongRowColumns == 32);
+  // gpt2's: matrices of 768 columns and more, vectors.
+  CHECK(optgen::long_rows({tensor_dims({768, 2304}, 768 * 2304), tensor_dims({2304}, 2304), tensor_dims({768}, 768)}));
+  // A small CNN's: 1x1 convolutions (rows of one value) as many elements as its classifier's.
+  CHECK(!optgen::long_rows({tensor_dims({1280, 960, 1, 1}, 1280 * 960), tensor_dims({1000, 1280}, 1000 * 1280)}));
+  // An eighth exactly: 56 elements in rows of one column, 392 in a vector.
+  CHECK(optgen::long_rows({tensor_dims({56, 1}, 56), tensor_dims({392}, 392)}));
+  CHECK(!optgen::long_rows({tensor_dims({57, 1}, 57), tensor_dims({392}, 392)}));
+  // A vector is one row: short under 32 elements; rows of 31 columns are short, of 32 long.
+  CHECK(!optgen::long_rows({tensor_dims({31}, 31)}));
+  CHECK(!optgen::long_rows({tensor_dims({3, 31}, 93)}));
+  CHECK(optgen::long_rows({tensor_dims({8, 32}, 256), tensor_dims({31}, 31)}));
+  CHECK(optgen::long_rows({}));
+}
+
 TEST_CASE("the runs of results each rank holds a part of: sums over the rows of split matrices", "[shapes]") {
   const optgen::OptimizerInfo& info = launcher("adafactor");
   optgen::VariantInfo variant = info.variants[0];

@@ -85,6 +85,10 @@ TEST_CASE("Adafactor on the GPU matches its reference: groups, conv weights, tal
   for (std::int64_t step = 1; step <= 4; ++step) run.step(step, rng);
   INFO("worst relative error " << run.result.worst << " in " << run.result.where);
   CHECK(run.result.worst <= tolerance(DType::F32, {DType::F32}));
+  // Under an eighth of each plan's elements in rows shorter than 32: the Update stages of long rows
+  // (vectors of eight), over conv weights, one-column matrices and rows that vectors straddle too.
+  CHECK(run.opt.stage_kernels(0).back() == "adafactor_f32_f32_update_long_rows");
+  CHECK(run.opt.stage_kernels(2).back() == "adafactor_clip_grad_norm_f32_f32_update_long_rows");
 }
 
 TEST_CASE("Adafactor over 10,000 tensors of one to four dimensions matches its reference", "[gpu]") {
@@ -104,6 +108,7 @@ TEST_CASE("Adafactor over 10,000 tensors of one to four dimensions matches its r
   INFO("worst relative error " << run.result.worst << " in " << run.result.where);
   CHECK(run.result.worst <= tolerance(DType::F32, {DType::F32}));
   CHECK(run.opt.launches_last_step() == 4);  // three Reduce stages and the Update, for any number of tensors
+  CHECK(run.opt.stage_kernels(0).back() == "adafactor_f32_f32_update");  // most rows shorter than 32
 }
 
 TEST_CASE("Adafactor with zero gradients and parameters matches its reference", "[gpu]") {

@@ -170,6 +170,7 @@ void check_same_kernels(const optgen::OptimizerInfo& a, const optgen::OptimizerI
     REQUIRE((x.shard_stages == nullptr) == (y.shard_stages == nullptr));
     for (int s = 0; x.shard_stages && s < a.variants[x.variant].num_stages; ++s)
       CHECK(text(x.shard_stages[s]) == text(y.shard_stages[s]));
+    CHECK(text(x.long_row_update) == text(y.long_row_update));
   }
   REQUIRE(a.num_programs == b.num_programs);
   for (int p = 0; p < a.num_programs; ++p) CHECK(text(a.programs[p]) == text(b.programs[p]));

@@ -886,11 +886,12 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   const OptimizerInfo& info = *m.info;
   const KernelInfo& kernel = info.kernels[plan.kernel];
   plan.variant = info.variants[kernel.variant];
-  plan.stage_names = kernel.stages;
-  if (m.reduction_hook && plan.variant.shard_stage_blocks) {
+  const bool on_shards = m.reduction_hook && plan.variant.shard_stage_blocks;
+  const char* const* names = on_shards ? kernel.shard_stages : kernel.stages;
+  plan.stage_names.assign(names, names + plan.variant.num_stages);
+  if (on_shards) {
     plan.variant.stage_blocks = plan.variant.shard_stage_blocks;
     plan.variant.stored_values = {};
-    plan.stage_names = kernel.shard_stages;
   }
   const VariantInfo& variant = plan.variant;
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
@@ -902,6 +903,11 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
     reduces = reduces || info.states[variant.states[j]].shape == reference::StateShape::Tensor;
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, reduces);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
+  if (kernel.long_row_update && !on_shards) {
+    std::vector<TensorDims> dims;
+    for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
+    if (long_rows(dims)) plan.stage_names[static_cast<std::size_t>(update_stage(variant))] = kernel.long_row_update;
+  }
   std::vector<long long> numel, whole_numel;
   for (const PlanTensor& t : tensors) {
     numel.push_back(t.tensor->numel);
@@ -1605,6 +1611,14 @@ long long FusedOptimizer::chunk_size(std::size_t group) const {
 
 const KernelInfo& FusedOptimizer::kernel_set(std::size_t group) const {
   return impl_->info->kernels[impl_->group_at(group, "kernel_set").kernel];
+}
+
+std::vector<std::string> FusedOptimizer::stage_kernels(std::size_t group) const {
+  const Group& g = impl_->group_at(group, "stage_kernels");
+  if (!prepared() || g.plan < 0)
+    throw Error(impl_->call("stage_kernels"), "the optimizer is not prepared", "call prepare() or step() first");
+  const Plan& plan = impl_->plans[static_cast<std::size_t>(g.plan)];
+  return {plan.stage_names.begin(), plan.stage_names.end()};
 }
 
 const Tuning::Entry* FusedOptimizer::Impl::tuned(int kernel) const {

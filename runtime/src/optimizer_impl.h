@@ -145,7 +145,10 @@ struct Plan {
   /// The step it runs: its kernel's variant's, or with a reduction hook the variant's step on
   /// shards (VariantInfo::shard_stage_blocks, KernelInfo::shard_stages) where it has one.
   VariantInfo variant{};
-  const char* const* stage_names = nullptr;
+  /// Its stage kernels' names, in launch order: the kernel set's (KernelInfo::stages), or those of
+  /// its step on shards; the last the Update stage of long rows where the plan's are
+  /// (KernelInfo::long_row_update).
+  std::vector<const char*> stage_names;
   /// The stage kernels' launch shape (Impl::launch_shape_of), and the module they come from.
   LaunchShape shape{};
   const Module* module = nullptr;

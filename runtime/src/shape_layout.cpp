@@ -22,6 +22,16 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
   return d;
 }
 
+bool long_rows(const std::vector<TensorDims>& dims) {
+  std::int64_t elements = 0, in_short_rows = 0;
+  for (const TensorDims& d : dims) {
+    const std::int64_t numel = d.total_rows() * d.cols;
+    elements += numel;
+    if (d.cols < kLongRowColumns) in_short_rows += numel;
+  }
+  return in_short_rows * 8 <= elements;
+}
+
 std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel) {
   switch (shape) {
     case reference::StateShape::Elements: return numel;

@@ -43,6 +43,14 @@ struct TensorDims {
 TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel = 0,
                        int shard_dim = 0);
 
+/// Whether a plan of tensors `dims` launches its kernel set's Update stage of long rows
+/// (KernelInfo::long_row_update, kernel_abi::kLongRowVector): at most an eighth of its elements
+/// lie in rows of fewer than kLongRowColumns columns (a tensor of one dimension is one row). On
+/// an H200 that stage took gpt2's and bert-base's Adafactor from 83% to 86% of the floor and
+/// ghostnet_100's (1x1 and 3x3 convolutions) 19% slower (bench/RESULTS.md, 2026-12-02).
+constexpr std::int64_t kLongRowColumns = 32;
+bool long_rows(const std::vector<TensorDims>& dims);
+
 /// Values of a state of `shape` for a tensor of `numel` elements: numel, B * R or B * C.
 std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel);
 

@@ -181,6 +181,13 @@ enum { kRowTileThreads = 128 };
 OPTGEN_ABI_FUNCTION bool rows_in_column_segments(long long rows, long long cols, int block_size) {
   return block_size == kRowTileThreads && rows > kShortLineValues / 2 && cols > 0 && cols % block_size == 0;
 }
+/// Elements a thread takes at a time in the Update stage of long rows (KernelInfo::long_row_update)
+/// rather than the operand table's 4 (16 bytes of f32): what a vector does for its row, column and
+/// matrix (the division that finds them, the values it loads, the tests for a row's column 0)
+/// then serves eight elements. A plan launches it where its rows are long (long_rows in the
+/// runtime's shape_layout.h): in rows of a few values each element loads its own row's and
+/// column's values, and lanes eight elements apart read them from twice the sectors.
+enum { kLongRowVector = 8 };
 /// Blocks that copy a tensor's row and column states (kSnapshot): one entry per thread.
 OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns, int block_size) {
   const long long entries = rows > columns ? rows : columns;

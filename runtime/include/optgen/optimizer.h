@@ -227,6 +227,10 @@ struct KernelInfo {
   /// Per matrix value of the variant (VariantInfo::matrix_values), the dtype its buffer holds and
   /// its function computes in: BF16 (products that accumulate in fp32) or F32. Null: every one BF16.
   const DType* matrix_dtypes = nullptr;
+  /// The Update stage in vectors of kernel_abi::kLongRowVector elements a thread, which a plan
+  /// launches in place of stages' last where its rows are long (kernel_abi::long_rows); null where
+  /// the set has none (code that reads no element's row, column or matrix; operands not all f32).
+  const char* long_row_update = nullptr;
 };
 
 /// The names of the matrix values of every variant of `info` (VariantInfo::matrix_values), in order
@@ -544,6 +548,10 @@ class FusedOptimizer {
   LaunchShape launch_shape(std::size_t group) const;
   /// The kernel set that steps `group` (its variant and storage).
   const KernelInfo& kernel_set(std::size_t group) const;
+  /// The stage kernels that step `group`, in launch order, as prepare() chose them: the kernel
+  /// set's stages, those of its step on shards (with a reduction hook), or with the Update stage
+  /// of long rows last (KernelInfo::long_row_update). optgen::Error before prepare().
+  std::vector<std::string> stage_kernels(std::size_t group) const;
   const OptimizerInfo& info() const;
   const StorageOptions& storage() const;
   /// The dtype state `name` is stored in (StorageOptions resolved); optgen::Error for an unknown name.

@@ -331,14 +331,11 @@ __device__ __forceinline__ float operand_word_value(int op, const unsigned* word
 /// Elements per thread and access. A Reduce stage reads 16 bytes of the gradient (the operand most
 /// of its reductions read); an Update stage 16 bytes of operand 0 (Ops::kVector: with a master
 /// copy, 4 elements, which keeps the master, the param and the states of a tile within the
-/// registers of three blocks per SM).
+/// registers of three blocks per SM), or 8 f32 elements in a kernel set's Update stage for plans
+/// of long rows (update_stage's V, kernel_abi::kLongRowVector).
 template <typename Ops>
 __device__ __forceinline__ constexpr int reduce_vector() {
   return static_cast<int>(16 / sizeof(typename Ops::Param));
-}
-template <typename Ops>
-__device__ __forceinline__ constexpr int update_vector() {
-  return Ops::kVector;
 }
 
 /// Tiles of V elements that make OPTGEN_ELEMENTS_PER_THREAD elements a thread (at least one).
@@ -347,15 +344,14 @@ __device__ __forceinline__ constexpr int element_tiles() {
   return OPTGEN_ELEMENTS_PER_THREAD / V > 0 ? OPTGEN_ELEMENTS_PER_THREAD / V : 1;
 }
 
-/// Tiles of update_vector() elements an Update stage's thread has in flight per iteration:
+/// Tiles of V elements an Update stage's thread has in flight per iteration:
 /// OPTGEN_ELEMENTS_PER_THREAD elements, or more where the operands are narrow, so that it has at
 /// least the bytes f32 Adam has at that many elements (16 an element; Ops::kBytesPerElement is
 /// one access of each operand). bf16 params and states (8 bytes an element) take two tiles of 8
 /// where one was 64 bytes. A tile is held as loaded (load_operand_words), so a bf16 operand takes
 /// the registers of half its floats.
-template <typename Ops>
+template <typename Ops, int V>
 __device__ __forceinline__ constexpr int update_tiles() {
-  constexpr int V = update_vector<Ops>();
   constexpr int by_elements = element_tiles<V>();
   constexpr int by_bytes = OPTGEN_ELEMENTS_PER_THREAD * 16 / (V * Ops::kBytesPerElement);
   return by_bytes > by_elements ? by_bytes : by_elements;

@@ -64,10 +64,10 @@ __device__ __forceinline__ bool update_operands(const TableView& table, int t, v
   return aligned;
 }
 
-/// Where an Update stage's elements are: its row and column states, where its code reads them, as
-/// the first Reduce stage's snapshot holds them.
-template <typename Update, typename Ops>
-using UpdatePosition = Position<Update, Update, Ops, Update::kShaped, update_vector<Ops>(), true>;
+/// Where an Update stage's elements are, V at a time: its row and column states, where its code
+/// reads them, as the first Reduce stage's snapshot holds them.
+template <typename Update, typename Ops, int V = Ops::kVector>
+using UpdatePosition = Position<Update, Update, Ops, Update::kShaped, V, true>;
 
 /// What an Update stage's elements need beyond their operands, read once its block holds the
 /// tensor's ticket (begin_update): the group's values `k`, the tensor's `tv`, how the parameter is
@@ -113,10 +113,10 @@ __device__ __forceinline__ typename Group::Values program_values(const GroupTabl
 /// results are not all written yet), takes the block's ticket and reads its UpdateStep. A program's
 /// block (Update::kProgram) takes no ticket: it reads the slot of the group's next step, and
 /// commits nothing. Every thread must call it.
-template <typename Update, typename Group, typename Ops>
+template <typename Update, typename Group, typename Ops, typename At>
 __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableView& table, const GroupTable& groups,
                                                                   const StepInputs& inputs, const ReductionTable& red,
-                                                                  const UpdatePosition<Update, Ops>& at, int t, int g) {
+                                                                  const At& at, int t, int g) {
   wait_for_previous_kernel();
   UpdateStep<Update, Group> step;
   if constexpr (Update::kProgram) {
@@ -139,9 +139,9 @@ __device__ __forceinline__ UpdateStep<Update, Group> begin_update(const TableVie
 /// the reduction table's tensor arrivals, which the runtime gives such a variant, Reduce stage or
 /// not), and the group's last one publishes the step (a program's: nothing). Every thread must call
 /// it.
-template <typename Update, typename Group, typename Ops>
+template <typename Update, typename Group, typename Ops, typename At>
 __device__ __forceinline__ void end_update(const TableView& table, const GroupTable& groups,
-                                           const ReductionTable& red, const UpdatePosition<Update, Ops>& at,
+                                           const ReductionTable& red, const At& at,
                                            const UpdateStep<Update, Group>& step, int t, int g) {
   if constexpr (Update::kProgram) return;  // a program counts no step
   if constexpr (Update::kTensorStates) {
@@ -191,16 +191,17 @@ __device__ __forceinline__ void update_elements(const UpdateStep<Update, Group>&
 }
 
 /// The element walk of an Update stage (update_stage.cuh): a block's threads take V consecutive
-/// elements each, U tiles of them at a time, kStride apart, across its chunk of one tensor; each
-/// element's row, column and matrix from Position where the variant has them, and each row's
-/// (column's) new state stored at the row's column 0 (the column's row 0), in Update::apply.
+/// elements each (the operand table's kVector, or update_stage's), U tiles of them at a time,
+/// kStride apart, across its chunk of one tensor; each element's row, column and matrix from
+/// Position where the variant has them, and each row's (column's) new state stored at the row's
+/// column 0 (the column's row 0), in Update::apply.
 /// Constructed before the stage waits (it reads only the plan's tables); start() issues the first
 /// tile's loads, run() updates and stores the chunk.
-template <typename Update, typename Ops>
+template <typename Update, typename Ops, int kVector = Ops::kVector>
 struct ElementWalk {
   static constexpr int kOps = Update::kOperands;
-  static constexpr int V = update_vector<Ops>();
-  static constexpr int U = update_tiles<Ops>();
+  static constexpr int V = kVector;
+  static constexpr int U = update_tiles<Ops, V>();
   static constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
   // The first tile's loads are issued before the block waits for its ticket, and each next tile's
   // as soon as the last is stored, unless the stage computes values per tensor (a trust ratio, a
@@ -219,7 +220,7 @@ struct ElementWalk {
   long long first, end;  ///< the chunk's elements in the tensor
   void* ptr[kOps];
   bool aligned;  ///< every operand (and the parameter behind a master copy) 16-byte aligned
-  UpdatePosition<Update, Ops> at;
+  UpdatePosition<Update, Ops, V> at;
   long long vector_end;  ///< where the elements taken a vector at a time end (start() sets it)
   // The tile, loaded by start() and run(); the thread's next vector is run()'s local (kept here,
   // it cost Adam-mini's f16 Update stage for sm_75 a 4-byte spill at its register cap).
@@ -231,7 +232,7 @@ struct ElementWalk {
         end(first + chunk.count),
         aligned(update_operands<Ops>(table, chunk.tensor, ptr)),
         at(table, chunk.tensor) {}
-  __device__ __forceinline__ const UpdatePosition<Update, Ops>& position() const { return at; }
+  __device__ __forceinline__ const UpdatePosition<Update, Ops, V>& position() const { return at; }
 
   /// The thread's first vector.
   __device__ __forceinline__ long long thread_first() const { return first + static_cast<long long>(threadIdx.x) * V; }

@@ -8,13 +8,14 @@
 namespace optgen {
 
 /// The walk of an Update stage whose operand table is `Ops`: BlockWalk where it has 8-bit states,
-/// else ElementWalk.
-template <typename Update, typename Ops, bool kBlocks = (Ops::kBlockwise != 0)>
+/// else ElementWalk of V elements a thread.
+template <typename Update, typename Ops, int V, bool kBlocks = (Ops::kBlockwise != 0)>
 struct UpdateWalkOf {
-  typedef ElementWalk<Update, Ops> type;
+  typedef ElementWalk<Update, Ops, V> type;
 };
-template <typename Update, typename Ops>
-struct UpdateWalkOf<Update, Ops, true> {
+template <typename Update, typename Ops, int V>
+struct UpdateWalkOf<Update, Ops, V, true> {
+  static_assert(V == Ops::kVector, "8-bit blocks are walked 8 elements a lane");
   typedef BlockWalk<Update, Ops> type;
 };
 
@@ -23,21 +24,23 @@ struct UpdateWalkOf<Update, Ops, true> {
 /// the operand table `Ops` says. The gradient is only read (and, under AMP, divided by the grad
 /// scale in registers); the step's outputs are written back (stores). The walk reads the plan's
 /// tables before the stage waits, and its first loads are on their way before the block takes its
-/// ticket (begin_update); the group's last block commits the step (end_update).
-template <typename Update, typename Group, typename Ops>
+/// ticket (begin_update); the group's last block commits the step (end_update). An element walk
+/// takes V elements a thread: the operand table's kVector, or kernel_abi::kLongRowVector in the
+/// kernel a plan of long rows launches instead (KernelInfo::long_row_update).
+template <typename Update, typename Group, typename Ops, int V = Ops::kVector>
 __device__ __forceinline__ void update_stage(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red) {
   const Chunk chunk = table.chunks[blockIdx.x];
   const int t = chunk.tensor;
   const int g = chunk.group;
-  typename UpdateWalkOf<Update, Ops>::type walk(table, chunk);
+  typename UpdateWalkOf<Update, Ops, V>::type walk(table, chunk);
   enter_update_stage<Update>();
   // AMP: an overflow skips the whole step. Read now, tested once the first loads are on their way.
   if (!walk.start(skips_step(inputs))) return;
   const UpdateStep<Update, Group> step =
       begin_update<Update, Group, Ops>(table, groups, inputs, red, walk.position(), t, g);
   walk.run(step);
-  end_update(table, groups, red, walk.position(), step, t, g);
+  end_update<Update, Group, Ops>(table, groups, red, walk.position(), step, t, g);
 }
 
 }  // namespace optgen
