@@ -759,9 +759,7 @@ DeviceBuffer upload_grad_norms(const FusedOptimizer::Impl& m) {
 /// buffer of no bytes is a null pointer. Returns the layout (its block counts size the grids); sets
 /// where the plan's column and matrix results are, and per stage those each rank holds a part of.
 ShapeLayout build_shapes(const FusedOptimizer::Impl& m, Plan& plan, const VariantInfo& variant,
-                         const std::vector<PlanTensor>& tensors) {
-  std::vector<TensorDims> dims;
-  for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
+                         const std::vector<TensorDims>& dims) {
   // The GPU's blocks at once, for plan_line_values: 2048 threads a multiprocessor (Ampere's A100
   // and Hopper's; fewer elsewhere, where the rule then keeps more values a lane).
   const long long resident =
@@ -903,16 +901,15 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
     reduces = reduces || info.states[variant.states[j]].shape == reference::StateShape::Tensor;
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, reduces);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
-  if (kernel.long_row_update && !on_shards) {
-    std::vector<TensorDims> dims;
-    for (const PlanTensor& t : tensors) dims.push_back(t.tensor->dims);
-    if (long_rows(dims)) plan.stage_names[static_cast<std::size_t>(update_stage(variant))] = kernel.long_row_update;
-  }
   std::vector<long long> numel, whole_numel;
+  std::vector<TensorDims> dims;
   for (const PlanTensor& t : tensors) {
     numel.push_back(t.tensor->numel);
     whole_numel.push_back(t.tensor->whole_numel);
+    dims.push_back(t.tensor->dims);
   }
+  if (kernel.long_row_update && !on_shards && long_rows(dims))
+    plan.stage_names[static_cast<std::size_t>(update_stage(variant))] = kernel.long_row_update;
   std::vector<int> chunks_per_tensor;
   const long long chunk_size = m.plan_chunk_size(plan.kernel, numel);
   plan.shape = m.launch_shape_of(plan.kernel);
@@ -960,7 +957,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   plan.row_results = plan.col_results = plan.matrix_results = nullptr;  // build_shapes sets them, and the runs
   plan.partial_runs.assign(static_cast<std::size_t>(variant.num_stages), {});
   ShapeLayout shapes;
-  if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, tensors);
+  if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, dims);
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
   plan.programs.clear();
   for (int p = 0; p < info.num_programs; ++p) plan.programs.push_back(plan.module->function(kernel.programs[p]));

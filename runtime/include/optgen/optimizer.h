@@ -228,8 +228,9 @@ struct KernelInfo {
   /// its function computes in: BF16 (products that accumulate in fp32) or F32. Null: every one BF16.
   const DType* matrix_dtypes = nullptr;
   /// The Update stage in vectors of kernel_abi::kLongRowVector elements a thread, which a plan
-  /// launches in place of stages' last where its rows are long (kernel_abi::long_rows); null where
-  /// the set has none (code that reads no element's row, column or matrix; operands not all f32).
+  /// launches in place of the last of `stages` where its rows are long (long_rows in the runtime's
+  /// shape_layout.h); null where the set has none (code that reads no element's row, column or
+  /// matrix; operands not all f32).
   const char* long_row_update = nullptr;
 };
 
