@@ -142,11 +142,11 @@ OPTGEN_ABI_FUNCTION int line_lanes(long long length, int block_size, int line_va
   while (lanes < block_size && static_cast<long long>(lanes) * line_values < length) lanes *= 2;
   return lanes;
 }
-/// Lines of `length` values that one thread takes, one after another: 1 for a line of more than
-/// kShortLineValues / 2, else the most (a power of two) that hold at most kShortLineValues values
-/// together. A block of short lines (a 1x1 conv weight's rows and columns are one value long) then
-/// does a block's worth of work for what finding its tensor costs it. (A line that short is one
-/// lane's: kShortLineValues / 2 <= kFewestLineValues.)
+/// Lines of `length` values that one thread takes, shaped.cuh's kShortLineBatch at a time: 1 for a
+/// line of more than kShortLineValues / 2, else the most (a power of two) that hold at most
+/// kShortLineValues values together. A block of short lines (a 1x1 conv weight's rows and columns
+/// are one value long) then does a block's worth of work for what finding its tensor costs it. (A
+/// line that short is one lane's: kShortLineValues / 2 <= kFewestLineValues.)
 enum { kShortLineValues = 32 };
 OPTGEN_ABI_FUNCTION int short_lines(long long length) {
   int n = 1;

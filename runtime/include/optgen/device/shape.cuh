@@ -16,6 +16,19 @@ struct ElementIndex {
   long long i, p, q, b, r, c;
 };
 
+/// n / d and its remainder, in 32 bits where both fit (a small model's many short lines each pay
+/// for this: a 64-bit division is a subroutine of about a hundred instructions).
+__device__ __forceinline__ long long divide(long long n, long long d, long long& rest) {
+  if (n < 0xffffffffLL && d < 0xffffffffLL) {
+    const unsigned un = static_cast<unsigned>(n), ud = static_cast<unsigned>(d), q = un / ud;
+    rest = un - q * ud;
+    return q;
+  }
+  const long long q = n / d;
+  rest = n - q * d;
+  return q;
+}
+
 __device__ __forceinline__ ElementIndex element_index(long long i, long long R, long long C) {
   ElementIndex x;
   x.i = i;

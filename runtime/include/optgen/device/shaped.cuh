@@ -132,10 +132,122 @@ __device__ __forceinline__ ShapedBlock<Reduce, Group, Ops> shaped_block(const Ta
   return s;
 }
 
+/// A line's finish (Code::finish) as a thread that finishes several lines at once runs it: the
+/// line's own results (Code's reductions, of rows where kLevel is kernel_abi::kRowLines, columns
+/// where kColumnSegments, matrices where kMatrixRowLines, for either kind of matrix line) read
+/// from the registers that hold them, not from where they are stored, and the values it stores
+/// held until store(). The loads of every line's finish (its states) are then issued before any
+/// store: the compiler moves no load past a store it cannot tell apart from it, and a thread's
+/// finishes, one after another, each waited a round trip to memory (a 1x1 convolution's rows and
+/// columns are 32 lines a thread).
+template <typename Code, int kLevel, typename Sh>
+struct HeldLine {
+  static constexpr int kHeld = 4;  ///< stored-value slots held (a later one is stored at once)
+  const Sh* line_of;  ///< the tensor the line is of
+  const float* acc;   ///< the line's results, Code::kReductions
+  long long R, C;     ///< the generated finish reads sh_.R and sh_.C
+  // Code::finish takes its lines as const (what Shaped's stores write is not Shaped's).
+  mutable float held[kHeld];
+  mutable unsigned mask;
+
+  __device__ __forceinline__ void bind(const Sh& s, const float (&a)[Code::kReductions]) {
+    line_of = &s;
+    acc = a;
+    R = s.R;
+    C = s.C;
+    mask = 0u;
+  }
+  /// The line's result in slot s (its kind's), where Code reduces it.
+  __device__ __forceinline__ bool own(int level, int s, float& x) const {
+    if (level != kLevel) return false;
+#pragma unroll
+    for (int r = 0; r < Code::kReductions; ++r)
+      if (Code::slot(r) == s) {
+        x = acc[r];
+        return true;
+      }
+    return false;
+  }
+  __device__ __forceinline__ float row_result(int s, long long p) const {
+    float x;
+    return own(kernel_abi::kRowLines, s, x) ? x : line_of->row_result(s, p);
+  }
+  __device__ __forceinline__ float col_result(int s, long long q) const {
+    float x;
+    return own(kernel_abi::kColumnSegments, s, x) ? x : line_of->col_result(s, q);
+  }
+  __device__ __forceinline__ float matrix_result(int s, long long b) const {
+    float x;
+    return own(kernel_abi::kMatrixRowLines, s, x) ? x : line_of->matrix_result(s, b);
+  }
+  __device__ __forceinline__ float row_value(int j, long long p) const { return line_of->row_value(j, p); }
+  __device__ __forceinline__ float col_value(int j, long long q) const { return line_of->col_value(j, q); }
+  __device__ __forceinline__ float matrix_value(int j, long long b) const { return line_of->matrix_value(j, b); }
+  __device__ __forceinline__ float row_state(int op, int j, long long p) const { return line_of->row_state(op, j, p); }
+  __device__ __forceinline__ float col_state(int op, int j, long long q) const { return line_of->col_state(op, j, q); }
+  /// The line's stored values: held (kLevel's, the line's own: Code::finish stores no other).
+  __device__ __forceinline__ void hold(int j, float x) const {
+    held[j < kHeld ? j : 0] = x;
+    mask |= 1u << j;
+  }
+  __device__ __forceinline__ void store_row_value(int j, long long p, float x) const {
+    if (j < kHeld) return hold(j, x);
+    line_of->store_row_value(j, p, x);
+  }
+  __device__ __forceinline__ void store_col_value(int j, long long q, float x) const {
+    if (j < kHeld) return hold(j, x);
+    line_of->store_col_value(j, q, x);
+  }
+  __device__ __forceinline__ void store_matrix_value(int j, long long b, float x) const {
+    if (j < kHeld) return hold(j, x);
+    line_of->store_matrix_value(j, b, x);
+  }
+  /// Stores the held values of line `line`.
+  __device__ __forceinline__ void store(long long line) const {
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {
+      if (!((mask >> j) & 1u)) continue;
+      if (kLevel == kernel_abi::kRowLines) line_of->store_row_value(j, line, held[j]);
+      if (kLevel == kernel_abi::kColumnSegments) line_of->store_col_value(j, line, held[j]);
+      if (kLevel == kernel_abi::kMatrixRowLines) line_of->store_matrix_value(j, line, held[j]);
+    }
+  }
+};
+
+/// Lines a thread of short lines takes at a time, their loads and their finishes' loads in flight
+/// together.
+enum { kShortLineBatch = 2 };
+
+/// The results of a thread's batch of short lines (line[u], where valid[u]) into `out` (slot s of
+/// line l at out[s * stride + l]), and the values their finishes store (HeldLine).
+template <typename Code, int kLevel, typename Block>
+__device__ __forceinline__ void finish_short_lines(const Block& s, const long long (&line)[kShortLineBatch],
+                                                   const bool (&valid)[kShortLineBatch],
+                                                   const float (&acc)[kShortLineBatch][Code::kReductions], float* out,
+                                                   long long stride) {
+  typedef HeldLine<Code, kLevel, decltype(s.sh)> Held;
+  if constexpr (Code::kStoredValues > 0) {
+    Held held[kShortLineBatch];
+#pragma unroll
+    for (int u = 0; u < kShortLineBatch; ++u) held[u].bind(s.sh, acc[u]);
+#pragma unroll
+    for (int u = 0; u < kShortLineBatch; ++u)
+      if (valid[u]) Code::finish(s.k, s.tv, held[u], line[u]);
+#pragma unroll
+    for (int u = 0; u < kShortLineBatch; ++u)
+      if (valid[u]) held[u].store(line[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < kShortLineBatch; ++u)
+#pragma unroll
+    for (int r = 0; r < Code::kReductions; ++r)
+      if (valid[u]) out[Code::slot(r) * stride + line[u]] = acc[u][r];
+}
+
 /// Short lines of a shaped Reduce stage (kernel_abi::short_lines(length) > 1, a line of one lane):
 /// each thread reduces short_lines lines, block_size apart (consecutive threads, consecutive lines),
-/// element by element: apart from shaped_lines' code for longer ones, which holds a line's
-/// vectors in flight and would hold more registers for a loop around it.
+/// kShortLineBatch at a time, element by element: apart from shaped_lines' code for longer ones,
+/// which holds a line's vectors in flight and would hold more registers for a loop around it.
 template <int kKind, typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void reduce_short_lines(const ShapedBlock<Reduce, Group, Ops>& s,
                                                    void* const (&ptr)[Reduce::kOperands], long long local,
@@ -143,41 +255,57 @@ __device__ __forceinline__ void reduce_short_lines(const ShapedBlock<Reduce, Gro
   typedef typename Reduce::template Lines<kKind> Code;
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
+  constexpr int kB = kShortLineBatch;
   const int rounds = kernel_abi::short_lines(length);
-  for (int round = 0; round < rounds; ++round) {
-    const long long line = (local * rounds + round) * OPTGEN_BLOCK_SIZE + threadIdx.x;
-    if (line >= lines) return;  // the later rounds' lines are further on
-    float acc[kR];
+  for (int round0 = 0; round0 < rounds; round0 += kB) {
+    long long line[kB];
+    bool valid[kB];
+    float acc[kB][kR];
+    ElementIndex x[kB];  // row lines: the line's element j
 #pragma unroll
-    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    ElementIndex x;  // row lines: the line's first element
-    if constexpr (kKind == kernel_abi::kRowLines) {
-      x.p = line;
-      x.b = line / s.sh.R;
-      x.r = line - x.b * s.sh.R;
-      x.c = 0;
-      x.q = x.b * s.sh.C;
-      x.i = line * s.sh.C;
+    for (int u = 0; u < kB; ++u) {
+      line[u] = (local * rounds + round0 + u) * OPTGEN_BLOCK_SIZE + threadIdx.x;
+      valid[u] = round0 + u < rounds && line[u] < lines;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) acc[u][r] = reduce_identity<float>(Code::is_max(r));
+      if constexpr (kKind == kernel_abi::kRowLines) {
+        x[u].p = line[u];
+        x[u].b = divide(line[u], s.sh.R, x[u].r);
+        x[u].c = 0;
+        x[u].q = x[u].b * s.sh.C;
+        x[u].i = line[u] * s.sh.C;
+      }
     }
+    if (!valid[0]) return;  // the later rounds' lines are further on
 #pragma unroll 1
     for (int j = 0; j < static_cast<int>(length); ++j) {  // at most 16
-      float value[kR];
+      float value[kB][kR];
       if constexpr (kKind == kernel_abi::kRowLines) {
-        float operands[kOps];
-        load_element<Code, Ops, kOps>(ptr, x.i, operands, s.scaled, s.grad_scale);
-        Code::apply(s.k, s.tv, s.sh, x, operands, value);
-        ++x.c;
-        ++x.q;
-        ++x.i;
+        float operands[kB][kOps];
+#pragma unroll
+        for (int u = 0; u < kB; ++u)
+          if (valid[u]) load_element<Code, Ops, kOps>(ptr, x[u].i, operands[u], s.scaled, s.grad_scale);
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          if (!valid[u]) continue;
+          Code::apply(s.k, s.tv, s.sh, x[u], operands[u], value[u]);
+          ++x[u].c;
+          ++x[u].q;
+          ++x[u].i;
+        }
       } else {
-        Code::apply(s.k, s.tv, s.sh, line * length + j, line, value);
+#pragma unroll
+        for (int u = 0; u < kB; ++u)
+          if (valid[u]) Code::apply(s.k, s.tv, s.sh, line[u] * length + j, line[u], value[u]);
       }
 #pragma unroll
-      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
-    }
+      for (int u = 0; u < kB; ++u)
 #pragma unroll
-    for (int r = 0; r < kR; ++r) out[Code::slot(r) * stride + line] = acc[r];
-    if constexpr (Code::kStoredValues > 0) Code::finish(s.k, s.tv, s.sh, line);
+        for (int r = 0; r < kR; ++r)
+          if (valid[u]) acc[u][r] = reduce_combine(Code::is_max(r), acc[u][r], value[u][r]);
+    }
+    finish_short_lines<Code, kKind == kernel_abi::kRowLines ? kernel_abi::kRowLines : kernel_abi::kMatrixRowLines>(
+        s, line, valid, acc, out, stride);
   }
 }
 
@@ -613,15 +741,54 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
       }
     }
   };
-  if (segments == 1) {
-    // A tile of short_lines(R) rounds of block_size columns (kernel_abi::column_blocks).
-    const int rounds = kernel_abi::short_lines(R);
+  // A tile of short_lines(R) rounds of block_size columns (kernel_abi::column_blocks), short
+  // columns kShortLineBatch at a time (reduce_short_lines' rows).
+  const int rounds = kernel_abi::short_lines(R);
+  if (rounds > 1) {
+    constexpr int kB = kShortLineBatch;
+    for (int round0 = 0; round0 < rounds; round0 += kB) {
+      long long q[kB];
+      bool valid[kB];
+      float sums[kB][kR];
+      ElementIndex x[kB];  // the column's element in row r
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {
+        q[u] = (tile * rounds + round0 + u) * OPTGEN_BLOCK_SIZE + threadIdx.x;
+        valid[u] = round0 + u < rounds && q[u] < columns;
+#pragma unroll
+        for (int r = 0; r < kR; ++r) sums[u][r] = reduce_identity<float>(Code::is_max(r));
+        x[u].b = divide(q[u], C, x[u].c);
+        x[u].q = q[u];
+      }
+      if (!valid[0]) return;  // the later rounds' columns are further on
 #pragma unroll 1
-    for (int round = 0; round < rounds; ++round) {
-      const long long q = (tile * rounds + round) * OPTGEN_BLOCK_SIZE + threadIdx.x;
-      sum_column(q);
-      column_results<Code>(st, s, t, q, segment, tile, acc);
+      for (long long r = 0; r < R; ++r) {  // at most 16
+        float v[kB][kOps];
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          x[u].r = r;
+          x[u].p = x[u].b * R + r;
+          x[u].i = x[u].p * C + x[u].c;
+          if (valid[u]) load_element<Code, Ops, kOps>(ptr, x[u].i, v[u], s.scaled, s.grad_scale);
+        }
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+          if (!valid[u]) continue;
+          float value[kR];
+          Code::apply(s.k, s.tv, s.sh, x[u], v[u], value);
+#pragma unroll
+          for (int j = 0; j < kR; ++j) sums[u][j] = reduce_combine(Code::is_max(j), sums[u][j], value[j]);
+        }
+      }
+      finish_short_lines<Code, kernel_abi::kColumnSegments>(s, q, valid, sums, st.col_results + s.sh.col0,
+                                                              st.num_cols);
     }
+    return;
+  }
+  if (segments == 1) {
+    const long long q = tile * OPTGEN_BLOCK_SIZE + threadIdx.x;
+    sum_column(q);
+    column_results<Code>(st, s, t, q, segment, tile, acc);
     return;
   }
   // Several segments: short_lines(R) is 1 (R > kColumnSegmentRows), a tile is block_size columns.
