@@ -215,7 +215,9 @@ struct HeldLine {
 };
 
 /// Lines a thread of short lines takes at a time, their loads and their finishes' loads in flight
-/// together.
+/// together. Two: four shortened Adafactor's steps of small models more, but took Adam-mini's
+/// Reduce kernel, whose long rows share it, from 62 to 72 registers (sm_90) and its gpt2 step 1.4%
+/// longer (bench/RESULTS.md, 2026-12-02, "short lines two at a time").
 enum { kShortLineBatch = 2 };
 
 /// The results of a thread's batch of short lines (line[u], where valid[u]) into `out` (slot s of
