@@ -247,3 +247,28 @@ TEST_CASE("reductions are deterministic: the same inputs give the same bits, eag
     CHECK(state_bytes(*opts[2]) == state_bytes(*opts[0]));
   }
 }
+
+TEST_CASE("a plan's chunks fit the GPU when nothing chose their size", "[runtime]") {
+  using optgen::fitted_chunk_size;
+  constexpr long long kSMs = 132;  // an H200
+  // ghostnet_100's 5,182,508 parameters: an element-wise set's 2048 stays (2,530 chunks), the 8-bit
+  // sets' 32768 halves once (158 chunks' worth, fewer than two a multiprocessor) and no further.
+  CHECK(fitted_chunk_size(2048, 5182508, kSMs, false, 64) == 2048);
+  CHECK(fitted_chunk_size(32768, 5182508, kSMs, false, 256) == 16384);
+  // A set of rows and columns wants 32 a multiprocessor: ghostnet_100's 8192 becomes 2048 (the
+  // smallest it fits to), resnet50's 25,557,032 parameters 4096 (3,120 chunks at 8192, 23.6 a
+  // multiprocessor; 6,240 at 4096, 47), gpt2's 124,439,808 keep 8192 (115 a multiprocessor).
+  CHECK(fitted_chunk_size(8192, 5182508, kSMs, true, 64) == 2048);
+  CHECK(fitted_chunk_size(8192, 25557032, kSMs, true, 64) == 4096);
+  CHECK(fitted_chunk_size(8192, 124439808, kSMs, true, 64) == 8192);
+  // The same elements without rows and columns keep 8192 past two a multiprocessor.
+  CHECK(fitted_chunk_size(8192, 5182508, kSMs, false, 64) == 8192);
+  // A half that is not a multiple of the set's (a compiled-in 8256 = 129 x 64: its half is not
+  // a multiple of 64) stops the halving; so does a half below 2048 (3072's 1536).
+  CHECK(fitted_chunk_size(8256, 1000, kSMs, true, 64) == 8256);
+  CHECK(fitted_chunk_size(3072, 1000, kSMs, true, 64) == 3072);
+  CHECK(fitted_chunk_size(1024, 1000, kSMs, true, 64) == 1024);
+  // An empty plan, or a device of no multiprocessors reported: nothing to fill.
+  CHECK(fitted_chunk_size(8192, 0, kSMs, true, 64) == 2048);
+  CHECK(fitted_chunk_size(8192, 1000000, 0, true, 64) == 8192);
+}

@@ -34,6 +34,14 @@ int reduce_chunks_per_block(std::size_t chunks, std::size_t resident, bool fill_
   return best;
 }
 
+long long fitted_chunk_size(long long compiled, long long elements, long long multiprocessors, bool rows_and_columns,
+                            long long multiple) {
+  const long long wanted = (rows_and_columns ? kRowsAndColumnsChunksPerMultiprocessor : 2) * multiprocessors;
+  long long chunk = compiled;
+  while (chunk / 2 >= kSmallestFittedChunk && elements / chunk < wanted && (chunk / 2) % multiple == 0) chunk /= 2;
+  return chunk;
+}
+
 namespace {
 
 constexpr std::size_t kStateAlignment = 256;  // bytes; keeps every state buffer 16-byte aligned
@@ -1635,26 +1643,17 @@ const Tuning::Entry* FusedOptimizer::Impl::tuned(int kernel) const {
 }
 
 long long FusedOptimizer::Impl::plan_chunk_size(int kernel, const std::vector<long long>& numel) const {
-  long long chunk = chunk_size_of(kernel);
+  const long long chunk = chunk_size_of(kernel);
   if (chunk_size > 0 || tuned(kernel)) return chunk;
-  // The generator's chunks (32768 elements for 8-bit states) can be too long for a small model:
-  // less work than two full chunks per multiprocessor leaves most of them idle (ghostnet_100's 5.2M
-  // parameters make 158 chunks' worth of 32768 on an H200's 132; its small tensors' chunks, one
-  // each, hold little). Halved, down to the f32 sets' default, until the plan's elements fill that
-  // many, while the half is still a chunk size the set takes (set_chunk_size's rule: a multiple of
-  // 64, of 256 where a state is 8-bit), which a compiled-in size that is not a power of two may not be.
   const KernelInfo& set = info->kernels[kernel];
-  const long long wanted = 2LL * driver::multiprocessor_count(driver::current_device());
+  const VariantInfo& variant = info->variants[set.variant];
   long long elements = 0;
   for (long long n : numel) elements += n;
-  while (chunk > kSmallestFittedChunk && elements / chunk < wanted) {
-    const long long half = chunk / 2;
-    if (half % 64 != 0 ||
-        (set.state_dtypes && !holds_whole_blocks(half, set.state_dtypes, static_cast<std::size_t>(info->num_states))))
-      break;
-    chunk = half;
-  }
-  return chunk;
+  const bool eight_bit =
+      set.state_dtypes && std::any_of(set.state_dtypes, set.state_dtypes + info->num_states, is_blockwise);
+  return fitted_chunk_size(chunk, elements, driver::multiprocessor_count(driver::current_device()),
+                           variant.stage_blocks && variant.num_matrix_values == 0,
+                           eight_bit ? blockwise8::kBlockSize : 64);
 }
 
 long long FusedOptimizer::Impl::chunk_size_of(int kernel) const {

@@ -27,6 +27,26 @@ namespace optgen {
 /// `n` rounded up to a multiple of `to`.
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
+/// The smallest chunk fitted_chunk_size halves a compiled-in size to (the f32 sets' default).
+constexpr long long kSmallestFittedChunk = 2048;
+/// How many chunks per multiprocessor a plan of rows and columns wants. Its Update stage takes a
+/// chunk a block, and the generator's 8192 elements (kept for large models: gpt2's Adafactor step
+/// 956 µs at 8192, 1091 at 2048) left small models one unbalanced wave (ghostnet_100's 632 chunks,
+/// 4.8 a multiprocessor of an H200). At 32 (bench/RESULTS.md, 2026-12-02), ghostnet_100's and
+/// dcgan-generator's sets take 2048 and resnet50's 4096: their Adafactor and Adam-mini steps 2-29%
+/// shorter; models of more than 32 x 8192 elements a multiprocessor keep 8192.
+constexpr long long kRowsAndColumnsChunksPerMultiprocessor = 32;
+
+/// The elements per block of a plan of `elements` elements that nothing else chose them for (no
+/// set_chunk_size, no tuning table): the generator's `compiled`, halved, down to
+/// kSmallestFittedChunk and while the half is a multiple of `multiple` (64; 256 for a set with
+/// 8-bit states), while the plan's elements would fill fewer chunks than two per multiprocessor
+/// (the 8-bit sets' 32768 left most of an H200 idle on ghostnet_100, 158 chunks' worth), or, for
+/// a plan of rows and columns (a variant with row, column or matrix code and no matrix values),
+/// kRowsAndColumnsChunksPerMultiprocessor.
+long long fitted_chunk_size(long long compiled, long long elements, long long multiprocessors, bool rows_and_columns,
+                            long long multiple);
+
 /// How many chunks a Reduce stage's block takes (kernel_abi::ReductionTable::chunks_per_block), of
 /// `chunks` chunk-run blocks' worth and `resident` blocks the GPU holds at once (1 where either is
 /// 0). `fill_last_wave`: the most, up to kReduceChunksPerBlock (a block's run of chunks saves
@@ -238,10 +258,9 @@ struct FusedOptimizer::Impl {
   /// set_chunk_size's, else the tuning table's for a plan of their size, else the generator's.
   long long chunk_size_of(int kernel) const;
   /// The elements per block prepare() gives the plan of kernel set `kernel`, of tensors of `numel`
-  /// elements: chunk_size_of's, but that the generator's is halved, down to kSmallestFittedChunk,
-  /// until the plan's elements fill two chunks per multiprocessor (needs the device).
+  /// elements: chunk_size_of's, but that the generator's is fitted to the plan (fitted_chunk_size,
+  /// on the device's multiprocessors).
   long long plan_chunk_size(int kernel, const std::vector<long long>& numel) const;
-  static constexpr long long kSmallestFittedChunk = 2048;
   /// Launch shape of kernel set `kernel`: set_launch_shape's, else the tuning table's, else the
   /// generator's.
   LaunchShape launch_shape_of(int kernel) const;

@@ -151,7 +151,8 @@ int optgen_grad_norm(const optgen_optimizer* optimizer, size_t group, const floa
 int optgen_set_chunk_size(optgen_optimizer* optimizer, int64_t elements);
 /* Elements per block of the kernel set that steps `group` (FusedOptimizer::chunk_size): the one
  * set above, else the tuning table's (OPTGEN_TUNING), else the generator's, halved once prepared
- * while the plan's elements would fill fewer chunks than two per multiprocessor. (ABI 7) */
+ * while the plan's elements would fill fewer chunks than two per multiprocessor (32 for a kernel
+ * set of rows and columns). (ABI 7) */
 int optgen_chunk_size(const optgen_optimizer* optimizer, size_t group, int64_t* elements);
 /* Threads per block and elements per thread of every kernel set (FusedOptimizer::set_launch_shape):
  * powers of two, 32 to 1024 threads and up to 64 elements; 0, 0 gives each set back its own. A

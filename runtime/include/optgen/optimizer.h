@@ -536,7 +536,8 @@ class FusedOptimizer {
   /// environment variable OPTGEN_TUNING names a table for this device (optgen/tuning.h), the
   /// table's for a plan of as many elements as the groups of that kernel set hold; else the
   /// generator's (KernelInfo::chunk_size), which prepare() halves, down to 2048, while the plan's
-  /// elements would fill fewer chunks than two per multiprocessor (a small model's 8-bit states).
+  /// elements would fill fewer chunks than two per multiprocessor (a small model's 8-bit states),
+  /// or than 32 for a kernel set of rows and columns (Adafactor's, Adam-mini's on a small model).
   long long chunk_size(std::size_t group) const;
   /// Compiles every kernel set for `shape` instead of each one's own; the optimizer must be
   /// prepared again. A shape other than the generator's (OptimizerInfo::block_size,
