@@ -220,6 +220,17 @@ struct HeldLine {
 /// longer (bench/RESULTS.md, 2026-12-02, "short lines two at a time").
 enum { kShortLineBatch = 2 };
 
+/// Line u of a thread's batch of short lines from round `round0` of the `rounds` its tile `tile`
+/// takes: its index, whether it is among the `lines` there are, and its results at the identity.
+template <typename Code>
+__device__ __forceinline__ void start_short_line(long long tile, int rounds, int round0, int u, long long lines,
+                                                 long long& line, bool& valid, float (&acc)[Code::kReductions]) {
+  line = (tile * rounds + round0 + u) * OPTGEN_BLOCK_SIZE + threadIdx.x;
+  valid = round0 + u < rounds && line < lines;
+#pragma unroll
+  for (int r = 0; r < Code::kReductions; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+}
+
 /// The results of a thread's batch of short lines (line[u], where valid[u]) into `out` (slot s of
 /// line l at out[s * stride + l]), and the values their finishes store (HeldLine).
 template <typename Code, int kLevel, typename Block>
@@ -266,10 +277,7 @@ __device__ __forceinline__ void reduce_short_lines(const ShapedBlock<Reduce, Gro
     ElementIndex x[kB];  // row lines: the line's element j
 #pragma unroll
     for (int u = 0; u < kB; ++u) {
-      line[u] = (local * rounds + round0 + u) * OPTGEN_BLOCK_SIZE + threadIdx.x;
-      valid[u] = round0 + u < rounds && line[u] < lines;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) acc[u][r] = reduce_identity<float>(Code::is_max(r));
+      start_short_line<Code>(local, rounds, round0, u, lines, line[u], valid[u], acc[u]);
       if constexpr (kKind == kernel_abi::kRowLines) {
         x[u].p = line[u];
         x[u].b = divide(line[u], s.sh.R, x[u].r);
@@ -755,10 +763,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
       ElementIndex x[kB];  // the column's element in row r
 #pragma unroll
       for (int u = 0; u < kB; ++u) {
-        q[u] = (tile * rounds + round0 + u) * OPTGEN_BLOCK_SIZE + threadIdx.x;
-        valid[u] = round0 + u < rounds && q[u] < columns;
-#pragma unroll
-        for (int r = 0; r < kR; ++r) sums[u][r] = reduce_identity<float>(Code::is_max(r));
+        start_short_line<Code>(tile, rounds, round0, u, columns, q[u], valid[u], sums[u]);
         x[u].b = divide(q[u], C, x[u].c);
         x[u].q = q[u];
       }
