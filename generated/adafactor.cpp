@@ -80,8 +80,8 @@ namespace variants::adafactor_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, 2}, nullptr, 0, variants::adafactor::kShardStageBlocks},
-    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 2, 2}, nullptr, 0, variants::adafactor_clip_grad_norm::kShardStageBlocks},
+    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 1, 1}, nullptr, 0, variants::adafactor::kShardStageBlocks},
+    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 1, 1}, nullptr, 0, variants::adafactor_clip_grad_norm::kShardStageBlocks},
 };
 
 const KernelInfo kKernels[] = {

@@ -173,22 +173,17 @@ namespace variants::adafactor {
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-      static constexpr int kStoredValues = 2;  // values stored per line
+      static constexpr int kStoredValues = 1;  // values stored per line
       template <typename Sh_>
       static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
         const long long q_ = line_;
         [[maybe_unused]] const long long b_ = line_ / sh_.C;
         const float one_minus_beta2_t = k_.one_minus_beta2_t;
-        const bool factored = tv_.factored;
         const float rows = tv_.rows;
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
         const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
         const float col_var_next = col_var_next_1;
-        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
-        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, q_);
         sh_.store_col_value(0, q_, col_var_next);  // col_var_next
-        sh_.store_col_value(1, q_, col_var_next_3);  // col_var's new value
       }
 
       template <typename Sh_>
@@ -216,22 +211,17 @@ namespace variants::adafactor {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-    static constexpr int kStoredValues = 2;  // values stored per line
+    static constexpr int kStoredValues = 1;  // values stored per line
     template <typename Sh_>
     static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
       const long long p_ = line_;
       [[maybe_unused]] const long long b_ = line_ / sh_.R;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
-      const bool factored = tv_.factored;
       const float cols = tv_.cols;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
       const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
       const float row_var_next = row_var_next_1;
-      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
-      const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, p_);
       sh_.store_row_value(0, p_, row_var_next);  // row_var_next
-      sh_.store_row_value(1, p_, row_var_next_3);  // row_var's new value
     }
 
     template <typename Sh_>
@@ -438,10 +428,10 @@ namespace variants::adafactor {
     template <typename Sh_>
     static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
-        sh_.store_state(2, ix_.p, sh_.row_value(1, ix_.p));  // row_var
+        sh_.store_state(2, ix_.p, sh_.row_value(0, ix_.p));  // row_var
       }
       if (ix_.r == 0) {
-        sh_.store_state(3, ix_.q, sh_.col_value(1, ix_.q));  // col_var
+        sh_.store_state(3, ix_.q, sh_.col_value(0, ix_.q));  // col_var
       }
     }
   };
@@ -953,22 +943,17 @@ namespace variants::adafactor_clip_grad_norm {
       static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
       static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
       static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-      static constexpr int kStoredValues = 2;  // values stored per line
+      static constexpr int kStoredValues = 1;  // values stored per line
       template <typename Sh_>
       static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
         const long long q_ = line_;
         [[maybe_unused]] const long long b_ = line_ / sh_.C;
         const float one_minus_beta2_t = k_.one_minus_beta2_t;
-        const bool factored = tv_.factored;
         const float rows = tv_.rows;
         // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
         const float col_var_next_1 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
         const float col_var_next = col_var_next_1;
-        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
-        const float col_var_next_2 = ::optgen::lerp(sh_.col_state(3, 0, q_), sh_.col_result(0, q_) / rows, one_minus_beta2_t);
-        const float col_var_next_3 = factored ? col_var_next_2 : sh_.col_state(3, 0, q_);
         sh_.store_col_value(0, q_, col_var_next);  // col_var_next
-        sh_.store_col_value(1, q_, col_var_next_3);  // col_var's new value
       }
 
       template <typename Sh_>
@@ -998,22 +983,17 @@ namespace variants::adafactor_clip_grad_norm {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-    static constexpr int kStoredValues = 2;  // values stored per line
+    static constexpr int kStoredValues = 1;  // values stored per line
     template <typename Sh_>
     static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
       const long long p_ = line_;
       [[maybe_unused]] const long long b_ = line_ / sh_.R;
       const float one_minus_beta2_t = k_.one_minus_beta2_t;
-      const bool factored = tv_.factored;
       const float cols = tv_.cols;
       // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
       const float row_var_next_1 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
       const float row_var_next = row_var_next_1;
-      // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
-      const float row_var_next_2 = ::optgen::lerp(sh_.row_state(2, 0, p_), sh_.row_result(0, p_) / cols, one_minus_beta2_t);
-      const float row_var_next_3 = factored ? row_var_next_2 : sh_.row_state(2, 0, p_);
       sh_.store_row_value(0, p_, row_var_next);  // row_var_next
-      sh_.store_row_value(1, p_, row_var_next_3);  // row_var's new value
     }
 
     template <typename Sh_>
@@ -1236,10 +1216,10 @@ namespace variants::adafactor_clip_grad_norm {
     template <typename Sh_>
     static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
-        sh_.store_state(2, ix_.p, sh_.row_value(1, ix_.p));  // row_var
+        sh_.store_state(2, ix_.p, sh_.row_value(0, ix_.p));  // row_var
       }
       if (ix_.r == 0) {
-        sh_.store_state(3, ix_.q, sh_.col_value(1, ix_.q));  // col_var
+        sh_.store_state(3, ix_.q, sh_.col_value(0, ix_.q));  // col_var
       }
     }
   };

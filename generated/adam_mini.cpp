@@ -67,8 +67,8 @@ namespace variants::adam_mini_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 2, 0}, nullptr, 0, variants::adam_mini::kShardStageBlocks},
-    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 2, 0}, nullptr, 0, variants::adam_mini_clip_grad_norm::kShardStageBlocks},
+    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 1, 0}, nullptr, 0, variants::adam_mini::kShardStageBlocks},
+    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 1, 0}, nullptr, 0, variants::adam_mini_clip_grad_norm::kShardStageBlocks},
 };
 
 const KernelInfo kKernels[] = {

@@ -130,7 +130,7 @@ namespace variants::adam_mini {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-    static constexpr int kStoredValues = 2;  // values stored per line
+    static constexpr int kStoredValues = 1;  // values stored per line
     template <typename Sh_>
     static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
       const long long p_ = line_;
@@ -144,11 +144,7 @@ namespace variants::adam_mini {
       // second = vmean
       const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
       const float vmean_next = vmean_next_2;
-      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
-      const float vmean_next_3 = beta2 * sh_.row_state(3, 0, p_) + one_minus_beta2 * (sh_.row_result(0, p_) / cols);
-      const float vmean_next_4 = factored ? vmean_next_3 : sh_.row_state(3, 0, p_);
       sh_.store_row_value(0, p_, vmean_next);  // vmean_next
-      sh_.store_row_value(1, p_, vmean_next_4);  // vmean's new value
     }
 
     template <typename Sh_>
@@ -225,7 +221,7 @@ namespace variants::adam_mini {
     template <typename Sh_>
     static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
-        sh_.store_state(3, ix_.p, sh_.row_value(1, ix_.p));  // vmean
+        sh_.store_state(3, ix_.p, sh_.row_value(0, ix_.p));  // vmean
       }
     }
   };
@@ -524,7 +520,7 @@ namespace variants::adam_mini_clip_grad_norm {
     static __device__ __forceinline__ constexpr bool loads(int op_) { return (0x2u >> op_) & 1u; }
     static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
     static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 0 : -1; }
-    static constexpr int kStoredValues = 2;  // values stored per line
+    static constexpr int kStoredValues = 1;  // values stored per line
     template <typename Sh_>
     static __device__ __forceinline__ void finish([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const Sh_& sh_, long long line_) {
       const long long p_ = line_;
@@ -538,11 +534,7 @@ namespace variants::adam_mini_clip_grad_norm {
       // second = vmean
       const float vmean_next_2 = factored ? vmean_next_1 : 0.0f;
       const float vmean_next = vmean_next_2;
-      // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
-      const float vmean_next_3 = beta2 * sh_.row_state(3, 0, p_) + one_minus_beta2 * (sh_.row_result(0, p_) / cols);
-      const float vmean_next_4 = factored ? vmean_next_3 : sh_.row_state(3, 0, p_);
       sh_.store_row_value(0, p_, vmean_next);  // vmean_next
-      sh_.store_row_value(1, p_, vmean_next_4);  // vmean's new value
     }
 
     template <typename Sh_>
@@ -628,7 +620,7 @@ namespace variants::adam_mini_clip_grad_norm {
     template <typename Sh_>
     static __device__ __forceinline__ void store_states([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, [[maybe_unused]] const Sh_& sh_, [[maybe_unused]] const optgen::ElementIndex& ix_) {
       if (ix_.c == 0) {
-        sh_.store_state(3, ix_.p, sh_.row_value(1, ix_.p));  // vmean
+        sh_.store_state(3, ix_.p, sh_.row_value(0, ix_.p));  // vmean
       }
     }
   };

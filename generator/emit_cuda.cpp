@@ -954,7 +954,7 @@ class CudaEmitter {
     std::vector<const StoredValue*> list;
     const std::vector<StoredValue> stored = stored_values(p);
     for (const auto& v : stored)
-      if (v.stage == stage.number && v.kind == kind) list.push_back(&v);
+      if (v.stage == stage.number && v.kind == kind && !v.shared) list.push_back(&v);
     w.line("static constexpr int kStoredValues = " + std::to_string(list.size()) + ";  // values stored per line");
     if (list.empty()) return;
     const Domain level = list.front()->level;

@@ -145,8 +145,11 @@ std::string dump(const Program& program) {
     out << "\n";
     // Values computed once by the lines that finish them, loaded by later stages (shapes.h).
     for (const StoredValue& v : stored_values(program))
-      out << "stored: " << to_string(v.level) << " " << v.name << (v.new_state ? " (new state)" : "") << " by stage "
-          << v.stage << "\n";
+      out << "stored: " << to_string(v.level) << " " << v.name
+          << (v.shared      ? " (new state, in slot " + std::to_string(v.slot) + ")"
+              : v.new_state ? " (new state)"
+                            : "")
+          << " by stage " << v.stage << "\n";
   }
   return out.str();
 }

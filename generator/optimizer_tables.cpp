@@ -86,10 +86,12 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     const bool always = std::all_of(row.state_presence.begin(), row.state_presence.end(),
                                     [](Presence presence) { return presence == Presence::Always; });
     if (always) row.state_presence.clear();
-    for (const StoredValue& v : stored_values(p))
-      ++(v.level == Domain::Matrix ? row.stored_matrix_values
-         : v.level == Domain::Row  ? row.stored_row_values
-                                   : row.stored_col_values);
+    for (const StoredValue& v : stored_values(p)) {
+      int& slots = v.level == Domain::Matrix ? row.stored_matrix_values
+                   : v.level == Domain::Row  ? row.stored_row_values
+                                             : row.stored_col_values;
+      slots = std::max(slots, v.slot + 1);
+    }
     for (const MatrixValue& m : p.matrix_values) {
       MatrixValueRow matrix{m.name, m.function, m.stage, {}};
       for (const Expr& a : m.args)

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "evaluate.h"
+#include "ir_mutator.h"
 #include "optgen/kernel_abi.h"
 
 namespace optgen {
@@ -83,6 +84,41 @@ Finish finish_of(const Program& p, const Expr& code, Domain level) {
   return f;
 }
 
+/// `e` where the tensor is factored: `factored`, and a tensor value that is a constant there
+/// (`@factored = factored`, `@not_factored = !factored`), as constants, the selects on them decided.
+Expr where_factored(const Program& p, const Expr& e) {
+  struct Factored : Mutator {
+    const Program& p;
+    explicit Factored(const Program& program) : p(program) {}
+    Expr rewrite(const Expr& n) override {
+      if (n->kind == NodeKind::Var && n->var == VarKind::Factored) return Node::make_const(1, ValueType::Bool);
+      if (n->kind == NodeKind::Var && n->var == VarKind::Hoisted && n->level == Domain::Tensor)
+        for (const HoistedValue& v : p.values[Domain::Tensor])
+          if (v.name == n->name) {
+            const Expr value = (*this)(v.value);
+            return value->is_const() ? value : n;
+          }
+      if (n->kind == NodeKind::Unary && n->unary_op() == UnaryOp::Not && n->args[0]->is_const())
+        return Node::make_const(n->args[0]->value == 0 ? 1 : 0, ValueType::Bool);
+      if (n->kind == NodeKind::Select && n->args[0]->is_const()) return n->args[n->args[0]->value != 0 ? 1 : 2];
+      return n;
+    }
+  } factored(p);
+  return factored(e);
+}
+
+/// Whether `a` and `b` compute the same value: the same nodes, operands compared the same way.
+bool same_code(const Expr& a, const Expr& b) {
+  if (a == b) return true;
+  if (a->args.size() != b->args.size()) return false;
+  auto shallow = std::make_shared<Node>(*b);
+  shallow->args = a->args;  // compared below, operand by operand
+  if (!same_node(*a, *shallow)) return false;
+  for (size_t i = 0; i < a->args.size(); ++i)
+    if (!same_code(a->args[i], b->args[i])) return false;
+  return true;
+}
+
 }  // namespace
 
 std::vector<StoredValue> stored_values(const Program& variant) {
@@ -93,7 +129,19 @@ std::vector<StoredValue> stored_values(const Program& variant) {
     auto consider = [&](const std::string& name, const Expr& value, bool new_state) {
       const Finish f = finish_of(variant, value, level);
       if (f.own == 0 || f.other >= f.own || f.kinds.size() != 1) return;
-      stored.push_back({name, value, level, f.own, *f.kinds.begin(), slot++, new_state});
+      const int kind = *f.kinds.begin();
+      // A state's new value that equals a value the same lines store, where the tensor is
+      // factored, takes that value's slot: a row or column state exists for factored tensors only
+      // (`lower` asks for `when: factored`), and Adafactor's `row_var`, `factored ? new : old`,
+      // is the stored `new` there.
+      if (new_state)
+        for (const StoredValue& v : stored)
+          if (!v.new_state && v.level == level && v.stage == f.own && v.kind == kind &&
+              same_code(where_factored(variant, v.value), where_factored(variant, value))) {
+            stored.push_back({name, value, level, f.own, kind, v.slot, true, true});
+            return;
+          }
+      stored.push_back({name, value, level, f.own, kind, slot++, new_state, false});
     };
     for (const auto& v : variant.values[level]) consider(v.name, v.value, false);
     for (const auto& o : variant.element_outputs)

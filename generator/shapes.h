@@ -21,7 +21,9 @@ namespace optgen {
 /// thread right after it stored them, when every other result it reads is of an earlier stage.
 /// Stored as a float in slot `slot` of its domain's values (kernel_abi::ShapeTable::row_values,
 /// ...). A row or column state's new value is one too (`new_state`): the Update stage stores the
-/// state from there, so that it reads no state of rows or columns.
+/// state from there, so that it reads no state of rows or columns. Where a state's new value equals
+/// a value the same lines store, for every tensor that has the state, it takes that value's slot
+/// (`shared`): stored once, loaded once.
 struct StoredValue {
   std::string name;  ///< the hoisted value's, or for a state's new value the state's
   Expr value;        ///< code of `level`
@@ -30,6 +32,7 @@ struct StoredValue {
   int kind;  ///< a kernel_abi::BlockKind
   int slot;
   bool new_state;
+  bool shared = false;  ///< a new state in the slot of a value stored before it
 };
 
 /// The variant's stored values: matrix, then row, then column ones, each level's hoisted values in

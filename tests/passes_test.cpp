@@ -301,7 +301,8 @@ TEST_CASE("rows and columns: levels, per-tensor states and the stages of Adafact
   // the new row_var and col_var and each matrix's mean of row_var (stage 2), the update's norm
   // (stage 3), the update. Row and column values are their own levels; a row state is written per
   // row; `factored` is per tensor, and the states that exist for some tensors only stay in the
-  // variant. The lines that finish the row, column and matrix values store them (stored:).
+  // variant. The lines that finish the row, column and matrix values store them (stored:), a new
+  // state in the slot of the value it equals for the tensors that have it.
   CHECK_PASS("plan_stages", R"ir(
 hyperparameters:
   beta: {type: float, default: 0.5}
@@ -363,9 +364,9 @@ update:
 stages: reduce1 (reduce) reduce2 (reduce) reduce3 (reduce) update (update)
 stored: matrix max_sum_row_var_next_over_rows_c1em30 by stage 2
 stored: row row_var_next by stage 1
-stored: row row_var (new state) by stage 1
+stored: row row_var (new state, in slot 0) by stage 1
 stored: column col_var_next by stage 1
-stored: column col_var (new state) by stage 1
+stored: column col_var (new state, in slot 0) by stage 1
 )ir");
 }
 

@@ -100,11 +100,12 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
   CHECK(v.stage_blocks[1] == bit(abi::kMatrixRowLines));
   CHECK(v.stage_blocks[2] == bit(abi::kChunkRuns));
   CHECK(v.stage_blocks[3] == 0u);
-  // max(mean(row_var), eps1) per matrix; row_var_next and row_var's new value per row; the same
-  // per column.
+  // max(mean(row_var), eps1) per matrix; row_var_next per row, row_var's new value in its slot
+  // (`factored ? row_var_next : row_var`, and only factored tensors have row_var); the same per
+  // column.
   CHECK(v.stored_matrix_values == 1);
-  CHECK(v.stored_row_values == 2);
-  CHECK(v.stored_col_values == 2);
+  CHECK(v.stored_row_values == 1);
+  CHECK(v.stored_col_values == 1);
 
   // Each scope numbers its own reductions from 0, in the order of r; tensor and group
   // reductions keep r.
@@ -133,7 +134,10 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
   auto describe = [](const optgen::Program& p) {
     std::vector<std::string> list;
     for (const optgen::StoredValue& v : optgen::stored_values(p))
-      list.push_back(std::string(optgen::to_string(v.level)) + " " + v.name + (v.new_state ? " (new state)" : "") +
+      list.push_back(std::string(optgen::to_string(v.level)) + " " + v.name +
+                     (v.shared      ? " (new state, shared)"
+                      : v.new_state ? " (new state)"
+                                    : "") +
                      ": stage " + std::to_string(v.stage) + ", kind " + std::to_string(v.kind) + ", slot " +
                      std::to_string(v.slot));
     return list;
@@ -141,10 +145,12 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
   using Strings = std::vector<std::string>;
 
   const optgen::Program adafactor = first_variant("/specs/adafactor.yaml");
-  CHECK(describe(adafactor) ==
-        Strings{"matrix max_sum_row_var_next_over_rows_eps1: stage 2, kind 3, slot 0",
-                "row row_var_next: stage 1, kind 1, slot 0", "row row_var (new state): stage 1, kind 1, slot 1",
-                "column col_var_next: stage 1, kind 2, slot 0", "column col_var (new state): stage 1, kind 2, slot 1"});
+  // A new state takes the slot of the value it equals for the tensors that have it (factored ones).
+  CHECK(describe(adafactor) == Strings{"matrix max_sum_row_var_next_over_rows_eps1: stage 2, kind 3, slot 0",
+                                       "row row_var_next: stage 1, kind 1, slot 0",
+                                       "row row_var (new state, shared): stage 1, kind 1, slot 0",
+                                       "column col_var_next: stage 1, kind 2, slot 0",
+                                       "column col_var (new state, shared): stage 1, kind 2, slot 0"});
   CHECK_FALSE(optgen::update_reads_shaped_states(adafactor));
   // Code of a later stage loads what an earlier one stored; the stage that stores it computes it.
   CHECK(optgen::loaded_value(optgen::stored_values(adafactor), "row_var_next", optgen::Domain::Row, 2) != nullptr);
@@ -153,7 +159,7 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
 
   const optgen::Program adam_mini = first_variant("/specs/adam_mini.yaml");
   CHECK(describe(adam_mini) ==
-        Strings{"row vmean_next: stage 1, kind 1, slot 0", "row vmean (new state): stage 1, kind 1, slot 1"});
+        Strings{"row vmean_next: stage 1, kind 1, slot 0", "row vmean (new state, shared): stage 1, kind 1, slot 0"});
   CHECK_FALSE(optgen::update_reads_shaped_states(adam_mini));
 
   // r's new value reads a row mean and a tensor norm of the same stage: no one line finishes both,
@@ -232,8 +238,8 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
   CHECK_THAT(source, Catch::Contains("const unsigned kShardStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << "
                                      "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << "
                                      "kernel_abi::kSnapshot, "));
-  CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 2, "
-                                     "2}, nullptr, 0, variants::adafactor::kShardStageBlocks},"));
+  CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 1, "
+                                     "1}, nullptr, 0, variants::adafactor::kShardStageBlocks},"));
   // Across rows, across columns: a row's sum is over its columns, a column's over its rows, and
   // the matrix mean of row values over the rows.
   CHECK_THAT(source, Catch::Contains(", Domain::Row, 0, false, true},"));

@@ -380,7 +380,7 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   /// constant as for next), else by finish_vector once the vector's elements are computed.
   template <typename Values, typename TensorValues>
   __device__ __forceinline__ void store_states(const Values& k, const TensorValues& tv, bool in_row) const {
-    if (!in_row) Code::store_states(k, tv, sh, ix);
+    if (!in_row) Code::store_states(k, tv, held(), ix);
   }
   /// A rank's shard of a matrix that holds none of its rows (no elements: its one empty chunk's
   /// block calls this) still holds the matrix's columns, whose sums the reduction hook made whole:
@@ -417,9 +417,10 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
     // first element only. (A test of the vector, returning where it holds neither, spilled 24
     // bytes in adam_mini's f16 Update stage with master copies, sm_80.)
     __builtin_assume(x.c >= 0);
+    const ElementValues<Sh, kRows, 0u, kMatrices> values = held();
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      Code::store_states(k, tv, sh, x);
+      Code::store_states(k, tv, values, x);
       ++x.i;
       ++x.c;
       ++x.q;
@@ -427,6 +428,19 @@ struct Position<Stage, Code, Ops, true, V, kFromSnapshot> {
   }
 
  private:
+  /// What Code::store_states reads of its element's row and matrix: the values held here (a state's
+  /// new value may share the slot of a value the code reads, generator/shapes.h's StoredValue),
+  /// rather than a load of them again; of its column, a load.
+  __device__ __forceinline__ ElementValues<Sh, kRows, 0u, kMatrices> held() const {
+    ElementValues<Sh, kRows, 0u, kMatrices> values{sh};
+#pragma unroll
+    for (int j = 0; j < slot_span(kRows); ++j)
+      if ((kRows >> j) & 1u) values.row[j] = row[j];
+#pragma unroll
+    for (int j = 0; j < slot_span(kMatrices); ++j)
+      if ((kMatrices >> j) & 1u) values.matrix[j] = matrix[j];
+    return values;
+  }
   /// Value j of column q, through the read-only data cache (as load_row's).
   __device__ __forceinline__ float column_value(int j, long long q) const {
     return __ldg(sh.col_values + j * sh.num_cols + q);
