@@ -108,15 +108,21 @@ Expr where_factored(const Program& p, const Expr& e) {
 }
 
 /// Whether `a` and `b` compute the same value: the same nodes, operands compared the same way.
-bool same_code(const Expr& a, const Expr& b) {
-  if (a == b) return true;
+/// `equal` holds the pairs found equal so far, so that shared operands of a DAG are compared once.
+bool same_code(const Expr& a, const Expr& b, std::set<std::pair<const Node*, const Node*>>& equal) {
+  if (a == b || equal.count({a.get(), b.get()})) return true;
   if (a->args.size() != b->args.size()) return false;
   auto shallow = std::make_shared<Node>(*b);
   shallow->args = a->args;  // compared below, operand by operand
   if (!same_node(*a, *shallow)) return false;
   for (size_t i = 0; i < a->args.size(); ++i)
-    if (!same_code(a->args[i], b->args[i])) return false;
+    if (!same_code(a->args[i], b->args[i], equal)) return false;
+  equal.insert({a.get(), b.get()});
   return true;
+}
+bool same_code(const Expr& a, const Expr& b) {
+  std::set<std::pair<const Node*, const Node*>> equal;
+  return same_code(a, b, equal);
 }
 
 }  // namespace
