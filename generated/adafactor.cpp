@@ -80,17 +80,17 @@ namespace variants::adafactor_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 1, 1}, nullptr, 0, variants::adafactor::kShardStageBlocks},
-    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 1, 1}, nullptr, 0, variants::adafactor_clip_grad_norm::kShardStageBlocks},
+    {"adafactor", variants::adafactor::kStates, 3, 32, "adafactor_group", variants::adafactor::kStageKinds, 4, variants::adafactor::kReductions, 5, -1, variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 1, 1}, nullptr, 0, variants::adafactor::kShardStageBlocks, true},
+    {"adafactor_clip_grad_norm", variants::adafactor_clip_grad_norm::kStates, 3, 36, "adafactor_clip_grad_norm_group", variants::adafactor_clip_grad_norm::kStageKinds, 5, variants::adafactor_clip_grad_norm::kReductions, 6, 1, variants::adafactor_clip_grad_norm::kStageBlocks, variants::adafactor_clip_grad_norm::kStatePresence, {1, 1, 1}, nullptr, 0, variants::adafactor_clip_grad_norm::kShardStageBlocks, true},
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor::kf32_f32_shards, nullptr, "adafactor_f32_f32_update_long_rows"},
-    {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor::kbf16_f32_shards},
-    {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor::kf16_f32_shards},
-    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf32_f32_shards, nullptr, "adafactor_clip_grad_norm_f32_f32_update_long_rows"},
-    {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kbf16_f32_shards},
-    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf16_f32_shards},
+    {variants::adafactor::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor::kf32_f32_shards, nullptr, "adafactor_f32_f32_update_long_rows", "adafactor_f32_f32_update_unit_matrices"},
+    {variants::adafactor::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor::kbf16_f32_shards, nullptr, nullptr, "adafactor_bf16_f32_update_unit_matrices"},
+    {variants::adafactor::kf16_f32, 0, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor::kf16_f32_shards, nullptr, nullptr, "adafactor_f16_f32_update_unit_matrices"},
+    {variants::adafactor_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf32_f32_shards, nullptr, "adafactor_clip_grad_norm_f32_f32_update_long_rows", "adafactor_clip_grad_norm_f32_f32_update_unit_matrices"},
+    {variants::adafactor_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kbf16_f32_shards, nullptr, nullptr, "adafactor_clip_grad_norm_bf16_f32_update_unit_matrices"},
+    {variants::adafactor_clip_grad_norm::kf16_f32, 1, DType::F16, ParamWrite::Nearest, storage::kf16_f32, 8192, nullptr, variants::adafactor_clip_grad_norm::kf16_f32_shards, nullptr, nullptr, "adafactor_clip_grad_norm_f16_f32_update_unit_matrices"},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).

@@ -116,6 +116,133 @@ namespace variants::adafactor {
     }
   };
 
+  /// The step's code for tensors whose matrices are one element (a 1x1 convolution's weight): each
+  /// row, column and matrix value its element's, computed where it is read. The Reduce stages whose
+  /// chunk runs read rows or columns run it for those tensors (kernel_abi::kUnitMatrices), which have
+  /// no lines, and its Update stage is a kernel of its own, launched after the step's.
+  namespace unit {
+    /// Reduce stage 3: the operands of its reductions, element by element.
+    struct Reduce3 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = false;  // element-wise code
+
+      struct TensorValues {
+        // (this stage reads nothing computed per tensor)
+      };
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
+        TensorValues tv_;
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        static constexpr bool kGroupScope = false;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = -1;
+        // 0: sum_u_times_u, sum over each tensor (result 4)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xeu >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 4 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const float eps1 = k_.eps1;
+          const float eps1_times_eps1 = k_.eps1_times_eps1;
+          const bool maximize = k_.maximize;
+          const float grad = v_[1];
+          const float row_var = v_[2];
+          const float col_var = v_[3];
+          // "g = maximize ? -grad : grad"
+          const float g = maximize ? -grad : grad;
+          // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+          const float row_var_next = ::optgen::lerp(row_var, g * g, one_minus_beta2_t);
+          // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+          const float col_var_next = ::optgen::lerp(col_var, g * g, one_minus_beta2_t);
+          // v = row_var * col_var / max(mean(row_var), eps1)
+          const float v = row_var_next * col_var_next / ::optgen::max(row_var_next, eps1);
+          // u = rsqrt(max(v, eps1 * eps1)) * g
+          const float u = ::rsqrtf(::optgen::max(v, eps1_times_eps1)) * g;
+          r_[0] = u * u;  // sum_u_times_u
+        }
+      };
+    };
+
+    /// The Update stage's code: every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, row_var, col_var, variance
+      static constexpr int kGradNormSlot = -1;
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = false;  // element-wise code
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+      static constexpr unsigned kStores = 0xdu;  // written back: param, row_var, col_var
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        float alpha_over_denom;
+      };
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
+        const double eps2 = k_.eps2;
+        const double rho_t = k_.rho_t;
+        const double d = k_.d;
+        const double sqrt_numel = ::sqrt(static_cast<double>(numel_));
+        // alpha = max(eps2, norm(param) / sqrt(numel)) * rho_t
+        const double alpha = ::optgen::max(eps2, ::sqrt(results_.of_tensor(0)) / sqrt_numel) * rho_t;
+        // denom = max(1, norm(u) / (sqrt(numel) * d))
+        const double denom = ::optgen::max(1.0, ::sqrt(results_.of_tensor(4)) / (sqrt_numel * d));
+        TensorValues tv_;
+        tv_.alpha_over_denom = static_cast<float>(alpha / denom);
+        return tv_;
+      }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const float eps1 = k_.eps1;
+        const float eps1_times_eps1 = k_.eps1_times_eps1;
+        const bool maximize = k_.maximize;
+        const float alpha_over_denom = tv_.alpha_over_denom;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float row_var = v_[2];
+        const float col_var = v_[3];
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        // "g = maximize ? -grad : grad"
+        const float g = maximize ? -grad : grad;
+        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+        const float row_var_next = ::optgen::lerp(row_var, g * g, one_minus_beta2_t);
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next = ::optgen::lerp(col_var, g * g, one_minus_beta2_t);
+        // v = row_var * col_var / max(mean(row_var), eps1)
+        const float v = m_.div(row_var_next * col_var_next, ::optgen::max(row_var_next, eps1));
+        // u = rsqrt(max(v, eps1 * eps1)) * g
+        const float u = ::rsqrtf(::optgen::max(v, eps1_times_eps1)) * g;
+        // param = decayed - alpha / denom * u
+        const float param_next = decayed - alpha_over_denom * u;
+        v_[0] = param_next;  // param
+        v_[2] = row_var_next;  // row_var
+        v_[3] = col_var_next;  // col_var
+      }
+    };
+  }  // namespace unit
+
   /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
   struct Reduce1 {
     static constexpr int kOperands = 5;
@@ -288,6 +415,7 @@ namespace variants::adafactor {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    typedef unit::Reduce3 Unit;  // its chunk runs' code for tensors whose matrices are one element
 
     struct TensorValues {
       bool not_factored;
@@ -866,6 +994,146 @@ namespace variants::adafactor_clip_grad_norm {
     }
   };
 
+  /// The step's code for tensors whose matrices are one element (a 1x1 convolution's weight): each
+  /// row, column and matrix value its element's, computed where it is read. The Reduce stages whose
+  /// chunk runs read rows or columns run it for those tensors (kernel_abi::kUnitMatrices), which have
+  /// no lines, and its Update stage is a kernel of its own, launched after the step's.
+  namespace unit {
+    /// Reduce stage 4: the operands of its reductions, element by element.
+    struct Reduce4 {
+      static constexpr int kOperands = 5;
+      static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
+      static constexpr bool kShaped = false;  // element-wise code
+
+      struct TensorValues {
+        float clip_coef;
+      };
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
+        const double max_grad_norm = k_.max_grad_norm;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        TensorValues tv_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        return tv_;
+      }
+
+      /// Over each tensor or group: chunk runs.
+      struct Elements {
+        static constexpr int kOperands = 5;
+        static constexpr int kReductions = 1;
+        static constexpr bool kGroupScope = false;  // a reduction over the whole group
+        static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+        // 0: sum_u_times_u, sum over each tensor (result 5)
+        /// Whether operand `op` is read; whether reduction `i_` is a maximum (else a sum), over the group;
+        /// where its result goes (kernel_abi::ReductionTable's r).
+        static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xeu >> op_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_max(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr bool is_group(int i_) { return (0x0u >> i_) & 1u; }
+        static __device__ __forceinline__ constexpr int slot(int i_) { return i_ == 0 ? 5 : -1; }
+        static constexpr int kElementStores = 0;  // values stored element by element: matrix values' operands, states
+        static constexpr int kResults = kReductions + kElementStores > 0 ? kReductions + kElementStores : 1;
+        static __device__ __forceinline__ constexpr int element_store_operand(int j_) { return -1; }
+
+        static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, const float (&v_)[kOperands], float (&r_)[kResults]) {
+          const float one_minus_beta2_t = k_.one_minus_beta2_t;
+          const float eps1 = k_.eps1;
+          const float eps1_times_eps1 = k_.eps1_times_eps1;
+          const bool maximize = k_.maximize;
+          const float clip_coef = tv_.clip_coef;
+          const float grad = v_[1];
+          const float row_var = v_[2];
+          const float col_var = v_[3];
+          const float clipped_grad = grad * clip_coef;
+          // "g = maximize ? -grad : grad"
+          const float g = maximize ? -clipped_grad : clipped_grad;
+          // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+          const float row_var_next = ::optgen::lerp(row_var, g * g, one_minus_beta2_t);
+          // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+          const float col_var_next = ::optgen::lerp(col_var, g * g, one_minus_beta2_t);
+          // v = row_var * col_var / max(mean(row_var), eps1)
+          const float v = row_var_next * col_var_next / ::optgen::max(row_var_next, eps1);
+          // u = rsqrt(max(v, eps1 * eps1)) * g
+          const float u = ::rsqrtf(::optgen::max(v, eps1_times_eps1)) * g;
+          r_[0] = u * u;  // sum_u_times_u
+        }
+      };
+    };
+
+    /// The Update stage's code: every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, row_var, col_var, variance
+      static constexpr int kGradNormSlot = 1;  // grad_norm_squared: this variant clips
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = false;  // element-wise code
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+      static constexpr unsigned kStores = 0xdu;  // written back: param, row_var, col_var
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        float clip_coef;
+        float alpha_over_denom;
+      };
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
+        const double eps2 = k_.eps2;
+        const double rho_t = k_.rho_t;
+        const double max_grad_norm = k_.max_grad_norm;
+        const double d = k_.d;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(1)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        const double sqrt_numel = ::sqrt(static_cast<double>(numel_));
+        // alpha = max(eps2, norm(param) / sqrt(numel)) * rho_t
+        const double alpha = ::optgen::max(eps2, ::sqrt(results_.of_tensor(0)) / sqrt_numel) * rho_t;
+        // denom = max(1, norm(u) / (sqrt(numel) * d))
+        const double denom = ::optgen::max(1.0, ::sqrt(results_.of_tensor(5)) / (sqrt_numel * d));
+        TensorValues tv_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        tv_.alpha_over_denom = static_cast<float>(alpha / denom);
+        return tv_;
+      }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta2_t = k_.one_minus_beta2_t;
+        const float eps1 = k_.eps1;
+        const float eps1_times_eps1 = k_.eps1_times_eps1;
+        const bool maximize = k_.maximize;
+        const float clip_coef = tv_.clip_coef;
+        const float alpha_over_denom = tv_.alpha_over_denom;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float row_var = v_[2];
+        const float col_var = v_[3];
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        const float clipped_grad = grad * clip_coef;
+        // "g = maximize ? -grad : grad"
+        const float g = maximize ? -clipped_grad : clipped_grad;
+        // row_var = lerp(row_var, row_mean(g * g), one_minus_beta2_t)
+        const float row_var_next = ::optgen::lerp(row_var, g * g, one_minus_beta2_t);
+        // col_var = lerp(col_var, col_mean(g * g), one_minus_beta2_t)
+        const float col_var_next = ::optgen::lerp(col_var, g * g, one_minus_beta2_t);
+        // v = row_var * col_var / max(mean(row_var), eps1)
+        const float v = m_.div(row_var_next * col_var_next, ::optgen::max(row_var_next, eps1));
+        // u = rsqrt(max(v, eps1 * eps1)) * g
+        const float u = ::rsqrtf(::optgen::max(v, eps1_times_eps1)) * g;
+        // param = decayed - alpha / denom * u
+        const float param_next = decayed - alpha_over_denom * u;
+        v_[0] = param_next;  // param
+        v_[2] = row_var_next;  // row_var
+        v_[3] = col_var_next;  // col_var
+      }
+    };
+  }  // namespace unit
+
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
     static constexpr int kOperands = 5;
@@ -1062,6 +1330,7 @@ namespace variants::adafactor_clip_grad_norm {
     static constexpr int kOperands = 5;
     static constexpr unsigned kBlocks = 0x1u;  // kernel_abi::BlockKind bits
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
+    typedef unit::Reduce4 Unit;  // its chunk runs' code for tensors whose matrices are one element
 
     struct TensorValues {
       bool not_factored;
@@ -1677,6 +1946,12 @@ adafactor_f32_f32_update_long_rows(const optgen::TableView table, const optgen::
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
 }
 
+/// adafactor, update stage of tensors whose matrices are one element, storage f32.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adafactor_f32_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor::unit::Update, variants::adafactor::Group, variants::adafactor::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
 /// adafactor, reduce stage on shards, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_shards_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -1730,6 +2005,14 @@ extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adafactor_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adafactor, update stage of tensors whose matrices are one element, storage bf16.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adafactor_bf16_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adafactor::unit::Update, variants::adafactor::Group, variants::adafactor::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -1787,6 +2070,12 @@ adafactor_f16_f32_reduce3(const optgen::TableView table, const optgen::GroupTabl
 extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adafactor_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor, update stage of tensors whose matrices are one element, storage f16.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adafactor_f16_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor::unit::Update, variants::adafactor::Group, variants::adafactor::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor, reduce stage on shards, storage f16.
@@ -1853,6 +2142,12 @@ adafactor_clip_grad_norm_f32_f32_update(const optgen::TableView table, const opt
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f32_f32_update_long_rows(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, update stage of tensors whose matrices are one element, storage f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f32_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor_clip_grad_norm::unit::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage on shards, storage f32.
@@ -1925,6 +2220,14 @@ adafactor_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const op
   #endif
 }
 
+/// adafactor_clip_grad_norm, update stage of tensors whose matrices are one element, storage bf16.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_bf16_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adafactor_clip_grad_norm::unit::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
 /// adafactor_clip_grad_norm, reduce stage on shards, storage bf16.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_shards_bf16_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -1993,6 +2296,12 @@ adafactor_clip_grad_norm_f16_f32_reduce4(const optgen::TableView table, const op
 extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adafactor_clip_grad_norm_f16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adafactor_clip_grad_norm::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
+}
+
+/// adafactor_clip_grad_norm, update stage of tensors whose matrices are one element, storage f16.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adafactor_clip_grad_norm_f16_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adafactor_clip_grad_norm::unit::Update, variants::adafactor_clip_grad_norm::Group, variants::adafactor_clip_grad_norm::Operands_f16_f32>(table, groups, inputs, reductions);
 }
 
 /// adafactor_clip_grad_norm, reduce stage on shards, storage f16.

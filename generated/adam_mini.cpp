@@ -67,15 +67,15 @@ namespace variants::adam_mini_clip_grad_norm {
 
 /// Variants in the order of their flag bits (the reference's kFlags).
 const VariantInfo kVariants[] = {
-    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 1, 0}, nullptr, 0, variants::adam_mini::kShardStageBlocks},
-    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 1, 0}, nullptr, 0, variants::adam_mini_clip_grad_norm::kShardStageBlocks},
+    {"adam_mini", variants::adam_mini::kStates, 3, 32, "adam_mini_group", variants::adam_mini::kStageKinds, 2, variants::adam_mini::kReductions, 1, -1, variants::adam_mini::kStageBlocks, variants::adam_mini::kStatePresence, {0, 1, 0}, nullptr, 0, variants::adam_mini::kShardStageBlocks, true},
+    {"adam_mini_clip_grad_norm", variants::adam_mini_clip_grad_norm::kStates, 3, 36, "adam_mini_clip_grad_norm_group", variants::adam_mini_clip_grad_norm::kStageKinds, 3, variants::adam_mini_clip_grad_norm::kReductions, 2, 0, variants::adam_mini_clip_grad_norm::kStageBlocks, variants::adam_mini_clip_grad_norm::kStatePresence, {0, 1, 0}, nullptr, 0, variants::adam_mini_clip_grad_norm::kShardStageBlocks, true},
 };
 
 const KernelInfo kKernels[] = {
-    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini::kf32_f32_shards, nullptr, "adam_mini_f32_f32_update_long_rows"},
-    {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini::kbf16_f32_shards},
-    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kf32_f32_shards, nullptr, "adam_mini_clip_grad_norm_f32_f32_update_long_rows"},
-    {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kbf16_f32_shards},
+    {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini::kf32_f32_shards, nullptr, "adam_mini_f32_f32_update_long_rows", "adam_mini_f32_f32_update_unit_matrices"},
+    {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini::kbf16_f32_shards, nullptr, nullptr, "adam_mini_bf16_f32_update_unit_matrices"},
+    {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kf32_f32_shards, nullptr, "adam_mini_clip_grad_norm_f32_f32_update_long_rows", "adam_mini_clip_grad_norm_f32_f32_update_unit_matrices"},
+    {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kbf16_f32_shards, nullptr, nullptr, "adam_mini_clip_grad_norm_bf16_f32_update_unit_matrices"},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).

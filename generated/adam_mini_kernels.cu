@@ -97,6 +97,67 @@ namespace variants::adam_mini {
     }
   };
 
+  /// The step's code for tensors whose matrices are one element (a 1x1 convolution's weight): each
+  /// row, column and matrix value its element's, computed where it is read. The Reduce stages whose
+  /// chunk runs read rows or columns run it for those tensors (kernel_abi::kUnitMatrices), which have
+  /// no lines, and its Update stage is a kernel of its own, launched after the step's.
+  namespace unit {
+    /// The Update stage's code: every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, m, vmean, v
+      static constexpr int kGradNormSlot = -1;
+      static constexpr bool kTensorValues = false;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = false;  // element-wise code
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+      static constexpr unsigned kStores = 0xdu;  // written back: param, m, vmean
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        // (this stage reads nothing computed per tensor)
+      };
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
+        TensorValues tv_;
+        return tv_;
+      }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta1 = k_.one_minus_beta1;
+        const float one_over_bias_correction_1 = k_.one_over_bias_correction_1;
+        const float beta2 = k_.beta2;
+        const float one_minus_beta2 = k_.one_minus_beta2;
+        const float bias_correction_2_sqrt = k_.bias_correction_2_sqrt;
+        const float eps = k_.eps;
+        const float lr = k_.lr;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float m = v_[2];
+        const float vmean = v_[3];
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        // m = lerp(m, grad, 1 - beta1)
+        const float m_next = ::optgen::lerp(m, grad, one_minus_beta1);
+        // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+        const float vmean_next = beta2 * vmean + one_minus_beta2 * (grad * grad);
+        // h = sqrt(second) / bias_correction_2_sqrt + eps
+        const float h = m_.div(m_.sqrt(vmean_next), bias_correction_2_sqrt) + eps;
+        // param = decayed - m * (1 / bias_correction_1 / h) * lr
+        const float param_next = decayed - m_next * m_.div(one_over_bias_correction_1, h) * lr;
+        v_[0] = param_next;  // param
+        v_[2] = m_next;  // m
+        v_[3] = vmean_next;  // vmean
+      }
+    };
+  }  // namespace unit
+
   /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
   struct Reduce {
     static constexpr int kOperands = 5;
@@ -442,6 +503,73 @@ namespace variants::adam_mini_clip_grad_norm {
       return result_;
     }
   };
+
+  /// The step's code for tensors whose matrices are one element (a 1x1 convolution's weight): each
+  /// row, column and matrix value its element's, computed where it is read. The Reduce stages whose
+  /// chunk runs read rows or columns run it for those tensors (kernel_abi::kUnitMatrices), which have
+  /// no lines, and its Update stage is a kernel of its own, launched after the step's.
+  namespace unit {
+    /// The Update stage's code: every output from the operands.
+    struct Update {
+      static constexpr int kOperands = 5;  // param, grad, m, vmean, v
+      static constexpr int kGradNormSlot = 0;  // grad_norm_squared: this variant clips
+      static constexpr bool kTensorValues = true;  // reads values computed per tensor
+      static constexpr bool kFirstStage = false;  // no Reduce stage before this one
+      static constexpr bool kShaped = false;  // element-wise code
+      static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static __device__ __forceinline__ constexpr bool loads(int op_) { return (0xfu >> op_) & 1u; }
+      static constexpr unsigned kStores = 0xdu;  // written back: param, m, vmean
+      static constexpr unsigned kFirstStepStores = 0x0u;  // no read-only state starts as the parameter
+
+      struct TensorValues {
+        float clip_coef;
+      };
+      template <typename Ts_>
+      static __device__ __forceinline__ TensorValues tensor([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] long long numel_, [[maybe_unused]] const optgen::Results& results_, [[maybe_unused]] const Ts_& ts_) {
+        const double max_grad_norm = k_.max_grad_norm;
+        const double clip_ratio = max_grad_norm / (::sqrt(results_.of_group(0)) + 1e-06);
+        const double clip_coef_1 = clip_ratio > 1.0 ? 1.0 : clip_ratio;
+        TensorValues tv_;
+        tv_.clip_coef = static_cast<float>(clip_coef_1);
+        return tv_;
+      }
+
+      static constexpr bool kTensorStates = false;  // no state of one value per tensor
+
+      /// `m_` divides and takes square roots (optgen/element_math.h: IeeeMath, or CheckedMath, whose
+      /// caller computes the elements again with IeeeMath where it was not exact).
+      template <typename Math>
+      static __device__ __forceinline__ void apply([[maybe_unused]] const GroupValues& k_, [[maybe_unused]] const TensorValues& tv_, float (&v_)[kOperands], [[maybe_unused]] Math& m_) {
+        const float one_minus_lr_times_weight_decay = k_.one_minus_lr_times_weight_decay;
+        const float one_minus_beta1 = k_.one_minus_beta1;
+        const float one_over_bias_correction_1 = k_.one_over_bias_correction_1;
+        const float beta2 = k_.beta2;
+        const float one_minus_beta2 = k_.one_minus_beta2;
+        const float bias_correction_2_sqrt = k_.bias_correction_2_sqrt;
+        const float eps = k_.eps;
+        const float lr = k_.lr;
+        const float clip_coef = tv_.clip_coef;
+        const float param = v_[0];
+        const float grad = v_[1];
+        const float m = v_[2];
+        const float vmean = v_[3];
+        // decayed = param * (1 - lr * weight_decay)
+        const float decayed = param * one_minus_lr_times_weight_decay;
+        const float clipped_grad = grad * clip_coef;
+        // m = lerp(m, grad, 1 - beta1)
+        const float m_next = ::optgen::lerp(m, clipped_grad, one_minus_beta1);
+        // vmean = beta2 * vmean + (1 - beta2) * row_mean(grad * grad)
+        const float vmean_next = beta2 * vmean + one_minus_beta2 * (clipped_grad * clipped_grad);
+        // h = sqrt(second) / bias_correction_2_sqrt + eps
+        const float h = m_.div(m_.sqrt(vmean_next), bias_correction_2_sqrt) + eps;
+        // param = decayed - m * (1 / bias_correction_1 / h) * lr
+        const float param_next = decayed - m_next * m_.div(one_over_bias_correction_1, h) * lr;
+        v_[0] = param_next;  // param
+        v_[2] = m_next;  // m
+        v_[3] = vmean_next;  // vmean
+      }
+    };
+  }  // namespace unit
 
   /// Reduce stage 1: the operands of its reductions, element by element.
   struct Reduce1 {
@@ -870,6 +998,12 @@ adam_mini_f32_f32_update_long_rows(const optgen::TableView table, const optgen::
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
 }
 
+/// adam_mini, update stage of tensors whose matrices are one element, storage f32.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adam_mini_f32_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini::unit::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
 /// adam_mini, reduce stage on shards, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_shards_f32_f32_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -895,6 +1029,14 @@ extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
 adam_mini_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, update stage of tensors whose matrices are one element, storage bf16.
+extern "C" __global__ void OPTGEN_LEAN_LAUNCH_BOUNDS
+adam_mini_bf16_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini::unit::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 
@@ -944,6 +1086,12 @@ adam_mini_clip_grad_norm_f32_f32_update_long_rows(const optgen::TableView table,
   optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32, optgen::kernel_abi::kLongRowVector>(table, groups, inputs, reductions);
 }
 
+/// adam_mini_clip_grad_norm, update stage of tensors whose matrices are one element, storage f32.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_f32_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::unit::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_f32>(table, groups, inputs, reductions);
+}
+
 /// adam_mini_clip_grad_norm, reduce stage on shards, storage f32.
 extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_shards_f32_f32_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
@@ -983,6 +1131,14 @@ extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, update stage of tensors whose matrices are one element, storage bf16.
+extern "C" __global__ void OPTGEN_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_bf16_f32_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::unit::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
   #endif
 }
 

@@ -71,6 +71,11 @@ std::string long_row_update_name(const Program& variant, const Storage& s) {
   return kernel_name(variant, s, variant.stages.back()) + "_long_rows";
 }
 
+std::string unit_update_name(const Program& variant, const Storage& s) {
+  if (!variant.unit_matrices) return "";
+  return kernel_name(variant, s, variant.stages.back()) + "_unit_matrices";
+}
+
 long long chunk_size_for(const KernelTuning& tuning, const Program& variant, const Storage& s) {
   bool f32 = s.param == DType::F32 && s.param_write == ParamWrite::Nearest;
   for (const auto& state : variant.states) {
@@ -290,6 +295,8 @@ class CudaEmitter {
           stage_kernel(w, variants[i], *k, variants[i].stages[s], k->stages[s]);
         if (!k->long_row_update.empty())
           stage_kernel(w, variants[i], *k, variants[i].stages.back(), k->long_row_update, true);
+        if (!k->unit_update.empty())
+          stage_kernel(w, *variants[i].unit_matrices, *k, variants[i].stages.back(), k->unit_update);
         for (std::size_t j = 0; j < k->programs.size(); ++j) {
           const Program& program = variants[i].programs[j];
           stage_kernel(w, program, *k, program.stages.back(), k->programs[j]);
@@ -353,6 +360,21 @@ class CudaEmitter {
     group_values_struct(w, p);
     w.line();
     group_struct(w, p);
+    if (p.unit_matrices) {
+      const Program& unit = *p.unit_matrices;
+      w.line();
+      w.line("/// The step's code for tensors whose matrices are one element (a 1x1 convolution's weight): each");
+      w.line("/// row, column and matrix value its element's, computed where it is read. The Reduce stages whose");
+      w.line("/// chunk runs read rows or columns run it for those tensors (kernel_abi::kUnitMatrices), which have");
+      w.line("/// no lines, and its Update stage is a kernel of its own, launched after the step's.");
+      auto inner = w.block("namespace unit", "}  // namespace unit");
+      for (const auto& stage : unit.stages)
+        if (unit_stage(unit, stage) && runs_read_position(p, stage)) {
+          reduce_struct(w, unit, stage);
+          w.line();
+        }
+      update_struct(w, unit);
+    }
     for (const auto& stage : p.stages) {
       if (stage.kind != StageKind::Reduce) continue;
       w.line();
@@ -1054,6 +1076,8 @@ class CudaEmitter {
       w.line("static constexpr unsigned kBlocks = " + hex(blocks) + ";  // kernel_abi::BlockKind bits");
       w.line(std::string("static constexpr bool kShaped = ") +
              (shaped ? "true;  // rows and columns: apply reads sh_ and ix_" : "false;  // element-wise code"));
+      if (p.unit_matrices && unit_stage(*p.unit_matrices, stage) && runs_read_position(p, stage))
+        w.line("typedef unit::" + name + " Unit;  // its chunk runs' code for tensors whose matrices are one element");
       w.line();
       tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, roots, stage.number)), shaped_taken_names(p),
                     shaped);
@@ -1089,6 +1113,24 @@ class CudaEmitter {
       reduction_kind(w, p, stage, kind, name + "::Lines<" + std::to_string(kind) + ">", true, by_kind[kind], level,
                      false);
     }
+  }
+
+  /// Whether the chunk runs of Reduce stage `stage` read anything of their element's row, column or
+  /// matrix (reads_position): only then do tensors whose matrices are one element, which have no
+  /// rows, columns or matrices of their own in a plan, need code of their own there.
+  static bool runs_read_position(const Program& p, const Stage& stage) {
+    std::vector<Expr> roots;
+    for (const auto& [r, reduction] : stage_reductions(p, stage))
+      if (block_kind(*reduction) == kernel_abi::kChunkRuns) roots.push_back(reduction->operand);
+    for (const ElementStore& store : stage_stores(p, stage)) roots.push_back(store.value);
+    return reads_position(p, roots, stage.number);
+  }
+
+  /// Whether the code for tensors whose matrices are one element (Program::unit_matrices) has work in
+  /// Reduce stage `stage`: reductions over tensors or groups, or values it stores.
+  static bool unit_stage(const Program& unit, const Stage& stage) {
+    return stage.kind == StageKind::Reduce &&
+           (!stage_reductions(unit, stage).empty() || !stage_stores(unit, stage).empty());
   }
 
   /// The row and column states the first Reduce stage copies for the Update stage.
@@ -1224,7 +1266,8 @@ class CudaEmitter {
     w.line();
     w.line("/// " + p.variant + ", " +
            (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) +
-           (p.for_shards ? " on shards" : "") + (long_rows ? " of long rows, vectors of eight" : "") + ", storage " +
+           (p.for_shards ? " on shards" : "") + (long_rows ? " of long rows, vectors of eight" : "") +
+           (p.for_unit_matrices ? " of tensors whose matrices are one element" : "") + ", storage " +
            s.text() + ".");
     // The step on shards' Update stage computes its row, column and matrix values per element: the
     // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's). A
@@ -1233,7 +1276,8 @@ class CudaEmitter {
     const bool shaped = stage.kind == StageKind::Reduce ? reduce_shaped(p, stage) : uses_shapes(p);
     const bool runs_only =
         stage.kind == StageKind::Reduce && !p.for_shards && stage_blocks(p, stage) == 1u << kernel_abi::kChunkRuns;
-    const bool lean = shaped && !p.for_shards && lean_operands(p, s, stage.kind == StageKind::Reduce);
+    const bool lean = (shaped || p.for_unit_matrices) && !p.for_shards &&
+                      lean_operands(p, s, stage.kind == StageKind::Reduce);
     const char* bounds =
         stage.kind == StageKind::Reduce || p.for_shards
             ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
@@ -1250,8 +1294,12 @@ class CudaEmitter {
     // A program's Group and Update are in a namespace of its own, inside its variant's; the step on
     // shards has its Reduce and Update structs in one, and the variant's Group.
     const std::string variant = "variants::" + p.variant;
-    const std::string scope = variant + (p.for_shards ? "::shards" : p.is_step() ? "" : "::" + p.entry);
-    const std::string types = (p.for_shards ? variant : scope) + "::Group, " + variant + "::" + operands_struct_name(s);
+    const std::string scope = variant + (p.for_shards          ? "::shards"
+                                         : p.for_unit_matrices ? "::unit"
+                                         : p.is_step()         ? ""
+                                                               : "::" + p.entry);
+    const std::string types = (p.for_shards || p.for_unit_matrices ? variant : scope) + "::Group, " + variant +
+                              "::" + operands_struct_name(s);
     // A kernel set older GPUs cannot run (bf16) is empty there, so that one source compiles for
     // every GPU; the runtime never launches it on them (FusedOptimizer::prepare refuses).
     const int arch = minimum_arch(p, s);

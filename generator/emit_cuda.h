@@ -84,6 +84,10 @@ std::string kernel_name(const Program& variant, const Storage& storage, const St
 /// vector is 8 already, or a master copy's registers would not hold two of them), or it is a
 /// program or a step on shards.
 std::string long_row_update_name(const Program& variant, const Storage& s);
+/// `<update kernel's name>_unit_matrices`: the Update stage of kernel set `s` for the tensors whose
+/// matrices are one element (Program::unit_matrices, KernelInfo::unit_update), launched after the
+/// variant's own; empty where the variant has no such code.
+std::string unit_update_name(const Program& variant, const Storage& s);
 /// Elements per block of the variant's kernels in storage `s`: blockwise_chunk_size where a state
 /// is 8-bit, shaped_chunk_size for a variant with rows and columns, narrow_chunk_size where any
 /// other operand the variant has is not f32; else reduce_chunk_size for a variant with Reduce

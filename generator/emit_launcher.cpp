@@ -225,7 +225,8 @@ std::string variant_row(const VariantRow& v) {
          optional_fields(
              {{v.matrix_values.empty() ? "" : "variants::" + v.name + "::kMatrixValues", "nullptr"},
               {v.matrix_values.empty() ? "" : std::to_string(v.matrix_values.size()), "0"},
-              {v.shard_stage_blocks.empty() ? "" : "variants::" + v.name + "::kShardStageBlocks", "nullptr"}}) +
+              {v.shard_stage_blocks.empty() ? "" : "variants::" + v.name + "::kShardStageBlocks", "nullptr"},
+              {v.unit_matrices ? "true" : "", "false"}}) +
          "},";
 }
 
@@ -238,7 +239,8 @@ std::string kernel_row(const KernelRow& k, const KernelTables& tables, bool has_
          optional_fields({{k.programs.empty() ? "" : names + "_programs", "nullptr"},
                           {k.shard_stages.empty() ? "" : names + "_shards", "nullptr"},
                           {keeps_matrix_values_in_f32(k) ? names + "_matrices" : "", "nullptr"},
-                          {k.long_row_update.empty() ? "" : "\"" + k.long_row_update + "\"", "nullptr"}}) +
+                          {k.long_row_update.empty() ? "" : "\"" + k.long_row_update + "\"", "nullptr"},
+                          {k.unit_update.empty() ? "" : "\"" + k.unit_update + "\"", "nullptr"}}) +
          "},";
 }
 

@@ -259,6 +259,12 @@ struct Program {
   /// for shards (for_shards), whose kernels a FusedOptimizer with a reduction hook runs; null
   /// elsewhere (the step is the same on shards).
   std::shared_ptr<const Program> shard_step;
+  /// The step's only, where it has row, column or matrix code: itself for the tensors whose
+  /// matrices are one element (unit_matrices.h), which its stage kernels run for those tensors;
+  /// null elsewhere.
+  std::shared_ptr<const Program> unit_matrices;
+  /// Whether this is a step's code for tensors whose matrices are one element (its unit_matrices).
+  bool for_unit_matrices = false;
 
   std::vector<Output>
       scalar_state_updates;  ///< new value of each scalar state `per_step` assigns, in declaration order

@@ -102,6 +102,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
     if (p.shard_step)
       for (const Stage& stage : p.shard_step->stages)
         row.shard_stage_blocks.push_back(stage_blocks(*p.shard_step, stage));
+    row.unit_matrices = p.unit_matrices != nullptr;
     tables.variants.push_back(row);
     if (!with_kernels.empty() && !with_kernels.count(p.variant)) continue;
     compiled.push_back(p);
@@ -114,6 +115,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
       for (const Program& program : p.programs)
         kernel.programs.push_back(kernel_name(program, s, program.stages.back()));
       for (const MatrixValue& m : p.matrix_values) kernel.matrix_dtypes.push_back(s.matrix_dtype(m.name));
+      kernel.unit_update = unit_update_name(p, s);
       tables.kernels.push_back(kernel);
     }
   }

@@ -104,6 +104,9 @@ struct VariantRow {
   /// Its step on shards (Program::shard_step), where it has one: per stage in launch order, the
   /// kinds of block it launches, as stage_blocks; it stores no values. Empty: the step is the same.
   std::vector<unsigned> shard_stage_blocks = {};
+  /// Whether its stage kernels run the tensors whose matrices are one element as element code
+  /// (Program::unit_matrices): the plan gives those no lines.
+  bool unit_matrices = false;
 };
 
 /// A variant's kernels in one storage type.
@@ -117,6 +120,7 @@ struct KernelRow {
   long long chunk_size;  ///< elements per block (chunk_size_for)
   /// Per matrix value of the variant (VariantRow::matrix_values), its dtype: bf16 or f32.
   std::vector<DType> matrix_dtypes = {};
+  std::string unit_update = {};  ///< unit_update_name: the Update stage of matrices of one element; empty: none
 };
 
 struct KernelTables {

@@ -6,6 +6,7 @@
 #include "matrix_programs.h"
 #include "passes/passes.h"
 #include "shapes.h"
+#include "unit_matrices.h"
 #include "unsigned_states.h"
 
 namespace optgen {
@@ -84,6 +85,7 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
         throw InternalError("compile_spec: program '" + program.entry + "' of variant " + variants.back().variant +
                             " has other operands than its step");
     }
+    variants.back().unit_matrices = unit_matrix_code(variants.back());
   }
   check_emitters(spec, variants, emitters);
   for (size_t i = 0; i < spec.storage.size(); ++i)

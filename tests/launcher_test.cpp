@@ -409,7 +409,8 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   // matrices with one column, with rows longer than a block's lanes, with more rows than a column
   // segment and two chunks; batches of small matrices (conv weights); matrices whose rows are whole
   // tiles of 128 columns, which column segments reduce (kernel_abi::rows_in_column_segments): three
-  // tiles and two segments, a batch of two of two tiles, one tile.
+  // tiles and two segments, a batch of two of two tiles, one tile; matrices of one element (1x1 conv
+  // weights, a 2-D one, run as element code: kernel_abi::kUnitMatrices), one of two chunks.
   const TensorShapes shapes{{{0},
                              {},
                              {3},
@@ -423,9 +424,11 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
                              {3, 5, 7, 11},
                              {300, 384},
                              {2, 40, 256},
-                             {20, 128}}};
-  const std::vector<bool> misaligned = {false, false, true, false, true,  false, true,
-                                        false, true,  true, false, false, true,  false};
+                             {20, 128},
+                             {1, 1},
+                             {480, 160, 1, 1}}};
+  const std::vector<bool> misaligned = {false, false, true,  false, true,  false, true,  false,
+                                        true,  true,  false, false, true,  false, false, false};
   // A spec with a matrix function (muon) steps matrices only: wide, tall, one row, one column, a
   // batch of small ones, and one of rows longer than a block's lanes.
   const TensorShapes matrices{{{3, 5}, {17, 1}, {1, 9}, {8, 4, 3, 3}, {2, 70, 30}, {601, 173}, {16, 8, 1, 1}}};
@@ -460,11 +463,12 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
         for (std::int64_t step = 1; step <= 3; ++step) {
           group.new_gradients(rng);
           compare_step(opt, ref, group, scalar_state, step, result);
-          // Its stages; a variant with matrix values launches their work between them too
-          // (matrix_values_test.cpp counts that exactly).
+          // Its stages, and the Update stage of matrices of one element where the set has one (the
+          // shapes have such tensors); a variant with matrix values launches their work between them
+          // too (matrix_values_test.cpp counts that exactly).
           const optgen::VariantInfo& variant = info->variants[kernel.variant];
           if (variant.num_matrix_values == 0)
-            CHECK(opt.launches_last_step() == variant.num_stages);
+            CHECK(opt.launches_last_step() == variant.num_stages + (kernel.unit_update ? 1 : 0));
           else
             CHECK(opt.launches_last_step() > variant.num_stages);
         }
@@ -510,8 +514,12 @@ TEST_CASE("the Update stages of short and of long rows each match the CPU refere
             group.new_gradients(rng);
             compare_step(opt, ref, group, scalar_state, step, result);
           }
-          CHECK(opt.stage_kernels(0).back() == (long_plan ? std::string(kernel.long_row_update) : update));
-          INFO(opt.stage_kernels(0).back() << ": worst relative error " << result.worst << " in " << result.where);
+          // The Update stage (then, where the set has one, that of the 1x1 conv weight).
+          const std::vector<std::string> kernels = opt.stage_kernels(0);
+          const std::string chosen = kernels.at(static_cast<std::size_t>(info->variants[kernel.variant].num_stages - 1));
+          CHECK(chosen == (long_plan ? std::string(kernel.long_row_update) : update));
+          CHECK(kernels.back() == (kernel.unit_update ? std::string(kernel.unit_update) : chosen));
+          INFO(chosen << ": worst relative error " << result.worst << " in " << result.where);
           CHECK(result.worst <= tolerance(*info, kernel));
         }
       }

@@ -73,12 +73,16 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_75, sm_80 and
       every_storage.push_back(*canonical);
     }
     // One kernel per stage and program of each variant and storage type, per stage of its step on
-    // shards, and the Update stage of long rows where the set has one; one group kernel per variant.
+    // shards, the Update stage of long rows where the set has one and that of tensors whose matrices
+    // are one element where the variant has code for them; one group kernel per variant.
     int expected = 0;
     for (const auto& v : variants) {
       const std::size_t shards = v.shard_step ? v.shard_step->stages.size() : 0;
       expected += static_cast<int>((v.stages.size() + v.programs.size() + shards) * every_storage.size() + 1);
-      for (const auto& s : every_storage) expected += optgen::long_row_update_name(v, s).empty() ? 0 : 1;
+      for (const auto& s : every_storage) {
+        expected += optgen::long_row_update_name(v, s).empty() ? 0 : 1;
+        expected += optgen::unit_update_name(v, s).empty() ? 0 : 1;
+      }
     }
     sources.push_back(optgen::emit_cuda(spec, variants, every_storage, optgen::KernelTuning()));
     // A spec with a matrix value adds the eight kernels of its programs (device/matrices.cuh: the

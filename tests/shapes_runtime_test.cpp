@@ -238,8 +238,9 @@ TEST_CASE("the launcher prints stage blocks and state presence only for variants
   CHECK_THAT(source, Catch::Contains("const unsigned kShardStageBlocks[] = {1u << kernel_abi::kChunkRuns | 1u << "
                                      "kernel_abi::kRowLines | 1u << kernel_abi::kColumnSegments | 1u << "
                                      "kernel_abi::kSnapshot, "));
+  // Its code for tensors whose matrices are one element (unit_matrices.h): the row's last field.
   CHECK_THAT(source, Catch::Contains("variants::adafactor::kStageBlocks, variants::adafactor::kStatePresence, {1, 1, "
-                                     "1}, nullptr, 0, variants::adafactor::kShardStageBlocks},"));
+                                     "1}, nullptr, 0, variants::adafactor::kShardStageBlocks, true},"));
   // Across rows, across columns: a row's sum is over its columns, a column's over its rows, and
   // the matrix mean of row values over the rows.
   CHECK_THAT(source, Catch::Contains(", Domain::Row, 0, false, true},"));
@@ -301,6 +302,54 @@ TEST_CASE("a spec that reduces over rows, columns or matrices has a step on shar
     INFO("reduction " << r.name);
     CHECK(r.across_rows == (r.scope == optgen::Domain::Column || r.scope == optgen::Domain::Matrix));
   }
+}
+
+TEST_CASE("a variant with rows and columns has element code for tensors whose matrices are one element",
+          "[shapes]") {
+  optgen::Spec spec;
+  const std::vector<optgen::Program> variants = adafactor_variants(spec);
+  for (const optgen::Program& p : variants) {
+    INFO("variant " << p.variant);
+    REQUIRE(p.unit_matrices);
+    const optgen::Program& unit = *p.unit_matrices;
+    CHECK(!optgen::uses_shapes(unit));  // element code: no row, column or matrix value, no `factored`
+    CHECK(unit.states == p.states);     // the same operands
+    REQUIRE(unit.stages.size() == p.stages.size());
+    // Every reduction keeps its index (its result's slot); those over tensors and groups their stage,
+    // those over rows, columns and matrices none (their operands are read where their results were).
+    REQUIRE(unit.reductions.size() == p.reductions.size());
+    for (std::size_t r = 0; r < p.reductions.size(); ++r) {
+      const bool shaped = optgen::result_level(p.reductions[r].scope) != optgen::Domain::Tensor;
+      CHECK(unit.reductions[r].stage == (shaped ? -1 : p.reductions[r].stage));
+    }
+    // row_var and col_var are element states there, stored by its Update stage; variance, which
+    // factored tensors lack, is neither read nor written.
+    std::vector<std::string> outputs;
+    for (const optgen::Output& o : unit.element_outputs) {
+      CHECK(o.level == optgen::Domain::Element);
+      outputs.push_back(o.name);
+    }
+    CHECK(outputs == std::vector<std::string>{"param", "row_var", "col_var"});
+    optgen::for_each_node(unit, [](const optgen::Expr& e) {
+      CHECK(!(e->kind == optgen::NodeKind::Var && e->name == "variance"));
+    });
+    // Its kernels take it where chunk runs read rows or columns: the norm of the update, not the
+    // norm of the parameter (the same code for every tensor), nor the stage of matrix lines only;
+    // and its Update stage is a kernel of its own.
+    const std::string cuda = optgen::emit_cuda(spec, {p}, {optgen::Storage{}}, optgen::KernelTuning{});
+    const std::string reduce3 = p.stages.size() == 4 ? "Reduce3" : "Reduce4";  // after clipping's stage
+    CHECK(cuda.find("typedef unit::Reduce1 Unit;") == std::string::npos);
+    CHECK(cuda.find("typedef unit::Reduce2 Unit;") == std::string::npos);
+    CHECK(cuda.find("typedef unit::" + reduce3 + " Unit;") != std::string::npos);
+    CHECK(cuda.find("optgen::update_stage<variants::" + p.variant + "::unit::Update,") != std::string::npos);
+    CHECK(optgen::unit_update_name(p, optgen::Storage{}) == p.variant + "_f32_f32_update_unit_matrices");
+  }
+  const optgen::KernelTables tables = optgen::kernel_tables(variants, {optgen::Storage{}}, optgen::KernelTuning{});
+  CHECK(row_named(tables, "adafactor").unit_matrices);
+  // None where there are no rows or columns, nor where a matrix function runs on every matrix.
+  CHECK(!first_variant("/specs/lamb.yaml").unit_matrices);
+  CHECK(!first_variant("/specs/muon.yaml").unit_matrices);
+  CHECK(first_variant("/specs/adam_mini.yaml").unit_matrices);
 }
 
 TEST_CASE("a reduction hook switches a spec with a step on shards to it", "[shapes]") {
@@ -670,6 +719,52 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
   CHECK(optgen::stage_grid(masks[2], 100, l) == 100);
   CHECK(optgen::stage_grid(bit(abi::kColumnSegments), 100, optgen::shape_layout(info, variant, {dims[3]}, 256, 32)) ==
         0);
+}
+
+TEST_CASE("a tensor whose matrices are one element has no lines where the kernels run it as element code",
+          "[shapes]") {
+  using optgen::reference::StateShape;
+  const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
+                                                 {"col_var", {0, -1, false}, StateShape::Cols}};
+  const int variant_states[] = {0, 1};
+  const StatePresence presence[] = {StatePresence::Factored, StatePresence::Factored};
+  using optgen::Domain;
+  const optgen::ReductionSlot reductions[] = {{"row_mean", false, 1, Domain::Row, 0},
+                                              {"col_mean", false, 1, Domain::Column, 0},
+                                              {"mean_row_var", false, 2, Domain::Matrix, 0}};
+  const unsigned masks[] = {bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments),
+                            bit(abi::kMatrixRowLines), 0};
+  using optgen::StageKind;
+  const StageKind stage_kinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
+  optgen::VariantInfo variant{"adafactor", variant_states, 2, 8, "adafactor_group", stage_kinds, 3, reductions, 3,
+                              -1,          masks,          presence};
+  optgen::OptimizerInfo info{};
+  info.states = states;
+  info.num_states = 2;
+  // A 1x1 conv weight, a conv weight of 3x5 matrices, a 2-D matrix of one element, a batch of them,
+  // and a rank's shard of a matrix of one column: a matrix of one element only on this rank.
+  const std::vector<optgen::TensorDims> dims = {
+      optgen::tensor_dims({16, 8, 1, 1}, 128), optgen::tensor_dims({6, 4, 3, 5}, 360), optgen::tensor_dims({1, 1}, 1),
+      optgen::tensor_dims({2, 1, 1}, 2), optgen::tensor_dims({1, 1}, 1, 4, 0)};
+  REQUIRE(dims[4].whole_rows == 4);
+
+  auto block_total = [](const optgen::ShapeLayout& l, abi::BlockKind kind) { return l.blocks(kind); };
+  const optgen::ShapeLayout lines = optgen::shape_layout(info, variant, dims, 128, 32);
+  CHECK(lines.factored == std::vector<unsigned char>{1, 1, 1, 1, 1});
+  CHECK((lines.num_rows == 128 + 72 + 1 + 2 + 1 && lines.num_matrices == 128 + 24 + 1 + 2 + 1));
+
+  variant.unit_matrices = true;
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 128, 32);
+  CHECK(l.factored ==
+        std::vector<unsigned char>{abi::kUnitMatrices, 1, abi::kUnitMatrices, abi::kUnitMatrices, 1});
+  // The others' rows, columns and matrices only; the first and the third have none before them.
+  CHECK(l.row_offset == std::vector<long long>{0, 0, 72, 72, 72});
+  CHECK((l.num_rows == 72 + 1 && l.num_cols == 120 + 1 && l.num_matrices == 24 + 1));
+  for (abi::BlockKind kind : {abi::kRowLines, abi::kColumnSegments, abi::kMatrixRowLines})
+    CHECK(block_total(l, kind) ==
+          block_total(optgen::shape_layout(info, variant, {dims[1], dims[4]}, 128, 32), kind));
+  CHECK(abi::unit_matrices(1, 1, 1, 1));
+  CHECK(!abi::unit_matrices(1, 1, 4, 1));
 }
 
 TEST_CASE("column segments reduce the rows of matrices whose rows are whole tiles of columns", "[shapes]") {

@@ -86,8 +86,13 @@ TEST_CASE("Adafactor on the GPU matches its reference: groups, conv weights, tal
   INFO("worst relative error " << run.result.worst << " in " << run.result.where);
   CHECK(run.result.worst <= tolerance(DType::F32, {DType::F32}));
   // Under an eighth of each plan's elements in rows shorter than 32: the Update stages of long rows
-  // (vectors of eight), over conv weights, one-column matrices and rows that vectors straddle too.
-  CHECK(run.opt.stage_kernels(0).back() == "adafactor_f32_f32_update_long_rows");
+  // (vectors of eight), over conv weights, one-column matrices and rows that vectors straddle too;
+  // the 1x1 conv weight's (matrices of one element) after the first's.
+  CHECK(run.opt.stage_kernels(0) == std::vector<std::string>{"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2",
+                                                             "adafactor_f32_f32_reduce3",
+                                                             "adafactor_f32_f32_update_long_rows",
+                                                             "adafactor_f32_f32_update_unit_matrices"});
+  CHECK(run.opt.launches_last_step() == 5 + 5);  // the clip_grad_norm variant's plan: its four Reduce stages too
   CHECK(run.opt.stage_kernels(2).back() == "adafactor_clip_grad_norm_f32_f32_update_long_rows");
 }
 
@@ -98,17 +103,22 @@ TEST_CASE("Adafactor over 10,000 tensors of one to four dimensions matches its r
   Run run;
   for (int g = 0; g < 2; ++g) {
     Shapes shapes(5000);
-    for (auto& shape : shapes) {
-      shape.resize(static_cast<size_t>(rank(rng)));
-      for (auto& d : shape) d = dim(rng);
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      shapes[i].resize(static_cast<size_t>(rank(rng)));
+      for (auto& d : shapes[i]) d = dim(rng);
+      // One tensor in 500 a 1x1 convolution's weight (O, I, 1, 1): its matrices are one element.
+      if (i % 500 == 0) shapes[i] = {dim(rng), dim(rng), 1, 1};
     }
     run.add(shapes, hyperparameters(run.info, {{"weight_decay", 0.01 * g}}), rng);
   }
   for (std::int64_t step = 1; step <= 2; ++step) run.step(step, rng);
   INFO("worst relative error " << run.result.worst << " in " << run.result.where);
   CHECK(run.result.worst <= tolerance(DType::F32, {DType::F32}));
-  CHECK(run.opt.launches_last_step() == 4);  // three Reduce stages and the Update, for any number of tensors
-  CHECK(run.opt.stage_kernels(0).back() == "adafactor_f32_f32_update");  // most rows shorter than 32
+  // Three Reduce stages and the Update, for any number of tensors; and the Update stage of those whose
+  // matrices are one element.
+  CHECK(run.opt.launches_last_step() == 5);
+  CHECK(run.opt.stage_kernels(0)[3] == "adafactor_f32_f32_update");  // most rows shorter than 32
+  CHECK(run.opt.stage_kernels(0).back() == "adafactor_f32_f32_update_unit_matrices");
 }
 
 TEST_CASE("Adafactor with zero gradients and parameters matches its reference", "[gpu]") {

@@ -898,6 +898,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   if (on_shards) {
     plan.variant.stage_blocks = plan.variant.shard_stage_blocks;
     plan.variant.stored_values = {};
+    plan.variant.unit_matrices = false;  // the step on shards has no code for them
   }
   const VariantInfo& variant = plan.variant;
   const BoundTensor placeholder{nullptr, nullptr, 0, std::vector<void*>(info.num_states, nullptr), {}, {}, nullptr};
@@ -921,8 +922,18 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   std::vector<int> chunks_per_tensor;
   const long long chunk_size = m.plan_chunk_size(plan.kernel, numel);
   plan.shape = m.launch_shape_of(plan.kernel);
-  const std::vector<kernel_abi::Chunk> chunks =
-      chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, reduces);
+  std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, reduces);
+  // The chunks of tensors whose matrices are one element last, for an Update stage of their own
+  // (KernelInfo::unit_update), in the same order among themselves.
+  std::size_t unit_chunks = 0;
+  if (kernel.unit_update && variant.unit_matrices) {
+    auto unit = [&](const kernel_abi::Chunk& c) {
+      const TensorDims& d = dims[static_cast<std::size_t>(c.tensor)];
+      return d.factored && kernel_abi::unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
+    };
+    const auto first_unit = std::stable_partition(chunks.begin(), chunks.end(), [&](const auto& c) { return !unit(c); });
+    unit_chunks = static_cast<std::size_t>(chunks.end() - first_unit);
+  }
 
   PackedUpload upload;
   const std::size_t numel_at = upload.add(numel);
@@ -967,6 +978,9 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   ShapeLayout shapes;
   if (variant.stage_blocks) shapes = build_shapes(m, plan, variant, dims);
   plan.grids = stage_grids(m, plan, variant, variant.stage_blocks ? &shapes : nullptr);
+  plan.unit_update = unit_chunks > 0 ? plan.module->function(kernel.unit_update) : nullptr;
+  plan.unit_grid = static_cast<unsigned>(unit_chunks);
+  plan.grids.back() -= plan.unit_grid;
   plan.programs.clear();
   for (int p = 0; p < info.num_programs; ++p) plan.programs.push_back(plan.module->function(kernel.programs[p]));
 }
@@ -1257,6 +1271,18 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
                        "check that the tensors are still allocated and that the stream belongs to the current context");
         ++m.launches_last_step;
       }
+      // Then the Update stage of the tensors whose matrices are one element, over their chunks: it
+      // waits for the Update stage before it reads what the Reduce stages wrote.
+      if (plan.unit_grid > 0 && variant.stage_kinds[s] == StageKind::Update) {
+        kernel_abi::TableView unit_table = plan.table;
+        unit_table.chunks += plan.grids[s];
+        unit_table.num_chunks = static_cast<int>(plan.unit_grid);
+        void* unit_args[] = {&unit_table, &m.device_groups.view, &m.inputs, &plan.reductions};
+        driver::launch(plan.unit_update, plan.unit_grid, static_cast<unsigned>(plan.shape.block_size), stream,
+                       unit_args, m.early_start,
+                       "check that the tensors are still allocated and that the stream belongs to the current context");
+        ++m.launches_last_step;
+      }
       after_matrices = false;
       if (m.reduction_hook && variant.stage_kinds[s] == StageKind::Reduce) {
         const kernel_abi::ReductionTable& r = plan.reductions;
@@ -1287,7 +1313,7 @@ void FusedOptimizer::run(const std::string& program, CUstream stream) {
   // No gradient scale, no overflow: a program reads no gradient, and AMP skips steps only.
   kernel_abi::StepInputs inputs{};
   for (Plan& plan : m.plans) {
-    const unsigned grid = plan.grids.back();  // the Update stage's: one block per chunk
+    const unsigned grid = plan.grids.back() + plan.unit_grid;  // the Update stage's: one block per chunk
     if (grid == 0) continue;
     void* args[] = {&plan.table, &m.device_groups.view, &inputs, &plan.reductions};
     // It waits for the kernel before it (its Update::kFirstStage), as a step's first stage does.
@@ -1623,7 +1649,9 @@ std::vector<std::string> FusedOptimizer::stage_kernels(std::size_t group) const 
   if (!prepared() || g.plan < 0)
     throw Error(impl_->call("stage_kernels"), "the optimizer is not prepared", "call prepare() or step() first");
   const Plan& plan = impl_->plans[static_cast<std::size_t>(g.plan)];
-  return {plan.stage_names.begin(), plan.stage_names.end()};
+  std::vector<std::string> names(plan.stage_names.begin(), plan.stage_names.end());
+  if (plan.unit_grid > 0) names.push_back(impl_->info->kernels[plan.kernel].unit_update);
+  return names;
 }
 
 const Tuning::Entry* FusedOptimizer::Impl::tuned(int kernel) const {

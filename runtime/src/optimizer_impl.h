@@ -191,6 +191,11 @@ struct Plan {
   std::vector<CUfunction> stages;
   /// Blocks each stage launches, in launch order (a Reduce stage of 0 blocks is not launched).
   std::vector<unsigned> grids;
+  /// The Update stage of its tensors whose matrices are one element (KernelInfo::unit_update; null
+  /// where it has none), launched after the Update stage over the last unit_grid chunks of the chunk
+  /// table, which the Update stage (grids.back()) does not take.
+  CUfunction unit_update = nullptr;
+  unsigned unit_grid = 0;
   /// The kernels of the spec's programs (OptimizerInfo::programs), one each; a program launches as
   /// many blocks as the Update stage, one per chunk.
   std::vector<CUfunction> programs;

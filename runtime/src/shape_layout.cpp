@@ -104,18 +104,21 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
   auto offsets_of = [&](int kind) { return l.block_offset.begin() + static_cast<std::ptrdiff_t>(kind * (T + 1)); };
   for (std::size_t t = 0; t < T; ++t) {
     const TensorDims& d = dims[t];
-    const long long R = d.rows, C = d.cols, rows = d.total_rows(), cols = d.total_cols();
+    // A tensor whose matrices are one element, where the kernels run it as element code, has no
+    // rows, columns or matrices of its own here, and no blocks but chunk runs.
+    const bool unit = variant.unit_matrices && d.factored && unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
+    const long long R = d.rows, C = d.cols, rows = unit ? 0 : d.total_rows(), cols = unit ? 0 : d.total_cols();
     l.rows.push_back(R);
     l.cols.push_back(C);
     l.whole_rows.push_back(d.whole_rows);
     l.whole_cols.push_back(d.whole_cols);
-    l.factored.push_back(d.factored ? 1 : 0);
+    l.factored.push_back(unit ? kUnitMatrices : d.factored ? 1 : 0);
     l.row_offset.push_back(l.num_rows);
     l.col_offset.push_back(l.num_cols);
     l.matrix_offset.push_back(l.num_matrices);
     l.num_rows += rows;
     l.num_cols += cols;
-    l.num_matrices += d.batch;
+    l.num_matrices += unit ? 0 : d.batch;
 
     bool has_shaped_state = false;
     for (int j : shaped_states) has_shaped_state = has_shaped_state || state_present(variant, j, d.factored);
@@ -123,11 +126,12 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     // A shard's rows (columns) are finished across ranks: they keep their lines.
     const bool rows_in_columns =
         rows_with_columns && !d.split_rows && !d.split_cols && rows_in_column_segments(R, C, block_size) && rows > 0;
+    const long long matrices = unit ? 0 : d.batch;
     blocks[kRowLines] = rows_in_columns ? 0 : line_blocks(rows, C, block_size, line_values);
     blocks[kColumnSegments] = column_blocks(cols, R, block_size);
-    blocks[kMatrixRowLines] = line_blocks(d.batch, R, block_size, line_values);
-    blocks[kMatrixColumnLines] = line_blocks(d.batch, C, block_size, line_values);
-    blocks[kSnapshot] = has_shaped_state ? snapshot_blocks(rows, cols, block_size) : 0;
+    blocks[kMatrixRowLines] = line_blocks(matrices, R, block_size, line_values);
+    blocks[kMatrixColumnLines] = line_blocks(matrices, C, block_size, line_values);
+    blocks[kSnapshot] = has_shaped_state && !unit ? snapshot_blocks(rows, cols, block_size) : 0;
     for (int kind = 1; kind < kNumBlockKinds; ++kind)
       offsets_of(kind)[static_cast<std::ptrdiff_t>(t + 1)] =
           offsets_of(kind)[static_cast<std::ptrdiff_t>(t)] + blocks[kind];

@@ -70,6 +70,15 @@ struct TableView {
 // tensors have no row lines there (rows_in_column_segments), their gradient read once.
 // The Update stage launches one block per chunk, as for every variant.
 //
+// A factored tensor whose matrices are one element (R = C = 1 and whole, a 1x1 convolution's
+// weight), in a variant whose kernels have code for it (VariantInfo::unit_matrices; the generator's
+// unit_matrices.h), is marked kUnitMatrices in ShapeTable::factored: its rows, columns and matrices
+// are its elements, each row, column and matrix value computed where it is read. A Reduce stage
+// whose chunk runs read rows or columns runs that code for it there; its chunks are the last of
+// the chunk table, which the Update stage leaves to an Update stage of their own, launched after
+// it (KernelInfo::unit_update). It has no blocks of the other kinds and no rows, columns or
+// matrices in the plan's numbering.
+//
 // - kChunkRuns: reductions over each tensor or group: runs of chunks, as in every plan
 //   (ceil(num_chunks / chunks_per_block) blocks; not counted in block_offset).
 // - kRowLines: reductions over each row (row_sum, row_mean): a line of C elements per row.
@@ -122,6 +131,15 @@ OPTGEN_ABI_FUNCTION bool valid_block_size(int threads) {
 /// Elements in flight per thread a kernel may be compiled for: a power of two up to 64.
 OPTGEN_ABI_FUNCTION bool valid_elements_per_thread(int elements) {
   return elements >= 1 && elements <= 64 && (elements & (elements - 1)) == 0;
+}
+
+/// ShapeTable::factored of a tensor whose matrices are one element, run as element code.
+constexpr unsigned char kUnitMatrices = 2;
+
+/// Whether a factored tensor of matrices of R x C (whole_R x whole_C where it is a rank's shard)
+/// is run as element code (kUnitMatrices) by the kernels of a variant with such code.
+OPTGEN_ABI_FUNCTION bool unit_matrices(long long R, long long C, long long whole_R, long long whole_C) {
+  return R == 1 && C == 1 && whole_R == 1 && whole_C == 1;
 }
 
 /// Values one lane of a line takes at most: a plan's own (ShapeTable::line_values, chosen by
@@ -215,7 +233,7 @@ OPTGEN_ABI_FUNCTION long long snapshot_blocks(long long rows, long long columns,
 struct ShapeTable {
   const long long* rows;           ///< [tensor]: R
   const long long* cols;           ///< [tensor]: C
-  const unsigned char* factored;   ///< [tensor]: 1 for two or more dimensions
+  const unsigned char* factored;   ///< [tensor]: 1 for two or more dimensions, kUnitMatrices (see there)
   const long long* row_offset;     ///< [tensor]: its first row in the plan's numbering
   const long long* col_offset;     ///< [tensor]: its first column
   const long long* matrix_offset;  ///< [tensor]: its first matrix

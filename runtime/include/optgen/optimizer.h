@@ -179,6 +179,10 @@ struct VariantInfo {
   /// (stored_values), so that every matrix, row and column value is computed from results the hook
   /// has made whole. Null: the step on shards is the variant's own.
   const unsigned* shard_stage_blocks = nullptr;
+  /// Whether its stage kernels run a tensor whose matrices are one element (a 1x1 convolution's
+  /// weight) as element code, each row, column and matrix value its element's: the plan gives such a
+  /// tensor no lines and marks it kernel_abi::kUnitMatrices. Never on shards.
+  bool unit_matrices = false;
 };
 
 /// Empty when the variant's stage plan is one the runtime runs (its Reduce stages, then its one
@@ -232,6 +236,10 @@ struct KernelInfo {
   /// shape_layout.h); null where the set has none (code that reads no element's row, column or
   /// matrix; operands not all f32).
   const char* long_row_update = nullptr;
+  /// The Update stage of the tensors whose matrices are one element (VariantInfo::unit_matrices), in
+  /// a plan that has some: launched after the Update stage, over their chunks (the last of the
+  /// plan's chunk table); null where the variant has no such code.
+  const char* unit_update = nullptr;
 };
 
 /// The names of the matrix values of every variant of `info` (VariantInfo::matrix_values), in order
@@ -552,7 +560,9 @@ class FusedOptimizer {
   const KernelInfo& kernel_set(std::size_t group) const;
   /// The stage kernels that step `group`, in launch order, as prepare() chose them: the kernel
   /// set's stages, those of its step on shards (with a reduction hook), or with the Update stage
-  /// of long rows last (KernelInfo::long_row_update). optgen::Error before prepare().
+  /// of long rows last (KernelInfo::long_row_update); then, where its plan has tensors whose
+  /// matrices are one element, their Update stage (KernelInfo::unit_update). optgen::Error before
+  /// prepare().
   std::vector<std::string> stage_kernels(std::size_t group) const;
   const OptimizerInfo& info() const;
   const StorageOptions& storage() const;

@@ -168,6 +168,30 @@ __device__ __forceinline__ constexpr int loaded_operands() {
   return n > 0 ? n : 1;
 }
 
+template <typename T>
+struct VoidOf {
+  typedef void type;
+};
+/// The code of `Stage` (a Reduce stage's struct) for the tensors whose matrices are one element,
+/// Stage::Unit, where the generator gave it some (its unit_matrices.h): where its chunk runs read
+/// their elements' rows or columns.
+template <typename Stage, typename = void>
+struct UnitCode {
+  static constexpr bool kHas = false;
+};
+template <typename Stage>
+struct UnitCode<Stage, typename VoidOf<typename Stage::Unit>::type> {
+  static constexpr bool kHas = true;
+  typedef typename Stage::Unit type;
+};
+/// Whether tensor t runs Stage's code for tensors whose matrices are one element: the plan marked
+/// it so (kernel_abi::kUnitMatrices), and Stage has such code.
+template <typename Stage>
+__device__ __forceinline__ bool runs_unit_code(const TableView& table, int t) {
+  if constexpr (UnitCode<Stage>::kHas) return table.shapes->factored[t] == kernel_abi::kUnitMatrices;
+  return false;
+}
+
 /// Elements of a vector of a Reduce stage's chunk runs: 16 bytes of the parameter, or 32 for code
 /// of rows and columns that reads its elements' rows and columns (Code::kIndexed) with f32 params,
 /// so that Position's work per vector (finding its row and column, loading their values) serves
@@ -180,21 +204,24 @@ __device__ __forceinline__ constexpr int chunk_run_vector() {
   return reduce_vector<Ops>();
 }
 
-/// The chunk runs of a Reduce stage's block `block`: the chunks [block * chunks_per_block, ...) of
-/// the chunk table, a run at a time: the consecutive chunks of one tensor among them, which are
-/// consecutive parts of it, read as one range (the operands of `Code`'s reductions, element by
-/// element, from the operands Code::loads; with each element's row, column and matrix where
-/// kShaped, Position). It writes the run's partial results as the first chunk's (the identity as
-/// the others') and counts the run's chunks as arrived at once; the last block of each tensor, then
-/// of each group, finishes them (kernel_abi::ReductionTable). Code's stores (after its reductions
-/// among apply's results: its stage's matrix values' operands, and states it stores, Output::stage
-/// in the generator) go into their operands at the element's index, in each operand's codec,
-/// unless AMP skips the step (a nonzero *found_inf). A run is read as one range so that a
-/// block has a run's worth of loads in flight, not a chunk's; and the latency of an arrival (a
-/// fence, an atomic) is paid once per run. `Stage` computes the tensor values.
-template <typename Code, typename Stage, typename Group, typename Ops, bool kShaped>
-__device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
-                                           const ReductionTable& red, long long block) {
+/// One run of a Reduce stage's block (chunk_runs: the block takes the chunks [block *
+/// chunks_per_block, ...) of the chunk table, a run at a time): the consecutive chunks of one
+/// tensor among them, `chunk` to `last_chunk`, which are consecutive parts of it, read as one
+/// range (the operands of `Code`'s reductions, element by element, from the operands Code::loads;
+/// with each element's row, column and matrix where kShaped, Position). It writes the run's
+/// partial results as the first chunk's (the identity as the others') and counts the run's chunks
+/// as arrived at once; the last block of each tensor, then of each group, finishes them
+/// (kernel_abi::ReductionTable). Code's stores (after its reductions among apply's results: its
+/// stage's matrix values' operands, and states it stores, Output::stage in the generator) go into
+/// their operands at the element's index, in each operand's codec, unless AMP skips the step (a
+/// nonzero *found_inf). A run is read as one range so that a block has a run's worth of loads in
+/// flight, not a chunk's; and the latency of an arrival (a fence, an atomic) is paid once per run.
+/// `Stage` computes the tensor values. kShapedKernel: the stage's kernel is one of rows and columns,
+/// whose budget of registers its element-wise runs (code for matrices of one element) keep too.
+template <typename Code, typename Stage, typename Group, typename Ops, bool kShaped, bool kShapedKernel = kShaped>
+__device__ __forceinline__ void chunk_run(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                          const ReductionTable& red, const Chunk& chunk, const Chunk& last_chunk,
+                                          unsigned int run) {
   typedef typename Group::Values Values;
   constexpr int kOps = Code::kOperands;
   constexpr int kR = Code::kReductions;
@@ -209,122 +236,140 @@ __device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTa
   // (ghostnet_100) longer (72 registers against 106 in its first Reduce stage).
   constexpr int kLoaded = loaded_operands<Code>();
   constexpr int kInFlight = OPTGEN_ELEMENTS_PER_THREAD * (kLoaded == 1 ? 4 : 2);
-  constexpr int U = kShaped                               ? element_tiles<V>()
+  // Element-wise runs in such a kernel take one vector at a time: with more, the kernel's registers
+  // grew (Adafactor's first stage 79 -> 110, sm_90) or its norm of the update spilled.
+  constexpr int U = kShapedKernel                   ? (kShaped ? element_tiles<V>() : 1)
                     : kInFlight / (V * kLoaded) > 0 ? kInFlight / (V * kLoaded)
                                                     : 1;
   constexpr long long kStride = static_cast<long long>(OPTGEN_BLOCK_SIZE) * V;
 
-  // The block's entries of the chunk table are read at once: finding its runs then costs no round
-  // trip to memory per chunk.
+  const int t = chunk.tensor;
+  const int g = chunk.group;
+  const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
+  const long long end = static_cast<long long>(last_chunk.index) * table.chunk_size + last_chunk.count;
+
+  Position<Stage, Code, Ops, kShaped, V> at(table, t);
+  void* ptr[kOps];
+  const float* absmax[kOps];
+  bool aligned = true;
+#pragma unroll
+  for (int op = 0; op < kOps; ++op) {
+    ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
+    absmax[op] = Ops::blockwise(op) && ptr[op] ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
+    aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
+  }
+  void* stored[kM > 0 ? kM : 1];
+#pragma unroll
+  for (int j = 0; j < kM; ++j) {
+    stored[j] = operand_pointer<Ops, kOps>(table, Code::element_store_operand(j), t);
+    aligned = aligned && reinterpret_cast<uintptr>(stored[j]) % 16 == 0;
+  }
+  const bool stores = kM > 0 && (inputs.found_inf == nullptr || *inputs.found_inf == 0.0f);
+  const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
+  const typename Stage::TensorValues tv =
+      at.tensor(k, table.whole_numel[t], results(red, t, g), TensorStates<Ops, kOps>{table, t});
+  // Read per run rather than held across the loop: one register fewer where it counts.
+  const bool scaled = inputs.grad_scale != 0;
+  const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
+  float acc[kR > 0 ? kR : 1];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
+  // Element e of a vector (0 for a single element): its reductions' operands added, the values
+  // it stores into to_store[j][e].
+  float to_store[kM > 0 ? kM : 1][V];
+  auto add = [&](float (&x)[kOps], int e, bool in_row) {
+    if (scaled) x[1] = x[1] / grad_scale;
+    float value[Code::kResults];
+    at.apply(k, tv, x, value, e, in_row);
+    at.next(e, in_row);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
+#pragma unroll
+    for (int j = 0; j < kM; ++j) to_store[j][e] = value[kR + j];
+  };
+  // A vector's elements, at i; with no branch between them where they share a row (in_row constant).
+  auto add_vector = [&](const float (&operands)[kOps][V], long long i, bool in_row) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float x[kOps];
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) x[op] = operands[op][e];
+      add(x, e, in_row);
+    }
+    if (stores) {
+#pragma unroll
+      for (int j = 0; j < kM; ++j) store_codec<V>(Ops::codec(Code::element_store_operand(j)), stored[j], i, to_store[j]);
+    }
+  };
+
+  const long long vector_end = aligned ? start + (end - start) / V * V : start;
+  for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
+    float v[U][kOps][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long i = base + u * kStride;
+      if (i >= vector_end) continue;
+#pragma unroll
+      for (int op = 0; op < kOps; ++op) {
+        if (Code::loads(op) && at.present(ptr[op])) {  // an absent state reads as 0
+          load_operand<Ops, V>(op, ptr[op], i, v[u][op], absmax[op]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + u * kStride >= vector_end) continue;
+      at.seek(base + u * kStride);
+      if (at.in_row())
+        add_vector(v[u], base + u * kStride, true);
+      else
+        add_vector(v[u], base + u * kStride, false);
+    }
+  }
+  for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
+    float x[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) {
+      x[op] = 0.0f;
+      if (Code::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op], absmax[op]);
+    }
+    at.seek(i, false);
+    add(x, 0, false);
+    if (stores) {
+#pragma unroll
+      for (int j = 0; j < kM; ++j) store_codec<1>(Ops::codec(Code::element_store_operand(j)), stored[j], i, to_store[j]);
+    }
+  }
+
+  finish_run<Code>(red, acc, chunk, run);
+}
+
+/// The chunk runs of a Reduce stage's block `block` (chunk_run, one run at a time): the block's
+/// entries of the chunk table are read at once, so that finding its runs costs no round trip to
+/// memory per chunk. A run of a tensor whose matrices are one element runs Stage's code for them
+/// (runs_unit_code).
+template <typename Code, typename Stage, typename Group, typename Ops, bool kShaped>
+__device__ __forceinline__ void chunk_runs(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
+                                           const ReductionTable& red, long long block) {
   __shared__ Chunk block_chunks[kernel_abi::kReduceChunksPerBlock];
   if constexpr (reads_blockwise<Code, Ops>()) load_blockwise_maps();
   const int count = read_block_chunks(table, red, block, block_chunks);
   for (int c = 0; c < count;) {
-    const Chunk chunk = block_chunks[c];
-    const int t = chunk.tensor;
-    const int g = chunk.group;
     const int last = run_end(block_chunks, count, c);
     const unsigned int run = static_cast<unsigned int>(last - c + 1);
-    const long long start = static_cast<long long>(chunk.index) * table.chunk_size;
-    const long long end = static_cast<long long>(block_chunks[last].index) * table.chunk_size + block_chunks[last].count;
-
-    Position<Stage, Code, Ops, kShaped, V> at(table, t);
-    void* ptr[kOps];
-    const float* absmax[kOps];
-    bool aligned = true;
-#pragma unroll
-    for (int op = 0; op < kOps; ++op) {
-      ptr[op] = Code::loads(op) ? operand_pointer<Ops, kOps>(table, op, t) : nullptr;
-      absmax[op] = Ops::blockwise(op) && ptr[op] ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
-      aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
-    }
-    void* stored[kM > 0 ? kM : 1];
-#pragma unroll
-    for (int j = 0; j < kM; ++j) {
-      stored[j] = operand_pointer<Ops, kOps>(table, Code::element_store_operand(j), t);
-      aligned = aligned && reinterpret_cast<uintptr>(stored[j]) % 16 == 0;
-    }
-    const bool stores = kM > 0 && (inputs.found_inf == nullptr || *inputs.found_inf == 0.0f);
-    const Values k = *group_values<Values>(groups, current_slot(groups, g), g);
-    const typename Stage::TensorValues tv =
-        at.tensor(k, table.whole_numel[t], results(red, t, g), TensorStates<Ops, kOps>{table, t});
-    // Read per run rather than held across the loop: one register fewer where it counts.
-    const bool scaled = inputs.grad_scale != 0;
-    const float grad_scale = scaled ? *inputs.grad_scale : 1.0f;
-    float acc[kR > 0 ? kR : 1];
-#pragma unroll
-    for (int r = 0; r < kR; ++r) acc[r] = reduce_identity<float>(Code::is_max(r));
-    // Element e of a vector (0 for a single element): its reductions' operands added, the values
-    // it stores into to_store[j][e].
-    float to_store[kM > 0 ? kM : 1][V];
-    auto add = [&](float (&x)[kOps], int e, bool in_row) {
-      if (scaled) x[1] = x[1] / grad_scale;
-      float value[Code::kResults];
-      at.apply(k, tv, x, value, e, in_row);
-      at.next(e, in_row);
-#pragma unroll
-      for (int r = 0; r < kR; ++r) acc[r] = reduce_combine(Code::is_max(r), acc[r], value[r]);
-#pragma unroll
-      for (int j = 0; j < kM; ++j) to_store[j][e] = value[kR + j];
-    };
-    // A vector's elements, at i; with no branch between them where they share a row (in_row constant).
-    auto add_vector = [&](const float (&operands)[kOps][V], long long i, bool in_row) {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        float x[kOps];
-#pragma unroll
-        for (int op = 0; op < kOps; ++op) x[op] = operands[op][e];
-        add(x, e, in_row);
-      }
-      if (stores) {
-#pragma unroll
-        for (int j = 0; j < kM; ++j) store_codec<V>(Ops::codec(Code::element_store_operand(j)), stored[j], i, to_store[j]);
-      }
-    };
-
-    const long long vector_end = aligned ? start + (end - start) / V * V : start;
-    for (long long base = start + static_cast<long long>(threadIdx.x) * V; base < vector_end; base += kStride * U) {
-      float v[U][kOps][V];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const long long i = base + u * kStride;
-        if (i >= vector_end) continue;
-#pragma unroll
-        for (int op = 0; op < kOps; ++op) {
-          if (Code::loads(op) && at.present(ptr[op])) {  // an absent state reads as 0
-            load_operand<Ops, V>(op, ptr[op], i, v[u][op], absmax[op]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < V; ++e) v[u][op][e] = 0.0f;
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (base + u * kStride >= vector_end) continue;
-        at.seek(base + u * kStride);
-        if (at.in_row())
-          add_vector(v[u], base + u * kStride, true);
-        else
-          add_vector(v[u], base + u * kStride, false);
+    if constexpr (UnitCode<Stage>::kHas) {
+      typedef typename UnitCode<Stage>::type Unit;
+      if (runs_unit_code<Stage>(table, block_chunks[c].tensor)) {
+        chunk_run<typename Unit::Elements, Unit, Group, Ops, false, kShaped>(table, groups, inputs, red,
+                                                                             block_chunks[c], block_chunks[last], run);
+        c = last + 1;
+        continue;
       }
     }
-    for (long long i = vector_end + threadIdx.x; i < end; i += OPTGEN_BLOCK_SIZE) {
-      float x[kOps];
-#pragma unroll
-      for (int op = 0; op < kOps; ++op) {
-        x[op] = 0.0f;
-        if (Code::loads(op) && at.present(ptr[op])) load_operand<Ops, 1>(op, ptr[op], i, &x[op], absmax[op]);
-      }
-      at.seek(i, false);
-      add(x, 0, false);
-      if (stores) {
-#pragma unroll
-        for (int j = 0; j < kM; ++j) store_codec<1>(Ops::codec(Code::element_store_operand(j)), stored[j], i, to_store[j]);
-      }
-    }
-
-    finish_run<Code>(red, acc, chunk, run);
+    chunk_run<Code, Stage, Group, Ops, kShaped>(table, groups, inputs, red, block_chunks[c], block_chunks[last], run);
     c = last + 1;
   }
 }
