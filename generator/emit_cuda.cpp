@@ -1267,8 +1267,7 @@ class CudaEmitter {
     w.line("/// " + p.variant + ", " +
            (p.is_step() ? to_string(stage.kind) + std::string(" stage") : "program " + p.entry) +
            (p.for_shards ? " on shards" : "") + (long_rows ? " of long rows, vectors of eight" : "") +
-           (p.for_unit_matrices ? " of tensors whose matrices are one element" : "") + ", storage " +
-           s.text() + ".");
+           (p.for_unit_matrices ? " of tensors whose matrices are one element" : "") + ", storage " + s.text() + ".");
     // The step on shards' Update stage computes its row, column and matrix values per element: the
     // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's). A
     // shaped Reduce stage of chunk runs only (not on shards) has a budget of its own.
@@ -1276,8 +1275,8 @@ class CudaEmitter {
     const bool shaped = stage.kind == StageKind::Reduce ? reduce_shaped(p, stage) : uses_shapes(p);
     const bool runs_only =
         stage.kind == StageKind::Reduce && !p.for_shards && stage_blocks(p, stage) == 1u << kernel_abi::kChunkRuns;
-    const bool lean = (shaped || p.for_unit_matrices) && !p.for_shards &&
-                      lean_operands(p, s, stage.kind == StageKind::Reduce);
+    const bool lean =
+        (shaped || p.for_unit_matrices) && !p.for_shards && lean_operands(p, s, stage.kind == StageKind::Reduce);
     const char* bounds =
         stage.kind == StageKind::Reduce || p.for_shards
             ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"

@@ -427,8 +427,8 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
                              {20, 128},
                              {1, 1},
                              {480, 160, 1, 1}}};
-  const std::vector<bool> misaligned = {false, false, true,  false, true,  false, true,  false,
-                                        true,  true,  false, false, true,  false, false, false};
+  const std::vector<bool> misaligned = {false, false, true,  false, true, false, true,  false,
+                                        true,  true,  false, false, true, false, false, false};
   // A spec with a matrix function (muon) steps matrices only: wide, tall, one row, one column, a
   // batch of small ones, and one of rows longer than a block's lanes.
   const TensorShapes matrices{{{3, 5}, {17, 1}, {1, 9}, {8, 4, 3, 3}, {2, 70, 30}, {601, 173}, {16, 8, 1, 1}}};
@@ -516,7 +516,8 @@ TEST_CASE("the Update stages of short and of long rows each match the CPU refere
           }
           // The Update stage (then, where the set has one, that of the 1x1 conv weight).
           const std::vector<std::string> kernels = opt.stage_kernels(0);
-          const std::string chosen = kernels.at(static_cast<std::size_t>(info->variants[kernel.variant].num_stages - 1));
+          const std::string chosen =
+              kernels.at(static_cast<std::size_t>(info->variants[kernel.variant].num_stages - 1));
           CHECK(chosen == (long_plan ? std::string(kernel.long_row_update) : update));
           CHECK(kernels.back() == (kernel.unit_update ? std::string(kernel.unit_update) : chosen));
           INFO(chosen << ": worst relative error " << result.worst << " in " << result.where);

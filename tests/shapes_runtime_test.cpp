@@ -304,8 +304,7 @@ TEST_CASE("a spec that reduces over rows, columns or matrices has a step on shar
   }
 }
 
-TEST_CASE("a variant with rows and columns has element code for tensors whose matrices are one element",
-          "[shapes]") {
+TEST_CASE("a variant with rows and columns has element code for tensors whose matrices are one element", "[shapes]") {
   optgen::Spec spec;
   const std::vector<optgen::Program> variants = adafactor_variants(spec);
   for (const optgen::Program& p : variants) {
@@ -330,9 +329,8 @@ TEST_CASE("a variant with rows and columns has element code for tensors whose ma
       outputs.push_back(o.name);
     }
     CHECK(outputs == std::vector<std::string>{"param", "row_var", "col_var"});
-    optgen::for_each_node(unit, [](const optgen::Expr& e) {
-      CHECK(!(e->kind == optgen::NodeKind::Var && e->name == "variance"));
-    });
+    optgen::for_each_node(
+        unit, [](const optgen::Expr& e) { CHECK(!(e->kind == optgen::NodeKind::Var && e->name == "variance")); });
     // Its kernels take it where chunk runs read rows or columns: the norm of the update, not the
     // norm of the parameter (the same code for every tensor), nor the stage of matrix lines only;
     // and its Update stage is a kernel of its own.
@@ -721,8 +719,7 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
         0);
 }
 
-TEST_CASE("a tensor whose matrices are one element has no lines where the kernels run it as element code",
-          "[shapes]") {
+TEST_CASE("a tensor whose matrices are one element has no lines where the kernels run it as element code", "[shapes]") {
   using optgen::reference::StateShape;
   const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
                                                  {"col_var", {0, -1, false}, StateShape::Cols}};
@@ -736,7 +733,7 @@ TEST_CASE("a tensor whose matrices are one element has no lines where the kernel
                             bit(abi::kMatrixRowLines), 0};
   using optgen::StageKind;
   const StageKind stage_kinds[] = {StageKind::Reduce, StageKind::Reduce, StageKind::Update};
-  optgen::VariantInfo variant{"adafactor", variant_states, 2, 8, "adafactor_group", stage_kinds, 3, reductions, 3,
+  optgen::VariantInfo variant{"adafactor", variant_states, 2,       8, "adafactor_group", stage_kinds, 3, reductions, 3,
                               -1,          masks,          presence};
   optgen::OptimizerInfo info{};
   info.states = states;
@@ -755,14 +752,12 @@ TEST_CASE("a tensor whose matrices are one element has no lines where the kernel
 
   variant.unit_matrices = true;
   const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 128, 32);
-  CHECK(l.factored ==
-        std::vector<unsigned char>{abi::kUnitMatrices, 1, abi::kUnitMatrices, abi::kUnitMatrices, 1});
+  CHECK(l.factored == std::vector<unsigned char>{abi::kUnitMatrices, 1, abi::kUnitMatrices, abi::kUnitMatrices, 1});
   // The others' rows, columns and matrices only; the first and the third have none before them.
   CHECK(l.row_offset == std::vector<long long>{0, 0, 72, 72, 72});
   CHECK((l.num_rows == 72 + 1 && l.num_cols == 120 + 1 && l.num_matrices == 24 + 1));
   for (abi::BlockKind kind : {abi::kRowLines, abi::kColumnSegments, abi::kMatrixRowLines})
-    CHECK(block_total(l, kind) ==
-          block_total(optgen::shape_layout(info, variant, {dims[1], dims[4]}, 128, 32), kind));
+    CHECK(block_total(l, kind) == block_total(optgen::shape_layout(info, variant, {dims[1], dims[4]}, 128, 32), kind));
   CHECK(abi::unit_matrices(1, 1, 1, 1));
   CHECK(!abi::unit_matrices(1, 1, 4, 1));
 }

@@ -88,10 +88,9 @@ TEST_CASE("Adafactor on the GPU matches its reference: groups, conv weights, tal
   // Under an eighth of each plan's elements in rows shorter than 32: the Update stages of long rows
   // (vectors of eight), over conv weights, one-column matrices and rows that vectors straddle too;
   // the 1x1 conv weight's (matrices of one element) after the first's.
-  CHECK(run.opt.stage_kernels(0) == std::vector<std::string>{"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2",
-                                                             "adafactor_f32_f32_reduce3",
-                                                             "adafactor_f32_f32_update_long_rows",
-                                                             "adafactor_f32_f32_update_unit_matrices"});
+  CHECK(run.opt.stage_kernels(0) ==
+        std::vector<std::string>{"adafactor_f32_f32_reduce1", "adafactor_f32_f32_reduce2", "adafactor_f32_f32_reduce3",
+                                 "adafactor_f32_f32_update_long_rows", "adafactor_f32_f32_update_unit_matrices"});
   CHECK(run.opt.launches_last_step() == 5 + 5);  // the clip_grad_norm variant's plan: its four Reduce stages too
   CHECK(run.opt.stage_kernels(2).back() == "adafactor_clip_grad_norm_f32_f32_update_long_rows");
 }

@@ -922,7 +922,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   std::vector<int> chunks_per_tensor;
   const long long chunk_size = m.plan_chunk_size(plan.kernel, numel);
   plan.shape = m.launch_shape_of(plan.kernel);
-  std::vector<kernel_abi::Chunk> chunks = chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, reduces);
+  std::vector<kernel_abi::Chunk> chunks =
+      chunk_table(tensors, chunk_size, blocks_per_group, chunks_per_tensor, reduces);
   // The chunks of tensors whose matrices are one element last, for an Update stage of their own
   // (KernelInfo::unit_update), in the same order among themselves.
   std::size_t unit_chunks = 0;
@@ -931,7 +932,8 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
       const TensorDims& d = dims[static_cast<std::size_t>(c.tensor)];
       return d.factored && kernel_abi::unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
     };
-    const auto first_unit = std::stable_partition(chunks.begin(), chunks.end(), [&](const auto& c) { return !unit(c); });
+    const auto first_unit =
+        std::stable_partition(chunks.begin(), chunks.end(), [&](const auto& c) { return !unit(c); });
     unit_chunks = static_cast<std::size_t>(chunks.end() - first_unit);
   }
 
