@@ -927,13 +927,10 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   // The chunks of tensors whose matrices are one element last, for an Update stage of their own
   // (KernelInfo::unit_update), in the same order among themselves.
   std::size_t unit_chunks = 0;
-  if (kernel.unit_update && variant.unit_matrices) {
-    auto unit = [&](const kernel_abi::Chunk& c) {
-      const TensorDims& d = dims[static_cast<std::size_t>(c.tensor)];
-      return d.factored && kernel_abi::unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
-    };
-    const auto first_unit =
-        std::stable_partition(chunks.begin(), chunks.end(), [&](const auto& c) { return !unit(c); });
+  if (kernel.unit_update) {
+    const auto first_unit = std::stable_partition(chunks.begin(), chunks.end(), [&](const kernel_abi::Chunk& c) {
+      return !runs_unit_matrices(variant, dims[static_cast<std::size_t>(c.tensor)]);
+    });
     unit_chunks = static_cast<std::size_t>(chunks.end() - first_unit);
   }
 

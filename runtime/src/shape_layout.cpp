@@ -22,6 +22,10 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
   return d;
 }
 
+bool runs_unit_matrices(const VariantInfo& variant, const TensorDims& d) {
+  return variant.unit_matrices && d.factored && kernel_abi::unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
+}
+
 bool long_rows(const std::vector<TensorDims>& dims) {
   std::int64_t elements = 0, in_short_rows = 0;
   for (const TensorDims& d : dims) {
@@ -106,7 +110,7 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     const TensorDims& d = dims[t];
     // A tensor whose matrices are one element, where the kernels run it as element code, has no
     // rows, columns or matrices of its own here, and no blocks but chunk runs.
-    const bool unit = variant.unit_matrices && d.factored && unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
+    const bool unit = runs_unit_matrices(variant, d);
     const long long R = d.rows, C = d.cols, rows = unit ? 0 : d.total_rows(), cols = unit ? 0 : d.total_cols();
     l.rows.push_back(R);
     l.cols.push_back(C);

@@ -51,6 +51,12 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
 constexpr std::int64_t kLongRowColumns = 32;
 bool long_rows(const std::vector<TensorDims>& dims);
 
+/// Whether the kernels of `variant` run a tensor of `dims` as element code: a factored tensor whose
+/// matrices are one element (kernel_abi::unit_matrices), in a variant with such code
+/// (VariantInfo::unit_matrices). The layout gives it no lines (kernel_abi::kUnitMatrices) and the plan
+/// its own Update stage (KernelInfo::unit_update).
+bool runs_unit_matrices(const VariantInfo& variant, const TensorDims& dims);
+
 /// Values of a state of `shape` for a tensor of `numel` elements: numel, B * R or B * C.
 std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel);
 
