@@ -369,7 +369,7 @@ class CudaEmitter {
       w.line("/// no lines, and its Update stage is a kernel of its own, launched after the step's.");
       auto inner = w.block("namespace unit", "}  // namespace unit");
       for (const auto& stage : unit.stages)
-        if (unit_stage(unit, stage) && runs_read_position(p, stage)) {
+        if (has_unit_reduce(p, stage)) {
           reduce_struct(w, unit, stage);
           w.line();
         }
@@ -1076,7 +1076,7 @@ class CudaEmitter {
       w.line("static constexpr unsigned kBlocks = " + hex(blocks) + ";  // kernel_abi::BlockKind bits");
       w.line(std::string("static constexpr bool kShaped = ") +
              (shaped ? "true;  // rows and columns: apply reads sh_ and ix_" : "false;  // element-wise code"));
-      if (p.unit_matrices && unit_stage(*p.unit_matrices, stage) && runs_read_position(p, stage))
+      if (has_unit_reduce(p, stage))
         w.line("typedef unit::" + name + " Unit;  // its chunk runs' code for tensors whose matrices are one element");
       w.line();
       tensor_values(w, p, tensor_values_read(p, with_shaped_values(p, roots, stage.number)), shaped_taken_names(p),
@@ -1126,11 +1126,15 @@ class CudaEmitter {
     return reads_position(p, roots, stage.number);
   }
 
-  /// Whether the code for tensors whose matrices are one element (Program::unit_matrices) has work in
-  /// Reduce stage `stage`: reductions over tensors or groups, or values it stores.
-  static bool unit_stage(const Program& unit, const Stage& stage) {
-    return stage.kind == StageKind::Reduce &&
-           (!stage_reductions(unit, stage).empty() || !stage_stores(unit, stage).empty());
+  /// Whether variant `p` has a Reduce struct of its own in `namespace unit` for Reduce stage `stage`
+  /// (its Reduce struct's Unit): the code for tensors whose matrices are one element
+  /// (Program::unit_matrices) has work there (reductions over tensors or groups, or values it stores)
+  /// and the stage's chunk runs read rows or columns (runs_read_position).
+  static bool has_unit_reduce(const Program& p, const Stage& stage) {
+    if (!p.unit_matrices || stage.kind != StageKind::Reduce) return false;
+    const Program& unit = *p.unit_matrices;
+    return (!stage_reductions(unit, stage).empty() || !stage_stores(unit, stage).empty()) &&
+           runs_read_position(p, stage);
   }
 
   /// The row and column states the first Reduce stage copies for the Update stage.

@@ -1253,6 +1253,11 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
     void* args[] = {&plan.table, &m.device_groups.view, &m.inputs, &plan.reductions};
     const VariantInfo& variant = plan.variant;
     bool after_matrices = false;  // the stage after matrix functions waits for them to end
+    auto launch = [&](CUfunction kernel, unsigned grid, void** kernel_args, bool early_start) {
+      driver::launch(kernel, grid, static_cast<unsigned>(plan.shape.block_size), stream, kernel_args, early_start,
+                     "check that the tensors are still allocated and that the stream belongs to the current context");
+      ++m.launches_last_step;
+    };
     for (std::size_t s = 0; s < plan.stages.size(); ++s) {
       // A Reduce stage of only matrix, row or column blocks has none when the plan's tensors have
       // no rows or columns (all empty): nothing to launch. The hook is still called, so that every
@@ -1265,10 +1270,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         // the kernel before may write (optgen/device/group.cuh's wait_for_previous_kernel).
         // The kernels of cuBLAS may let the next kernel start early too, and that one would read
         // their results before they are written: a stage after matrix functions starts after them.
-        driver::launch(plan.stages[s], plan.grids[s], static_cast<unsigned>(plan.shape.block_size), stream, args,
-                       m.early_start && !after_matrices,
-                       "check that the tensors are still allocated and that the stream belongs to the current context");
-        ++m.launches_last_step;
+        launch(plan.stages[s], plan.grids[s], args, m.early_start && !after_matrices);
       }
       // Then the Update stage of the tensors whose matrices are one element, over their chunks: it
       // waits for the Update stage before it reads what the Reduce stages wrote.
@@ -1277,10 +1279,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
         unit_table.chunks += plan.grids[s];
         unit_table.num_chunks = static_cast<int>(plan.unit_grid);
         void* unit_args[] = {&unit_table, &m.device_groups.view, &m.inputs, &plan.reductions};
-        driver::launch(plan.unit_update, plan.unit_grid, static_cast<unsigned>(plan.shape.block_size), stream,
-                       unit_args, m.early_start,
-                       "check that the tensors are still allocated and that the stream belongs to the current context");
-        ++m.launches_last_step;
+        launch(plan.unit_update, plan.unit_grid, unit_args, m.early_start);
       }
       after_matrices = false;
       if (m.reduction_hook && variant.stage_kinds[s] == StageKind::Reduce) {
