@@ -177,10 +177,11 @@ TEST_CASE("Adafactor is deterministic: the same inputs give the same bits, eager
 TEST_CASE("row values no line finishes are computed where read, beside stored column values", "[gpu]") {
   // tests/specs/row_inline.yaml: r's new value reads a row mean and a tensor norm of one stage, so
   // the Update stage computes it per element from the snapshot of r; c's is stored by its column.
+  // {6, 4, 1, 1} is a 1x1 conv weight: matrices of one element, run as element code.
   OPTGEN_REQUIRE_GPU();
   std::mt19937 rng(31);
   Run run(optgen::RowInline::info(), optgen::reference::row_inline::optimizer());
-  run.add({{300, 70}, {5, 3, 3}, {1, 257}, {257, 1}, {40}}, hyperparameters(run.info, {}), rng);
+  run.add({{300, 70}, {5, 3, 3}, {1, 257}, {257, 1}, {40}, {6, 4, 1, 1}}, hyperparameters(run.info, {}), rng);
   run.add({{64, 65}}, hyperparameters(run.info, {{"max_grad_norm", 0.3}}), rng);
   for (std::int64_t step = 1; step <= 3; ++step) run.step(step, rng);
   INFO("worst relative error " << run.result.worst << " in " << run.result.where);
