@@ -195,12 +195,12 @@ namespace variants::adan {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 24;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -208,12 +208,12 @@ namespace variants::adan {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::adan
@@ -417,12 +417,12 @@ namespace variants::adan_clip_grad_norm {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 24;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -430,12 +430,12 @@ namespace variants::adan_clip_grad_norm {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::adan_clip_grad_norm

@@ -249,12 +249,12 @@ namespace variants::lamb {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -262,12 +262,12 @@ namespace variants::lamb {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -275,12 +275,12 @@ namespace variants::lamb {
   struct Operands_f32_q8_exp_avg_sq_uq8 {
     typedef float Param;
     static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 10;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0xcu;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : ((0x4u >> op_) & 1u) ? optgen::Codec::kQ8 : ((0x8u >> op_) & 1u) ? optgen::Codec::kUQ8 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : ((0x4u >> op_) & 1u) ? optgen::DType::Q8 : ((0x8u >> op_) & 1u) ? optgen::DType::UQ8 : optgen::DType::F32;
     }
   };
 }  // namespace variants::lamb
@@ -537,12 +537,12 @@ namespace variants::lamb_clip_grad_norm {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -550,12 +550,12 @@ namespace variants::lamb_clip_grad_norm {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -563,12 +563,12 @@ namespace variants::lamb_clip_grad_norm {
   struct Operands_f32_q8_exp_avg_sq_uq8 {
     typedef float Param;
     static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 10;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0xcu;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : ((0x4u >> op_) & 1u) ? optgen::Codec::kQ8 : ((0x8u >> op_) & 1u) ? optgen::Codec::kUQ8 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : ((0x4u >> op_) & 1u) ? optgen::DType::Q8 : ((0x8u >> op_) & 1u) ? optgen::DType::UQ8 : optgen::DType::F32;
     }
   };
 }  // namespace variants::lamb_clip_grad_norm

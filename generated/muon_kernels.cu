@@ -203,12 +203,12 @@ namespace variants::muon {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 14;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x8u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x8u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -216,12 +216,12 @@ namespace variants::muon {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 10;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0xbu >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0xbu >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -229,12 +229,12 @@ namespace variants::muon {
   struct Operands_f32_f32_o_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -242,12 +242,12 @@ namespace variants::muon {
   struct Operands_bf16_f32_o_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::muon
@@ -440,12 +440,12 @@ namespace variants::muon_clip_grad_norm {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 14;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x8u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x8u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -453,12 +453,12 @@ namespace variants::muon_clip_grad_norm {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 10;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0xbu >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0xbu >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -466,12 +466,12 @@ namespace variants::muon_clip_grad_norm {
   struct Operands_f32_f32_o_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -479,12 +479,12 @@ namespace variants::muon_clip_grad_norm {
   struct Operands_bf16_f32_o_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 12;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::muon_clip_grad_norm

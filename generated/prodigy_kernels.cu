@@ -329,12 +329,12 @@ namespace variants::prodigy {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -342,12 +342,12 @@ namespace variants::prodigy {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -355,12 +355,12 @@ namespace variants::prodigy {
   struct Operands_f16_f32 {
     typedef optgen::f16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x3u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x3u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::prodigy
@@ -631,12 +631,12 @@ namespace variants::prodigy_first_moment {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 24;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -644,12 +644,12 @@ namespace variants::prodigy_first_moment {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -657,12 +657,12 @@ namespace variants::prodigy_first_moment {
   struct Operands_f16_f32 {
     typedef optgen::f16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x3u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x3u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::prodigy_first_moment
@@ -981,12 +981,12 @@ namespace variants::prodigy_clip_grad_norm {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -994,12 +994,12 @@ namespace variants::prodigy_clip_grad_norm {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -1007,12 +1007,12 @@ namespace variants::prodigy_clip_grad_norm {
   struct Operands_f16_f32 {
     typedef optgen::f16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 16;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x3u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x3u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::prodigy_clip_grad_norm
@@ -1338,12 +1338,12 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
   struct Operands_f32_f32 {
     typedef float Param;
     static constexpr int kVector = 4;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 24;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -1351,12 +1351,12 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
   struct Operands_bf16_f32 {
     typedef optgen::bf16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x3u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x0u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 
@@ -1364,12 +1364,12 @@ namespace variants::prodigy_first_moment_clip_grad_norm {
   struct Operands_f16_f32 {
     typedef optgen::f16 Param;
     static constexpr int kVector = 8;  // elements per thread and access: 16 bytes of operand 0
-    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::kNearest;
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
     static constexpr int kBytesPerElement = 20;  // one access of each operand (update_tiles)
     static constexpr unsigned kBlockwise = 0x0u;  // operands in 8-bit blocks
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
-    static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {
-      return ((0x0u >> op_) & 1u) ? optgen::Codec::kBF16 : ((0x3u >> op_) & 1u) ? optgen::Codec::kF16 : optgen::Codec::kF32;
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x3u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
     }
   };
 }  // namespace variants::prodigy_first_moment_clip_grad_norm

@@ -422,9 +422,9 @@ class CudaEmitter {
 
   static const char* param_write(ParamWrite write) {
     switch (write) {
-      case ParamWrite::Nearest: return "optgen::ParamWrite::kNearest";
-      case ParamWrite::Master: return "optgen::ParamWrite::kMaster";
-      case ParamWrite::Stochastic: return "optgen::ParamWrite::kStochastic";
+      case ParamWrite::Nearest: return "optgen::ParamWrite::Nearest";
+      case ParamWrite::Master: return "optgen::ParamWrite::Master";
+      case ParamWrite::Stochastic: return "optgen::ParamWrite::Stochastic";
     }
     throw InternalError("param_write: unknown param write");
   }
@@ -467,13 +467,13 @@ class CudaEmitter {
            ";  // one access of each operand (update_tiles)");
     w.line("static constexpr unsigned kBlockwise = " + hex(q8 | uq8) + ";  // operands in 8-bit blocks");
     w.line("static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }");
-    w.line("static __device__ __forceinline__ constexpr optgen::Codec codec(int op_) {");
-    std::string chain = "  return ((" + hex(bf16) + " >> op_) & 1u) ? optgen::Codec::kBF16 : ((" + hex(f16) +
-                        " >> op_) & 1u) ? optgen::Codec::kF16 : ";
+    w.line("static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {");
+    std::string chain = "  return ((" + hex(bf16) + " >> op_) & 1u) ? optgen::DType::BF16 : ((" + hex(f16) +
+                        " >> op_) & 1u) ? optgen::DType::F16 : ";
     if (q8 | uq8)
-      chain += "((" + hex(q8) + " >> op_) & 1u) ? optgen::Codec::kQ8 : ((" + hex(uq8) +
-               " >> op_) & 1u) ? optgen::Codec::kUQ8 : ";
-    w.line(chain + "optgen::Codec::kF32;");
+      chain += "((" + hex(q8) + " >> op_) & 1u) ? optgen::DType::Q8 : ((" + hex(uq8) +
+               " >> op_) & 1u) ? optgen::DType::UQ8 : ";
+    w.line(chain + "optgen::DType::F32;");
     w.line("}");
   }
 
@@ -1048,7 +1048,7 @@ class CudaEmitter {
       for_each_node(root, [&](const Expr& e) {
         if (e->kind != NodeKind::Var) return;
         shape = shape || e->var == VarKind::Factored || e->var == VarKind::Rows || e->var == VarKind::Cols ||
-                (e->var == VarKind::State && state_presence(p, e->name) != Presence::Always);
+                (e->var == VarKind::State && state_presence(p, e->name) != StatePresence::Always);
       });
     return shape;
   }

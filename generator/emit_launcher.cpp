@@ -88,11 +88,11 @@ std::string reduction_scope(Domain scope) {
   throw InternalError("reduction_scope: a reduction into the element domain");
 }
 
-std::string state_presence(Presence presence) {
+std::string state_presence(StatePresence presence) {
   switch (presence) {
-    case Presence::Always: return "StatePresence::Always";
-    case Presence::Factored: return "StatePresence::Factored";
-    case Presence::NotFactored: return "StatePresence::NotFactored";
+    case StatePresence::Always: return "StatePresence::Always";
+    case StatePresence::Factored: return "StatePresence::Factored";
+    case StatePresence::NotFactored: return "StatePresence::NotFactored";
   }
   throw InternalError("state_presence: unknown presence");
 }

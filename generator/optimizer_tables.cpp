@@ -84,7 +84,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
       for (const Stage& stage : p.stages) row.stage_blocks.push_back(stage_blocks(p, stage));
     for (const auto& s : p.states) row.state_presence.push_back(state_presence(p, s));
     const bool always = std::all_of(row.state_presence.begin(), row.state_presence.end(),
-                                    [](Presence presence) { return presence == Presence::Always; });
+                                    [](StatePresence presence) { return presence == StatePresence::Always; });
     if (always) row.state_presence.clear();
     for (const StoredValue& v : stored_values(p)) {
       int& slots = v.level == Domain::Matrix ? row.stored_matrix_values

@@ -97,7 +97,7 @@ struct VariantRow {
   std::vector<unsigned> stage_blocks;
   /// Per entry of `states`, when the state exists (shapes.h's state_presence); empty when every
   /// state exists for every tensor.
-  std::vector<Presence> state_presence;
+  std::vector<StatePresence> state_presence;
   /// How many values it stores per matrix, row and column: the slots of shapes.h's stored_values.
   int stored_matrix_values = 0, stored_row_values = 0, stored_col_values = 0;
   std::vector<MatrixValueRow> matrix_values = {};

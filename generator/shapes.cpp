@@ -298,9 +298,9 @@ bool update_reads_shaped_states(const Program& variant) {
   return reads;
 }
 
-Presence state_presence(const Program& variant, const std::string& state) {
+StatePresence state_presence(const Program& variant, const std::string& state) {
   auto it = variant.state_conditions.find(state);
-  if (it == variant.state_conditions.end()) return Presence::Always;
+  if (it == variant.state_conditions.end()) return StatePresence::Always;
   auto present = [&](bool factored) {
     return evaluate(it->second, [&](const Node& var) -> double {
              if (var.var == VarKind::Factored) return factored ? 1 : 0;
@@ -311,9 +311,9 @@ Presence state_presence(const Program& variant, const std::string& state) {
            }) != 0;
   };
   const bool when_factored = present(true), when_not = present(false);
-  if (when_factored && when_not) return Presence::Always;
-  if (when_factored) return Presence::Factored;
-  if (when_not) return Presence::NotFactored;
+  if (when_factored && when_not) return StatePresence::Always;
+  if (when_factored) return StatePresence::Factored;
+  if (when_not) return StatePresence::NotFactored;
   throw InternalError("state_presence: state '" + state + "' of variant " + variant.variant + " exists for no tensor");
 }
 

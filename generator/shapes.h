@@ -11,6 +11,7 @@
 
 #include "ir.h"
 #include "optgen/kernel_abi.h"
+#include "optgen/spec_kinds.h"
 
 namespace optgen {
 
@@ -118,9 +119,7 @@ bool update_reads_position(const Program& variant);
 /// which it then reads from the snapshot the first Reduce stage takes (kernel_abi::kSnapshot).
 bool update_reads_shaped_states(const Program& variant);
 
-/// When a state of the variant exists: for every tensor, or for factored ones only, or for the
-/// others only (its `when:` reads `factored`).
-enum class Presence { Always, Factored, NotFactored };
-Presence state_presence(const Program& variant, const std::string& state);
+/// When a state of the variant exists (its `when:` may read `factored`).
+StatePresence state_presence(const Program& variant, const std::string& state);
 
 }  // namespace optgen

@@ -10,13 +10,11 @@
 #include <vector>
 
 #include "diagnostic.h"
+#include "optgen/spec_kinds.h"
 #include "optgen/storage.h"
 #include "syntax.h"
 
 namespace optgen {
-
-enum class ValueType { Bool, Int, Float };
-const char* to_string(ValueType type);
 
 struct Hyperparameter {
   std::string name;
@@ -39,12 +37,6 @@ struct Init {
   std::string hyperparameter;  ///< empty: the constant `value`, unless `param`
   bool param = false;          ///< starts as the parameter
 };
-
-/// What a state buffer holds a value for: every element (the default), every row or every column
-/// of a factored tensor's matrices (`shape: rows`, `shape: cols`), or the whole tensor (`shape:
-/// tensor`: one value).
-enum class StateShape { Elements, Rows, Cols, Tensor };
-const char* to_string(StateShape shape);
 
 struct ElementState {
   std::string name;

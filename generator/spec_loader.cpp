@@ -22,25 +22,6 @@
 
 namespace optgen {
 
-const char* to_string(StateShape shape) {
-  switch (shape) {
-    case StateShape::Elements: return "elements";
-    case StateShape::Rows: return "rows";
-    case StateShape::Cols: return "cols";
-    case StateShape::Tensor: return "tensor";
-  }
-  return "?";
-}
-
-const char* to_string(ValueType type) {
-  switch (type) {
-    case ValueType::Bool: return "bool";
-    case ValueType::Int: return "int";
-    case ValueType::Float: return "float";
-  }
-  return "?";
-}
-
 namespace {
 
 bool is_identifier(const std::string& s) {

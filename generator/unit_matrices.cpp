@@ -40,7 +40,7 @@ class Collapse : public Mutator {
           if (v.name == e->name) return (*this)(v.value);
         throw InternalError("unit_matrix_code: no " + std::string(to_string(e->level)) + " value '" + e->name + "'");
       case VarKind::State:
-        if (state_presence(variant_, e->name) == Presence::NotFactored) return Node::make_const(0, e->type);
+        if (state_presence(variant_, e->name) == StatePresence::NotFactored) return Node::make_const(0, e->type);
         if (e->level == Domain::Row || e->level == Domain::Column) return Node::make_state(e->name, Domain::Element);
         return e;
       default: return e;
@@ -86,7 +86,7 @@ std::shared_ptr<const Program> unit_matrix_code(const Program& variant) {
   }
   unit.element_outputs.clear();
   for (const Output& o : variant.element_outputs) {
-    if (state_presence(variant, o.name) == Presence::NotFactored) continue;  // absent: never written
+    if (state_presence(variant, o.name) == StatePresence::NotFactored) continue;  // absent: never written
     Output out = o;
     out.value = collapse(o.value);
     if (o.level == Domain::Row || o.level == Domain::Column) out.level = Domain::Element;

@@ -63,32 +63,11 @@ struct RuntimeSpec::Impl {
 
 namespace {
 
-reference::ValueType runtime_type(ValueType type) {
-  switch (type) {
-    case ValueType::Bool: return reference::ValueType::Bool;
-    case ValueType::Int: return reference::ValueType::Int;
-    case ValueType::Float: return reference::ValueType::Float;
-  }
-  throw InternalError("runtime_type: unknown value type");
-}
-
 std::vector<reference::StateInfo> runtime_states(const std::vector<StateRow>& rows) {
   std::vector<reference::StateInfo> states;
   for (const StateRow& s : rows)
-    states.push_back({s.name.c_str(),
-                      {s.init.value, s.init.hyperparameter, s.init.param},
-                      static_cast<reference::StateShape>(static_cast<int>(s.shape)),
-                      s.per_optimizer});
+    states.push_back({s.name.c_str(), {s.init.value, s.init.hyperparameter, s.init.param}, s.shape, s.per_optimizer});
   return states;
-}
-
-StatePresence runtime_presence(Presence presence) {
-  switch (presence) {
-    case Presence::Always: return StatePresence::Always;
-    case Presence::Factored: return StatePresence::Factored;
-    case Presence::NotFactored: return StatePresence::NotFactored;
-  }
-  throw InternalError("runtime_presence: unknown state presence");
 }
 
 /// `h` with each derived flag set to its IR's value, as the reference's derive_flags computes it
@@ -147,8 +126,7 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
 
 void RuntimeSpec::Impl::describe_spec() {
   for (const HyperparameterRow& h : spec_tables.hyperparameters)
-    hyperparameters.push_back(
-        {h.name.c_str(), runtime_type(h.type), h.default_value, h.specialized, h.derived, h.per_optimizer});
+    hyperparameters.push_back({h.name.c_str(), h.type, h.default_value, h.specialized, h.derived, h.per_optimizer});
   states = runtime_states(spec_tables.states);
   scalar_states = runtime_states(spec_tables.scalar_states);
 }
@@ -159,9 +137,7 @@ void RuntimeSpec::Impl::describe_kernels() {
     for (const ReductionRow& r : v.reductions)
       slots.push_back({r.name.c_str(), r.is_max, r.stage, r.scope, r.scope_index, r.across_rows});
     reduction_slots.push_back(std::move(slots));
-    std::vector<StatePresence> presence;
-    for (Presence p : v.state_presence) presence.push_back(runtime_presence(p));
-    state_presence.push_back(std::move(presence));
+    state_presence.push_back(v.state_presence);
     std::vector<MatrixValueInfo> matrices;
     for (const MatrixValueRow& m : v.matrix_values)
       matrices.push_back({m.name.c_str(), &matrix_programs.at(m.function)->program, m.stage, m.arguments.data(),

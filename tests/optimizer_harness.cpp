@@ -49,7 +49,7 @@ std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int v
   for (int i = 0; i < info.num_hyperparameters; ++i)
     if (info.hyperparameters[i].specialized && !info.hyperparameters[i].derived) flags.push_back(i);
   for (int zero = -1; zero < info.num_hyperparameters; ++zero) {
-    if (zero >= 0 && info.hyperparameters[zero].type != optgen::reference::ValueType::Float) continue;
+    if (zero >= 0 && info.hyperparameters[zero].type != optgen::ValueType::Float) continue;
     // max_grad_norm (generator/clipping.h) on its own: 1, which clips gradients drawn in [-1, 1)
     // over more than a few elements, or 0.
     for (double clip : {1.0, 0.0})
@@ -58,8 +58,8 @@ std::vector<double> hyperparameters_for(const optgen::OptimizerInfo& info, int v
           std::vector<double> h = optgen::default_hyperparameters(info);
           for (int i = 0; i < info.num_hyperparameters; ++i) {
             const auto type = info.hyperparameters[i].type;
-            if (boost && type == optgen::reference::ValueType::Float && h[i] == 0) h[i] = 0.1;
-            if (boost && type == optgen::reference::ValueType::Int && h[i] == 0) h[i] = 3;
+            if (boost && type == optgen::ValueType::Float && h[i] == 0) h[i] = 0.1;
+            if (boost && type == optgen::ValueType::Int && h[i] == 0) h[i] = 3;
             if (std::string(info.hyperparameters[i].name) == "max_grad_norm") h[i] = clip;
           }
           if (zero >= 0 && std::string(info.hyperparameters[zero].name) != "max_grad_norm") h[zero] = 0;

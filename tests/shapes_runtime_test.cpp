@@ -125,7 +125,8 @@ TEST_CASE("adafactor's variant tables carry its stage blocks, reduction scopes a
   for (std::size_t j = 0; j < v.states.size(); ++j) {
     const std::string name = spec.states[static_cast<std::size_t>(v.states[j])].name;
     INFO("state " << name);
-    CHECK(v.state_presence[j] == (name == "variance" ? optgen::Presence::NotFactored : optgen::Presence::Factored));
+    CHECK(v.state_presence[j] ==
+          (name == "variance" ? optgen::StatePresence::NotFactored : optgen::StatePresence::Factored));
   }
 }
 
@@ -532,7 +533,7 @@ TEST_CASE("a variant with rows and columns refuses a tensor bound without a shap
 }
 
 TEST_CASE("a tensor is B matrices of R rows and C columns, its states sized by their shape", "[shapes]") {
-  using optgen::reference::StateShape;
+  using optgen::StateShape;
   const optgen::TensorDims conv = optgen::tensor_dims({6, 4, 3, 5}, 360);  // (O, I, kh, kw)
   CHECK((conv.factored && conv.batch == 24 && conv.rows == 3 && conv.cols == 5));
   CHECK(optgen::state_numel(StateShape::Elements, conv, 360) == 360);
@@ -640,7 +641,7 @@ TEST_CASE("a thread takes several short lines, up to 32 values, so that a block 
 }
 
 TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts each kind's blocks", "[shapes]") {
-  using optgen::reference::StateShape;
+  using optgen::StateShape;
   // Adafactor's states and reductions as a launcher of it will describe them: a row, a column and
   // a matrix reduction besides two over tensors.
   const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
@@ -720,7 +721,7 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
 }
 
 TEST_CASE("a tensor whose matrices are one element has no lines where the kernels run it as element code", "[shapes]") {
-  using optgen::reference::StateShape;
+  using optgen::StateShape;
   const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
                                                  {"col_var", {0, -1, false}, StateShape::Cols}};
   const int variant_states[] = {0, 1};
@@ -763,7 +764,7 @@ TEST_CASE("a tensor whose matrices are one element has no lines where the kernel
 }
 
 TEST_CASE("column segments reduce the rows of matrices whose rows are whole tiles of columns", "[shapes]") {
-  using optgen::reference::StateShape;
+  using optgen::StateShape;
   const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},
                                                  {"col_var", {0, -1, false}, StateShape::Cols}};
   const int variant_states[] = {0, 1};
@@ -845,8 +846,8 @@ struct RowsAndColumnsAdam : ShapedAdam {
   std::vector<optgen::reference::StateInfo> states{info.states, info.states + info.num_states};
 
   RowsAndColumnsAdam() {
-    states[1].shape = optgen::reference::StateShape::Rows;
-    states[2].shape = optgen::reference::StateShape::Cols;
+    states[1].shape = optgen::StateShape::Rows;
+    states[2].shape = optgen::StateShape::Cols;
     info.states = states.data();
   }
   std::vector<double> amsgrad() const {

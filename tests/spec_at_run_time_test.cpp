@@ -192,7 +192,7 @@ std::vector<std::vector<double>> hyperparameter_vectors(const optgen::OptimizerI
   for (int i = 0; i < info.num_hyperparameters; ++i) {
     const auto& h = info.hyperparameters[i];
     if (h.derived) continue;
-    if (h.type == optgen::reference::ValueType::Bool) {
+    if (h.type == optgen::ValueType::Bool) {
       bools.push_back(i);
       continue;
     }

@@ -56,8 +56,8 @@ std::vector<double> hyperparameters(const optgen::reference::Optimizer& ref, boo
 
 TEST_CASE("the reference keeps one value per tensor, old and new read as the spec's statements say", "[reference]") {
   const auto& ref = optgen::reference::tensor_state::optimizer();
-  CHECK(ref.states[1].shape == optgen::reference::StateShape::Tensor);
-  CHECK(ref.states[2].shape == optgen::reference::StateShape::Tensor);
+  CHECK(ref.states[1].shape == optgen::StateShape::Tensor);
+  CHECK(ref.states[2].shape == optgen::StateShape::Tensor);
   for (const bool normalized : {true, false}) {
     INFO("normalized " << normalized);
     const std::vector<double> h = hyperparameters(ref, normalized);

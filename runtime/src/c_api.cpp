@@ -493,11 +493,11 @@ int optgen_describe_hyperparameter(const optgen_optimizer* optimizer, size_t ind
 }
 
 namespace {
-static_assert(OPTGEN_STATE_ELEMENTS == static_cast<int>(optgen::reference::StateShape::Elements) &&
-                  OPTGEN_STATE_ROWS == static_cast<int>(optgen::reference::StateShape::Rows) &&
-                  OPTGEN_STATE_COLS == static_cast<int>(optgen::reference::StateShape::Cols) &&
-                  OPTGEN_STATE_TENSOR == static_cast<int>(optgen::reference::StateShape::Tensor),
-              "optgen_state_info::shape is a reference::StateShape");
+static_assert(OPTGEN_STATE_ELEMENTS == static_cast<int>(optgen::StateShape::Elements) &&
+                  OPTGEN_STATE_ROWS == static_cast<int>(optgen::StateShape::Rows) &&
+                  OPTGEN_STATE_COLS == static_cast<int>(optgen::StateShape::Cols) &&
+                  OPTGEN_STATE_TENSOR == static_cast<int>(optgen::StateShape::Tensor),
+              "optgen_state_info::shape is an optgen::StateShape");
 
 void describe(const optgen::reference::StateInfo* states, int count, size_t index, optgen_state_info* info,
               const char* call) {

@@ -17,28 +17,6 @@ const char* to_string(DType type) {
   return "unknown dtype";
 }
 
-std::size_t size_of(DType type) {
-  switch (type) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
-    case DType::F16: return 2;
-    case DType::Q8: return 1;
-    case DType::UQ8: return 1;
-  }
-  return 0;
-}
-
-bool is_blockwise(DType type) {
-  switch (type) {
-    case DType::F32:
-    case DType::BF16:
-    case DType::F16: return false;
-    case DType::Q8:
-    case DType::UQ8: return true;
-  }
-  return false;
-}
-
 int minimum_compute_capability(DType type) { return type == DType::BF16 ? 80 : kOldestComputeCapability; }
 
 DType stored_dtype(DType type, std::int64_t numel) {
@@ -47,7 +25,7 @@ DType stored_dtype(DType type, std::int64_t numel) {
 
 std::size_t storage_bytes(DType type, std::int64_t numel) {
   if (is_blockwise(type)) return static_cast<std::size_t>(blockwise8::state_bytes(numel));
-  return static_cast<std::size_t>(numel) * size_of(type);
+  return static_cast<std::size_t>(numel) * static_cast<std::size_t>(size_of(type));
 }
 
 namespace {

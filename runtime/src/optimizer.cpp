@@ -146,7 +146,7 @@ void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, c
                                   std::to_string(h.size()));
   for (int i = 0; i < info->num_hyperparameters; ++i) {
     const auto& hp = info->hyperparameters[i];
-    if (hp.type == reference::ValueType::Bool && h[i] != 0 && h[i] != 1)
+    if (hp.type == ValueType::Bool && h[i] != 0 && h[i] != 1)
       throw Error(call(method), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
     if (std::isnan(h[i]))
       throw Error(call(method), std::string(hp.name) + " is NaN", "pass a number (infinities are allowed)");
@@ -907,7 +907,7 @@ void build_plan(FusedOptimizer::Impl& m, Plan& plan, std::vector<unsigned>& bloc
   // of in the reduction table (device/update.cuh's end_update).
   bool reduces = variant.num_stages > 1;
   for (int j = 0; j < variant.num_states; ++j)
-    reduces = reduces || info.states[variant.states[j]].shape == reference::StateShape::Tensor;
+    reduces = reduces || info.states[variant.states[j]].shape == StateShape::Tensor;
   const std::vector<PlanTensor> tensors = plan_tensors(m, plan, placeholder, reduces);
   place_groups(m, static_cast<int>(&plan - m.plans.data()), tensors);
   std::vector<long long> numel, whole_numel;
@@ -1378,7 +1378,7 @@ int settable_index(const FusedOptimizer::Impl& m, const std::string& name, doubl
   const int i = m.hyperparameter_index(name, "set");
   const auto& hp = m.info->hyperparameters[i];
   if (hp.derived) throw Error(m.call("set"), name + " is derived from other hyperparameters", "set those instead");
-  if (hp.type == reference::ValueType::Bool && value != 0 && value != 1)
+  if (hp.type == ValueType::Bool && value != 0 && value != 1)
     throw Error(m.call("set"), name + " is a bool; got " + std::to_string(value));
   if (std::isnan(value)) throw Error(m.call("set"), name + " cannot be NaN", "pass a number (infinities are allowed)");
   return i;

@@ -36,12 +36,12 @@ bool long_rows(const std::vector<TensorDims>& dims) {
   return in_short_rows * 8 <= elements;
 }
 
-std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel) {
+std::int64_t state_numel(StateShape shape, const TensorDims& dims, std::int64_t numel) {
   switch (shape) {
-    case reference::StateShape::Elements: return numel;
-    case reference::StateShape::Rows: return dims.total_rows();
-    case reference::StateShape::Cols: return dims.total_cols();
-    case reference::StateShape::Tensor: return 1;
+    case StateShape::Elements: return numel;
+    case StateShape::Rows: return dims.total_rows();
+    case StateShape::Cols: return dims.total_cols();
+    case StateShape::Tensor: return 1;
   }
   return numel;
 }
@@ -86,10 +86,10 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     l.snapshot = l.snapshot || (variant.stage_blocks[s] >> kSnapshot & 1u) != 0;
   std::vector<int> shaped_states;  // entries j of variant.states of shape Rows or Cols
   for (int j = 0; j < variant.num_states; ++j) {
-    const reference::StateShape shape = info.states[variant.states[j]].shape;
-    l.num_row_states += shape == reference::StateShape::Rows ? 1 : 0;
-    l.num_col_states += shape == reference::StateShape::Cols ? 1 : 0;
-    if (shape == reference::StateShape::Rows || shape == reference::StateShape::Cols) shaped_states.push_back(j);
+    const StateShape shape = info.states[variant.states[j]].shape;
+    l.num_row_states += shape == StateShape::Rows ? 1 : 0;
+    l.num_col_states += shape == StateShape::Cols ? 1 : 0;
+    if (shape == StateShape::Rows || shape == StateShape::Cols) shaped_states.push_back(j);
   }
 
   // Whether a tensor's column segments may take its rows (rows_in_column_segments): where a stage

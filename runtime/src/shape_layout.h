@@ -58,7 +58,7 @@ bool long_rows(const std::vector<TensorDims>& dims);
 bool runs_unit_matrices(const VariantInfo& variant, const TensorDims& dims);
 
 /// Values of a state of `shape` for a tensor of `numel` elements: numel, B * R or B * C.
-std::int64_t state_numel(reference::StateShape shape, const TensorDims& dims, std::int64_t numel);
+std::int64_t state_numel(StateShape shape, const TensorDims& dims, std::int64_t numel);
 
 /// Whether entry `j` of variant.states exists for a tensor that is (or is not) factored.
 bool state_present(const VariantInfo& variant, int j, bool factored);

@@ -287,7 +287,7 @@ int optgen_rebind(optgen_optimizer* optimizer, size_t group, const size_t* tenso
 
 /* ---- What an optimizer is: its spec's names and defaults, for code that binds any spec ---- */
 
-/* Types of hyperparameters: the values of optgen::reference::ValueType. */
+/* Types of hyperparameters: the values of optgen::ValueType. */
 enum { OPTGEN_BOOL = 0, OPTGEN_INT = 1, OPTGEN_FLOAT = 2 };
 
 typedef struct {
@@ -298,7 +298,7 @@ typedef struct {
   int32_t derived;      /* computed from the others: never set */
 } optgen_hyperparameter_info;
 
-/* What a state buffer holds values for (optgen::reference::StateShape). A tensor of two or more
+/* What a state buffer holds values for (optgen::StateShape). A tensor of two or more
  * dimensions is B matrices of R rows and C columns, its last two dimensions (B = numel / (R * C), 0
  * for an empty tensor); any other is one matrix of one row of numel columns. A state of elements
  * holds numel values, of rows B * R, of columns B * C, of the tensor one (OPTGEN_STATE_TENSOR: ABI 15). */

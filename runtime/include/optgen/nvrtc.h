@@ -11,8 +11,8 @@ namespace optgen::nvrtc {
 
 /// optgen's device library as compiled into this library: every header a kernel source may
 /// include, as (include name, text) pairs sorted by name: "optgen/device/kernels.cuh" (what a
-/// generated source includes), the other headers of optgen/device/, and optgen/kernel_abi.h,
-/// random.h, blockwise8.h and element_math.h, which the host compiles too. compile() hands them
+/// generated source includes), the other headers of optgen/device/, and optgen/codec.h,
+/// kernel_abi.h, random.h, blockwise8.h and element_math.h, which the host compiles too. compile() hands them
 /// all to NVRTC as in-memory headers.
 const std::vector<std::pair<std::string, std::string>>& device_library();
 

@@ -31,6 +31,7 @@
 
 #include "optgen/checkpoint.h"
 #include "optgen/domain.h"
+#include "optgen/spec_kinds.h"
 #include "optgen/stage_kind.h"
 #include "optgen/dtype.h"
 #include "optgen/storage.h"
@@ -115,10 +116,6 @@ struct ReductionSlot {
   /// for a rank holding some columns of every row (Tensor::shard_dim 1; ReductionResults::row_runs).
   bool across_cols = false;
 };
-
-/// Whether a variant's state exists for a tensor: always, or only for tensors that are factored
-/// (two or more dimensions) or only for those that are not (a `when:` that reads `factored`).
-enum class StatePresence { Always, Factored, NotFactored };
 
 /// One kernel variant of a spec (a combination of specialized flags).
 /// How many values a variant stores per matrix, per row and per column (generator/shapes.h).

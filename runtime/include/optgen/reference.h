@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "optgen/matrix_program.h"
+#include "optgen/spec_kinds.h"
 
 namespace optgen::reference {
 
@@ -128,8 +129,6 @@ void run_matrix_program(const MatrixProgram& program, const double* arguments, T
 
 // ---- Generic description of a generated reference. ----
 
-enum class ValueType { Bool, Int, Float };
-
 struct HyperparameterInfo {
   const char* name;
   ValueType type;
@@ -149,11 +148,6 @@ struct InitInfo {
   /// (step 1), so its memory may hold anything before (the engine fills it with `value`, 0).
   bool param = false;
 };
-
-/// What a state buffer holds a value for: every element, every row or column of each matrix of a
-/// factored tensor (B matrices of R rows and C columns: B·R and B·C values), or the whole tensor
-/// (one value).
-enum class StateShape { Elements, Rows, Cols, Tensor };
 
 struct StateInfo {
   const char* name;

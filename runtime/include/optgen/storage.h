@@ -30,13 +30,6 @@
 
 namespace optgen {
 
-/// How a parameter is written after its update. Values are the C ABI's (optgen_storage).
-enum class ParamWrite : int {
-  Nearest = 0,     ///< its dtype, rounded to nearest even (an f32 param: as computed)
-  Master = 1,      ///< from an fp32 master copy the update runs on (bf16 and f16 params)
-  Stochastic = 2,  ///< rounded stochastically (bf16 params)
-};
-
 const char* to_string(ParamWrite write);  ///< "nearest", "master", "stochastic"
 
 /// The storage of one kernel set: the params' dtype and everything the optimizer stores.

@@ -39,7 +39,7 @@ __device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)
   ChunkOperands<kOps> chunk_ops;
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
-    const int bytes = Ops::blockwise(op) && !codes ? 4 : codec_bytes(Ops::codec(op));
+    const int bytes = Ops::blockwise(op) && !codes ? 4 : size_of(Ops::codec(op));
     chunk_ops.at[op] = static_cast<unsigned char*>(ptr[op]) + first * bytes;
     chunk_ops.absmax[op] = absmax[op] ? absmax[op] + blockwise_block(first) : nullptr;
   }
@@ -207,7 +207,7 @@ struct BlockWalk {
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
         if (!stores<Update>(op, step.first_step)) continue;  // uniform: every lane skips it
-        const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::kNearest;  // the tensor's element
+        const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::Nearest;  // the tensor's element
         void* const base = by_index ? ptr[op] : chunk_ops.at[op];
         const long long i = by_index ? first + r : static_cast<long long>(r);
         if (Ops::blockwise(op) && as_codes) {

@@ -3,6 +3,7 @@
 /// grad, a state) of any storage type: vectors of 16 bytes, the element codecs, 8-bit blockwise
 /// states, stochastic rounding and master copies, a tile held as loaded, and the operand table.
 
+#include "optgen/codec.h"
 #include "optgen/kernel_abi.h"
 #include "optgen/random.h"
 #include "optgen/blockwise8.h"
@@ -61,30 +62,14 @@ __device__ __forceinline__ void store_vector(void* base, long long i, const floa
   store_pack(base, i, p);
 }
 
-/// How an operand is stored (optgen/storage.h's dtypes): loads decode to float, stores round to
-/// nearest even. A kernel's operand table (the generated Operands_<storage> structs) gives each
-/// operand's codec; a codec is a compile-time constant wherever the operand loops are unrolled.
-/// kQ8 and kUQ8 are 8-bit blockwise states (optgen/blockwise8.h), whose values need their block's
-/// absmax: load_operand and the Update stage's store_blockwise read and write them, not load_codec
-/// and store_codec.
-enum class Codec { kF32, kBF16, kF16, kQ8, kUQ8 };
-
-/// Bytes an element of a codec takes (an 8-bit state's codes: its absmax lie apart).
-__device__ __forceinline__ constexpr int codec_bytes(Codec codec) {
-  switch (codec) {
-    case Codec::kF32: return 4;
-    case Codec::kBF16:
-    case Codec::kF16: return 2;
-    case Codec::kQ8:
-    case Codec::kUQ8: return 1;
-  }
-  return 0;
-}
-
-/// How the parameter is written (optgen::ParamWrite): rounded to nearest; from an fp32 master
-/// copy, which is then operand 0 (the update reads and writes the master); or rounded
-/// stochastically (bf16).
-enum class ParamWrite { kNearest, kMaster, kStochastic };
+// An operand's codec is its optgen::DType (optgen/codec.h): loads decode to float, stores round to
+// nearest even. A kernel's operand table (the generated Operands_<storage> structs) gives each
+// operand's; a codec is a compile-time constant wherever the operand loops are unrolled. Q8 and UQ8
+// are 8-bit blockwise states (optgen/blockwise8.h), whose values need their block's absmax:
+// load_operand and the Update stage's store_blockwise read and write them, not load_codec and
+// store_codec. How the param is written is optgen::ParamWrite: rounded to nearest; from an fp32
+// master copy, which is then operand 0 (the update reads and writes the master); or rounded
+// stochastically (bf16).
 
 /// A blockwise codec where an element codec was asked for: never, by construction (load_operand
 /// and the Update stage route 8-bit operands to their own code; the stages of rows and columns,
@@ -93,27 +78,27 @@ enum class ParamWrite { kNearest, kMaster, kStochastic };
 __device__ __forceinline__ void blockwise_codec_misused() { __builtin_unreachable(); }
 
 template <int V>
-__device__ __forceinline__ void load_codec(Codec codec, const void* base, long long i, float* out) {
+__device__ __forceinline__ void load_codec(DType codec, const void* base, long long i, float* out) {
   switch (codec) {
-    case Codec::kF32: load_vector<float, V>(base, i, out); return;
-    case Codec::kBF16: load_vector<bf16, V>(base, i, out); return;
-    case Codec::kF16: load_vector<f16, V>(base, i, out); return;
-    case Codec::kQ8:
-    case Codec::kUQ8: blockwise_codec_misused(); return;
+    case DType::F32: load_vector<float, V>(base, i, out); return;
+    case DType::BF16: load_vector<bf16, V>(base, i, out); return;
+    case DType::F16: load_vector<f16, V>(base, i, out); return;
+    case DType::Q8:
+    case DType::UQ8: blockwise_codec_misused(); return;
   }
 }
 template <int V>
-__device__ __forceinline__ void store_codec(Codec codec, void* base, long long i, const float* in) {
+__device__ __forceinline__ void store_codec(DType codec, void* base, long long i, const float* in) {
   switch (codec) {
-    case Codec::kF32: store_vector<float, V>(base, i, in); return;
-    case Codec::kBF16: store_vector<bf16, V>(base, i, in); return;
-    case Codec::kF16: store_vector<f16, V>(base, i, in); return;
-    case Codec::kQ8:
-    case Codec::kUQ8: blockwise_codec_misused(); return;
+    case DType::F32: store_vector<float, V>(base, i, in); return;
+    case DType::BF16: store_vector<bf16, V>(base, i, in); return;
+    case DType::F16: store_vector<f16, V>(base, i, in); return;
+    case DType::Q8:
+    case DType::UQ8: blockwise_codec_misused(); return;
   }
 }
 
-// ---- 8-bit blockwise states (Codec::kQ8, kUQ8; optgen/blockwise8.h). ----
+// ---- 8-bit blockwise states (DType::Q8, kUQ8; optgen/blockwise8.h). ----
 
 /// bitsandbytes' dynamic maps, copied into shared memory by every block of a stage that reads an
 /// 8-bit state (load_blockwise_maps): [0] the signed map (kQ8), [1] the unsigned map (kUQ8).
@@ -167,13 +152,13 @@ __device__ __forceinline__ unsigned long long blockwise_block(long long i) {
 }
 
 /// An 8-bit state's value: its code's map entry times its block's absmax (blockwise8::dequantize).
-__device__ __forceinline__ float blockwise_value(Codec codec, unsigned code, float scale) {
-  return blockwise_maps[codec == Codec::kQ8 ? 0 : 1][code] * scale;
+__device__ __forceinline__ float blockwise_value(DType codec, unsigned code, float scale) {
+  return blockwise_maps[codec == DType::Q8 ? 0 : 1][code] * scale;
 }
 
 /// Elements i .. i + V - 1 (one quantisation block's) of an 8-bit state.
 template <int V>
-__device__ __forceinline__ void load_blockwise(Codec codec, const void* base, long long i, float* out,
+__device__ __forceinline__ void load_blockwise(DType codec, const void* base, long long i, float* out,
                                                const float* absmax) {
   const Pack<unsigned char, V> p = *reinterpret_cast<const Pack<unsigned char, V>*>(static_cast<const unsigned char*>(base) + i);
   const float scale = absmax[blockwise_block(i)];
@@ -188,7 +173,7 @@ __device__ __forceinline__ void load_blockwise(Codec codec, const void* base, lo
 /// with its sign rule), as blockwise8::magnitude_code finds it. `whole`: all V values are the
 /// tensor's and the codes are 8-byte aligned.
 template <int V>
-__device__ __forceinline__ void store_blockwise(Codec codec, void* base, long long i, const float* in, int count,
+__device__ __forceinline__ void store_blockwise(DType codec, void* base, long long i, const float* in, int count,
                                                 bool whole, float* absmax, unsigned long long block) {
   // The lane's maximum as a tree (a chain of V dependent maxima stalled the warp). NaN is passed
   // over, as blockwise8::block_absmax does: fmaxf gives NaN only where both values are, so the tree
@@ -211,7 +196,7 @@ __device__ __forceinline__ void store_blockwise(Codec codec, void* base, long lo
   int code[V];
 #pragma unroll
   for (int e = 0; e < V; ++e)
-    code[e] = codec == Codec::kQ8
+    code[e] = codec == DType::Q8
                   ? blockwise8::signed_state_code(blockwise_slot_codes[0], blockwise_bound_bits[0], in[e], inverse)
                   : blockwise8::unsigned_state_code(blockwise_slot_codes[1], blockwise_bound_bits[1], in[e], inverse);
   unsigned char* codes = static_cast<unsigned char*>(base) + i;
@@ -280,11 +265,11 @@ __device__ __forceinline__ void store_operand(int op, void* base, long long i, c
   if constexpr (Ops::kBlockwise != 0) {
     if (Ops::blockwise(op)) return store_vector<float, V>(base, i, in);  // kept in f32 (else store_blockwise)
   }
-  if constexpr (Ops::kParamWrite == ParamWrite::kStochastic) {
+  if constexpr (Ops::kParamWrite == ParamWrite::Stochastic) {
     if (op == 0) return store_stochastic<V>(base, i, in, ps);
   }
   store_codec<V>(Ops::codec(op), base, i, in);
-  if constexpr (Ops::kParamWrite == ParamWrite::kMaster) {
+  if constexpr (Ops::kParamWrite == ParamWrite::Master) {
     if (op == 0) store_vector<typename Ops::Param, V>(ps.param, i, in);
   }
 }
@@ -306,11 +291,11 @@ __device__ __forceinline__ void load_words(const void* base, long long i, unsign
 template <typename Ops, int V>
 __device__ __forceinline__ void load_operand_words(int op, const void* base, long long i, unsigned* words) {
   switch (Ops::codec(op)) {
-    case Codec::kF32: load_words<float, V>(base, i, words); return;
-    case Codec::kBF16: load_words<bf16, V>(base, i, words); return;
-    case Codec::kF16: load_words<f16, V>(base, i, words); return;
-    case Codec::kQ8:
-    case Codec::kUQ8: blockwise_codec_misused(); return;
+    case DType::F32: load_words<float, V>(base, i, words); return;
+    case DType::BF16: load_words<bf16, V>(base, i, words); return;
+    case DType::F16: load_words<f16, V>(base, i, words); return;
+    case DType::Q8:
+    case DType::UQ8: blockwise_codec_misused(); return;
   }
 }
 
@@ -319,11 +304,11 @@ template <typename Ops>
 __device__ __forceinline__ float operand_word_value(int op, const unsigned* words, int e) {
   const unsigned short half = static_cast<unsigned short>(words[e >> 1] >> ((e & 1) * 16));
   switch (Ops::codec(op)) {
-    case Codec::kF32: return __uint_as_float(words[e]);
-    case Codec::kBF16: return to_float(bf16{half});
-    case Codec::kF16: return to_float(f16{half});
-    case Codec::kQ8:
-    case Codec::kUQ8: blockwise_codec_misused(); return 0.0f;
+    case DType::F32: return __uint_as_float(words[e]);
+    case DType::BF16: return to_float(bf16{half});
+    case DType::F16: return to_float(f16{half});
+    case DType::Q8:
+    case DType::UQ8: blockwise_codec_misused(); return 0.0f;
   }
   return 0.0f;
 }
@@ -361,7 +346,7 @@ __device__ __forceinline__ constexpr int update_tiles() {
 /// (TableView::pointers' row after the states).
 template <typename Ops, int kOps>
 __device__ __forceinline__ void* operand_pointer(const TableView& table, int op, int t) {
-  const int row = op == 0 && Ops::kParamWrite == ParamWrite::kMaster ? kOps : op;
+  const int row = op == 0 && Ops::kParamWrite == ParamWrite::Master ? kOps : op;
   return table.pointers[static_cast<long long>(row) * table.num_tensors + t];
 }
 

@@ -13,8 +13,8 @@ template <typename Ops>
 __device__ __forceinline__ ParamStore param_store(const TableView& table, const GroupTable& groups, int slot, int t,
                                                   int g) {
   ParamStore ps{nullptr, 0, t, 0};
-  if constexpr (Ops::kParamWrite == ParamWrite::kMaster) ps.param = table.pointers[t];
-  if constexpr (Ops::kParamWrite == ParamWrite::kStochastic) {
+  if constexpr (Ops::kParamWrite == ParamWrite::Master) ps.param = table.pointers[t];
+  if constexpr (Ops::kParamWrite == ParamWrite::Stochastic) {
     ps.seed = table.seed;
     ps.step = groups.steps[slot_entry(groups, slot, g)] + 1;
   }
@@ -60,7 +60,7 @@ __device__ __forceinline__ bool update_operands(const TableView& table, int t, v
     ptr[op] = operand_pointer<Ops, kOps>(table, op, t);
     aligned = aligned && reinterpret_cast<uintptr>(ptr[op]) % 16 == 0;
   }
-  if (Ops::kParamWrite == ParamWrite::kMaster) aligned = aligned && reinterpret_cast<uintptr>(table.pointers[t]) % 16 == 0;
+  if (Ops::kParamWrite == ParamWrite::Master) aligned = aligned && reinterpret_cast<uintptr>(table.pointers[t]) % 16 == 0;
   return aligned;
 }
 
