@@ -51,11 +51,6 @@ run=${OPTGEN_RUN:-build-run}
 # wheel bundles its own, and its step runs without this).
 library_path_before=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$PWD/$run${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# cublasLt for the matrix stages (Muon): the toolkit's, where the library path lacks it (a process
-# that imports torch finds the one torch loaded).
-for lt in /usr/local/cuda/targets/x86_64-linux/lib/libcublasLt.so.13 /usr/local/cuda/lib64/libcublasLt.so.13; do
-  if [ -z "${OPTGEN_CUBLASLT:-}" ] && [ -e "$lt" ]; then export OPTGEN_CUBLASLT=$lt; fi
-done
 # The test binary reads tests/data through the source path it was built in (OPTGEN_SOURCE_DIR).
 source_dir=${OPTGEN_BUILT_IN:-/work/main}
 if [ ! -e "$source_dir" ]; then

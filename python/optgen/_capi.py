@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _nvrtc
+from . import _cuda_wheels
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
 ABI_VERSION = 15
@@ -270,7 +270,7 @@ class _Library:
     """The loaded library, with every function's argument and result types declared."""
 
     def __init__(self, path: str):
-        _nvrtc.preload()  # NVRTC from the CUDA wheels, for a machine without the toolkit
+        _cuda_wheels.preload()  # NVRTC and cuBLASLt from the CUDA wheels, for a machine without the toolkit
         try:
             self.dll = ctypes.CDLL(path)
         except OSError as e:

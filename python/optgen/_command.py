@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import _nvrtc
+from . import _cuda_wheels
 
 
 def binary_path() -> str:
@@ -19,7 +19,7 @@ def main() -> None:
     if not os.path.isfile(binary):
         sys.exit(f"optgen: {binary} is missing: this optgen package was installed without its generator; "
                  "reinstall it from a wheel, or use build/generator/optgen from a build")
-    os.execve(binary, [binary] + sys.argv[1:], _nvrtc.environment_for_command(dict(os.environ)))
+    os.execve(binary, [binary] + sys.argv[1:], _cuda_wheels.environment_for_command(dict(os.environ)))
 
 
 if __name__ == "__main__":

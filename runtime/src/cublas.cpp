@@ -1,6 +1,9 @@
 #include "optgen/cublas.h"
 
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "optgen/driver.h"
 #include "optgen/error.h"
@@ -13,23 +16,40 @@ constexpr const char* kInstall =
     "install cuBLAS (the CUDA toolkit's libcublasLt, or the nvidia-cublas wheel torch ships), put it on the library "
     "path, or set OPTGEN_CUBLASLT to its path";
 
+/// Where cublasLt is looked for when $OPTGEN_CUBLASLT does not say: libcublasLt.so.13, then .so.12,
+/// on the loader's path (where a process that loaded the nvidia-cublas wheel's, as optgen's Python
+/// package does, finds it by name), then in the toolkit's library directory CMake found, then in
+/// /usr/local/cuda/lib64.
+std::vector<std::string> candidates() {
+  std::vector<std::string> directories = {""};
+#ifdef OPTGEN_CUDA_LIBRARY_DIR
+  directories.push_back(std::string(OPTGEN_CUDA_LIBRARY_DIR) + "/");
+#endif
+  if (directories.back() != "/usr/local/cuda/lib64/") directories.push_back("/usr/local/cuda/lib64/");
+  std::vector<std::string> paths;
+  for (const std::string& directory : directories)
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) paths.push_back(directory + name);
+  return paths;
+}
+
 Api load() {
-  // $OPTGEN_CUBLASLT, else the newest cublasLt on the library path.
   std::string library_path;
   void* library = nullptr;
   if (const char* given = std::getenv("OPTGEN_CUBLASLT"); given != nullptr && *given != '\0') {
     library_path = given;
     library = shared_library::open(library_path, kInstall);
   } else {
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) {
+    std::optional<Error> first_failure;  // the loader's reason for the first name, if none loads
+    for (const std::string& path : candidates()) {
       try {
-        library = shared_library::open(name, kInstall);
-        library_path = name;
+        library = shared_library::open(path, kInstall);
+        library_path = path;
         break;
-      } catch (const Error&) {
-        if (std::string(name) == "libcublasLt.so.12") throw;
+      } catch (const Error& e) {
+        if (!first_failure) first_failure = e;
       }
     }
+    if (library == nullptr) throw *first_failure;
   }
   Api api{};
   auto get = [&](auto& slot, const char* name) { shared_library::load(library, library_path, slot, name, kInstall); };
