@@ -5,7 +5,8 @@
 #   scripts/gpu_session.sh [tests] [bench] [compare]     (default: tests bench)
 #
 #   record   records what needs torch into tests/data and $OUT/data: clip_grad_norm_ then a step
-#            (tests/record_clipping.py), LAMB as APEX computes it (tests/record_lamb.py)
+#            (tests/record_clipping.py), LAMB as APEX computes it (tests/record_lamb.py), torch.optim.Muon
+#            with its Newton-Schulz in float32 (tests/record_torch_muon_f32.py)
 #   tests    records torch's fused optimizers under AMP (tests/record_amp_trajectories.py, into
 #            tests/data/amp and $OUT/amp), then runs the [gpu] tests and the [torch] tests
 #   nccl     the two-GPU test of the reduction hook (tests/distributed_test.cpp), with torch's NCCL
@@ -62,10 +63,10 @@ steps=${*:-tests bench}
 for what in $steps; do
   case $what in
     record)
-      echo "== record_clipping.py, record_lamb.py"
-      (cd tests && python3 record_clipping.py --out data/clipping && python3 record_lamb.py --out data/published) \
-        2>&1 | tee "$out/record.log"
-      mkdir -p "$out/data" && tar -C tests -cf "$out/data/recorded.tar" data/clipping data/published
+      echo "== record_clipping.py, record_lamb.py, record_torch_muon_f32.py"
+      (cd tests && python3 record_clipping.py --out data/clipping && python3 record_lamb.py --out data/published &&
+        python3 record_torch_muon_f32.py --out data/torch_f32) 2>&1 | tee "$out/record.log"
+      mkdir -p "$out/data" && tar -C tests -cf "$out/data/recorded.tar" data/clipping data/published data/torch_f32
       ;;
     nccl)
       echo "== optgen_tests [nccl]"

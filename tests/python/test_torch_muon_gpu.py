@@ -137,8 +137,9 @@ def test_torch_refusals():
 
 def test_muon_with_aux_adam_steps_as_torch_muon_and_adamw():
     """Hidden matrices by Muon, the rest (an embedding, biases, a norm's weight) by AdamW, in one
-    optimizer: as torch.optim.Muon and torch.optim.AdamW side by side; its state_dict() round trip,
-    and its parts' state_dicts into torch's."""
+    optimizer: as torch.optim.Muon and torch.optim.AdamW side by side. Then checkpoints every way,
+    each followed by more steps: its state_dict() into a new one of its own, its parts' into
+    torch's two, and torch's two into a new one's parts."""
     Muon = reference()
     g = torch.Generator(device="cuda").manual_seed(4)
     hidden_shapes, rest_shapes = [(64, 32), (32, 64), (64, 32)], [(500, 32), (64,), (32,)]
@@ -172,16 +173,53 @@ def test_muon_with_aux_adam_steps_as_torch_muon_and_adamw():
     saved = ours.state_dict()
     assert [len(gr["params"]) for gr in saved["param_groups"]] == [3, 3]
     assert set(saved["state"][0]) >= {"momentum_buffer"} and set(saved["state"][3]) >= {"exp_avg", "exp_avg_sq"}
-    again = ot.MuonWithAuxAdam([dict(params=[torch.nn.Parameter(p.detach().clone()) for p in hidden], use_muon=True),
-                                dict(params=[torch.nn.Parameter(p.detach().clone()) for p in rest], use_muon=False)])
+
+    def clones(params):
+        return [torch.nn.Parameter(p.detach().clone()) for p in params]
+
+    again_hidden, again_rest = clones(hidden), clones(rest)
+    again = ot.MuonWithAuxAdam([dict(params=again_hidden, use_muon=True), dict(params=again_rest, use_muon=False)])
     again.load_state_dict(copy.deepcopy(saved))
     assert again.param_groups[0]["lr"] == 0.02 and again.param_groups[1]["lr"] == 1e-3
-    torch.testing.assert_close(again.state[again.param_groups[0]["params"][0]]["momentum_buffer"],
-                               ours.state[hidden[0]]["momentum_buffer"])
-    torch_muon = Muon([torch.nn.Parameter(p.detach().clone()) for p in hidden])
-    torch_muon.load_state_dict(copy.deepcopy(ours.muon.state_dict()))
-    torch_adamw = torch.optim.AdamW([torch.nn.Parameter(p.detach().clone()) for p in rest])
-    torch_adamw.load_state_dict(copy.deepcopy(ours.adamw.state_dict()))
+    torch.testing.assert_close(again.state[again_hidden[0]]["momentum_buffer"], ours.state[hidden[0]]["momentum_buffer"])
+    to_torch_hidden, to_torch_rest = clones(hidden), clones(rest)
+    to_torch_muon = Muon(to_torch_hidden)
+    to_torch_muon.load_state_dict(copy.deepcopy(ours.muon.state_dict()))
+    to_torch_adamw = torch.optim.AdamW(to_torch_rest)
+    to_torch_adamw.load_state_dict(copy.deepcopy(ours.adamw.state_dict()))
+    assert to_torch_muon.param_groups[0]["lr"] == 0.02 and to_torch_adamw.param_groups[0]["lr"] == 1e-3
+    from_torch_hidden, from_torch_rest = clones(t_hidden), clones(t_rest)
+    from_torch = ot.MuonWithAuxAdam([dict(params=from_torch_hidden, use_muon=True),
+                                     dict(params=from_torch_rest, use_muon=False)])
+    from_torch.muon.load_state_dict(copy.deepcopy(t_muon.state_dict()))
+    from_torch.adamw.load_state_dict(copy.deepcopy(t_adamw.state_dict()))
+    # Loaded into its parts alone, it lists their new groups.
+    assert from_torch.param_groups[0]["lr"] == 0.02 and from_torch.param_groups[1]["lr"] == 1e-3
+    assert [gr["use_muon"] for gr in from_torch.param_groups] == [True, False]
+    # Two more steps of every copy on the same gradients.
+    sides = [(ours, hidden + rest), (again, again_hidden + again_rest),
+             ((to_torch_muon, to_torch_adamw), to_torch_hidden + to_torch_rest),
+             (from_torch, from_torch_hidden + from_torch_rest), ((t_muon, t_adamw), t_hidden + t_rest)]
+    for step in range(2):
+        grads = [torch.randn(p.shape, generator=g, device="cuda") for p in hidden + rest]
+        for opts, params in sides:
+            for p, gr in zip(params, grads):
+                p.grad = gr.clone()
+            for opt in opts if isinstance(opts, tuple) else (opts,):
+                opt.step()
+    # Its own checkpoint resumes exactly; a checkpoint crossing to or from torch, within the bound
+    # of two steps of the matrices' Newton-Schulz (the rest: AdamW's rounding).
+    for p, q in zip(again_hidden + again_rest, hidden + rest):
+        assert torch.equal(p, q)
+    for ours_side, torch_side, what in ((hidden + rest, to_torch_hidden + to_torch_rest, "optgen -> torch"),
+                                        (from_torch_hidden + from_torch_rest, t_hidden + t_rest, "torch -> optgen")):
+        for i, (p, q) in enumerate(zip(ours_side[:3], torch_side[:3])):
+            assert (p - q).abs().max().item() <= bound(dict(lr=0.02), p.shape, 2), f"{what}: hidden {i}"
+        for i, (p, q) in enumerate(zip(ours_side[3:], torch_side[3:])):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}: rest {i}: {m}")
+    torch.testing.assert_close(from_torch.state[from_torch_hidden[0]]["momentum_buffer"],
+                               t_muon.state[t_hidden[0]]["momentum_buffer"], rtol=1e-5,
+                               atol=1e-6 + 2 * bound(dict(lr=0.02), hidden_shapes[0], 2))
 
 
 def test_splits_step_each_part_as_its_own_matrix():

@@ -640,8 +640,9 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
     parameters (Muon's: its stages and its batched products per shape of matrix; AdamW's: one), and
     can be captured in a CUDA graph. `muon` and `adamw` are the two optimizers: each one's
     state_dict() is torch.optim.Muon's and torch.optim.AdamW's, and each loads those; param_groups
-    lists the groups in the order given (the same objects as theirs: a change, e.g. by an lr
-    scheduler, reaches the device), each with its use_muon. state_dict() is torch's layout over
+    lists the groups in the order given (the same objects as theirs, read from them each time: a
+    change, e.g. by an lr scheduler, reaches the device, and a checkpoint loaded into one of the two
+    shows), each with its use_muon. state_dict() is torch's layout over
     these groups, states numbered in their order, which load_state_dict() takes back."""
 
     def __init__(self, param_groups, **options):
@@ -662,19 +663,30 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
         self.adamw = AdamW(of(False), **adamw_options) if not all(order) else None
         super().__init__([p for g in groups for p in g["params"]], {})
         self._order = order
-        self.param_groups = self._joined_groups()
-        for group, use_muon in zip(self.param_groups, self._order):
-            dict.__setitem__(group, "use_muon", use_muon)
         self.state = _CombinedState(self._parts())
 
     def _parts(self):
         return [opt for opt in (self.muon, self.adamw) if opt is not None]
 
-    def _joined_groups(self):
-        """Muon's and AdamW's param groups (the same objects), in the order they were given."""
+    @property
+    def param_groups(self):
+        """Muon's and AdamW's param groups (the same objects), in the order they were given, each
+        with its use_muon: read from the two each time, so that what replaces their groups (a
+        checkpoint loaded into `muon` or `adamw` alone) shows here too."""
+        if "_order" not in self.__dict__:  # torch.optim.Optimizer.__init__'s own list, replaced above
+            return self.__dict__.setdefault("_initial_groups", [])
         muon_groups = iter(self.muon.param_groups if self.muon else [])
         adamw_groups = iter(self.adamw.param_groups if self.adamw else [])
-        return [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
+        groups = [next(muon_groups) if use_muon else next(adamw_groups) for use_muon in self._order]
+        for group, use_muon in zip(groups, self._order):
+            dict.__setitem__(group, "use_muon", use_muon)
+        return groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        if "_order" in self.__dict__:
+            raise AttributeError("MuonWithAuxAdam's param_groups are those of its muon and adamw: change those")
+        self.__dict__["_initial_groups"] = groups
 
     def add_param_group(self, param_group: _Dict[str, _Any]) -> None:
         if not hasattr(self, "_order"):  # torch.optim.Optimizer.__init__'s own group: replaced above
@@ -733,9 +745,6 @@ class MuonWithAuxAdam(_torch.optim.Optimizer):
             opt.load_state_dict({"state": state, "param_groups": [
                 {**{k: v for k, v in g.items() if k != "use_muon"}, "params": [numbering[p] for p in g["params"]]}
                 for g in mine]})
-            for group in opt.param_groups:
-                dict.__setitem__(group, "use_muon", use_muon)
-        self.param_groups = self._joined_groups()
 
 
 class _CombinedState(dict):
