@@ -529,24 +529,72 @@ TEST_CASE("the Update stages of short and of long rows each match the CPU refere
   CHECK(sets == 4);  // adafactor's and adam_mini's f32 sets, each with and without clipping
 }
 
-TEST_CASE("10,000 tensors are updated by one launch", "[gpu]") {
-  OPTGEN_REQUIRE_GPU();
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> size(0, 300);
-  std::vector<std::int64_t> sizes;
-  std::vector<bool> misaligned;
-  for (int i = 0; i < 10000; ++i) {
-    sizes.push_back(size(rng));
-    misaligned.push_back(i % 7 == 3);
+/// 10,000 tensors for `name`, each of one of the domains its spec steps in: numels of 0 to 300
+/// (adam, prodigy), those and matrices of up to 20 x 40 (adam_mini's rows of the bound shape: one
+/// row, one column, a bias), or matrices of 20 shapes of up to 24 x 24 (muon: one bucket a shape).
+TensorShapes ten_thousand_shapes(const std::string& name, std::mt19937& rng) {
+  std::uniform_int_distribution<std::int64_t> numel(0, 300), rows(1, 20), cols(1, 40), side(1, 24);
+  TensorShapes shapes;
+  if (name == "muon") {
+    std::vector<std::vector<std::int64_t>> twenty;
+    while (twenty.size() < 20) {
+      std::vector<std::int64_t> shape = {side(rng), side(rng)};
+      if (std::find(twenty.begin(), twenty.end(), shape) == twenty.end()) twenty.push_back(shape);
+    }
+    std::uniform_int_distribution<std::size_t> pick(0, twenty.size() - 1);
+    for (int i = 0; i < 10000; ++i) shapes.list.push_back(twenty[i < 20 ? i : pick(rng)]);
+  } else {
+    for (int i = 0; i < 10000; ++i)
+      shapes.list.push_back(name == "adam_mini" && i % 2 ? std::vector<std::int64_t>{rows(rng), cols(rng)}
+                                                         : std::vector<std::int64_t>{numel(rng)});
   }
-  const auto& info = launcher("adam");
-  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
-  DeviceGroup group(DType::F32, sizes, misaligned, rng);
-  opt.add_param_group(group.tensors, {{"weight_decay", 0.01}});
-  const Comparison result = compare_steps(opt, reference_of("adam"), group, 2, rng);
-  CHECK(opt.launches_last_step() == 1);
-  INFO("worst relative error " << result.worst << " in " << result.where);
-  CHECK(result.worst <= 1e-5);
+  return shapes;
+}
+
+TEST_CASE("10,000 tensors in each domain step as the reference, in the launches of a few", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  // Elements (adam), rows of the bound shape (adam_mini), reductions over the optimizer and its
+  // shared scalar state (prodigy), matrices batched by shape (muon).
+  for (const char* name : {"adam", "adam_mini", "prodigy", "muon"}) {
+    DYNAMIC_SECTION(name) {
+      std::mt19937 rng(7);
+      const auto& info = launcher(name);
+      const TensorShapes shapes = ten_thousand_shapes(name, rng);
+      const bool matrices = steps_matrices(info);
+      std::vector<bool> misaligned(shapes.list.size(), false);
+      if (!matrices)
+        for (std::size_t i = 3; i < misaligned.size(); i += 7) misaligned[i] = true;
+      const std::vector<double> h = optgen::default_hyperparameters(info);
+      optgen::FusedOptimizer opt(info, h);
+      DeviceGroup group(DType::F32, shapes, misaligned, rng);
+      opt.add_param_group(group.tensors, {{"weight_decay", 0.01}});
+      const Comparison result = compare_steps(opt, reference_of(name), group, 2, rng);
+      INFO("worst relative error " << result.worst << " in " << result.where);
+      if (!matrices) {
+        CHECK(result.worst <= tolerance(DType::F32, {DType::F32}));
+      } else {
+        const std::vector<std::string> chosen = opt.stage_kernels(0);
+        const optgen::KernelInfo* kernel = nullptr;
+        for (int k = 0; k < info.num_kernels; ++k)
+          if (info.kernels[k].stages[0] == chosen[0]) kernel = &info.kernels[k];
+        REQUIRE(kernel != nullptr);
+        CHECK(result.worst <= matrix_tolerance(info, *kernel, hyperparameter(info, h, "lr"), std::sqrt(24.0), 2));
+      }
+      // As many launches as a group of one tensor of each shape takes (muon's: its 20 shapes').
+      TensorShapes few;
+      for (const auto& shape : shapes.list)
+        if (std::find(few.list.begin(), few.list.end(), shape) == few.list.end()) few.list.push_back(shape);
+      optgen::FusedOptimizer small(info, h);
+      DeviceGroup small_group(DType::F32, few, std::vector<bool>(few.list.size(), false), rng);
+      small.add_param_group(small_group.tensors, {{"weight_decay", 0.01}});
+      small_group.new_gradients(rng);
+      small.step();
+      synchronize();
+      INFO(few.list.size() << " tensors of the shapes take " << small.launches_last_step() << " launches");
+      CHECK(opt.launches_last_step() == small.launches_last_step());
+      if (std::string(name) == "adam") CHECK(opt.launches_last_step() == 1);
+    }
+  }
 }
 
 TEST_CASE("param groups with different hyperparameters share one launch", "[gpu]") {
