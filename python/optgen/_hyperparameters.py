@@ -23,7 +23,7 @@ TUPLES = {
 _COUNTS = {2: "a pair of numbers", 3: "three numbers"}
 
 
-def _tuple_of(key: str, names, tuples: Mapping = TUPLES) -> tuple:
+def tuple_of(key: str, names, tuples: Mapping = TUPLES) -> tuple:
     """The spec names torch's tuple `key` unpacks into for a spec with `names`; () if none."""
     return next((members for members in tuples.get(key, ()) if all(n in names for n in members)), ())
 
@@ -34,7 +34,7 @@ def torch_names(spec_names: Iterable[str], tuples: Mapping = TUPLES) -> list:
     names = list(spec_names)
     result = []
     for name in names:
-        key = next((key for key in tuples if name in _tuple_of(key, names, tuples)), None)
+        key = next((key for key in tuples if name in tuple_of(key, names, tuples)), None)
         if key is None:
             result.append(name)
         elif key not in result:
@@ -50,7 +50,7 @@ def torch_defaults(spec_defaults: Mapping[str, float], types: Mapping[str, str],
 
     result = {}
     for key in torch_names(spec_defaults, tuples):
-        members = _tuple_of(key, spec_defaults, tuples) if key not in spec_defaults else ()
+        members = tuple_of(key, spec_defaults, tuples) if key not in spec_defaults else ()
         result[key] = tuple(value(n) for n in members) if members else value(key)
     return result
 
@@ -74,7 +74,7 @@ def spec_values(group: Mapping[str, object], spec_names: Iterable[str], optional
     for key in torch_names(names, tuples):
         if key not in group:
             continue
-        members = _tuple_of(key, names, tuples) if key not in names else ()
+        members = tuple_of(key, names, tuples) if key not in names else ()
         if members:
             given = group[key]
             if not (isinstance(given, (tuple, list)) and len(given) == len(members)):

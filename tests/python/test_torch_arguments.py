@@ -73,6 +73,10 @@ def test_from_spec_checks_hyperparameters_by_the_specs_names():
     spec = REPO / "examples" / "adabelief.yaml"
     with pytest.raises(TypeError, match="AdaBelief has no hyperparameter 'momentum'"):
         ot.Optimizer.from_spec(spec, [torch.zeros(1)], momentum=0.9)
+    # The spec's beta1 and beta2 are torch's betas: the message says how to give them.
+    with pytest.raises(TypeError, match=r"AdaBelief has no hyperparameter 'beta1' \(it has: .*betas.*\); give "
+                                        r"betas=\(beta1, beta2\), as torch.optim takes them"):
+        ot.Optimizer.from_spec(spec, [torch.zeros(1)], beta1=0.8)
     with pytest.raises(ValueError, match="step CUDA tensors"):
         ot.Optimizer.from_spec(spec, [torch.zeros(1)], betas=(0.8, 0.9), state_dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="state_dtype names state 'exp_avg_sq', which AdaBelief does not have"):

@@ -40,7 +40,7 @@ import torch.optim.optimizer as _torch_optimizer
 from .. import _capi
 from .._capi import (COLS, ELEMENTS, FACTORED, NOT_FACTORED, ROWS, TENSOR, Engine, OptgenError, State, Storage,
                      TensorBinding)
-from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults
+from .._hyperparameters import TUPLES, check_ranges, number, spec_values, torch_defaults, tuple_of
 from ._blockwise8 import Codec
 from ._device_array import DeviceArray
 from ._dtypes import OPTGEN_DTYPES, torch_dtype
@@ -302,8 +302,13 @@ class Optimizer(torch.optim.Optimizer):
             given["max_grad_norm"] = max_grad_norm
         unknown = set(given) - set(spec_defaults)
         if unknown:
+            # A spec's beta1 and beta2 are torch's betas (self._tuples): say so where one was given.
+            hints = sorted(f"{key}=({', '.join(members)})" for key in spec_defaults
+                           for members in [tuple_of(key, self._spec_names, self._tuples)]
+                           if key not in self._spec_names and unknown & set(members))
             raise TypeError(f"{self._describe.name} has no hyperparameter {', '.join(map(repr, sorted(unknown)))} "
-                            f"(it has: {', '.join(spec_defaults)})")
+                            f"(it has: {', '.join(spec_defaults)})" +
+                            (f"; give {' and '.join(hints)}, as torch.optim takes them" if hints else ""))
         full = {**spec_defaults, **given}
         self._check_ranges(self._group_values(full, None))
         full.update(foreach=foreach, fused=fused, capturable=capturable, differentiable=differentiable)
