@@ -454,9 +454,10 @@ class Lowering {
     const Domain level = level_of(state.shape);
     if (!at_or_below(value->level, level))
       throw SpecError(s.value->loc, "state '" + s.target + "' has " + per(level) + ", but this is " + per(value->level),
-                      level == Domain::Row      ? "reduce it over each row first (row_sum, row_mean)"
-                      : level == Domain::Column ? "reduce it over each column first (col_sum, col_mean)"
-                                                : "reduce it over the tensor first (sum, mean, norm, max)");
+                      level == Domain::Row ? "reduce it over each row first (row_sum, row_mean, row_norm, row_max)"
+                      : level == Domain::Column
+                          ? "reduce it over each column first (col_sum, col_mean, col_norm, col_max)"
+                          : "reduce it over the tensor first (sum, mean, norm, max)");
   }
 
   /// A program (`programs:`) runs element code only: a state of one value per tensor is the step's.

@@ -22,7 +22,11 @@ const std::vector<ReductionInfo> kReductions = {
     {"row_sum", ReduceOp::Sum, Domain::Row, Form::Plain, "the sum of x over each row of a factored tensor"},
     {"row_mean", ReduceOp::Sum, Domain::Row, Form::Mean, "the mean of x over each row of a factored tensor"},
     {"col_sum", ReduceOp::Sum, Domain::Column, Form::Plain, "the sum of x over each column of a factored tensor"},
+    {"row_norm", ReduceOp::Sum, Domain::Row, Form::Norm, "the 2-norm of x over each row of a factored tensor"},
+    {"row_max", ReduceOp::Max, Domain::Row, Form::Plain, "the largest x of each row of a factored tensor"},
     {"col_mean", ReduceOp::Sum, Domain::Column, Form::Mean, "the mean of x over each column of a factored tensor"},
+    {"col_norm", ReduceOp::Sum, Domain::Column, Form::Norm, "the 2-norm of x over each column of a factored tensor"},
+    {"col_max", ReduceOp::Max, Domain::Column, Form::Plain, "the largest x of each column of a factored tensor"},
 };
 
 }  // namespace

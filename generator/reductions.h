@@ -6,9 +6,9 @@
 /// around it: `mean(x)` is `sum(x) / numel`, `norm(x)` is `sqrt(sum(x * x))`.
 ///
 /// A factored tensor (two or more dimensions) is a batch of matrices over its last two: `row_sum(x)`,
-/// `row_mean(x)` reduce an element value over each row's columns (one value per row), `col_sum(x)`,
-/// `col_mean(x)` over each column's rows; `sum`, `mean`, `norm` and `max` of a row (column) value
-/// reduce it over each matrix's rows (columns): one value per matrix.
+/// `row_mean(x)`, `row_norm(x)`, `row_max(x)` reduce an element value over each row's columns (one
+/// value per row), `col_sum(x)` ... `col_max(x)` over each column's rows; `sum`, `mean`, `norm` and `max` of a row
+/// (column) value reduce it over each matrix's rows (columns): one value per matrix.
 ///
 /// Unlike the built-in functions, reduction names are not reserved: a spec may name a value
 /// `sum` (torch's Adagrad calls its state that), and then cannot call sum() itself.

@@ -487,6 +487,28 @@ TEST_CASE("the runs of results each rank holds a part of: sums over the columns 
   CHECK((second.rows.empty() && second.matrices.empty()));
 }
 
+TEST_CASE("a maximum over rows or columns that shards hold parts of is refused, not added up across ranks",
+          "[shapes]") {
+  // Adafactor's row sums made a row maximum (row_max): a shard cut along its columns holds a part
+  // of each row, which the hooks would add to the other ranks' parts.
+  const optgen::OptimizerInfo& info = launcher("adafactor");
+  optgen::VariantInfo variant = info.variants[0];
+  variant.stage_blocks = variant.shard_stage_blocks;
+  variant.stored_values = {};
+  std::vector<optgen::ReductionSlot> slots(variant.reductions, variant.reductions + variant.num_reductions);
+  for (optgen::ReductionSlot& slot : slots)
+    if (slot.scope == optgen::Domain::Row) slot.is_max = true;
+  variant.reductions = slots.data();
+  const std::vector<optgen::TensorDims> cut = {optgen::tensor_dims({3, 4}, 12, 36, 1)};
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, cut, 128, abi::kFewestLineValues);
+  CHECK_THAT(error_of([&] { optgen::partial_runs(variant, 1, l, cut); }),
+             Catch::Contains("is a maximum across the columns of each matrix, and tensor 0 of the plan is a shard"));
+  // Whole, the same tensor has no parts to combine.
+  const std::vector<optgen::TensorDims> whole = {optgen::tensor_dims({3, 12}, 36)};
+  const optgen::ShapeLayout w = optgen::shape_layout(info, variant, whole, 128, abi::kFewestLineValues);
+  CHECK(optgen::partial_runs(variant, 1, w, whole).rows.empty());
+}
+
 TEST_CASE("adam_mini has a step on shards: its row sums are a rank's part where shards cut its rows' columns",
           "[shapes]") {
   const optgen::OptimizerInfo& info = launcher("adam_mini");

@@ -1,5 +1,9 @@
 #include "shape_layout.h"
 
+#include <string>
+
+#include "optgen/error.h"
+
 namespace optgen {
 
 TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel,
@@ -192,11 +196,21 @@ PartialRuns partial_runs(const VariantInfo& variant, int stage, const ShapeLayou
                                    : scope == Domain::Column ? runs.cols
                                                              : runs.matrices;
     for (std::size_t t = 0; t < dims.size(); ++t)
-      if ((slot.across_rows && dims[t].split_rows) || (slot.across_cols && dims[t].split_cols))
+      if ((slot.across_rows && dims[t].split_rows) || (slot.across_cols && dims[t].split_cols)) {
+        // The hooks add the ranks' parts up (ReductionResults): a maximum's parts they would add too.
+        if (slot.is_max)
+          throw Error("FusedOptimizer::prepare",
+                      std::string("reduction '") + slot.name + "' is a maximum across the " +
+                          (dims[t].split_rows ? "rows" : "columns") + " of each matrix, and tensor " +
+                          std::to_string(t) +
+                          " of the plan is a shard holding some of them: only sums of the ranks' "
+                          "parts are combined across ranks",
+                      "bind that tensor whole on every rank (whole_numel 0)");
         add(list, slot.scope_index * size + offset[t],
             scope == Domain::Row      ? dims[t].rows
             : scope == Domain::Column ? dims[t].cols
                                       : 1);
+      }
   }
   return runs;
 }

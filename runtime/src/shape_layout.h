@@ -112,7 +112,8 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
 /// (ReductionResults::row_runs, col_runs, matrix_runs): those of the stage's reductions that sum
 /// over rows (ReductionSlot::across_rows) of the tensors that split rows (TensorDims::split_rows),
 /// and over columns (across_cols) of those that split columns, as runs of floats in
-/// ShapeTable::row_results, col_results and matrix_results, neighbours merged.
+/// ShapeTable::row_results, col_results and matrix_results, neighbours merged. optgen::Error where
+/// such a reduction is a maximum (a column's max of a shard of rows): the hooks add the parts up.
 struct PartialRuns {
   std::vector<ResultRun> rows, cols, matrices;
 };
