@@ -239,8 +239,9 @@ struct Binder {
                 std::string("no kernel for variant ") + info.variants[variant].name + " with storage " + text +
                     " was generated (its kernels: " + (generated.empty() ? "none" : generated) + ")",
                 "add \"" + text +
-                    "\" to the spec's 'storage:' list or to STORAGE (and the variant to VARIANTS, if given) in "
-                    "optgen_add_optimizer(), and rebuild");
+                    "\" to the spec's 'storage:' list and load the spec again (a spec loaded at run time: "
+                    "optgen.Engine.from_spec, optgen.torch.Optimizer.from_spec; or SpecOptions::storage), or to "
+                    "STORAGE (and the variant to VARIANTS, if given) in optgen_add_optimizer() and rebuild");
   }
 
   /// A kernel set's storage, its state dtypes named (canonical: those of the default dropped).
