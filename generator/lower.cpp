@@ -281,20 +281,19 @@ class Lowering {
     const std::string what =
         "scalar state '" + name + "' is " +
         (per_optimizer ? "one value for the optimizer (scope: optimizer)" : "one value per param group");
-    const std::string reduce_first = per_optimizer
-                                         ? "reduce it over the optimizer first (optimizer_sum, optimizer_norm, "
-                                           "optimizer_max)"
-                                         : "reduce it over the group first (group_sum, group_norm, group_max)";
+    const std::string reduce_first =
+        per_optimizer ? "reduce it over the optimizer first (" + reduction_names(Domain::Optimizer) + ")"
+                      : "reduce it over the group first (" + reduction_names(Domain::Group) + ")";
     std::set<const Node*> seen;
     std::function<void(const Expr&)> visit = [&](const Expr& e) {
       if (!seen.insert(e.get()).second) return;
       if (e->kind == NodeKind::Reduce) {
         if (!has_group_results(e->scope))
           throw SpecError(b.loc, what + ", but its new value reads a reduction over each " + to_string(e->scope),
-                          per_optimizer ? "reduce over every group of the optimizer (optimizer_sum, optimizer_norm, "
-                                          "optimizer_max)"
-                                        : "reduce over the whole group (group_sum, group_norm, group_max) or the "
-                                          "optimizer (optimizer_sum, ...)");
+                          per_optimizer
+                              ? "reduce over every group of the optimizer (" + reduction_names(Domain::Optimizer) + ")"
+                              : "reduce over the whole group (" + reduction_names(Domain::Group) +
+                                    ") or the optimizer (optimizer_sum, ...)");
         return;  // its operand is element code, as any reduction's
       }
       // A tensor's value (numel, a state of one value per tensor), which no reduction takes.
@@ -322,7 +321,7 @@ class Lowering {
       if (e->kind == NodeKind::Reduce) {
         if (e->scope != Domain::Optimizer)
           throw SpecError(b.loc, what + ", but its new value reads a reduction over each " + to_string(e->scope),
-                          "reduce over every group of the optimizer (optimizer_sum, optimizer_norm, optimizer_max)");
+                          "reduce over every group of the optimizer (" + reduction_names(Domain::Optimizer) + ")");
         return;  // its operand is element code, as any reduction's
       }
       if (e->kind == NodeKind::Var && e->var == VarKind::Hyperparameter)
@@ -452,12 +451,14 @@ class Lowering {
     check_guard(state, s.target_loc, "assigned");
     check_program_state(s.target, s.target_loc, "assigned");
     const Domain level = level_of(state.shape);
-    if (!at_or_below(value->level, level))
+    if (!at_or_below(value->level, level)) {
+      const Domain over = level == Domain::Row || level == Domain::Column ? level : Domain::Tensor;
+      const std::string where = over == Domain::Row      ? "each row"
+                                : over == Domain::Column ? "each column"
+                                                         : "the tensor";
       throw SpecError(s.value->loc, "state '" + s.target + "' has " + per(level) + ", but this is " + per(value->level),
-                      level == Domain::Row ? "reduce it over each row first (row_sum, row_mean, row_norm, row_max)"
-                      : level == Domain::Column
-                          ? "reduce it over each column first (col_sum, col_mean, col_norm, col_max)"
-                          : "reduce it over the tensor first (sum, mean, norm, max)");
+                      "reduce it over " + where + " first (" + reduction_names(over) + ")");
+    }
   }
 
   /// A program (`programs:`) runs element code only: a state of one value per tensor is the step's.

@@ -21,9 +21,9 @@ const std::vector<ReductionInfo> kReductions = {
      "the largest x of every element of every group of the optimizer"},
     {"row_sum", ReduceOp::Sum, Domain::Row, Form::Plain, "the sum of x over each row of a factored tensor"},
     {"row_mean", ReduceOp::Sum, Domain::Row, Form::Mean, "the mean of x over each row of a factored tensor"},
-    {"col_sum", ReduceOp::Sum, Domain::Column, Form::Plain, "the sum of x over each column of a factored tensor"},
     {"row_norm", ReduceOp::Sum, Domain::Row, Form::Norm, "the 2-norm of x over each row of a factored tensor"},
     {"row_max", ReduceOp::Max, Domain::Row, Form::Plain, "the largest x of each row of a factored tensor"},
+    {"col_sum", ReduceOp::Sum, Domain::Column, Form::Plain, "the sum of x over each column of a factored tensor"},
     {"col_mean", ReduceOp::Sum, Domain::Column, Form::Mean, "the mean of x over each column of a factored tensor"},
     {"col_norm", ReduceOp::Sum, Domain::Column, Form::Norm, "the 2-norm of x over each column of a factored tensor"},
     {"col_max", ReduceOp::Max, Domain::Column, Form::Plain, "the largest x of each column of a factored tensor"},
@@ -42,5 +42,12 @@ const ReductionInfo* find_reduction(const std::string& name, int arity) {
 }
 
 bool is_reduction_name(const std::string& name) { return find_reduction(name, 1) != nullptr; }
+
+std::string reduction_names(Domain scope) {
+  std::string names;
+  for (const auto& r : kReductions)
+    if (r.scope == scope) names += (names.empty() ? "" : ", ") + std::string(r.name);
+  return names;
+}
 
 }  // namespace optgen

@@ -7,8 +7,8 @@
 ///
 /// A factored tensor (two or more dimensions) is a batch of matrices over its last two: `row_sum(x)`,
 /// `row_mean(x)`, `row_norm(x)`, `row_max(x)` reduce an element value over each row's columns (one
-/// value per row), `col_sum(x)` ... `col_max(x)` over each column's rows; `sum`, `mean`, `norm` and `max` of a row
-/// (column) value reduce it over each matrix's rows (columns): one value per matrix.
+/// value per row), `col_sum(x)` ... `col_max(x)` over each column's rows; `sum`, `mean`, `norm` and
+/// `max` of a row (column) value reduce it over each matrix's rows (columns): one value per matrix.
 ///
 /// Unlike the built-in functions, reduction names are not reserved: a spec may name a value
 /// `sum` (torch's Adagrad calls its state that), and then cannot call sum() itself.
@@ -40,5 +40,7 @@ const std::vector<ReductionInfo>& reductions();
 const ReductionInfo* find_reduction(const std::string& name, int arity);
 /// Whether some reduction is called `name`.
 bool is_reduction_name(const std::string& name);
+/// The names of the reductions into `scope`, in the table's order: "row_sum, row_mean, row_norm, row_max".
+std::string reduction_names(Domain scope);
 
 }  // namespace optgen

@@ -412,11 +412,22 @@ TEST_CASE("a plan takes the Update stage of long rows where at most an eighth of
   CHECK(optgen::long_rows({}));
 }
 
-TEST_CASE("the runs of results each rank holds a part of: sums over the rows of split matrices", "[shapes]") {
-  const optgen::OptimizerInfo& info = launcher("adafactor");
-  optgen::VariantInfo variant = info.variants[0];
+namespace {
+
+/// Adafactor's first variant as a plan that steps shards sees it (build_plan): the blocks of its
+/// step on shards, no stored values.
+optgen::VariantInfo adafactor_on_shards() {
+  optgen::VariantInfo variant = launcher("adafactor").variants[0];
   variant.stage_blocks = variant.shard_stage_blocks;
   variant.stored_values = {};
+  return variant;
+}
+
+}  // namespace
+
+TEST_CASE("the runs of results each rank holds a part of: sums over the rows of split matrices", "[shapes]") {
+  const optgen::OptimizerInfo& info = launcher("adafactor");
+  optgen::VariantInfo variant = adafactor_on_shards();
   // Rows 3 of a 7x9 matrix, a vector, rows 2 and 5 of 2x4 and 5x4 matrices (whole, but bound as
   // shards), a shard of a batch of two 4x3 matrices (whole matrices), no rows of a 6x2 matrix.
   const std::vector<optgen::TensorDims> dims = {
@@ -451,9 +462,7 @@ TEST_CASE("the runs of results each rank holds a part of: sums over the rows of 
 TEST_CASE("the runs of results each rank holds a part of: sums over the columns of matrices cut along them",
           "[shapes]") {
   const optgen::OptimizerInfo& info = launcher("adafactor");
-  optgen::VariantInfo variant = info.variants[0];
-  variant.stage_blocks = variant.shard_stage_blocks;
-  variant.stored_values = {};
+  optgen::VariantInfo variant = adafactor_on_shards();
   // Columns 4 of a 3x12 matrix, none of a 2x5 one (cut along their columns), a whole 5x4 matrix.
   const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({3, 4}, 12, 36, 1),
                                                 optgen::tensor_dims({2, 0}, 0, 10, 1), optgen::tensor_dims({5, 4}, 20)};
@@ -492,9 +501,7 @@ TEST_CASE("a maximum over rows or columns that shards hold parts of is refused, 
   // Adafactor's row sums made a row maximum (row_max): a shard cut along its columns holds a part
   // of each row, which the hooks would add to the other ranks' parts.
   const optgen::OptimizerInfo& info = launcher("adafactor");
-  optgen::VariantInfo variant = info.variants[0];
-  variant.stage_blocks = variant.shard_stage_blocks;
-  variant.stored_values = {};
+  optgen::VariantInfo variant = adafactor_on_shards();
   std::vector<optgen::ReductionSlot> slots(variant.reductions, variant.reductions + variant.num_reductions);
   for (optgen::ReductionSlot& slot : slots)
     if (slot.scope == optgen::Domain::Row) slot.is_max = true;
