@@ -1,6 +1,7 @@
 #include "optgen/cublas.h"
 
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,14 +22,10 @@ constexpr const char* kInstall =
 /// package does, finds it by name), then in the toolkit's library directory CMake found, then in
 /// /usr/local/cuda/lib64.
 std::vector<std::string> candidates() {
-  std::vector<std::string> directories = {""};
-#ifdef OPTGEN_CUDA_LIBRARY_DIR
-  directories.push_back(std::string(OPTGEN_CUDA_LIBRARY_DIR) + "/");
-#endif
-  if (directories.back() != "/usr/local/cuda/lib64/") directories.push_back("/usr/local/cuda/lib64/");
-  std::vector<std::string> paths;
-  for (const std::string& directory : directories)
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12"}) paths.push_back(directory + name);
+  const char* const names[] = {"libcublasLt.so.13", "libcublasLt.so.12"};
+  std::vector<std::string> paths(std::begin(names), std::end(names));
+  for (const std::string& directory : shared_library::cuda_library_directories())
+    for (const char* name : names) paths.push_back(directory + "/" + name);
   return paths;
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "optgen/error.h"
+#include "shared_library.h"
 
 namespace optgen::nvrtc {
 
@@ -44,18 +45,6 @@ struct Library {
   int major = 0;
   int minor = 0;
 };
-
-/// The directories searched after the loader's path: the toolkit CMake found, then the default one.
-std::vector<std::string> fallback_directories() {
-  std::vector<std::string> directories;
-#ifdef OPTGEN_CUDA_LIBRARY_DIR
-  directories.push_back(OPTGEN_CUDA_LIBRARY_DIR);
-#endif
-  if (directories.empty() || directories.front() != "/usr/local/cuda/lib64") {
-    directories.push_back("/usr/local/cuda/lib64");
-  }
-  return directories;
-}
 
 std::string join(const std::vector<std::string>& parts, const char* separator) {
   std::string text;
@@ -112,7 +101,7 @@ std::optional<Library> open_library(const std::string& path, std::string& why) {
 }
 
 /// $OPTGEN_NVRTC_LIBRARY alone when it is set; else the file names on the loader's path, then in
-/// the fallback directories.
+/// the toolkit's directories (shared_library::cuda_library_directories).
 Library load_library() {
   const char* chosen = std::getenv(kLibraryVariable);
   if (chosen != nullptr && *chosen != '\0') {
@@ -122,7 +111,7 @@ Library load_library() {
         kLoadCall, std::string("cannot load NVRTC from ") + kLibraryVariable + "=" + chosen + ": " + why,
         std::string("set ") + kLibraryVariable + " to the path of a libnvrtc.so from CUDA 12 or newer, or unset it");
   }
-  std::vector<std::string> directories = fallback_directories();
+  std::vector<std::string> directories = shared_library::cuda_library_directories();
   std::vector<std::string> paths(std::begin(kFileNames), std::end(kFileNames));
   for (const std::string& directory : directories) {
     for (const char* name : kFileNames) paths.push_back(directory + "/" + name);

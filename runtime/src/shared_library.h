@@ -1,5 +1,5 @@
 #pragma once
-/// The libraries the runtime loads when first asked for them, with dlopen (libcuda, NCCL), so that
+/// The libraries the runtime loads when first asked for them, with dlopen (libcuda, NCCL, cuBLASLt), so that
 /// nothing links them and a program without one runs until it needs it. A library stays open for
 /// the life of the process: its functions are used until exit.
 
@@ -8,10 +8,24 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "optgen/error.h"
 
 namespace optgen::shared_library {
+
+/// The CUDA toolkit's library directories, searched after the loader's path for the libraries it
+/// ships (NVRTC, cuBLASLt): the one CMake found (OPTGEN_CUDA_LIBRARY_DIR), then /usr/local/cuda/lib64.
+inline std::vector<std::string> cuda_library_directories() {
+  std::vector<std::string> directories;
+#ifdef OPTGEN_CUDA_LIBRARY_DIR
+  directories.push_back(OPTGEN_CUDA_LIBRARY_DIR);
+#endif
+  if (directories.empty() || directories.front() != "/usr/local/cuda/lib64") {
+    directories.push_back("/usr/local/cuda/lib64");
+  }
+  return directories;
+}
 
 /// dlopen(path); throws Error naming the call, with dlerror's reason and `fix`.
 inline void* open(const std::string& path, const std::string& fix) {

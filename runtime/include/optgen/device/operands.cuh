@@ -98,7 +98,7 @@ __device__ __forceinline__ void store_codec(DType codec, void* base, long long i
   }
 }
 
-// ---- 8-bit blockwise states (DType::Q8, kUQ8; optgen/blockwise8.h). ----
+// ---- 8-bit blockwise states (DType::Q8, UQ8; optgen/blockwise8.h). ----
 
 /// bitsandbytes' dynamic maps, copied into shared memory by every block of a stage that reads an
 /// 8-bit state (load_blockwise_maps): [0] the signed map (kQ8), [1] the unsigned map (kUQ8).
