@@ -70,7 +70,7 @@ std::vector<double> values_of(const Adadelta::Options& o) { return {o.lr, o.rho,
 
 const OptimizerInfo& Adadelta::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "Adadelta", "adadelta",
+      /*abi_version=*/27, "optgen 0.2.0", "Adadelta", "adadelta",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -70,7 +70,7 @@ std::vector<double> values_of(const Adagrad::Options& o) { return {o.lr, o.lr_de
 
 const OptimizerInfo& Adagrad::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "Adagrad", "adagrad",
+      /*abi_version=*/27, "optgen 0.2.0", "Adagrad", "adagrad",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

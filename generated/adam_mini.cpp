@@ -87,7 +87,7 @@ std::vector<double> values_of(const AdamMini::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdamMini::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "AdamMini", "adam_mini",
+      /*abi_version=*/27, "optgen 0.2.0", "AdamMini", "adam_mini",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

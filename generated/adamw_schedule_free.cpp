@@ -81,7 +81,7 @@ std::vector<double> values_of(const AdamWScheduleFree::Options& o) { return {o.l
 
 const OptimizerInfo& AdamWScheduleFree::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "AdamWScheduleFree", "adamw_schedule_free",
+      /*abi_version=*/27, "optgen 0.2.0", "AdamWScheduleFree", "adamw_schedule_free",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

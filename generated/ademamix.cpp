@@ -102,7 +102,7 @@ std::vector<double> values_of(const AdEMAMix::Options& o) { return {o.lr, o.beta
 
 const OptimizerInfo& AdEMAMix::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "AdEMAMix", "ademamix",
+      /*abi_version=*/27, "optgen 0.2.0", "AdEMAMix", "ademamix",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

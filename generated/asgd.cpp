@@ -70,7 +70,7 @@ std::vector<double> values_of(const ASGD::Options& o) { return {o.lr, o.lambd, o
 
 const OptimizerInfo& ASGD::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "ASGD", "asgd",
+      /*abi_version=*/27, "optgen 0.2.0", "ASGD", "asgd",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

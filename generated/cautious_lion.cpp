@@ -71,7 +71,7 @@ std::vector<double> values_of(const CautiousLion::Options& o) { return {o.lr, o.
 
 const OptimizerInfo& CautiousLion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "CautiousLion", "cautious_lion",
+      /*abi_version=*/27, "optgen 0.2.0", "CautiousLion", "cautious_lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

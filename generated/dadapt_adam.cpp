@@ -78,7 +78,7 @@ std::vector<double> values_of(const DAdaptAdam::Options& o) { return {o.lr, o.be
 
 const OptimizerInfo& DAdaptAdam::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
+      /*abi_version=*/27, "optgen 0.2.0", "DAdaptAdam", "dadapt_adam",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -78,7 +78,7 @@ std::vector<double> values_of(const LAMB::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& LAMB::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "LAMB", "lamb",
+      /*abi_version=*/27, "optgen 0.2.0", "LAMB", "lamb",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

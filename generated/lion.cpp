@@ -70,7 +70,7 @@ std::vector<double> values_of(const Lion::Options& o) { return {o.lr, o.beta1, o
 
 const OptimizerInfo& Lion::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "Lion", "lion",
+      /*abi_version=*/27, "optgen 0.2.0", "Lion", "lion",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -96,7 +96,7 @@ std::vector<double> values_of(const Muon::Options& o) { return {o.lr, o.weight_d
 
 const OptimizerInfo& Muon::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "Muon", "muon",
+      /*abi_version=*/27, "optgen 0.2.0", "Muon", "muon",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

@@ -117,7 +117,7 @@ std::vector<double> values_of(const Prodigy::Options& o) { return {o.lr, o.beta1
 
 const OptimizerInfo& Prodigy::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/26, "optgen 0.2.0", "Prodigy", "prodigy",
+      /*abi_version=*/27, "optgen 0.2.0", "Prodigy", "prodigy",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,

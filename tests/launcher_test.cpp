@@ -215,7 +215,8 @@ TEST_CASE("the C ABI reports failures through optgen_last_error", "[launcher]") 
                   2,
                   nullptr,
                   0,
-                  0};
+                  0,
+                  1};
   CHECK(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, nullptr) == -1);
   CHECK_THAT(std::string(optgen_last_error()), Catch::Contains("tensor 0 has ndim 2 but a NULL shape"));
   const int64_t shape[] = {4, 3};
@@ -735,7 +736,7 @@ TEST_CASE("the C ABI drives an optimizer on the GPU", "[gpu]") {
   const double values[] = {0.5};
   REQUIRE(optgen_sgd_create(names, values, 1, nullptr, &opt) == 0);
   optgen_tensor t{
-      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0, 0};
+      group.tensors[0].param, group.tensors[0].grad, 4096, 4096, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0, 0, 1};
   size_t index = 99;
   REQUIRE(optgen_add_param_group(opt, &t, 1, nullptr, nullptr, 0, &index) == 0);
   CHECK(index == 0);

@@ -520,7 +520,7 @@ TEST_CASE("through the C ABI, a spec loaded at run time steps as the built-in's 
   auto add = [](optgen_optimizer* opt, const DeviceGroup& g) {
     std::vector<optgen_tensor> tensors;
     for (const optgen::Tensor& t : g.tensors)
-      tensors.push_back({t.param, t.grad, t.numel, -1, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0, 0});
+      tensors.push_back({t.param, t.grad, t.numel, -1, OPTGEN_F32, OPTGEN_F32, nullptr, 0, nullptr, 0, 0, 1});
     REQUIRE(optgen_add_param_group(opt, tensors.data(), tensors.size(), nullptr, nullptr, 0, nullptr) == 0);
   };
   add(generated, generated_group);

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _cuda_wheels
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 15
+ABI_VERSION = 16
 
 
 class _Enum(enum.IntEnum):
@@ -118,6 +118,7 @@ class _Tensor(ctypes.Structure):
         ("shape", ctypes.POINTER(ctypes.c_int64)),
         ("whole_numel", ctypes.c_int64),  # ABI 8
         ("shard_dim", ctypes.c_int32),  # ABI 12
+        ("column_splits", ctypes.c_int32),  # ABI 16
     ]
 
 
@@ -592,6 +593,9 @@ class TensorBinding:
     # The dimension such a shard bound with two dimensions is cut along: 0 (rows of the matrix) or 1
     # (columns: a part of every row, whose sums over columns the ranks then combine).
     shard_dim: int = 0
+    # For a spec with matrix values (Muon): each matrix (the last two dimensions of shape) is this
+    # many matrices of consecutive columns, each taken by the matrix function on its own.
+    column_splits: int = 1
 
 
 _INTEGERS = (ctypes.c_size_t, ctypes.c_int64, ctypes.c_int32, ctypes.c_int)
@@ -798,7 +802,7 @@ class Engine(_Owned):
                                ctypes.cast(states, ctypes.POINTER(ctypes.c_void_p)) if states else None,
                                len(shape) if shape else 0,
                                ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)) if shape else None, t.whole_numel,
-                               t.shard_dim)
+                               t.shard_dim, t.column_splits)
         overrides = {h.name: v for h, v in zip(self.hyperparameters, self.full_values(values)) if not h.derived}
         group = _SIZE()
         self._lib.call("optgen_add_param_group", self._handle, array, len(tensors), _strings(overrides),

@@ -156,6 +156,7 @@ int optgen_add_param_group(optgen_optimizer* optimizer, const optgen_tensor* ten
       list[i] = {t.param, t.grad, t.numel, tensor_dtype_of(t.dtype, "optgen_add_param_group"), t.states, t.grad_numel};
       list[i].whole_numel = t.whole_numel;
       list[i].shard_dim = t.shard_dim;
+      list[i].column_splits = t.column_splits == 0 ? 1 : t.column_splits;
       if (t.ndim < 0 || (t.ndim > 0 && !t.shape))
         throw optgen::Error("optgen_add_param_group",
                             "tensor " + std::to_string(i) + " has ndim " + std::to_string(t.ndim) +

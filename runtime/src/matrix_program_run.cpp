@@ -235,7 +235,8 @@ MatrixKernels::MatrixKernels(const Module& module)
       normalize_f32(module.function(kernel_abi::kMatrixNormalizeF32)),
       combine_f32(module.function(kernel_abi::kMatrixCombineF32)),
       in_block(module.function(kernel_abi::kMatrixProgramInBlock)),
-      in_block_f32(module.function(kernel_abi::kMatrixProgramInBlockF32)) {
+      in_block_f32(module.function(kernel_abi::kMatrixProgramInBlockF32)),
+      column_splits(module.function(kernel_abi::kMatrixColumnSplits)) {
   const driver::Api& cuda = driver::api();
   int limit = 0, static_shared = 0;
   driver::check(cuda.cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,

@@ -30,6 +30,7 @@ struct MatrixKernels {
   CUfunction sum_squares = nullptr, normalize = nullptr, combine = nullptr;
   CUfunction sum_squares_f32 = nullptr, normalize_f32 = nullptr, combine_f32 = nullptr;
   CUfunction in_block = nullptr, in_block_f32 = nullptr;
+  CUfunction column_splits = nullptr;  ///< kernel_abi::kMatrixColumnSplits
   /// Bytes of dynamic shared memory the in-block kernels may take (the device's opt-in limit, less
   /// their static shared memory).
   std::size_t in_block_shared = 0;

@@ -11,6 +11,23 @@
 namespace optgen {
 namespace {
 
+/// What moves the values of a tensor of `dims` with column splits between its operand `whole` and
+/// its matrices in their bucket, `pieces`: in the widest unit that divides a split's row in bytes
+/// and both addresses.
+kernel_abi::ColumnSplit column_split(CUdeviceptr whole, CUdeviceptr pieces, const TensorDims& dims, DType dtype) {
+  const auto row_bytes = static_cast<unsigned long long>(dims.cols / dims.column_splits) * size_of(dtype);
+  int unit = 16;
+  while (unit > static_cast<int>(size_of(dtype)) && (row_bytes % unit != 0 || whole % unit != 0 || pieces % unit != 0))
+    unit /= 2;
+  return {reinterpret_cast<void*>(whole),
+          reinterpret_cast<void*>(pieces),
+          dims.batch,
+          dims.rows,
+          dims.column_splits,
+          static_cast<long long>(row_bytes / static_cast<unsigned long long>(unit)),
+          unit};
+}
+
 /// The value of argument `a` for a group of hyperparameters `h`.
 double argument(const MatrixArgument& a, const std::vector<double>& h) {
   return a.hyperparameter >= 0 ? h.at(static_cast<std::size_t>(a.hyperparameter)) : a.value;
@@ -159,7 +176,7 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
 PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel,
                             const std::vector<const BoundTensor*>& tensors, const std::vector<int>& groups,
                             const Module& module, std::vector<void*>& pointers, const std::string& call, bool lanes) {
-  PlanMatrices result{{}, {}, {}, 0, 0, MatrixKernels(module), {}, {}, {}, {}};
+  PlanMatrices result{{}, {}, {}, {}, 0, 0, MatrixKernels(module), {}, {}, {}, {}};
   if (variant.num_matrix_values == 0) return result;
   const std::size_t n = tensors.size();
   // Buckets by value and shape, in the order their shapes first appear; within a bucket, the
@@ -187,30 +204,45 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
                                   bound->dims.rows, bound->dims.cols});
         continue;
       }
-      const auto key = std::make_tuple(v, bound->dims.rows, bound->dims.cols);
+      // A tensor with column splits is batch * splits matrices of its splits' columns.
+      const std::int64_t cols = bound->dims.cols / bound->dims.column_splits;
+      const auto key = std::make_tuple(v, bound->dims.rows, cols);
       auto [it, added] = index.emplace(key, result.buckets.size());
       if (added) {
         MatrixBucket bucket;
         bucket.value = v;
         bucket.dtype = matrix_dtype(kernel, v);
         bucket.rows = bound->dims.rows;
-        bucket.cols = bound->dims.cols;
+        bucket.cols = cols;
         result.buckets.push_back(bucket);
         members.emplace_back();
       }
       members[it->second].push_back(t);
     }
-  // One allocation: the buckets' matrices (each 256-byte aligned), then the scratch of the caller's
-  // stream, then each lane's scratch and cuBLAS workspace.
+  // One allocation: the buckets' matrices (each 256-byte aligned), the operands of tensors with
+  // column splits and their tables, then the scratch of the caller's stream, then each lane's
+  // scratch and cuBLAS workspace.
+  auto matrices_of = [&](std::size_t t) { return tensors[t]->dims.batch * tensors[t]->dims.column_splits; };
   std::size_t bytes = 0;
   std::vector<std::size_t> offsets;
+  std::size_t split_tensors = 0;
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
-    for (std::size_t t : members[b]) bucket.count += tensors[t]->dims.batch;
+    for (std::size_t t : members[b]) bucket.count += matrices_of(t);
     offsets.push_back(bytes);
     bytes = round_up(bytes + size_of(bucket.dtype) * static_cast<std::size_t>(bucket.count * bucket.rows * bucket.cols),
                      256);
   }
+  std::map<std::pair<std::size_t, std::size_t>, std::size_t> whole_at;  // (bucket, tensor) -> its operand's offset
+  for (std::size_t b = 0; b < result.buckets.size(); ++b)
+    for (std::size_t t : members[b])
+      if (tensors[t]->dims.column_splits > 1) {
+        whole_at[{b, t}] = bytes;
+        bytes = round_up(bytes + size_of(result.buckets[b].dtype) * static_cast<std::size_t>(tensors[t]->numel), 256);
+        ++split_tensors;
+      }
+  const std::size_t split_table_at = bytes;
+  bytes = round_up(bytes + split_tensors * sizeof(kernel_abi::ColumnSplit), 256);
   result.lane_of.assign(result.buckets.size(), 0);
   if (lanes)
     result.lanes =
@@ -241,6 +273,7 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
     lane.done.get();
   }
   if (!result.lanes.empty()) result.fork.get();
+  std::vector<std::pair<int, kernel_abi::ColumnSplit>> splits;  // by stage
   for (std::size_t b = 0; b < result.buckets.size(); ++b) {
     MatrixBucket& bucket = result.buckets[b];
     bucket.x = base + offsets[b];
@@ -249,15 +282,35 @@ PlanMatrices build_matrices(const VariantInfo& variant, const KernelInfo& kernel
     std::int64_t first = 0;
     for (std::size_t t : members[b]) {
       const CUdeviceptr x = bucket.x + size_of(bucket.dtype) * static_cast<std::size_t>(first * size);
-      pointers[row * n + t] = reinterpret_cast<void*>(x);
+      CUdeviceptr operand = x;  // where the stages read and write the tensor's values
+      if (tensors[t]->dims.column_splits > 1) {
+        operand = base + whole_at.at({b, t});
+        splits.emplace_back(variant.matrix_values[bucket.value].stage,
+                            column_split(operand, x, tensors[t]->dims, bucket.dtype));
+      }
+      pointers[row * n + t] = reinterpret_cast<void*>(operand);
       result.tensors.push_back({bucket.value, bucket.dtype, t, static_cast<std::size_t>(groups[t]), 0, x,
-                                tensors[t]->dims.batch, bucket.rows, bucket.cols});
+                                matrices_of(t), bucket.rows, bucket.cols});
       if (bucket.groups.empty() || bucket.groups.back().group != groups[t])
         bucket.groups.push_back({groups[t], first, 0});
-      bucket.groups.back().count += tensors[t]->dims.batch;
-      first += tensors[t]->dims.batch;
+      bucket.groups.back().count += matrices_of(t);
+      first += matrices_of(t);
     }
   }
+  std::stable_sort(splits.begin(), splits.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<kernel_abi::ColumnSplit> table;
+  for (const auto& [stage, split] : splits) {
+    if (result.column_splits.empty() || result.column_splits.back().stage != stage)
+      result.column_splits.push_back({stage, base + split_table_at + table.size() * sizeof(kernel_abi::ColumnSplit)});
+    StageColumnSplits& entry = result.column_splits.back();
+    ++entry.count;
+    entry.most_units = std::max(entry.most_units, split.batch * split.splits * split.rows * split.width);
+    table.push_back(split);
+  }
+  if (!table.empty())
+    driver::check(
+        driver::api().cuMemcpyHtoD(base + split_table_at, table.data(), table.size() * sizeof(kernel_abi::ColumnSplit)),
+        "cuMemcpyHtoD");
   std::stable_sort(result.tensors.begin(), result.tensors.end(), [](const MatrixTensor& a, const MatrixTensor& b) {
     return std::tie(a.value, a.tensor) < std::tie(b.value, b.tensor);
   });
@@ -279,6 +332,22 @@ std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo
   return "";
 }
 
+int move_column_splits(const PlanMatrices& matrices, int stage, bool to_pieces, CUstream stream) {
+  int launches = 0;
+  for (const StageColumnSplits& s : matrices.column_splits) {
+    if (s.stage != stage) continue;
+    CUdeviceptr table = s.table;
+    int count = s.count, to = to_pieces ? 1 : 0;
+    void* args[] = {&table, &count, &to};
+    const long long blocks =
+        std::min<long long>((s.most_units + kernel_abi::kMatrixKernelBlock - 1) / kernel_abi::kMatrixKernelBlock, 4096);
+    driver::launch(matrices.kernels.column_splits, static_cast<unsigned>(blocks), kernel_abi::kMatrixKernelBlock,
+                   stream, args, false, "check that the stream belongs to the current context");
+    ++launches;
+  }
+  return launches;
+}
+
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream) {
   const driver::Api& cuda = driver::api();
@@ -293,6 +362,8 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
   for (const MatrixStageWork::Batch& batch : work.batches)
     if (matrices.lane_of[batch.bucket] > 0) used[static_cast<std::size_t>(matrices.lane_of[batch.bucket] - 1)] = true;
   const bool forks = std::find(used.begin(), used.end(), true) != used.end();
+  int launches = 0;
+  launches += move_column_splits(matrices, stage, true, stream);
   if (forks) driver::check(cuda.cuEventRecord(matrices.fork.get(), stream), "cuEventRecord");
   for (std::size_t l = 0; l < matrices.lanes.size(); ++l)
     if (used[l])
@@ -307,7 +378,6 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
       driver::check(cuda.cuStreamWaitEvent(stream, matrices.lanes[l].done.get(), 0), "cuStreamWaitEvent");
     }
   };
-  int launches = 0;
   try {
     launches += work.in_block.enqueue(stream);
     for (const MatrixStageWork::Batch& batch : work.batches) {
@@ -321,6 +391,7 @@ int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int
     throw;
   }
   join();
+  launches += move_column_splits(matrices, stage, false, stream);
   return launches;
 }
 

@@ -73,11 +73,24 @@ struct MatrixStageWork {
   std::vector<Batch> batches;
 };
 
+/// The tensors of one stage's matrix values bound with column splits (Tensor::column_splits):
+/// `table` holds `count` kernel_abi::ColumnSplit, moved by one launch before the stage's programs
+/// and one after.
+struct StageColumnSplits {
+  int stage = 0;
+  CUdeviceptr table = 0;
+  int count = 0;
+  long long most_units = 0;  ///< of one tensor: the launch's grid
+};
+
 struct PlanMatrices {
-  DeviceBuffer memory;  ///< every bucket's matrices, then the scratch, then the lanes' scratch and workspaces
+  /// Every bucket's matrices, the operands of tensors with column splits and their ColumnSplit
+  /// tables, the scratch, then the lanes' scratch and workspaces.
+  DeviceBuffer memory;
   std::vector<MatrixBucket> buckets;
   std::vector<MatrixTensor> tensors;  ///< in plan order, each value's in turn (for a matrix hook)
-  CUdeviceptr scratch = 0;            ///< for the buckets on the caller's stream: the largest one's
+  std::vector<StageColumnSplits> column_splits;
+  CUdeviceptr scratch = 0;  ///< for the buckets on the caller's stream: the largest one's
   std::size_t scratch_bytes = 0;
   MatrixKernels kernels;
   /// Per bucket, where its batches through cuBLAS run: 0 on the caller's stream, i on lanes[i - 1]
@@ -110,12 +123,18 @@ std::vector<double> matrix_arguments(const MatrixValueInfo& value, const std::ve
 std::string matrix_argument_problem(const OptimizerInfo& info, const VariantInfo& variant,
                                     const std::vector<double>& h);
 
+/// Enqueues on `stream` the move of the operands of stage `stage`'s tensors with column splits into
+/// their matrices in the buckets (to_pieces) or back: before and after the stage's matrix functions,
+/// or a matrix hook. Returns the launches (0 or 1).
+int move_column_splits(const PlanMatrices& matrices, int stage, bool to_pieces, CUstream stream);
+
 /// Enqueues on `stream` what the matrix values stored by Reduce stage `stage` (1, 2, ...) need before
 /// the next stage reads them: each bucket's matrices through its value's program,
 /// with the arguments of its groups (their hyperparameters, `groups[g].h`, which
 /// matrix_argument_problem accepted), one batch per run of groups whose arguments agree: the small
 /// ones (InBlockLaunches) in a few launches on `stream`, the others through cuBLAS, those of lanes
-/// on their lanes, forked from `stream` and joined back to it. Capturable in a CUDA graph. Returns
+/// on their lanes, forked from `stream` and joined back to it; the operands of tensors with column
+/// splits moved into their buckets' pieces before and back after. Capturable in a CUDA graph. Returns
 /// the launches it enqueued (as run_matrix_program).
 int apply_matrices(const PlanMatrices& matrices, const VariantInfo& variant, int stage,
                    const std::vector<Group>& groups, const cublas::Handle& handle, CUstream stream);

@@ -302,6 +302,7 @@ struct Binder {
                       (kept ? "rows" : "columns"),
                   std::string("a shard of a matrix holds whole ") + (kept ? "rows" : "columns") +
                       ": pass the whole matrix's element count as whole_numel");
+    check_column_splits(t, which);
     if (t.grad_numel >= 0 && t.grad_numel != t.numel)
       throw Error(m.call(method),
                   which + " has " + std::to_string(t.numel) + " parameter elements but " +
@@ -324,6 +325,26 @@ struct Binder {
     check_pointer(t.param, "param");
     check_pointer(t.grad, "grad");
     if (t.param == t.grad) throw Error(m.call(method), which + " has the same pointer for param and grad");
+  }
+
+  /// Tensor::column_splits, apart from the spec: a whole tensor of two or more dimensions whose
+  /// last they divide.
+  void check_column_splits(const Tensor& t, const std::string& which) const {
+    if (t.column_splits == 1) return;
+    const std::string given = which + " has column_splits " + std::to_string(t.column_splits);
+    if (t.column_splits < 1)
+      throw Error(m.call(method), given, "give 1 (whole matrices) or more (matrices of consecutive columns)");
+    if (t.shape.size() < 2)
+      throw Error(m.call(method), given + " but is bound with " + std::to_string(t.shape.size()) + " dimensions",
+                  "column splits are of matrices: bind the tensor with its shape of two or more dimensions");
+    if (t.shape.back() % t.column_splits != 0)
+      throw Error(m.call(method),
+                  given + ", which does not divide its " + std::to_string(t.shape.back()) +
+                      " columns (its shape's last dimension)",
+                  "give a number of splits that divides the columns into matrices of as many columns each");
+    if (t.whole_numel != 0 && t.whole_numel != t.numel)
+      throw Error(m.call(method), given + " but is a shard of a larger tensor (whole_numel)",
+                  "bind whole tensors with column splits, or shards with none");
   }
 
   /// A shape, when given, has no negative dimension and holds exactly numel elements.
@@ -356,6 +377,24 @@ struct Binder {
   /// needs the shape of each that has more than one element (one of 0 or 1 elements is a vector).
   void check_shape_given(const Tensor& t, std::size_t i, int variant) const {
     const VariantInfo& v = m.info->variants[variant];
+    if (t.column_splits > 1) {
+      const std::string given = "tensor " + std::to_string(i) + " of the group has column_splits " +
+                                std::to_string(t.column_splits) + ", but variant " + v.name + " of " + m.info->name;
+      if (v.num_matrix_values == 0)
+        throw Error(m.call(method), given + " has no matrix values (a matrix function such as newton_schulz)",
+                    "leave column_splits at 1: it splits the matrices a matrix function takes");
+      for (int r = 0; r < v.num_reductions; ++r)
+        if (v.reductions[r].scope == Domain::Row || v.reductions[r].scope == Domain::Column ||
+            v.reductions[r].scope == Domain::Matrix)
+          throw Error(m.call(method), given + " reduces over rows, columns or matrices (" + v.reductions[r].name + ")",
+                      "leave column_splits at 1 for this spec: its rows would be the whole matrix's");
+      for (int j = 0; j < v.num_states; ++j)
+        if (m.info->states[v.states[j]].shape == StateShape::Rows ||
+            m.info->states[v.states[j]].shape == StateShape::Cols)
+          throw Error(m.call(method),
+                      given + " keeps state '" + m.info->states[v.states[j]].name + "' per row or column",
+                      "leave column_splits at 1 for this spec: its rows would be the whole matrix's");
+    }
     if (!v.stage_blocks || !t.shape.empty() || t.numel <= 1) return;
     throw Error(m.call(method),
                 "tensor " + std::to_string(i) + " of the group (" + std::to_string(t.numel) +
@@ -434,7 +473,7 @@ struct Binder {
     std::vector<TensorDims> dims;
     std::size_t total = 0;
     for (const Tensor& t : tensors) {
-      dims.push_back(tensor_dims(t.shape, t.numel, t.whole_numel, t.shard_dim));
+      dims.push_back(tensor_dims(t.shape, t.numel, t.whole_numel, t.shard_dim, t.column_splits));
       if (t.states) continue;
       for (int j = 0; j < variant.num_states; ++j)
         if (state_present(variant, j, dims.back().factored))
@@ -1238,7 +1277,9 @@ void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const Var
     work.push_back({t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data(),
                     value.num_arguments, t.dtype});
   }
+  move_column_splits(*plan.matrices, stage, true, stream);
   m.matrix_hook({stage, work.data(), static_cast<int>(work.size()), stream});
+  move_column_splits(*plan.matrices, stage, false, stream);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 namespace optgen {
 
 TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel,
-                       int shard_dim) {
+                       int shard_dim, std::int64_t column_splits) {
   TensorDims d;
   if (shape.size() < 2) {
     d.cols = d.whole_cols = numel;
@@ -23,6 +23,10 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
   d.batch = d.split_rows || d.split_cols ? 1 : d.rows * d.cols == 0 ? 0 : numel / (d.rows * d.cols);
   d.whole_rows = d.split_rows ? whole_numel / d.cols : d.rows;
   d.whole_cols = d.split_cols ? whole_numel / d.rows : d.cols;
+  if (column_splits > 1) {
+    d.column_splits = column_splits;
+    d.whole_cols = d.cols / column_splits;
+  }
   return d;
 }
 

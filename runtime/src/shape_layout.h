@@ -26,12 +26,15 @@ struct TensorDims {
   std::int64_t cols = 0;
   bool factored = false;
   std::int64_t whole_rows = 1;  ///< the rows a spec's `rows` reads: `rows`, or a 2-D shard's whole matrix's
-  std::int64_t whole_cols = 0;  ///< the columns `cols` reads: `cols`, or a 2-D shard's whole matrix's
+  std::int64_t whole_cols = 0;  ///< the columns `cols` reads: `cols`, a 2-D shard's whole matrix's, or a split's
   /// A tensor of two dimensions bound as a shard (whole_numel given): some rows of one matrix (0
   /// too), so that its sums over rows are its rank's part; or (split_cols, shard_dim 1) some
   /// columns of every row, so that its sums over columns are.
   bool split_rows = false;
   bool split_cols = false;
+  /// Tensor::column_splits: each matrix is this many matrices of cols / column_splits columns to
+  /// its matrix values, whose count `whole_cols` reads.
+  std::int64_t column_splits = 1;
 
   std::int64_t total_rows() const { return batch * rows; }  ///< B * R
   std::int64_t total_cols() const { return batch * cols; }  ///< B * C
@@ -39,9 +42,9 @@ struct TensorDims {
 
 /// `shape` as the caller gave it (empty: not given, then the tensor is not factored); `whole_numel`
 /// the whole tensor's element count of which it is a shard (0: it is whole), cut along dimension
-/// `shard_dim` (Tensor::shard_dim).
+/// `shard_dim` (Tensor::shard_dim); `column_splits` Tensor::column_splits (checked by the caller).
 TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel = 0,
-                       int shard_dim = 0);
+                       int shard_dim = 0, std::int64_t column_splits = 1);
 
 /// Whether a plan of tensors `dims` launches its kernel set's Update stage of long rows
 /// (KernelInfo::long_row_update, kernel_abi::kLongRowVector): at most an eighth of its elements

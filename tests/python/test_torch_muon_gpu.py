@@ -244,6 +244,37 @@ def test_splits_step_each_part_as_its_own_matrix():
         ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=5)])
 
 
+def test_column_splits_step_each_part_as_its_own_matrix():
+    """A Conv1D's fused QKV weight (in x out: GPT-2's c_attn) with splits=3, split_dim=1 steps as
+    torch.optim.Muon steps its three column thirds apart, beside a whole matrix of a third's shape."""
+    Muon = reference()
+    g = torch.Generator(device="cuda").manual_seed(8)
+    qkv = torch.nn.Parameter(torch.randn(40, 3 * 24, generator=g, device="cuda"))
+    whole = torch.nn.Parameter(torch.randn(40, 24, generator=g, device="cuda"))
+    thirds = [torch.nn.Parameter(part.detach().clone().contiguous()) for part in qkv.detach().split(24, dim=1)]
+    other = torch.nn.Parameter(whole.detach().clone())
+    ours = ot.Muon([dict(params=[qkv], splits=3, split_dim=1), dict(params=[whole])], lr=0.02)
+    theirs = Muon(thirds + [other], lr=0.02)
+    for step in range(4):
+        grad = torch.randn(qkv.shape, generator=g, device="cuda")
+        qkv.grad = grad.clone()
+        for part, piece in zip(thirds, grad.split(24, dim=1)):
+            part.grad = piece.clone().contiguous()
+        whole.grad = torch.randn(whole.shape, generator=g, device="cuda")
+        other.grad = whole.grad.clone()
+        ours.step()
+        theirs.step()
+    worst = (qkv.detach() - torch.cat([p.detach() for p in thirds], dim=1)).abs().max().item()
+    assert worst <= bound(dict(lr=0.02), (40, 24), 4), worst
+    assert (whole.detach() - other.detach()).abs().max().item() <= bound(dict(lr=0.02), (40, 24), 4)
+    group = ours.state_dict()["param_groups"][0]
+    assert (group["splits"], group["split_dim"]) == (3, 1)
+    with pytest.raises(ValueError, match="has 4 columns, which splits=3 does not divide"):
+        ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=3, split_dim=1)])
+    with pytest.raises(ValueError, match="split_dim must be 0"):
+        ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=2, split_dim=2)])
+
+
 def test_a_convolution_weight_steps_as_its_matrix_of_first_dimension_against_the_rest():
     """A 4-D weight (torch.optim.Muon refuses it) steps as torch's Muon steps its (out, in * kh * kw) view."""
     Muon = reference()

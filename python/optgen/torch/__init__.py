@@ -544,8 +544,11 @@ class Muon(Optimizer):
 
     A param group may say `splits`: each of its matrices is that many matrices of consecutive rows,
     each orthogonalised (and its lr scaled) on its own, as for a fused QKV projection (3) or a
-    projection's attention heads (the head count); the rows must divide evenly. torch.optim.Muon has no
-    such option (it steps the whole matrix); its checkpoints load here, keeping each group's splits."""
+    projection's attention heads (the head count); the rows must divide evenly. With `split_dim=1`
+    the splits are of consecutive columns instead, as for a fused QKV projection stored in x out
+    (transformers' Conv1D, GPT-2's c_attn: splits=3, split_dim=1); the columns must divide evenly.
+    torch.optim.Muon has no such option (it steps the whole matrix); its checkpoints load here,
+    keeping each group's splits and split_dim."""
 
     _tuples = {**_TUPLES, "ns_coefficients": (("ns_a", "ns_b", "ns_c"),)}
 
@@ -571,30 +574,36 @@ class Muon(Optimizer):
         splits = param_group.get("splits", 1)
         if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
             raise ValueError(f"splits must be a positive int (matrices of consecutive rows per matrix); got {splits!r}")
+        split_dim = param_group.get("split_dim", 0)
+        if split_dim not in (0, 1) or isinstance(split_dim, bool):
+            raise ValueError(f"split_dim must be 0 (splits of consecutive rows) or 1 (of consecutive columns); got "
+                             f"{split_dim!r}")
+        side = "rows" if split_dim == 0 else "columns"
         params = param_group["params"]
         params = [params] if isinstance(params, _torch.Tensor) else list(params)
         param_group = {**param_group, "params": params}
         for p in params:
-            rows = self._matrix_shape(p)[0]
+            count = self._matrix_shape(p)[split_dim]
             if splits > 1 and _is_dtensor(p):
                 raise ValueError(f"a parameter of shape {tuple(p.shape)} is a DTensor, whose shard of rows cuts across "
                                  f"splits={splits}'s matrices: leave splits at 1 for DTensor parameters")
-            if rows % splits:
-                raise ValueError(f"a parameter of shape {tuple(p.shape)} has {rows} rows, which splits={splits} does not "
-                                 "divide into matrices of as many rows each")
+            if count % splits:
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} has {count} {side}, which splits={splits} does "
+                                 f"not divide into matrices of as many {side} each")
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         dict.pop(group, "match_rms_adamw", None)
         if not hasattr(self, "_splits"):
             self._splits = {}
         for p in group["params"]:
-            self._splits[id(p)] = splits
+            self._splits[id(p)] = (splits, split_dim)
 
     def load_state_dict(self, state_dict: _Dict[str, _Any]) -> None:
-        kept = [group.get("splits", 1) for group in self.param_groups]
+        kept = [(group.get("splits", 1), group.get("split_dim", 0)) for group in self.param_groups]
         super().load_state_dict(state_dict)
-        for group, splits in zip(self.param_groups, kept):
+        for group, (splits, split_dim) in zip(self.param_groups, kept):
             dict.setdefault(group, "splits", splits)
+            dict.setdefault(group, "split_dim", split_dim)
 
     def _check_param(self, p: _torch.Tensor) -> None:
         if p.dim() < 2:
@@ -607,13 +616,17 @@ class Muon(Optimizer):
         return tuple(p.shape) if p.dim() == 2 else (p.shape[0], p.numel() // max(p.shape[0], 1))
 
     def _bound_shape(self, p: _torch.Tensor) -> tuple:
-        """p's matrix, or its group's splits of it: a batch of matrices of consecutive rows. A
-        DTensor's local shard: its rows of the matrix."""
+        """p's matrix, or its group's splits of it along rows: a batch of matrices of consecutive
+        rows (splits along columns: _column_splits). A DTensor's local shard: its rows of the matrix."""
         rows, cols = self._matrix_shape(p)
         if _is_dtensor(p):
             return (p.to_local().shape[0], cols)
-        splits = self._splits.get(id(p), 1)
-        return (rows, cols) if splits == 1 else (splits, rows // splits, cols)
+        splits, split_dim = self._splits.get(id(p), (1, 0))
+        return (rows, cols) if splits == 1 or split_dim == 1 else (splits, rows // splits, cols)
+
+    def _column_splits(self, p: _torch.Tensor) -> int:
+        splits, split_dim = self._splits.get(id(p), (1, 0))
+        return splits if split_dim == 1 else 1
 
     def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
         """The group's values, adjust_lr_fn as the spec's match_rms_adamw."""

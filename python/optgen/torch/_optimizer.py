@@ -818,6 +818,11 @@ class Optimizer(torch.optim.Optimizer):
         a subclass whose published optimizer would step them otherwise says so."""
         return None
 
+    def _column_splits(self, p: torch.Tensor) -> int:
+        """How many matrices of consecutive columns each of p's bound matrices is to a spec's matrix
+        function (TensorBinding.column_splits): 1, unless a subclass splits them."""
+        return 1
+
     def _bound_shape(self, p: torch.Tensor) -> tuple:
         """The shape p is bound with: its own (its local shard's), which a spec's rows and columns
         follow; a subclass whose blocks are declared per parameter (AdamMini) binds another of as
@@ -842,7 +847,8 @@ class Optimizer(torch.optim.Optimizer):
                              [_local(state[s.name]).data_ptr() if _capi.present(x, len(shape)) else 0
                               for s, x in zip(self._describe.states, presence)],
                              shape=shape, whole_numel=p.numel() if local is not p else 0,
-                             shard_dim=self._shard_dim(p) if local is not p else 0)
+                             shard_dim=self._shard_dim(p) if local is not p else 0,
+                             column_splits=self._column_splits(p))
 
     def _pull_progress(self) -> None:
         """Step counts and scalar state from the engine into self.state (synchronizes)."""

@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 15
+#define OPTGEN_ABI_VERSION 16
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -71,8 +71,10 @@ typedef struct {
  * whole tensor's element count, which the spec's numel and mean read (optgen::Tensor::whole_numel;
  * see optgen_set_reduction_hook); 0: the tensor is whole. `shard_dim`: the dimension such a shard
  * of a tensor bound with two dimensions is cut along, 0 (rows) or 1 (columns;
- * optgen::Tensor::shard_dim). Read during the call only. (ABI 3 added ndim and shape, ABI 8
- * whole_numel, ABI 12 shard_dim.) */
+ * optgen::Tensor::shard_dim). `column_splits`: for a spec with matrix values, each matrix is this
+ * many matrices of consecutive columns (optgen::Tensor::column_splits); 0 or 1: whole matrices.
+ * Read during the call only. (ABI 3 added ndim and shape, ABI 8 whole_numel, ABI 12 shard_dim,
+ * ABI 16 column_splits.) */
 typedef struct {
   void* param;
   const void* grad;
@@ -85,6 +87,7 @@ typedef struct {
   const int64_t* shape;
   int64_t whole_numel;
   int32_t shard_dim;
+  int32_t column_splits;
 } optgen_tensor;
 
 /* The message of the calling thread's last failure ("" if none). */

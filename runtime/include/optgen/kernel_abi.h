@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 26 };
+enum { kVersion = 27 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {
@@ -395,6 +395,21 @@ struct MatrixSum {
   int transpose_a, transpose_b;
   float alpha, beta;
 };
+/// A tensor bound with column splits (Tensor::column_splits) keeps its matrix value's operand as
+/// the Reduce stage stores it, row-major `batch` x `rows` x (`splits` x `width`) at `whole`, and its
+/// matrix function runs on the same values as `batch` x `splits` matrices of `rows` x `width` at
+/// `pieces`, each consecutive in its bucket. One launch moves every such tensor of a stage:
+///   kMatrixColumnSplits(const ColumnSplit* splits, int count, int to_pieces)  each block a
+///       grid-stride share of each of the `count` tensors' units, from `whole` to `pieces`
+///       (to_pieces) or back
+/// `width` counts units of `unit_bytes` (16, 8, 4 or 2: the widest that divides a piece's row in
+/// bytes and both addresses).
+struct ColumnSplit {
+  void* whole;
+  void* pieces;
+  long long batch, rows, splits, width;
+  int unit_bytes;
+};
 /// A matrix program run whole by one block per matrix, every value in shared memory (the runtime's
 /// choice where a matrix's view has at most kMatrixInBlockRows rows, its values fit in a block's
 /// shared memory and its unrolled program has at most kMatrixInBlockSteps steps and
@@ -452,6 +467,7 @@ constexpr char kMatrixSumSquares[] = "optgen_matrix_sum_squares";
 constexpr char kMatrixNormalize[] = "optgen_matrix_normalize";
 constexpr char kMatrixSumSquaresF32[] = "optgen_matrix_sum_squares_f32";
 constexpr char kMatrixNormalizeF32[] = "optgen_matrix_normalize_f32";
+constexpr char kMatrixColumnSplits[] = "optgen_matrix_column_splits";
 enum { kMatrixKernelBlock = 256 };
 
 /// A Reduce stage's block reduces ReductionTable::chunks_per_block consecutive chunks of the chunk
@@ -589,6 +605,11 @@ static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, transpose_b) == 48, "MatrixSum::tra
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, alpha) == 52, "MatrixSum::alpha moved");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixSum, beta) == 56, "MatrixSum::beta moved");
 static_assert(sizeof(MatrixSum) == 64 && alignof(MatrixSum) == 8, "MatrixSum changed size or alignment");
+static_assert(OPTGEN_ABI_OFFSETOF(ColumnSplit, pieces) == 8, "ColumnSplit::pieces moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ColumnSplit, batch) == 16, "ColumnSplit::batch moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ColumnSplit, width) == 40, "ColumnSplit::width moved");
+static_assert(OPTGEN_ABI_OFFSETOF(ColumnSplit, unit_bytes) == 48, "ColumnSplit::unit_bytes moved");
+static_assert(sizeof(ColumnSplit) == 56 && alignof(ColumnSplit) == 8, "ColumnSplit changed size or alignment");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixStep, out) == 4, "MatrixStep::out moved");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixStep, transpose_a) == 20, "MatrixStep::transpose_a moved");
 static_assert(OPTGEN_ABI_OFFSETOF(MatrixStep, alpha) == 28, "MatrixStep::alpha moved");

@@ -75,6 +75,14 @@ struct Tensor {
   /// the columns, rows' and the matrix's: ReductionResults::row_runs, an empty part, 0 columns,
   /// too). Adam-mini's block of a whole tensor, one row, is cut so.
   int shard_dim = 0;
+  /// For a spec with matrix values (Muon's newton_schulz): each matrix (the last two dimensions of
+  /// shape) is this many matrices of consecutive columns, each of shape[-1] / column_splits
+  /// columns, which its matrix function takes on its own and a spec's `cols` reads (a Conv1D's
+  /// fused QKV projection, in x out, in thirds: 3). Matrices of consecutive rows need no option:
+  /// bind the tensor with a shape that batches them ((3, rows / 3, cols)). 1: the matrices are
+  /// whole. A tensor with more than one is whole (not a shard), its shape has two or more
+  /// dimensions and column_splits divides its last; the spec reduces over no rows or columns.
+  int column_splits = 1;
 };
 
 /// A state buffer of one tensor.

@@ -344,6 +344,27 @@ __device__ __forceinline__ void matrix_program_in_block(const kernel_abi::Matrix
     x[first + i] = shared[buffers.offset[p.result] + view_offset(run, i, buffers.ld[p.result])];
 }
 
+/// kernel_abi::ColumnSplit: a block's share of one tensor's units, in units of U. A unit j
+/// of the pieces is (matrix b, piece p, row r, unit c) in that order; the same value of the whole
+/// tensor is row b * rows + r, unit p * width + c.
+template <typename U>
+__device__ __forceinline__ void move_column_splits(const kernel_abi::ColumnSplit& s, bool to_pieces) {
+  U* whole = static_cast<U*>(s.whole);
+  U* pieces = static_cast<U*>(s.pieces);
+  const long long units = s.batch * s.splits * s.rows * s.width;
+  for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < units;
+       j += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long c = j % s.width, q = j / s.width;
+    const long long r = q % s.rows, m = q / s.rows;
+    const long long p = m % s.splits, b = m / s.splits;
+    const long long w = ((b * s.rows + r) * s.splits + p) * s.width + c;
+    if (to_pieces)
+      pieces[j] = whole[w];
+    else
+      whole[w] = pieces[j];
+  }
+}
+
 }  // namespace optgen
 
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
@@ -384,4 +405,17 @@ extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBl
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
     optgen_matrix_normalize_f32(const optgen::kernel_abi::MatrixBatch batch) {
   optgen::matrix_normalize<float>(batch);
+}
+
+extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kMatrixKernelBlock)
+    optgen_matrix_column_splits(const optgen::kernel_abi::ColumnSplit* splits, int count, int to_pieces) {
+  for (int e = 0; e < count; ++e) {
+    const optgen::kernel_abi::ColumnSplit s = splits[e];
+    switch (s.unit_bytes) {
+      case 16: optgen::move_column_splits<uint4>(s, to_pieces != 0); break;
+      case 8: optgen::move_column_splits<uint2>(s, to_pieces != 0); break;
+      case 4: optgen::move_column_splits<unsigned int>(s, to_pieces != 0); break;
+      default: optgen::move_column_splits<unsigned short>(s, to_pieces != 0); break;
+    }
+  }
 }
