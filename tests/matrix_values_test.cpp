@@ -238,10 +238,12 @@ TEST_CASE("a muon step captured in a CUDA graph does what it does eagerly", "[gp
   OPTGEN_REQUIRE_GPU();
   const auto& info = launcher("muon");
   const std::vector<double> h = optgen::default_hyperparameters(info);
-  const TensorShapes shapes{{{64, 32}, {32, 64}, {64, 32}, {4, 8, 8}}};
+  // The last one in column thirds (Tensor::column_splits): its moves in and out are captured too.
+  const TensorShapes shapes{{{64, 32}, {32, 64}, {64, 32}, {4, 8, 8}, {32, 96}}};
   std::mt19937 rng_a(3), rng_b(3);
-  DeviceGroup a(DType::F32, shapes, {false, false, false, false}, rng_a);
-  DeviceGroup b(DType::F32, shapes, {false, false, false, false}, rng_b);
+  DeviceGroup a(DType::F32, shapes, std::vector<bool>(5, false), rng_a);
+  DeviceGroup b(DType::F32, shapes, std::vector<bool>(5, false), rng_b);
+  a.tensors[4].column_splits = b.tensors[4].column_splits = 3;
   optgen::FusedOptimizer eager(info, h), replayed(info, h);
   eager.add_param_group(a.tensors, h);
   replayed.add_param_group(b.tensors, h);
