@@ -1264,9 +1264,10 @@ void FusedOptimizer::Impl::begin_launches(CUstream on) {
 
 namespace {
 
-/// Hands matrix hook `m.matrix_hook` the matrices Reduce stage `stage` of `plan` stored.
-void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const VariantInfo& variant, int stage,
-                      CUstream stream) {
+/// Hands matrix hook `m.matrix_hook` the matrices Reduce stage `stage` of `plan` stored. Returns the
+/// launches of its own (those that move tensors with column splits); the hook's are its own.
+int call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const VariantInfo& variant, int stage,
+                     CUstream stream) {
   std::vector<MatrixWork::Matrices> work;
   std::vector<std::vector<double>> arguments;
   arguments.reserve(plan.matrices->tensors.size());
@@ -1277,9 +1278,9 @@ void call_matrix_hook(const FusedOptimizer::Impl& m, const Plan& plan, const Var
     work.push_back({t.value, t.group, t.position, t.x, t.batch, t.rows, t.cols, arguments.back().data(),
                     value.num_arguments, t.dtype});
   }
-  move_column_splits(*plan.matrices, stage, true, stream);
+  int launches = move_column_splits(*plan.matrices, stage, true, stream);
   m.matrix_hook({stage, work.data(), static_cast<int>(work.size()), stream});
-  move_column_splits(*plan.matrices, stage, false, stream);
+  return launches + move_column_splits(*plan.matrices, stage, false, stream);
 }
 
 }  // namespace
@@ -1335,7 +1336,7 @@ void FusedOptimizer::step(CUstream stream, const AmpInputs& amp) {
       }
       if (plan.matrices && variant.stage_kinds[s] == StageKind::Reduce) {
         if (m.matrix_hook)
-          call_matrix_hook(m, plan, variant, static_cast<int>(s) + 1, stream);
+          m.launches_last_step += call_matrix_hook(m, plan, variant, static_cast<int>(s) + 1, stream);
         else
           m.launches_last_step +=
               apply_matrices(*plan.matrices, variant, static_cast<int>(s) + 1, m.groups, *m.cublas, stream);

@@ -273,6 +273,17 @@ def test_column_splits_step_each_part_as_its_own_matrix():
         ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=3, split_dim=1)])
     with pytest.raises(ValueError, match="split_dim must be 0"):
         ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=2, split_dim=2)])
+    with pytest.raises(ValueError, match="split_dim must be 0"):
+        ot.Muon([dict(params=[torch.nn.Parameter(torch.zeros(12, 4, device="cuda"))], splits=2, split_dim=1.0)])
+    channels_last = torch.nn.Parameter(torch.randn(6, 3, 2, 2, device="cuda").to(memory_format=torch.channels_last))
+    with pytest.raises(ValueError, match="is not contiguous"):
+        ot.Muon([dict(params=[channels_last], splits=3, split_dim=1)])
+    # A checkpoint of other splits loads, and the group keeps the splits its tensors were bound with.
+    halves = torch.nn.Parameter(qkv.detach().clone())
+    rows = ot.Muon([dict(params=[halves], splits=2), dict(params=[torch.nn.Parameter(whole.detach().clone())])],
+                   lr=0.02)
+    rows.load_state_dict(ours.state_dict())
+    assert (rows.param_groups[0]["splits"], rows.param_groups[0]["split_dim"]) == (2, 0)
 
 
 def test_a_convolution_weight_steps_as_its_matrix_of_first_dimension_against_the_rest():

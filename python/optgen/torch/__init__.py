@@ -575,7 +575,7 @@ class Muon(Optimizer):
         if isinstance(splits, bool) or not isinstance(splits, int) or splits < 1:
             raise ValueError(f"splits must be a positive int (matrices of consecutive rows per matrix); got {splits!r}")
         split_dim = param_group.get("split_dim", 0)
-        if split_dim not in (0, 1) or isinstance(split_dim, bool):
+        if isinstance(split_dim, bool) or not isinstance(split_dim, int) or split_dim not in (0, 1):
             raise ValueError(f"split_dim must be 0 (splits of consecutive rows) or 1 (of consecutive columns); got "
                              f"{split_dim!r}")
         side = "rows" if split_dim == 0 else "columns"
@@ -590,6 +590,10 @@ class Muon(Optimizer):
             if count % splits:
                 raise ValueError(f"a parameter of shape {tuple(p.shape)} has {count} {side}, which splits={splits} does "
                                  f"not divide into matrices of as many {side} each")
+            if splits > 1 and not p.is_contiguous():
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} is not contiguous (channels_last, a transposed "
+                                 f"view): its memory's {side} are not its own, so splits={splits} would cut the wrong "
+                                 "matrices; make it contiguous (p.data = p.data.contiguous()) or leave splits at 1")
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         dict.pop(group, "match_rms_adamw", None)
@@ -599,11 +603,13 @@ class Muon(Optimizer):
             self._splits[id(p)] = (splits, split_dim)
 
     def load_state_dict(self, state_dict: _Dict[str, _Any]) -> None:
+        # The splits a group was bound with stay (they are the tensors' binding, not a value a step
+        # reads): a checkpoint's, torch's without any or another optimizer's, do not replace them.
         kept = [(group.get("splits", 1), group.get("split_dim", 0)) for group in self.param_groups]
         super().load_state_dict(state_dict)
         for group, (splits, split_dim) in zip(self.param_groups, kept):
-            dict.setdefault(group, "splits", splits)
-            dict.setdefault(group, "split_dim", split_dim)
+            dict.__setitem__(group, "splits", splits)
+            dict.__setitem__(group, "split_dim", split_dim)
 
     def _check_param(self, p: _torch.Tensor) -> None:
         if p.dim() < 2:
