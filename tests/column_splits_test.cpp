@@ -55,13 +55,6 @@ std::vector<std::vector<unsigned char>> as_pieces(const std::vector<std::vector<
   return bytes;
 }
 
-int hyperparameter(const optgen::OptimizerInfo& info, const std::string& name) {
-  for (int i = 0; i < info.num_hyperparameters; ++i)
-    if (name == info.hyperparameters[i].name) return i;
-  FAIL("no hyperparameter " << name);
-  return -1;
-}
-
 }  // namespace
 
 TEST_CASE("column splits are checked where tensors are bound, naming the tensor and the spec", "[launcher]") {
@@ -116,7 +109,7 @@ TEST_CASE("a matrix split into columns steps as its splits bound as matrices of 
     const optgen::KernelInfo& kernel = info.kernels[k];
     INFO("kernel set " << kernel.stages[0]);
     std::vector<double> h = hyperparameters_for(info, kernel.variant);
-    h[hyperparameter(info, "lr")] = 0.02;
+    h[hyperparameter_index(info, "lr")] = 0.02;
     std::mt19937 rng(static_cast<unsigned>(k) + 3);
     DeviceGroup whole(kernel.param, whole_shapes, std::vector<bool>(splits.size(), false), rng);
     DeviceGroup pieces(kernel.param, piece_shapes, std::vector<bool>(piece_shapes.list.size(), false), rng);

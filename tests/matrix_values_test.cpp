@@ -16,17 +16,6 @@
 
 using namespace optgen_test;
 
-namespace {
-
-int hyperparameter(const optgen::OptimizerInfo& info, const std::string& name) {
-  for (int i = 0; i < info.num_hyperparameters; ++i)
-    if (name == info.hyperparameters[i].name) return i;
-  FAIL("no hyperparameter " << name);
-  return -1;
-}
-
-}  // namespace
-
 TEST_CASE("muon's variant tables carry its matrix value, its stage and its arguments", "[launcher]") {
   const auto& info = launcher("muon");
   for (int v = 0; v < info.num_variants; ++v) {
@@ -40,7 +29,7 @@ TEST_CASE("muon's variant tables carry its matrix value, its stage and its argum
     CHECK(o.stage == variant.num_stages - 1);
     REQUIRE(o.num_arguments == 5);
     const char* names[] = {"ns_steps", "ns_a", "ns_b", "ns_c", "eps"};
-    for (int a = 0; a < 5; ++a) CHECK(o.arguments[a].hyperparameter == hyperparameter(info, names[a]));
+    for (int a = 0; a < 5; ++a) CHECK(o.arguments[a].hyperparameter == hyperparameter_index(info, names[a]));
   }
   CHECK(launcher("adamw").variants[0].num_matrix_values == 0);
   // Its storage list keeps `o` in bf16 (f32, bf16) and in f32 (f32:o=f32, bf16:o=f32), per variant.
@@ -70,13 +59,13 @@ TEST_CASE("newton_schulz's steps are a whole number from 0 to 1000, checked wher
   optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
   std::vector<double> h = optgen::default_hyperparameters(info);
   for (double steps : {-1.0, 2.5, 1001.0}) {
-    h[hyperparameter(info, "ns_steps")] = steps;
+    h[hyperparameter_index(info, "ns_steps")] = steps;
     CHECK_THAT(error_of([&] { opt.states_used(h); }),
                Catch::Contains("newton_schulz's steps (ns_steps) is " + std::to_string(steps)) &&
                    Catch::Contains("give a whole number from 0 to 1000"));
   }
   for (double steps : {0.0, 5.0, 1000.0}) {
-    h[hyperparameter(info, "ns_steps")] = steps;
+    h[hyperparameter_index(info, "ns_steps")] = steps;
     CHECK(error_of([&] { opt.states_used(h); }) == "(no error)");
   }
 }
@@ -102,11 +91,11 @@ TEST_CASE("muon matches the CPU reference on matrices of mixed shapes in two gro
     const optgen::KernelInfo& kernel = info.kernels[k];
     INFO("kernel set " << kernel.stages[0]);
     std::vector<double> h0 = hyperparameters_for(info, kernel.variant), h1 = h0;
-    h0[hyperparameter(info, "lr")] = 0.02;
+    h0[hyperparameter_index(info, "lr")] = 0.02;
     // The second group shares a shape with the first (one bucket, two runs of other arguments).
-    h1[hyperparameter(info, "ns_steps")] = 3;
-    h1[hyperparameter(info, "nesterov")] = 0;
-    h1[hyperparameter(info, "match_rms_adamw")] = 1;
+    h1[hyperparameter_index(info, "ns_steps")] = 3;
+    h1[hyperparameter_index(info, "nesterov")] = 0;
+    h1[hyperparameter_index(info, "match_rms_adamw")] = 1;
     std::mt19937 rng(static_cast<unsigned>(k) + 7);
     DeviceGroup a(kernel.param, TensorShapes{{{64, 32}, {32, 64}, {3, 64, 32}, {1, 9}}}, {false, true, false, false},
                   rng);
@@ -210,7 +199,7 @@ TEST_CASE("seventy shapes of small matrices step as the CPU reference in a few l
     if (kernel.variant != 0 || kernel.param != DType::F32) continue;
     INFO("kernel set " << kernel.stages[0]);
     std::vector<double> h0 = hyperparameters_for(info, kernel.variant), h1 = h0;
-    h1[hyperparameter(info, "ns_steps")] = 3;
+    h1[hyperparameter_index(info, "ns_steps")] = 3;
     std::mt19937 rng(static_cast<unsigned>(k) + 5);
     // 1 x 24 to 70 x 24 (those of more than 24 rows seen as 24 x r): more runs than one launch
     // holds (kMatrixInBlockRuns), of sizes that fit more and fewer blocks to a multiprocessor;
@@ -278,8 +267,8 @@ TEST_CASE(
   for (const DType dtype : {DType::BF16, DType::F32}) {
     INFO("o in " << optgen::to_string(dtype));
     std::vector<double> h0 = optgen::default_hyperparameters(info), h1 = h0;
-    h0[hyperparameter(info, "lr")] = 0.02;
-    h1[hyperparameter(info, "ns_steps")] = 3;
+    h0[hyperparameter_index(info, "lr")] = 0.02;
+    h1[hyperparameter_index(info, "ns_steps")] = 3;
     std::mt19937 rng(11);
     DeviceGroup a(DType::F32, TensorShapes{{{64, 32}, {3, 16, 8}}}, {false, false}, rng);
     DeviceGroup b(DType::F32, TensorShapes{{{64, 32}}}, {false}, rng);
@@ -321,8 +310,8 @@ TEST_CASE("a shard of a matrix's rows reads the whole matrix's rows as the spec'
   OPTGEN_REQUIRE_GPU();
   const auto& info = launcher("muon");
   std::vector<double> h = optgen::default_hyperparameters(info);
-  h[hyperparameter(info, "lr")] = 1.0;
-  h[hyperparameter(info, "weight_decay")] = 0.0;
+  h[hyperparameter_index(info, "lr")] = 1.0;
+  h[hyperparameter_index(info, "weight_decay")] = 0.0;
   // 16 of a 64 x 32 matrix's rows, and a whole 16 x 32 matrix: torch's scale sqrt(max(1, rows /
   // cols)) is sqrt(2) for the first, 1 for the second. A hook that sets every matrix function's
   // result to 1 makes each step subtract the scale.

@@ -193,10 +193,14 @@ TensorShapes shapes_for(const optgen::OptimizerInfo& info, const std::vector<std
   return shapes;
 }
 
-double hyperparameter(const optgen::OptimizerInfo& info, const std::vector<double>& h, const std::string& name) {
+int hyperparameter_index(const optgen::OptimizerInfo& info, const std::string& name) {
   for (int i = 0; i < info.num_hyperparameters; ++i)
-    if (name == info.hyperparameters[i].name) return h.at(static_cast<std::size_t>(i));
+    if (name == info.hyperparameters[i].name) return i;
   throw std::runtime_error(std::string(info.name) + " has no hyperparameter " + name);
+}
+
+double hyperparameter(const optgen::OptimizerInfo& info, const std::vector<double>& h, const std::string& name) {
+  return h.at(static_cast<std::size_t>(hyperparameter_index(info, name)));
 }
 
 std::vector<DType> state_dtypes(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel) {

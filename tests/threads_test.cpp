@@ -274,12 +274,6 @@ struct Trajectory {
   std::string error;                                    ///< what the thread threw
 };
 
-int hyperparameter_index(const optgen::OptimizerInfo& info, const char* name) {
-  for (int i = 0; i < info.num_hyperparameters; ++i)
-    if (std::string(info.hyperparameters[i].name) == name) return i;
-  return -1;
-}
-
 /// One thread's work: an optimizer of `run.kernel` on tensors and a stream of its own, kSteps
 /// steps, each after copying new gradients on that stream and setting a new learning rate. Records
 /// the device's params and states before the first step and after each. Everything from the
