@@ -173,6 +173,7 @@ class CudaPrinter : public ExprPrinter {
   }
   std::optional<std::string> binary_as_call(BinaryOp op, const std::string& a, const std::string& b) const override {
     if (op == BinaryOp::Div && !double_ && !math_.empty()) return math_ + ".div(" + a + ", " + b + ")";
+    if (op == BinaryOp::Mod) return "::optgen::mod(" + a + ", " + b + ")";
     if (op != BinaryOp::Pow) return std::nullopt;
     return (double_ ? "::pow(" : "::powf(") + a + ", " + b + ")";
   }

@@ -70,6 +70,8 @@ class CppPrinter : public ExprPrinter {
     return out + ")";
   }
   std::optional<std::string> binary_as_call(BinaryOp op, const std::string& a, const std::string& b) const override {
+    if (op == BinaryOp::Mod)
+      return "::optgen::reference::mod<" + std::string(element_ ? "T_" : "double") + ">(" + a + ", " + b + ")";
     if (op != BinaryOp::Pow) return std::nullopt;
     return "::std::pow(" + a + ", " + b + ")";
   }

@@ -6,6 +6,11 @@
 
 namespace optgen {
 
+double floored_remainder(double a, double b) {
+  const double r = std::fmod(a, b);  // exact, with a's sign
+  return r == 0 ? 0.0 : (r < 0) != (b < 0) ? r + b : r;
+}
+
 double apply(const Node& n, const double* v) {
   switch (n.kind) {
     case NodeKind::Unary: return n.unary_op() == UnaryOp::Neg ? -v[0] : (v[0] == 0);
@@ -26,6 +31,7 @@ double apply(const Node& n, const double* v) {
         case BinaryOp::And: return (v[0] != 0) && (v[1] != 0);
         case BinaryOp::Or: return (v[0] != 0) || (v[1] != 0);
         case BinaryOp::MatMul: break;  // matrix code only: never an element value
+        case BinaryOp::Mod: return floored_remainder(v[0], v[1]);
       }
       break;
     case NodeKind::Call: return builtin_info(n.builtin()).fold(v);

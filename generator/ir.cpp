@@ -148,6 +148,8 @@ Expr Node::make_binary(BinaryOp op, Expr a, Expr b) {
   } else {
     if (!is_number(a->type) || !is_number(b->type))
       throw InternalError(std::string("operand types of ") + spelling(op));
+    if (op == BinaryOp::Mod && (a->type != ValueType::Int || b->type != ValueType::Int))
+      throw InternalError("operands of % must be ints");
     type = (op == BinaryOp::Div || op == BinaryOp::Pow) ? ValueType::Float : arithmetic_type(a->type, b->type);
   }
   auto n = blank(NodeKind::Binary, type, {a, b});

@@ -580,6 +580,14 @@ class Lowering {
       check(a, "left", false);
       check(b, "right", false);
     }
+    if (op == BinaryOp::Mod)
+      for (const auto& [e, side] : {std::pair{a, "left"}, std::pair{b, "right"}})
+        if (e->type != ValueType::Int)
+          throw SpecError(s.loc,
+                          std::string("operator '%' takes ints (the remainder of a whole division, as `step % k`), "
+                                      "but its ") +
+                              side + " operand is a float",
+                          "compare floats with '<' and '>' instead, or declare the hyperparameter `type: int`");
     return Node::make_binary(op, a, b);
   }
 

@@ -23,6 +23,7 @@ constexpr BinaryOperatorInfo kBinaryOperators[] = {
   {BinaryOp::And,    "&&",  3,          Associativity::Left,  "and"},
   {BinaryOp::Or,     "||",  2,          Associativity::Left,  "or"},
   {BinaryOp::MatMul, "@",   6,          Associativity::Left,  "matmul"},
+  {BinaryOp::Mod,    "%",   6,          Associativity::Left,  "mod"},
 };
 
 constexpr UnaryOperatorInfo kUnaryOperators[] = {
@@ -40,7 +41,7 @@ constexpr bool in_enum_order(const Row (&rows)[N]) {
 }
 static_assert(in_enum_order(kBinaryOperators), "kBinaryOperators lists the operators in the order of BinaryOp");
 static_assert(in_enum_order(kUnaryOperators), "kUnaryOperators lists the operators in the order of UnaryOp");
-static_assert(std::size(kBinaryOperators) == static_cast<size_t>(BinaryOp::MatMul) + 1, "every BinaryOp has a row");
+static_assert(std::size(kBinaryOperators) == static_cast<size_t>(BinaryOp::Mod) + 1, "every BinaryOp has a row");
 static_assert(std::size(kUnaryOperators) == static_cast<size_t>(UnaryOp::Not) + 1, "every UnaryOp has a row");
 
 constexpr bool between_ternary_and_unary() {

@@ -11,7 +11,8 @@ namespace optgen {
 
 enum class UnaryOp { Neg, Not };
 /// MatMul (`@`) is the matrix product, which only a matrix function's statements have (matrix_programs.h).
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or, MatMul };
+/// Mod (`%`) is the remainder of two ints' floored division, with the divisor's sign (Python's `%`).
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Lt, Le, Gt, Ge, Eq, Ne, And, Or, MatMul, Mod };
 
 /// How operands of equal precedence group.
 enum class Associativity {

@@ -169,6 +169,7 @@ class SignAnalysis {
             n.args[1]->value < 1e9)
           return power(a, static_cast<int>(n.args[1]->value));
         return kAny;
+      case BinaryOp::Mod: return b.lo > 0 ? Range{0, b.hi} : b.hi < 0 ? Range{b.lo, 0} : kAny;
       default: return kBool;  // comparisons and logic
     }
   }

@@ -85,6 +85,16 @@ update:
   let param_next = param + 1 / 0 + 2.0 + grad
   param <- param_next
 )ir");
+  // The remainder of a floored division, with the divisor's sign (Python's %).
+  CHECK_PASS("constant_fold", R"ir(
+update:
+  - param = param - (7 % 3) * (-7 % 3) * (7 % -3) * grad + (-6 % 3) * grad
+)ir",
+             R"ir(program test
+update:
+  let param_next = param - -4 * grad + 0 * grad
+  param <- param_next
+)ir");
 }
 
 TEST_CASE("cse: equal subexpressions become one node", "[passes]") {

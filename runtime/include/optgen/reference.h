@@ -27,6 +27,13 @@ template <typename T>
 T sign(T x) {
   return T((x > T(0)) - (x < T(0)));
 }
+/// a % b: the remainder of the floored division, with b's sign (Python's %; +0 for none), exact;
+/// NaN for b = 0.
+template <typename T>
+T mod(T a, T b) {
+  const T r = std::fmod(a, b);
+  return r == T(0) ? T(0) : (r < T(0)) != (b < T(0)) ? r + b : r;
+}
 /// Like torch.lerp: start + weight * (end - start).
 template <typename T>
 T lerp(T start, T end, T weight) {

@@ -40,5 +40,15 @@ __device__ __forceinline__ float clamp(float x, float lo, float hi) { return min
 __device__ __forceinline__ double clamp(double x, double lo, double hi) { return min(max(x, lo), hi); }
 __device__ __forceinline__ float lerp(float start, float end, float weight) { return start + weight * (end - start); }
 __device__ __forceinline__ double lerp(double start, double end, double weight) { return start + weight * (end - start); }
+/// a % b: the remainder of the floored division, with b's sign (Python's %; +0 for none), exact;
+/// NaN for b = 0.
+__device__ __forceinline__ float mod(float a, float b) {
+  const float r = fmodf(a, b);
+  return r == 0.0f ? 0.0f : (r < 0.0f) != (b < 0.0f) ? r + b : r;
+}
+__device__ __forceinline__ double mod(double a, double b) {
+  const double r = fmod(a, b);
+  return r == 0.0 ? 0.0 : (r < 0.0) != (b < 0.0) ? r + b : r;
+}
 
 }  // namespace optgen
