@@ -587,7 +587,8 @@ class Lowering {
                           std::string("operator '%' takes ints (the remainder of a whole division, as `step % k`), "
                                       "but its ") +
                               side + " operand is a float",
-                          "compare floats with '<' and '>' instead, or declare the hyperparameter `type: int`");
+                          "'%' is for whole numbers: `step`, `numel`, `rows`, `cols`, int hyperparameters and "
+                          "integers; compare floats with '<' and '>' instead");
     return Node::make_binary(op, a, b);
   }
 

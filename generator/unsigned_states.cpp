@@ -169,7 +169,8 @@ class SignAnalysis {
             n.args[1]->value < 1e9)
           return power(a, static_cast<int>(n.args[1]->value));
         return kAny;
-      case BinaryOp::Mod: return b.lo > 0 ? Range{0, b.hi} : b.hi < 0 ? Range{b.lo, 0} : kAny;
+      // With b's sign (b = 0 gives NaN, which the proof passes over as it does 0 / 0).
+      case BinaryOp::Mod: return b.non_negative() ? Range{0, b.hi} : b.hi <= 0 ? Range{b.lo, 0} : kAny;
       default: return kBool;  // comparisons and logic
     }
   }

@@ -10,7 +10,7 @@
 /// lies in [0, 1] when its default does (betas, rates), is non-negative when its default is (eps,
 /// weight decay), else of any sign; `param`, `grad`, other states and scalar states are of any sign.
 /// A product's repeated factors make even powers (`g * g`, `(1 - b) * g * g`), and `lerp` with a
-/// weight in [0, 1] lies between its ends.
+/// weight in [0, 1] lies between its ends; a remainder (`a % b`) has b's sign.
 
 #include <string>
 #include <vector>

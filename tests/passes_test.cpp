@@ -404,3 +404,15 @@ update:
   INFO(over_groups);
   CHECK_THAT(over_groups, !Catch::Contains("(by stage"));
 }
+
+TEST_CASE("uq8's sign analysis: a remainder has its divisor's sign", "[passes]") {
+  auto spec = [](const std::string& k) {
+    return optgen::test::spec_text("hyperparameters:\n  k: {type: int, default: " + k +
+                                   "}\nstate:\n  v: {init: zeros}\nstorage: [\"f32:uq8\"]\nupdate:\n"
+                                   "  - v = v + (step % k) * grad * grad\n"
+                                   "  - param = param - grad / (sqrt(v) + 1)\n");
+  };
+  CHECK(optgen::test::spec_error("mod.yaml", spec("3")).empty());  // k at least 0: step % k too
+  CHECK_THAT(optgen::test::spec_error("mod.yaml", spec("-3")),
+             Catch::Contains("the value assigned to state 'v' here can be negative"));
+}
