@@ -1,5 +1,6 @@
 #include "lower.h"
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -753,7 +754,10 @@ class Lowering {
                             (counts ? "an int hyperparameter or an integer" : "a hyperparameter or a number") +
                             ": the runtime hands it to the matrix products on the host",
                         "make it a hyperparameter of the spec");
-      if (counts && (a->type != ValueType::Int || (a->is_const() && (a->value < 0 || a->value > kMaxRepeat))))
+      if (a->is_const() && !std::isfinite(a->value))  // 5 % 0, 1 / 0
+        throw SpecError(operand.loc, "argument '" + name + "' of " + called + " is " +
+                                         (std::isnan(a->value) ? "NaN" : "infinite") + ": give a finite number");
+      if (counts && (a->type != ValueType::Int || (a->is_const() && !(a->value >= 0 && a->value <= kMaxRepeat))))
         throw SpecError(operand.loc, "argument '" + name + "' of " + called +
                                          " counts iterations: give an int hyperparameter or an integer from 0 to " +
                                          std::to_string(kMaxRepeat));

@@ -62,3 +62,15 @@ TEST_CASE("step % k: Lookahead's kernels match the reference", "[gpu]") {
     CHECK(result.worst <= 1e-5);
   }
 }
+
+TEST_CASE("an int hyperparameter is a whole number where it is given or set", "[launcher]") {
+  // k = 2.5 would have stepped as step % 2.5, which no int is.
+  const auto& info = optgen::Lookahead::info();
+  optgen::FusedOptimizer opt(info, optgen::default_hyperparameters(info));
+  std::vector<double> h = optgen::default_hyperparameters(info);
+  h[static_cast<std::size_t>(hyperparameter_index(info, "k"))] = 2.5;
+  CHECK_THAT(error_of([&] { opt.states_used(h); }),
+             Catch::Contains("k is an int; got 2.5") && Catch::Contains("give a whole number"));
+  CHECK_THAT(error_of([&] { opt.set("k", 2.5); }), Catch::Contains("k is an int; got 2.5"));
+  CHECK(error_of([&] { opt.set("k", 4); }) == "(no error)");
+}

@@ -144,13 +144,19 @@ void FusedOptimizer::Impl::check_hyperparameters(const std::vector<double>& h, c
   if (static_cast<int>(h.size()) != info->num_hyperparameters)
     throw Error(call(method), "expected " + std::to_string(info->num_hyperparameters) + " hyperparameters, got " +
                                   std::to_string(h.size()));
-  for (int i = 0; i < info->num_hyperparameters; ++i) {
-    const auto& hp = info->hyperparameters[i];
-    if (hp.type == ValueType::Bool && h[i] != 0 && h[i] != 1)
-      throw Error(call(method), std::string(hp.name) + " is a bool; got " + std::to_string(h[i]));
-    if (std::isnan(h[i]))
-      throw Error(call(method), std::string(hp.name) + " is NaN", "pass a number (infinities are allowed)");
-  }
+  for (int i = 0; i < info->num_hyperparameters; ++i) check_value(info->hyperparameters[i], h[i], method);
+}
+
+void FusedOptimizer::Impl::check_value(const reference::HyperparameterInfo& hp, double value,
+                                       const char* method) const {
+  if (std::isnan(value))
+    throw Error(call(method), std::string(hp.name) + " is NaN", "pass a number (infinities are allowed)");
+  if (hp.type == ValueType::Bool && value != 0 && value != 1)
+    throw Error(call(method), std::string(hp.name) + " is a bool; got " + std::to_string(value));
+  // Its code computes with whole numbers (`step % k`, a repeat's count): a fraction would be
+  // taken as it is.
+  if (hp.type == ValueType::Int && value != std::floor(value))
+    throw Error(call(method), std::string(hp.name) + " is an int; got " + std::to_string(value), "give a whole number");
 }
 
 int FusedOptimizer::Impl::variant_of(std::vector<double>& h, const char* method) const {
@@ -1421,9 +1427,7 @@ int settable_index(const FusedOptimizer::Impl& m, const std::string& name, doubl
   const int i = m.hyperparameter_index(name, "set");
   const auto& hp = m.info->hyperparameters[i];
   if (hp.derived) throw Error(m.call("set"), name + " is derived from other hyperparameters", "set those instead");
-  if (hp.type == ValueType::Bool && value != 0 && value != 1)
-    throw Error(m.call("set"), name + " is a bool; got " + std::to_string(value));
-  if (std::isnan(value)) throw Error(m.call("set"), name + " cannot be NaN", "pass a number (infinities are allowed)");
+  m.check_value(hp, value, "set");
   return i;
 }
 

@@ -281,8 +281,11 @@ struct FusedOptimizer::Impl {
   const Group& group_at(std::size_t group, const char* method) const;
   /// Matrix value `value` of the variant group `group` runs, or optgen::Error naming `method`.
   const MatrixValueInfo& matrix_value(std::size_t group, int value, const char* method) const;
-  /// Throws optgen::Error unless `h` holds every hyperparameter, bools as 0 or 1, all finite.
+  /// Throws optgen::Error unless `h` holds every hyperparameter, each as check_value accepts it.
   void check_hyperparameters(const std::vector<double>& h, const char* method) const;
+  /// Throws optgen::Error, naming `method`, for a value hyperparameter `hp` cannot take: NaN, a bool
+  /// other than 0 or 1, an int that is not a whole number (infinities are whole).
+  void check_value(const reference::HyperparameterInfo& hp, double value, const char* method) const;
   /// The variant a group of hyperparameters `h` runs, after checking them and filling in the
   /// derived flags.
   int variant_of(std::vector<double>& h, const char* method) const;
