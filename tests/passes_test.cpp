@@ -416,3 +416,14 @@ TEST_CASE("uq8's sign analysis: a remainder has its divisor's sign", "[passes]")
   CHECK_THAT(optgen::test::spec_error("mod.yaml", spec("-3")),
              Catch::Contains("the value assigned to state 'v' here can be negative"));
 }
+
+TEST_CASE("specialize: a state's when may compute with numbers", "[passes]") {
+  // `1 + 1 == 2` was an internal error: the condition's evaluator knew bools only.
+  auto spec = [](const std::string& when) {
+    return optgen::test::spec_text("state:\n  b: {init: zeros, when: \"" + when +
+                                   "\"}\nupdate:\n  - b = grad\n  - param = param - b\n");
+  };
+  CHECK(optgen::test::spec_error("when.yaml", spec("1 + 1 == 2")).empty());
+  CHECK_THAT(optgen::test::spec_error("when.yaml", spec("3 % 2 == 0")),
+             Catch::Contains("state 'b' is written here, but it is absent in variant"));
+}

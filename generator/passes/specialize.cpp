@@ -1,3 +1,4 @@
+#include "../evaluate.h"
 #include "../ir_mutator.h"
 #include "passes.h"
 
@@ -20,31 +21,12 @@ class Specializer : public Mutator {
 };
 
 /// The value of a state's condition once its flags are constants, for a tensor that is `factored`
-/// or not.
+/// or not: arithmetic of numbers too (`1 + 1 == 2`), which the spec may write.
 bool evaluate_condition(const Expr& e, bool factored) {
-  switch (e->kind) {
-    case NodeKind::Const: return e->value != 0;
-    case NodeKind::Var:
-      if (e->var == VarKind::Factored) return factored;
-      break;
-    case NodeKind::Unary: return !evaluate_condition(e->args[0], factored);
-    case NodeKind::Binary: {
-      bool a = evaluate_condition(e->args[0], factored), b = evaluate_condition(e->args[1], factored);
-      switch (e->binary_op()) {
-        case BinaryOp::And: return a && b;
-        case BinaryOp::Or: return a || b;
-        case BinaryOp::Eq: return a == b;
-        case BinaryOp::Ne: return a != b;
-        default: break;
-      }
-      break;
-    }
-    case NodeKind::Select:
-      return evaluate_condition(e->args[0], factored) ? evaluate_condition(e->args[1], factored)
-                                                      : evaluate_condition(e->args[2], factored);
-    default: break;
-  }
-  throw InternalError("a state condition is not a function of flags and 'factored' alone");
+  return evaluate(e, [&](const Node& var) -> double {
+           if (var.var == VarKind::Factored) return factored ? 1 : 0;
+           throw InternalError("a state condition is not a function of flags and 'factored' alone");
+         }) != 0;
 }
 
 }  // namespace
