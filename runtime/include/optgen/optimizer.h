@@ -400,7 +400,9 @@ class FusedOptimizer {
   ~FusedOptimizer();
 
   /// Adds a param group with these hyperparameters (every one, declaration order); returns its
-  /// index. Checks every tensor and throws optgen::Error naming the tensor and the problem;
+  /// index. A value its hyperparameter cannot take is an optgen::Error naming it: NaN, a bool other
+  /// than 0 or 1, an int that is not a whole number (set() refuses them too). Checks every tensor
+  /// and throws optgen::Error naming the tensor and the problem;
   /// allocates and initialises the group's state buffers. The optimizer must be prepared again
   /// (prepare(), or the next step() does it) before it steps.
   std::size_t add_param_group(const std::vector<Tensor>& tensors, std::vector<double> hyperparameters);
