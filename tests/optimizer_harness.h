@@ -67,9 +67,9 @@ bool steps_matrices(const optgen::OptimizerInfo& info);
 /// A shape of `numel` elements that a spec can step: {numel}, or for a spec that steps matrices only
 /// (steps_matrices), the matrix (d, numel / d), d the largest divisor of numel up to its square root.
 std::vector<std::int64_t> shape_for(const optgen::OptimizerInfo& info, std::int64_t numel);
-/// The value of hyperparameter `name` in `h`.
 /// The index of hyperparameter `name` of `info`; std::runtime_error where it has none.
 int hyperparameter_index(const optgen::OptimizerInfo& info, const std::string& name);
+/// The value of hyperparameter `name` in `h`.
 double hyperparameter(const optgen::OptimizerInfo& info, const std::vector<double>& h, const std::string& name);
 /// Each state's dtype in a kernel set (declaration order).
 std::vector<DType> state_dtypes(const optgen::OptimizerInfo& info, const optgen::KernelInfo& kernel);
