@@ -4,12 +4,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace optgen {
+#include "optgen/reference.h"
 
-double floored_remainder(double a, double b) {
-  const double r = std::fmod(a, b);  // exact, with a's sign
-  return r == 0 ? 0.0 : (r < 0) != (b < 0) ? r + b : r;
-}
+namespace optgen {
 
 double apply(const Node& n, const double* v) {
   switch (n.kind) {
@@ -30,8 +27,8 @@ double apply(const Node& n, const double* v) {
         case BinaryOp::Ne: return v[0] != v[1];
         case BinaryOp::And: return (v[0] != 0) && (v[1] != 0);
         case BinaryOp::Or: return (v[0] != 0) || (v[1] != 0);
-        case BinaryOp::MatMul: break;  // matrix code only: never an element value
-        case BinaryOp::Mod: return floored_remainder(v[0], v[1]);
+        case BinaryOp::MatMul: break;                           // matrix code only: never an element value
+        case BinaryOp::Mod: return reference::mod(v[0], v[1]);  // the CPU reference's own
       }
       break;
     case NodeKind::Call: return builtin_info(n.builtin()).fold(v);

@@ -9,11 +9,6 @@
 
 namespace optgen {
 
-/// a % b, the spec language's remainder: of the floored division, with b's sign (Python's `%`,
-/// torch.remainder), exact; NaN for b = 0. The kernels' optgen::mod (device/math.cuh) and the CPU
-/// reference's reference::mod compute it alike.
-double floored_remainder(double a, double b);
-
 /// The value of operation `n` (Unary, Binary, Select or Call) from the values of its operands.
 double apply(const Node& n, const double* operands);
 

@@ -28,7 +28,8 @@ T sign(T x) {
   return T((x > T(0)) - (x < T(0)));
 }
 /// a % b: the remainder of the floored division, with b's sign (Python's %; +0 for none), exact;
-/// NaN for b = 0.
+/// NaN for b = 0. The generator folds constants with it too (evaluate.cpp); the kernels have their
+/// own, optgen::mod in device/math.cuh.
 template <typename T>
 T mod(T a, T b) {
   const T r = std::fmod(a, b);
