@@ -71,14 +71,14 @@ std::vector<double> values_of(const CautiousAdamW::Options& o) { return {o.lr, o
 
 const OptimizerInfo& CautiousAdamW::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/27, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
+      /*abi_version=*/28, "optgen 0.2.0", "CautiousAdamW", "cautious_adamw",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 2, kKernels, 4, &kernel_images::cautious_adamw(),
       /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/4096,
-      spec_reference::kPrograms, spec_reference::kNumPrograms};
+      spec_reference::kPrograms, spec_reference::kNumPrograms, /*block_elements=*/0};
   return info;
 }
 

@@ -166,14 +166,14 @@ std::vector<double> values_of(const RMSprop::Options& o) { return {o.lr, o.alpha
 
 const OptimizerInfo& RMSprop::info() {
   static const OptimizerInfo info = {
-      /*abi_version=*/27, "optgen 0.2.0", "RMSprop", "rmsprop",
+      /*abi_version=*/28, "optgen 0.2.0", "RMSprop", "rmsprop",
       spec_reference::kHyperparameters, spec_reference::kNumHyperparameters,
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
       kVariants, 8, kKernels, 16, &kernel_images::rmsprop(),
       /*block_size=*/256, /*elements_per_thread=*/8, /*chunk_size=*/2048,
-      spec_reference::kPrograms, spec_reference::kNumPrograms};
+      spec_reference::kPrograms, spec_reference::kNumPrograms, /*block_elements=*/0};
   return info;
 }
 

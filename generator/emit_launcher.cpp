@@ -352,6 +352,7 @@ std::string emit_launcher_source(const Spec& spec, const std::vector<Program>& v
   values["block_size"] = std::to_string(tables.block_size);
   values["elements_per_thread"] = std::to_string(tuning.elements_per_thread);
   values["chunk_size"] = std::to_string(tables.chunk_size);
+  values["block_elements"] = std::to_string(spec.block_elements);
   return render_template("launcher.cpp.in", values);
 }
 

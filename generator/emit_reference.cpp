@@ -609,9 +609,16 @@ class ReferenceEmitter {
       const bool shaped = uses_shapes(v);
       const std::string matrices = std::to_string(v.matrix_values.size());
       const std::string matrix_argument = v.matrix_values.empty() ? "" : ", matrix_data_.data() + t_ * " + matrices;
+      // A spec of blocks views each tensor as its blocks, whatever shape the caller gives: numel / B
+      // rows of B where numel is a positive multiple of B (else rows 0: not factored).
+      const std::string B = std::to_string(spec_.block_elements);
+      const std::string rows_cols =
+          spec_.block_elements ? "tensors_[t_].numel % " + B + " == 0 ? tensors_[t_].numel / " + B + " : 0, " + B
+                               : "tensors_[t_].rows, tensors_[t_].cols";
       const std::string arguments =
-          shaped ? "<T_>(tensors_[t_].numel, tensors_[t_].rows, tensors_[t_].cols, tensors_[t_].param, "
-                   "tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * " +
+          shaped ? "<T_>(tensors_[t_].numel, " + rows_cols +
+                       ", tensors_[t_].param, "
+                       "tensors_[t_].grad, tensors_[t_].states, grad_scale_, k_, tensor_.data() + t_ * " +
                        stride + ", group_.data(), shaped_.data() + t_ * " + stride + matrix_argument + ");"
                  : "<T_>(tensors_[t_].numel, tensors_[t_].param, tensors_[t_].grad, tensors_[t_].states, grad_scale_, "
                    "k_, tensor_.data() + t_ * " +

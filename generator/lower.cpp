@@ -85,6 +85,24 @@ class Lowering {
  public:
   explicit Lowering(const Spec& spec) : spec_(spec) {}
 
+  /// per(level), where the rows of a spec of blocks (Spec::block_elements) are its blocks.
+  std::string per_level(Domain level) const {
+    return blocks() && level == Domain::Row ? "one value per block" : per(level);
+  }
+  bool blocks() const { return spec_.block_elements > 0; }
+  /// What a `factored` tensor is (`plural`: tensors): of two or more dimensions, or a whole number of blocks.
+  std::string factored_tensor(bool plural = false) const {
+    const std::string s = plural ? "s" : "";
+    return blocks()
+               ? "tensor" + s + " of whole blocks (a multiple of " + std::to_string(spec_.block_elements) + " elements)"
+               : "factored tensor" + s + " (two or more dimensions)";
+  }
+  /// The tensors that are not `factored`, and (`short_form`) the fallback a `factored` guard asks for.
+  std::string other_tensors(bool short_form = true) const {
+    if (blocks()) return "tensors that are not a whole number of blocks";
+    return short_form ? "tensors of fewer dimensions" : "tensors that are not factored (fewer than two dimensions)";
+  }
+
   Program run() {
     Program program;
     program.spec = &spec_;
@@ -171,10 +189,10 @@ class Lowering {
       }
       if (it == program.state_conditions.end() || !requires_factored(it->second, true))
         throw SpecError(s.shape_loc,
-                        "state '" + s.name + "' has " + per(level_of(s.shape)) +
-                            " of a factored tensor (two or more dimensions), so it must say 'when: factored'",
-                        "tensors of fewer dimensions have no rows and columns; give them a state of their own "
-                        "('when: \"!factored\"')");
+                        "state '" + s.name + "' has " + per_level(level_of(s.shape)) + " of a " + factored_tensor() +
+                            ", so it must say 'when: factored'",
+                        other_tensors() + (blocks() ? " have none" : " have no rows and columns") +
+                            "; give them a state of their own ('when: \"!factored\"')");
     }
   }
 
@@ -299,12 +317,13 @@ class Lowering {
       }
       // A tensor's value (numel, a state of one value per tensor), which no reduction takes.
       if (e->kind == NodeKind::Var && e->level == Domain::Tensor)
-        throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per(e->level),
+        throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per_level(e->level),
                         "compute it from reductions of element values (" +
                             std::string(per_optimizer ? "optimizer_sum" : "group_sum") +
                             "(...)), or keep the value per tensor (a state of 'shape: tensor')");
       if (e->kind == NodeKind::Var && e->level != Domain::Group)
-        throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per(e->level), reduce_first);
+        throw SpecError(b.loc, what + ", but its new value reads '" + e->name + "', " + per_level(e->level),
+                        reduce_first);
       for (const auto& a : e->args) visit(a);
     };
     visit(b.value);
@@ -454,11 +473,12 @@ class Lowering {
     const Domain level = level_of(state.shape);
     if (!at_or_below(value->level, level)) {
       const Domain over = level == Domain::Row || level == Domain::Column ? level : Domain::Tensor;
-      const std::string where = over == Domain::Row      ? "each row"
+      const std::string where = over == Domain::Row      ? blocks() ? "each block" : "each row"
                                 : over == Domain::Column ? "each column"
                                                          : "the tensor";
-      throw SpecError(s.value->loc, "state '" + s.target + "' has " + per(level) + ", but this is " + per(value->level),
-                      "reduce it over " + where + " first (" + reduction_names(over) + ")");
+      throw SpecError(s.value->loc,
+                      "state '" + s.target + "' has " + per_level(level) + ", but this is " + per_level(value->level),
+                      "reduce it over " + where + " first (" + reduction_names(over, blocks()) + ")");
     }
   }
 
@@ -478,17 +498,15 @@ class Lowering {
     auto it = state_conditions_.find(state.name);
     if (it == state_conditions_.end()) return;
     if (requires_factored(it->second, true) && guard_ != Guard::Factored)
-      throw SpecError(at,
-                      "state '" + state.name + "' exists only for factored tensors (two or more dimensions), and is " +
-                          what + " here outside a 'factored' guard",
-                      "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for tensors of "
-                      "fewer dimensions");
+      throw SpecError(
+          at,
+          "state '" + state.name + "' exists only for " + factored_tensor(true) + ", and is " + what +
+              " here outside a 'factored' guard",
+          "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for " + other_tensors());
     if (requires_factored(it->second, false) && guard_ != Guard::NotFactored)
       throw SpecError(at,
-                      "state '" + state.name +
-                          "' exists only for tensors that are not factored (fewer than two "
-                          "dimensions), and is " +
-                          what + " here outside a '!factored' guard",
+                      "state '" + state.name + "' exists only for " + other_tensors(false) + ", and is " + what +
+                          " here outside a '!factored' guard",
                       "use it inside 'when: \"!factored\"' or in the false branch of 'factored ? ... : ...'");
   }
 
@@ -633,19 +651,32 @@ class Lowering {
   Expr reduction(const Syntax& s, const ReductionInfo& r) {
     const std::string called = "'" + s.text + "'";
     const bool factored_scope = r.scope == Domain::Row || r.scope == Domain::Column;
+    if (r.over_blocks && !blocks())
+      throw SpecError(s.loc, called + " reduces over each block of a tensor, but the spec declares no blocks",
+                      "declare their size at the top of the spec, e.g. 'block_elements: 256'");
+    if (factored_scope && !r.over_blocks && blocks())
+      throw SpecError(s.loc,
+                      called + " reduces over each " + (r.scope == Domain::Row ? "row" : "column") +
+                          " of a tensor's matrices, but this spec views its tensors as blocks of " +
+                          std::to_string(spec_.block_elements) + " elements (block_elements)",
+                      "reduce over each block instead (" + reduction_names(Domain::Row, true) + ")");
     if (section_ != Section::Update)
       throw SpecError(s.loc, called + " reduces over the elements of " +
                                  (r.scope == Domain::Tensor      ? "a tensor"
                                   : r.scope == Domain::Group     ? "a param group"
                                   : r.scope == Domain::Optimizer ? "every param group"
+                                  : r.over_blocks                ? "a tensor's blocks"
                                                                  : "a factored tensor's rows or columns") +
                                  " and can be used only in 'update'");
     if (factored_scope && guard_ != Guard::Factored)
-      throw SpecError(s.loc,
-                      called + " reduces over the " + (r.scope == Domain::Row ? "rows" : "columns") +
-                          " of a factored tensor (two or more dimensions), and is used here outside a 'factored' guard",
-                      "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for tensors of fewer "
-                      "dimensions");
+      throw SpecError(
+          s.loc,
+          called + " reduces over the " +
+              (r.over_blocks            ? "blocks"
+               : r.scope == Domain::Row ? "rows"
+                                        : "columns") +
+              " of a " + factored_tensor() + ", and is used here outside a 'factored' guard",
+          "use it inside 'when: factored' or 'factored ? ... : ...', with a fallback for " + other_tensors());
     Expr x = expression(*s.operands[0]);
     if (x->type == ValueType::Bool)
       throw SpecError(s.operands[0]->loc, called + " needs a number, but its argument is a bool",
@@ -655,7 +686,7 @@ class Lowering {
     if (over_matrix) scope = Domain::Matrix;
     if (has_group_results(r.scope) && (x->level == Domain::Row || x->level == Domain::Column))
       throw SpecError(s.operands[0]->loc,
-                      "the argument of " + called + " is " + per(x->level) +
+                      "the argument of " + called + " is " + per_level(x->level) +
                           ", but it reduces the elements of every tensor of " +
                           (r.scope == Domain::Group ? "a param group" : "every param group"),
                       "reduce the element values themselves; sum, mean, norm and max reduce a row or column value "
@@ -667,15 +698,15 @@ class Lowering {
       });
       if (!tensor_state.empty())
         throw SpecError(s.operands[0]->loc,
-                        "the argument of " + called + " is " + per(x->level) + ": it reads state '" + tensor_state +
-                            "', which has one value per tensor",
+                        "the argument of " + called + " is " + per_level(x->level) + ": it reads state '" +
+                            tensor_state + "', which has one value per tensor",
                         "a reduction runs over the elements of a tensor; reduce the element values the state is "
                         "computed from");
       bool reads_reduction = false;
       for_each_node(x, [&](const Expr& e) { reads_reduction = reads_reduction || e->kind == NodeKind::Reduce; });
       if (reads_reduction)
         throw SpecError(s.operands[0]->loc,
-                        "a reduction of a reduction: the argument of " + called + " is " + per(x->level) +
+                        "a reduction of a reduction: the argument of " + called + " is " + per_level(x->level) +
                             ", with no elements to reduce over",
                         x->level == Domain::Matrix
                             ? "reduce the element values themselves (a row or column value reduces over its matrix), "
@@ -683,7 +714,7 @@ class Lowering {
                             : "reduce the element values themselves, or combine the reductions' results");
       if (x->level == Domain::Row || x->level == Domain::Column)
         throw SpecError(s.operands[0]->loc,
-                        "the argument of " + called + " is " + per(x->level) +
+                        "the argument of " + called + " is " + per_level(x->level) +
                             ", but it reduces the elements of each " + (r.scope == Domain::Row ? "row" : "column"),
                         "sum, mean, norm and max reduce a row or column value over each matrix");
       throw SpecError(s.operands[0]->loc,
@@ -727,6 +758,11 @@ class Lowering {
                       called + " takes " + std::to_string(f.parameters.size()) + " arguments, given " +
                           std::to_string(s.operands.size()),
                       "call it as " + signature);
+    if (blocks())
+      throw SpecError(s.loc,
+                      called + " transforms the matrices of a tensor, but this spec views its tensors as blocks of " +
+                          std::to_string(spec_.block_elements) + " elements (block_elements)",
+                      "a spec of blocks has no matrices; remove 'block_elements' to take each tensor's own");
     if (guard_ == Guard::NotFactored)
       throw SpecError(s.loc, called +
                                  " transforms the matrices of a tensor of two or more dimensions, and is used "
@@ -735,7 +771,7 @@ class Lowering {
     const Expr& x = args[0];
     if (x->type == ValueType::Bool) throw SpecError(s.operands[0]->loc, called + " needs a number, but x is a bool");
     if (x->level != Domain::Element)
-      throw SpecError(s.operands[0]->loc, "the argument of " + called + " is " + per(x->level) +
+      throw SpecError(s.operands[0]->loc, "the argument of " + called + " is " + per_level(x->level) +
                                               ": it transforms a matrix of element values (of param, grad or a state)");
     for (size_t i = 0; i < program.parameters.size(); ++i) {
       const Syntax& operand = *s.operands[i + 1];
@@ -790,7 +826,8 @@ class Lowering {
       if (section_ == Section::Update || section_ == Section::StateCondition)
         return Node::make_var(VarKind::Factored, "factored", ValueType::Bool);
       throw SpecError(s.loc, "'factored' is a per-tensor value and can be used only in 'update' and a state's 'when'",
-                      "whether a tensor has two or more dimensions differs between the tensors of a group");
+                      blocks() ? "whether a tensor is a whole number of blocks differs between the tensors of a group"
+                               : "whether a tensor has two or more dimensions differs between the tensors of a group");
     }
     if (find_builtin(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a function; call it as " + s.text + "(...)");
     auto it = env_.find(s.text);

@@ -27,6 +27,14 @@ const std::vector<ReductionInfo> kReductions = {
     {"col_mean", ReduceOp::Sum, Domain::Column, Form::Mean, "the mean of x over each column of a factored tensor"},
     {"col_norm", ReduceOp::Sum, Domain::Column, Form::Norm, "the 2-norm of x over each column of a factored tensor"},
     {"col_max", ReduceOp::Max, Domain::Column, Form::Plain, "the largest x of each column of a factored tensor"},
+    {"block_sum", ReduceOp::Sum, Domain::Row, Form::Plain, "the sum of x over each block of a tensor of whole blocks",
+     true},
+    {"block_mean", ReduceOp::Sum, Domain::Row, Form::Mean, "the mean of x over each block of a tensor of whole blocks",
+     true},
+    {"block_norm", ReduceOp::Sum, Domain::Row, Form::Norm,
+     "the 2-norm of x over each block of a tensor of whole blocks", true},
+    {"block_max", ReduceOp::Max, Domain::Row, Form::Plain, "the largest x of each block of a tensor of whole blocks",
+     true},
 };
 
 }  // namespace
@@ -43,10 +51,10 @@ const ReductionInfo* find_reduction(const std::string& name, int arity) {
 
 bool is_reduction_name(const std::string& name) { return find_reduction(name, 1) != nullptr; }
 
-std::string reduction_names(Domain scope) {
+std::string reduction_names(Domain scope, bool blocks) {
   std::string names;
   for (const auto& r : kReductions)
-    if (r.scope == scope) names += (names.empty() ? "" : ", ") + std::string(r.name);
+    if (r.scope == scope && r.over_blocks == blocks) names += (names.empty() ? "" : ", ") + std::string(r.name);
   return names;
 }
 

@@ -5,6 +5,10 @@
 /// is a Reduce node of the IR (a sum or a maximum, over a tensor or a group) with ordinary IR
 /// around it: `mean(x)` is `sum(x) / numel`, `norm(x)` is `sqrt(sum(x * x))`.
 ///
+/// A spec of blocks (`block_elements: B`) reduces over each block of a tensor of whole blocks with
+/// `block_sum(x)`, `block_mean(x)`, `block_norm(x)` and `block_max(x)`: the tensor viewed as numel / B
+/// rows of B, they are the row reductions of that view (scope Row, `over_blocks`).
+///
 /// A factored tensor (two or more dimensions) is a batch of matrices over its last two: `row_sum(x)`,
 /// `row_mean(x)`, `row_norm(x)`, `row_max(x)` reduce an element value over each row's columns (one
 /// value per row), `col_sum(x)` ... `col_max(x)` over each column's rows; `sum`, `mean`, `norm` and
@@ -31,6 +35,9 @@ struct ReductionInfo {
   /// The value: the reduction; / the count it ran over (numel, a row's columns, ...); sqrt of the sum of squares.
   enum class Form { Plain, Mean, Norm } form;
   const char* meaning;  ///< for the documentation and messages
+  /// block_sum ... block_max: over each row of a spec of blocks (Spec::block_elements), whose rows
+  /// are its blocks; the row_ and col_ reductions are for the other specs.
+  bool over_blocks = false;
 };
 
 /// Every reduction, in the order the documentation lists them.
@@ -40,7 +47,8 @@ const std::vector<ReductionInfo>& reductions();
 const ReductionInfo* find_reduction(const std::string& name, int arity);
 /// Whether some reduction is called `name`.
 bool is_reduction_name(const std::string& name);
-/// The names of the reductions into `scope`, in the table's order: "row_sum, row_mean, row_norm, row_max".
-std::string reduction_names(Domain scope);
+/// The names of the reductions into `scope`, in the table's order: "row_sum, row_mean, row_norm,
+/// row_max"; with `blocks`, those over blocks (scope Row: "block_sum, ...").
+std::string reduction_names(Domain scope, bool blocks = false);
 
 }  // namespace optgen

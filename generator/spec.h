@@ -42,6 +42,8 @@ struct ElementState {
   std::string name;
   SourceLoc loc;
   Init init;
+  /// `shape: blocks` is StateShape::Rows: a spec's blocks are the rows of its tensors viewed as
+  /// (numel / block_elements, block_elements) (Spec::block_elements).
   StateShape shape = StateShape::Elements;
   SourceLoc shape_loc;  ///< the `shape:` value, when given
   /// Present only when this expression of flags and `factored` holds; null: always.
@@ -126,6 +128,12 @@ struct Spec {
   bool grad_clipping = true;
   double max_grad_norm_default = 0;
   SourceLoc grad_clipping_loc;
+  /// `block_elements: B`: the spec's block domain, B consecutive elements of a tensor. A tensor of
+  /// a whole number of blocks (numel a positive multiple of B) is `factored`, viewed as numel / B
+  /// rows of B columns whatever its shape: its rows are its blocks (`shape: blocks` states,
+  /// block_sum ... block_max); every other tensor is not. 0: no blocks, rows are the shape's.
+  long long block_elements = 0;
+  SourceLoc block_elements_loc;
   /// What the spec does that is allowed but likely not meant, each formatted as `file:line:col:
   /// warning: ...` with its line and caret (optgen prints them; the load goes on).
   std::vector<std::string> warnings;

@@ -510,6 +510,20 @@ void load_grad_clipping(const Loader& loader, const YAML::Node& root, Spec& spec
   spec.grad_clipping = loader.parse_bool(node, "'grad_clipping'");
 }
 
+/// `block_elements: B`, a whole number from 1 to 2^31 - 1 (Spec::block_elements).
+void load_block_elements(const Loader& loader, const YAML::Node& root, Spec& spec) {
+  const YAML::Node node = root["block_elements"];
+  if (!node) return;
+  spec.block_elements_loc = loader.loc(node);
+  const std::string text = loader.scalar(node, "'block_elements'");
+  const std::optional<double> value = loader.parse_number(text);
+  if (!value || *value != std::floor(*value) || text.find_first_of(".eE") != std::string::npos || *value < 1 ||
+      *value > 2147483647.0)
+    loader.fail(node, "bad block_elements '" + text + "': expected a whole number of elements from 1 to 2^31 - 1",
+                "the elements of one block, e.g. 'block_elements: 256'");
+  spec.block_elements = static_cast<long long>(*value);
+}
+
 /// One entry of `hyperparameters:`, `key: {type, default | derived, specialize, doc}`.
 Hyperparameter load_hyperparameter(const Loader& loader, const YAML::Node& key, const YAML::Node& value,
                                    const Spec& spec) {
@@ -569,18 +583,30 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
   if (YAML::Node shape = value["shape"]) {
     s.shape_loc = loader.loc(shape);
     const std::string text = loader.scalar(shape, "the shape of '" + s.name + "'");
-    if (text == "rows")
-      s.shape = StateShape::Rows;
-    else if (text == "cols")
-      s.shape = StateShape::Cols;
-    else if (text == "tensor")
+    const bool blocks = spec.block_elements > 0;
+    if (text == "rows" || text == "cols") {
+      if (blocks)
+        loader.fail(shape,
+                    "state '" + s.name + "' has one value per " + (text == "rows" ? "row" : "column") +
+                        ", but this spec views its tensors as blocks of " + std::to_string(spec.block_elements) +
+                        " elements (block_elements)",
+                    "a spec of blocks has no rows or columns of its own; give it 'shape: blocks'");
+      s.shape = text == "rows" ? StateShape::Rows : StateShape::Cols;
+    } else if (text == "blocks") {
+      if (!blocks)
+        loader.fail(shape, "state '" + s.name + "' has one value per block, but the spec declares no blocks",
+                    "declare their size at the top of the spec, e.g. 'block_elements: 256'");
+      s.shape = StateShape::Rows;  // a block is a row of the tensor's view (Spec::block_elements)
+    } else if (text == "tensor") {
       s.shape = StateShape::Tensor;
-    else if (text != "elements")
-      loader.fail(shape,
-                  "bad shape '" + text + "' for state '" + s.name + "': expected elements, rows, cols or tensor");
+    } else if (text != "elements") {
+      loader.fail(shape, "bad shape '" + text + "' for state '" + s.name +
+                             "': expected elements, rows, cols, blocks or tensor");
+    }
     if (s.shape != StateShape::Elements && s.init.param)
       loader.fail(shape, "state '" + s.name + "' has a value per " +
-                             (s.shape == StateShape::Rows   ? "row"
+                             (blocks                        ? "block"
+                              : s.shape == StateShape::Rows ? "row"
                               : s.shape == StateShape::Cols ? "column"
                                                             : "tensor") +
                              " and cannot start as the parameter, which has one per element");
@@ -615,9 +641,10 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
 
   Spec spec;
   spec.file = file;
-  auto top = loader.entries(root, "the spec",
-                            {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state",
-                             "per_step", "update", "programs", "matrix_functions", "storage", "grad_clipping"});
+  auto top =
+      loader.entries(root, "the spec",
+                     {"optimizer", "summary", "reference", "hyperparameters", "state", "scalar_state", "per_step",
+                      "update", "programs", "matrix_functions", "storage", "grad_clipping", "block_elements"});
   for (const auto& [key, value] : top)
     if (key.Scalar() == "update") spec.update_loc = loader.loc(key);
   for (const char* required : {"optimizer", "summary", "update"})
@@ -625,6 +652,7 @@ Spec load(const std::shared_ptr<const SourceFile>& file) {
       throw SpecError(SourceLoc{file, 1, 1}, std::string("missing required field '") + required + "'");
   load_names(loader, root, spec);
   load_grad_clipping(loader, root, spec);
+  load_block_elements(loader, root, spec);  // before the states: `shape: blocks` needs it
 
   // Hyperparameters, states and scalar states share one namespace.
   std::map<std::string, SourceLoc> names;

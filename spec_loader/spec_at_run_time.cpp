@@ -33,6 +33,7 @@ struct RuntimeSpec::Impl {
   KernelTables kernel_tables;
   std::string source_name, source;
   std::vector<std::string> warnings;  ///< Spec::warnings, as optgen check prints them
+  long long block_elements;           ///< Spec::block_elements
 
   // The runtime's tables, pointing into the above.
   std::vector<reference::HyperparameterInfo> hyperparameters;
@@ -112,7 +113,8 @@ RuntimeSpec::Impl::Impl(const Spec& spec, const std::vector<Program>& compiled, 
       kernel_tables(optgen::kernel_tables(compiled, storage, KernelTuning{})),
       source_name(spec.name + "_kernels.cu"),
       source(emit_cuda(spec, compiled, storage, KernelTuning{})),
-      warnings(spec.warnings) {
+      warnings(spec.warnings),
+      block_elements(spec.block_elements) {
   describe_spec();
   for (const Program& p : compiled)
     for (const MatrixValue& m : p.matrix_values)
@@ -229,7 +231,8 @@ void RuntimeSpec::Impl::describe_optimizer() {
           tuning.elements_per_thread,
           kernel_tables.chunk_size,
           programs.empty() ? nullptr : programs.data(),
-          static_cast<int>(programs.size())};
+          static_cast<int>(programs.size()),
+          block_elements};
   defaults = default_hyperparameters(info);
 }
 

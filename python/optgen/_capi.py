@@ -16,7 +16,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple,
 from . import _cuda_wheels
 
 # The ABI this module was written against (OPTGEN_ABI_VERSION in c_api.h).
-ABI_VERSION = 16
+ABI_VERSION = 17
 
 
 class _Enum(enum.IntEnum):
@@ -212,6 +212,7 @@ _CHECKED = {
     "optgen_step": [_P, ctypes.c_void_p],
     "optgen_step_amp": [_P, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
     "optgen_num_programs": [_P, ctypes.POINTER(_SIZE)],
+    "optgen_block_elements": [_P, ctypes.POINTER(_SIZE)],
     "optgen_program_name": [_P, _SIZE, ctypes.POINTER(ctypes.c_char_p)],
     "optgen_run": [_P, ctypes.c_char_p, ctypes.c_void_p],
     "optgen_set": [_P, ctypes.c_char_p, ctypes.c_double, ctypes.c_int64],
@@ -675,6 +676,9 @@ class Engine(_Owned):
         self.matrix_values = names.split(",") if names else []
         # The spec's programs beside the step (`programs:`, e.g. schedule-free's eval and train).
         self.programs = [self._program_name(i) for i in range(self._count("optgen_num_programs"))]
+        # The elements of the spec's blocks (`block_elements`), 0 for none (C ABI 17): the engine
+        # views a tensor of a positive multiple of them as numel / block_elements rows of them.
+        self.block_elements = self._count("optgen_block_elements")
 
     @classmethod
     def builtin(cls, spec: str, overrides: Mapping[str, float] = {}, storage: Optional[Storage] = None) -> "Engine":

@@ -509,6 +509,13 @@ void describe(const optgen::reference::StateInfo* states, int count, size_t inde
 }
 }  // namespace
 
+int optgen_block_elements(const optgen_optimizer* optimizer, size_t* count) {
+  return guarded([&] {
+    require(optimizer && count, "optgen_block_elements", "optimizer or count is NULL");
+    *count = static_cast<size_t>(optimizer->engine.info().block_elements);
+  });
+}
+
 int optgen_num_states(const optgen_optimizer* optimizer, size_t* count) {
   return guarded([&] {
     require(optimizer && count, "optgen_num_states", "optimizer or count is NULL");

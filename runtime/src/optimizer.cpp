@@ -401,7 +401,14 @@ struct Binder {
                       given + " keeps state '" + m.info->states[v.states[j]].name + "' per row or column",
                       "leave column_splits at 1 for this spec: its rows would be the whole matrix's");
     }
-    if (!v.stage_blocks || !t.shape.empty() || t.numel <= 1) return;
+    if (m.info->block_elements && t.whole_numel != 0 && t.whole_numel != t.numel)
+      throw Error(m.call(method),
+                  "tensor " + std::to_string(i) + " of the group is a shard of a larger tensor (whole_numel), and " +
+                      m.info->name + " keeps values per block of " + std::to_string(m.info->block_elements) +
+                      " elements (block_elements): a shard's blocks are not the whole tensor's",
+                  "step the whole tensor on each rank, or a spec without blocks");
+    // A spec of blocks views every tensor as its blocks (block_dims): it needs no shape.
+    if (!v.stage_blocks || !t.shape.empty() || t.numel <= 1 || m.info->block_elements) return;
     throw Error(m.call(method),
                 "tensor " + std::to_string(i) + " of the group (" + std::to_string(t.numel) +
                     " elements) has no shape, and variant " + v.name + " of " + m.info->name +
@@ -479,7 +486,9 @@ struct Binder {
     std::vector<TensorDims> dims;
     std::size_t total = 0;
     for (const Tensor& t : tensors) {
-      dims.push_back(tensor_dims(t.shape, t.numel, t.whole_numel, t.shard_dim, t.column_splits));
+      dims.push_back(m.info->block_elements
+                         ? block_dims(t.numel, m.info->block_elements)
+                         : tensor_dims(t.shape, t.numel, t.whole_numel, t.shard_dim, t.column_splits));
       if (t.states) continue;
       for (int j = 0; j < variant.num_states; ++j)
         if (state_present(variant, j, dims.back().factored))

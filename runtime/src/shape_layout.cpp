@@ -30,6 +30,11 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
   return d;
 }
 
+TensorDims block_dims(std::int64_t numel, long long block_elements) {
+  if (numel > 0 && numel % block_elements == 0) return tensor_dims({numel / block_elements, block_elements}, numel);
+  return tensor_dims({}, numel);
+}
+
 bool runs_unit_matrices(const VariantInfo& variant, const TensorDims& d) {
   return variant.unit_matrices && d.factored && kernel_abi::unit_matrices(d.rows, d.cols, d.whole_rows, d.whole_cols);
 }

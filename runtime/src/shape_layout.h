@@ -46,6 +46,12 @@ struct TensorDims {
 TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t numel, std::int64_t whole_numel = 0,
                        int shard_dim = 0, std::int64_t column_splits = 1);
 
+/// A tensor of a spec of blocks (OptimizerInfo::block_elements): of a positive multiple of
+/// `block_elements` elements, one matrix of numel / block_elements rows of block_elements columns,
+/// factored, its rows the blocks; else (a shorter or ragged tensor, or none) a vector, not factored.
+/// The shape the tensor is bound with does not matter.
+TensorDims block_dims(std::int64_t numel, long long block_elements);
+
 /// Whether a plan of tensors `dims` launches its kernel set's Update stage of long rows
 /// (KernelInfo::long_row_update, kernel_abi::kLongRowVector): at most an eighth of its elements
 /// lie in rows of fewer than kLongRowColumns columns (a tensor of one dimension is one row). On

@@ -270,6 +270,11 @@ def test_a_matrix_value_is_named_by_the_engine_and_kept_in_f32_by_name():
         Engine.builtin("muon").matrix_function_scratch_bytes(0, 0, 1, 4, 4, Q8)
 
 
+def test_a_spec_of_blocks_says_their_size():
+    assert Engine.from_spec(REPO / "tests" / "specs" / "block_adam.yaml").block_elements == 128
+    assert Engine.builtin("adam_mini").block_elements == 0  # its blocks are each tensor's rows as bound
+
+
 def test_the_8bit_layouts_come_from_the_library():
     signed, unsigned = optgen.Blockwise8Layout.of(Q8), optgen.Blockwise8Layout.of(UQ8)
     for layout in (signed, unsigned):

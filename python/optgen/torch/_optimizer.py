@@ -826,8 +826,14 @@ class Optimizer(torch.optim.Optimizer):
     def _bound_shape(self, p: torch.Tensor) -> tuple:
         """The shape p is bound with: its own (its local shard's), which a spec's rows and columns
         follow; a subclass whose blocks are declared per parameter (AdamMini) binds another of as
-        many elements."""
-        return tuple(_local(p).shape)
+        many elements. A spec of blocks (`block_elements`: B) views p as the engine does: numel / B
+        rows of B where numel is a positive multiple of B, else one dimension."""
+        local = _local(p)
+        block = self._describe.block_elements
+        if block:
+            return (local.numel() // block, block) if local.numel() and local.numel() % block == 0 else \
+                (local.numel(),)
+        return tuple(local.shape)
 
     def _whole_bound_shape(self, p: torch.Tensor) -> tuple:
         """For a DTensor p, the shape its whole tensor is bound with as one (its row and column

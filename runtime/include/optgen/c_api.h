@@ -26,7 +26,7 @@ extern "C" {
 
 /* The version of this ABI, and of the library that implements it: a program compiled against one
  * version checks optgen_abi_version() == OPTGEN_ABI_VERSION before anything else. */
-#define OPTGEN_ABI_VERSION 16
+#define OPTGEN_ABI_VERSION 17
 int32_t optgen_abi_version(void);
 /* The optgen release, e.g. "0.2.0". */
 const char* optgen_version(void);
@@ -325,6 +325,11 @@ const char* optgen_spec(const optgen_optimizer* optimizer);
  * state_names may name beside the states, to keep one in OPTGEN_F32 (else bf16). NULL for a NULL
  * optimizer. The string lives as long as the optimizer. (ABI 13.) */
 const char* optgen_matrix_values(const optgen_optimizer* optimizer);
+/* The elements of the spec's blocks (`block_elements`, OptimizerInfo::block_elements), 0 for a spec
+ * without: it views each tensor of a positive multiple of them as numel / count rows of count, its
+ * blocks (a state of OPTGEN_STATE_ROWS holds one value per block), whatever its ndim and shape, and
+ * every other tensor as one row, not factored. (ABI 17.) */
+int optgen_block_elements(const optgen_optimizer* optimizer, size_t* count);
 int optgen_num_hyperparameters(const optgen_optimizer* optimizer, size_t* count);
 int optgen_describe_hyperparameter(const optgen_optimizer* optimizer, size_t index, optgen_hyperparameter_info* info);
 int optgen_num_states(const optgen_optimizer* optimizer, size_t* count);

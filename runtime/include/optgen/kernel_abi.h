@@ -19,7 +19,7 @@ namespace kernel_abi {
 
 /// The version of this ABI. A generated launcher records the version it was generated for, and the
 /// runtime refuses to run a launcher generated for another (regenerate it with this optgen).
-enum { kVersion = 27 };
+enum { kVersion = 28 };
 
 /// One block's work in a stage: `count` elements of one tensor from element index * chunk_size.
 struct Chunk {

@@ -298,6 +298,11 @@ struct OptimizerInfo {
   /// name, in declaration order: FusedOptimizer::run runs one.
   const char* const* programs = nullptr;
   int num_programs = 0;
+  /// The spec's `block_elements` (its blocks' elements), 0 for none: the engine views each tensor
+  /// of a whole number of blocks as numel / block_elements rows of block_elements, whatever the
+  /// shape it is bound with, and every other tensor as a vector (not factored): the rows of that
+  /// view are the spec's blocks (docs/DESIGN.md, "The block domain").
+  long long block_elements = 0;
 };
 
 /// The oldest GPU (major * 10 + minor) kernel set `kernel` of `info` runs on: the newest
