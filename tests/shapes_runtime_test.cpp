@@ -749,6 +749,39 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
         0);
 }
 
+TEST_CASE("a vector longer than one pass of a block has no lines: it has no rows to reduce", "[shapes]") {
+  // Adafactor's first stage (row lines, column segments) and second (matrix row lines).
+  const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, optgen::StateShape::Rows}};
+  const int variant_states[] = {0};
+  const StatePresence presence[] = {StatePresence::Factored};
+  const optgen::ReductionSlot reductions[] = {{"row_mean", false, 1, optgen::Domain::Row, 0},
+                                              {"mean_row_var", false, 2, optgen::Domain::Matrix, 0}};
+  const unsigned masks[] = {bit(abi::kRowLines) | bit(abi::kColumnSegments), bit(abi::kMatrixRowLines), 0};
+  const optgen::StageKind stage_kinds[] = {optgen::StageKind::Reduce, optgen::StageKind::Reduce,
+                                           optgen::StageKind::Update};
+  optgen::VariantInfo variant{"v", variant_states, 1, 0, "v_group", stage_kinds, 3, reductions, 2, -1, masks, presence};
+  optgen::OptimizerInfo info{};
+  info.states = states;
+  info.num_states = 1;
+  // One pass of a block of 256 threads, 32 values a lane, is 8192 values: a vector of 8192 keeps
+  // its lines, one of 8193 (and 38.6M, a block's walk of 15 ms) has none; a matrix keeps them.
+  const std::vector<optgen::TensorDims> dims = {optgen::tensor_dims({}, 8192), optgen::tensor_dims({}, 8193),
+                                                optgen::tensor_dims({}, 38597376),
+                                                optgen::tensor_dims({2, 9000}, 18000)};
+  const optgen::ShapeLayout l = optgen::shape_layout(info, variant, dims, 256, 32);
+  auto blocks_of = [&](abi::BlockKind kind, std::size_t t) {
+    return l.block_offset[kind * 5 + t + 1] - l.block_offset[kind * 5 + t];
+  };
+  for (abi::BlockKind kind : {abi::kRowLines, abi::kColumnSegments, abi::kMatrixRowLines}) {
+    INFO("kind " << kind);
+    CHECK(blocks_of(kind, 0) > 0);
+    CHECK(blocks_of(kind, 1) == 0);
+    CHECK(blocks_of(kind, 2) == 0);
+    CHECK(blocks_of(kind, 3) > 0);
+  }
+  CHECK(l.num_rows == 1 + 1 + 1 + 2);  // their row results keep their slots
+}
+
 TEST_CASE("a tensor whose matrices are one element has no lines where the kernels run it as element code", "[shapes]") {
   using optgen::StateShape;
   const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, StateShape::Rows},

@@ -144,10 +144,18 @@ ShapeLayout shape_layout(const OptimizerInfo& info, const VariantInfo& variant, 
     const bool rows_in_columns =
         rows_with_columns && !d.split_rows && !d.split_cols && rows_in_column_segments(R, C, block_size) && rows > 0;
     const long long matrices = unit ? 0 : d.batch;
-    blocks[kRowLines] = rows_in_columns ? 0 : line_blocks(rows, C, block_size, line_values);
-    blocks[kColumnSegments] = column_blocks(cols, R, block_size);
-    blocks[kMatrixRowLines] = line_blocks(matrices, R, block_size, line_values);
-    blocks[kMatrixColumnLines] = line_blocks(matrices, C, block_size, line_values);
+    // A tensor that is not factored has no rows, columns or matrices to reduce: the language keeps
+    // every reduction into them, and every value of them, under the `factored` guard. Its lines
+    // stay where one pass of a block takes its one row (without them gpt2's Adafactor step took
+    // 936.5 us against 926.5, bench/RESULTS.md, 2026-12-04), and go where the row is longer, which
+    // one block would walk alone (a vector of 38.6M elements took 15 ms a step). A matrix function
+    // takes such a tensor as one row: a variant with matrix values keeps its lines.
+    const bool lines =
+        d.factored || variant.num_matrix_values > 0 || C <= static_cast<long long>(block_size) * line_values;
+    blocks[kRowLines] = rows_in_columns || !lines ? 0 : line_blocks(rows, C, block_size, line_values);
+    blocks[kColumnSegments] = lines ? column_blocks(cols, R, block_size) : 0;
+    blocks[kMatrixRowLines] = lines ? line_blocks(matrices, R, block_size, line_values) : 0;
+    blocks[kMatrixColumnLines] = lines ? line_blocks(matrices, C, block_size, line_values) : 0;
     blocks[kSnapshot] = has_shaped_state && !unit ? snapshot_blocks(rows, cols, block_size) : 0;
     for (int kind = 1; kind < kNumBlockKinds; ++kind)
       offsets_of(kind)[static_cast<std::ptrdiff_t>(t + 1)] =
