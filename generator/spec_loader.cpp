@@ -605,7 +605,7 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
     }
     if (s.shape != StateShape::Elements && s.init.param)
       loader.fail(shape, "state '" + s.name + "' has a value per " +
-                             (blocks                        ? "block"
+                             (text == "blocks"              ? "block"
                               : s.shape == StateShape::Rows ? "row"
                               : s.shape == StateShape::Cols ? "column"
                                                             : "tensor") +
