@@ -609,12 +609,11 @@ class ReferenceEmitter {
       const bool shaped = uses_shapes(v);
       const std::string matrices = std::to_string(v.matrix_values.size());
       const std::string matrix_argument = v.matrix_values.empty() ? "" : ", matrix_data_.data() + t_ * " + matrices;
-      // A spec of blocks views each tensor as its blocks, whatever shape the caller gives: numel / B
-      // rows of B where numel is a positive multiple of B (else rows 0: not factored).
+      // A spec of blocks views each tensor as its blocks, whatever shape the caller gives.
       const std::string B = std::to_string(spec_.block_elements);
-      const std::string rows_cols =
-          spec_.block_elements ? "tensors_[t_].numel % " + B + " == 0 ? tensors_[t_].numel / " + B + " : 0, " + B
-                               : "tensors_[t_].rows, tensors_[t_].cols";
+      const std::string rows_cols = spec_.block_elements
+                                        ? "::optgen::reference::block_rows(tensors_[t_].numel, " + B + "), " + B
+                                        : "tensors_[t_].rows, tensors_[t_].cols";
       const std::string arguments =
           shaped ? "<T_>(tensors_[t_].numel, " + rows_cols +
                        ", tensors_[t_].param, "

@@ -749,6 +749,19 @@ TEST_CASE("a plan's ShapeTable numbers rows, columns and matrices and counts eac
         0);
 }
 
+TEST_CASE("a spec of blocks views a tensor of whole blocks as its blocks, any other as a vector", "[shapes]") {
+  const optgen::TensorDims whole = optgen::block_dims(384, 128);
+  CHECK((whole.factored && whole.batch == 1 && whole.rows == 3 && whole.cols == 128));
+  CHECK(optgen::state_numel(optgen::StateShape::Rows, whole, 384) == 3);  // one value per block
+  for (std::int64_t numel : {0, 7, 129, 1000}) {
+    INFO("numel " << numel);
+    const optgen::TensorDims d = optgen::block_dims(numel, 128);
+    CHECK((!d.factored && d.rows == 1 && d.cols == numel));
+  }
+  CHECK(optgen::reference::block_rows(384, 128) == 3);
+  CHECK(optgen::reference::block_rows(1000, 128) == 0);
+}
+
 TEST_CASE("a vector longer than one pass of a block has no lines: it has no rows to reduce", "[shapes]") {
   // Adafactor's first stage (row lines, column segments) and second (matrix row lines).
   const optgen::reference::StateInfo states[] = {{"row_var", {0, -1, false}, optgen::StateShape::Rows}};

@@ -31,8 +31,9 @@ TensorDims tensor_dims(const std::vector<std::int64_t>& shape, std::int64_t nume
 }
 
 TensorDims block_dims(std::int64_t numel, long long block_elements) {
-  if (numel > 0 && numel % block_elements == 0) return tensor_dims({numel / block_elements, block_elements}, numel);
-  return tensor_dims({}, numel);
+  const auto rows = static_cast<std::int64_t>(
+      reference::block_rows(static_cast<std::size_t>(numel), static_cast<std::size_t>(block_elements)));
+  return rows ? tensor_dims({rows, block_elements}, numel) : tensor_dims({}, numel);
 }
 
 bool runs_unit_matrices(const VariantInfo& variant, const TensorDims& d) {

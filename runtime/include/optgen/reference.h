@@ -165,11 +165,19 @@ struct StateInfo {
   bool per_optimizer = false;
 };
 
+/// The rows of a tensor of `numel` elements in a spec of blocks of `block_elements` elements
+/// (OptimizerInfo::block_elements), its blocks: numel / block_elements where that is a positive
+/// whole number, else 0 (not factored: one row of numel). The generated reference's step and the
+/// engine (block_dims) view a tensor by it, whatever shape it is bound with.
+inline std::size_t block_rows(std::size_t numel, std::size_t block_elements) {
+  return numel % block_elements == 0 ? numel / block_elements : 0;
+}
+
 /// One tensor of a param group: `states` has one pointer per declared state, in declaration
 /// order, null for states absent in the active variant (or, for a state that exists for some
 /// tensors only, absent for this one). A tensor of two or more dimensions is factored over its
 /// last two: `rows` and `cols` are those two dimensions (0: not factored); only a spec with rows
-/// and columns reads them.
+/// and columns reads them (a spec of blocks takes block_rows and block_elements instead).
 template <typename T>
 struct Tensor {
   std::size_t numel;
