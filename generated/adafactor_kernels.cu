@@ -486,6 +486,7 @@ namespace variants::adafactor {
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
     static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+    static constexpr bool kInterleaves = true;  // a lane's elements interleave in the 8-bit block walk
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
@@ -836,6 +837,7 @@ namespace variants::adafactor {
       static constexpr bool kFirstStage = false;  // no Reduce stage before this one
       static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
       static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kInterleaves = false;  // computes its rows and columns per element: one at a time
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -1408,6 +1410,7 @@ namespace variants::adafactor_clip_grad_norm {
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
     static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+    static constexpr bool kInterleaves = true;  // a lane's elements interleave in the 8-bit block walk
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x1u, kMatrixValues = 0x1u;
@@ -1803,6 +1806,7 @@ namespace variants::adafactor_clip_grad_norm {
       static constexpr bool kFirstStage = false;  // no Reduce stage before this one
       static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
       static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kInterleaves = false;  // computes its rows and columns per element: one at a time
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;

@@ -20,6 +20,8 @@ namespace spec_reference = ::optgen::reference::adam_mini;
 namespace storage {
   [[maybe_unused]] const DType kf32_f32[] = {DType::F32, DType::F32, DType::F32};
   [[maybe_unused]] const DType kbf16_f32[] = {DType::F32, DType::F32, DType::F32};
+  [[maybe_unused]] const DType kf32_q8_vmean_f32_v_uq8[] = {DType::Q8, DType::F32, DType::UQ8};
+  [[maybe_unused]] const DType kbf16_q8_vmean_f32_v_uq8[] = {DType::Q8, DType::F32, DType::UQ8};
 }  // namespace storage
 // ---- variant adam_mini (clip_grad_norm=false) ----
 namespace variants::adam_mini {
@@ -41,6 +43,10 @@ namespace variants::adam_mini {
   [[maybe_unused]] const char* const kf32_f32_shards[] = {"adam_mini_shards_f32_f32_reduce", "adam_mini_shards_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_mini_bf16_f32_reduce", "adam_mini_bf16_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32_shards[] = {"adam_mini_shards_bf16_f32_reduce", "adam_mini_shards_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_vmean_f32_v_uq8[] = {"adam_mini_f32_q8_vmean_f32_v_uq8_reduce", "adam_mini_f32_q8_vmean_f32_v_uq8_update"};
+  [[maybe_unused]] const char* const kf32_q8_vmean_f32_v_uq8_shards[] = {"adam_mini_shards_f32_q8_vmean_f32_v_uq8_reduce", "adam_mini_shards_f32_q8_vmean_f32_v_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_vmean_f32_v_uq8[] = {"adam_mini_bf16_q8_vmean_f32_v_uq8_reduce", "adam_mini_bf16_q8_vmean_f32_v_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_vmean_f32_v_uq8_shards[] = {"adam_mini_shards_bf16_q8_vmean_f32_v_uq8_reduce", "adam_mini_shards_bf16_q8_vmean_f32_v_uq8_update"};
 }  // namespace variants::adam_mini
 // ---- variant adam_mini_clip_grad_norm (clip_grad_norm=true) ----
 namespace variants::adam_mini_clip_grad_norm {
@@ -63,6 +69,10 @@ namespace variants::adam_mini_clip_grad_norm {
   [[maybe_unused]] const char* const kf32_f32_shards[] = {"adam_mini_clip_grad_norm_shards_f32_f32_reduce1", "adam_mini_clip_grad_norm_shards_f32_f32_reduce2", "adam_mini_clip_grad_norm_shards_f32_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32[] = {"adam_mini_clip_grad_norm_bf16_f32_reduce1", "adam_mini_clip_grad_norm_bf16_f32_reduce2", "adam_mini_clip_grad_norm_bf16_f32_update"};
   [[maybe_unused]] const char* const kbf16_f32_shards[] = {"adam_mini_clip_grad_norm_shards_bf16_f32_reduce1", "adam_mini_clip_grad_norm_shards_bf16_f32_reduce2", "adam_mini_clip_grad_norm_shards_bf16_f32_update"};
+  [[maybe_unused]] const char* const kf32_q8_vmean_f32_v_uq8[] = {"adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_reduce1", "adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_reduce2", "adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update"};
+  [[maybe_unused]] const char* const kf32_q8_vmean_f32_v_uq8_shards[] = {"adam_mini_clip_grad_norm_shards_f32_q8_vmean_f32_v_uq8_reduce1", "adam_mini_clip_grad_norm_shards_f32_q8_vmean_f32_v_uq8_reduce2", "adam_mini_clip_grad_norm_shards_f32_q8_vmean_f32_v_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_vmean_f32_v_uq8[] = {"adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_reduce1", "adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_reduce2", "adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update"};
+  [[maybe_unused]] const char* const kbf16_q8_vmean_f32_v_uq8_shards[] = {"adam_mini_clip_grad_norm_shards_bf16_q8_vmean_f32_v_uq8_reduce1", "adam_mini_clip_grad_norm_shards_bf16_q8_vmean_f32_v_uq8_reduce2", "adam_mini_clip_grad_norm_shards_bf16_q8_vmean_f32_v_uq8_update"};
 }  // namespace variants::adam_mini_clip_grad_norm
 
 /// Variants in the order of their flag bits (the reference's kFlags).
@@ -74,8 +84,12 @@ const VariantInfo kVariants[] = {
 const KernelInfo kKernels[] = {
     {variants::adam_mini::kf32_f32, 0, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini::kf32_f32_shards, nullptr, "adam_mini_f32_f32_update_long_rows", "adam_mini_f32_f32_update_unit_matrices"},
     {variants::adam_mini::kbf16_f32, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini::kbf16_f32_shards, nullptr, nullptr, "adam_mini_bf16_f32_update_unit_matrices"},
+    {variants::adam_mini::kf32_q8_vmean_f32_v_uq8, 0, DType::F32, ParamWrite::Nearest, storage::kf32_q8_vmean_f32_v_uq8, 32768, nullptr, variants::adam_mini::kf32_q8_vmean_f32_v_uq8_shards, nullptr, nullptr, "adam_mini_f32_q8_vmean_f32_v_uq8_update_unit_matrices"},
+    {variants::adam_mini::kbf16_q8_vmean_f32_v_uq8, 0, DType::BF16, ParamWrite::Nearest, storage::kbf16_q8_vmean_f32_v_uq8, 32768, nullptr, variants::adam_mini::kbf16_q8_vmean_f32_v_uq8_shards, nullptr, nullptr, "adam_mini_bf16_q8_vmean_f32_v_uq8_update_unit_matrices"},
     {variants::adam_mini_clip_grad_norm::kf32_f32, 1, DType::F32, ParamWrite::Nearest, storage::kf32_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kf32_f32_shards, nullptr, "adam_mini_clip_grad_norm_f32_f32_update_long_rows", "adam_mini_clip_grad_norm_f32_f32_update_unit_matrices"},
     {variants::adam_mini_clip_grad_norm::kbf16_f32, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_f32, 8192, nullptr, variants::adam_mini_clip_grad_norm::kbf16_f32_shards, nullptr, nullptr, "adam_mini_clip_grad_norm_bf16_f32_update_unit_matrices"},
+    {variants::adam_mini_clip_grad_norm::kf32_q8_vmean_f32_v_uq8, 1, DType::F32, ParamWrite::Nearest, storage::kf32_q8_vmean_f32_v_uq8, 32768, nullptr, variants::adam_mini_clip_grad_norm::kf32_q8_vmean_f32_v_uq8_shards, nullptr, nullptr, "adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update_unit_matrices"},
+    {variants::adam_mini_clip_grad_norm::kbf16_q8_vmean_f32_v_uq8, 1, DType::BF16, ParamWrite::Nearest, storage::kbf16_q8_vmean_f32_v_uq8, 32768, nullptr, variants::adam_mini_clip_grad_norm::kbf16_q8_vmean_f32_v_uq8_shards, nullptr, nullptr, "adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update_unit_matrices"},
 };
 
 /// The reference's derive_flags, as the engine calls it (a launcher's needs no context).
@@ -92,7 +106,7 @@ const OptimizerInfo& AdamMini::info() {
       spec_reference::kStates, spec_reference::kNumStates,
       spec_reference::kScalarStates, spec_reference::kNumScalarStates,
       spec_reference::kFlags, spec_reference::kNumFlags, &derive_flags, /*derive_context=*/nullptr,
-      kVariants, 2, kKernels, 4, &kernel_images::adam_mini(),
+      kVariants, 2, kKernels, 8, &kernel_images::adam_mini(),
       /*block_size=*/128, /*elements_per_thread=*/8, /*chunk_size=*/8192,
       spec_reference::kPrograms, spec_reference::kNumPrograms, /*block_elements=*/0};
   return info;

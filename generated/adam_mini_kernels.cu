@@ -11,6 +11,10 @@
 //   adam_mini_f32_f32_update
 //   adam_mini_bf16_f32_reduce
 //   adam_mini_bf16_f32_update
+//   adam_mini_f32_q8_vmean_f32_v_uq8_reduce
+//   adam_mini_f32_q8_vmean_f32_v_uq8_update
+//   adam_mini_bf16_q8_vmean_f32_v_uq8_reduce
+//   adam_mini_bf16_q8_vmean_f32_v_uq8_update
 //   adam_mini_group
 //   adam_mini_clip_grad_norm_f32_f32_reduce1
 //   adam_mini_clip_grad_norm_f32_f32_reduce2
@@ -18,6 +22,12 @@
 //   adam_mini_clip_grad_norm_bf16_f32_reduce1
 //   adam_mini_clip_grad_norm_bf16_f32_reduce2
 //   adam_mini_clip_grad_norm_bf16_f32_update
+//   adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_reduce1
+//   adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_reduce2
+//   adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update
+//   adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_reduce1
+//   adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_reduce2
+//   adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update
 //   adam_mini_clip_grad_norm_group
 //
 // It includes optgen's device library (runtime/include/optgen/device/kernels.cuh), which optgen's
@@ -223,6 +233,7 @@ namespace variants::adam_mini {
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
     static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+    static constexpr bool kInterleaves = true;  // a lane's elements interleave in the 8-bit block walk
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -313,6 +324,32 @@ namespace variants::adam_mini {
     }
   };
 
+  /// Storage f32:q8:vmean=f32:v=uq8: param f32, grad f32, m q8, vmean f32, v uq8.
+  struct Operands_f32_q8_vmean_f32_v_uq8 {
+    typedef float Param;
+    static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
+    static constexpr int kBytesPerElement = 14;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x14u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : ((0x4u >> op_) & 1u) ? optgen::DType::Q8 : ((0x10u >> op_) & 1u) ? optgen::DType::UQ8 : optgen::DType::F32;
+    }
+  };
+
+  /// Storage bf16:q8:vmean=f32:v=uq8: param bf16, grad bf16, m q8, vmean f32, v uq8.
+  struct Operands_bf16_q8_vmean_f32_v_uq8 {
+    typedef optgen::bf16 Param;
+    static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
+    static constexpr int kBytesPerElement = 10;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x14u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : ((0x4u >> op_) & 1u) ? optgen::DType::Q8 : ((0x10u >> op_) & 1u) ? optgen::DType::UQ8 : optgen::DType::F32;
+    }
+  };
+
   /// The step on shards (Program::shard_step): its stages store no matrix, row or column value.
   namespace shards {
     /// Reduce stage 1 (rows and columns): per kind of block, the operands of its reductions.
@@ -370,6 +407,7 @@ namespace variants::adam_mini {
       static constexpr bool kFirstStage = false;  // no Reduce stage before this one
       static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
       static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kInterleaves = false;  // computes its rows and columns per element: one at a time
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -682,6 +720,7 @@ namespace variants::adam_mini_clip_grad_norm {
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
     static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+    static constexpr bool kInterleaves = true;  // a lane's elements interleave in the 8-bit block walk
     static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x1u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -776,6 +815,32 @@ namespace variants::adam_mini_clip_grad_norm {
     static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
     static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
       return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : optgen::DType::F32;
+    }
+  };
+
+  /// Storage f32:q8:vmean=f32:v=uq8: param f32, grad f32, m q8, vmean f32, v uq8.
+  struct Operands_f32_q8_vmean_f32_v_uq8 {
+    typedef float Param;
+    static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
+    static constexpr int kBytesPerElement = 14;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x14u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x0u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : ((0x4u >> op_) & 1u) ? optgen::DType::Q8 : ((0x10u >> op_) & 1u) ? optgen::DType::UQ8 : optgen::DType::F32;
+    }
+  };
+
+  /// Storage bf16:q8:vmean=f32:v=uq8: param bf16, grad bf16, m q8, vmean f32, v uq8.
+  struct Operands_bf16_q8_vmean_f32_v_uq8 {
+    typedef optgen::bf16 Param;
+    static constexpr int kVector = 8;  // elements per thread and access: a lane's share of an 8-bit block
+    static constexpr optgen::ParamWrite kParamWrite = optgen::ParamWrite::Nearest;
+    static constexpr int kBytesPerElement = 10;  // one access of each operand (update_tiles)
+    static constexpr unsigned kBlockwise = 0x14u;  // operands in 8-bit blocks
+    static __device__ __forceinline__ constexpr bool blockwise(int op_) { return (kBlockwise >> op_) & 1u; }
+    static __device__ __forceinline__ constexpr optgen::DType codec(int op_) {
+      return ((0x3u >> op_) & 1u) ? optgen::DType::BF16 : ((0x0u >> op_) & 1u) ? optgen::DType::F16 : ((0x4u >> op_) & 1u) ? optgen::DType::Q8 : ((0x10u >> op_) & 1u) ? optgen::DType::UQ8 : optgen::DType::F32;
     }
   };
 
@@ -889,6 +954,7 @@ namespace variants::adam_mini_clip_grad_norm {
       static constexpr bool kFirstStage = false;  // no Reduce stage before this one
       static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
       static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+      static constexpr bool kInterleaves = false;  // computes its rows and columns per element: one at a time
       static constexpr bool kIndexed = true;  // reads its element's row, column or matrix (ix_)
       // The stored values its element code loads, by slot: Position loads them once per vector.
       static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -1056,6 +1122,76 @@ adam_mini_shards_bf16_f32_update(const optgen::TableView table, const optgen::Gr
   #endif
 }
 
+/// adam_mini, reduce stage, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_f32_q8_vmean_f32_v_uq8_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, update stage, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_f32_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, update stage of tensors whose matrices are one element, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_f32_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini::unit::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, reduce stage on shards, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_f32_q8_vmean_f32_v_uq8_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini::shards::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, update stage on shards, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_f32_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini::shards::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini, reduce stage, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_bf16_q8_vmean_f32_v_uq8_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, update stage, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_bf16_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, update stage of tensors whose matrices are one element, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_bf16_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini::unit::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, reduce stage on shards, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_bf16_q8_vmean_f32_v_uq8_reduce(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini::shards::Reduce, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini, update stage on shards, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_shards_bf16_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini::shards::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
 /// adam_mini: writes a value into the group table and recomputes the values the next step reads.
 extern "C" __global__ void __launch_bounds__(optgen::kernel_abi::kGroupKernelBlock)
 adam_mini_group(const optgen::GroupTable groups, const optgen::GroupWrite write) {
@@ -1163,6 +1299,104 @@ extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
 adam_mini_clip_grad_norm_shards_bf16_f32_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini_clip_grad_norm::shards::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_f32>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, reduce stage, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, reduce stage, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, update stage, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, update stage of tensors whose matrices are one element, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::unit::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_f32_q8_vmean_f32_v_uq8_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_f32_q8_vmean_f32_v_uq8_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, update stage on shards, storage f32:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_f32_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::shards::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+}
+
+/// adam_mini_clip_grad_norm, reduce stage, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_REDUCE_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, reduce stage, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, update stage, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, update stage of tensors whose matrices are one element, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::unit::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_bf16_q8_vmean_f32_v_uq8_reduce1(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce1, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, reduce stage on shards, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_bf16_q8_vmean_f32_v_uq8_reduce2(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::reduce_stage<variants::adam_mini_clip_grad_norm::shards::Reduce2, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
+  #endif
+}
+
+/// adam_mini_clip_grad_norm, update stage on shards, storage bf16:q8:vmean=f32:v=uq8.
+extern "C" __global__ void OPTGEN_SHAPED_LAUNCH_BOUNDS
+adam_mini_clip_grad_norm_shards_bf16_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
+  #if __CUDA_ARCH__ >= 800
+  optgen::update_stage<variants::adam_mini_clip_grad_norm::shards::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
   #endif
 }
 

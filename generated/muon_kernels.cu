@@ -157,6 +157,7 @@ namespace variants::muon {
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
     static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+    static constexpr bool kInterleaves = true;  // a lane's elements interleave in the 8-bit block walk
     static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;
@@ -394,6 +395,7 @@ namespace variants::muon_clip_grad_norm {
     static constexpr bool kFirstStage = false;  // no Reduce stage before this one
     static constexpr bool kShaped = true;  // rows and columns: apply reads sh_ and ix_
     static constexpr bool kProgram = false;  // the step: takes a ticket, counts the step
+    static constexpr bool kInterleaves = true;  // a lane's elements interleave in the 8-bit block walk
     static constexpr bool kIndexed = false;  // reads its element's row, column or matrix (ix_)
     // The stored values its element code loads, by slot: Position loads them once per vector.
     static constexpr unsigned kRowValues = 0x0u, kColValues = 0x0u, kMatrixValues = 0x0u;

@@ -249,7 +249,6 @@ class CudaEmitter {
   /// `tables`: the kernel plan of `variants` in `storage` (kernel_tables), whose kernels it emits.
   std::string emit(const std::vector<Program>& variants, const std::vector<Storage>& storage,
                    const KernelTables& tables) {
-    for (const auto& v : variants) check_blockwise(v, storage);
     CodeWriter w;
     w.line("// Tuning: parameters of the emitted code (optgen emit --block-size, --shaped-block-size,");
     w.line("// --elements-per-thread, --min-blocks-per-sm, --reduce-min-blocks-per-sm, --shaped-min-blocks-per-sm,");
@@ -311,21 +310,6 @@ class CudaEmitter {
   }
 
  private:
-  /// 8-bit blockwise states (optgen/device/blockwise_update.cuh) are for element-wise
-  /// variants; the code of rows and columns reads and writes single elements of its states.
-  void check_blockwise(const Program& p, const std::vector<Storage>& storage) const {
-    if (!uses_shapes(p) && p.matrix_values.empty()) return;
-    for (const auto& s : storage)
-      for (const auto& state : p.states)
-        if (is_blockwise(s.state_dtype(state)))
-          throw SpecError(spec_.states[spec_.state_index(state)].loc,
-                          "storage '" + s.text() + "' keeps state '" + state + "' in " +
-                              to_string(s.state_dtype(state)) + ", but variant " + p.variant +
-                              (uses_shapes(p) ? " has row and column code" : " has a matrix value") +
-                              ": 8-bit blockwise storage is for element-wise variants",
-                          "give that state f32, bf16 or f16 (STATE=DTYPE)");
-  }
-
   /// Whether a state of the variant is 8-bit under storage `s` (its Update stage is blockwise).
   static bool has_blockwise_state(const Program& p, const Storage& s) {
     for (const auto& state : p.states)
@@ -1189,7 +1173,15 @@ class CudaEmitter {
     w.line(std::string("static constexpr bool kProgram = ") +
            (p.is_step() ? "false;  // the step: takes a ticket, counts the step"
                         : "true;  // a program: no ticket, no step counted"));
-    if (shaped) loaded_slot_masks(w, p, element_roots, order, update_reads_position(variant));
+    if (shaped) {
+      // The 8-bit block walk interleaves a lane's elements (CheckedMath) where registers allow: not
+      // in the step on shards, whose code computes rows, columns and matrices per element (its
+      // Adafactor spilled 88-96 bytes with f32 params and 8-bit states, sm_90).
+      w.line(std::string("static constexpr bool kInterleaves = ") +
+             (p.for_shards ? "false;  // computes its rows and columns per element: one at a time"
+                           : "true;  // a lane's elements interleave in the 8-bit block walk"));
+      loaded_slot_masks(w, p, element_roots, order, update_reads_position(variant));
+    }
     // The operands it reads (row and column states go through sh_), and those it writes back: the
     // outputs, and the read-only states that start as the parameter at the group's first step only.
     operand_masks(w, p, with_shaped_values(p, all, order));

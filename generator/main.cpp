@@ -25,7 +25,6 @@
 #include "optgen/nvrtc.h"
 #include "pipeline.h"
 #include "spec.h"
-#include "unsigned_states.h"
 
 namespace {
 
@@ -345,7 +344,7 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
     // kernels twice, which failed later.
     if (std::string clash = optgen::storage_clash(storage, written, *canonical, text); !clash.empty())
       throw UsageError("--storage: " + clash);
-    optgen::check_unsigned_states(spec, variants, *canonical, text);
+    optgen::check_storage(spec, variants, *canonical, text);
     storage.push_back(*canonical);
     written.push_back(text);
   }

@@ -7,6 +7,7 @@
 #include "passes/passes.h"
 #include "shapes.h"
 #include "unit_matrices.h"
+#include "blockwise_states.h"
 #include "unsigned_states.h"
 
 namespace optgen {
@@ -89,8 +90,14 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   }
   check_emitters(spec, variants, emitters);
   for (size_t i = 0; i < spec.storage.size(); ++i)
-    check_unsigned_states(spec, variants, spec.storage[i], spec.storage_written[i]);
+    check_storage(spec, variants, spec.storage[i], spec.storage_written[i]);
   return variants;
+}
+
+void check_storage(const Spec& spec, const std::vector<Program>& variants, const Storage& storage,
+                   const std::string& written) {
+  check_unsigned_states(spec, variants, storage, written);
+  check_blockwise_states(spec, variants, storage, written);
 }
 
 void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters) {

@@ -41,4 +41,12 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
 /// the `emitters` cannot print yet (the kernels: rows, columns and `factored`).
 void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters);
 
+/// A storage checked against the compiled `variants` (Spec::storage_problem and canonical_storage
+/// need no compilation): throws a located SpecError where a state it keeps in uq8 can become
+/// negative (unsigned_states.h) or one it keeps in 8 bits is read other than a block at a time
+/// (blockwise_states.h), naming the storage as the user wrote it (`written`). compile_spec checks
+/// the spec's own `storage:` list so; a storage asked for at build or run time is checked here too.
+void check_storage(const Spec& spec, const std::vector<Program>& variants, const Storage& storage,
+                   const std::string& written);
+
 }  // namespace optgen

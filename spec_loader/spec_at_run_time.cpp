@@ -16,7 +16,6 @@
 #include "optgen/kernel_abi.h"
 #include "optimizer_tables.h"
 #include "pipeline.h"
-#include "unsigned_states.h"
 
 namespace optgen {
 
@@ -267,7 +266,7 @@ RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& op
       // Equal only once canonical (f32 and f32:exp_avg=f32), or naming the same kernels.
       if (std::string clash = storage_clash(storage, written, *canonical, text); !clash.empty())
         throw Error(call, "SpecOptions::storage: " + clash);
-      check_unsigned_states(spec, compiled, *canonical, text);
+      check_storage(spec, compiled, *canonical, text);
       storage.push_back(*canonical);
       written.push_back(text);
     }

@@ -71,9 +71,12 @@ TEST_CASE("block_elements: the kernels match the reference, blocks across rows a
   // Blocks whatever the shape: rows of 16 (8 to a block), of 640 (a block across two rows), a 3-D
   // tensor, one block, many blocks; and tensors that are no whole number of blocks (per element):
   // 7, 1000 elements, a 10 x 30 matrix, a vector of 129, and one longer than a block's pass over a
-  // line (which has no lines: shape_layout).
-  const TensorShapes shapes{{{16, 64}, {3, 640}, {2, 4, 48}, {128}, {513, 128}, {7}, {1000}, {10, 30}, {129}, {70001}}};
-  for (int k = 0; k < info.num_kernels; ++k) {  // f32 and bf16 params, without and with clipping
+  // line (which has no lines: shape_layout). With 8-bit states (a tensor of 4096 elements or more),
+  // 8-bit blocks of 256 that are not its blocks of 128, and a tensor's last 8-bit block half full
+  // (513 x 128, 33 x 128) or of 113 elements (70001).
+  const TensorShapes shapes{
+      {{16, 64}, {3, 640}, {2, 4, 48}, {128}, {513, 128}, {7}, {1000}, {10, 30}, {129}, {70001}, {33, 128}}};
+  for (int k = 0; k < info.num_kernels; ++k) {  // f32 and bf16 params, 8-bit states, without and with clipping
     const optgen::KernelInfo& kernel = info.kernels[k];
     INFO("kernel set " << kernel.stages[0]);
     std::mt19937 rng(23);
@@ -88,6 +91,12 @@ TEST_CASE("block_elements: the kernels match the reference, blocks across rows a
     CHECK(opt.state("vmean", 0, 7).data == nullptr);
     CHECK(opt.state("v", 0, 0).data == nullptr);
     CHECK(opt.state("v", 0, 6).numel == 1000);
+    if (optgen::is_blockwise(kernel.state_dtypes[0])) {  // m in 8 bits where a tensor is large enough
+      CHECK(opt.state("m", 0, 4).dtype == optgen::DType::Q8);
+      CHECK(opt.state("m", 0, 6).dtype == optgen::DType::F32);
+      CHECK(opt.state("v", 0, 9).dtype == optgen::DType::UQ8);
+      CHECK(opt.state("vmean", 0, 10).dtype == optgen::DType::F32);
+    }
     const Comparison result = compare_steps(opt, ref, group, 5, rng);
     INFO("worst relative error " << result.worst << " in " << result.where);
     CHECK(result.worst <= 1e-5);

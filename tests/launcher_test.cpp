@@ -169,8 +169,10 @@ TEST_CASE("the runtime reads each stage's kind from the launcher's plan and refu
              Catch::Contains("has no Update stage (its last stage is of kind reduce)"));
 }
 
-TEST_CASE("a spec whose every variant has rows and columns launches 128-thread blocks of 8192-element chunks",
-          "[launcher]") {
+TEST_CASE(
+    "a spec whose every variant has rows and columns launches 128-thread blocks of 8192-element chunks "
+    "(32768 with 8-bit states)",
+    "[launcher]") {
   for (const auto& [name, info] : optgen::builtin_launchers()) {
     INFO("spec " << name);
     bool shaped = true;  // every variant has stage blocks (matrix, row or column code)
@@ -178,7 +180,13 @@ TEST_CASE("a spec whose every variant has rows and columns launches 128-thread b
     CHECK(info->block_size == (shaped ? 128 : 256));
     CHECK(info->elements_per_thread == 8);
     if (!shaped) continue;
-    for (int k = 0; k < info->num_kernels; ++k) CHECK(info->kernels[k].chunk_size == 8192);
+    for (int k = 0; k < info->num_kernels; ++k) {
+      const optgen::KernelInfo& kernel = info->kernels[k];
+      const bool eight_bit =
+          kernel.state_dtypes &&
+          std::any_of(kernel.state_dtypes, kernel.state_dtypes + info->num_states, optgen::is_blockwise);
+      CHECK(kernel.chunk_size == (eight_bit ? 32768 : 8192));
+    }
   }
   CHECK(launcher("adafactor").block_size == 128);
   CHECK(launcher("adam_mini").block_size == 128);
@@ -440,12 +448,13 @@ TEST_CASE("every built-in spec x variant x storage matches the CPU reference", "
   // states with bf16 or f32 params, bf16 and f16 params with master copies, bf16 params rounded
   // stochastically, bf16 moments with an f32 exp_avg_sq, 8-bit states with f32 or bf16 params};
   // adafactor's, prodigy's, dadapt_adam's and adamw_schedule_free's also x f16 params; lamb's also
-  // x 8-bit states (f32 params); muon's also x {f32, bf16 params} with its matrix value in f32.
+  // x 8-bit states (f32 params); adam_mini's x 8-bit states (f32 and bf16 params); muon's also x
+  // {f32, bf16 params} with its matrix value in f32.
   int variants = 0;
   for (const auto& entry : optgen::builtin_launchers()) variants += entry.second->num_variants;
-  // adam, adamw and prodigy: 4 variants each; adafactor, lamb, dadapt_adam, adamw_schedule_free and
-  // muon 2 each
-  CHECK(combinations == 2 * variants + 9 * (4 + 4) + 2 + 2 + 4 + 2 + 2 + 2 * 2);
+  // adam, adamw and prodigy: 4 variants each; adafactor, lamb, dadapt_adam, adamw_schedule_free,
+  // adam_mini and muon 2 each
+  CHECK(combinations == 2 * variants + 9 * (4 + 4) + 2 + 2 + 4 + 2 + 2 + 2 * 2 + 2 * 2);
   CHECK(optgen::builtin_launchers().size() == builtin_spec_count());
   for (const auto& [name, info] : optgen::builtin_launchers()) {
     const auto& ref = reference_of(name);

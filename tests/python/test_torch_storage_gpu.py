@@ -379,3 +379,59 @@ def test_8bit_state_dtypes_are_checked():
         p.grad = g
     with pytest.raises(optgen.OptgenError, match=r"storage f32:q8 was generated"):
         sgd.step()
+
+
+# ---- 8-bit states in a spec of rows (Adam-mini) ----
+
+MINI_Q8_STATES = {"*": "q8", "vmean": torch.float32, "v": "uq8"}  # adam_mini's "f32:q8:vmean=f32:v=uq8"
+
+
+def mini_model(seed):
+    """Named parameters of Adam_mini's kinds, most of 4096 elements or more (8-bit states): an
+    embedding and an output layer (a row per neuron), a query (a row per head), a bias of 4100
+    (per element: `v` in uq8, its last 8-bit block of 4 elements), a norm (4096 elements, one block
+    for the whole) and a bias under 4096 (float32 states)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shapes = {"embed.weight": (100, 64), "blocks.0.q_proj.weight": (64, 64), "blocks.0.mlp.0.bias": (4100,),
+              "norm.weight": (4096,), "lm_head.weight": (100, 64), "blocks.0.mlp.1.bias": (64,)}
+    return [(name, torch.nn.Parameter(torch.randn(s, generator=g, device="cuda"))) for name, s in shapes.items()]
+
+
+def mini_run(optimizer, named, steps, first_step=0):
+    params = [p for _, p in named]
+    for step in range(first_step, first_step + steps):
+        for p, g in zip(params, q8_grads(params, step)):
+            p.grad = g
+        optimizer.step()
+    torch.cuda.synchronize()
+
+
+def test_adam_mini_with_8bit_states_steps_near_float32_and_resumes_bit_identically():
+    eight, f32, resumed = mini_model(3), mini_model(3), mini_model(3)
+    options = dict(lr=1e-2, weight_decay=0.1, dim=64, n_heads=4)
+    ours = ot.AdamMini(eight, state_dtype=MINI_Q8_STATES, **options)
+    mini_run(ours, eight, 6)
+    kinds = {name: {k: v.dtype for k, v in ours.state[p].items() if k != "step"} for name, p in eight}
+    assert kinds["embed.weight"] == {"m": torch.uint8, "vmean": torch.float32}
+    assert kinds["blocks.0.mlp.0.bias"] == {"m": torch.uint8, "v": torch.uint8}
+    assert kinds["norm.weight"]["m"] == torch.uint8
+    assert kinds["blocks.0.mlp.1.bias"] == {"m": torch.float32, "v": torch.float32}  # under 4096 elements
+    # The same steps with float32 states: 8-bit moments move each step by less than 3% of its size;
+    # a tensor under 4096 elements keeps float32 states and steps alike.
+    reference = ot.AdamMini(f32, **options)
+    mini_run(reference, f32, 6)
+    for (name, a), (_, b), (_, start) in zip(eight, f32, mini_model(3)):
+        moved, apart = (b - start).abs().max().item(), (a - b).abs().max().item()
+        if a.numel() < 4096:
+            assert apart == 0, name
+        else:
+            assert 0 < apart <= 0.03 * moved, name
+    # A state_dict taken after three steps resumes to the same bits as six steps straight.
+    first = ot.AdamMini(resumed, state_dtype=MINI_Q8_STATES, **options)
+    mini_run(first, resumed, 3)
+    saved = copy.deepcopy(first.state_dict())
+    del first
+    again = ot.AdamMini(resumed, state_dtype=MINI_Q8_STATES, **options)
+    again.load_state_dict(saved)
+    mini_run(again, resumed, 3, first_step=3)
+    assert_equal([p.detach() for _, p in resumed], [p.detach() for _, p in eight])

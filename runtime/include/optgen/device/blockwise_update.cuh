@@ -1,6 +1,7 @@
 #pragma once
 /// optgen's device library: the block walk of an Update stage with 8-bit blockwise states, a warp
-/// per 256-element quantisation block. The driver is update_stage.cuh's.
+/// per 256-element quantisation block, each element with its row, column and matrix where the
+/// variant has them. The driver is update_stage.cuh's.
 
 #include "optgen/device/update.cuh"
 
@@ -32,15 +33,16 @@ struct ChunkOperands {
 };
 
 /// The operands of the chunk that starts at element `first`: `ptr` and `absmax` as
-/// BlockWalk has them, `codes` whether the 8-bit states are codes (else f32).
-template <typename Ops, int kOps>
+/// BlockWalk has them, `codes` whether the 8-bit states are codes (else f32). kAbsent: a state may
+/// be absent (a null `ptr`, generator/shapes.h's state_presence), and stays null.
+template <typename Ops, bool kAbsent, int kOps>
 __device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)[kOps], float* const (&absmax)[kOps],
                                                               bool codes, long long first) {
   ChunkOperands<kOps> chunk_ops;
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
     const int bytes = Ops::blockwise(op) && !codes ? 4 : size_of(Ops::codec(op));
-    chunk_ops.at[op] = static_cast<unsigned char*>(ptr[op]) + first * bytes;
+    chunk_ops.at[op] = kAbsent && !ptr[op] ? nullptr : static_cast<unsigned char*>(ptr[op]) + first * bytes;
     chunk_ops.absmax[op] = absmax[op] ? absmax[op] + blockwise_block(first) : nullptr;
   }
   return chunk_ops;
@@ -50,15 +52,15 @@ __device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)
 __device__ __forceinline__ unsigned lane_first() { return (threadIdx.x & 31u) * (blockwise8::kBlockSize / 32); }
 
 /// Loads the lane's V elements of the block at offset o of every operand the update reads
-/// (Update::loads) into `tile`; the others' words are 0. kCodes: the tensor's 8-bit states are codes
-/// (their absmax are not null), else f32 (a tensor too small for 8 bits:
+/// (Update::loads) and the tensor has into `tile`; the others' words are 0. kCodes: the tensor's
+/// 8-bit states are codes (their absmax are not null), else f32 (a tensor too small for 8 bits:
 /// blockwise8::uses_8bit_states holds for all its states or none).
 template <typename Update, typename Ops, bool kCodes, int kOps, int V>
 __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, const ChunkOperands<kOps>& chunk_ops,
                                                 unsigned o) {
 #pragma unroll
   for (int op = 0; op < kOps; ++op) {
-    if (!Update::loads(op)) {  // written, or only stored at the first step: never read
+    if (!Update::loads(op) || (Update::kShaped && !chunk_ops.at[op])) {  // written, first-step only, or absent
 #pragma unroll
       for (int w = 0; w < V; ++w) tile.words[op][w] = 0u;
       tile.scale[op] = 0.0f;
@@ -101,25 +103,35 @@ __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile
 /// compiler from interleaving the elements' math). A lane's 8 elements are updated with
 /// CheckedMath, whose divisions and roots have no branch, so that their math interleaves; where it
 /// was not exact (element_math.h), the block's operands are read again (nothing of the block is
-/// stored yet) and updated with IeeeMath.
-template <typename Ops, bool kCodes, typename Update, typename Group, int kOps, int V, typename StoreBlock>
+/// stored yet) and updated with IeeeMath. Code of rows and columns (Update::kShaped) updates a
+/// lane's elements with `walk`'s update_lane instead (BlockWalk::update_lane), which finds their
+/// rows and columns and stores their row and column states, and loads the next block only after:
+/// loaded before, the tile and a lane's interleaved elements spilled 24-28 bytes at the register
+/// cap (Adam-mini with f32 params, sm_90).
+template <typename Ops, bool kCodes, typename Update, typename Group, int kOps, int V, typename Walk,
+          typename StoreBlock>
 __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_end, BlockTile<kOps, V>& tile,
                                                     const ChunkOperands<kOps>& chunk_ops,
-                                                    const UpdateStep<Update, Group>& step,
+                                                    const UpdateStep<Update, Group>& step, Walk& walk,
                                                     const StoreBlock& store_block) {
   constexpr unsigned kBlock = blockwise8::kBlockSize;
   for (; o < whole_end; o += kBlock) {
     float v[kOps][V];
     decode_block_tile<Ops, kCodes>(tile, v);
-    if (o + kBlock < whole_end) load_block_tile<Update, Ops, kCodes>(tile, chunk_ops, o + kBlock);
-    CheckedMath checked;
-    update_elements(step, v, V, checked);
-    if (!checked.exact()) {
-      BlockTile<kOps, V> again;
-      load_block_tile<Update, Ops, kCodes>(again, chunk_ops, o);
-      decode_block_tile<Ops, kCodes>(again, v);
-      IeeeMath ieee;
-      update_elements(step, v, V, ieee);
+    if constexpr (Update::kShaped) {
+      walk.template update_lane<Update::kInterleaves, kCodes>(step, v, o, V);
+      if (o + kBlock < whole_end) load_block_tile<Update, Ops, kCodes>(tile, chunk_ops, o + kBlock);
+    } else {
+      if (o + kBlock < whole_end) load_block_tile<Update, Ops, kCodes>(tile, chunk_ops, o + kBlock);
+      CheckedMath checked;
+      update_elements(step, v, V, checked);
+      if (!checked.exact()) {
+        BlockTile<kOps, V> again;
+        load_block_tile<Update, Ops, kCodes>(again, chunk_ops, o);
+        decode_block_tile<Ops, kCodes>(again, v);
+        IeeeMath ieee;
+        update_elements(step, v, V, ieee);
+      }
     }
     store_block(v, o, V, true, kCodes);
   }
@@ -134,7 +146,9 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
 /// on every load: 26% of the stall samples on gpt2). A tensor's last, shorter block, and every
 /// block of a tensor whose operands are not 16-byte aligned, go element by element, masked lane by
 /// lane. A tensor too small for 8 bits (blockwise8::uses_8bit_states) has those states in f32, as
-/// bitsandbytes keeps them.
+/// bitsandbytes keeps them. Code of rows and columns finds each lane's elements' row, column and
+/// matrix (Position, as ElementWalk does: its 8 elements are consecutive) and stores their row and
+/// column states; a state the tensor lacks is read as 0 and not stored.
 template <typename Update, typename Ops>
 struct BlockWalk {
   static constexpr int kOps = Update::kOperands;
@@ -143,7 +157,7 @@ struct BlockWalk {
   static constexpr unsigned kWarps = OPTGEN_BLOCK_SIZE / 32;
   static constexpr unsigned kBlock = blockwise8::kBlockSize;
 
-  UpdatePosition<Update, Ops> at;  ///< element-wise code's: nothing (8-bit states have no rows or columns)
+  UpdatePosition<Update, Ops> at;  ///< each lane's elements' row, column and matrix (element-wise code: nothing)
   int count;                       ///< the chunk's elements
   long long first;                 ///< the chunk's first element in the tensor
   void* ptr[kOps];
@@ -163,7 +177,7 @@ struct BlockWalk {
     aligned = update_operands<Ops>(table, t, ptr);
 #pragma unroll
     for (int op = 0; op < kOps; ++op)
-      absmax[op] = Ops::blockwise(op) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
+      absmax[op] = Ops::blockwise(op) && at.present(ptr[op]) ? blockwise_absmax(ptr[op], table.numel[t]) : nullptr;
     codes = blockwise8::uses_8bit_states(table.numel[t]);
     if (codes) load_blockwise_quantiser();
   }
@@ -184,7 +198,7 @@ struct BlockWalk {
     warp_end = ::min((warp + 1) * per_warp, blocks) * kBlock;
     // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned.
     whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(count) / kBlock * kBlock) : 0u;
-    chunk_ops = chunk_operands<Ops>(ptr, absmax, codes, first);
+    chunk_ops = chunk_operands<Ops, Update::kShaped>(ptr, absmax, codes, first);
     if (o < whole_end) {
       if (codes)
         load_block_tile<Update, Ops, true>(tile, chunk_ops, o);
@@ -192,6 +206,76 @@ struct BlockWalk {
         load_block_tile<Update, Ops, false>(tile, chunk_ops, o);
     }
     return true;
+  }
+
+  /// Element e of the lane's V in `v`, updated in place by code of rows and columns with `math`
+  /// (in_row: as Position::in_row said, a constant).
+  template <typename Group, typename Math>
+  __device__ __forceinline__ void update_element(const UpdateStep<Update, Group>& step, float (&v)[kOps][V], int e,
+                                                 bool in_row, Math& math) const {
+    float x[kOps];
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) x[op] = v[op][e];
+    if (step.scaled) x[1] = math.div(x[1], step.grad_scale);
+    at.apply(step.k, step.tv, x, math, e, in_row);
+#pragma unroll
+    for (int op = 0; op < kOps; ++op) v[op][e] = x[op];
+  }
+
+  /// The first `count` of the lane's elements of the block at offset o, every operand in `v`,
+  /// updated in place by code of rows and columns: each with its row, column and matrix, then the
+  /// row and column states stored (ElementWalk's order). V elements are found together. Where they
+  /// share a row (the tensor's rows hold whole vectors) and kChecked (a whole block, its 8-bit
+  /// states codes where kCodes, of code that interleaves: Update::kInterleaves), they are updated
+  /// with CheckedMath, whose divisions and roots interleave, and where it was not exact again, from
+  /// the block's operands read again (nothing of it is stored yet), with IeeeMath; their row and
+  /// column states are stored once after (finish_vector). Elsewhere IeeeMath, each element's states
+  /// stored as it is computed.
+  template <bool kChecked, bool kCodes = false, typename Group>
+  __device__ __forceinline__ void update_lane(const UpdateStep<Update, Group>& step, float (&v)[kOps][V], unsigned o,
+                                              int count) {
+    const long long i = first + o + lane_first();
+    if (count == V) {
+      at.seek(i);
+      if (at.in_row()) {
+        if constexpr (kChecked) {
+          CheckedMath checked;
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            update_element(step, v, e, true, checked);
+            at.next(e, true);
+          }
+          if (checked.exact()) return at.finish_vector(step.k, step.tv);
+          BlockTile<kOps, V> again;
+          load_block_tile<Update, Ops, kCodes>(again, chunk_ops, o);
+          decode_block_tile<Ops, kCodes>(again, v);
+          at.seek(i);
+        }
+        IeeeMath ieee;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          update_element(step, v, e, true, ieee);
+          at.next(e, true);
+        }
+        return at.finish_vector(step.k, step.tv);
+      }
+      IeeeMath ieee;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        update_element(step, v, e, false, ieee);
+        at.store_states(step.k, step.tv, false);
+        at.next(e, false);
+      }
+      return;
+    }
+    IeeeMath ieee;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if (e >= count) continue;
+      at.seek(i + e, false);
+      update_element(step, v, e, false, ieee);
+      at.store_states(step.k, step.tv, false);
+    }
   }
 
   template <typename Group>
@@ -206,7 +290,7 @@ struct BlockWalk {
       const unsigned r = o + lane_first();
 #pragma unroll
       for (int op = 0; op < kOps; ++op) {
-        if (!stores<Update>(op, step.first_step)) continue;  // uniform: every lane skips it
+        if (!stores<Update>(op, step.first_step) || !at.present(ptr[op])) continue;  // uniform: every lane skips it
         const bool by_index = op == 0 && Ops::kParamWrite != ParamWrite::Nearest;  // the tensor's element
         void* const base = by_index ? ptr[op] : chunk_ops.at[op];
         const long long i = by_index ? first + r : static_cast<long long>(r);
@@ -223,9 +307,9 @@ struct BlockWalk {
     };
 
     if (codes)
-      update_whole_blocks<Ops, true>(o, whole_end, tile, chunk_ops, step, store_block);
+      update_whole_blocks<Ops, true>(o, whole_end, tile, chunk_ops, step, *this, store_block);
     else
-      update_whole_blocks<Ops, false>(o, whole_end, tile, chunk_ops, step, store_block);
+      update_whole_blocks<Ops, false>(o, whole_end, tile, chunk_ops, step, *this, store_block);
     // The rest of the warp's blocks: the chunk's last, shorter one, or every one where an operand is
     // misaligned.
     for (; o < warp_end; o += kBlock) {
@@ -238,13 +322,18 @@ struct BlockWalk {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           v[op][e] = 0.0f;
-          if (e < lane_count && Update::loads(op))
+          if (e < lane_count && Update::loads(op) && at.present(ptr[op]))
             load_operand<Ops, 1>(op, chunk_ops.at[op], r + e, &v[op][e], chunk_ops.absmax[op]);
         }
-      IeeeMath ieee;
-      update_elements(step, v, lane_count, ieee);
+      if constexpr (Update::kShaped) {
+        update_lane<false>(step, v, o, lane_count);
+      } else {
+        IeeeMath ieee;
+        update_elements(step, v, lane_count, ieee);
+      }
       store_block(v, o, lane_count, aligned && lane_count == V, codes);
     }
+    if (count == 0) at.store_lines_without_elements(step.k, step.tv);
   }
 };
 

@@ -34,8 +34,6 @@ __device__ __forceinline__ void reduce_stage(const TableView& table, const Group
                                              const ReductionTable& red) {
   using namespace kernel_abi;
   constexpr unsigned kBlocks = Reduce::kBlocks;
-  static_assert(Ops::kBlockwise == 0 || kBlocks == 1u << kChunkRuns,
-                "8-bit states are for element-wise variants (Spec::storage_problem)");
   wait_for_previous_kernel();  // earlier stages' results; and the last step's states
   allow_next_kernel();
   long long b = blockIdx.x;
