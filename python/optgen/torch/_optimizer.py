@@ -222,7 +222,9 @@ class Optimizer(torch.optim.Optimizer):
         torch.bfloat16, "exp_avg_sq": torch.float32} for bfloat16 params; the others float32
         states. "q8" and "uq8" keep a state in 8 bits, bitsandbytes' blockwise signed and unsigned
         maps: {"*": "q8", "exp_avg_sq": "uq8"} is bitsandbytes' AdamW8bit (Adam, AdamW and LAMB,
-        float32 and, but for LAMB, bfloat16 params). state[p] then holds optgen's buffer for the
+        float32 and, but for LAMB, bfloat16 params); AdamMini's {"*": "q8", "vmean": torch.float32,
+        "v": "uq8"} keeps its moments of one value per element in 8 bits (float32 and bfloat16
+        params; its second moment per block stays float32). state[p] then holds optgen's buffer for the
         tensor (uint8: its codes, then a float32 absmax per block of 256 elements;
         optgen.Blockwise8Layout), or float32 values for a tensor under 4096 elements, as
         bitsandbytes keeps them; state_dict() gives the state's values (float32, p's shape: a

@@ -327,7 +327,7 @@ template <int kKind, typename Reduce, typename Group, typename Ops>
 __device__ __forceinline__ void shaped_lines(const TableView& table, const GroupTable& groups, const StepInputs& inputs,
                                              const ReductionTable& red, KindBlock at) {
   typedef typename Reduce::template Lines<kKind> Code;
-  static_assert(!reads_blockwise<Code, Ops>(), "a line reads single elements: no 8-bit state (emit_cuda's check_blockwise)");
+  static_assert(!reads_blockwise<Code, Ops>(), "a line reads single elements: no 8-bit state (generator/blockwise_states.h)");
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   const ShapeTable& st = *table.shapes;
@@ -566,7 +566,7 @@ __device__ __forceinline__ void rows_and_columns_tile(const TableView& table, co
   typedef typename Reduce::Cols Code;
   typedef typename Reduce::template Lines<kernel_abi::kRowLines> RowCode;
   static_assert(!reads_blockwise<Code, Ops>() && !reads_blockwise<RowCode, Ops>(),
-                "a tile of rows and columns reads single elements: no 8-bit state (emit_cuda's check_blockwise)");
+                "a tile of rows and columns reads single elements: no 8-bit state (generator/blockwise_states.h)");
   constexpr int kOps = Reduce::kOperands, kR = Code::kReductions, kRR = RowCode::kReductions;
   constexpr int kWarps = kernel_abi::kRowTileThreads / 32, V = kernel_abi::kRowTileThreads / 32;  // a lane's columns
   constexpr int kUnroll = 4;                                                                        // rows in flight
@@ -696,7 +696,7 @@ __device__ __forceinline__ void shaped_columns(const TableView& table, const Gro
                                                const StepInputs& inputs, const ReductionTable& red, KindBlock at) {
   typedef typename Reduce::Cols Code;
   static_assert(!reads_blockwise<Code, Ops>(),
-                "a column segment reads single elements: no 8-bit state (emit_cuda's check_blockwise)");
+                "a column segment reads single elements: no 8-bit state (generator/blockwise_states.h)");
   constexpr int kOps = Reduce::kOperands;
   constexpr int kR = Code::kReductions;
   const ShapeTable& st = *table.shapes;
