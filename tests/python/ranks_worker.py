@@ -47,7 +47,7 @@ fail); in f32 by a hundredth of that.
 save: steps a sharded copy SAVE_AT steps, saves model and optimizer through
 torch.distributed.checkpoint (get_model_state_dict / get_optimizer_state_dict), steps on to STEPS
 and keeps each rank's final shards in DIR/<case>.final.<rank>.pt (AdamW with master copies on
-bf16 params among the cases, and AdamW with 8-bit states on a model with BIG). load: a new copy
+bf16 params among the cases, and AdamW and AdamMini with 8-bit states on a model with BIG). load: a new copy
 (sharded under torchrun, plain tensors in one process) loads DIR, steps from SAVE_AT to STEPS and
 must end where save did (8-bit states loaded into another layout: within RESHARD_8BIT_ATOL).
 Prodigy's state_dict keeps s and p0 flat for plain tensors (prodigyopt's layout) but in the param's
@@ -100,8 +100,12 @@ STEADY = {"prodigy": 0.5, "dadapt_adam": 0.5}
 # bitsandbytes' AdamW8bit storage on a model with a tensor large enough for 8-bit states (BIG).
 MASTER = {"adamw_master": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1, master_weights=True)}
 EIGHT_BIT = {"adamw_8bit": lambda groups: ot.AdamW(groups, lr=1e-2, weight_decay=0.1,
-                                                    state_dtype={"*": "q8", "exp_avg_sq": "uq8"})}
-CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master", "adam_mini", "adamw_8bit")
+                                                    state_dtype={"*": "q8", "exp_avg_sq": "uq8"}),
+             # Adam-mini's moments in 8 bits: its step on shards (rows summed across the ranks) walks
+             # 8-bit blocks; big is one block of Adam-mini's, cut across the ranks.
+             "adam_mini_8bit": lambda named: adam_mini(named, state_dtype={"*": "q8", "vmean": torch.float32,
+                                                                           "v": "uq8"})}
+CHECKPOINTED = ("adamw_clipped", "prodigy", "adafactor", "adamw_master", "adam_mini", "adamw_8bit", "adam_mini_8bit")
 # 8-bit states from 4096 elements: big's halves (75 rows, 4800 elements) are codes on each rank,
 # in blocks of 256 from each half's start, which the whole tensor's blocks cut elsewhere (4800 =
 # 18.75 blocks). A checkpoint holds the states' values; loaded into another layout they are
@@ -114,11 +118,11 @@ RESHARD_8BIT_ATOL = 2e-3
 ADAFACTOR_GROUPS = (("w1", "conv", "row"), ("w2", "emb", "b1", "scale"))
 
 
-def adam_mini(named):
+def adam_mini(named, **options):
     """AdamMini over the named params, every block rule among them: w2 as 5 heads of 37 (dim 37,
     37 heads; its shards hold 3 and 2 heads), w1 and emb a block per row, b1 Adam's, and scale,
     conv and row one block each, which the shards cut (rank 1's parts of scale and row empty)."""
-    opt = ot.AdamMini(named, lr=1e-2, weight_decay=0.1, dim=37, n_heads=37)
+    opt = ot.AdamMini(named, lr=1e-2, weight_decay=0.1, dim=37, n_heads=37, **options)
     opt.wqk_names, opt.mlp_names, opt.embd_names, opt.adam_block_names = {"w2"}, {"w1"}, {"emb"}, {"b1"}
     return opt
 

@@ -9,8 +9,8 @@ matrix results across the ranks and steps as one GPU does (a shard along dimensi
 AdamMini sums the parts of a block cut across the ranks and steps as one GPU does;
 checkpoints saved through
 torch.distributed.checkpoint on two ranks load on two, on one rank, and (but Prodigy's) into one
-process's plain tensors, AdamW's 8-bit states among them (bit for bit on two ranks, requantised in
-the blocks of another layout within ranks_worker.RESHARD_8BIT_ATOL). Each backend is skipped without its GPUs."""
+process's plain tensors, AdamW's and AdamMini's 8-bit states among them (bit for bit on two ranks,
+requantised in the blocks of another layout within ranks_worker.RESHARD_8BIT_ATOL). Each backend is skipped without its GPUs."""
 
 import json
 import os
@@ -90,10 +90,10 @@ def test_muon_gathers_each_matrix_to_its_owner(backend):
 @BACKENDS
 def test_checkpoint_saved_on_two_ranks_loads_on_two_and_one(tmp_path, backend):
     _need(backend)
-    assert len(_run("save", str(tmp_path), backend=backend)) == 6
+    assert len(_run("save", str(tmp_path), backend=backend)) == 7
     for ranks in (2, 1, 0):  # 0: one process, plain tensors
         loaded = {r["case"]: r for r in _run("load", str(tmp_path), ranks=ranks, backend=backend)}
-        assert len(loaded) == 6, loaded
+        assert len(loaded) == 7, loaded
         for case, r in loaded.items():
             if ranks == 0 and case == "prodigy":  # flat s and p0 in plain tensors, shaped in DTensors
                 assert "Size mismatch" in r["error"], r
