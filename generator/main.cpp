@@ -328,25 +328,10 @@ void emit(const optgen::Spec& spec, const std::vector<optgen::Program>& variants
     return;
   }
   std::vector<optgen::Storage> storage;
-  std::vector<std::string> written;  // each as the user wrote it
-  const std::vector<optgen::Storage> to_generate = optgen::storage_to_generate(args.storage, spec.storage);
-  for (size_t i = 0; i < to_generate.size(); ++i) {
-    const std::string text = !args.storage.empty()   ? args.storage_written[i]
-                             : !spec.storage.empty() ? spec.storage_written[i]
-                                                     : to_generate[i].text();
-    std::string error;
-    auto canonical =
-        optgen::canonical_storage(to_generate[i], spec.state_names(), spec.matrix_value_names(), &error, text);
-    if (!canonical) throw UsageError("--storage: " + error);
-    if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
-      throw UsageError("--storage: " + problem);
-    // Equal only once canonical (f32 and f32:exp_avg=f32), or naming the same kernels: the same
-    // kernels twice, which failed later.
-    if (std::string clash = optgen::storage_clash(storage, written, *canonical, text); !clash.empty())
-      throw UsageError("--storage: " + clash);
-    optgen::check_storage(spec, variants, *canonical, text);
-    storage.push_back(*canonical);
-    written.push_back(text);
+  try {
+    storage = optgen::kernel_storage(spec, variants, args.storage, args.storage_written);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--storage: ") + e.what());
   }
   const std::vector<optgen::Program> with_kernels = kernel_variants(variants, args.kernel_variants, spec.file->path);
   const std::string kernels = optgen::emit_cuda(spec, with_kernels, storage, args.tuning);

@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "lower.h"
 #include "matrix_programs.h"
@@ -98,6 +99,32 @@ void check_storage(const Spec& spec, const std::vector<Program>& variants, const
                    const std::string& written) {
   check_unsigned_states(spec, variants, storage, written);
   check_blockwise_states(spec, variants, storage, written);
+}
+
+std::vector<Storage> kernel_storage(const Spec& spec, const std::vector<Program>& variants,
+                                    const std::vector<Storage>& requested,
+                                    const std::vector<std::string>& requested_written) {
+  const std::vector<Storage> to_generate = storage_to_generate(requested, spec.storage);
+  std::vector<Storage> storage;
+  std::vector<std::string> written;  // each as the user wrote it
+  for (size_t i = 0; i < to_generate.size(); ++i) {
+    const std::string text = !requested.empty()      ? requested_written[i]
+                             : !spec.storage.empty() ? spec.storage_written[i]
+                                                     : to_generate[i].text();
+    std::string error;
+    auto canonical = canonical_storage(to_generate[i], spec.state_names(), spec.matrix_value_names(), &error, text);
+    if (!canonical) throw std::invalid_argument(error);
+    if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
+      throw std::invalid_argument(problem);
+    // Equal only once canonical (f32 and f32:exp_avg=f32), or naming the same kernels: the same
+    // kernels twice, which failed later.
+    if (std::string clash = storage_clash(storage, written, *canonical, text); !clash.empty())
+      throw std::invalid_argument(clash);
+    check_storage(spec, variants, *canonical, text);
+    storage.push_back(*canonical);
+    written.push_back(text);
+  }
+  return storage;
 }
 
 void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters) {

@@ -49,4 +49,14 @@ void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emit
 void check_storage(const Spec& spec, const std::vector<Program>& variants, const Storage& storage,
                    const std::string& written);
 
+/// The storage types to generate kernels for, as `optgen emit --storage` and load_spec_at_run_time's
+/// SpecOptions::storage ask: `requested` (each written by its caller as in `requested_written`), else
+/// the spec's `storage:`, else default_storage(); each canonical, and checked against the spec
+/// (Spec::storage_problem), the ones before it (storage_clash) and the compiled `variants`
+/// (check_storage). Throws std::invalid_argument naming the problem, for the caller to say where
+/// the storage came from, or check_storage's located SpecError.
+std::vector<Storage> kernel_storage(const Spec& spec, const std::vector<Program>& variants,
+                                    const std::vector<Storage>& requested,
+                                    const std::vector<std::string>& requested_written);
+
 }  // namespace optgen

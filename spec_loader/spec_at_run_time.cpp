@@ -251,24 +251,11 @@ RuntimeSpec load_spec_at_run_time(const std::string& path, const SpecOptions& op
     const Spec spec = load_spec(path);
     const std::vector<Program> compiled = compile_spec(spec);
     const std::string call = "optgen::load_spec_at_run_time(" + path + ")";
-    const std::vector<Storage> to_generate = storage_to_generate(requested, spec.storage);
     std::vector<Storage> storage;
-    std::vector<std::string> written;  // each as the caller wrote it
-    for (size_t i = 0; i < to_generate.size(); ++i) {
-      const std::string text = !requested.empty()      ? options.storage[i]
-                               : !spec.storage.empty() ? spec.storage_written[i]
-                                                       : to_generate[i].text();
-      std::string error;
-      auto canonical = canonical_storage(to_generate[i], spec.state_names(), spec.matrix_value_names(), &error, text);
-      if (!canonical) throw Error(call, "SpecOptions::storage: " + error);
-      if (std::string problem = spec.storage_problem(*canonical, text); !problem.empty())
-        throw Error(call, "SpecOptions::storage: " + problem);
-      // Equal only once canonical (f32 and f32:exp_avg=f32), or naming the same kernels.
-      if (std::string clash = storage_clash(storage, written, *canonical, text); !clash.empty())
-        throw Error(call, "SpecOptions::storage: " + clash);
-      check_storage(spec, compiled, *canonical, text);
-      storage.push_back(*canonical);
-      written.push_back(text);
+    try {
+      storage = kernel_storage(spec, compiled, requested, options.storage);
+    } catch (const std::invalid_argument& e) {
+      throw Error(call, std::string("SpecOptions::storage: ") + e.what());
     }
     return RuntimeSpec(std::make_unique<const RuntimeSpec::Impl>(spec, compiled, storage));
   } catch (const SpecError& e) {
