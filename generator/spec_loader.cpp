@@ -600,8 +600,9 @@ ElementState load_state(const Loader& loader, const YAML::Node& key, const YAML:
     } else if (text == "tensor") {
       s.shape = StateShape::Tensor;
     } else if (text != "elements") {
-      loader.fail(shape, "bad shape '" + text + "' for state '" + s.name +
-                             "': expected elements, rows, cols, blocks or tensor");
+      loader.fail(
+          shape, "bad shape '" + text + "' for state '" + s.name + "': expected elements, rows, cols, blocks or tensor",
+          text == "scalar" ? "a value per param group (or per optimizer) is declared under 'scalar_state:'" : "");
     }
     if (s.shape != StateShape::Elements && s.init.param)
       loader.fail(shape, "state '" + s.name + "' has a value per " +
