@@ -59,6 +59,10 @@ def test_torchs_argument_checks():
         ot.AdamW([p], state_dtype=torch.float64)
     with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
         ot.AdamW([p], momentum=0.9)
+    with pytest.raises(ValueError, match="Number of steps must be less than 100"):  # torch's, at its step
+        ot.Muon([torch.zeros(2, 2)], ns_steps=100)
+    with pytest.raises(ValueError, match="step CUDA tensors"):  # 99 passes every argument check
+        ot.Muon([torch.zeros(2, 2)], ns_steps=99)
 
 
 def test_from_spec_raises_the_spec_error(tmp_path):

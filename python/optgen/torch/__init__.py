@@ -635,9 +635,12 @@ class Muon(Optimizer):
         return splits if split_dim == 1 else 1
 
     def _group_values(self, group: _Dict[str, _Any], dtype: _Optional[_torch.dtype]) -> _Dict[str, float]:
-        """The group's values, adjust_lr_fn as the spec's match_rms_adamw."""
+        """The group's values, adjust_lr_fn as the spec's match_rms_adamw; torch's limit on
+        ns_steps (its _zeropower_via_newtonschulz raises at the step, this when the value is given)."""
         values = _spec_values({k: v for k, v in group.items() if k != "adjust_lr_fn"}, self._spec_names,
                               tuples=self._tuples)
+        if values.get("ns_steps", 0) >= 100:
+            raise ValueError("Number of steps must be less than 100 for computational efficiency")
         if "adjust_lr_fn" in group:
             values["match_rms_adamw"] = float(_match_rms_adamw(group["adjust_lr_fn"]))
         return values
