@@ -222,6 +222,48 @@ def test_muon_with_aux_adam_steps_as_torch_muon_and_adamw():
                                atol=1e-6 + 2 * bound(dict(lr=0.02), hidden_shapes[0], 2))
 
 
+def test_muon_with_aux_adam_captured_in_a_graph_is_its_eager_step():
+    """Muon's and AdamW's groups in one optimizer (optgen_optimizers_step_amp), its step captured in
+    one CUDA graph: every replay the eager step's bits, the matrices' and the rest's."""
+    g = torch.Generator(device="cuda").manual_seed(6)
+    shapes = [(64, 32), (32, 64), (48, 48), (500, 32), (64,), (32,)]
+    eager_p = [torch.nn.Parameter(torch.randn(s, generator=g, device="cuda")) for s in shapes]
+    replayed_p = [torch.nn.Parameter(p.detach().clone()) for p in eager_p]
+
+    def optimizer(params):
+        return ot.MuonWithAuxAdam([dict(params=params[:3], use_muon=True, lr=0.02, weight_decay=0.01),
+                                   dict(params=params[3:], use_muon=False, lr=3e-3, weight_decay=0.1)])
+
+    eager, replayed = optimizer(eager_p), optimizer(replayed_p)
+
+    def set_grads():
+        for p, q in zip(eager_p, replayed_p):
+            grad = torch.randn(p.shape, generator=g, device="cuda")
+            if p.grad is None:
+                p.grad, q.grad = grad.clone(), grad.clone()
+            else:
+                p.grad.copy_(grad)
+                q.grad.copy_(grad)
+
+    set_grads()
+    eager.step()
+    replayed.step()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        replayed.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):
+        set_grads()
+        eager.step()
+        graph.replay()
+    torch.cuda.synchronize()
+    for i, (p, q) in enumerate(zip(eager_p, replayed_p)):
+        assert torch.equal(p, q), f"param {i} {tuple(p.shape)}"
+    assert torch.equal(eager.state[eager_p[3]]["exp_avg_sq"], replayed.state[replayed_p[3]]["exp_avg_sq"])
+
+
 def test_splits_step_each_part_as_its_own_matrix():
     """A fused QKV weight with splits=3 steps as torch.optim.Muon steps its three thirds apart."""
     Muon = reference()
