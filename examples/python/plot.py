@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Plots the runs in a results directory: per model, the loss curves of every optimizer overlaid with their difference
-from torch's (fused AdamW; for the Muon runs, torch.optim.Muon's) (<model>_loss.png), and the optimizer-step and iteration times of every step
-(<model>_time.png)."""
+"""Plots the runs in a results directory: per model, the loss curves of every AdamW run overlaid with their difference
+from torch's fused AdamW (<model>_loss.png), and the optimizer-step and iteration times of every step
+(<model>_time.png); the Muon runs alike, against torch.optim.Muon's (<model>_muon_loss.png, <model>_muon_time.png)."""
 
 import argparse
 import os
@@ -30,7 +30,7 @@ def plot_curve(ax, values, optimizer, window):
             label=LABELS[optimizer])
 
 
-def plot_losses(model, runs, window, out_dir):
+def plot_losses(model, runs, window, out_dir, name):
     fig, (curves, differences) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=(3, 2))
     for optimizer, run in runs.items():
         plot_curve(curves, results.losses(run), optimizer, window)
@@ -44,10 +44,10 @@ def plot_losses(model, runs, window, out_dir):
     differences.set(xlabel="step", ylabel="loss − torch's (AdamW fused; Muon)")
     if differences.get_legend_handles_labels()[0]:  # there is a run besides the baseline
         differences.legend()
-    return save(fig, out_dir, f"{model}_loss.png")
+    return save(fig, out_dir, f"{name}_loss.png")
 
 
-def plot_times(model, runs, out_dir):
+def plot_times(model, runs, out_dir, name):
     fig, (step_ax, iteration_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     for optimizer, run in runs.items():
         per_step, summary = run["per_step"], run["summary"]
@@ -62,7 +62,7 @@ def plot_times(model, runs, out_dir):
         ax.legend(fontsize="small")
     step_ax.set(ylabel="ms", title=f"{model}: optimizer.step() per step")
     iteration_ax.set(xlabel="step", ylabel="ms", title=f"{model}: whole iteration per step")
-    return save(fig, out_dir, f"{model}_time.png")
+    return save(fig, out_dir, f"{name}_time.png")
 
 
 def save(fig, out_dir, name):
@@ -84,10 +84,13 @@ def main():
     found = False
     for model in results.MODELS:
         runs = results.load_runs(args.results_dir, model)
-        if runs:
-            found = True
-            print(plot_losses(model, runs, args.window, out_dir))
-            print(plot_times(model, runs, out_dir))
+        muon = {optimizer: run for optimizer, run in runs.items() if optimizer.startswith("muon")}
+        adamw = {optimizer: run for optimizer, run in runs.items() if optimizer not in muon}
+        for name, chosen in ((model, adamw), (f"{model}_muon", muon)):
+            if chosen:
+                found = True
+                print(plot_losses(model, chosen, args.window, out_dir, name))
+                print(plot_times(model, chosen, out_dir, name))
     if not found:
         p.error(f"no <model>_<optimizer>.json files in {args.results_dir}")
 
