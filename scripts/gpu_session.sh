@@ -30,8 +30,8 @@
 #            torch.optim.Adafactor (for-loop and foreach) on every workload of bench/workloads
 #   adafactor_compile  the same beside torch.compile'd torch.optim.Adafactor (fullgraph if it compiles)
 #   python   the Python package's tests (pytest tests/python: the GPU ones against torch.optim and,
-#            from .pylibs/ when carried, prodigyopt and dadaptation), on build-run/liboptgen.so and the
-#            sources in python/
+#            from .pylibs/ when carried, prodigyopt, dadaptation, schedulefree and adam_mini), on
+#            build-run/liboptgen.so and the sources in python/
 #   pystep   bench/python_step.py: host and GPU time of optgen.torch's step() beside torch fused
 #   examples examples/python/run_gpu.sh: real training, optgen.torch beside torch (JSON in $OUT)
 #   wheel    the wheel in build-pack/wheel/ (carried; scripts/build_wheel.sh made it) installed into a
@@ -174,7 +174,8 @@ for what in $steps; do
       ;;
     python)
       echo "== pytest tests/python"
-      # .pylibs: the published optimizers some tests compare with (prodigyopt, dadaptation), when carried.
+      # .pylibs: the published optimizers some tests compare with (prodigyopt, dadaptation, schedulefree,
+      # adam_mini), when carried.
       OPTGEN_LIBRARY="$run/liboptgen.so" PYTHONPATH="python:$PWD/.pylibs" python3 -m pytest -q -rs tests/python 2>&1 |
         tee "$out/pytest.log" | tail -30
       status=$((status | PIPESTATUS[0]))
