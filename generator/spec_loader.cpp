@@ -387,15 +387,19 @@ bool statement_has_question_mark(const SourceFile& file, int line) {
 }
 
 /// yaml-cpp reads a quoted scalar that the file ends inside, after a line end, as if it were closed:
-/// each quoted scalar must have its closing quote.
-void check_closed_quotes(const Loader& loader, const std::shared_ptr<const SourceFile>& file, const YAML::Node& node) {
+/// each quoted scalar must have its closing quote. Each mapping and sequence is visited once (by
+/// its place in the file), however many aliases (`*name`) repeat it: nested aliases name
+/// exponentially many nodes in a few lines, and walking them all took minutes.
+void check_closed_quotes(const std::shared_ptr<const SourceFile>& file, const YAML::Node& node,
+                         std::set<std::pair<int, bool>>& visited) {
   if (node.IsMap() || node.IsSequence()) {
+    if (!visited.insert({node.Mark().pos, node.IsMap()}).second) return;
     for (auto it = node.begin(); it != node.end(); ++it) {
       if (node.IsMap()) {
-        check_closed_quotes(loader, file, it->first);
-        check_closed_quotes(loader, file, it->second);
+        check_closed_quotes(file, it->first, visited);
+        check_closed_quotes(file, it->second, visited);
       } else {
-        check_closed_quotes(loader, file, *it);
+        check_closed_quotes(file, *it, visited);
       }
     }
     return;
@@ -441,7 +445,8 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
       hint = "a statement with ' : ' in it (as in 'c ? a : b') must be quoted: - \"x = c ? a : b\"";
     throw SpecError(at, "YAML syntax error: " + e.msg, hint);
   }
-  check_closed_quotes(loader, file, root);
+  std::set<std::pair<int, bool>> visited;
+  check_closed_quotes(file, root, visited);
   if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
   if (!root.IsMap())
     loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
