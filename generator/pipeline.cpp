@@ -9,6 +9,7 @@
 #include "shapes.h"
 #include "unit_matrices.h"
 #include "blockwise_states.h"
+#include "kernel_limits.h"
 #include "unsigned_states.h"
 
 namespace optgen {
@@ -128,7 +129,9 @@ std::vector<Storage> kernel_storage(const Spec& spec, const std::vector<Program>
 }
 
 void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters) {
-  if (emitters == Emitters::All) refuse_unsnapshotted_states(spec, variants);
+  if (emitters != Emitters::All) return;
+  refuse_unsnapshotted_states(spec, variants);
+  check_kernel_limits(spec, variants);
 }
 
 }  // namespace optgen

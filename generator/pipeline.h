@@ -38,7 +38,8 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
                                   Emitters emitters = Emitters::All);
 
 /// compile_spec's refusal alone: throws a located SpecError when the compiled `variants` use what
-/// the `emitters` cannot print yet (the kernels: rows, columns and `factored`).
+/// the `emitters` cannot print (the kernels: a state of rows or columns the Update stage would read
+/// unsnapshotted; more operands or reductions than a kernel's masks hold, kernel_limits.h).
 void check_emitters(const Spec& spec, const std::vector<Program>& variants, Emitters emitters);
 
 /// A storage checked against the compiled `variants` (Spec::storage_problem and canonical_storage

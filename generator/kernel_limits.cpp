@@ -1,0 +1,62 @@
+#include "kernel_limits.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "diagnostic.h"
+
+namespace optgen {
+namespace {
+
+void check_operands(const Spec& spec, const Program& p) {
+  const int count = 2 + static_cast<int>(p.states.size() + p.matrix_values.size());
+  if (count <= kMaxKernelOperands) return;
+  const std::string limit = "the kernels take " + std::to_string(kMaxKernelOperands) +
+                            " operands at most: param, grad and " + std::to_string(kMaxKernelOperands - 2) +
+                            " states and matrix values";
+  const std::string hint = "fold states that are always updated together into fewer, or split the optimizer";
+  // The first name past the limit, in operand order: states, then matrix values.
+  const std::size_t past = kMaxKernelOperands - 2;
+  if (past < p.states.size()) {
+    const auto s = std::find_if(spec.states.begin(), spec.states.end(),
+                                [&](const ElementState& e) { return e.name == p.states[past]; });
+    throw SpecError(s->loc,
+                    "state '" + s->name + "' would be operand " + std::to_string(past + 3) + " of variant " +
+                        p.variant + "'s kernels (" + std::to_string(count) + " in all); " + limit,
+                    hint);
+  }
+  const MatrixValue& m = p.matrix_values[past - p.states.size()];
+  throw SpecError(m.loc,
+                  "matrix value '" + m.name + "' would be operand " + std::to_string(past + 3) + " of variant " +
+                      p.variant + "'s kernels (" + std::to_string(count) + " in all); " + limit,
+                  hint);
+}
+
+void check_reductions(const Program& p) {
+  std::map<int, int> per_stage;
+  for (const ReductionValue& r : p.reductions) {
+    if (++per_stage[r.stage] <= kMaxStageReductions) continue;
+    throw SpecError(r.loc,
+                    "this is reduction " + std::to_string(per_stage[r.stage]) + " of stage " + std::to_string(r.stage) +
+                        " of variant " + p.variant + "; a stage computes " + std::to_string(kMaxStageReductions) +
+                        " at most",
+                    "sum a combination once instead of each part (sum(a * x + b * y) for a * sum(x) + b * sum(y))");
+  }
+}
+
+}  // namespace
+
+void check_kernel_limits(const Spec& spec, const std::vector<Program>& variants) {
+  for (const Program& v : variants) {
+    std::vector<const Program*> programs = {&v};
+    if (v.shard_step) programs.push_back(v.shard_step.get());
+    for (const Program& program : v.programs) programs.push_back(&program);
+    for (const Program* p : programs) {
+      check_operands(spec, *p);
+      check_reductions(*p);
+    }
+  }
+}
+
+}  // namespace optgen
