@@ -147,6 +147,7 @@ std::vector<StoredValue> stored_values(const Program& variant) {
             stored.push_back({name, value, level, f.own, kind, v.slot, true, true});
             return;
           }
+      if (slot == kMaxStoredValues) return;  // computed where read: a kernel's masks of slots hold 32
       stored.push_back({name, value, level, f.own, kind, slot++, new_state, false});
     };
     for (const auto& v : variant.values[level]) consider(v.name, v.value, false);
@@ -233,7 +234,6 @@ LoadedSlots loaded_slots(const Program& variant, const std::vector<Expr>& roots,
       if (e->kind != NodeKind::Var || e->var != VarKind::Hoisted) return;
       const StoredValue* v = loaded_value(stored, e->name, e->level, order);
       if (!v) return;
-      if (v->slot >= 32) throw InternalError("loaded_slots: more than 32 stored values of one level");
       (v->level == Domain::Row ? slots.row : v->level == Domain::Column ? slots.col : slots.matrix) |= 1u << v->slot;
     });
   return slots;

@@ -36,11 +36,15 @@ struct StoredValue {
   bool shared = false;  ///< a new state in the slot of a value stored before it
 };
 
+/// Slots of one level's stored values: a kernel names those it loads by a 32-bit mask (LoadedSlots).
+constexpr int kMaxStoredValues = 32;
+
 /// The variant's stored values: matrix, then row, then column ones, each level's hoisted values in
 /// program order, then its states' new values in operand order (their slots count up so). A value
 /// whose inputs no one line finishes (a row value of a column result, or of a tensor result of its
-/// own stage) is not stored: code computes it where it reads it. The step for shards
-/// (Program::for_shards) stores none: a line finishes its rank's part of a column or matrix only.
+/// own stage), or past a level's kMaxStoredValues, is not stored: code computes it where it reads
+/// it. The step for shards (Program::for_shards) stores none: a line finishes its rank's part of a
+/// column or matrix only.
 std::vector<StoredValue> stored_values(const Program& variant);
 
 /// Whether a reduction of the variant sums over the rows or the columns of a matrix (across_rows,

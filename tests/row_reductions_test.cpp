@@ -1,8 +1,9 @@
 // Maxima and norms over rows and columns (row_max, col_max, row_norm, col_norm): the CPU reference
 // of SM3-II (tests/specs/sm3.yaml) against its statements written out by hand, and on a GPU the
 // kernels of it and of tests/specs/row_norms.yaml (all four reductions, maxima of values of either
-// sign) against the reference: wide, tall, one-row and one-column matrices, batches of them, a 1x1
-// convolution's weight, a vector, and gradient clipping.
+// sign) and of tests/specs/many_row_values.yaml (more row values than a level stores) against the
+// reference: wide, tall, one-row and one-column matrices, batches of them, a 1x1 convolution's
+// weight, a vector, and gradient clipping.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <memory>
 #include <random>
 
+#include "many_row_values.h"
+#include "many_row_values_reference.h"
 #include "optimizer_harness.h"
 #include "row_norms.h"
 #include "row_norms_reference.h"
@@ -157,6 +160,12 @@ TEST_CASE("maxima and norms over rows and columns on the GPU match the CPU refer
   }
   SECTION("row_norm, row_max, col_norm and col_max of the signed gradient") {
     const Comparison result = run_on_gpu(optgen::RowNorms::info(), optgen::reference::row_norms::optimizer());
+    INFO("worst relative error " << result.worst << " in " << result.where);
+    CHECK(result.worst <= tolerance(DType::F32, {DType::F32}));
+  }
+  SECTION("34 values of each row: 32 stored, the last two computed where the Update stage reads them") {
+    const Comparison result =
+        run_on_gpu(optgen::ManyRowValues::info(), optgen::reference::many_row_values::optimizer());
     INFO("worst relative error " << result.worst << " in " << result.where);
     CHECK(result.worst <= tolerance(DType::F32, {DType::F32}));
   }

@@ -171,6 +171,15 @@ TEST_CASE("values are stored by the lines that finish their results, and the sna
   CHECK(optgen::update_reads_shaped_states(row_inline));
   CHECK(optgen::stage_blocks(row_inline, row_inline.stages.front()) ==
         (bit(abi::kChunkRuns) | bit(abi::kRowLines) | bit(abi::kColumnSegments) | bit(abi::kSnapshot)));
+
+  // A level stores 32 values at most (a kernel's masks of slots): the 33rd and 34th row values are
+  // not stored, and the Update stage computes them where it reads them.
+  const optgen::Program many = first_variant("/tests/specs/many_row_values.yaml");
+  REQUIRE(many.values[optgen::Domain::Row].size() >= 34);
+  const std::vector<optgen::StoredValue> stored = optgen::stored_values(many);
+  CHECK(stored.size() == static_cast<std::size_t>(optgen::kMaxStoredValues));
+  CHECK(stored.back().slot == optgen::kMaxStoredValues - 1);
+  CHECK(optgen::loaded_value(stored, many.values[optgen::Domain::Row].back().name, optgen::Domain::Row, 2) == nullptr);
 }
 
 TEST_CASE("element code loads each stored value it reads through Position, and finds no index it does not read",
