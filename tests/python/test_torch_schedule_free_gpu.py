@@ -83,6 +83,46 @@ def test_matches_schedulefree_step_by_step_with_eval_and_train_between(config):
     assert [g["train_mode"] for g in ours.param_groups] == [False]
 
 
+def test_groups_in_different_modes_move_as_schedulefree_moves_them():
+    """A group added after train() is in eval mode (schedulefree's default train_mode is False), and
+    steps all the same (step() asks the first group's mode): eval() then moves only the groups in
+    train mode, bound to the engine as they are, and train() every group."""
+    theirs_cls = published()
+    ours_p, theirs_p = make_params(4), make_params(4)
+    later_ours, later_theirs = make_params(5)[:2], make_params(5)[:2]
+    ours = ot.AdamWScheduleFree(ours_p, weight_decay=0.05)
+    theirs = theirs_cls(theirs_p, weight_decay=0.05)
+    ours.train()
+    theirs.train()
+    for step in range(3):
+        step_both(ours, theirs, ours_p, theirs_p, step)
+    ours.add_param_group(dict(params=later_ours, lr=0.01))
+    theirs.add_param_group(dict(params=later_theirs, lr=0.01))
+    assert [g["train_mode"] for g in ours.param_groups] == [g["train_mode"] for g in theirs.param_groups]
+    assert [g["train_mode"] for g in ours.param_groups] == [True, False]
+    everything_ours, everything_theirs = ours_p + later_ours, theirs_p + later_theirs
+
+    def step_everything(step):
+        grads = cuda_tensors.gradients(SHAPES + SHAPES[:2], step)
+        for p, q, g in zip(everything_ours, everything_theirs, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        ours.step()
+        theirs.step()
+
+    step_everything(3)  # binds both groups, in different modes
+    compare(ours, theirs, everything_ours, everything_theirs, "after a step of both groups")
+    ours.eval()
+    theirs.eval()
+    compare(ours, theirs, everything_ours, everything_theirs, "after eval() of the first group alone")
+    ours.train()
+    theirs.train()
+    compare(ours, theirs, everything_ours, everything_theirs, "after train() of both groups")
+    for step in range(4, 7):
+        step_everything(step)
+    compare(ours, theirs, everything_ours, everything_theirs, "after more steps of both groups")
+    assert [g["train_mode"] for g in ours.param_groups] == [True, True]
+
+
 def test_step_in_eval_mode_raises_and_modes_switch_once():
     ours_p = make_params(2)
     opt = ot.AdamWScheduleFree(ours_p)

@@ -313,8 +313,10 @@ class AdamWScheduleFree(Optimizer):
     As with the authors' class, call train() before training steps and eval() before evaluating
     or saving the model: they move the parameters from x to y and back, each one fused launch over
     every parameter (the spec's programs train and eval), and step() raises while the optimizer is
-    in eval mode. Each group's train_mode is in its param group; a group that has not stepped has
-    no z and does not move. The gradient is left as it was (schedulefree divides p.grad in place by
+    in eval mode. Each group's train_mode is in its param group, and train() and eval() move the
+    groups not yet in that mode, as schedulefree does (those alone, where the groups' modes differ:
+    torch's lerp per parameter then, not the fused launch); a group that has not stepped has no z
+    and does not move. The gradient is left as it was (schedulefree divides p.grad in place by
     the denominator). lr_max and weight_sum, schedulefree's per-group values, are scalar state:
     state[p]["lr_max"], state[p]["weight_sum"] after state_dict(), and in each group of
     state_dict()'s param_groups with k (the step count) and scheduled_lr, as schedulefree keeps
@@ -353,15 +355,13 @@ class AdamWScheduleFree(Optimizer):
         if not moving:
             return
         with _torch.no_grad():
-            if self._engine is not None and not self._structure_changed:
+            if self._engine is not None and not self._structure_changed and len(moving) == len(self.param_groups):
                 # Every bound group at once: the engine runs the program over all of them.
-                if len(moving) != len(self.param_groups):
-                    raise RuntimeError(f"{program}(): the param groups are in different modes (train_mode "
-                                       f"{[g['train_mode'] for g in self.param_groups]}); set them alike")
                 self._engine.run(program, _stream_of(self._device))
             else:
-                # Not bound since the last change (a loaded state_dict, a new group): z as the state
-                # holds it, as schedulefree moves them.
+                # Some groups only (one added after train(), whose train_mode is False as
+                # schedulefree's), or not bound since the last change (a loaded state_dict): z as
+                # the state holds it (the engine's own buffer once bound), as schedulefree moves them.
                 for group in moving:
                     beta1 = group["betas"][0]
                     weight = 1 - beta1 if train else 1 - 1 / beta1
