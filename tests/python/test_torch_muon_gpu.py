@@ -101,6 +101,17 @@ def test_checkpoints_move_both_ways_mid_run():
     assert ours.state_dict()["param_groups"][0]["adjust_lr_fn"] is None
 
 
+def captured_step(optimizer):
+    """optimizer.step() captured in a CUDA graph on a side stream, as torch.cuda.graph asks."""
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        optimizer.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph
+
+
 def test_a_step_captured_in_a_graph_is_the_eager_step():
     eager_p, replayed_p = make_params(3), make_params(3)
     eager, replayed = ot.Muon(eager_p, lr=0.02), ot.Muon(replayed_p, lr=0.02)
@@ -108,12 +119,7 @@ def test_a_step_captured_in_a_graph_is_the_eager_step():
         p.grad, q.grad = g.clone(), g.clone()
     eager.step()
     replayed.step()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.cuda.graph(graph):
-        replayed.step()
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = captured_step(replayed)
     for step in range(1, 4):
         for p, q, g in zip(eager_p, replayed_p, gradients(step)):
             p.grad.copy_(g)
@@ -248,12 +254,7 @@ def test_muon_with_aux_adam_captured_in_a_graph_is_its_eager_step():
     set_grads()
     eager.step()
     replayed.step()
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.cuda.graph(graph):
-        replayed.step()
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = captured_step(replayed)
     for _ in range(3):
         set_grads()
         eager.step()
