@@ -443,6 +443,8 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
     std::string hint;
     if (statement_has_question_mark(*file, at.line))
       hint = "a statement with ' : ' in it (as in 'c ? a : b') must be quoted: - \"x = c ? a : b\"";
+    else if (line.find('\t') < line.find_first_not_of(" \t"))
+      hint = "YAML indents with spaces: this line's indentation holds a tab";
     throw SpecError(at, "YAML syntax error: " + e.msg, hint);
   }
   std::set<std::pair<int, bool>> visited;
