@@ -1,7 +1,8 @@
 // Matrix functions as programs (optgen/matrix_program.h): the statements of `matrix_functions:`
 // compiled into instructions, their errors located; on the GPU, muon's newton_schulz (a built-in
 // written in the spec language) against the iteration on the CPU in bf16 and in f32, and a spec's
-// own matrix functions (tests/specs/matrix_code.yaml: every instruction) against its CPU reference.
+// own matrix functions (tests/specs/matrix_code.yaml: every instruction; tests/specs/matrix_chain.yaml:
+// one of another's result, and a norm of one) against their CPU references.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,6 +12,8 @@
 
 #include "check.h"
 #include "gpu.h"
+#include "matrix_chain.h"
+#include "matrix_chain_reference.h"
 #include "matrix_code.h"
 #include "matrix_code_reference.h"
 #include "matrix_program_run.h"
@@ -286,22 +289,22 @@ TEST_CASE("muon's newton_schulz on the GPU follows the iteration on the CPU, in 
   }
 }
 
-TEST_CASE("a spec's own matrix functions step as its CPU reference, in every storage", "[gpu]") {
-  OPTGEN_REQUIRE_GPU();
+/// Three steps of every kernel set of `info` on matrices of several shapes, against `ref`, each
+/// step moving a param by up to lr (0.02) times `max_scale`.
+void steps_as_its_reference(const optgen::OptimizerInfo& info, const optgen::reference::Optimizer& ref,
+                            double max_scale) {
   if (std::string why; !optgen::cublas::available(&why)) {
     record_skip(Catch::getResultCapture().getCurrentTestName(), "no cuBLAS: " + why);
     return;
   }
-  const auto& info = optgen::MatrixProgramSGD::info();
-  const auto& ref = optgen::reference::matrix_code::optimizer();
   for (int k = 0; k < info.num_kernels; ++k) {
     const optgen::KernelInfo& kernel = info.kernels[k];
     INFO("kernel set " << kernel.stages[0]);
     const std::vector<double> h = optgen::default_hyperparameters(info);
     std::mt19937 rng(static_cast<unsigned>(k) + 11);
-    // Wide, tall (polar sees it transposed, mix does not), square, a batch of three, one row.
-    // Small matrices run in one block each; 72 x 90 (a view of more than kMatrixInBlockRows rows)
-    // through cuBLAS.
+    // Wide, tall (a function that transposes tall matrices sees it transposed), square, a batch of
+    // three, one row. Small matrices run in one block each; 72 x 90 (a view of more than
+    // kMatrixInBlockRows rows) through cuBLAS.
     DeviceGroup group(kernel.param, TensorShapes{{{16, 40}, {48, 12}, {24, 24}, {3, 8, 20}, {1, 30}, {72, 90}}},
                       {false, false, false, false, false, false}, rng);
     optgen::FusedOptimizer opt(info, h, storage_of(info, kernel));
@@ -316,7 +319,19 @@ TEST_CASE("a spec's own matrix functions step as its CPU reference, in every sto
       check_group(opt, ref, 0, group, states, scalar_state, step, result);
     }
     INFO("worst relative error " << result.worst << " in " << result.where);
-    // Each step moves a param by lr (0.02) times entries of up to a few (mix's 3 y - n + y s).
-    CHECK(result.worst <= matrix_tolerance(info, kernel, 0.02, 4.0, 3));
+    CHECK(result.worst <= matrix_tolerance(info, kernel, 0.02, max_scale, 3));
   }
+}
+
+TEST_CASE("a spec's own matrix functions step as its CPU reference, in every storage", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  // Each step moves a param by lr times entries of up to a few (mix's 3 y - n + y s).
+  steps_as_its_reference(optgen::MatrixProgramSGD::info(), optgen::reference::matrix_code::optimizer(), 4.0);
+}
+
+TEST_CASE("a matrix function of another's result, and a norm of one, step as the CPU reference", "[gpu]") {
+  OPTGEN_REQUIRE_GPU();
+  // tests/specs/matrix_chain.yaml: u = polar(o + grad) after o = polar(grad), each a stage's
+  // stored operand; the step lr * u * (1 + norm(o) / sqrt(numel)), entries of u within about 1.
+  steps_as_its_reference(optgen::MatrixChainSGD::info(), optgen::reference::matrix_chain::optimizer(), 4.0);
 }
