@@ -31,10 +31,7 @@ void check_blockwise_states(const Spec& spec, const std::vector<Program>& varian
     const DType dtype = storage.state_dtype(s.name);
     if (!is_blockwise(dtype)) continue;
     for (const Program& v : variants) {
-      std::vector<const Program*> programs = {&v};
-      if (v.shard_step) programs.push_back(v.shard_step.get());
-      for (const Program& program : v.programs) programs.push_back(&program);
-      for (const Program* p : programs) {
+      for (const Program* p : kernel_programs(v)) {
         const std::string why = reason(spec, *p, s.name);
         if (why.empty()) continue;
         throw SpecError(s.loc,

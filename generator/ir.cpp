@@ -324,6 +324,13 @@ bool reduces_over_optimizer(const Program& program) {
   return false;
 }
 
+std::vector<const Program*> kernel_programs(const Program& step) {
+  std::vector<const Program*> programs = {&step};
+  if (step.shard_step) programs.push_back(step.shard_step.get());
+  for (const Program& program : step.programs) programs.push_back(&program);
+  return programs;
+}
+
 bool uses_shapes(const Program& program) {
   bool uses = false;
   for (Domain d : {Domain::Matrix, Domain::Row, Domain::Column}) uses = uses || !program.values[d].empty();

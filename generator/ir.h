@@ -296,6 +296,10 @@ Program map_roots(const Program& program, const std::function<Expr(const Expr&)>
 /// stages then work per matrix, row and column of each tensor, which needs the tensors' shapes.
 bool uses_shapes(const Program& program);
 
+/// Every program that has kernels of its own for a step's variant: the step, its step on shards
+/// (Program::shard_step) and its programs beside it (Program::programs).
+std::vector<const Program*> kernel_programs(const Program& step);
+
 /// Whether the program reduces over every group (optimizer_sum, ...): the CPU reference then steps
 /// its groups in two passes (reference::step_groups).
 bool reduces_over_optimizer(const Program& program);

@@ -12,25 +12,20 @@ namespace {
 void check_operands(const Spec& spec, const Program& p) {
   const int count = 2 + static_cast<int>(p.states.size() + p.matrix_values.size());
   if (count <= kMaxKernelOperands) return;
-  const std::string limit = "the kernels take " + std::to_string(kMaxKernelOperands) +
-                            " operands at most: param, grad and " + std::to_string(kMaxKernelOperands - 2) +
-                            " states and matrix values";
-  const std::string hint = "fold states that are always updated together into fewer, or split the optimizer";
-  // The first name past the limit, in operand order: states, then matrix values.
+  // The first operand past the limit, in operand order: param, grad, states, then matrix values.
   const std::size_t past = kMaxKernelOperands - 2;
-  if (past < p.states.size()) {
-    const auto s = std::find_if(spec.states.begin(), spec.states.end(),
-                                [&](const ElementState& e) { return e.name == p.states[past]; });
-    throw SpecError(s->loc,
-                    "state '" + s->name + "' would be operand " + std::to_string(past + 3) + " of variant " +
-                        p.variant + "'s kernels (" + std::to_string(count) + " in all); " + limit,
-                    hint);
-  }
-  const MatrixValue& m = p.matrix_values[past - p.states.size()];
-  throw SpecError(m.loc,
-                  "matrix value '" + m.name + "' would be operand " + std::to_string(past + 3) + " of variant " +
-                      p.variant + "'s kernels (" + std::to_string(count) + " in all); " + limit,
-                  hint);
+  const MatrixValue* matrix = past < p.states.size() ? nullptr : &p.matrix_values[past - p.states.size()];
+  const std::string name = matrix ? matrix->name : p.states[past];
+  SourceLoc loc = matrix ? matrix->loc : SourceLoc{};
+  for (const ElementState& s : spec.states)
+    if (!matrix && s.name == name) loc = s.loc;
+  throw SpecError(loc,
+                  std::string(matrix ? "matrix value '" : "state '") + name + "' would be operand " +
+                      std::to_string(past + 3) + " of variant " + p.variant + "'s kernels (" + std::to_string(count) +
+                      " in all); the kernels take " + std::to_string(kMaxKernelOperands) +
+                      " operands at most: param, grad and " + std::to_string(kMaxKernelOperands - 2) +
+                      " states and matrix values",
+                  "fold states that are always updated together into fewer, or split the optimizer");
 }
 
 void check_reductions(const Program& p) {
@@ -48,15 +43,11 @@ void check_reductions(const Program& p) {
 }  // namespace
 
 void check_kernel_limits(const Spec& spec, const std::vector<Program>& variants) {
-  for (const Program& v : variants) {
-    std::vector<const Program*> programs = {&v};
-    if (v.shard_step) programs.push_back(v.shard_step.get());
-    for (const Program& program : v.programs) programs.push_back(&program);
-    for (const Program* p : programs) {
+  for (const Program& v : variants)
+    for (const Program* p : kernel_programs(v)) {
       check_operands(spec, *p);
       check_reductions(*p);
     }
-  }
 }
 
 }  // namespace optgen
