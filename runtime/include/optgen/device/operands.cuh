@@ -186,9 +186,15 @@ __device__ __forceinline__ void store_blockwise(DType codec, void* base, long lo
 #pragma unroll
     for (int e = 0; e < width; ++e) lane_max[e] = fmaxf(lane_max[e], lane_max[e + width]);
   float block_max = fmaxf(lane_max[0], 0.0f);
+#if __CUDA_ARCH__ >= 800
+  // A lane's maximum is +0 or more and not NaN, so its bits order as unsigned ints as the floats
+  // do: the warp's maximum is one REDUX, where five shuffles and maxima were a chain of ten.
+  block_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(block_max)));
+#else
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, offset));
+#endif
   if ((threadIdx.x & 31) == 0) absmax[block] = block_max;
   const float inverse = blockwise8::reciprocal(block_max);
   // PRMT gathers the codes (each in the low byte of its int): two into a half word, then two
