@@ -171,20 +171,21 @@ TEST_CASE("blockwise8: quantize rounds to the nearest code and a midpoint to the
 
 TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) gives quantize's code", "[blockwise8]") {
   // magnitude_code takes the code of |x|'s slot from the slot table and adds one if |x| is above
-  // the code bound that follows (compared as bits). That is quantize's code for every float exactly
-  // when each table entry is the code of its slot's least value and the slot's last value has at
-  // most the next code (codes rise with x): checked here for every slot, so for every float. Then
-  // samples, every bound and its neighbours, the ends, NaN, and the state quantisers built on it.
+  // the code bound that follows (compared as bits, where the entry holds it). That is quantize's
+  // code for every float exactly when each table entry is slot_entry of the code of its slot's
+  // least value and the bound above that code, and the slot's last value has at most the next code
+  // (codes rise with x): checked here for every slot, so for every float. Then samples, every bound
+  // and its neighbours, the ends, NaN, and the state quantisers built on it.
   const float inf = std::numeric_limits<float>::infinity();
   STATIC_REQUIRE(b8::kSlots == 3072);
-  STATIC_REQUIRE(sizeof(b8::kSignedSlotCodes) == b8::kSlots);
-  STATIC_REQUIRE(sizeof(b8::kUnsignedSlotCodes) == b8::kSlots);
+  STATIC_REQUIRE(sizeof(b8::kSignedSlots) == b8::kSlots * sizeof(unsigned));
+  STATIC_REQUIRE(sizeof(b8::kUnsignedSlots) == b8::kSlots * sizeof(unsigned));
   CHECK(b8::slot_start(0) == std::ldexp(1.0f, -24));
   CHECK(b8::slot_start(b8::kSlots - 1) == 1.0f - std::ldexp(1.0f, -8));
   for (int which = 0; which < 2; ++which) {
     const bool is_signed = which == 0;
     const float* m = is_signed ? b8::kSignedMap : b8::kUnsignedMap;
-    const unsigned char* slot_codes = is_signed ? b8::kSignedSlotCodes : b8::kUnsignedSlotCodes;
+    const unsigned* slots = is_signed ? b8::kSignedSlots : b8::kUnsignedSlots;
     INFO((is_signed ? "kSignedMap" : "kUnsignedMap"));
     float bounds[257];
     unsigned bound_bits[257] = {};
@@ -204,21 +205,21 @@ TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) give
       INFO("slot " << s);
       const float first = b8::slot_start(s);
       const float last = s + 1 < b8::kSlots ? std::nextafter(b8::slot_start(s + 1), -inf) : std::nextafter(1.0f, inf);
-      REQUIRE(slot_codes[s] == b8::quantize(m, first));
-      REQUIRE(b8::quantize(m, last) <= slot_codes[s] + 1);
+      const int code = b8::quantize(m, first);
+      REQUIRE(slots[s] == b8::slot_entry(s, code, bound_bits[code + 1]));
+      REQUIRE(b8::quantize(m, last) <= code + 1);
     }
     // Below the first slot, the code of 0; at and past 1, and a NaN's magnitude, 255.
-    CHECK(b8::quantize(m, std::nextafter(b8::slot_start(0), 0.0f)) == slot_codes[0]);
-    CHECK(slot_codes[0] == (is_signed ? 127 : 0));
+    CHECK(b8::quantize(m, std::nextafter(b8::slot_start(0), 0.0f)) == (slots[0] & 0xffu));
+    CHECK((slots[0] & 0xffu) == (is_signed ? 127u : 0u));
     for (float x : {1.0f, 1e30f, inf, std::numeric_limits<float>::quiet_NaN()})
-      CHECK(b8::magnitude_code(slot_codes, bound_bits, bits(x) & 0x7fffffffu) == 255);
+      CHECK(b8::magnitude_code(slots, bits(x) & 0x7fffffffu) == 255);
 
     long long mismatches = 0;
     const auto compare = [&](float x) {
       // normalize(x, reciprocal(1)) is x: the codes of x itself, sign rule and mirror included.
       const int expected = is_signed ? b8::quantize_signed_state(m, x, 1.0f) : b8::quantize_unsigned_state(m, x, 1.0f);
-      const int code = is_signed ? b8::signed_state_code(slot_codes, bound_bits, x, 1.0f)
-                                 : b8::unsigned_state_code(slot_codes, bound_bits, x, 1.0f);
+      const int code = is_signed ? b8::signed_state_code(slots, x, 1.0f) : b8::unsigned_state_code(slots, x, 1.0f);
       if (code != expected) ++mismatches;
     };
     for (std::uint32_t u = 0; u <= bits(1.0f) + 8; u += 61) {
@@ -252,16 +253,15 @@ TEST_CASE("blockwise8: the kernels' quantiser (a slot's code and one bound) give
       // quantize gives NaN code 0 and the sign rule moves it up to 1 (kSignedMap[1] * inf = -inf);
       // the kernels' quantiser gives 255, +inf (see signed_state_code).
       CHECK(b8::quantize_signed_state(m, inf, inf) == 1);
-      CHECK(b8::signed_state_code(slot_codes, bound_bits, inf, b8::reciprocal(inf)) == 255);
+      CHECK(b8::signed_state_code(slots, inf, b8::reciprocal(inf)) == 255);
     }
     for (const auto& [value, absmax] : cases) {
       INFO("value " << value << ", absmax " << absmax);
       const float inverse = b8::reciprocal(absmax);
       if (is_signed)
-        REQUIRE(b8::signed_state_code(slot_codes, bound_bits, value, inverse) ==
-                int(b8::quantize_signed_state(m, value, absmax)));
+        REQUIRE(b8::signed_state_code(slots, value, inverse) == int(b8::quantize_signed_state(m, value, absmax)));
       else
-        REQUIRE(b8::unsigned_state_code(slot_codes, bound_bits, std::fabs(value), inverse) ==
+        REQUIRE(b8::unsigned_state_code(slots, std::fabs(value), inverse) ==
                 int(b8::quantize_unsigned_state(m, std::fabs(value), absmax)));
     }
   }
@@ -429,9 +429,7 @@ namespace b8 = optgen::blockwise8;
 extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* c1, unsigned char* c2, float* absmax,
                                      float* out) {
   __shared__ float map1[256], map2[256];
-  __shared__ unsigned bound_bits[257];
   __shared__ float block_max;
-  bound_bits[threadIdx.x + 1] = b8::code_bound_bits(b8::kSignedMap, threadIdx.x + 1);
   map1[threadIdx.x] = b8::kSignedMap[threadIdx.x];
   map2[threadIdx.x] = b8::kUnsignedMap[threadIdx.x];
   if (threadIdx.x == 0) block_max = 0.0f;
@@ -447,7 +445,7 @@ extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* 
   if (threadIdx.x == 0) absmax[blockIdx.x] = block_max;
   if (!b8::uses_8bit_states(n)) out[i] += b8::quantize(b8::kSignedMap, b8::normalize(v, b8::reciprocal(block_max)));
   // The kernels' quantiser (its slot table read from device memory).
-  c1[i] = b8::signed_state_code(b8::kSignedSlotCodes, bound_bits, v, b8::reciprocal(block_max));
+  c1[i] = b8::signed_state_code(b8::kSignedSlots, v, b8::reciprocal(block_max));
 }
 )";
   optgen::nvrtc::Compiled compiled;

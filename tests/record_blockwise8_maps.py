@@ -33,7 +33,8 @@ then 0 and 1.0 are appended (2 * 127 + 2 = 254 + 2 = 256 entries for either map;
 
 Also the kernels' slot tables (blockwise8.h, "The kernels' quantiser"): for every slot of floats in
 [2^-24, 1) (the float's exponent and top 7 mantissa bits), the code quantize() gives its least value,
-counted as the code_bound()s below it (the midpoints, a tie to the even code folded in).
+counted as the code_bound()s below it (the midpoints, a tie to the even code folded in), and where
+in the slot the bound to the next code lies (slot_entry).
 
 Prints the tables as the C++ text of blockwise8.h (hex float literals, exact), or with --check,
 compares them with the tables in the header. With torch installed, --torch also runs
@@ -155,7 +156,8 @@ def c_hex(x):
 SLOT_MANTISSA_BITS = 7  # blockwise8.h: kSlotMantissaBits, kSlotLowBits, kSlotHighBits
 SLOT_LOW_BITS = 103 << 23
 SLOT_HIGH_BITS = 0x3F7FFFFF
-SLOTS = ((SLOT_HIGH_BITS - SLOT_LOW_BITS) >> (23 - SLOT_MANTISSA_BITS)) + 1
+SLOT_SHIFT = 23 - SLOT_MANTISSA_BITS
+SLOTS = ((SLOT_HIGH_BITS - SLOT_LOW_BITS) >> SLOT_SHIFT) + 1
 
 
 def code_bounds(values):
@@ -170,17 +172,30 @@ def code_bounds(values):
 
 def slot_codes(values):
     """The code of each slot's least value: the number of code bounds below it."""
-    starts = (SLOT_LOW_BITS + (np.arange(SLOTS, dtype=np.uint64) << (23 - SLOT_MANTISSA_BITS))).astype(np.uint32)
+    starts = (SLOT_LOW_BITS + (np.arange(SLOTS, dtype=np.uint64) << SLOT_SHIFT)).astype(np.uint32)
     codes = np.searchsorted(code_bounds(values), starts.view(f32), side="left")
     assert codes.min() >= 0 and codes.max() <= 255
     return codes.astype(np.uint8)
 
 
-def slot_table_text(name, codes, comment):
-    lines = [f"// {comment}", f"alignas(16) OPTGEN_BLOCKWISE8_TABLE unsigned char {name}[{SLOTS}] = {{"]
-    for row in range(0, SLOTS, 32):
-        cells = ",".join(str(int(c)) for c in codes[row:row + 32])
-        lines.append(f"    {cells},  // [{row}, {row + 31}]")
+def slot_entries(values):
+    """blockwise8.h slot_entry: each slot's code (bits 0-7) plus, times 2^15 and modulo 2^32, the
+    distance of the bound to the next code from the first slot's least float, clamped to the slot's
+    last float (0x7fffffff, above every magnitude, stands for the bound above code 255)."""
+    codes = slot_codes(values).astype(np.int64)
+    bound_bits = np.append(code_bounds(values).view(np.uint32).astype(np.int64), 0x7FFFFFFF)  # k = 1 .. 256
+    bounds = bound_bits[codes]  # the bound to code + 1
+    starts = SLOT_LOW_BITS + (np.arange(SLOTS, dtype=np.int64) << SLOT_SHIFT)
+    assert np.all(bounds >= starts), "a slot's least float is at or below the bound above its code"
+    distance = np.minimum(bounds, starts + (1 << SLOT_SHIFT) - 1) - SLOT_LOW_BITS
+    return ((distance << 15) + codes) & 0xFFFFFFFF
+
+
+def slot_table_text(name, entries, comment):
+    lines = [f"// {comment}", f"alignas(16) OPTGEN_BLOCKWISE8_TABLE unsigned {name}[{SLOTS}] = {{"]
+    for row in range(0, SLOTS, 8):
+        cells = ",".join(f"0x{int(c):08x}" for c in entries[row:row + 8])
+        lines.append(f"    {cells},  // [{row}, {row + 7}]")
     lines.append("};")
     return "\n".join(lines)
 
@@ -190,7 +205,7 @@ def header_slot_table(text, name):
     if not match:
         sys.exit(f"no table {name}[{SLOTS}] in the header")
     body = re.sub(r"//[^\n]*", "", match.group(1))
-    return np.array([int(t) for t in body.split(",") if t.strip()], dtype=np.int64)
+    return np.array([int(t, 16) for t in body.split(",") if t.strip()], dtype=np.int64)
 
 
 def table_text(name, values, comment):
@@ -244,13 +259,13 @@ def main():
                 failed = True
             else:
                 print(f"{args.check}: {name} matches create_dynamic_map (256 entries)")
-        for name, values in (("kSignedSlotCodes", signed_map), ("kUnsignedSlotCodes", unsigned_map)):
+        for name, values in (("kSignedSlots", signed_map), ("kUnsignedSlots", unsigned_map)):
             held = header_slot_table(text, name)
-            if len(held) != SLOTS or np.any(held != slot_codes(values)):
-                print(f"{args.check}: {name} differs from the map's slot codes", file=sys.stderr)
+            if len(held) != SLOTS or np.any(held != slot_entries(values)):
+                print(f"{args.check}: {name} differs from the map's slot entries", file=sys.stderr)
                 failed = True
             else:
-                print(f"{args.check}: {name} matches the map's slot codes ({SLOTS} entries)")
+                print(f"{args.check}: {name} matches the map's slot entries ({SLOTS} entries)")
         sys.exit(1 if failed else 0)
 
     how = "without FMA (torch's DEFAULT CPU kernel)" if args.no_fma else "with FMA (torch's AVX2/AVX-512 CPU kernels)"
@@ -258,9 +273,10 @@ def main():
     print(f"// Printed by tests/record_blockwise8_maps.py, linspace {how}.")
     print(table_text("kSignedMap", signed_map, 'create_dynamic_map(signed=True): name2qmap["dynamic"], state1'))
     print(table_text("kUnsignedMap", unsigned_map, 'create_dynamic_map(signed=False): name2qmap["udynamic"], state2'))
-    print("// The slot tables (kSlots entries each): the code of each slot's least value, its first float.")
-    print(slot_table_text("kSignedSlotCodes", slot_codes(signed_map), "kSignedMap's, for positive values: 127 .. 255"))
-    print(slot_table_text("kUnsignedSlotCodes", slot_codes(unsigned_map), "kUnsignedMap's"))
+    print("// The slot tables (kSlots entries each, slot_entry): the code of each slot's least value and where")
+    print("// in the slot the bound to the next code lies.")
+    print(slot_table_text("kSignedSlots", slot_entries(signed_map), "kSignedMap's, for positive values: codes 127 .. 255"))
+    print(slot_table_text("kUnsignedSlots", slot_entries(unsigned_map), "kUnsignedMap's"))
     print("// clang-format on")
     print("// Spot values (index: value, shortest decimal that reads back as the same float):")
     for name, values in (("kSignedMap", signed_map), ("kUnsignedMap", unsigned_map)):

@@ -283,7 +283,7 @@ struct BlockWalk {
     // The updated values `v` of the block at offset o stored; `count` of the lane's V are the
     // tensor's, `whole` when they are all its and every operand is aligned (aligned && count == V),
     // `as_codes` when its 8-bit states are codes (`codes`). Warp-uniform: every lane of a warp runs
-    // it (store_blockwise's shuffles need them all). Addressed through chunk_ops, except a parameter
+    // it (warp_block_absmax's warp reduction needs them all). Addressed through chunk_ops, except a parameter
     // written from a master copy or rounded stochastically, whose store needs the element's index in
     // the tensor (the master's parameter is another array; the random stream is the element's).
     const auto store_block = [&](const float(&v)[kOps][V], unsigned o, int count, bool whole, bool as_codes) {
@@ -295,7 +295,9 @@ struct BlockWalk {
         void* const base = by_index ? ptr[op] : chunk_ops.at[op];
         const long long i = by_index ? first + r : static_cast<long long>(r);
         if (Ops::blockwise(op) && as_codes) {
-          store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, chunk_ops.absmax[op], o / kBlock);
+          const float absmax = warp_block_absmax<V>(v[op], count);
+          if ((threadIdx.x & 31) == 0) chunk_ops.absmax[op][o / kBlock] = absmax;
+          store_blockwise<V>(Ops::codec(op), chunk_ops.at[op], r, v[op], count, whole, blockwise8::reciprocal(absmax));
         } else if (whole) {
           store_operand<Ops, V>(op, base, i, v[op], step.ps);
         } else {

@@ -104,9 +104,8 @@ __device__ __forceinline__ void store_codec(DType codec, void* base, long long i
 /// 8-bit state (load_blockwise_maps): [0] the signed map (kQ8), [1] the unsigned map (kUQ8).
 __shared__ float blockwise_maps[2][256];
 /// What an Update stage quantises by (load_blockwise_quantiser; blockwise8::magnitude_code): each
-/// map's code_bound_bits, [k] for k = 1 .. 256, and its slot table.
-__shared__ unsigned blockwise_bound_bits[2][257];
-__shared__ alignas(16) unsigned char blockwise_slot_codes[2][blockwise8::kSlots];
+/// map's slot table, [0] kSignedSlots, [1] kUnsignedSlots.
+__shared__ alignas(16) unsigned blockwise_slots[2][blockwise8::kSlots];
 
 /// Copies the maps into blockwise_maps (the block's threads each a share; no barrier).
 __device__ __forceinline__ void copy_blockwise_maps() {
@@ -120,21 +119,16 @@ __device__ __forceinline__ void load_blockwise_maps() {
   __syncthreads();
 }
 
-/// load_blockwise_maps, and the bound bits and slot tables; every thread must call it.
+/// load_blockwise_maps, and the slot tables; every thread must call it.
 __device__ __forceinline__ void load_blockwise_quantiser() {
   copy_blockwise_maps();
-  for (int i = threadIdx.x; i < 2 * 256; i += OPTGEN_BLOCK_SIZE) {
-    const int m = i / 256;
-    const int k = i % 256 + 1;
-    blockwise_bound_bits[m][k] = blockwise8::code_bound_bits(m == 0 ? blockwise8::kSignedMap : blockwise8::kUnsignedMap, k);
-  }
   typedef Pack<unsigned, 4> Words;  // both tables are 16-byte aligned
-  constexpr int kWords = blockwise8::kSlots / 16;
-  static_assert(kWords * 16 == blockwise8::kSlots, "slot tables copy in 16-byte words");
+  constexpr int kWords = blockwise8::kSlots / 4;
+  static_assert(kWords * 4 == blockwise8::kSlots, "slot tables copy in 16-byte words");
   for (int i = threadIdx.x; i < 2 * kWords; i += OPTGEN_BLOCK_SIZE) {
     const int m = i < kWords ? 0 : 1;
-    const unsigned char* table = m == 0 ? blockwise8::kSignedSlotCodes : blockwise8::kUnsignedSlotCodes;
-    reinterpret_cast<Words*>(blockwise_slot_codes[m])[i - kWords * m] = reinterpret_cast<const Words*>(table)[i - kWords * m];
+    const unsigned* table = m == 0 ? blockwise8::kSignedSlots : blockwise8::kUnsignedSlots;
+    reinterpret_cast<Words*>(blockwise_slots[m])[i - kWords * m] = reinterpret_cast<const Words*>(table)[i - kWords * m];
   }
   __syncthreads();
 }
@@ -166,15 +160,11 @@ __device__ __forceinline__ void load_blockwise(DType codec, const void* base, lo
   for (int e = 0; e < V; ++e) out[e] = blockwise_value(codec, p.x[e], scale);
 }
 
-/// Stores lane's `V` values, elements i .. i + V - 1 of quantisation block `block` of an 8-bit
-/// state (`count` of them in the tensor: the rest of a tensor's last, shorter block is skipped): the
-/// block's absmax is the warp's maximum |value| (every lane of the warp holds 8 of the block's 256
-/// elements and must call this), each code the nearest in the map (bitsandbytes' quantize_2D; kQ8
-/// with its sign rule), as blockwise8::magnitude_code finds it. `whole`: all V values are the
-/// tensor's and the codes are 8-byte aligned.
+/// The new absmax of a warp's quantisation block of an 8-bit state: the maximum |value| over the
+/// warp, each lane holding V of the block's 256 values (`count` of them the tensor's: the rest of a
+/// tensor's last, shorter block is passed over). Every lane of the warp must call this.
 template <int V>
-__device__ __forceinline__ void store_blockwise(DType codec, void* base, long long i, const float* in, int count,
-                                                bool whole, float* absmax, unsigned long long block) {
+__device__ __forceinline__ float warp_block_absmax(const float* in, int count) {
   // The lane's maximum as a tree (a chain of V dependent maxima stalled the warp). NaN is passed
   // over, as blockwise8::block_absmax does: fmaxf gives NaN only where both values are, so the tree
   // gives NaN only where every value is, and 0 then.
@@ -189,22 +179,31 @@ __device__ __forceinline__ void store_blockwise(DType codec, void* base, long lo
 #if __CUDA_ARCH__ >= 800
   // A lane's maximum is +0 or more and not NaN, so its bits order as unsigned ints as the floats
   // do: the warp's maximum is one REDUX, where five shuffles and maxima were a chain of ten.
-  block_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(block_max)));
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(block_max)));
 #else
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
     block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, offset));
+  return block_max;
 #endif
-  if ((threadIdx.x & 31) == 0) absmax[block] = block_max;
-  const float inverse = blockwise8::reciprocal(block_max);
-  // PRMT gathers the codes (each in the low byte of its int): two into a half word, then two
-  // halves into a word.
-  int code[V];
+}
+
+/// Stores lane's `V` values, elements i .. i + V - 1 of a quantisation block of an 8-bit state
+/// (`count` of them in the tensor: the rest of a tensor's last, shorter block is skipped), each
+/// code the nearest in the map (bitsandbytes' quantize_2D; kQ8 with its sign rule) to the value
+/// times `inverse`, blockwise8::reciprocal of the block's new absmax (warp_block_absmax), as
+/// blockwise8::magnitude_code finds it. `whole`: all V values are the
+/// tensor's and the codes are 8-byte aligned.
+template <int V>
+__device__ __forceinline__ void store_blockwise(DType codec, void* base, long long i, const float* in, int count,
+                                                bool whole, float inverse) {
+  // PRMT gathers the codes (each in the low byte of its word, the rest of the word the slot
+  // entry's): two into a half word, then two halves into a word.
+  unsigned code[V];
 #pragma unroll
   for (int e = 0; e < V; ++e)
-    code[e] = codec == DType::Q8
-                  ? blockwise8::signed_state_code(blockwise_slot_codes[0], blockwise_bound_bits[0], in[e], inverse)
-                  : blockwise8::unsigned_state_code(blockwise_slot_codes[1], blockwise_bound_bits[1], in[e], inverse);
+    code[e] = codec == DType::Q8 ? blockwise8::signed_state_code_word(blockwise_slots[0], in[e], inverse)
+                                 : blockwise8::unsigned_state_code_word(blockwise_slots[1], in[e], inverse);
   unsigned char* codes = static_cast<unsigned char*>(base) + i;
   if (whole) {
     static_assert(V % 4 == 0, "a lane stores its codes in whole words");
