@@ -7,12 +7,19 @@
 
 #include "clipping.h"
 #include "evaluate.h"
+#include "expr_printer.h"
 #include "matrices.h"
 #include "matrix_programs.h"
 #include "names.h"
 
 namespace optgen {
 namespace {
+
+/// A hyperparameter's default as written: an integer without an exponent.
+std::string default_text(double value) {
+  return value == std::floor(value) && std::fabs(value) < 1e15 ? std::to_string(static_cast<long long>(value))
+                                                               : format_number(value);
+}
 
 enum class NameKind { Hyperparameter, Step, ScalarState, PerStepValue, Numel, Shape, Param, Grad, State, Local };
 
@@ -797,6 +804,14 @@ class Lowering {
         throw SpecError(operand.loc, "argument '" + name + "' of " + called +
                                          " counts iterations: give an int hyperparameter or an integer from 0 to " +
                                          std::to_string(kMaxRepeat));
+      if (counts && hyperparameter)
+        if (const Hyperparameter* h = spec_.find_hyperparameter(a->name);
+            h && !(h->default_value >= 0 && h->default_value <= kMaxRepeat))
+          throw SpecError(h->loc,
+                          "hyperparameter '" + h->name + "' counts the iterations of " + called + ", but its default " +
+                              default_text(h->default_value) + " is not a whole number from 0 to " +
+                              std::to_string(kMaxRepeat),
+                          "the runtime refuses such a count at the first step");
       args.push_back(a);
     }
     auto node = std::const_pointer_cast<Node>(Node::make_matrix(f.name, std::move(args)));

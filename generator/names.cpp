@@ -29,34 +29,64 @@ const std::vector<std::string>& keywords() {
   return list;
 }
 
-/// Macros of the headers generated code includes (<cmath>, <cstddef>, <cstdint>, <cuda.h>, ...),
-/// and the ones GCC predefines outside strict standard mode.
+/// Macros of the headers the generated code includes (<cmath>, <cstddef>, <cstdint>, <string>,
+/// <cuda.h>, ...): what `g++ -std=c++17 -dM -E` lists for them on Debian 12 (glibc 2.36, CUDA 13.0)
+/// but those reserved_prefixes() covers, and the ones GCC predefines outside strict standard mode.
+/// tests/macro_names.cmake checks that every macro those headers define is refused.
 const std::vector<std::string>& macros() {
   // Word lists, packed by hand.
   // clang-format off
   static const std::vector<std::string> list = {
-      "NULL", "EOF", "INFINITY", "NAN", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "FP_NAN", "FP_INFINITE", "FP_ZERO",
-      "FP_SUBNORMAL", "FP_NORMAL", "FP_FAST_FMA", "FP_FAST_FMAF", "FP_ILOGB0", "FP_ILOGBNAN", "MATH_ERRNO",
-      "MATH_ERREXCEPT", "math_errhandling", "assert", "errno", "offsetof", "SIZE_MAX", "PTRDIFF_MIN", "PTRDIFF_MAX",
-      "INTPTR_MIN", "INTPTR_MAX", "UINTPTR_MAX", "INTMAX_MIN", "INTMAX_MAX", "UINTMAX_MAX", "WCHAR_MIN", "WCHAR_MAX",
-      "WINT_MIN", "WINT_MAX", "SIG_ATOMIC_MIN", "SIG_ATOMIC_MAX", "CHAR_BIT", "CHAR_MIN", "CHAR_MAX", "SCHAR_MIN",
-      "SCHAR_MAX", "UCHAR_MAX", "SHRT_MIN", "SHRT_MAX", "USHRT_MAX", "INT_MIN", "INT_MAX", "UINT_MAX", "LONG_MIN",
-      "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX", "MB_LEN_MAX", "stdin", "stdout", "stderr",
-      "linux", "unix", "i386", "CUDAAPI", "CUDA_CB", "CUDART_VERSION",
+      "NULL", "INFINITY", "NAN", "MATH_ERRNO", "MATH_ERREXCEPT", "math_errhandling", "assert", "errno", "offsetof",
+      "CHAR_BIT", "CHAR_MIN", "CHAR_MAX", "SCHAR_MIN", "SCHAR_MAX", "UCHAR_MAX", "SHRT_MIN", "SHRT_MAX", "USHRT_MAX",
+      "INT_MIN", "INT_MAX", "UINT_MAX", "LONG_MIN", "LONG_MAX", "ULONG_MAX", "LLONG_MIN", "LLONG_MAX", "ULLONG_MAX",
+      "MB_LEN_MAX", "stdin", "stdout", "stderr", "linux", "unix", "i386", "CUDAAPI", "BIG_ENDIAN", "BUFSIZ",
+      "BYTE_ORDER", "CLOCKS_PER_SEC", "CSIGNAL", "FILENAME_MAX", "FOPEN_MAX", "LITTLE_ENDIAN", "L_ctermid",
+      "L_cuserid", "L_tmpnam", "MAXFLOAT", "MB_CUR_MAX", "NFDBITS", "PDP_ENDIAN", "P_tmpdir", "RAND_MAX", "TIME_UTC",
+      "TMP_MAX", "WCONTINUED", "WEOF", "WEXITED", "WEXITSTATUS", "WIFCONTINUED", "WIFEXITED", "WIFSIGNALED",
+      "WIFSTOPPED", "WNOHANG", "WNOWAIT", "WSTOPPED", "WSTOPSIG", "WTERMSIG", "WUNTRACED", "alloca", "be16toh",
+      "be32toh", "be64toh", "htobe16", "htobe32", "htobe64", "htole16", "htole32", "htole64", "issubnormal",
+      "le16toh", "le32toh", "le64toh", "pthread_cleanup_pop", "pthread_cleanup_pop_restore_np",
+      "pthread_cleanup_push", "pthread_cleanup_push_defer_np", "sched_priority", "NDEBUG", "CUDART_VERSION", "E2BIG",
+      "EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EADV", "EAFNOSUPPORT", "EAGAIN", "EALREADY", "EBADE", "EBADF",
+      "EBADFD", "EBADMSG", "EBADR", "EBADRQC", "EBADSLT", "EBFONT", "EBUSY", "ECANCELED", "ECHILD", "ECHRNG", "ECOMM",
+      "ECONNABORTED", "ECONNREFUSED", "ECONNRESET", "EDEADLK", "EDEADLOCK", "EDESTADDRREQ", "EDOM", "EDOTDOT",
+      "EDQUOT", "EEXIST", "EFAULT", "EFBIG", "EHOSTDOWN", "EHOSTUNREACH", "EHWPOISON", "EIDRM", "EILSEQ",
+      "EINPROGRESS", "EINTR", "EINVAL", "EIO", "EISCONN", "EISDIR", "EISNAM", "EKEYEXPIRED", "EKEYREJECTED",
+      "EKEYREVOKED", "EL2HLT", "EL2NSYNC", "EL3HLT", "EL3RST", "ELIBACC", "ELIBBAD", "ELIBEXEC", "ELIBMAX", "ELIBSCN",
+      "ELNRNG", "ELOOP", "EMEDIUMTYPE", "EMFILE", "EMLINK", "EMSGSIZE", "EMULTIHOP", "ENAMETOOLONG", "ENAVAIL",
+      "ENETDOWN", "ENETRESET", "ENETUNREACH", "ENFILE", "ENOANO", "ENOBUFS", "ENOCSI", "ENODATA", "ENODEV", "ENOENT",
+      "ENOEXEC", "ENOKEY", "ENOLCK", "ENOLINK", "ENOMEDIUM", "ENOMEM", "ENOMSG", "ENONET", "ENOPKG", "ENOPROTOOPT",
+      "ENOSPC", "ENOSR", "ENOSTR", "ENOSYS", "ENOTBLK", "ENOTCONN", "ENOTDIR", "ENOTEMPTY", "ENOTNAM",
+      "ENOTRECOVERABLE", "ENOTSOCK", "ENOTSUP", "ENOTTY", "ENOTUNIQ", "ENXIO", "EOF", "EOPNOTSUPP", "EOVERFLOW",
+      "EOWNERDEAD", "EPERM", "EPFNOSUPPORT", "EPIPE", "EPROTO", "EPROTONOSUPPORT", "EPROTOTYPE", "ERANGE", "EREMCHG",
+      "EREMOTE", "EREMOTEIO", "ERESTART", "ERFKILL", "EROFS", "ESHUTDOWN", "ESOCKTNOSUPPORT", "ESPIPE", "ESRCH",
+      "ESRMNT", "ESTALE", "ESTRPIPE", "ETIME", "ETIMEDOUT", "ETOOMANYREFS", "ETXTBSY", "EUCLEAN", "EUNATCH", "EUSERS",
+      "EWOULDBLOCK", "EXDEV", "EXFULL",
   };
   // clang-format on
   return list;
 }
 
-/// Prefixes the CUDA headers and optgen's own macros use.
+/// Prefixes the C, C++ and CUDA headers' macros and optgen's own use; and (below, is_cuda_api)
+/// `cu` before a capital letter, the CUDA driver API's functions, some of them macros.
 const std::vector<std::string>& reserved_prefixes() {
   // Word lists, packed by hand.
   // clang-format off
-  static const std::vector<std::string> list = {"CU_", "CUDA_", "NVRTC_", "OPTGEN_", "INT8_", "INT16_", "INT32_", "INT64_",
-                                                "UINT8_", "UINT16_", "UINT32_", "UINT64_", "INT_LEAST", "INT_FAST",
-                                                "UINT_LEAST", "UINT_FAST"};
+  static const std::vector<std::string> list = {
+      "CU_", "CUDA_", "CUDART_", "NVRTC_", "OPTGEN_", "INT8_", "INT16_", "INT32_", "INT64_", "UINT8_", "UINT16_",
+      "UINT32_", "UINT64_", "INT_LEAST", "INT_FAST", "UINT_LEAST", "UINT_FAST", "INTMAX_", "UINTMAX_", "INTPTR_",
+      "UINTPTR_", "PTRDIFF_", "SIZE_", "WCHAR_", "WINT_", "SIG_", "SIG_ATOMIC_", "FP_", "HUGE_VAL", "SNAN", "M_",
+      "EXIT_", "SEEK_", "ATOMIC_", "PTHREAD_", "CLOCK_", "CLONE_", "CPU_", "SCHED_", "LC_", "STA_", "MOD_", "ADJ_",
+      "FD_", "RENAME_", "RESOURCE_", "TIMER_",
+  };
   // clang-format on
   return list;
+}
+
+/// `cu` and a capital letter: the CUDA driver API's names (cuMemAlloc is a macro of cuda.h).
+bool is_cuda_api(const std::string& name) {
+  return name.size() > 2 && name.compare(0, 2, "cu") == 0 && std::isupper(static_cast<unsigned char>(name[2]));
 }
 
 /// Types the generated code declares itself and names after a spec's names are in scope (a
@@ -66,6 +96,20 @@ const std::vector<std::string>& generated_code_names() {
   // Word lists, packed by hand.
   // clang-format off
   static const std::vector<std::string> list = {"GroupValues", "TensorValues", "Math"};
+  // clang-format on
+  return list;
+}
+
+/// What the generated code names unqualified inside namespaces a spec's names make (a variant's,
+/// `variants::<stem>...`, and a matrix function's, `matrix_programs::<name>`): `optgen` itself and
+/// the runtime's types its tables are of. Such a namespace of one of these names hides it.
+const std::vector<std::string>& scoped_runtime_names() {
+  // Word lists, packed by hand.
+  // clang-format off
+  static const std::vector<std::string> list = {
+      "optgen", "variants", "matrix_programs", "DType", "Domain", "StageKind", "StatePresence", "ReductionSlot",
+      "MatrixValueInfo", "MatrixArgument", "BlockKind", "MatrixInstruction", "MatrixOp", "MatrixProgram",
+      "MatrixVariable", "MatrixScalar"};
   // clang-format on
   return list;
 }
@@ -258,7 +302,8 @@ std::string name_problem(const std::string& name, NameUse use) {
     return "'" + name + "' is a macro of the C, C++ or CUDA headers the generated code includes";
   for (const auto& prefix : reserved_prefixes())
     if (name.compare(0, prefix.size(), prefix) == 0)
-      return "names that start with '" + prefix + "' belong to the CUDA headers or to optgen's macros";
+      return "names that start with '" + prefix + "' belong to the C, C++ or CUDA headers' macros or to optgen's";
+  if (is_cuda_api(name)) return "names of 'cu' and a capital letter belong to the CUDA driver API";
   if (contains(generated_code_names(), name)) return "'" + name + "' names part of the generated code";
   switch (use) {
     case NameUse::Hyperparameter:
@@ -274,13 +319,22 @@ std::string name_problem(const std::string& name, NameUse use) {
         return "its setter set_" + name + " would collide with the launcher's own set_" + name;
       break;
     case NameUse::Optimizer:
-      if (contains(runtime_names(), name) || contains(launcher_member_names(), name))
+      if (contains(runtime_names(), name) || contains(scoped_runtime_names(), name) ||
+          contains(launcher_member_names(), name))
         return "namespace optgen already has '" + name + "' (optgen's runtime)";
       if (template_names().at_namespace_scope.count(name))
         return "the generated code already declares '" + name + "' (templates/)";
       break;
     case NameUse::SpecFile:
       if (contains(reference_names(), name)) return "namespace optgen::reference already has '" + name + "'";
+      if (contains(scoped_runtime_names(), name))
+        return "the generated code names optgen's '" + name + "' inside namespace variants::" + name +
+               ", which this stem would make";
+      break;
+    case NameUse::MatrixFunction:
+      if (contains(scoped_runtime_names(), name))
+        return "the generated code names optgen's '" + name + "' inside namespace matrix_programs::" + name +
+               ", which this function would make";
       break;
     case NameUse::Value: break;
   }

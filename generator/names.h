@@ -22,6 +22,7 @@ enum class NameUse {
   Value,           ///< a per-step value or an update local: a local in generated code
   Optimizer,       ///< the launcher's class, in namespace optgen
   SpecFile,        ///< the file's stem: file names, namespace optgen::reference::<stem>, optgen_<stem>_create
+  MatrixFunction,  ///< a matrix function: namespace matrix_programs::<name> of the generated code
 };
 
 /// Why `name` cannot be used as `use`, or "" when it can.

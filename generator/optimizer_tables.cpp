@@ -1,6 +1,7 @@
 #include "optimizer_tables.h"
 
 #include <algorithm>
+#include <map>
 
 #include "clipping.h"
 #include "emit_cuda.h"
@@ -122,6 +123,38 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
   tables.block_size = tuning.block_size_for(compiled);
   tables.chunk_size = variants.empty() ? tuning.chunk_size : chunk_size_for(tuning, variants.front(), Storage{});
   return tables;
+}
+
+std::string kernel_name_clash(const std::vector<Program>& variants, const std::vector<Storage>& storage,
+                              const std::vector<std::string>& written, size_t* variant) {
+  std::map<std::string, std::pair<size_t, std::string>> named;  // kernel -> its variant and storage
+  const auto name = [&](const std::string& kernel, size_t v, const std::string& in) -> std::string {
+    if (kernel.empty()) return "";
+    const auto [it, fresh] = named.emplace(kernel, std::make_pair(v, in));
+    if (fresh) return "";
+    const size_t other = it->second.first;
+    if (variant) *variant = variants[v].flags.size() >= variants[other].flags.size() ? v : other;
+    const auto what = [&](size_t of, const std::string& storage_written) {
+      return "variant " + variants[of].variant +
+             (storage_written.empty() ? "" : " in storage '" + storage_written + "'");
+    };
+    return what(v, in) + " and " + what(other, it->second.second) + " would both name the kernel " + kernel;
+  };
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const Program& p = variants[v];
+    if (std::string clash = name(group_kernel_name(p), v, ""); !clash.empty()) return clash;
+    for (size_t k = 0; k < storage.size(); ++k) {
+      const Storage& s = storage[k];
+      std::vector<std::string> kernels = {long_row_update_name(p, s), unit_update_name(p, s)};
+      for (const Stage& stage : p.stages) kernels.push_back(kernel_name(p, s, stage));
+      if (p.shard_step)
+        for (const Stage& stage : p.shard_step->stages) kernels.push_back(kernel_name(*p.shard_step, s, stage));
+      for (const Program& program : p.programs) kernels.push_back(kernel_name(program, s, program.stages.back()));
+      for (const std::string& kernel : kernels)
+        if (std::string clash = name(kernel, v, written[k]); !clash.empty()) return clash;
+    }
+  }
+  return "";
 }
 
 }  // namespace optgen

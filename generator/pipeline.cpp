@@ -10,6 +10,7 @@
 #include "unit_matrices.h"
 #include "blockwise_states.h"
 #include "kernel_limits.h"
+#include "optimizer_tables.h"
 #include "unsigned_states.h"
 
 namespace optgen {
@@ -65,6 +66,23 @@ void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& v
   }
 }
 
+/// The spec's storage types (its `storage:`, else default_storage()) name each kernel once; where a
+/// variant's name runs into a storage's, the error points at a flag of the variant.
+void check_kernel_names(const Spec& spec, const std::vector<Program>& variants) {
+  const std::vector<Storage> storage = storage_to_generate({}, spec.storage);
+  std::vector<std::string> written = spec.storage_written;
+  if (spec.storage.empty())
+    for (const Storage& s : storage) written.push_back(s.text());
+  size_t v = 0;
+  const std::string clash = kernel_name_clash(variants, storage, written, &v);
+  if (clash.empty()) return;
+  SourceLoc at = spec.update_loc;
+  for (const auto& [flag, on] : variants[v].flags)
+    if (on)
+      if (const Hyperparameter* h = spec.find_hyperparameter(flag)) at = h->loc;
+  throw SpecError(at, clash, "rename the flag or the state whose names run together");
+}
+
 }  // namespace
 
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each, Emitters emitters) {
@@ -93,6 +111,7 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   check_emitters(spec, variants, emitters);
   for (size_t i = 0; i < spec.storage.size(); ++i)
     check_storage(spec, variants, spec.storage[i], spec.storage_written[i]);
+  check_kernel_names(spec, variants);
   return variants;
 }
 
@@ -125,6 +144,8 @@ std::vector<Storage> kernel_storage(const Spec& spec, const std::vector<Program>
     storage.push_back(*canonical);
     written.push_back(text);
   }
+  if (std::string clash = kernel_name_clash(variants, storage, written); !clash.empty())
+    throw std::invalid_argument(clash);
   return storage;
 }
 

@@ -261,6 +261,8 @@ void load_matrix_functions(const Loader& loader, const YAML::Node& node, std::ve
     f.loc = loader.loc(key);
     if (std::string why = name_problem(f.name, NameUse::Value); !why.empty())
       throw SpecError(f.loc, "'" + f.name + "' cannot name a matrix function", why);
+    if (std::string why = name_problem(f.name, NameUse::MatrixFunction); !why.empty())
+      throw SpecError(f.loc, "'" + f.name + "' cannot name a matrix function", why);
     const std::string what = "matrix function '" + f.name + "'";
     loader.entries(value, what, {"parameters", "transpose_tall", "do", "result", "doc"});
     const YAML::Node parameters = loader.field(value, key, "parameters", what);
@@ -320,6 +322,15 @@ void load_programs(const Loader& loader, const YAML::Node& node, Spec& spec) {
     const SourceLoc at = loader.loc(key);
     if (std::string why = name_problem(name, NameUse::Value); !why.empty())
       throw SpecError(at, "'" + name + "' cannot name a program", why);
+    // A program's kernels are <variant>_<storage>_<program>, the step's <variant>_<storage>_<stage>.
+    const bool stage_name =
+        name == "update" || name.rfind("update_", 0) == 0 ||
+        (name.rfind("reduce", 0) == 0 && name.find_first_not_of("0123456789", 6) == std::string::npos) ||
+        name.rfind("reduce_", 0) == 0;
+    if (stage_name)
+      throw SpecError(at, "program '" + name + "' would name its kernels as the step's stages' are named",
+                      "a program's kernels are <variant>_<storage>_<program>, and the step's stages are update, "
+                      "reduce, reduce1, ...: name it after what it does, e.g. 'eval' or 'train'");
     if (members.count(name) || is_reserved_name(name))
       throw SpecError(at,
                       "program '" + name + "' would collide with " +
