@@ -40,12 +40,14 @@ std::string KernelTuning::check() const {
     return "block size " + std::to_string(shaped_block_size) +
            " of specs with rows and columns must be a power of "
            "two from 32 to 1024";
-  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size, shaped_chunk_size, blockwise_chunk_size})
+  if (blockwise_chunk_size % blockwise8::kBlockSize != 0 || blockwise_chunk_size <= 0 ||
+      blockwise_chunk_size > (1LL << 30))
+    return "8-bit chunk size " + std::to_string(blockwise_chunk_size) +
+           " must be a multiple of 256 up to 2^30: the chunks of kernel sets with 8-bit states hold whole blocks of "
+           "256";
+  for (long long size : {chunk_size, narrow_chunk_size, reduce_chunk_size, shaped_chunk_size})
     if (size < 64 || size % 64 != 0 || size > (1LL << 30))
       return "chunk size " + std::to_string(size) + " must be a multiple of 64 up to 2^30";
-  if (blockwise_chunk_size % blockwise8::kBlockSize != 0)
-    return "8-bit chunk size " + std::to_string(blockwise_chunk_size) +
-           " must be a multiple of 256: the chunks of kernel sets with 8-bit states hold whole blocks of 256";
   return "";
 }
 

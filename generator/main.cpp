@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -169,6 +170,16 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
   app.parse(argc, argv);
   args.command = app.get_subcommands().front()->get_name();
   if (args.command == "dump" && args.specs.size() != 1) throw UsageError("dump takes one spec");
+  if ((args.command == "emit" || args.command == "compile") && args.out_dir.empty())
+    throw UsageError("--out: give the directory to write into");
+  if (args.command == "emit" || args.command == "compile") {
+    // Each spec's files are named by its stem: two of one stem would overwrite each other's.
+    std::map<std::string, std::string> stems;
+    for (const auto& path : args.specs)
+      if (auto [it, fresh] = stems.emplace(std::filesystem::path(path).stem().string(), path); !fresh)
+        throw UsageError(it->second + " and " + path + " share the stem '" + it->first +
+                         "', which names their generated files: emit them into different --out directories");
+  }
 
   for (const auto& item : storage) {
     std::string error;

@@ -182,6 +182,9 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     init.value = *value;
     return init;
   }
+  if (char* end = nullptr; std::strtod(s.c_str(), &end), end == s.c_str() + s.size() && !s.empty())
+    loader.fail(node, "init '" + s + "' of '" + owner + "' is a number beyond double's range",
+                "start it at a finite number");
   const Hyperparameter* h = spec.find_hyperparameter(s);
   if (!h) {
     std::vector<std::string> names;
@@ -217,6 +220,14 @@ void warn_of_float_range(const Block& block, Spec& spec) {
   }
 }
 
+/// A block's `do:` with nothing after it (YAML's null): an error at the key, where the null value's
+/// own place is the next line's.
+void refuse_empty_do(const Loader& loader, const YAML::Node& item) {
+  for (const auto& field : item)
+    if (field.first.Scalar() == "do" && field.second.IsNull())
+      loader.fail(field.first, "this 'do' is empty", "give it a list of statements");
+}
+
 /// `section`'s statements: each a statement or a guarded block, or in a matrix function
 /// (`matrix`) a repeated one.
 void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section,
@@ -234,6 +245,7 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
       if (!item["repeat"]) loader.fail(item, "a block of a matrix function has no 'repeat'");
       if (!item["do"]) loader.fail(item, "a repeated block has no 'do'");
       entry.repeat = loader.expression(item["repeat"], "'repeat'");
+      refuse_empty_do(loader, item);
       entry.body = std::make_shared<Block>();
       parse_block(loader, item["do"], *entry.body, section, matrix);
     } else if (item.IsMap()) {
@@ -242,6 +254,7 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
       if (!item["do"]) loader.fail(item, "a guarded block has no 'do'");
       entry.when = loader.expression(item["when"], "'when'");
       entry.when_text = item["when"].Scalar();
+      refuse_empty_do(loader, item);
       entry.body = std::make_shared<Block>();
       parse_block(loader, item["do"], *entry.body, section);
     } else {
@@ -441,7 +454,13 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
   refuse_control_characters(file);
   YAML::Node root;
   try {
-    root = YAML::Load(file->text);
+    std::vector<YAML::Node> documents = YAML::LoadAll(file->text);
+    for (size_t d = 1; d < documents.size(); ++d)
+      if (documents[d] && !documents[d].IsNull())
+        throw SpecError(SourceLoc{file, documents[d].Mark().line + 1, documents[d].Mark().column + 1},
+                        "a second YAML document: optgen reads one spec a file, and would pass this one over",
+                        "put each spec in a file of its own");
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
     const std::string line = file->line(at.line);
@@ -785,8 +804,9 @@ std::vector<std::string> Spec::matrix_value_names() const {
 std::string Spec::storage_problem(const Storage& storage, const std::string& written) const {
   for (const ElementState& s : states)
     if (s.shape != StateShape::Elements && is_blockwise(storage.state_dtype(s.name)))
-      return "storage '" + written + "' keeps state '" + s.name + "' (shape: " + to_string(s.shape) + ") in " +
-             to_string(storage.state_dtype(s.name)) +
+      return "storage '" + written + "' keeps state '" + s.name +
+             "' (shape: " + (block_elements > 0 && s.shape == StateShape::Rows ? "blocks" : to_string(s.shape)) +
+             ") in " + to_string(storage.state_dtype(s.name)) +
              ", but 8-bit blockwise storage is for states of a value per element";
   return "";
 }

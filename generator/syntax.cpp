@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -73,8 +74,16 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
       size_t end = i + 1;
       if (static_cast<unsigned char>(c) >= 0x80)
         while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
-      throw SpecError(loc.shifted(start), "unexpected character '" + text.substr(i, end - i) + "' in expression",
-                      static_cast<unsigned char>(c) >= 0x80 ? "names are ASCII letters, digits and '_'" : "");
+      // A control character (a YAML escape such as "\0" makes one) is named by its code, not printed.
+      const unsigned char u = static_cast<unsigned char>(c);
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02X", static_cast<unsigned>(u));
+      const std::string shown = u < 0x20 || u == 0x7f
+                                    ? std::string("control character ") + code + (u == 0 ? " (NUL)" : "")
+                                    : "'" + text.substr(i, end - i) + "'";
+      throw SpecError(loc.shifted(start),
+                      "unexpected " + (shown[0] == '\'' ? "character " + shown : shown) + " in expression",
+                      u >= 0x80 ? "names are ASCII letters, digits and '_'" : "");
     }
   }
   tokens.push_back({Token::Kind::End, "", static_cast<int>(text.size())});
