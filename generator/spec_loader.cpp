@@ -520,7 +520,10 @@ void load_storage(const Loader& loader, const YAML::Node& storage, Spec& spec) {
     auto canonical = canonical_storage(*parsed, spec.state_names(), spec.matrix_value_names(), &error, written);
     if (!canonical) loader.fail(item, error);
     if (std::string problem = spec.storage_problem(*canonical, written); !problem.empty())
-      loader.fail(item, problem, "give that state f32, bf16 or f16 (STATE=DTYPE)");
+      loader.fail(item, problem,
+                  problem.find("matrix value") != std::string::npos
+                      ? "assign the second result to a variable of its own, and name that one in the storage"
+                      : "give that state f32, bf16 or f16 (STATE=DTYPE)");
     if (std::string clash = storage_clash(spec.storage, spec.storage_written, *canonical, written); !clash.empty())
       loader.fail(item, clash.rfind("storage ", 0) == 0 ? clash : "storage " + clash,
                   clash.rfind("storage ", 0) == 0 ? "rename one of the states" : "");
@@ -765,15 +768,19 @@ std::vector<std::string> Spec::state_names() const {
 
 namespace {
 
-void collect_matrix_values(const Block& block, const Spec& spec, std::vector<std::string>& names) {
+/// Each variable `block` assigns a matrix function's result to, with the lines of those statements.
+void collect_matrix_values(const Block& block, const Spec& spec,
+                           std::vector<std::pair<std::string, std::vector<int>>>& assigned) {
   for (const BlockItem& item : block.items) {
-    if (item.body) collect_matrix_values(*item.body, spec, names);
+    if (item.body) collect_matrix_values(*item.body, spec, assigned);
     if (!item.statement) continue;
     const Syntax& value = *item.statement->value;
     const std::string& target = item.statement->target;
-    if (value.kind == Syntax::Kind::Call && spec.find_matrix_function(value.text) && spec.state_index(target) < 0 &&
-        std::find(names.begin(), names.end(), target) == names.end())
-      names.push_back(target);
+    if (value.kind != Syntax::Kind::Call || !spec.find_matrix_function(value.text) || spec.state_index(target) >= 0)
+      continue;
+    auto it = std::find_if(assigned.begin(), assigned.end(), [&](const auto& a) { return a.first == target; });
+    if (it == assigned.end()) it = assigned.insert(assigned.end(), {target, {}});
+    it->second.push_back(item.loc.line);
   }
 }
 
@@ -796,12 +803,23 @@ std::vector<MatrixFunctionSpec> load_matrix_functions_text(const std::string& pa
 }
 
 std::vector<std::string> Spec::matrix_value_names() const {
+  std::vector<std::pair<std::string, std::vector<int>>> assigned;
+  collect_matrix_values(update, *this, assigned);
   std::vector<std::string> names;
-  collect_matrix_values(update, *this, names);
+  for (const auto& a : assigned) names.push_back(a.first);
   return names;
 }
 
 std::string Spec::storage_problem(const Storage& storage, const std::string& written) const {
+  // The kernels name each matrix value a statement makes (o, o_1, ...) and a storage only the
+  // variable: a dtype for a variable assigned two results would keep only the first in it.
+  std::vector<std::pair<std::string, std::vector<int>>> assigned;
+  collect_matrix_values(update, *this, assigned);
+  for (const auto& [name, lines] : assigned)
+    if (lines.size() > 1 && storage.matrix_dtype(name) != DType::BF16)
+      return "storage '" + written + "' keeps matrix value '" + name + "' in " + to_string(storage.matrix_dtype(name)) +
+             ", but lines " + std::to_string(lines[0]) + " and " + std::to_string(lines[1]) +
+             " both assign it a matrix function's result, and a storage names one of them";
   for (const ElementState& s : states)
     if (s.shape != StateShape::Elements && is_blockwise(storage.state_dtype(s.name)))
       return "storage '" + written + "' keeps state '" + s.name +
