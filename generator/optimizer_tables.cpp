@@ -133,7 +133,11 @@ std::string kernel_name_clash(const std::vector<Program>& variants, const std::v
     const auto [it, fresh] = named.emplace(kernel, std::make_pair(v, in));
     if (fresh) return "";
     const size_t other = it->second.first;
-    if (variant) *variant = variants[v].flags.size() >= variants[other].flags.size() ? v : other;
+    const auto set_flags = [&](size_t of) {
+      return std::count_if(variants[of].flags.begin(), variants[of].flags.end(),
+                           [](const auto& f) { return f.second; });
+    };
+    if (variant) *variant = set_flags(v) >= set_flags(other) ? v : other;
     const auto what = [&](size_t of, const std::string& storage_written) {
       return "variant " + variants[of].variant +
              (storage_written.empty() ? "" : " in storage '" + storage_written + "'");

@@ -149,7 +149,7 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
 /// named once, else which two name the same kernel: a variant's name (the spec's and its flags')
 /// and a storage's (its dtypes and state names) can run together, as variant a_f32 in storage
 /// f32:m=bf16 and variant a in f32:f32_m=bf16 do. `variant` is then the index of one of the two
-/// variants (the one with more flags), for a message that points at a flag.
+/// variants (the one with more flags set), for a message that points at a flag.
 std::string kernel_name_clash(const std::vector<Program>& variants, const std::vector<Storage>& storage,
                               const std::vector<std::string>& written, size_t* variant = nullptr);
 
