@@ -47,7 +47,7 @@ const std::vector<std::string>& macros() {
       "WIFSTOPPED", "WNOHANG", "WNOWAIT", "WSTOPPED", "WSTOPSIG", "WTERMSIG", "WUNTRACED", "alloca", "be16toh",
       "be32toh", "be64toh", "htobe16", "htobe32", "htobe64", "htole16", "htole32", "htole64", "issubnormal",
       "le16toh", "le32toh", "le64toh", "pthread_cleanup_pop", "pthread_cleanup_pop_restore_np",
-      "pthread_cleanup_push", "pthread_cleanup_push_defer_np", "sched_priority", "NDEBUG", "CUDART_VERSION", "E2BIG",
+      "pthread_cleanup_push", "pthread_cleanup_push_defer_np", "sched_priority", "NDEBUG", "E2BIG",
       "EACCES", "EADDRINUSE", "EADDRNOTAVAIL", "EADV", "EAFNOSUPPORT", "EAGAIN", "EALREADY", "EBADE", "EBADF",
       "EBADFD", "EBADMSG", "EBADR", "EBADRQC", "EBADSLT", "EBFONT", "EBUSY", "ECANCELED", "ECHILD", "ECHRNG", "ECOMM",
       "ECONNABORTED", "ECONNREFUSED", "ECONNRESET", "EDEADLK", "EDEADLOCK", "EDESTADDRREQ", "EDOM", "EDOTDOT",
@@ -76,7 +76,7 @@ const std::vector<std::string>& reserved_prefixes() {
   static const std::vector<std::string> list = {
       "CU_", "CUDA_", "CUDART_", "NVRTC_", "OPTGEN_", "INT8_", "INT16_", "INT32_", "INT64_", "UINT8_", "UINT16_",
       "UINT32_", "UINT64_", "INT_LEAST", "INT_FAST", "UINT_LEAST", "UINT_FAST", "INTMAX_", "UINTMAX_", "INTPTR_",
-      "UINTPTR_", "PTRDIFF_", "SIZE_", "WCHAR_", "WINT_", "SIG_", "SIG_ATOMIC_", "FP_", "HUGE_VAL", "SNAN", "M_",
+      "UINTPTR_", "PTRDIFF_", "SIZE_", "WCHAR_", "WINT_", "SIG_", "FP_", "HUGE_VAL", "SNAN", "M_",
       "EXIT_", "SEEK_", "ATOMIC_", "PTHREAD_", "CLOCK_", "CLONE_", "CPU_", "SCHED_", "LC_", "STA_", "MOD_", "ADJ_",
       "FD_", "RENAME_", "RESOURCE_", "TIMER_",
   };

@@ -182,9 +182,11 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     init.value = *value;
     return init;
   }
-  if (char* end = nullptr; std::strtod(s.c_str(), &end), end == s.c_str() + s.size() && !s.empty())
+  // A number in digits that reads as infinity (1e999): out of range, not a name.
+  if (char* end = nullptr; std::isinf(std::strtod(s.c_str(), &end)) && end == s.c_str() + s.size() &&
+                           s.find_first_of("0123456789") != std::string::npos)
     loader.fail(node, "init '" + s + "' of '" + owner + "' is a number beyond double's range",
-                "start it at a finite number");
+                "write a number within it, or inf for an infinite start");
   const Hyperparameter* h = spec.find_hyperparameter(s);
   if (!h) {
     std::vector<std::string> names;
@@ -336,10 +338,10 @@ void load_programs(const Loader& loader, const YAML::Node& node, Spec& spec) {
     if (std::string why = name_problem(name, NameUse::Value); !why.empty())
       throw SpecError(at, "'" + name + "' cannot name a program", why);
     // A program's kernels are <variant>_<storage>_<program>, the step's <variant>_<storage>_<stage>.
+    // (update_long_rows and update_unit_matrices name kernels of the Update stage too.)
     const bool stage_name =
         name == "update" || name.rfind("update_", 0) == 0 ||
-        (name.rfind("reduce", 0) == 0 && name.find_first_not_of("0123456789", 6) == std::string::npos) ||
-        name.rfind("reduce_", 0) == 0;
+        (name.rfind("reduce", 0) == 0 && name.find_first_not_of("0123456789", 6) == std::string::npos);
     if (stage_name)
       throw SpecError(at, "program '" + name + "' would name its kernels as the step's stages' are named",
                       "a program's kernels are <variant>_<storage>_<program>, and the step's stages are update, "

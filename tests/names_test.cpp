@@ -113,11 +113,15 @@ TEST_CASE("names C++ and the generated code keep are refused wherever a spec put
                         "optimizer: Test\nsummary: s\nstate:\n  Test: {init: zeros}\nupdate:\n  - Test = grad\n  - "
                         "param = param - Test\n"),
              Catch::Contains("state 'Test' would collide with the launcher's class Test"));
-  for (const char* stem : {"int", "NULL", "lerp", "Optimizer", "x_"}) {
+  // And what the generated code names inside the namespace a stem makes (variants::<stem>).
+  for (const char* stem :
+       {"int", "NULL", "lerp", "Optimizer", "x_", "optgen", "Domain", "StageKind", "ReductionSlot"}) {
     INFO("spec file " << stem << ".yaml");
     CHECK_THAT(spec_error(std::string(stem) + ".yaml", spec_text("update:\n  - param = param - grad\n")),
                Catch::Contains(std::string(stem) + ".yaml: error: the spec's file name"));
   }
+  CHECK_THAT(spec_error("Domain.yaml", spec_text("update:\n  - param = param - grad\n")),
+             Catch::Contains("note: the generated code names optgen's 'Domain' inside namespace variants::Domain"));
   CHECK_THAT(spec_error("test.yaml", spec_text("update:\n  - true = 1\n  - param = param - grad\n")),
              Catch::Contains("cannot assign to 'true': it is a reserved name of the spec language"));
 }

@@ -140,7 +140,7 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
 /// The block walk of an Update stage (update_stage.cuh) of a kernel set with 8-bit states
 /// (Ops::kBlockwise): each warp updates one quantisation block of 256 elements at a time
 /// (blockwise8::kBlockSize), each lane 8 consecutive ones (Ops::kVector), so that a block's new
-/// absmax is a maximum over the warp (shuffles; no shared memory, no barrier). Chunks are whole
+/// absmax is a maximum over the warp (warp_block_absmax; no shared memory, no barrier). Chunks are whole
 /// blocks (a multiple of 256 elements). A warp loads its next block before it updates the one in
 /// hand, so that the loads' latency hides behind an update (with one block in flight a warp waited
 /// on every load: 26% of the stall samples on gpt2). A tensor's last, shorter block, and every
