@@ -47,6 +47,7 @@
 
 #include "adafactor.h"
 #include "bench_common.h"
+#include "command_line.h"
 #include "adam_mini.h"
 #include "adam.h"
 #include "adamw.h"
@@ -443,58 +444,46 @@ void compile_launch_shapes(const Arguments& args) {
 }
 
 void add_options(CLI::App& app, Arguments& args) {
+  using optgen::command_line::add_list;
   app.add_option("--workload-dir", args.dir, "where the workloads' JSON files are")->capture_default_str();
-  app.add_option("--workloads", args.workloads, "workloads: DIR/<name>.json, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str();
+  add_list(app, "--workloads", args.workloads, "workloads: DIR/<name>.json, comma-separated");
   std::vector<std::string> optimizers;  // every case optimizer_cases() has
   for (const OptimizerCase& c : optimizer_cases()) optimizers.push_back(c.name);
-  app.add_option("--optimizers", args.optimizers, "optimizers, comma-separated")
-      ->delimiter(',')
-      ->check(CLI::IsMember(optimizers))
-      ->capture_default_str();
-  app.add_option("--modes", args.modes,
-                 "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "
-                 "amp: eager steps with AMP's grad_scale and found_inf")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"eager", "graph", "amp"}))
-      ->capture_default_str();
+  add_list(app, "--optimizers", args.optimizers, "optimizers, comma-separated", CLI::IsMember(optimizers));
+  add_list(app, "--modes", args.modes,
+           "eager: steps launched from C++; graph: one step captured in a CUDA graph, replayed; "
+           "amp: eager steps with AMP's grad_scale and found_inf",
+           CLI::IsMember({"eager", "graph", "amp"}));
   app.add_option("--steps", args.steps, "steps per timed repetition (the median of 5 is reported)")
-      ->check(CLI::Range(1, 1000000))
+      ->check(optgen::command_line::whole_number(1, 1000000))
       ->capture_default_str();
-  app.add_option("--chunk-sizes", args.chunk_sizes, "elements per block, comma-separated; 0: the launcher's default")
-      ->delimiter(',')
-      ->check(kChunkSize)
-      ->capture_default_str();
-  app.add_option("--storage", args.storage,
-                 "storage types, comma-separated (PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16:bf16); an "
-                 "optimizer without kernels for one is skipped")
-      ->delimiter(',')
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            std::string error;
-            return optgen::parse_storage(text, &error) ? std::string() : error;
-          },
-          "STORAGE", "storage type"))
-      ->capture_default_str();
-  app.add_option("--launch-shapes", args.launch_shapes,
-                 "launch shapes, comma-separated: BxE (threads per block x elements per thread, e.g. 128x8; "
-                 "compiled with NVRTC) or default (the launcher's own)")
-      ->delimiter(',')
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            return parse_launch_shape(text) ? std::string()
-                                            : "launch shape " + text +
-                                                  " must be default or BxE: B a power of two from 32 to 1024, E a "
-                                                  "power of two up to 64";
-          },
-          "SHAPE", "launch shape"))
-      ->capture_default_str();
+  add_list(app, "--chunk-sizes", args.chunk_sizes, "elements per block, comma-separated; 0: the launcher's default",
+           kChunkSize);
+  add_list(app, "--storage", args.storage,
+           "storage types, comma-separated (PARAM[+master|+sr][:STATES][:STATE=DTYPE]..., e.g. bf16:bf16); an "
+           "optimizer without kernels for one is skipped",
+           CLI::Validator(
+               [](const std::string& text) {
+                 std::string error;
+                 return optgen::parse_storage(text, &error) ? std::string() : error;
+               },
+               "STORAGE", "storage type"));
+  add_list(app, "--launch-shapes", args.launch_shapes,
+           "launch shapes, comma-separated: BxE (threads per block x elements per thread, e.g. 128x8; "
+           "compiled with NVRTC) or default (the launcher's own)",
+           CLI::Validator(
+               [](const std::string& text) {
+                 return parse_launch_shape(text) ? std::string()
+                                                 : "launch shape " + text +
+                                                       " must be default or BxE: B a power of two from 32 to 1024, "
+                                                       "E a power of two up to 64";
+               },
+               "SHAPE", "launch shape"));
   app.add_option("--host-tensors", args.host_tensors, "tensors of Adam's host-time measurement; 0: skip it")
-      ->check(CLI::Range(0, 10000000))
+      ->check(optgen::command_line::whole_number(0, 10000000))
       ->capture_default_str();
   app.add_option("--host-matrices", args.host_matrices, "matrices of Muon's host-time measurement; 0: skip it")
-      ->check(CLI::Range(0, 10000000))
+      ->check(optgen::command_line::whole_number(0, 10000000))
       ->capture_default_str();
   app.add_option("--tune", args.tune,
                  "write FILE, a table of each kernel set's fastest chunk size (and launch shape, of several "

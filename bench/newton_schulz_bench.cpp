@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "command_line.h"
 #include "muon.h"
 #include "optgen/dtype.h"
 
@@ -65,11 +66,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> workloads = {"gpt2", "llama-1b"};
   int steps = 10;
   app.add_option("--workload-dir", dir, "where the workloads' JSON files are")->capture_default_str();
-  app.add_option("--workloads", workloads, "workloads: DIR/<name>.json, comma-separated")
-      ->delimiter(',')
-      ->capture_default_str();
+  optgen::command_line::add_list(app, "--workloads", workloads, "workloads: DIR/<name>.json, comma-separated");
   app.add_option("--steps", steps, "orthogonalisations per timed repetition")
-      ->check(CLI::Range(1, 1000))
+      ->check(optgen::command_line::whole_number(1, 1000))
       ->capture_default_str();
   std::string dtype_name = "bf16";
   app.add_option("--dtype", dtype_name,

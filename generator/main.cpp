@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "emit_common.h"
 #include "emit_cuda.h"
 #include "emit_images.h"
@@ -28,6 +29,9 @@
 #include "spec.h"
 
 namespace {
+
+using optgen::command_line::add_list;
+using optgen::command_line::whole_number;
 
 constexpr int kExitOk = 0;
 constexpr int kExitSpecError = 1;
@@ -58,69 +62,65 @@ struct Arguments {
 void add_generation_options(CLI::App& command, Arguments& args, std::vector<std::string>& storage,
                             std::vector<std::string>& variants) {
   command.add_option("--out", args.out_dir, "the directory to write into")->required();
-  command
-      .add_option("--storage", storage,
-                  "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16,bf16+master "
-                  "(PARAM[+master|+sr][:STATES][:STATE=DTYPE]...; default: the spec's "
-                  "'storage:', else f32,bf16)")
-      ->delimiter(',');
-  command.add_option("--variants", variants, "generate kernels for these variants only, e.g. adam (default: all)")
-      ->delimiter(',');
+  add_list(command, "--storage", storage,
+           "storage types to generate kernels for, e.g. f32,bf16,bf16:bf16,bf16+master "
+           "(PARAM[+master|+sr][:STATES][:STATE=DTYPE]...; default: the spec's 'storage:', else f32,bf16)");
+  add_list(command, "--variants", variants, "generate kernels for these variants only, e.g. adam (default: all)");
   command
       .add_option("--block-size", args.tuning.block_size, "threads per block (a power of two, 32 to 1024; default 256)")
-      ->check(CLI::Range(32, 1024));
+      ->check(whole_number(32, 1024));
   command
       .add_option("--shaped-block-size", args.tuning.shaped_block_size,
                   "threads per block of a spec whose every variant has rows and columns (default 128)")
-      ->check(CLI::Range(32, 1024));
+      ->check(whole_number(32, 1024));
   command
       .add_option("--elements-per-thread", args.tuning.elements_per_thread,
                   "elements in flight per thread and loop iteration (a power of two up to 64; default 8)")
-      ->check(CLI::Range(1, 64));
+      ->check(whole_number(1, 64));
   command
       .add_option("--min-blocks-per-sm", args.tuning.min_blocks_per_sm,
                   "blocks each SM must fit, which caps registers (0: ptxas chooses; default 3)")
-      ->check(CLI::Range(0, 32));
+      ->check(whole_number(0, 32));
   command
       .add_option("--reduce-min-blocks-per-sm", args.tuning.reduce_min_blocks_per_sm,
                   "the same for the Reduce stages' kernels (0: ptxas chooses; default 4)")
-      ->check(CLI::Range(0, 32));
+      ->check(whole_number(0, 32));
   command
       .add_option("--shaped-min-blocks-per-sm", args.tuning.shaped_min_blocks_per_sm,
                   "the same for the Reduce stages of a spec with rows and columns (0: ptxas chooses; default 2)")
-      ->check(CLI::Range(0, 32));
+      ->check(whole_number(0, 32));
   command
       .add_option("--shaped-runs-min-blocks-per-sm", args.tuning.shaped_runs_min_blocks_per_sm,
                   "the same for a Reduce stage of a spec with rows and columns that is chunk runs only, in "
                   "blocks of --shaped-block-size (0: ptxas chooses; default 7)")
-      ->check(CLI::Range(0, 32));
+      ->check(whole_number(0, 32));
   command
       .add_option("--blockwise-min-blocks-per-sm", args.tuning.blockwise_min_blocks_per_sm,
                   "the same for the Update stages of kernel sets with 8-bit states (0: ptxas chooses; default 2)")
-      ->check(CLI::Range(0, 32));
+      ->check(whole_number(0, 32));
   command
       .add_option("--chunk-size", args.tuning.chunk_size,
                   "elements per block of f32 kernel sets, a multiple of 64 (default 2048)")
-      ->check(CLI::Range(64LL, 1LL << 30));
+      ->check(whole_number(64, 1LL << 30));
   command
       .add_option("--narrow-chunk-size", args.tuning.narrow_chunk_size,
                   "elements per block of the other kernel sets (bf16 or f16 params or states, master copies), a "
                   "multiple of 64 (default 8192)")
-      ->check(CLI::Range(64LL, 1LL << 30));
+      ->check(whole_number(64, 1LL << 30));
   command
       .add_option("--blockwise-chunk-size", args.tuning.blockwise_chunk_size,
                   "elements per block of kernel sets with 8-bit states, a multiple of 256 (default 32768)")
-      ->check(CLI::Range(256LL, 1LL << 30));
+      ->check(whole_number(256, 1LL << 30));
   command
       .add_option("--shaped-chunk-size", args.tuning.shaped_chunk_size,
                   "elements per block of every kernel set of a variant with rows and columns, a multiple of 64 "
                   "(default 8192)")
-      ->check(CLI::Range(64LL, 1LL << 30));
+      ->check(whole_number(64, 1LL << 30));
   command
       .add_option("--reduce-chunk-size", args.tuning.reduce_chunk_size,
                   "elements per block of f32 kernel sets with Reduce stages (clipping, norms), a multiple of 64 "
                   "(default 4096)")
-      ->check(CLI::Range(64LL, 1LL << 30));
+      ->check(whole_number(64, 1LL << 30));
   command.add_flag("-q,--quiet", args.quiet, "no progress lines");
 }
 
@@ -153,9 +153,8 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
                                          "the newest) into --out/<name>_images.cpp");
   compile->add_option("specs", args.specs, "spec files")->required();
   add_generation_options(*compile, args, storage, variants);
-  compile->add_option("--arch", args.archs, "GPU architectures (default 80,90; a cubin of 80 runs on 86 and 89)")
-      ->delimiter(',')
-      ->check(CLI::Range(50, 200));
+  add_list(*compile, "--arch", args.archs, "GPU architectures (a cubin of 80 runs on 86 and 89)",
+           whole_number(50, 200));
 
   CLI::App* dump = app.add_subcommand("dump", "print the IR after each pass, or only after --after");
   dump->add_option("spec", args.specs, "one spec file")->required();

@@ -9,7 +9,7 @@ if ! command -v "$clang_format" >/dev/null 2>&1; then
   echo "check_format.sh: $clang_format not found; install Debian's clang-format (./test.sh does)" >&2
   exit 2
 fi
-mapfile -t files < <(find generator runtime spec_loader tests bench examples \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' \) \
+mapfile -t files < <(find generator runtime spec_loader tools tests bench examples \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' \) \
   -not -path 'tests/data/*' | sort)
 if [ "${1:-}" = "--fix" ]; then
   "$clang_format" -i "${files[@]}"

@@ -52,7 +52,7 @@ TEST_CASE("command-line mistakes are exit status 2 and say what is wrong", "[cli
       {"emit " + kSpec + " --out " + kScratch + " --storage bf16:f32:nope=f32",
        "--storage: storage 'bf16:f32:nope=f32' names state 'nope', which the spec does not declare"},
       {"emit " + kSpec + " --out " + kScratch + " --block-size 99999999999",
-       "--block-size: Value 99999999999 not in range 32 to 1024"},
+       "--block-size: 99999999999 is not between 32 and 1024"},
       {"emit " + kSpec + " --out " + kScratch + " --block-size 100",
        "block size 100 must be a power of two from 32 to 1024"},
       {"emit " + kSpec + " --out " + kScratch + " --variants adam_nesterov",
