@@ -222,11 +222,12 @@ void warn_of_float_range(const Block& block, Spec& spec) {
   }
 }
 
-/// A block's `do:` with nothing after it (YAML's null): an error at the key, where the null value's
-/// own place is the next line's.
+/// A block's or a matrix function's `do:` with nothing after it (YAML's null) or `do: []`: an
+/// error at the key, where the null value's own place is the next line's.
 void refuse_empty_do(const Loader& loader, const YAML::Node& item) {
   for (const auto& field : item)
-    if (field.first.Scalar() == "do" && field.second.IsNull())
+    if (field.first.Scalar() == "do" &&
+        (field.second.IsNull() || (field.second.IsSequence() && field.second.size() == 0)))
       loader.fail(field.first, "this 'do' is empty", "give it a list of statements");
 }
 
@@ -298,6 +299,7 @@ void load_matrix_functions(const Loader& loader, const YAML::Node& node, std::ve
       f.transpose_tall = tall.Scalar() == "true";
     }
     if (const YAML::Node doc = value["doc"]) f.doc = doc.Scalar();
+    refuse_empty_do(loader, value);
     parse_block(loader, loader.field(value, key, "do", what), f.body, "matrix_functions: " + f.name, true);
     const YAML::Node result = loader.field(value, key, "result", what);
     if (!result.IsScalar()) loader.fail(result, "the result of " + what + " must be the name of a matrix variable");

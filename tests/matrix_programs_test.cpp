@@ -258,11 +258,11 @@ TEST_CASE("a spec's own matrix functions compile, and their misuse is a located 
   // A function no step calls is checked all the same; its name is its own.
   CHECK_THAT(optgen::test::spec_error("m.yaml", spec_with(function_of("      - x = x @ x\n"), "grad")),
              Catch::Contains("'x @ x' multiplies a R x C matrix by a R x C one"));
-  CHECK_THAT(
-      optgen::test::spec_error("m.yaml", spec_with("  lr:\n    parameters: [x]\n    do: []\n    result: x\n", "grad")),
-      Catch::Contains("matrix function 'lr' has the name of a hyperparameter"));
-  CHECK_THAT(optgen::test::spec_error("m.yaml",
-                                      spec_with("  sqrt:\n    parameters: [x]\n    do: []\n    result: x\n", "grad")),
+  CHECK_THAT(optgen::test::spec_error(
+                 "m.yaml", spec_with("  lr:\n    parameters: [x]\n    do: [y = x]\n    result: x\n", "grad")),
+             Catch::Contains("matrix function 'lr' has the name of a hyperparameter"));
+  CHECK_THAT(optgen::test::spec_error(
+                 "m.yaml", spec_with("  sqrt:\n    parameters: [x]\n    do: [y = x]\n    result: x\n", "grad")),
              Catch::Contains("matrix function 'sqrt' has the name of a function of the language"));
   // A product outside matrix code.
   CHECK_THAT(optgen::test::spec_error("m.yaml", spec_with(ok, "f(grad, n) + grad @ grad")),
