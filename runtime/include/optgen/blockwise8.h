@@ -1153,11 +1153,11 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned slot_entry(int s, int code, unsigned bound_b
 /// kSignedMap, pass a magnitude: the code of the positive value (127 .. 255). Bits of 2^31 and more
 /// (a negative x) give some code, which unsigned_state_code does not use.
 OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_code_word(const unsigned* slots, unsigned bits) {
-  // How far the bits lie above the first slot's least float, clamped to the slots: in signed ints,
-  // so that the subtraction and both clamps are one instruction (bits of a negative value, as ints,
-  // clamp to the first slot).
+  // How far the bits lie above the first slot's least float, clamped to the slots: the difference
+  // modulo 2^32 as a signed int, so that the subtraction and both clamps are one instruction
+  // (VIADDMNMX). Bits of a magnitude are below 2^31, and their difference is exact.
   constexpr int kHigh = static_cast<int>(kSlotHighBits - kSlotLowBits);
-  const int above = static_cast<int>(bits) - static_cast<int>(kSlotLowBits);
+  const int above = static_cast<int>(bits - kSlotLowBits);
   const unsigned clamped = static_cast<unsigned>(above < 0 ? 0 : above > kHigh ? kHigh : above);
   const unsigned entry = slots[clamped >> kSlotShift];
   // One more where the bits are above the bound (slot_entry): the sign bit of a multiply-add (on
