@@ -543,6 +543,7 @@ class CudaEmitter {
     for (const auto& f : group_value_fields(p)) taken.insert(f.name);
     for (const auto& t : p.values[Domain::Tensor]) taken.insert(t.name);
     for (const auto& r : p.reductions) taken.insert(r.name);
+    for (const auto& m : p.matrix_values) taken.insert(m.name);  // read as operands (read_operands)
     return taken;
   }
 

@@ -539,6 +539,7 @@ class ReferenceEmitter {
     for (const auto& v : p.values[Domain::Group]) taken.insert(v.name);
     for (const auto& v : p.values[Domain::Tensor]) taken.insert(v.name);
     for (const auto& r : p.reductions) taken.insert(r.name);
+    for (const auto& m : p.matrix_values) taken.insert(m.name);  // read from their buffers
     for (const auto& o : p.element_outputs)
       if (o.stage == stage) read.insert(o.name);  // the outputs it writes
     for (const auto& s : p.states)

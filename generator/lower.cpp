@@ -162,6 +162,18 @@ class Lowering {
     }
   }
 
+  /// Where `syntax` first names `name`, else where it starts.
+  static SourceLoc name_loc(const Syntax& syntax, const std::string& name) {
+    const std::function<const Syntax*(const Syntax&)> find = [&](const Syntax& at) -> const Syntax* {
+      if (at.kind == Syntax::Kind::Name && at.text == name) return &at;
+      for (const auto& operand : at.operands)
+        if (const Syntax* found = find(*operand)) return found;
+      return nullptr;
+    };
+    const Syntax* named = find(syntax);
+    return named ? named->loc : syntax.loc;
+  }
+
   /// A state's `when`: a bool of specialized flags only, so that a variant has the state or not.
   void lower_state_conditions(Program& program) {
     for (const auto& s : spec_.states) {
@@ -174,7 +186,7 @@ class Lowering {
       for_each_node(value, [&](const Expr& e) {
         if (e->kind == NodeKind::Var && !is_factored(e) && !spec_.find_hyperparameter(e->name)->specialize)
           throw SpecError(
-              s.when->loc,
+              name_loc(*s.when, e->name),
               "a state's 'when' may use only specialized flags and 'factored', and '" + e->name + "' is not one",
               "declare it with 'specialize: true', or add a derived flag");
       });
@@ -420,6 +432,7 @@ class Lowering {
           continue;
         }
         if (it->second.value != inner.value) {
+          if (inner.kind == NameKind::State) check_state_condition(name, condition, *item.when);
           Expr chosen = Node::make_select(condition, inner.value, it->second.value);
           it->second = {inner.kind, with_provenance(chosen, inner.value->hint, inner.loc), inner.loc};
         }
@@ -489,6 +502,18 @@ class Lowering {
     }
   }
 
+  /// A state assigned under a `when:` keeps its old value where the condition is false: a state of
+  /// one value per tensor, row or column cannot be chosen by a condition of each element (or row).
+  void check_state_condition(const std::string& name, const Expr& condition, const Syntax& when) const {
+    const Domain level = level_of(spec_.states.at(spec_.state_index(name)).shape);
+    if (at_or_below(condition->level, level)) return;
+    const Domain over = level == Domain::Row || level == Domain::Column ? level : Domain::Tensor;
+    throw SpecError(when.loc,
+                    "state '" + name + "' has " + per_level(level) + ", and is assigned under this condition of " +
+                        per_level(condition->level),
+                    "reduce the condition first (" + reduction_names(over, blocks()) + ")");
+  }
+
   /// A program (`programs:`) runs element code only: a state of one value per tensor is the step's.
   void check_program_state(const std::string& name, const SourceLoc& at, const char* what) const {
     if (section_ != Section::Program) return;
@@ -504,6 +529,11 @@ class Lowering {
   void check_guard(const ElementState& state, const SourceLoc& at, const char* what) {
     auto it = state_conditions_.find(state.name);
     if (it == state_conditions_.end()) return;
+    if (section_ == Section::Program)
+      throw SpecError(at,
+                      "state '" + state.name + "' exists only for some tensors, and is " + what + " in program '" +
+                          program_ + "', which cannot tell them apart",
+                      "a program runs element by element between steps, on the states every tensor has");
     if (requires_factored(it->second, true) && guard_ != Guard::Factored)
       throw SpecError(
           at,
@@ -791,7 +821,10 @@ class Lowering {
       const std::string& name = program.parameters[i];
       const bool counts = program.counts[i];
       const bool hyperparameter = a->kind == NodeKind::Var && a->var == VarKind::Hyperparameter;
-      if (a->type == ValueType::Bool || !(hyperparameter || a->is_const()))
+      if (a->type == ValueType::Bool)
+        throw SpecError(operand.loc, "argument '" + name + "' of " + called + " is a bool: it must be a number",
+                        "a matrix function scales by its arguments; choose between calls with 'when' instead");
+      if (!(hyperparameter || a->is_const()))
         throw SpecError(operand.loc,
                         "argument '" + name + "' of " + called + " must be " +
                             (counts ? "an int hyperparameter or an integer" : "a hyperparameter or a number") +
@@ -840,11 +873,19 @@ class Lowering {
     if (s.text == "factored") {
       if (section_ == Section::Update || section_ == Section::StateCondition)
         return Node::make_var(VarKind::Factored, "factored", ValueType::Bool);
+      if (section_ == Section::Program)
+        throw SpecError(s.loc, "'factored' is the step's and cannot be used in program '" + program_ + "'",
+                        "a program runs element by element between steps, on the states every tensor has");
       throw SpecError(s.loc, "'factored' is a per-tensor value and can be used only in 'update' and a state's 'when'",
                       blocks() ? "whether a tensor is a whole number of blocks differs between the tensors of a group"
                                : "whether a tensor has two or more dimensions differs between the tensors of a group");
     }
     if (find_builtin(s.text)) throw SpecError(s.loc, "'" + s.text + "' is a function; call it as " + s.text + "(...)");
+    if (section_ == Section::Program && (s.text == "rows" || s.text == "cols"))
+      throw SpecError(s.loc, "'" + s.text + "' is a tensor's shape and cannot be used in program '" + program_ + "'",
+                      "a program runs element by element between steps, on tensors bound with a shape or without; "
+                      "use " +
+                          s.text + " in 'update'");
     auto it = env_.find(s.text);
     if (it == env_.end()) {
       if (auto out = scoped_out_.find(s.text); out != scoped_out_.end())

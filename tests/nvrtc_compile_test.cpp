@@ -137,3 +137,35 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_75, sm_80 and
   }
   CHECK(kernels >= 3 * 18 * ((5 + 1) + (2 * 5 + 1)));  // the 18 variants of the 12 torch.optim specs, clipped or not
 }
+
+TEST_CASE("a matrix value chosen under a 'when', named as the value it replaces, compiles with NVRTC", "[nvrtc]") {
+  std::string why;
+  REQUIRE(optgen::nvrtc::available(&why));
+  // u reads the matrix value's operand u (v_[2]) and is then the choice between it and grad: the
+  // choice is u_1, where both were declared `const float u`.
+  const optgen::Spec spec = optgen::load_spec_text("chosen_matrix_value.yaml", R"(optimizer: ChosenMatrixValue
+summary: a matrix function's result under a guard
+hyperparameters:
+  lr: {type: float, default: 0.01}
+  orthogonalise: {type: bool, default: true}
+update:
+  - u = grad
+  - when: factored
+    do:
+      - u = newton_schulz(grad, 5, 3.4445, -4.775, 2.0315, 1e-7)
+  - when: "!orthogonalise"
+    do:
+      - u = grad
+  - param = param - lr * u
+)");
+  const auto variants = optgen::compile_spec(spec);
+  const std::string source = optgen::emit_cuda(spec, variants, {optgen::Storage{}}, optgen::KernelTuning());
+  CHECK(source.find("const float u_1 = factored ? u : grad;") != std::string::npos);
+  std::string error;
+  try {
+    optgen::nvrtc::compile(source, "chosen_matrix_value_kernels.cu", optgen::kernel_compile_options(), 90);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CHECK(error == "");
+}
