@@ -193,6 +193,16 @@ Arguments parse_arguments(CLI::App& app, int argc, char** argv) {
   args.kernel_variants.insert(variants.begin(), variants.end());
   std::sort(args.archs.begin(), args.archs.end());
   args.archs.erase(std::unique(args.archs.begin(), args.archs.end()), args.archs.end());
+  if (args.command == "compile" && optgen::nvrtc::available()) {  // else compiling says what is missing
+    const std::vector<int> supported = optgen::nvrtc::supported_archs();
+    for (int arch : args.archs)
+      if (std::find(supported.begin(), supported.end(), arch) == supported.end()) {
+        std::string list;
+        for (int s : supported) list += (list.empty() ? "" : ", ") + std::to_string(s);
+        throw UsageError("--arch: NVRTC " + optgen::nvrtc::version() + " does not compile for sm_" +
+                         std::to_string(arch) + "; it compiles for " + list);
+      }
+  }
   if (std::string problem = args.tuning.check(); !problem.empty()) throw UsageError(problem);
   return args;
 }

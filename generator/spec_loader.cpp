@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,7 @@ class Loader {
     const YAML::Mark mark = node.Mark();
     if (mark.line < 0) return {file_, 0, 0};
     SourceLoc result{file_, mark.line + 1, mark.column + 1};
+    if (node.IsNull()) return null_loc(result);
     // Quoted scalars: point inside the quotes, where the text an error is about starts.
     if (node.IsScalar()) {
       std::string line = file_->line(result.line);
@@ -46,6 +48,83 @@ class Loader {
         result.column += 1;
     }
     return result;
+  }
+
+  /// A value left empty (`key:` or `-` with nothing after it) has the place of what follows it,
+  /// often the next line's key: the place of the line that left it empty instead, at its key or
+  /// `-`. (A null written out, `key: ~` or a key `Null:`, is where it is written.)
+  SourceLoc null_loc(SourceLoc at) const {
+    const auto content = [](std::string text) {  // the line without its comment
+      for (size_t i = 0; i < text.size(); ++i)
+        if (text[i] == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+          text.erase(i);
+          break;
+        }
+      return text;
+    };
+    const std::string here = content(file_->line(at.line));
+    if (here.find_first_not_of(" \t") < static_cast<size_t>(at.column - 1)) return at;  // after something on its line
+    const std::string written = here.substr(static_cast<size_t>(at.column - 1));
+    for (const char* null : {"~", "null", "Null", "NULL"})  // a null written out, as a key can be
+      if (written.rfind(null, 0) == 0 && (written.size() == std::strlen(null) ||
+                                          !std::isalnum(static_cast<unsigned char>(written[std::strlen(null)]))))
+        return at;
+    for (int line = at.line - 1; line >= 1; --line) {
+      const std::string text = content(file_->line(line));
+      const size_t first = text.find_first_not_of(" \t");
+      if (first != std::string::npos) return {file_, line, static_cast<int>(first) + 1};
+    }
+    return at;
+  }
+
+  /// Where each byte of scalar `node`'s value stands in the file, where the value is not its source
+  /// as written from loc(node) on: a block scalar (`|`, `>`), a scalar folded over several lines, a
+  /// double-quoted one with escapes. The value's bytes are found in the source in order, passing
+  /// over what YAML drops (indentation, line breaks it folds, indicators, quotes); an escape's
+  /// bytes stand at its backslash.
+  TextPlaces places(const YAML::Node& node) const {
+    const SourceLoc start = loc(node);
+    const YAML::Mark mark = node.Mark();
+    const std::string& value = node.Scalar();
+    const std::string& source = file_->text;
+    if (mark.pos < 0 || static_cast<size_t>(mark.pos) >= source.size()) return start;
+    size_t j = static_cast<size_t>(mark.pos) + static_cast<size_t>(start.column - 1 - mark.column);
+    if (value.find('\n') == std::string::npos && source.compare(j, value.size(), value) == 0) return start;
+    const bool double_quoted = source[static_cast<size_t>(mark.pos)] == '"';
+    std::vector<SourceLoc> bytes;
+    int line = start.line, column = start.column;
+    const auto pass = [&](size_t n) {  // n bytes of source
+      for (; n > 0 && j < source.size(); --n, ++j) {
+        if (source[j] == '\n')
+          ++line, column = 1;
+        else
+          ++column;
+      }
+    };
+    while (bytes.size() < value.size() && j < source.size()) {
+      if (double_quoted && source[j] == '\\' && j + 1 < source.size()) {
+        const SourceLoc at{file_, line, column};
+        const char e = source[j + 1];
+        const size_t hex = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+        unsigned long code = hex ? std::strtoul(source.substr(j + 2, hex).c_str(), nullptr, 16) : 0;
+        // UTF-8 bytes of the escape's character; a line break escaped (a continuation) has none.
+        size_t n = e == '\n' || e == '\r' ? 0
+                   : hex                  ? (code < 0x80      ? 1
+                                             : code < 0x800   ? 2
+                                             : code < 0x10000 ? 3
+                                                              : 4)
+                   : e == 'N' || e == '_' ? 2
+                   : e == 'L' || e == 'P' ? 3
+                                          : 1;
+        for (; n > 0 && bytes.size() < value.size(); --n) bytes.push_back(at);
+        pass(2 + hex);
+        continue;
+      }
+      if (source[j] == value[bytes.size()]) bytes.push_back({file_, line, column});
+      pass(1);
+    }
+    while (bytes.size() <= value.size()) bytes.push_back({file_, line, column});
+    return TextPlaces(start, std::move(bytes));
   }
 
   [[noreturn]] void fail(const YAML::Node& node, const std::string& message, const std::string& hint = "") const {
@@ -82,6 +161,7 @@ class Loader {
   }
 
   std::string scalar(const YAML::Node& node, const std::string& what) const {
+    if (node.IsNull()) fail(node, what + " is empty", "give it a value");
     if (!node.IsScalar()) fail(node, what + " must be a single value");
     return node.Scalar();
   }
@@ -99,14 +179,25 @@ class Loader {
     fail(node, what + " must be true or false, not '" + s + "'");
   }
 
+  /// A number in digits, or an infinity: inf or YAML's .inf (.Inf, .INF), either signed.
   std::optional<double> parse_number(const std::string& s) const {
     if (s.empty()) return std::nullopt;
-    std::string t = s;
-    if (t == ".inf" || t == "inf") return HUGE_VAL;
+    const bool negative = s[0] == '-';
+    const std::string magnitude = s[0] == '-' || s[0] == '+' ? s.substr(1) : s;
+    if (magnitude == "inf" || magnitude == ".inf" || magnitude == ".Inf" || magnitude == ".INF")
+      return negative ? -HUGE_VAL : HUGE_VAL;
     char* end = nullptr;
-    double value = std::strtod(t.c_str(), &end);
-    if (end != t.c_str() + t.size() || !std::isfinite(value)) return std::nullopt;
+    double value = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || !std::isfinite(value)) return std::nullopt;
     return value;
+  }
+
+  /// A number in digits that reads as infinity (1e999) is out of range, not a name or a typo.
+  void refuse_beyond_range(const YAML::Node& node, const std::string& s, const std::string& what) const {
+    if (char* end = nullptr; std::isinf(std::strtod(s.c_str(), &end)) && end == s.c_str() + s.size() &&
+                             s.find_first_of("0123456789") != std::string::npos)
+      fail(node, what + " is a number beyond double's range",
+           "write a number within it, or inf (-inf) for an infinite one");
   }
 
   double parse_default(const YAML::Node& node, ValueType type, const std::string& name) const {
@@ -117,6 +208,7 @@ class Loader {
       fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
     }
     std::optional<double> value = parse_number(s);
+    if (!value) refuse_beyond_range(node, s, "default '" + s + "' of '" + name + "'");
     if (!value)
       fail(node,
            "bad default '" + s + "' for " + to_string(type) + " hyperparameter '" + name + "': expected a number");
@@ -130,7 +222,7 @@ class Loader {
 
   std::shared_ptr<Syntax> expression(const YAML::Node& node, const std::string& what) const {
     std::string text = scalar(node, what);
-    return std::shared_ptr<Syntax>(parse_expression(text, loc(node)));
+    return std::shared_ptr<Syntax>(parse_expression(text, places(node)));
   }
 
   /// YAML reads `- g = c ? a : b` as a one-entry mapping, because of ': '. Such an item is a
@@ -182,11 +274,7 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     init.value = *value;
     return init;
   }
-  // A number in digits that reads as infinity (1e999): out of range, not a name.
-  if (char* end = nullptr; std::isinf(std::strtod(s.c_str(), &end)) && end == s.c_str() + s.size() &&
-                           s.find_first_of("0123456789") != std::string::npos)
-    loader.fail(node, "init '" + s + "' of '" + owner + "' is a number beyond double's range",
-                "write a number within it, or inf for an infinite start");
+  loader.refuse_beyond_range(node, s, "init '" + s + "' of '" + owner + "'");
   const Hyperparameter* h = spec.find_hyperparameter(s);
   if (!h) {
     std::vector<std::string> names;
@@ -239,8 +327,14 @@ void parse_block(const Loader& loader, const YAML::Node& node, Block& block, con
   for (const YAML::Node& item : node) {
     BlockItem entry;
     entry.loc = loader.loc(item);
+    // `[a = min(b, c)]`: YAML ends a flow list's item at its comma, inside the parentheses too.
+    if (item.IsScalar() && node.Style() == YAML::EmitterStyle::Flow &&
+        std::count(item.Scalar().begin(), item.Scalar().end(), '(') !=
+            std::count(item.Scalar().begin(), item.Scalar().end(), ')'))
+      loader.fail(item, "YAML ended this statement at a comma of the [ ] list it is in",
+                  "write the statements as a block list, a '- statement' a line, or quote each one");
     if (item.IsScalar()) {
-      entry.statement = parse_statement(item.Scalar(), loader.loc(item));
+      entry.statement = parse_statement(item.Scalar(), loader.places(item));
     } else if (std::optional<std::string> text = loader.statement_with_colon(item)) {
       entry.statement = parse_statement(*text, loader.loc(item));
     } else if (item.IsMap() && matrix) {

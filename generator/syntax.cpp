@@ -36,7 +36,7 @@ const std::vector<std::string>& operator_tokens() {
 }
 
 /// Splits an expression into tokens; operators are the longest match from operator_tokens().
-std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
+std::vector<Token> tokenize(const std::string& text, const TextPlaces& places) {
   std::vector<Token> tokens;
   size_t i = 0;
   while (i < text.size()) {
@@ -81,7 +81,7 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
       const std::string shown = u < 0x20 || u == 0x7f
                                     ? std::string("control character ") + code + (u == 0 ? " (NUL)" : "")
                                     : "'" + text.substr(i, end - i) + "'";
-      throw SpecError(loc.shifted(start),
+      throw SpecError(places.at(start),
                       "unexpected " + (shown[0] == '\'' ? "character " + shown : shown) + " in expression",
                       u >= 0x80 ? "names are ASCII letters, digits and '_'" : "");
     }
@@ -95,7 +95,7 @@ std::vector<Token> tokenize(const std::string& text, const SourceLoc& loc) {
 /// prefix operators, then the operators tighter than them (`**`).
 class Parser {
  public:
-  Parser(const std::string& text, const SourceLoc& loc) : loc_(loc), tokens_(tokenize(text, loc)) {}
+  Parser(const std::string& text, const TextPlaces& places) : places_(places), tokens_(tokenize(text, places)) {}
 
   SyntaxPtr expression() { return ternary(); }
 
@@ -106,7 +106,7 @@ class Parser {
     return peek().kind == Token::Kind::Op ? find_binary_operator(peek().text) : nullptr;
   }
   Token take() { return tokens_[pos_++]; }
-  SourceLoc loc_of(const Token& t) const { return loc_.shifted(t.offset); }
+  SourceLoc loc_of(const Token& t) const { return places_.at(t.offset); }
 
   void expect(const char* op, const char* context) {
     if (!at(op)) fail(std::string("expected '") + op + "' " + context);
@@ -251,7 +251,7 @@ class Parser {
 
   void expect(const char* op, const std::string& context) { expect(op, context.c_str()); }
 
-  SourceLoc loc_;
+  const TextPlaces& places_;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int nesting_ = 0;
@@ -268,16 +268,21 @@ int precedence(const Syntax& s) {
 
 }  // namespace
 
-SyntaxPtr parse_expression(const std::string& text, const SourceLoc& loc) {
-  Parser parser(text, loc);
+SourceLoc TextPlaces::at(int offset) const {
+  if (bytes.empty()) return start.shifted(offset);
+  return bytes[std::min(static_cast<size_t>(std::max(offset, 0)), bytes.size() - 1)];
+}
+
+SyntaxPtr parse_expression(const std::string& text, const TextPlaces& places) {
+  Parser parser(text, places);
   if (parser.peek().kind == Token::Kind::End) parser.fail("expected an expression");
   SyntaxPtr result = parser.expression();
   parser.expect_end();
   return result;
 }
 
-Statement parse_statement(const std::string& text, const SourceLoc& loc) {
-  Parser parser(text, loc);
+Statement parse_statement(const std::string& text, const TextPlaces& places) {
+  Parser parser(text, places);
   if (parser.peek().kind != Token::Kind::Name) parser.fail("expected a statement of the form 'name = expression'");
   Token target = parser.take();
   parser.expect("=", "after the name being assigned (statements read 'name = expression')");

@@ -36,9 +36,21 @@ struct Statement {
   std::string text;  ///< the statement as written, for comments in generated code
 };
 
-/// Parses `text`, which starts at `loc` in the spec. Throws SpecError on malformed input.
-SyntaxPtr parse_expression(const std::string& text, const SourceLoc& loc);
-Statement parse_statement(const std::string& text, const SourceLoc& loc);
+/// Where the bytes of an expression's text stand in the spec: one run of columns from `start`, or,
+/// for a YAML scalar whose value is not its source as written (a block scalar, a scalar folded over
+/// several lines, escapes), byte by byte (`bytes`: one place per byte, then one for the end).
+struct TextPlaces {
+  TextPlaces(SourceLoc start = {}, std::vector<SourceLoc> bytes = {})
+      : start(std::move(start)), bytes(std::move(bytes)) {}
+  SourceLoc at(int offset) const;
+
+  SourceLoc start;
+  std::vector<SourceLoc> bytes;
+};
+
+/// Parses `text`, which stands at `places` in the spec. Throws SpecError on malformed input.
+SyntaxPtr parse_expression(const std::string& text, const TextPlaces& places);
+Statement parse_statement(const std::string& text, const TextPlaces& places);
 
 /// Renders a syntax tree back to infix text with minimal parentheses (for tests and comments).
 std::string to_string(const Syntax& syntax);

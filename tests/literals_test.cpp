@@ -8,10 +8,12 @@
 #include <limits>
 #include <random>
 
+#include "check.h"
 #include "emit_common.h"
 #include "literals_and_text.h"
 #include "literals_and_text_reference.h"
 #include "optimizer_harness.h"
+#include "spec.h"
 
 using namespace optgen_test;
 
@@ -46,6 +48,32 @@ TEST_CASE("infinite defaults and inits, and literals beyond float, in the CPU re
   // huge = min(1e39, 2) is 2 (1e39 is inf in float); g = 0.5; m = min(inf, min(inf, 1.5)) = 1.5
   CHECK(m == 1.5f);
   CHECK(param == Approx(1.0f - 0.01f * 2.0f * 0.5f / 1.5f).epsilon(1e-6));
+}
+
+TEST_CASE("infinities of either sign, as YAML and C write them, are inits and defaults", "[spec]") {
+  const optgen::Spec spec = optgen::load_spec_text("running_max.yaml", R"(optimizer: RunningMax
+summary: a running maximum that starts at minus infinity
+hyperparameters:
+  floor:   {type: float, default: -.inf}
+  ceiling: {type: float, default: +.Inf}
+state:
+  peak: {init: -inf}
+update:
+  - peak = clamp(max(peak, abs(grad)), floor, ceiling)
+  - param = param - 0.01 * grad / (peak + 1)
+)");
+  CHECK(spec.hyperparameters[0].default_value == -INFINITY);
+  CHECK(spec.hyperparameters[1].default_value == INFINITY);
+  CHECK(spec.states[0].init.value == -INFINITY);
+  // A number in digits beyond double's range is an error, not infinity.
+  const std::string beyond = optgen::test::spec_error("beyond.yaml", R"(optimizer: Beyond
+summary: s
+hyperparameters:
+  lr: {type: float, default: -1e999}
+update:
+  - param = param - lr * grad
+)");
+  CHECK_THAT(beyond, Catch::Contains("default '-1e999' of 'lr' is a number beyond double's range"));
 }
 
 TEST_CASE("literals and text: the kernels match the reference", "[gpu]") {

@@ -42,6 +42,8 @@ struct Library {
   decltype(&::nvrtcGetCUBIN) nvrtcGetCUBIN;
   decltype(&::nvrtcGetPTXSize) nvrtcGetPTXSize;
   decltype(&::nvrtcGetPTX) nvrtcGetPTX;
+  decltype(&::nvrtcGetNumSupportedArchs) nvrtcGetNumSupportedArchs;
+  decltype(&::nvrtcGetSupportedArchs) nvrtcGetSupportedArchs;
   int major = 0;
   int minor = 0;
 };
@@ -85,6 +87,8 @@ std::optional<Library> open_library(const std::string& path, std::string& why) {
   OPTGEN_LOAD(nvrtcGetCUBIN);
   OPTGEN_LOAD(nvrtcGetPTXSize);
   OPTGEN_LOAD(nvrtcGetPTX);
+  OPTGEN_LOAD(nvrtcGetNumSupportedArchs);
+  OPTGEN_LOAD(nvrtcGetSupportedArchs);
 #undef OPTGEN_LOAD
   if (missing != nullptr) {
     why = path + " has no " + missing + " (not NVRTC, or an NVRTC older than CUDA 12)";
@@ -261,6 +265,15 @@ bool available(std::string* why) {
 std::string version() {
   const Library& nvrtc = library();
   return std::to_string(nvrtc.major) + "." + std::to_string(nvrtc.minor);
+}
+
+std::vector<int> supported_archs() {
+  const Library& nvrtc = library();
+  int count = 0;
+  check(nvrtc, nvrtc.nvrtcGetNumSupportedArchs(&count), "nvrtcGetNumSupportedArchs");
+  std::vector<int> archs(static_cast<size_t>(count));
+  if (count > 0) check(nvrtc, nvrtc.nvrtcGetSupportedArchs(archs.data()), "nvrtcGetSupportedArchs");
+  return archs;
 }
 
 Compiled compile(const std::string& source, const std::string& name, const std::vector<std::string>& options, int arch,

@@ -22,6 +22,10 @@ bool available(std::string* why = nullptr);
 /// NVRTC's version as "13.0". Throws optgen::Error when NVRTC cannot be loaded.
 std::string version();
 
+/// The architectures NVRTC compiles for (e.g. 75, 80, 86, ..., 120), ascending. Throws
+/// optgen::Error when NVRTC cannot be loaded.
+std::vector<int> supported_archs();
+
 struct Compiled {
   std::vector<char> image;  ///< a cubin for an sm_XY target, PTX text (NUL-terminated) for compute_XY
   /// For an sm_XY target, the PTX NVRTC made on the way to the cubin (NUL-terminated): the same
