@@ -433,6 +433,11 @@ class Lowering {
         }
         if (it->second.value != inner.value) {
           if (inner.kind == NameKind::State) check_state_condition(name, condition, *item.when);
+          if ((inner.value->type == ValueType::Bool) != (it->second.value->type == ValueType::Bool))
+            throw SpecError(inner.loc,
+                            "'" + name + "' is " + to_string(inner.value->type) + " here, inside the 'when', and " +
+                                to_string(it->second.value->type) + " where the condition is false",
+                            "a name assigned under a 'when' keeps its value otherwise: give it the same type");
           Expr chosen = Node::make_select(condition, inner.value, it->second.value);
           it->second = {inner.kind, with_provenance(chosen, inner.value->hint, inner.loc), inner.loc};
         }

@@ -1,3 +1,4 @@
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -547,18 +548,49 @@ void check_closed_quotes(const std::shared_ptr<const SourceFile>& file, const YA
                   std::string("close it with ") + quote);
 }
 
+/// Where the second YAML document of `text` starts, where it has one that is not empty. Two
+/// documents at most are parsed: YAML::LoadAll, which would say, parses on for ever after some
+/// malformed input (yaml-cpp 0.7's static library; a fuzzing finding).
+std::optional<YAML::Mark> second_document(const std::string& text) {
+  struct FirstContent : YAML::EventHandler {
+    std::optional<YAML::Mark> at;
+    void seen(const YAML::Mark& mark) {
+      if (!at) at = mark;
+    }
+    void OnDocumentStart(const YAML::Mark&) override {}
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+    void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+      seen(mark);
+    }
+    void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {
+      seen(mark);
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+      seen(mark);
+    }
+    void OnMapEnd() override {}
+  };
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  FirstContent first, second;
+  if (!parser.HandleNextDocument(first) || !parser.HandleNextDocument(second)) return std::nullopt;
+  return second.at;
+}
+
 /// The YAML document of `file`, a mapping; YAML's own errors located like ours.
 YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFile>& file) {
   refuse_control_characters(file);
   YAML::Node root;
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(file->text);
-    for (size_t d = 1; d < documents.size(); ++d)
-      if (documents[d] && !documents[d].IsNull())
-        throw SpecError(SourceLoc{file, documents[d].Mark().line + 1, documents[d].Mark().column + 1},
-                        "a second YAML document: optgen reads one spec a file, and would pass this one over",
-                        "put each spec in a file of its own");
-    if (!documents.empty()) root = documents.front();
+    root = YAML::Load(file->text);
+    if (const std::optional<YAML::Mark> second = second_document(file->text))
+      throw SpecError(SourceLoc{file, second->line + 1, second->column + 1},
+                      "a second YAML document: optgen reads one spec a file, and would pass this one over",
+                      "put each spec in a file of its own");
   } catch (const YAML::ParserException& e) {
     SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
     const std::string line = file->line(at.line);
@@ -577,7 +609,19 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
   }
   std::set<std::pair<int, bool>> visited;
   check_closed_quotes(file, root, visited);
-  if (!root || root.IsNull()) throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
+  if (!root || root.IsNull()) {
+    // Nothing but comments and blank lines; or text YAML reads as no document (a line that starts
+    // with ','), which yaml-cpp passes over without an error.
+    const int lines = 1 + static_cast<int>(std::count(file->text.begin(), file->text.end(), '\n'));
+    for (int line = 1; line <= lines; ++line) {
+      const std::string text = file->line(line);
+      const size_t first = text.find_first_not_of(" \t");
+      if (first != std::string::npos && text[first] != '#')
+        throw SpecError(SourceLoc{file, line, static_cast<int>(first) + 1}, "YAML reads no spec from this text",
+                        "a spec is a mapping of keys (optimizer:, summary:, ...), each at the start of a line");
+    }
+    throw SpecError(SourceLoc{file, 1, 1}, "the spec is empty");
+  }
   if (!root.IsMap())
     loader.fail(root, "a spec must be a mapping with 'optimizer', 'hyperparameters', 'state', 'update', ...");
   return root;
