@@ -534,11 +534,14 @@ class Lowering {
   void check_guard(const ElementState& state, const SourceLoc& at, const char* what) {
     auto it = state_conditions_.find(state.name);
     if (it == state_conditions_.end()) return;
-    if (section_ == Section::Program)
+    bool reads_factored = false;
+    for_each_node(it->second, [&](const Expr& e) { reads_factored = reads_factored || is_factored(e); });
+    if (section_ == Section::Program && reads_factored)
       throw SpecError(at,
-                      "state '" + state.name + "' exists only for some tensors, and is " + what + " in program '" +
-                          program_ + "', which cannot tell them apart",
-                      "a program runs element by element between steps, on the states every tensor has");
+                      "state '" + state.name + "' exists for some tensors only (its 'when' reads 'factored'), and is " +
+                          what + " in program '" + program_ + "', which cannot tell them apart",
+                      "a program runs element by element between steps, on the states every tensor of a variant "
+                      "has");
     if (requires_factored(it->second, true) && guard_ != Guard::Factored)
       throw SpecError(
           at,

@@ -71,9 +71,15 @@ class Loader {
                                           !std::isalnum(static_cast<unsigned char>(written[std::strlen(null)]))))
         return at;
     for (int line = at.line - 1; line >= 1; --line) {
-      const std::string text = content(file_->line(line));
-      const size_t first = text.find_first_not_of(" \t");
-      if (first != std::string::npos) return {file_, line, static_cast<int>(first) + 1};
+      std::string text = content(file_->line(line));
+      text.erase(text.find_last_not_of(" \t") + 1);
+      if (text.empty()) continue;
+      size_t key = text.find_first_not_of(" \t");
+      if (text.back() == ':') {  // the key whose value is empty: the last on the line
+        key = text.size() - 1;
+        while (key > 0 && !std::strchr(" \t{[,", text[key - 1])) --key;
+      }
+      return {file_, line, static_cast<int>(key) + 1};
     }
     return at;
   }
@@ -88,12 +94,17 @@ class Loader {
     const YAML::Mark mark = node.Mark();
     const std::string& value = node.Scalar();
     const std::string& source = file_->text;
-    if (mark.pos < 0 || static_cast<size_t>(mark.pos) >= source.size()) return start;
-    size_t j = static_cast<size_t>(mark.pos) + static_cast<size_t>(start.column - 1 - mark.column);
-    if (value.find('\n') == std::string::npos && source.compare(j, value.size(), value) == 0) return start;
-    const bool double_quoted = source[static_cast<size_t>(mark.pos)] == '"';
-    std::vector<SourceLoc> bytes;
-    int line = start.line, column = start.column;
+    if (mark.line < 0) return start;
+    // The node's place in the text from its line and column (yaml-cpp's byte offset leaves out a
+    // byte order mark).
+    size_t j = 0;
+    for (int skipped = 0; skipped < mark.line; ++skipped) {
+      const size_t newline = source.find('\n', j);
+      if (newline == std::string::npos) return start;
+      j = newline + 1;
+    }
+    if (j + static_cast<size_t>(mark.column) >= source.size()) return start;
+    int line = mark.line + 1, column = 1;
     const auto pass = [&](size_t n) {  // n bytes of source
       for (; n > 0 && j < source.size(); --n, ++j) {
         if (source[j] == '\n')
@@ -102,6 +113,20 @@ class Loader {
           ++column;
       }
     };
+    pass(static_cast<size_t>(mark.column));
+    // Past a tag (!!str) and an anchor (&a), then the opening quote; a block scalar's value starts
+    // on the line after its header (|, >, their indicators and a comment).
+    while (j < source.size() && (source[j] == '!' || source[j] == '&')) {
+      while (j < source.size() && !std::isspace(static_cast<unsigned char>(source[j]))) pass(1);
+      while (j < source.size() && (source[j] == ' ' || source[j] == '\t')) pass(1);
+    }
+    const bool double_quoted = j < source.size() && source[j] == '"';
+    if (j < source.size() && (source[j] == '"' || source[j] == '\'')) pass(1);
+    if (j < source.size() && (source[j] == '|' || source[j] == '>'))
+      while (j < source.size() && source[j] != '\n') pass(1);
+    if (value.find('\n') == std::string::npos && source.compare(j, value.size(), value) == 0)
+      return TextPlaces({file_, line, column});
+    std::vector<SourceLoc> bytes;
     while (bytes.size() < value.size() && j < source.size()) {
       if (double_quoted && source[j] == '\\' && j + 1 < source.size()) {
         const SourceLoc at{file_, line, column};
@@ -325,11 +350,13 @@ void refuse_empty_do(const Loader& loader, const YAML::Node& item) {
 void parse_block(const Loader& loader, const YAML::Node& node, Block& block, const std::string& section,
                  bool matrix = false) {
   if (!node.IsSequence()) loader.fail(node, "'" + section + "' must be a list of statements (`- name = expression`)");
+  size_t index = 0;
   for (const YAML::Node& item : node) {
     BlockItem entry;
     entry.loc = loader.loc(item);
-    // `[a = min(b, c)]`: YAML ends a flow list's item at its comma, inside the parentheses too.
-    if (item.IsScalar() && node.Style() == YAML::EmitterStyle::Flow &&
+    // `[a = min(b, c)]`: YAML ends a flow list's plain item at its comma, inside parentheses too.
+    const bool last = ++index == node.size();
+    if (item.IsScalar() && item.Tag() == "?" && node.Style() == YAML::EmitterStyle::Flow && !last &&
         std::count(item.Scalar().begin(), item.Scalar().end(), '(') !=
             std::count(item.Scalar().begin(), item.Scalar().end(), ')'))
       loader.fail(item, "YAML ended this statement at a comma of the [ ] list it is in",
@@ -548,9 +575,9 @@ void check_closed_quotes(const std::shared_ptr<const SourceFile>& file, const YA
                   std::string("close it with ") + quote);
 }
 
-/// Where the second YAML document of `text` starts, where it has one that is not empty. Two
-/// documents at most are parsed: YAML::LoadAll, which would say, parses on for ever after some
-/// malformed input (yaml-cpp 0.7's static library; a fuzzing finding).
+/// Where the first YAML document of `text` after its first that is not empty starts, if any. The
+/// documents parsed are bounded by the '---' lines: YAML::LoadAll, which would say, parses on for
+/// ever after some malformed input (yaml-cpp 0.7's static library; a fuzzing finding).
 std::optional<YAML::Mark> second_document(const std::string& text) {
   struct FirstContent : YAML::EventHandler {
     std::optional<YAML::Mark> at;
@@ -574,11 +601,19 @@ std::optional<YAML::Mark> second_document(const std::string& text) {
     }
     void OnMapEnd() override {}
   };
+  // Empty documents ('---' and nothing) are passed over: at most one a '---' line.
+  size_t markers = text.rfind("---", 0) == 0 ? 1 : 0;
+  for (size_t at = text.find("\n---"); at != std::string::npos; at = text.find("\n---", at + 1)) ++markers;
   std::istringstream in(text);
   YAML::Parser parser(in);
-  FirstContent first, second;
-  if (!parser.HandleNextDocument(first) || !parser.HandleNextDocument(second)) return std::nullopt;
-  return second.at;
+  FirstContent first;
+  if (!parser.HandleNextDocument(first)) return std::nullopt;
+  for (size_t document = 0; document <= markers; ++document) {
+    FirstContent next;
+    if (!parser.HandleNextDocument(next)) return std::nullopt;
+    if (next.at) return next.at;
+  }
+  return std::nullopt;
 }
 
 /// The YAML document of `file`, a mapping; YAML's own errors located like ours.

@@ -7,7 +7,10 @@
 #include <string>
 
 #include "capture.h"
+#include "check.h"
 #include "optimizer_harness.h"
+#include "pipeline.h"
+#include "spec.h"
 
 using namespace optgen_test;
 
@@ -40,6 +43,39 @@ TEST_CASE("a spec's programs are in the launcher's tables, a kernel each per ker
   const auto& adamw = launcher("adamw");
   CHECK(adamw.num_programs == 0);
   CHECK(adamw.kernels[0].programs == nullptr);
+}
+
+TEST_CASE("a program touches a state of a flag's variants, and not one of factored tensors only", "[spec]") {
+  const std::string head = R"(optimizer: Reset
+summary: a program that clears a buffer
+hyperparameters:
+  lr: {type: float, default: 0.1}
+  momentum: {type: float, default: 0.0}
+  use_momentum: {type: bool, specialize: true, derived: momentum != 0}
+state:
+  buf: {init: zeros, when: use_momentum}
+  v: {init: zeros, when: "!factored"}
+update:
+  - when: use_momentum
+    do:
+      - buf = momentum * buf + grad
+  - when: "!factored"
+    do:
+      - v = v + grad * grad
+  - param = param - lr * grad
+programs:
+  reset:
+)";
+  // Every tensor of the variants with momentum has buf: the program clears it there.
+  const optgen::Spec flag = optgen::load_spec_text("reset.yaml", head + R"(    - when: use_momentum
+      do:
+        - buf = 0 * buf
+)");
+  const auto variants = optgen::compile_spec(flag);
+  CHECK(variants.size() == 4);  // with momentum or not, clipped or not
+  for (const auto& v : variants) CHECK(v.programs.size() == 1);
+  CHECK_THAT(optgen::test::spec_error("reset.yaml", head + "    - v = 0 * v\n"),
+             Catch::Contains("state 'v' exists for some tensors only (its 'when' reads 'factored')"));
 }
 
 TEST_CASE("run() names the spec's programs when asked for another", "[launcher]") {
