@@ -51,6 +51,12 @@ bool is_factored(const Expr& e) { return e->kind == NodeKind::Var && e->var == V
 bool is_not_factored(const Expr& e) {
   return e->kind == NodeKind::Unary && e->unary_op() == UnaryOp::Not && is_factored(e->args[0]);
 }
+/// Whether `e` reads `factored` anywhere.
+bool reads_factored(const Expr& e) {
+  bool found = false;
+  for_each_node(e, [&](const Expr& node) { found = found || is_factored(node); });
+  return found;
+}
 /// Whether the bool `e` can hold only for a factored tensor (`factored`, `factored && x`), or only
 /// for one that is not (`!factored`, `!factored && x`).
 bool requires_factored(const Expr& e, bool factored) {
@@ -197,10 +203,7 @@ class Lowering {
       if (s.shape == StateShape::Elements) continue;
       auto it = program.state_conditions.find(s.name);
       if (s.shape == StateShape::Tensor) {
-        bool factored = false;
-        if (it != program.state_conditions.end())
-          for_each_node(it->second, [&](const Expr& e) { factored = factored || is_factored(e); });
-        if (factored)
+        if (it != program.state_conditions.end() && reads_factored(it->second))
           throw SpecError(s.when->loc,
                           "state '" + s.name + "' has one value per tensor, so its 'when' may use only flags",
                           "a tensor of any shape has one; read 'factored' where the state is used instead");
@@ -534,9 +537,7 @@ class Lowering {
   void check_guard(const ElementState& state, const SourceLoc& at, const char* what) {
     auto it = state_conditions_.find(state.name);
     if (it == state_conditions_.end()) return;
-    bool reads_factored = false;
-    for_each_node(it->second, [&](const Expr& e) { reads_factored = reads_factored || is_factored(e); });
-    if (section_ == Section::Program && reads_factored)
+    if (section_ == Section::Program && reads_factored(it->second))
       throw SpecError(at,
                       "state '" + state.name + "' exists for some tensors only (its 'when' reads 'factored'), and is " +
                           what + " in program '" + program_ + "', which cannot tell them apart",

@@ -32,6 +32,16 @@ bool is_identifier(const std::string& s) {
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
+/// A line of YAML without its comment (a '#' at the line's start or after a space or tab).
+std::string without_comment(std::string line) {
+  for (size_t i = 0; i < line.size(); ++i)
+    if (line[i] == '#' && (i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t')) {
+      line.erase(i);
+      break;
+    }
+  return line;
+}
+
 /// Wraps yaml-cpp nodes so that every error points at the node it is about.
 class Loader {
  public:
@@ -55,15 +65,7 @@ class Loader {
   /// often the next line's key: the place of the line that left it empty instead, at its key or
   /// `-`. (A null written out, `key: ~` or a key `Null:`, is where it is written.)
   SourceLoc null_loc(SourceLoc at) const {
-    const auto content = [](std::string text) {  // the line without its comment
-      for (size_t i = 0; i < text.size(); ++i)
-        if (text[i] == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
-          text.erase(i);
-          break;
-        }
-      return text;
-    };
-    const std::string here = content(file_->line(at.line));
+    const std::string here = without_comment(file_->line(at.line));
     if (here.find_first_not_of(" \t") < static_cast<size_t>(at.column - 1)) return at;  // after something on its line
     const std::string written = here.substr(static_cast<size_t>(at.column - 1));
     for (const char* null : {"~", "null", "Null", "NULL"})  // a null written out, as a key can be
@@ -71,7 +73,7 @@ class Loader {
                                           !std::isalnum(static_cast<unsigned char>(written[std::strlen(null)]))))
         return at;
     for (int line = at.line - 1; line >= 1; --line) {
-      std::string text = content(file_->line(line));
+      std::string text = without_comment(file_->line(line));
       text.erase(text.find_last_not_of(" \t") + 1);
       if (text.empty()) continue;
       size_t key = text.find_first_not_of(" \t");
@@ -649,9 +651,8 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
     // with ','), which yaml-cpp passes over without an error.
     const int lines = 1 + static_cast<int>(std::count(file->text.begin(), file->text.end(), '\n'));
     for (int line = 1; line <= lines; ++line) {
-      const std::string text = file->line(line);
-      const size_t first = text.find_first_not_of(" \t");
-      if (first != std::string::npos && text[first] != '#')
+      const size_t first = without_comment(file->line(line)).find_first_not_of(" \t");
+      if (first != std::string::npos)
         throw SpecError(SourceLoc{file, line, static_cast<int>(first) + 1}, "YAML reads no spec from this text",
                         "a spec is a mapping of keys (optimizer:, summary:, ...), each at the start of a line");
     }
