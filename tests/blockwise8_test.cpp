@@ -17,7 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "device_source.h"
 #include "emit_images.h"
+#include "gpu.h"
 #include "optgen/blockwise8.h"
 #include "optgen/nvrtc.h"
 
@@ -452,4 +454,87 @@ extern "C" __global__ void roundtrip(const float* values, int n, unsigned char* 
   REQUIRE_NOTHROW(compiled =
                       optgen::nvrtc::compile(kernel, "blockwise8_kernels.cu", optgen::kernel_compile_options(), 90));
   CHECK(!compiled.image.empty());
+}
+
+TEST_CASE("blockwise8: the kernels' quantisers give the host's codes on the GPU, -0, NaN and infinities included",
+          "[blockwise8][gpu]") {
+  // The device's arithmetic where the host emulates it: saturate (__saturatef, which the host
+  // writes as comparisons), |value| times the reciprocal, a NaN's bits.
+  OPTGEN_REQUIRE_GPU();
+  const std::string source = R"(#include "optgen/blockwise8.h"
+namespace b8 = optgen::blockwise8;
+extern "C" __global__ void codes(int n, const float* values, const float* absmax, int* signed_codes,
+                                 int* unsigned_codes) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float inverse = b8::reciprocal(absmax[i]);
+  signed_codes[i] = b8::signed_state_code(b8::kSignedSlots, values[i], inverse);
+  unsigned_codes[i] = b8::unsigned_state_code(b8::kUnsignedSlots, values[i], inverse);
+}
+)";
+  const optgen::Module module =
+      optgen_test::compile_for_device(source, "blockwise8_codes.cu", optgen::kernel_compile_options());
+  CUfunction function = module.function("codes");
+
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            nan,
+                            -nan,
+                            inf,
+                            -inf,
+                            1.0f,
+                            -1.0f,
+                            std::nextafter(1.0f, inf),
+                            1e-30f,
+                            -1e-30f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::max()};
+  std::vector<float> values, absmax;
+  for (float value : specials)
+    for (float block : {0.0f, 1.0f, 1e-30f, 3.5f, inf, nan}) {
+      values.push_back(value);
+      absmax.push_back(block);
+    }
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int n = 0; n < (1 << 16); ++n) {
+    const float value = normal(rng) * std::pow(10.0f, static_cast<float>(n % 9) - 8.0f);
+    values.push_back(value);
+    absmax.push_back(std::fabs(value) * (1.0f + static_cast<float>(n % 5)));
+  }
+  int n = static_cast<int>(values.size());
+  optgen_test::DeviceMemory values_device(values.size() * 4), absmax_device(values.size() * 4),
+      signed_device(values.size() * 4), unsigned_device(values.size() * 4);
+  values_device.upload(values);
+  absmax_device.upload(absmax);
+  CUdeviceptr pointers[] = {values_device.get(), absmax_device.get(), signed_device.get(), unsigned_device.get()};
+  void* arguments[] = {&n, &pointers[0], &pointers[1], &pointers[2], &pointers[3]};
+  const optgen::driver::Api& cuda = optgen::driver::api();
+  optgen::driver::check(cuda.cuLaunchKernel(function, static_cast<unsigned>((n + 255) / 256), 1, 1, 256, 1, 1, 0,
+                                            nullptr, arguments, nullptr),
+                        "cuLaunchKernel");
+  optgen::driver::check(cuda.cuCtxSynchronize(), "cuCtxSynchronize");
+  const auto signed_codes = signed_device.download<int>(values.size());
+  const auto unsigned_codes = unsigned_device.download<int>(values.size());
+  long long wrong = 0;
+  for (int i = 0; i < n; ++i) {
+    const float inverse = b8::reciprocal(absmax[i]);
+    const int expected_signed = b8::signed_state_code(b8::kSignedSlots, values[i], inverse);
+    const int expected_unsigned = b8::unsigned_state_code(b8::kUnsignedSlots, values[i], inverse);
+    if (signed_codes[i] != expected_signed || unsigned_codes[i] != expected_unsigned) {
+      if (++wrong <= 8) {
+        INFO("value " << std::hexfloat << values[i] << ", absmax " << absmax[i] << ": signed " << signed_codes[i]
+                      << " (host " << expected_signed << "), unsigned " << unsigned_codes[i] << " (host "
+                      << expected_unsigned << ")");
+        CHECK(false);
+      }
+    }
+  }
+  CHECK(wrong == 0);
+  // Values at or below 0, NaN among them, have unsigned code 0; -0 too, which saturates to +0.
+  CHECK(unsigned_codes[1 * 6 + 1] == 0);
+  CHECK(unsigned_codes[2 * 6 + 1] == 0);
 }

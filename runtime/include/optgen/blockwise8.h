@@ -1152,7 +1152,8 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned slot_entry(int s, int code, unsigned bound_b
 /// take its code, bits above the last slot's (1 and more, and a NaN's magnitude) 255. For
 /// kSignedMap, pass a magnitude: the code of the positive value (127 .. 255). Bits of 2^31 and more
 /// (a negative x) give some code, which unsigned_state_code does not use.
-OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_code_word(const unsigned* slots, unsigned bits) {
+template <typename Slots>
+OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_code_word(const Slots& slots, unsigned bits) {
   // How far the bits lie above the first slot's least float, clamped to the slots: the difference
   // modulo 2^32 as a signed int, so that the subtraction and both clamps are one instruction
   // (VIADDMNMX). Bits of a magnitude are below 2^31, and their difference is exact.
@@ -1221,7 +1222,8 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned magnitude_bits(float value, float inverse_ab
 /// device) picks 255 or 254 - 255 clamped to 0. One value parts from quantize_signed_state: +inf
 /// (its block's absmax inf, so x = inf * 0 = NaN), which the sign rule moves from code 0 to 1
 /// (map[1] * inf = -inf) and this gives 255 (+inf): a state that has overflowed.
-OPTGEN_BLOCKWISE8_FUNCTION unsigned signed_state_code_word(const unsigned* slots, float value, float inverse_absmax) {
+template <typename Slots>
+OPTGEN_BLOCKWISE8_FUNCTION unsigned signed_state_code_word(const Slots& slots, float value, float inverse_absmax) {
   const unsigned up = magnitude_code_word(slots, magnitude_bits(value, inverse_absmax));
   // 254 minus the magnitude's code, clamped to 0 .. 126, from 255 minus it (one LOP3 of the word:
   // its bits above the code's byte go), then one VIADDMNMX.
@@ -1238,12 +1240,24 @@ OPTGEN_BLOCKWISE8_FUNCTION unsigned signed_state_code_word(const unsigned* slots
 OPTGEN_BLOCKWISE8_FUNCTION int signed_state_code(const unsigned* slots, float value, float inverse_absmax) {
   return static_cast<int>(signed_state_code_word(slots, value, inverse_absmax) & 0xffu);
 }
-/// A value at or below 0 (and NaN) has code 0 in kUnsignedMap. The code is in the low byte of the
-/// word unsigned_state_code_word returns, for the kernels' byte permutes (magnitude_code_word).
-OPTGEN_BLOCKWISE8_FUNCTION unsigned unsigned_state_code_word(const unsigned* slots, float value, float inverse_absmax) {
-  const float x = normalize(value, inverse_absmax);
-  const unsigned word = magnitude_code_word(slots, float_bits(x));
-  return x > 0.0f ? word : 0u;
+/// x clamped to [+0, 1], NaN to +0: on the GPU the multiplication's .SAT (FMUL.SAT, on the FMA
+/// pipe), which maps -0 to +0 as this does (tests/blockwise8_test.cpp runs both on the GPU).
+OPTGEN_BLOCKWISE8_FUNCTION float saturate(float x) {
+#ifdef __CUDA_ARCH__
+  return __saturatef(x);
+#else
+  return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f;
+#endif
+}
+
+/// A value at or below 0 (and NaN) has code 0 in kUnsignedMap: saturated to +0, the code of the
+/// first slot (below every bound); past 1 it is 1, code 255 as before. The code is in the low byte
+/// of the word unsigned_state_code_word returns, for the kernels' byte permutes
+/// (magnitude_code_word). Saturating, where a comparison and a select took two instructions on the
+/// integer pipe, the pipe whose instructions bound the 8-bit Update stage.
+template <typename Slots>
+OPTGEN_BLOCKWISE8_FUNCTION unsigned unsigned_state_code_word(const Slots& slots, float value, float inverse_absmax) {
+  return magnitude_code_word(slots, float_bits(saturate(normalize(value, inverse_absmax))));
 }
 /// The code itself.
 OPTGEN_BLOCKWISE8_FUNCTION int unsigned_state_code(const unsigned* slots, float value, float inverse_absmax) {

@@ -75,14 +75,17 @@ class CheckedMath {
   }
 
   __device__ __forceinline__ Root sqrt(float x) {
+    // The estimate of x + 2^-126, which is x wherever the sequence is exact (2^-126 is below half
+    // an ulp of 2^-101), and for +0 a finite 2^63, so that the root of +0 comes out +0 with no
+    // select on the integer pipe (rsqrt(+0) = inf made it NaN).
     float y;
-    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fadd_rn(x, 0x1p-126f)));
     const float s = __fmul_rn(x, y);
     const float root = __fmaf_rn(__fmaf_rn(-s, s, x), __fmul_rn(y, 0.5f), s);
     const unsigned bits = __float_as_uint(x);
     // x in [2^-101, 2^120) (bits - 0x0d000000 <= 0x6e7fffff) or +0.
     exact_ = exact_ & ((bits - 0x0d000000u <= 0x6e7fffffu) | (bits == 0u));
-    return Root{bits == 0u ? 0.0f : root};
+    return Root{root};
   }
 
  private:

@@ -107,6 +107,22 @@ __shared__ float blockwise_maps[2][256];
 /// map's slot table, [0] kSignedSlots, [1] kUnsignedSlots.
 __shared__ alignas(16) unsigned blockwise_slots[2][blockwise8::kSlots];
 
+/// Slot table m of blockwise_slots as blockwise8's quantisers read it (slots[s]), through its 32-bit
+/// shared address: an entry's address is one LEA of the slot and the table's base. Indexing the
+/// array compiled to three instructions on the integer pipe, the pipe whose instructions bound the
+/// 8-bit Update stage: the compiler's (s << 2) as a shift and a mask of the distance the slot came
+/// from, then the base added.
+struct SharedSlots {
+  unsigned base;
+  __device__ __forceinline__ explicit SharedSlots(int m)
+      : base(static_cast<unsigned>(__cvta_generic_to_shared(blockwise_slots[m]))) {}
+  __device__ __forceinline__ unsigned operator[](unsigned s) const {
+    unsigned entry;
+    asm("{\n\t.reg .u32 a;\n\tmad.lo.u32 a, %1, 4, %2;\n\tld.shared.u32 %0, [a];\n\t}" : "=r"(entry) : "r"(s), "r"(base));
+    return entry;
+  }
+};
+
 /// Copies the maps into blockwise_maps (the block's threads each a share; no barrier).
 __device__ __forceinline__ void copy_blockwise_maps() {
   for (int i = threadIdx.x; i < 2 * 256; i += OPTGEN_BLOCK_SIZE)
@@ -202,8 +218,8 @@ __device__ __forceinline__ void store_blockwise(DType codec, void* base, long lo
   unsigned code[V];
 #pragma unroll
   for (int e = 0; e < V; ++e)
-    code[e] = codec == DType::Q8 ? blockwise8::signed_state_code_word(blockwise_slots[0], in[e], inverse)
-                                 : blockwise8::unsigned_state_code_word(blockwise_slots[1], in[e], inverse);
+    code[e] = codec == DType::Q8 ? blockwise8::signed_state_code_word(SharedSlots(0), in[e], inverse)
+                                 : blockwise8::unsigned_state_code_word(SharedSlots(1), in[e], inverse);
   unsigned char* codes = static_cast<unsigned char*>(base) + i;
   if (whole) {
     static_assert(V % 4 == 0, "a lane stores its codes in whole words");
