@@ -101,7 +101,13 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
+// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS).
+#ifndef OPTGEN_FEWER_BLOCKS
+#define OPTGEN_FEWER_BLOCKS ""
+#endif
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+  __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
+                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
 
 #include "optgen/device/kernels.cuh"
 
@@ -1281,13 +1287,13 @@ adam_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optgen
 }
 
 /// adam, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_f32_q8_exp_avg_sq_uq8_update)
 adam_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam::Update, variants::adam::Group, variants::adam::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adam, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_bf16_q8_exp_avg_sq_uq8_update)
 adam_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam::Update, variants::adam::Group, variants::adam::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1367,13 +1373,13 @@ adam_amsgrad_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, cons
 }
 
 /// adam_amsgrad, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_f32_q8_exp_avg_sq_uq8_update)
 adam_amsgrad_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_amsgrad::Update, variants::adam_amsgrad::Group, variants::adam_amsgrad::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adam_amsgrad, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_bf16_q8_exp_avg_sq_uq8_update)
 adam_amsgrad_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_amsgrad::Update, variants::adam_amsgrad::Group, variants::adam_amsgrad::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1525,7 +1531,7 @@ adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table, 
 }
 
 /// adam_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
 adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_clip_grad_norm::Update, variants::adam_clip_grad_norm::Group, variants::adam_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1539,7 +1545,7 @@ adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table,
 }
 
 /// adam_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
 adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_clip_grad_norm::Update, variants::adam_clip_grad_norm::Group, variants::adam_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1691,7 +1697,7 @@ adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView
 }
 
 /// adam_amsgrad_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
 adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_amsgrad_clip_grad_norm::Update, variants::adam_amsgrad_clip_grad_norm::Group, variants::adam_amsgrad_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1705,7 +1711,7 @@ adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableVie
 }
 
 /// adam_amsgrad_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
 adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_amsgrad_clip_grad_norm::Update, variants::adam_amsgrad_clip_grad_norm::Group, variants::adam_amsgrad_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);

@@ -101,7 +101,13 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
+// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS).
+#ifndef OPTGEN_FEWER_BLOCKS
+#define OPTGEN_FEWER_BLOCKS ""
+#endif
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+  __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
+                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
 
 #include "optgen/device/kernels.cuh"
 
@@ -1281,13 +1287,13 @@ adamw_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optge
 }
 
 /// adamw, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_f32_q8_exp_avg_sq_uq8_update)
 adamw_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adamw, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_bf16_q8_exp_avg_sq_uq8_update)
 adamw_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1367,13 +1373,13 @@ adamw_amsgrad_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, con
 }
 
 /// adamw_amsgrad, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update)
 adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adamw_amsgrad, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update)
 adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1525,7 +1531,7 @@ adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table,
 }
 
 /// adamw_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
 adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1539,7 +1545,7 @@ adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
 adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1691,7 +1697,7 @@ adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableVie
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
 adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1705,7 +1711,7 @@ adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableVi
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
 adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);

@@ -277,7 +277,7 @@ class CudaEmitter {
       launch_bounds(w, "OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS", tuning_.shaped_runs_min_blocks_per_sm,
                     tuning_.shaped_block_size, tuning_.shaped_block_size);
     }
-    launch_bounds(w, "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS", tuning_.blockwise_min_blocks_per_sm, tuning_.block_size);
+    blockwise_launch_bounds(w);
     w.line();
     w.line("#include \"optgen/device/kernels.cuh\"");
     const bool matrices =
@@ -338,6 +338,29 @@ class CudaEmitter {
     const int threads = min_blocks * block_size + extra;
     w.line("#define " + name + " __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(" + std::to_string(threads) +
            "))  // " + std::to_string(threads) + " threads per SM");
+  }
+
+  /// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel): an Update stage with 8-bit states fits
+  /// --blockwise-min-blocks-per-sm, or one block fewer where the compilation names it in
+  /// kernel_abi::kFewerBlocksMacro, having seen it spill (compile_kernels).
+  void blockwise_launch_bounds(CodeWriter& w) const {
+    const std::string macro = kernel_abi::kFewerBlocksMacro;
+    const int blocks = tuning_.blockwise_min_blocks_per_sm;
+    if (blocks == 0) {
+      w.line("#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses");
+      return;
+    }
+    const std::string threads = std::to_string(blocks * tuning_.block_size);
+    const std::string fewer = std::to_string((blocks - 1) * tuning_.block_size);
+    w.line("// An Update stage with 8-bit states: " + threads + " threads per SM, " + fewer +
+           " where it spills there (the compilation names it in " + macro + ").");
+    w.line("#ifndef " + macro);
+    w.line("#define " + macro + " \"\"");
+    w.line("#endif");
+    w.line("#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \\");
+    w.line("  __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \\");
+    w.line("                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(" + macro + ", #kernel) ? " +
+           fewer + " : " + threads + "))");
   }
 
   void variant(CodeWriter& w, const Program& p, const std::vector<Storage>& storage) {
@@ -1272,6 +1295,9 @@ class CudaEmitter {
     // shaped stages' register budget (its f16 clipped Adafactor spilled at the Update stage's). A
     // shaped Reduce stage of chunk runs only (not on shards) has a budget of its own.
     // A lean kernel set of such a variant (lean_operands) takes one more block per SM in those two.
+    // An Update stage with 8-bit states has the blockwise budget (per kernel: one block fewer where
+    // it spills), or in code of rows and columns the shaped one: at the blockwise three blocks per
+    // SM Adam-mini's 8-bit kernels spilled 160-200 bytes (sm_90).
     const bool shaped = stage.kind == StageKind::Reduce ? reduce_shaped(p, stage) : uses_shapes(p);
     const bool runs_only =
         stage.kind == StageKind::Reduce && !p.for_shards && stage_blocks(p, stage) == 1u << kernel_abi::kChunkRuns;
@@ -1282,10 +1308,11 @@ class CudaEmitter {
             ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
                : runs_only ? (lean ? "OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS" : "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS")
                            : "OPTGEN_SHAPED_LAUNCH_BOUNDS")
-        : has_blockwise_state(p, s) ? "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS"
+        : has_blockwise_state(p, s) ? (shaped ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS")
         : lean                      ? "OPTGEN_LEAN_LAUNCH_BOUNDS"
                                     : "OPTGEN_LAUNCH_BOUNDS";
-    w.line(std::string("extern \"C\" __global__ void ") + bounds);
+    const bool per_kernel = std::string(bounds) == "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS";
+    w.line(std::string("extern \"C\" __global__ void ") + bounds + (per_kernel ? "(" + name + ")" : ""));
     auto fn =
         w.block(name +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "

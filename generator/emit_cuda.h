@@ -43,8 +43,11 @@ struct KernelTuning {
   /// (bench/RESULTS.md, 2026-12-01).
   int shaped_runs_min_blocks_per_sm = 7;
   /// The same for the Update stages of kernel sets with 8-bit states, whose warps hold the block
-  /// they update and the next one's loads (bench/RESULTS.md, 2026-11-26).
-  int blockwise_min_blocks_per_sm = 2;
+  /// they update and the next one's loads: three blocks (80 registers), bound by the latency of
+  /// their dependent math as much as by the integer pipe, gain from the warps more than they lose
+  /// to the cap (bench/RESULTS.md, 2026-12-05; two, 2026-11-26). A kernel that spills there is
+  /// compiled for one block fewer (compile_kernels, kernel_abi::kFewerBlocksMacro).
+  int blockwise_min_blocks_per_sm = 3;
   long long chunk_size = 2048;  ///< elements per block of f32 kernel sets (a multiple of 64)
   /// Elements per block of every other kernel set (narrower params or states, a master copy): each
   /// block moves fewer bytes per element, and more elements per block keep as many bytes in flight

@@ -24,6 +24,7 @@
 #include "ir_printer.h"
 #include "optgen/error.h"
 #include "optgen/kernel_abi.h"
+#include "optgen/kernel_images.h"
 #include "optgen/nvrtc.h"
 #include "pipeline.h"
 #include "spec.h"
@@ -96,7 +97,7 @@ void add_generation_options(CLI::App& command, Arguments& args, std::vector<std:
       ->check(whole_number(0, 32));
   command
       .add_option("--blockwise-min-blocks-per-sm", args.tuning.blockwise_min_blocks_per_sm,
-                  "the same for the Update stages of kernel sets with 8-bit states (0: ptxas chooses; default 2)")
+                  "the same for the Update stages of kernel sets with 8-bit states (0: ptxas chooses; default 3)")
       ->check(whole_number(0, 32));
   command
       .add_option("--chunk-size", args.tuning.chunk_size,
@@ -278,7 +279,7 @@ void compile(const optgen::Spec& spec, const std::string& source, const Argument
   std::vector<std::future<optgen::nvrtc::Compiled>> compilations;
   for (int arch : args.archs)
     compilations.push_back(
-        std::async(std::launch::async, [&, arch] { return optgen::nvrtc::compile(source, name, options, arch); }));
+        std::async(std::launch::async, [&, arch] { return optgen::compile_kernels(source, name, options, arch); }));
   std::vector<optgen::CompiledImage> images;
   std::vector<char> newest_ptx;
   for (size_t i = 0; i < args.archs.size(); ++i) {

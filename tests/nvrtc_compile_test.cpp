@@ -12,6 +12,7 @@
 
 #include "emit_cuda.h"
 #include "emit_images.h"
+#include "optgen/kernel_images.h"
 #include "optgen/nvrtc.h"
 #include "pipeline.h"
 
@@ -113,7 +114,7 @@ TEST_CASE("every built-in spec's kernels compile with NVRTC for sm_75, sm_80 and
       auto options = optgen::kernel_compile_options();
       options.push_back("-Xptxas=-v");
       try {
-        auto compiled = optgen::nvrtc::compile(sources[c.source], c.spec + "_kernels.cu", options, c.arch);
+        auto compiled = optgen::compile_kernels(sources[c.source], c.spec + "_kernels.cu", options, c.arch);
         c.log = compiled.log;
         c.report = optgen::nvrtc::parse_ptxas_report(compiled.log);
       } catch (const std::exception& e) {

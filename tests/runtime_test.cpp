@@ -17,6 +17,7 @@
 #include "optgen/driver.h"
 #include "optgen/error.h"
 #include "optgen/files.h"
+#include "optgen/kernel_abi.h"
 #include "optgen/kernel_cache.h"
 #include "optgen/kernel_images.h"
 #include "optgen/nvrtc.h"
@@ -156,15 +157,36 @@ TEST_CASE("ptxas's report sums spills over the kernels", "[runtime]") {
       log +
       "\n"
       "ptxas info    : Function properties for __internal_accurate_pow\n"
-      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads");
-  CHECK(report.kernels == 2);  // a called device function is not a kernel
-  CHECK(report.spill_store_bytes == 108);
-  CHECK(report.spill_load_bytes == 212);
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Compiling entry function 'third' for 'sm_90'\n"
+      "ptxas info    : Function properties for third\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Compiling entry function 'fourth' for 'sm_90'\n"
+      "ptxas info    : Function properties for fourth\n"
+      "ptxas         .     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Function properties for __internal_trig_reduction\n"
+      "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads");
+  CHECK(report.kernels == 4);  // a called device function is not a kernel
+  // The entry functions that spill or keep a stack frame, by name: not a called device function.
+  CHECK(report.spilling == std::vector<std::string>{"first", "second", "fourth"});
+  CHECK(report.spill_store_bytes == 112);
+  CHECK(report.spill_load_bytes == 216);
   CHECK(report.max_stack_frame_bytes == 40);
 
   optgen::nvrtc::SpillReport empty = optgen::nvrtc::parse_ptxas_report("");
   CHECK(empty.kernels == 0);
   CHECK(empty.spill_store_bytes == 0);
+}
+
+TEST_CASE("kernel_abi::named_in finds a kernel's name in a comma-separated list", "[runtime]") {
+  using optgen::kernel_abi::named_in;
+  STATIC_REQUIRE(named_in("a_update,b_update", "b_update"));
+  STATIC_REQUIRE(named_in("a_update", "a_update"));
+  STATIC_REQUIRE_FALSE(named_in("", "a_update"));
+  STATIC_REQUIRE_FALSE(named_in("a_update_x,b", "a_update"));  // a longer name
+  STATIC_REQUIRE_FALSE(named_in("x_a_update", "a_update"));    // a name that ends the same
+  STATIC_REQUIRE_FALSE(named_in("a_upd,b", "a_update"));       // a prefix of the name
+  STATIC_REQUIRE(named_in("a_upd,a_update", "a_update"));
 }
 
 TEST_CASE("without NVRTC, compile() says to install it", "[runtime]") {

@@ -1,5 +1,6 @@
 #include "optgen/kernel_images.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -9,6 +10,7 @@
 
 #include "optgen/driver.h"
 #include "optgen/error.h"
+#include "optgen/kernel_abi.h"
 #include "optgen/kernel_cache.h"
 #include "optgen/nvrtc.h"
 
@@ -85,7 +87,7 @@ Module compile_now(const KernelImages& images, int compute_capability, const std
     }
     // An intact entry this driver will not load: compile again, and overwrite it below.
   }
-  nvrtc::Compiled compiled = nvrtc::compile(source, images.name, options, compute_capability);
+  nvrtc::Compiled compiled = compile_kernels(source, images.name, options, compute_capability);
   cache->store(key, compiled.image);  // a cache that cannot be written only costs time
   return Module(load_image(compiled.image.data(),
                            std::string(images.name) + ", compiled for sm_" + std::to_string(compute_capability)),
@@ -203,6 +205,19 @@ Module load_module(const KernelImages& images, int compute_capability, const std
   return compile_now(images, compute_capability, nvrtc_options(images, definitions), cache);
 }
 
+nvrtc::Compiled compile_kernels(const std::string& source, const std::string& name, std::vector<std::string> options,
+                                int arch) {
+  if (std::find(options.begin(), options.end(), "-Xptxas=-v") == options.end()) options.push_back("-Xptxas=-v");
+  nvrtc::Compiled compiled = nvrtc::compile(source, name, options, arch);
+  std::string fewer;
+  for (const std::string& kernel : nvrtc::parse_ptxas_report(compiled.log).spilling)
+    if (source.find("OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(" + kernel + ")") != std::string::npos)
+      fewer += (fewer.empty() ? "" : ",") + kernel;
+  if (fewer.empty()) return compiled;
+  options.push_back("-D" + std::string(kernel_abi::kFewerBlocksMacro) + "=\"" + fewer + "\"");
+  return nvrtc::compile(source, name, options, arch);
+}
+
 bool compile_into_cache(const KernelImages& images, int compute_capability, const std::vector<std::string>& definitions,
                         const KernelCache* cache) {
   require_nvrtc(images, definitions, "compile_into_cache");
@@ -213,7 +228,7 @@ bool compile_into_cache(const KernelImages& images, int compute_capability, cons
   if (cache == nullptr) cache = &default_cache.emplace(KernelCache::from_environment());
   if (cache->load(key)) return false;
   cache->store(
-      key, nvrtc::compile(images.source, images.name ? images.name : "kernels.cu", options, compute_capability).image);
+      key, compile_kernels(images.source, images.name ? images.name : "kernels.cu", options, compute_capability).image);
   return true;
 }
 

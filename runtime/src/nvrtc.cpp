@@ -317,6 +317,15 @@ Compiled compile(const std::string& source, const std::string& name, const std::
 
 SpillReport parse_ptxas_report(const std::string& log) {
   SpillReport report;
+  // "Compiling entry function 'k' for 'sm_90'" names the entry functions; "Function properties for
+  // k" starts the lines of k's figures (a called device function's too).
+  const auto quoted = [](const std::string& line) {
+    const std::size_t open = line.find('\'');
+    const std::size_t close = open == std::string::npos ? open : line.find('\'', open + 1);
+    return close == std::string::npos ? std::string() : line.substr(open + 1, close - open - 1);
+  };
+  std::vector<std::string> entries;
+  std::string function;
   std::size_t start = 0;
   while (start < log.size()) {
     std::size_t end = log.find('\n', start);
@@ -324,12 +333,23 @@ SpillReport parse_ptxas_report(const std::string& log) {
     std::string line = log.substr(start, end - start);
     start = end + 1;
     if (line.compare(0, 5, "ptxas") != 0) continue;
-    if (line.find("Compiling entry function") != std::string::npos) ++report.kernels;
-    if (std::optional<long> bytes = number_before(line, "bytes stack frame")) {
-      report.max_stack_frame_bytes = std::max(report.max_stack_frame_bytes, *bytes);
+    if (line.find("Compiling entry function") != std::string::npos) {
+      ++report.kernels;
+      entries.push_back(quoted(line));
     }
-    if (std::optional<long> bytes = number_before(line, "bytes spill stores")) report.spill_store_bytes += *bytes;
-    if (std::optional<long> bytes = number_before(line, "bytes spill loads")) report.spill_load_bytes += *bytes;
+    if (const std::size_t at = line.find("Function properties for "); at != std::string::npos)
+      function = line.substr(at + std::strlen("Function properties for "));
+    while (!function.empty() && std::isspace(static_cast<unsigned char>(function.back()))) function.pop_back();
+    const std::optional<long> frame = number_before(line, "bytes stack frame");
+    report.max_stack_frame_bytes = std::max(report.max_stack_frame_bytes, frame.value_or(0));
+    const std::optional<long> stores = number_before(line, "bytes spill stores");
+    const std::optional<long> loads = number_before(line, "bytes spill loads");
+    report.spill_store_bytes += stores.value_or(0);
+    report.spill_load_bytes += loads.value_or(0);
+    if (frame.value_or(0) + stores.value_or(0) + loads.value_or(0) > 0 &&
+        std::find(entries.begin(), entries.end(), function) != entries.end() &&
+        std::find(report.spilling.begin(), report.spilling.end(), function) == report.spilling.end())
+      report.spilling.push_back(function);
   }
   return report;
 }

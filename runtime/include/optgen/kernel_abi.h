@@ -124,6 +124,23 @@ enum { kColumnSegmentRows = 256 };
 /// The macros' names, for the generator that defines them and the runtime that overrides them.
 constexpr char kBlockSizeMacro[] = "OPTGEN_BLOCK_SIZE";
 constexpr char kElementsPerThreadMacro[] = "OPTGEN_ELEMENTS_PER_THREAD";
+/// An Update stage with 8-bit states fits the blocks per SM of its budget (optgen emit
+/// --blockwise-min-blocks-per-sm) where it can without spills, and one block fewer where it cannot:
+/// compile_kernels (kernel_images.h) compiles a source, and again with the kernels that spilled
+/// named in this macro, comma-separated, as a string literal. The generated source's
+/// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) asks named_in.
+constexpr char kFewerBlocksMacro[] = "OPTGEN_FEWER_BLOCKS";
+/// Whether `name` is one of the comma-separated names in `list`.
+OPTGEN_ABI_FUNCTION bool named_in(const char* list, const char* name) {
+  for (const char* p = list; *p != '\0';) {
+    const char* q = name;
+    while (*q != '\0' && *p == *q) ++p, ++q;
+    if (*q == '\0' && (*p == ',' || *p == '\0')) return true;
+    while (*p != '\0' && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return false;
+}
 /// Threads per block a stage kernel may be compiled for: a power of two from 32 to 1024.
 OPTGEN_ABI_FUNCTION bool valid_block_size(int threads) {
   return threads >= 32 && threads <= 1024 && (threads & (threads - 1)) == 0;

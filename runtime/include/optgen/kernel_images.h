@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "optgen/nvrtc.h"
+
 namespace optgen {
 
 struct KernelImage {
@@ -72,6 +74,14 @@ Module load_module(const KernelImages& images, int compute_capability, const Ker
 /// load_module above.
 Module load_module(const KernelImages& images, int compute_capability, const std::vector<std::string>& definitions,
                    const KernelCache* cache = nullptr);
+
+/// A generated kernel source compiled by NVRTC for `arch` (nvrtc::compile with `options` and
+/// ptxas's report), and where an Update stage with 8-bit states spilled (or kept a stack frame) at
+/// its blocks per SM, again with those kernels named in kernel_abi::kFewerBlocksMacro, which gives
+/// them one block fewer. The build (optgen compile) and the runtime's compilations both go through
+/// it, so that a source compiles to the same kernels wherever it is compiled.
+nvrtc::Compiled compile_kernels(const std::string& source, const std::string& name, std::vector<std::string> options,
+                                int arch);
 
 /// Compiles into the cache (from_environment() unless `cache` is given) what load_module(images,
 /// compute_capability, definitions) compiles, without loading it: no GPU is needed, and threads

@@ -50,6 +50,8 @@ struct SpillReport {
   long max_stack_frame_bytes = 0;
   int kernels = 0;  ///< how many entry functions ("Compiling entry function") the log had; called
                     ///< device functions (e.g. double pow) report their properties too, and are not counted
+  /// The entry functions that spill or keep a stack frame (local memory either way), in the log's order.
+  std::vector<std::string> spilling;
 };
 SpillReport parse_ptxas_report(const std::string& log);
 
