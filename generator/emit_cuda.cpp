@@ -345,9 +345,10 @@ class CudaEmitter {
   /// kernel_abi::kFewerBlocksMacro, having seen it spill (compile_kernels).
   void blockwise_launch_bounds(CodeWriter& w) const {
     const std::string macro = kernel_abi::kFewerBlocksMacro;
+    const std::string bounds = kernel_abi::kBlockwiseLaunchBoundsMacro;
     const int blocks = tuning_.blockwise_min_blocks_per_sm;
     if (blocks == 0) {
-      w.line("#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses");
+      w.line("#define " + bounds + "(kernel) __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses");
       return;
     }
     const std::string threads = std::to_string(blocks * tuning_.block_size);
@@ -357,7 +358,7 @@ class CudaEmitter {
     w.line("#ifndef " + macro);
     w.line("#define " + macro + " \"\"");
     w.line("#endif");
-    w.line("#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \\");
+    w.line("#define " + bounds + "(kernel) \\");
     w.line("  __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \\");
     w.line("                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(" + macro + ", #kernel) ? " +
            fewer + " : " + threads + "))");
@@ -1308,10 +1309,10 @@ class CudaEmitter {
             ? (!shaped     ? "OPTGEN_REDUCE_LAUNCH_BOUNDS"
                : runs_only ? (lean ? "OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS" : "OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS")
                            : "OPTGEN_SHAPED_LAUNCH_BOUNDS")
-        : has_blockwise_state(p, s) ? (shaped ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS")
+        : has_blockwise_state(p, s) ? (shaped ? "OPTGEN_SHAPED_LAUNCH_BOUNDS" : kernel_abi::kBlockwiseLaunchBoundsMacro)
         : lean                      ? "OPTGEN_LEAN_LAUNCH_BOUNDS"
                                     : "OPTGEN_LAUNCH_BOUNDS";
-    const bool per_kernel = std::string(bounds) == "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS";
+    const bool per_kernel = bounds == kernel_abi::kBlockwiseLaunchBoundsMacro;
     w.line(std::string("extern \"C\" __global__ void ") + bounds + (per_kernel ? "(" + name + ")" : ""));
     auto fn =
         w.block(name +

@@ -207,11 +207,11 @@ Module load_module(const KernelImages& images, int compute_capability, const std
 
 nvrtc::Compiled compile_kernels(const std::string& source, const std::string& name, std::vector<std::string> options,
                                 int arch) {
-  if (std::find(options.begin(), options.end(), "-Xptxas=-v") == options.end()) options.push_back("-Xptxas=-v");
+  if (!nvrtc::asks_for_ptxas_report(options)) options.push_back("-Xptxas=-v");
   nvrtc::Compiled compiled = nvrtc::compile(source, name, options, arch);
   std::string fewer;
   for (const std::string& kernel : nvrtc::parse_ptxas_report(compiled.log).spilling)
-    if (source.find("OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(" + kernel + ")") != std::string::npos)
+    if (source.find(std::string(kernel_abi::kBlockwiseLaunchBoundsMacro) + "(" + kernel + ")") != std::string::npos)
       fewer += (fewer.empty() ? "" : ",") + kernel;
   if (fewer.empty()) return compiled;
   options.push_back("-D" + std::string(kernel_abi::kFewerBlocksMacro) + "=\"" + fewer + "\"");

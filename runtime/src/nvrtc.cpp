@@ -228,14 +228,6 @@ std::string compile_fix(nvrtcResult result, const std::string& log, const std::s
   }
 }
 
-/// Whether `options` ask ptxas for its report (NVRTC passes each -Xptxas value to ptxas whole).
-bool asks_for_ptxas_report(const std::vector<std::string>& options) {
-  for (const char* flag : {"-Xptxas=-v", "-Xptxas=--verbose", "--ptxas-options=-v", "--ptxas-options=--verbose"}) {
-    if (std::find(options.begin(), options.end(), flag) != options.end()) return true;
-  }
-  return false;
-}
-
 /// The number just before `label` in `line` ("0 bytes spill stores" -> 0), or nullopt.
 std::optional<long> number_before(const std::string& line, const char* label) {
   std::size_t at = line.find(label);
@@ -315,6 +307,13 @@ Compiled compile(const std::string& source, const std::string& name, const std::
   return compiled;
 }
 
+bool asks_for_ptxas_report(const std::vector<std::string>& options) {
+  for (const char* flag : {"-Xptxas=-v", "-Xptxas=--verbose", "--ptxas-options=-v", "--ptxas-options=--verbose"}) {
+    if (std::find(options.begin(), options.end(), flag) != options.end()) return true;
+  }
+  return false;
+}
+
 SpillReport parse_ptxas_report(const std::string& log) {
   SpillReport report;
   // "Compiling entry function 'k' for 'sm_90'" names the entry functions; "Function properties for
@@ -337,9 +336,10 @@ SpillReport parse_ptxas_report(const std::string& log) {
       ++report.kernels;
       entries.push_back(quoted(line));
     }
-    if (const std::size_t at = line.find("Function properties for "); at != std::string::npos)
+    if (const std::size_t at = line.find("Function properties for "); at != std::string::npos) {
       function = line.substr(at + std::strlen("Function properties for "));
-    while (!function.empty() && std::isspace(static_cast<unsigned char>(function.back()))) function.pop_back();
+      while (!function.empty() && std::isspace(static_cast<unsigned char>(function.back()))) function.pop_back();
+    }
     const std::optional<long> frame = number_before(line, "bytes stack frame");
     report.max_stack_frame_bytes = std::max(report.max_stack_frame_bytes, frame.value_or(0));
     const std::optional<long> stores = number_before(line, "bytes spill stores");

@@ -130,6 +130,8 @@ constexpr char kElementsPerThreadMacro[] = "OPTGEN_ELEMENTS_PER_THREAD";
 /// named in this macro, comma-separated, as a string literal. The generated source's
 /// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) asks named_in.
 constexpr char kFewerBlocksMacro[] = "OPTGEN_FEWER_BLOCKS";
+/// The launch bounds of such a kernel, given the kernel's name: OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(name).
+constexpr char kBlockwiseLaunchBoundsMacro[] = "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS";
 /// Whether `name` is one of the comma-separated names in `list`.
 OPTGEN_ABI_FUNCTION bool named_in(const char* list, const char* name) {
   for (const char* p = list; *p != '\0';) {

@@ -42,6 +42,9 @@ struct Compiled {
 Compiled compile(const std::string& source, const std::string& name, const std::vector<std::string>& options, int arch,
                  bool ptx = false);
 
+/// Whether `options` ask ptxas for its report (NVRTC passes each -Xptxas value to ptxas whole).
+bool asks_for_ptxas_report(const std::vector<std::string>& options);
+
 /// ptxas's spill figures in a log from compile(..., {"-Xptxas=-v"}, ...): the sum over the
 /// kernels of "N bytes spill stores" and "N bytes spill loads"; also the largest stack frame.
 struct SpillReport {
