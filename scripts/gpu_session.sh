@@ -8,7 +8,8 @@
 #            (tests/record_clipping.py), LAMB as APEX computes it (tests/record_lamb.py), torch.optim.Muon
 #            with its Newton-Schulz in float32 (tests/record_torch_muon_f32.py)
 #   tests    records torch's fused optimizers under AMP (tests/record_amp_trajectories.py, into
-#            tests/data/amp and $OUT/amp), then runs the [gpu] tests and the [torch] tests
+#            tests/data/amp and $OUT/amp), then runs the [gpu] tests, in OPTGEN_TEST_SHARDS processes
+#            at once (default 8; $OUT/gpu_tests_<i>.log), and the [torch] tests
 #   nccl     the two-GPU test of the reduction hook (tests/distributed_test.cpp), with torch's NCCL
 #   bench    optgen_bench (eager, graph and AMP steps; host time) and, when build-run holds it, the
 #            benchmark built from an earlier commit (optgen_bench_base), on the same workloads
@@ -59,6 +60,31 @@ if [ ! -e "$source_dir" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 status=0
+
+# Runs the test cases that match the filter $1 in OPTGEN_TEST_SHARDS processes at once (a cold run
+# is mostly NVRTC compiling test specs, one thread a process: one process took over 10 minutes),
+# each case in one process, which writes $2_<i>.log; prints each process's summary. Fails if a
+# case failed. Catch2 2 reads the names from a file, with commas and brackets escaped.
+run_in_shards() {
+  local filter=$1 prefix=$2 names i=0 failed=0 pids=() log
+  names=$(mktemp -d)
+  "$run/optgen_tests" --list-test-names-only "$filter" | sed '/^$/d; s/[],[\\]/\\&/g' > "$names/all"
+  split -n "r/${OPTGEN_TEST_SHARDS:-8}" "$names/all" "$names/shard_"
+  for shard in "$names"/shard_*; do
+    "$run/optgen_tests" -f "$shard" -d yes > "${prefix}_$i.log" 2>&1 &
+    pids+=($!)
+    i=$((i + 1))
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid"
+    case $? in 0 | 4) ;; *) failed=1 ;; esac  # 4: every case of the process skipped (tests/main.cpp)
+  done
+  for log in "$prefix"_*.log; do
+    echo "$(basename "$log"): $(grep -E '^(All tests passed|test cases:)' "$log" | tail -1)"
+  done
+  rm -rf "$names"
+  return "$failed"
+}
 steps=${*:-tests bench}
 for what in $steps; do
   case $what in
@@ -81,8 +107,8 @@ for what in $steps; do
       python3 tests/record_amp_trajectories.py --out tests/data/amp 2>&1 | tee "$out/record_amp.log"
       mkdir -p "$out/amp" && cp tests/data/amp/*.json "$out/amp/"
       echo "== optgen_tests [gpu]"
-      "$run/optgen_tests" "[gpu]" 2>&1 | tee "$out/gpu_tests.log" | tail -25
-      status=$((status | PIPESTATUS[0]))
+      run_in_shards "[gpu]" "$out/gpu_tests"
+      status=$((status | $?))
       echo "== optgen_tests [torch]"
       "$run/optgen_tests" "[torch]" 2>&1 | tail -6
       ;;
