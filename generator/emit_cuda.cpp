@@ -354,10 +354,7 @@ class CudaEmitter {
     const std::string threads = std::to_string(blocks * tuning_.block_size);
     const std::string fewer = std::to_string((blocks - 1) * tuning_.block_size);
     w.line("// An Update stage with 8-bit states: " + threads + " threads per SM, " + fewer +
-           " where it spills there (the compilation names it in " + macro + ").");
-    w.line("#ifndef " + macro);
-    w.line("#define " + macro + " \"\"");
-    w.line("#endif");
+           " where it spills there (the compilation names it in " + macro + ", kernel_abi.h).");
     w.line("#define " + bounds + "(kernel) \\");
     w.line("  __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \\");
     w.line("                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(" + macro + ", #kernel) ? " +

@@ -130,6 +130,9 @@ constexpr char kElementsPerThreadMacro[] = "OPTGEN_ELEMENTS_PER_THREAD";
 /// named in this macro, comma-separated, as a string literal. The generated source's
 /// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) asks named_in.
 constexpr char kFewerBlocksMacro[] = "OPTGEN_FEWER_BLOCKS";
+#ifndef OPTGEN_FEWER_BLOCKS
+#define OPTGEN_FEWER_BLOCKS ""  // kFewerBlocksMacro, unless the compilation defines it: no kernel
+#endif
 /// The launch bounds of such a kernel, given the kernel's name: OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(name).
 constexpr char kBlockwiseLaunchBoundsMacro[] = "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS";
 /// Whether `name` is one of the comma-separated names in `list`.
