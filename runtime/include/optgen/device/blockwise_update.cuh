@@ -9,7 +9,8 @@ namespace optgen {
 
 /// One lane's share of a warp's 256-element quantisation block, every operand as loaded: an
 /// element codec's V elements in words (load_operand_words), an 8-bit state's V codes in words and
-/// its block's absmax, an 8-bit state kept in f32 (a small tensor) as V f32 words.
+/// its block's absmax. (The 8-bit states a small tensor keeps in f32 are not walked a block at a
+/// time: BlockWalk::start.)
 template <int kOps, int V>
 struct BlockTile {
   unsigned words[kOps][V];
@@ -52,10 +53,9 @@ __device__ __forceinline__ ChunkOperands<kOps> chunk_operands(void* const (&ptr)
 __device__ __forceinline__ unsigned lane_first() { return (threadIdx.x & 31u) * (blockwise8::kBlockSize / 32); }
 
 /// Loads the lane's V elements of the block at offset o of every operand the update reads
-/// (Update::loads) and the tensor has into `tile`; the others' words are 0. kCodes: the tensor's
-/// 8-bit states are codes (their absmax are not null), else f32 (a tensor too small for 8 bits:
-/// blockwise8::uses_8bit_states holds for all its states or none).
-template <typename Update, typename Ops, bool kCodes, int kOps, int V>
+/// (Update::loads) and the tensor has into `tile`, its 8-bit states as codes; the others' words
+/// are 0.
+template <typename Update, typename Ops, int kOps, int V>
 __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, const ChunkOperands<kOps>& chunk_ops,
                                                 unsigned o) {
 #pragma unroll
@@ -66,41 +66,36 @@ __device__ __forceinline__ void load_block_tile(BlockTile<kOps, V>& tile, const 
       tile.scale[op] = 0.0f;
     } else if (!Ops::blockwise(op)) {
       load_operand_words<Ops, V>(op, chunk_ops.at[op], o + lane_first(), tile.words[op]);
-    } else if (kCodes) {
+    } else {
       load_words<unsigned char, V>(chunk_ops.at[op], o + lane_first(), tile.words[op]);
       tile.scale[op] = chunk_ops.absmax[op][o / blockwise8::kBlockSize];
-    } else {
-      load_words<float, V>(chunk_ops.at[op], o + lane_first(), tile.words[op]);
     }
   }
 }
 
-/// Element e of operand `op` of a BlockTile that load_block_tile<Ops, kCodes> filled, decoded: the
-/// float load_operand gives.
-template <typename Ops, bool kCodes, int kOps, int V>
+/// Element e of operand `op` of a BlockTile that load_block_tile filled, decoded: the float
+/// load_operand gives.
+template <typename Ops, int kOps, int V>
 __device__ __forceinline__ float block_tile_value(const BlockTile<kOps, V>& tile, int op, int e) {
   if (!Ops::blockwise(op)) return operand_word_value<Ops>(op, tile.words[op], e);
-  if (!kCodes) return __uint_as_float(tile.words[op][e]);
   // The byte by PRMT: the map's address is then one LEA from it (a shift and mask by hand became a
   // shift, a mask and an add).
   const unsigned code = __byte_perm(tile.words[op][e >> 2], 0u, 0x4440u | static_cast<unsigned>(e & 3));
   return blockwise_value(Ops::codec(op), code, tile.scale[op]);
 }
 
-/// The V elements of every operand in `tile` (load_block_tile<Ops, kCodes>), decoded into `v`.
-template <typename Ops, bool kCodes, int kOps, int V>
+/// The V elements of every operand in `tile` (load_block_tile), decoded into `v`.
+template <typename Ops, int kOps, int V>
 __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile, float (&v)[kOps][V]) {
 #pragma unroll
   for (int op = 0; op < kOps; ++op)
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops, kCodes>(tile, op, e);
+    for (int e = 0; e < V; ++e) v[op][e] = block_tile_value<Ops>(tile, op, e);
 }
 
-/// BlockWalk's blocks wholly in the chunk, from offset o (at which the tile is
-/// loaded) up to whole_end, one block after another: each decoded from the tile, the next one loaded into
-/// it, then updated and stored by `store_block`. kCodes as for load_block_tile: compiled once for
-/// each, so that no element asks (asking cost a branch per element and state, which also kept the
-/// compiler from interleaving the elements' math). A lane's 8 elements are updated with
+/// BlockWalk's blocks wholly in the chunk, from offset o (at which the tile is loaded) up to
+/// whole_end, one block after another: each decoded from the tile, the next one loaded into it,
+/// then updated and stored by `store_block`. A lane's 8 elements are updated with
 /// CheckedMath, whose divisions and roots have no branch, so that their math interleaves; where it
 /// was not exact (element_math.h), the block's operands are read again (nothing of the block is
 /// stored yet) and updated with IeeeMath. Code of rows and columns (Update::kShaped) updates a
@@ -108,8 +103,7 @@ __device__ __forceinline__ void decode_block_tile(const BlockTile<kOps, V>& tile
 /// rows and columns and stores their row and column states, and loads the next block only after:
 /// loaded before, the tile and a lane's interleaved elements spilled 24-28 bytes at the register
 /// cap (Adam-mini with f32 params, sm_90).
-template <typename Ops, bool kCodes, typename Update, typename Group, int kOps, int V, typename Walk,
-          typename StoreBlock>
+template <typename Ops, typename Update, typename Group, int kOps, int V, typename Walk, typename StoreBlock>
 __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_end, BlockTile<kOps, V>& tile,
                                                     const ChunkOperands<kOps>& chunk_ops,
                                                     const UpdateStep<Update, Group>& step, Walk& walk,
@@ -117,23 +111,23 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
   constexpr unsigned kBlock = blockwise8::kBlockSize;
   for (; o < whole_end; o += kBlock) {
     float v[kOps][V];
-    decode_block_tile<Ops, kCodes>(tile, v);
+    decode_block_tile<Ops>(tile, v);
     if constexpr (Update::kShaped) {
-      walk.template update_lane<Update::kInterleaves, kCodes>(step, v, o, V);
-      if (o + kBlock < whole_end) load_block_tile<Update, Ops, kCodes>(tile, chunk_ops, o + kBlock);
+      walk.template update_lane<Update::kInterleaves>(step, v, o, V);
+      if (o + kBlock < whole_end) load_block_tile<Update, Ops>(tile, chunk_ops, o + kBlock);
     } else {
-      if (o + kBlock < whole_end) load_block_tile<Update, Ops, kCodes>(tile, chunk_ops, o + kBlock);
+      if (o + kBlock < whole_end) load_block_tile<Update, Ops>(tile, chunk_ops, o + kBlock);
       CheckedMath checked;
       update_elements(step, v, V, checked);
       if (!checked.exact()) {
         BlockTile<kOps, V> again;
-        load_block_tile<Update, Ops, kCodes>(again, chunk_ops, o);
-        decode_block_tile<Ops, kCodes>(again, v);
+        load_block_tile<Update, Ops>(again, chunk_ops, o);
+        decode_block_tile<Ops>(again, v);
         IeeeMath ieee;
         update_elements(step, v, V, ieee);
       }
     }
-    store_block(v, o, V, true, kCodes);
+    store_block(v, o, V, true, true);
   }
 }
 
@@ -146,7 +140,9 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
 /// on every load: 26% of the stall samples on gpt2). A tensor's last, shorter block, and every
 /// block of a tensor whose operands are not 16-byte aligned, go element by element, masked lane by
 /// lane. A tensor too small for 8 bits (blockwise8::uses_8bit_states) has those states in f32, as
-/// bitsandbytes keeps them. Code of rows and columns finds each lane's elements' row, column and
+/// bitsandbytes keeps them, and goes element by element too: its chunk is at most 4095 elements,
+/// and a walk of whole blocks compiled for f32 states as well as codes kept registers at the
+/// three-block cap that spilled (bench/RESULTS.md, 2026-12-05). Code of rows and columns finds each lane's elements' row, column and
 /// matrix (Position, as ElementWalk does: its 8 elements are consecutive) and stores their row and
 /// column states; a state the tensor lacks is read as 0 and not stored.
 template <typename Update, typename Ops>
@@ -163,8 +159,8 @@ struct BlockWalk {
   void* ptr[kOps];
   bool aligned;
   float* absmax[kOps];
-  /// Whether the tensor's 8-bit states are codes or (a small tensor) f32: update_whole_blocks is
-  /// compiled for each, and only a block of codes needs the quantiser (the whole block decides).
+  /// Whether the tensor's 8-bit states are codes or (a small tensor) f32, which only the element
+  /// by element walk takes.
   bool codes;
   unsigned o, warp_end, whole_end;
   ChunkOperands<kOps> chunk_ops;
@@ -196,15 +192,11 @@ struct BlockWalk {
     const unsigned warp = threadIdx.x >> 5;
     o = ::min(warp * per_warp, blocks) * kBlock;
     warp_end = ::min((warp + 1) * per_warp, blocks) * kBlock;
-    // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned.
-    whole_end = aligned ? ::min(warp_end, static_cast<unsigned>(count) / kBlock * kBlock) : 0u;
+    // The warp's blocks wholly in the chunk (it starts on a block), where every operand is aligned
+    // and the 8-bit states are codes.
+    whole_end = aligned && codes ? ::min(warp_end, static_cast<unsigned>(count) / kBlock * kBlock) : 0u;
     chunk_ops = chunk_operands<Ops, Update::kShaped>(ptr, absmax, codes, first);
-    if (o < whole_end) {
-      if (codes)
-        load_block_tile<Update, Ops, true>(tile, chunk_ops, o);
-      else
-        load_block_tile<Update, Ops, false>(tile, chunk_ops, o);
-    }
+    if (o < whole_end) load_block_tile<Update, Ops>(tile, chunk_ops, o);
     return true;
   }
 
@@ -225,13 +217,13 @@ struct BlockWalk {
   /// The first `count` of the lane's elements of the block at offset o, every operand in `v`,
   /// updated in place by code of rows and columns: each with its row, column and matrix, then the
   /// row and column states stored (ElementWalk's order). V elements are found together. Where they
-  /// share a row (the tensor's rows hold whole vectors) and kChecked (a whole block, its 8-bit
-  /// states codes where kCodes, of code that interleaves: Update::kInterleaves), they are updated
+  /// share a row (the tensor's rows hold whole vectors) and kChecked (a whole block of code that
+  /// interleaves: Update::kInterleaves), they are updated
   /// with CheckedMath, whose divisions and roots interleave, and where it was not exact again, from
   /// the block's operands read again (nothing of it is stored yet), with IeeeMath; their row and
   /// column states are stored once after (finish_vector). Elsewhere IeeeMath, each element's states
   /// stored as it is computed.
-  template <bool kChecked, bool kCodes = false, typename Group>
+  template <bool kChecked, typename Group>
   __device__ __forceinline__ void update_lane(const UpdateStep<Update, Group>& step, float (&v)[kOps][V], unsigned o,
                                               int count) {
     const long long i = first + o + lane_first();
@@ -247,8 +239,8 @@ struct BlockWalk {
           }
           if (checked.exact()) return at.finish_vector(step.k, step.tv);
           BlockTile<kOps, V> again;
-          load_block_tile<Update, Ops, kCodes>(again, chunk_ops, o);
-          decode_block_tile<Ops, kCodes>(again, v);
+          load_block_tile<Update, Ops>(again, chunk_ops, o);
+          decode_block_tile<Ops>(again, v);
           at.seek(i);
         }
         IeeeMath ieee;
@@ -308,12 +300,9 @@ struct BlockWalk {
       }
     };
 
-    if (codes)
-      update_whole_blocks<Ops, true>(o, whole_end, tile, chunk_ops, step, *this, store_block);
-    else
-      update_whole_blocks<Ops, false>(o, whole_end, tile, chunk_ops, step, *this, store_block);
+    update_whole_blocks<Ops>(o, whole_end, tile, chunk_ops, step, *this, store_block);
     // The rest of the warp's blocks: the chunk's last, shorter one, or every one where an operand is
-    // misaligned.
+    // misaligned or the 8-bit states are f32.
     for (; o < warp_end; o += kBlock) {
       const unsigned r = o + lane_first();
       const int left = count - static_cast<int>(r);
