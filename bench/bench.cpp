@@ -3,7 +3,7 @@
 // here; and the host time spent inside step() for a model of many tensors, and of many matrices (Muon).
 //
 //   optgen_bench [--workload-dir DIR] [--workloads ghostnet_100,gpt2] [--optimizers
-//   adam,adamw,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam,adam_mini,adamw_schedule_free]
+//   adam,adamw,adamw_amsgrad,sgd,adamw_clip,lamb,lamb_clip,adafactor,prodigy,dadapt_adam,adam_mini,adamw_schedule_free]
 //                [--modes eager,graph,amp] [--steps 50] [--chunk-sizes 16384,65536] [--host-tensors 10000]
 //                [--host-matrices 10000] [--storage f32,bf16,bf16:bf16,bf16+master] [--launch-shapes default,128x8]
 //                [--tune FILE]
@@ -190,6 +190,10 @@ std::vector<OptimizerCase> optimizer_cases() {
   return {
       {"adam", {1, 1, 1, {{"exp_avg", 2}, {"exp_avg_sq", 2}}}, with_defaults(optgen::Adam::info(), {})},
       {"adamw", {1, 1, 1, {{"exp_avg", 2}, {"exp_avg_sq", 2}}}, with_defaults(optgen::AdamW::info(), {})},
+      // AMSGrad: AdamW's bytes and max_exp_avg_sq's (read and written).
+      {"adamw_amsgrad",
+       {1, 1, 1, {{"exp_avg", 2}, {"exp_avg_sq", 2}, {"max_exp_avg_sq", 2}}},
+       with_defaults(optgen::AdamW::info(), {{"amsgrad", 1.0}})},
       {"sgd", {1, 1, 1, {{"momentum_buffer", 2}}}, with_defaults(optgen::SGD::info(), {{"momentum", 0.9}})},
       // Two launches: the gradients' global norm (reads g), then AdamW (reads p, g, m, v; writes p, m, v).
       {"adamw_clip",
