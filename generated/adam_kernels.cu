@@ -101,10 +101,11 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
-// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+// An Update stage with 8-bit states: `threads` per SM, 256 fewer where it spills there
+// (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) \
   __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
-                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
+                    OPTGEN_BLOCKS_PER_SM((threads) - (::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 256 : 0)))
 
 #include "optgen/device/kernels.cuh"
 
@@ -1284,13 +1285,13 @@ adam_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optgen
 }
 
 /// adam, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_f32_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_f32_q8_exp_avg_sq_uq8_update, 768)
 adam_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam::Update, variants::adam::Group, variants::adam::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adam, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_bf16_q8_exp_avg_sq_uq8_update, 768)
 adam_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam::Update, variants::adam::Group, variants::adam::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1370,13 +1371,14 @@ adam_amsgrad_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, cons
 }
 
 /// adam_amsgrad, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_f32_q8_exp_avg_sq_uq8_update)
+// 512 threads per SM: its next block's operands take 25 registers (blockwise_threads).
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_f32_q8_exp_avg_sq_uq8_update, 512)
 adam_amsgrad_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_amsgrad::Update, variants::adam_amsgrad::Group, variants::adam_amsgrad::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adam_amsgrad, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_bf16_q8_exp_avg_sq_uq8_update, 768)
 adam_amsgrad_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_amsgrad::Update, variants::adam_amsgrad::Group, variants::adam_amsgrad::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1528,7 +1530,7 @@ adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table, 
 }
 
 /// adam_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update, 768)
 adam_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_clip_grad_norm::Update, variants::adam_clip_grad_norm::Group, variants::adam_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1542,7 +1544,7 @@ adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table,
 }
 
 /// adam_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update, 768)
 adam_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_clip_grad_norm::Update, variants::adam_clip_grad_norm::Group, variants::adam_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1694,7 +1696,8 @@ adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView
 }
 
 /// adam_amsgrad_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
+// 512 threads per SM: its next block's operands take 25 registers (blockwise_threads).
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update, 512)
 adam_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_amsgrad_clip_grad_norm::Update, variants::adam_amsgrad_clip_grad_norm::Group, variants::adam_amsgrad_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1708,7 +1711,7 @@ adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableVie
 }
 
 /// adam_amsgrad_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update, 768)
 adam_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_amsgrad_clip_grad_norm::Update, variants::adam_amsgrad_clip_grad_norm::Group, variants::adam_amsgrad_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);

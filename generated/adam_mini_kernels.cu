@@ -55,10 +55,11 @@
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
 #define OPTGEN_LEAN_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
 #define OPTGEN_LEAN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
-// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+// An Update stage with 8-bit states: `threads` per SM, 256 fewer where it spills there
+// (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) \
   __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
-                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
+                    OPTGEN_BLOCKS_PER_SM((threads) - (::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 256 : 0)))
 
 #include "optgen/device/kernels.cuh"
 
@@ -1138,7 +1139,8 @@ adam_mini_f32_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const opt
 }
 
 /// adam_mini, update stage of tensors whose matrices are one element, storage f32:q8:vmean=f32:v=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_f32_q8_vmean_f32_v_uq8_update_unit_matrices)
+// 512 threads per SM: its next block's operands take 27 registers (blockwise_threads).
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_f32_q8_vmean_f32_v_uq8_update_unit_matrices, 512)
 adam_mini_f32_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_mini::unit::Update, variants::adam_mini::Group, variants::adam_mini::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
 }
@@ -1172,7 +1174,7 @@ adam_mini_bf16_q8_vmean_f32_v_uq8_update(const optgen::TableView table, const op
 }
 
 /// adam_mini, update stage of tensors whose matrices are one element, storage bf16:q8:vmean=f32:v=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_bf16_q8_vmean_f32_v_uq8_update_unit_matrices)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_bf16_q8_vmean_f32_v_uq8_update_unit_matrices, 768)
 adam_mini_bf16_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini::unit::Update, variants::adam_mini::Group, variants::adam_mini::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
@@ -1324,7 +1326,8 @@ adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update(const optgen::TableView t
 }
 
 /// adam_mini_clip_grad_norm, update stage of tensors whose matrices are one element, storage f32:q8:vmean=f32:v=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update_unit_matrices)
+// 512 threads per SM: its next block's operands take 27 registers (blockwise_threads).
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update_unit_matrices, 512)
 adam_mini_clip_grad_norm_f32_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adam_mini_clip_grad_norm::unit::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_f32_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);
 }
@@ -1372,7 +1375,7 @@ adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update(const optgen::TableView 
 }
 
 /// adam_mini_clip_grad_norm, update stage of tensors whose matrices are one element, storage bf16:q8:vmean=f32:v=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update_unit_matrices)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update_unit_matrices, 768)
 adam_mini_clip_grad_norm_bf16_q8_vmean_f32_v_uq8_update_unit_matrices(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adam_mini_clip_grad_norm::unit::Update, variants::adam_mini_clip_grad_norm::Group, variants::adam_mini_clip_grad_norm::Operands_bf16_q8_vmean_f32_v_uq8>(table, groups, inputs, reductions);

@@ -101,10 +101,11 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
-// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+// An Update stage with 8-bit states: `threads` per SM, 256 fewer where it spills there
+// (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) \
   __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
-                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
+                    OPTGEN_BLOCKS_PER_SM((threads) - (::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 256 : 0)))
 
 #include "optgen/device/kernels.cuh"
 
@@ -1284,13 +1285,13 @@ adamw_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, const optge
 }
 
 /// adamw, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_f32_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_f32_q8_exp_avg_sq_uq8_update, 768)
 adamw_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adamw, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_bf16_q8_exp_avg_sq_uq8_update, 768)
 adamw_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw::Update, variants::adamw::Group, variants::adamw::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1370,13 +1371,14 @@ adamw_amsgrad_bf16_bf16_exp_avg_sq_f32_update(const optgen::TableView table, con
 }
 
 /// adamw_amsgrad, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update)
+// 512 threads per SM: its next block's operands take 25 registers (blockwise_threads).
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update, 512)
 adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
 
 /// adamw_amsgrad, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update, 768)
 adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad::Update, variants::adamw_amsgrad::Group, variants::adamw_amsgrad::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1528,7 +1530,7 @@ adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table,
 }
 
 /// adamw_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update, 768)
 adamw_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1542,7 +1544,7 @@ adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table
 }
 
 /// adamw_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update, 768)
 adamw_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_clip_grad_norm::Update, variants::adamw_clip_grad_norm::Group, variants::adamw_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
@@ -1694,7 +1696,8 @@ adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableVie
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
+// 512 threads per SM: its next block's operands take 25 registers (blockwise_threads).
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update, 512)
 adamw_amsgrad_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -1708,7 +1711,7 @@ adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_reduce(const optgen::TableVi
 }
 
 /// adamw_amsgrad_clip_grad_norm, update stage, storage bf16:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update, 768)
 adamw_amsgrad_clip_grad_norm_bf16_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   #if __CUDA_ARCH__ >= 800
   optgen::update_stage<variants::adamw_amsgrad_clip_grad_norm::Update, variants::adamw_amsgrad_clip_grad_norm::Group, variants::adamw_amsgrad_clip_grad_norm::Operands_bf16_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);

@@ -48,10 +48,11 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
-// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+// An Update stage with 8-bit states: `threads` per SM, 256 fewer where it spills there
+// (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) \
   __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
-                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
+                    OPTGEN_BLOCKS_PER_SM((threads) - (::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 256 : 0)))
 
 #include "optgen/device/kernels.cuh"
 
@@ -611,7 +612,7 @@ lamb_f32_q8_exp_avg_sq_uq8_reduce(const optgen::TableView table, const optgen::G
 }
 
 /// lamb, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(lamb_f32_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(lamb_f32_q8_exp_avg_sq_uq8_update, 768)
 lamb_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::lamb::Update, variants::lamb::Group, variants::lamb::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }
@@ -677,7 +678,7 @@ lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_reduce2(const optgen::TableView table,
 }
 
 /// lamb_clip_grad_norm, update stage, storage f32:q8:exp_avg_sq=uq8.
-extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update)
+extern "C" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update, 768)
 lamb_clip_grad_norm_f32_q8_exp_avg_sq_uq8_update(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, const optgen::ReductionTable reductions) {
   optgen::update_stage<variants::lamb_clip_grad_norm::Update, variants::lamb_clip_grad_norm::Group, variants::lamb_clip_grad_norm::Operands_f32_q8_exp_avg_sq_uq8>(table, groups, inputs, reductions);
 }

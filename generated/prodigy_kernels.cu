@@ -65,10 +65,11 @@
 #define OPTGEN_REDUCE_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(1024))  // 1024 threads per SM
 #define OPTGEN_SHAPED_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(512))  // 512 threads per SM
 #define OPTGEN_SHAPED_RUNS_LAUNCH_BOUNDS __launch_bounds__(OPTGEN_BLOCK_SIZE, OPTGEN_BLOCKS_PER_SM(896))  // 896 threads per SM
-// An Update stage with 8-bit states: 768 threads per SM, 512 where it spills there (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
-#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) \
+// An Update stage with 8-bit states: `threads` per SM, 256 fewer where it spills there
+// (the compilation names it in OPTGEN_FEWER_BLOCKS, kernel_abi.h).
+#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) \
   __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \
-                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 512 : 768))
+                    OPTGEN_BLOCKS_PER_SM((threads) - (::optgen::kernel_abi::named_in(OPTGEN_FEWER_BLOCKS, #kernel) ? 256 : 0)))
 
 #include "optgen/device/kernels.cuh"
 

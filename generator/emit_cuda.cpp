@@ -340,25 +340,47 @@ class CudaEmitter {
            "))  // " + std::to_string(threads) + " threads per SM");
   }
 
-  /// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel): an Update stage with 8-bit states fits
-  /// --blockwise-min-blocks-per-sm, or one block fewer where the compilation names it in
-  /// kernel_abi::kFewerBlocksMacro, having seen it spill (compile_kernels).
+  /// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads): an Update stage with 8-bit states fits
+  /// `threads` per SM (blockwise_threads), or one block fewer where the compilation names it in
+  /// kernel_abi::kFewerBlocksMacro, having seen it spill there (compile_kernels).
   void blockwise_launch_bounds(CodeWriter& w) const {
     const std::string macro = kernel_abi::kFewerBlocksMacro;
     const std::string bounds = kernel_abi::kBlockwiseLaunchBoundsMacro;
-    const int blocks = tuning_.blockwise_min_blocks_per_sm;
-    if (blocks == 0) {
-      w.line("#define " + bounds + "(kernel) __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses");
+    if (tuning_.blockwise_min_blocks_per_sm == 0) {
+      w.line("#define " + bounds + "(kernel, threads) __launch_bounds__(OPTGEN_BLOCK_SIZE)  // ptxas chooses");
       return;
     }
-    const std::string threads = std::to_string(blocks * tuning_.block_size);
-    const std::string fewer = std::to_string((blocks - 1) * tuning_.block_size);
-    w.line("// An Update stage with 8-bit states: " + threads + " threads per SM, " + fewer +
-           " where it spills there (the compilation names it in " + macro + ", kernel_abi.h).");
-    w.line("#define " + bounds + "(kernel) \\");
+    const std::string block = std::to_string(tuning_.block_size);
+    w.line("// An Update stage with 8-bit states: `threads` per SM, " + block + " fewer where it spills there");
+    w.line("// (the compilation names it in " + macro + ", kernel_abi.h).");
+    w.line("#define " + bounds + "(kernel, threads) \\");
     w.line("  __launch_bounds__(OPTGEN_BLOCK_SIZE,                    \\");
-    w.line("                    OPTGEN_BLOCKS_PER_SM(::optgen::kernel_abi::named_in(" + macro + ", #kernel) ? " +
-           fewer + " : " + threads + "))");
+    w.line("                    OPTGEN_BLOCKS_PER_SM((threads) - (::optgen::kernel_abi::named_in(" + macro +
+           ", #kernel) ? " + block + " : 0)))");
+  }
+
+  /// The 32-bit registers a lane's BlockTile (device/blockwise_update.cuh) holds for the next block
+  /// while an 8-bit Update stage updates the one in hand: 8 elements of each operand the stage
+  /// loads (`loads`, as Update::loads), an 8-bit state's codes and its block's absmax.
+  static int block_tile_registers(const Program& p, const Storage& s, unsigned loads) {
+    const std::vector<DType> dtypes = operand_dtypes(p, s);
+    int registers = 0;
+    for (std::size_t op = 0; op < dtypes.size(); ++op)
+      if ((loads >> op) & 1u) registers += is_blockwise(dtypes[op]) ? 8 / 4 + 1 : 8 * size_of(dtypes[op]) / 4;
+    return registers;
+  }
+
+  /// Threads per SM an Update stage with 8-bit states is built for: --blockwise-min-blocks-per-sm
+  /// blocks, one fewer (at least one) where its next block's tile takes more registers than
+  /// AdamW's with f32 params (22), the largest measured to fit three blocks without spills on sm_90:
+  /// AMSGrad's with f32 params (25) spilled there, and the second compilation that found it cost
+  /// as much as the first (bench/RESULTS.md, 2026-12-05). A kernel this misses still spills in the
+  /// first compilation and is built for one block fewer by the second.
+  int blockwise_threads(const Program& p, const Storage& s) const {
+    constexpr int kRegistersThatFit = 22;
+    const int blocks = tuning_.blockwise_min_blocks_per_sm;
+    const bool heavy = block_tile_registers(p, s, update_loads(update_stage_view(p))) > kRegistersThatFit;
+    return std::max(1, heavy ? blocks - 1 : blocks) * tuning_.block_size;
   }
 
   void variant(CodeWriter& w, const Program& p, const std::vector<Storage>& storage) {
@@ -441,9 +463,7 @@ class CudaEmitter {
   /// codec, the parameter's element type and how it is written.
   static void operands_struct(CodeWriter& w, const Program& p, const Storage& s) {
     const auto names = operand_names(p);
-    std::vector<DType> dtypes = {s.param_write == ParamWrite::Master ? DType::F32 : s.param, s.param};
-    for (const auto& state : p.states) dtypes.push_back(s.state_dtype(state));
-    for (const auto& m : p.matrix_values) dtypes.push_back(s.matrix_dtype(m.name));
+    const std::vector<DType> dtypes = operand_dtypes(p, s);
     std::string list;
     for (size_t op = 0; op < names.size(); ++op) {
       list += (op ? ", " : "") + names[op] + " " + to_string(dtypes[op]);
@@ -486,6 +506,14 @@ class CudaEmitter {
   }
 
   static std::string operands_struct_name(const Storage& s) { return "Operands_" + s.name(); }
+
+  /// The codec of each operand (operand_names) in storage `s`: a master copy's param is f32.
+  static std::vector<DType> operand_dtypes(const Program& p, const Storage& s) {
+    std::vector<DType> dtypes = {s.param_write == ParamWrite::Master ? DType::F32 : s.param, s.param};
+    for (const auto& state : p.states) dtypes.push_back(s.state_dtype(state));
+    for (const auto& m : p.matrix_values) dtypes.push_back(s.matrix_dtype(m.name));
+    return dtypes;
+  }
 
   void group_values_struct(CodeWriter& w, const Program& p) {
     if (p.is_step()) {
@@ -596,11 +624,11 @@ class CudaEmitter {
   }
 
   /// An Update stage's operand masks (read by update.cuh's update_stage): the element operands
-  /// its code `roots` reads, those it writes back (its element outputs), and the read-only states
-  /// that start as the parameter, written at the group's first step only.
-  static void operand_masks(CodeWriter& w, const Program& p, const std::vector<Expr>& roots) {
+  /// its code reads (update_loads), those it writes back (its element outputs), and the read-only
+  /// states that start as the parameter, written at the group's first step only.
+  static void operand_masks(CodeWriter& w, const Program& p) {
     const auto names = operand_names(p);
-    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(element_loads(p, roots)) +
+    w.line("static __device__ __forceinline__ constexpr bool loads(int op_) { return (" + hex(update_loads(p)) +
            " >> op_) & 1u; }");
     unsigned stores = 0, first_step_stores = 0;
     std::string stored, first_step_stored;
@@ -849,6 +877,14 @@ class CudaEmitter {
     for (size_t i = 0; i < names.size(); ++i)
       if (loaded.count(names[i])) loads |= 1u << i;
     return loads;
+  }
+
+  /// The element operands the Update stage of `p` (update_stage_view) loads: those its code reads,
+  /// that code being every value it computes (update_computes), with rows and columns too.
+  static unsigned update_loads(const Program& p) {
+    std::vector<Expr> all;
+    for (const Output* o : update_computes(p, stored_values(p))) all.push_back(o->value);
+    return element_loads(p, with_shaped_values(p, all, static_cast<int>(p.stages.size())));
   }
 
   static std::string hex(unsigned mask) {
@@ -1208,7 +1244,7 @@ class CudaEmitter {
     }
     // The operands it reads (row and column states go through sh_), and those it writes back: the
     // outputs, and the read-only states that start as the parameter at the group's first step only.
-    operand_masks(w, p, with_shaped_values(p, all, order));
+    operand_masks(w, p);
     w.line();
     std::set<std::string> taken = shaped_taken_names(p);
     tensor_values(w, p, read, taken, shaped);
@@ -1310,7 +1346,13 @@ class CudaEmitter {
         : lean                      ? "OPTGEN_LEAN_LAUNCH_BOUNDS"
                                     : "OPTGEN_LAUNCH_BOUNDS";
     const bool per_kernel = bounds == kernel_abi::kBlockwiseLaunchBoundsMacro;
-    w.line(std::string("extern \"C\" __global__ void ") + bounds + (per_kernel ? "(" + name + ")" : ""));
+    const int threads = per_kernel ? blockwise_threads(p, s) : 0;
+    if (per_kernel && threads < tuning_.blockwise_min_blocks_per_sm * tuning_.block_size)
+      w.line("// " + std::to_string(threads) + " threads per SM: its next block's operands take " +
+             std::to_string(block_tile_registers(p, s, update_loads(update_stage_view(p)))) +
+             " registers (blockwise_threads).");
+    w.line(std::string("extern \"C\" __global__ void ") + bounds +
+           (per_kernel ? "(" + name + ", " + std::to_string(threads) + ")" : ""));
     auto fn =
         w.block(name +
                 "(const optgen::TableView table, const optgen::GroupTable groups, const optgen::StepInputs inputs, "

@@ -45,8 +45,10 @@ struct KernelTuning {
   /// The same for the Update stages of kernel sets with 8-bit states, whose warps hold the block
   /// they update and the next one's loads: three blocks (80 registers), bound by the latency of
   /// their dependent math as much as by the integer pipe, gain from the warps more than they lose
-  /// to the cap (bench/RESULTS.md, 2026-12-05; two, 2026-11-26). A kernel that spills there is
-  /// compiled for one block fewer (compile_kernels, kernel_abi::kFewerBlocksMacro).
+  /// to the cap (bench/RESULTS.md, 2026-12-05; two, 2026-11-26). A kernel whose next block's
+  /// operands take more registers than AdamW's with f32 params is built for one block fewer
+  /// (emit_cuda.cpp's blockwise_threads), as is one that spills at its blocks (compile_kernels,
+  /// kernel_abi::kFewerBlocksMacro).
   int blockwise_min_blocks_per_sm = 3;
   long long chunk_size = 2048;  ///< elements per block of f32 kernel sets (a multiple of 64)
   /// Elements per block of every other kernel set (narrower params or states, a master copy): each

@@ -146,3 +146,37 @@ TEST_CASE("a shaped Reduce stage of chunk runs only has a register budget of its
   tuning.shaped_runs_min_blocks_per_sm = 33;
   CHECK_THAT(tuning.check(), Catch::Contains("chunk runs only 33 must be from 0"));
 }
+
+TEST_CASE("an 8-bit Update stage whose next block takes more registers than AdamW's with f32 params gets a block fewer",
+          "[emit]") {
+  const optgen::Spec spec = optgen::load_spec(std::string(OPTGEN_SOURCE_DIR) + "/specs/adamw.yaml");
+  const auto variants = optgen::compile_spec(spec);
+  // The line a kernel is declared with, and the line before it.
+  auto declared = [](const std::string& kernels, const std::string& kernel) {
+    const std::size_t at = kernels.find("(" + kernel + ", ");
+    REQUIRE(at != std::string::npos);
+    const std::size_t line = kernels.rfind('\n', kernels.rfind('\n', at) - 1) + 1;
+    return kernels.substr(line, kernels.find('\n', at) - line);
+  };
+  const std::string kernels = optgen::emit_cuda(spec, variants, spec.storage, {});
+  // AdamW's tile with f32 params: 8 + 8 registers of param and grad, 3 of each 8-bit state (22).
+  CHECK_THAT(declared(kernels, "adamw_f32_q8_exp_avg_sq_uq8_update"),
+             Catch::EndsWith("OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_f32_q8_exp_avg_sq_uq8_update, 768)"));
+  // AMSGrad's third state: 25 with f32 params, 17 with bf16.
+  CHECK(declared(kernels, "adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update") ==
+        "// 512 threads per SM: its next block's operands take 25 registers (blockwise_threads).\n"
+        "extern \"C\" __global__ void OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update, 512)");
+  CHECK_THAT(declared(kernels, "adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update"),
+             Catch::EndsWith("(adamw_amsgrad_bf16_q8_exp_avg_sq_uq8_update, 768)"));
+  // Two blocks asked: one for the heavy kernel; none asked: ptxas chooses for every kernel.
+  optgen::KernelTuning two;
+  two.blockwise_min_blocks_per_sm = 2;
+  CHECK_THAT(
+      declared(optgen::emit_cuda(spec, variants, spec.storage, two), "adamw_amsgrad_f32_q8_exp_avg_sq_uq8_update"),
+      Catch::EndsWith(", 256)"));
+  optgen::KernelTuning any;
+  any.blockwise_min_blocks_per_sm = 0;
+  const std::string chosen = optgen::emit_cuda(spec, variants, spec.storage, any);
+  CHECK(chosen.find("#define OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) __launch_bounds__(OPTGEN_BLOCK_SIZE)") !=
+        std::string::npos);
+}

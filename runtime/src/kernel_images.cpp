@@ -211,7 +211,7 @@ nvrtc::Compiled compile_kernels(const std::string& source, const std::string& na
   nvrtc::Compiled compiled = nvrtc::compile(source, name, options, arch);
   std::string fewer;
   for (const std::string& kernel : nvrtc::parse_ptxas_report(compiled.log).spilling)
-    if (source.find(std::string(kernel_abi::kBlockwiseLaunchBoundsMacro) + "(" + kernel + ")") != std::string::npos)
+    if (source.find(std::string(kernel_abi::kBlockwiseLaunchBoundsMacro) + "(" + kernel + ",") != std::string::npos)
       fewer += (fewer.empty() ? "" : ",") + kernel;
   if (fewer.empty()) return compiled;
   options.push_back("-D" + std::string(kernel_abi::kFewerBlocksMacro) + "=\"" + fewer + "\"");

@@ -124,16 +124,18 @@ enum { kColumnSegmentRows = 256 };
 /// The macros' names, for the generator that defines them and the runtime that overrides them.
 constexpr char kBlockSizeMacro[] = "OPTGEN_BLOCK_SIZE";
 constexpr char kElementsPerThreadMacro[] = "OPTGEN_ELEMENTS_PER_THREAD";
-/// An Update stage with 8-bit states fits the blocks per SM of its budget (optgen emit
-/// --blockwise-min-blocks-per-sm) where it can without spills, and one block fewer where it cannot:
-/// compile_kernels (kernel_images.h) compiles a source, and again with the kernels that spilled
-/// named in this macro, comma-separated, as a string literal. The generated source's
-/// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel) asks named_in.
+/// An Update stage with 8-bit states fits the threads per SM the generator gives it (three blocks,
+/// or two where its registers foresee spills: emit_cuda's blockwise_threads) where it can without
+/// spills, and one block fewer where it cannot: compile_kernels (kernel_images.h) compiles a
+/// source, and again with the kernels that spilled named in this macro, comma-separated, as a
+/// string literal. The generated source's OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(kernel, threads) asks
+/// named_in.
 constexpr char kFewerBlocksMacro[] = "OPTGEN_FEWER_BLOCKS";
 #ifndef OPTGEN_FEWER_BLOCKS
 #define OPTGEN_FEWER_BLOCKS ""  // kFewerBlocksMacro, unless the compilation defines it: no kernel
 #endif
-/// The launch bounds of such a kernel, given the kernel's name: OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(name).
+/// The launch bounds of such a kernel, given the kernel's name and its threads per SM:
+/// OPTGEN_BLOCKWISE_LAUNCH_BOUNDS(name, threads).
 constexpr char kBlockwiseLaunchBoundsMacro[] = "OPTGEN_BLOCKWISE_LAUNCH_BOUNDS";
 /// Whether `name` is one of the comma-separated names in `list`.
 OPTGEN_ABI_FUNCTION bool named_in(const char* list, const char* name) {
