@@ -363,10 +363,12 @@ class CudaEmitter {
   /// while an 8-bit Update stage updates the one in hand: 8 elements of each operand the stage
   /// loads (`loads`, as Update::loads), an 8-bit state's codes and its block's absmax.
   static int block_tile_registers(const Program& p, const Storage& s, unsigned loads) {
+    constexpr int kLaneElements = 8;  // a lane's share of a 256-element block (BlockTile's V)
     const std::vector<DType> dtypes = operand_dtypes(p, s);
     int registers = 0;
     for (std::size_t op = 0; op < dtypes.size(); ++op)
-      if ((loads >> op) & 1u) registers += is_blockwise(dtypes[op]) ? 8 / 4 + 1 : 8 * size_of(dtypes[op]) / 4;
+      if ((loads >> op) & 1u)
+        registers += is_blockwise(dtypes[op]) ? kLaneElements / 4 + 1 : kLaneElements * size_of(dtypes[op]) / 4;
     return registers;
   }
 
@@ -374,8 +376,10 @@ class CudaEmitter {
   /// blocks, one fewer (at least one) where its next block's tile takes more registers than
   /// AdamW's with f32 params (22), the largest measured to fit three blocks without spills on sm_90:
   /// AMSGrad's with f32 params (25) spilled there, and the second compilation that found it cost
-  /// as much as the first (bench/RESULTS.md, 2026-12-05). A kernel this misses still spills in the
-  /// first compilation and is built for one block fewer by the second.
+  /// as much as the first (bench/RESULTS.md, 2026-12-05, "8-bit Update kernels with a heavy next
+  /// block built for two blocks from the start": of 18 kernels this rule gives two blocks at sm_90,
+  /// 16 spilled at three). A kernel it misses (bf16 params with four 8-bit states: Adan's) still
+  /// spills in the first compilation and is built for one block fewer by the second.
   int blockwise_threads(const Program& p, const Storage& s) const {
     constexpr int kRegistersThatFit = 22;
     const int blocks = tuning_.blockwise_min_blocks_per_sm;
