@@ -78,7 +78,7 @@ echo "== the optgen command"
   "$bin/optgen" check "$repo/specs/adamw.yaml"
   "$bin/optgen" emit "$repo/specs/sgd.yaml" --out "$scratch/sgd"
   # NVRTC: the CUDA wheels' (what the package finds), else the toolkit's.
-  echo "NVRTC from the CUDA wheels: $("$python" -c 'from optgen import _nvrtc; print(_nvrtc.wheel_nvrtc())')"
+  "$python" -c 'from optgen import _cuda_wheels; print("NVRTC from the CUDA wheels:", _cuda_wheels.wheel_library("nvrtc"))'
   "$bin/optgen" compile "$repo/specs/sgd.yaml" --out "$scratch/sgd" --arch 90
   ls "$scratch/sgd"
 } 2>&1 | tee "$logs/wheel_command.log"
