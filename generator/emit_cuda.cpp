@@ -360,10 +360,12 @@ class CudaEmitter {
   }
 
   /// The 32-bit registers a lane's BlockTile (device/blockwise_update.cuh) holds for the next block
-  /// while an 8-bit Update stage updates the one in hand: 8 elements of each operand the stage
-  /// loads (`loads`, as Update::loads), an 8-bit state's codes and its block's absmax.
-  static int block_tile_registers(const Program& p, const Storage& s, unsigned loads) {
-    constexpr int kLaneElements = 8;  // a lane's share of a 256-element block (BlockTile's V)
+  /// while the 8-bit Update stage of `p` in storage `s` updates the one in hand: a lane's share of
+  /// the block of each operand the stage loads (update_loads), an 8-bit state's codes and its
+  /// block's absmax.
+  static int block_tile_registers(const Program& p, const Storage& s) {
+    constexpr int kLaneElements = blockwise8::kBlockSize / 32;  // BlockTile's V
+    const unsigned loads = update_loads(update_stage_view(p));
     const std::vector<DType> dtypes = operand_dtypes(p, s);
     int registers = 0;
     for (std::size_t op = 0; op < dtypes.size(); ++op)
@@ -372,19 +374,18 @@ class CudaEmitter {
     return registers;
   }
 
-  /// Threads per SM an Update stage with 8-bit states is built for: --blockwise-min-blocks-per-sm
-  /// blocks, one fewer (at least one) where its next block's tile takes more registers than
-  /// AdamW's with f32 params (22), the largest measured to fit three blocks without spills on sm_90:
-  /// AMSGrad's with f32 params (25) spilled there, and the second compilation that found it cost
-  /// as much as the first (bench/RESULTS.md, 2026-12-05, "8-bit Update kernels with a heavy next
-  /// block built for two blocks from the start": of 18 kernels this rule gives two blocks at sm_90,
-  /// 16 spilled at three). A kernel it misses (bf16 params with four 8-bit states: Adan's) still
-  /// spills in the first compilation and is built for one block fewer by the second.
-  int blockwise_threads(const Program& p, const Storage& s) const {
+  /// Threads per SM an Update stage with 8-bit states is built for, given its block_tile_registers:
+  /// --blockwise-min-blocks-per-sm blocks, one fewer (at least one) where the tile takes more
+  /// registers than AdamW's with f32 params (22), the largest measured to fit three blocks without
+  /// spills on sm_90: AMSGrad's with f32 params (25) spilled there, and the second compilation that
+  /// found it cost as much as the first (bench/RESULTS.md, 2026-12-05, "8-bit Update kernels with a
+  /// heavy next block built for two blocks from the start": of 18 kernels this rule gives two
+  /// blocks at sm_90, 16 spilled at three). A kernel it misses (bf16 params with four 8-bit states:
+  /// Adan's) still spills in the first compilation and is built for one block fewer by the second.
+  int blockwise_threads(int tile_registers) const {
     constexpr int kRegistersThatFit = 22;
     const int blocks = tuning_.blockwise_min_blocks_per_sm;
-    const bool heavy = block_tile_registers(p, s, update_loads(update_stage_view(p))) > kRegistersThatFit;
-    return std::max(1, heavy ? blocks - 1 : blocks) * tuning_.block_size;
+    return std::max(1, tile_registers > kRegistersThatFit ? blocks - 1 : blocks) * tuning_.block_size;
   }
 
   void variant(CodeWriter& w, const Program& p, const std::vector<Storage>& storage) {
@@ -1350,11 +1351,11 @@ class CudaEmitter {
         : lean                      ? "OPTGEN_LEAN_LAUNCH_BOUNDS"
                                     : "OPTGEN_LAUNCH_BOUNDS";
     const bool per_kernel = bounds == kernel_abi::kBlockwiseLaunchBoundsMacro;
-    const int threads = per_kernel ? blockwise_threads(p, s) : 0;
+    const int tile_registers = per_kernel ? block_tile_registers(p, s) : 0;
+    const int threads = per_kernel ? blockwise_threads(tile_registers) : 0;
     if (per_kernel && threads < tuning_.blockwise_min_blocks_per_sm * tuning_.block_size)
       w.line("// " + std::to_string(threads) + " threads per SM: its next block's operands take " +
-             std::to_string(block_tile_registers(p, s, update_loads(update_stage_view(p)))) +
-             " registers (blockwise_threads).");
+             std::to_string(tile_registers) + " registers (blockwise_threads).");
     w.line(std::string("extern \"C\" __global__ void ") + bounds +
            (per_kernel ? "(" + name + ", " + std::to_string(threads) + ")" : ""));
     auto fn =

@@ -142,9 +142,10 @@ __device__ __forceinline__ void update_whole_blocks(unsigned& o, unsigned whole_
 /// lane. A tensor too small for 8 bits (blockwise8::uses_8bit_states) has those states in f32, as
 /// bitsandbytes keeps them, and goes element by element too: its chunk is at most 4095 elements,
 /// and a walk of whole blocks compiled for f32 states as well as codes kept registers at the
-/// three-block cap that spilled (bench/RESULTS.md, 2026-12-05). Code of rows and columns finds each lane's elements' row, column and
-/// matrix (Position, as ElementWalk does: its 8 elements are consecutive) and stores their row and
-/// column states; a state the tensor lacks is read as 0 and not stored.
+/// three-block cap that spilled (bench/RESULTS.md, 2026-12-05). Code of rows and columns finds
+/// each lane's elements' row, column and matrix (Position, as ElementWalk does: its 8 elements are
+/// consecutive) and stores their row and column states; a state the tensor lacks is read as 0 and
+/// not stored.
 template <typename Update, typename Ops>
 struct BlockWalk {
   static constexpr int kOps = Update::kOperands;
@@ -218,11 +219,10 @@ struct BlockWalk {
   /// updated in place by code of rows and columns: each with its row, column and matrix, then the
   /// row and column states stored (ElementWalk's order). V elements are found together. Where they
   /// share a row (the tensor's rows hold whole vectors) and kChecked (a whole block of code that
-  /// interleaves: Update::kInterleaves), they are updated
-  /// with CheckedMath, whose divisions and roots interleave, and where it was not exact again, from
-  /// the block's operands read again (nothing of it is stored yet), with IeeeMath; their row and
-  /// column states are stored once after (finish_vector). Elsewhere IeeeMath, each element's states
-  /// stored as it is computed.
+  /// interleaves: Update::kInterleaves), they are updated with CheckedMath, whose divisions and
+  /// roots interleave, and where it was not exact again, from the block's operands read again
+  /// (nothing of it is stored yet), with IeeeMath; their row and column states are stored once
+  /// after (finish_vector). Elsewhere IeeeMath, each element's states stored as it is computed.
   template <bool kChecked, typename Group>
   __device__ __forceinline__ void update_lane(const UpdateStep<Update, Group>& step, float (&v)[kOps][V], unsigned o,
                                               int count) {
