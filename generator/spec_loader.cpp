@@ -1,3 +1,4 @@
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -628,6 +629,11 @@ YAML::Node parse_yaml(const Loader& loader, const std::shared_ptr<const SourceFi
       throw SpecError(SourceLoc{file, second->line + 1, second->column + 1},
                       "a second YAML document: optgen reads one spec a file, and would pass this one over",
                       "put each spec in a file of its own");
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message for its depth limit is "bad file".
+    throw SpecError(SourceLoc{file, e.mark.line + 1, e.mark.column + 1},
+                    "YAML nests deeper than yaml-cpp reads (" + std::to_string(e.depth()) + " levels) by here",
+                    "a spec nests a few levels; look for a bracket or brace that is opened and not closed");
   } catch (const YAML::ParserException& e) {
     SourceLoc at{file, e.mark.line + 1, e.mark.column + 1};
     const std::string line = file->line(at.line);
