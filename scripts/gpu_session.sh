@@ -63,10 +63,10 @@ status=0
 
 # Runs the test cases that match the filter $1 in OPTGEN_TEST_SHARDS processes at once (a cold run
 # is mostly NVRTC compiling test specs, one thread a process: one process took over 10 minutes),
-# each case in one process, which writes $2_<i>.log; prints each process's summary. Fails if a
-# case failed. Catch2 2 reads the names from a file, with commas and brackets escaped.
+# each case in one process, which writes $2_<i>.log; prints each process's summary and their sum.
+# Fails if a case failed. Catch2 2 reads the names from a file, with commas and brackets escaped.
 run_in_shards() {
-  local filter=$1 prefix=$2 names i=0 failed=0 pids=() log
+  local filter=$1 prefix=$2 names i=0 failed=0 pids=() log shard
   names=$(mktemp -d)
   "$run/optgen_tests" --list-test-names-only "$filter" | sed '/^$/d; s/[],[\\]/\\&/g' > "$names/all"
   split -n "r/${OPTGEN_TEST_SHARDS:-8}" "$names/all" "$names/shard_"
@@ -82,6 +82,11 @@ run_in_shards() {
   for log in "$prefix"_*.log; do
     echo "$(basename "$log"): $(grep -E '^(All tests passed|test cases:)' "$log" | tail -1)"
   done
+  # Catch2 2 ends a run with "All tests passed (A assertions in C test cases)", or with
+  # "test cases: C | ..." and "assertions: A | ..." where one failed.
+  awk '/^All tests passed/ { gsub(/[()]/, ""); a += $4; c += $7 }
+       /^test cases:/ { c += $3 } /^assertions:/ { a += $2 }
+       END { print "all processes: " c " test cases, " a " assertions" }' "$prefix"_*.log
   rm -rf "$names"
   return "$failed"
 }
