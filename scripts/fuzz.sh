@@ -57,6 +57,8 @@ OPTGEN_FUZZ_SAMPLE_DIR=$run_dir/sample UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stac
     -artifact_prefix="$findings/" -print_final_stats=1 ${OPTGEN_FUZZ_FLAGS:-} "${corpora[@]}" \
     > "$run_dir/fuzz.log" 2>&1 || status=$?
 executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run_dir/fuzz.log" | tail -n 1)
+# With -fork, libFuzzer prints no stats; its last progress line ("#N: cov: ...") counts them.
+executions=${executions:-$(sed -n 's/^#\([0-9]*\): .*/\1/p' "$run_dir/fuzz.log" | tail -n 1)}
 if [ "$status" -ne 0 ]; then
   tail -n 80 "$run_dir/fuzz.log"
   echo "== the fuzzer found something (exit status $status); reproduce with: $fuzzer FILE"
