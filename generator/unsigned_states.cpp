@@ -229,14 +229,18 @@ void check_unsigned_states(const Spec& spec, const std::vector<Program>& variant
       throw SpecError(s.init.loc, what + "starts at " + format_number(s.init.value) + "; " + kept, hint);
     }
   }
-  for (const Program& variant : variants) {
-    SignAnalysis analysis(variant, unsigned_states);
-    for (const Output& o : variant.element_outputs)
+  // The step's code and every program's (`programs:`), which stores the same states.
+  const auto check_outputs = [&](const Program& code, const std::string& where) {
+    SignAnalysis analysis(code, unsigned_states);
+    for (const Output& o : code.element_outputs)
       if (unsigned_states.count(o.name) && !analysis.range(o.value).non_negative())
-        throw SpecError(o.loc,
-                        "the value assigned to state '" + o.name + "' here can be negative (in variant " +
-                            variant.variant + "); " + kept,
-                        hint);
+        throw SpecError(
+            o.loc, "the value assigned to state '" + o.name + "' here can be negative (" + where + "); " + kept, hint);
+  };
+  for (const Program& variant : variants) {
+    check_outputs(variant, "in variant " + variant.variant);
+    for (const Program& program : variant.programs)
+      check_outputs(program, "in program '" + program.entry + "' of variant " + variant.variant);
   }
 }
 
