@@ -320,9 +320,7 @@ void dump(const optgen::Spec& spec, const Arguments& args) {
     std::string known;
     bool found = false;
     for (const auto& flags : optgen::enumerate_variants(spec)) {
-      std::string name = spec.name;
-      for (const auto& [flag, value] : flags)
-        if (value) name += "_" + flag;
+      const std::string name = spec.variant_name(flags);
       known += (known.empty() ? "" : ", ") + name;
       found = found || name == args.variant;
     }

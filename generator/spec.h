@@ -4,6 +4,7 @@
 /// into IR. The language is documented in specs/README.md.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -151,6 +152,9 @@ struct Spec {
   /// wrote it, which the message quotes.
   std::string storage_problem(const Storage& storage, const std::string& written) const;
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
+  /// The name of the variant whose flags are `flags` (each of flags() given): the spec's name,
+  /// then each flag that is set, in declaration order (adam_amsgrad).
+  std::string variant_name(const std::map<std::string, bool>& flags) const;
 };
 
 /// The most bytes a spec file may hold (the built-in specs hold 1 to 4 KB): a larger file, or

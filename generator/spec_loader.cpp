@@ -1020,6 +1020,13 @@ std::vector<const Hyperparameter*> Spec::flags() const {
   return result;
 }
 
+std::string Spec::variant_name(const std::map<std::string, bool>& flags) const {
+  std::string result = name;
+  for (const Hyperparameter* flag : this->flags())
+    if (flags.at(flag->name)) result += "_" + flag->name;
+  return result;
+}
+
 Spec load_spec_text(const std::string& path, const std::string& text) {
   auto file = std::make_shared<SourceFile>();
   file->path = path;

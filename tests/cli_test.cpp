@@ -148,3 +148,30 @@ TEST_CASE("a literal beyond float is a located warning on stderr, and the spec i
   CHECK(run.status == 0);
   CHECK_THAT(run.output, Catch::Contains(spec + ":4:21: warning: '1e39' is beyond float range: it is infinity"));
 }
+
+TEST_CASE("dump --variant knows a variant by the name its kernels have, flags in declaration order", "[cli]") {
+  const std::string dir = "/tmp/optgen_cli_test_flag_order_" + std::to_string(getpid());
+  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+  const std::string spec = dir + "/order.yaml";  // the spec's name is its file's stem
+  {
+    FILE* file = std::fopen(spec.c_str(), "w");
+    REQUIRE(file != nullptr);
+    std::fputs(
+        "optimizer: Order\nsummary: s\ngrad_clipping: false\nhyperparameters:\n"
+        "  lr: {type: float, default: 0.1}\n"
+        "  zed: {type: bool, default: false, specialize: true}\n"
+        "  alpha: {type: bool, default: false, specialize: true}\n"
+        "update:\n  - \"g = zed ? 2 * grad : grad\"\n  - \"g = alpha ? 3 * g : g\"\n"
+        "  - param = param - lr * g\n",
+        file);
+    std::fclose(file);
+  }
+  const Run run = optgen("dump " + spec + " --variant order_zed_alpha --after plan_stages");
+  const Run other = optgen("dump " + spec + " --variant order_alpha_zed");
+  std::remove(spec.c_str());
+  rmdir(dir.c_str());
+  CHECK(run.status == 0);
+  CHECK_THAT(run.output, Catch::Contains("program order_zed_alpha (alpha=true, zed=true)"));
+  CHECK(other.status == 2);
+  CHECK_THAT(other.output, Catch::Contains("(its variants: order, order_zed, order_alpha, order_zed_alpha)"));
+}

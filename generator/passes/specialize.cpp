@@ -38,9 +38,7 @@ Program specialize(const Program& program, const std::map<std::string, bool>& fl
   Program result = map_roots(program, [&](const Expr& e) { return specializer(e); });
   for (auto& [name, value] : result.derived_flags) value = program.derived_flags.at(name);  // stay symbolic
   result.flags = flags;
-  result.variant = program.spec->name;
-  for (const auto* flag : program.spec->flags())
-    if (flags.at(flag->name)) result.variant += "_" + flag->name;
+  result.variant = program.spec->variant_name(flags);
   result.states.clear();
   for (const auto& state : program.states) {
     auto condition = program.state_conditions.find(state);
