@@ -126,36 +126,46 @@ KernelTables kernel_tables(const std::vector<Program>& variants, const std::vect
 }
 
 std::string kernel_name_clash(const std::vector<Program>& variants, const std::vector<Storage>& storage,
-                              const std::vector<std::string>& written, size_t* variant) {
-  std::map<std::string, std::pair<size_t, std::string>> named;  // kernel -> its variant and storage
-  const auto name = [&](const std::string& kernel, size_t v, const std::string& in) -> std::string {
+                              const std::vector<std::string>& written, KernelNameClash* at) {
+  struct Owner {
+    size_t variant;
+    std::string storage_written, program;  // program: "" for the step's kernels
+  };
+  std::map<std::string, Owner> named;  // kernel -> what names it
+  const auto name = [&](const std::string& kernel, const Owner& owner) -> std::string {
     if (kernel.empty()) return "";
-    const auto [it, fresh] = named.emplace(kernel, std::make_pair(v, in));
+    const auto [it, fresh] = named.emplace(kernel, owner);
     if (fresh) return "";
-    const size_t other = it->second.first;
+    const Owner& other = it->second;
     const auto set_flags = [&](size_t of) {
       return std::count_if(variants[of].flags.begin(), variants[of].flags.end(),
                            [](const auto& f) { return f.second; });
     };
-    if (variant) *variant = set_flags(v) >= set_flags(other) ? v : other;
-    const auto what = [&](size_t of, const std::string& storage_written) {
-      return "variant " + variants[of].variant +
-             (storage_written.empty() ? "" : " in storage '" + storage_written + "'");
+    if (at) {
+      at->variant = set_flags(owner.variant) >= set_flags(other.variant) ? owner.variant : other.variant;
+      at->program = !owner.program.empty() ? owner.program : other.program;
+    }
+    const auto what = [&](const Owner& o) {
+      return (o.program.empty() ? "" : "program '" + o.program + "' of ") + "variant " + variants[o.variant].variant +
+             (o.storage_written.empty() ? "" : " in storage '" + o.storage_written + "'");
     };
-    return what(v, in) + " and " + what(other, it->second.second) + " would both name the kernel " + kernel;
+    return what(owner) + " and " + what(other) + " would both name the kernel " + kernel;
   };
   for (size_t v = 0; v < variants.size(); ++v) {
     const Program& p = variants[v];
-    if (std::string clash = name(group_kernel_name(p), v, ""); !clash.empty()) return clash;
+    if (std::string clash = name(group_kernel_name(p), {v, "", ""}); !clash.empty()) return clash;
     for (size_t k = 0; k < storage.size(); ++k) {
       const Storage& s = storage[k];
       std::vector<std::string> kernels = {long_row_update_name(p, s), unit_update_name(p, s)};
       for (const Stage& stage : p.stages) kernels.push_back(kernel_name(p, s, stage));
       if (p.shard_step)
         for (const Stage& stage : p.shard_step->stages) kernels.push_back(kernel_name(*p.shard_step, s, stage));
-      for (const Program& program : p.programs) kernels.push_back(kernel_name(program, s, program.stages.back()));
       for (const std::string& kernel : kernels)
-        if (std::string clash = name(kernel, v, written[k]); !clash.empty()) return clash;
+        if (std::string clash = name(kernel, {v, written[k], ""}); !clash.empty()) return clash;
+      for (const Program& program : p.programs)
+        if (std::string clash = name(kernel_name(program, s, program.stages.back()), {v, written[k], program.entry});
+            !clash.empty())
+          return clash;
     }
   }
   return "";

@@ -145,12 +145,20 @@ struct KernelTables {
 KernelTables kernel_tables(const std::vector<Program>& variants, const std::vector<Storage>& storage,
                            const KernelTuning& tuning, const std::set<std::string>& with_kernels = {});
 
+/// Where kernel_name_clash found two kernels of one name: the index of one of the two variants,
+/// and the program (`programs:`) whose kernel it is, if one of the two is a program's ("" if not),
+/// for a message that points at that program or else at a flag of the variant.
+struct KernelNameClash {
+  size_t variant = 0;
+  std::string program;
+};
+
 /// "" when every kernel the `variants` have in the `storage` types (each as written: `written`) is
-/// named once, else which two name the same kernel: a variant's name (the spec's and its flags')
-/// and a storage's (its dtypes and state names) can run together, as variant a_f32 in storage
-/// f32:m=bf16 and variant a in f32:f32_m=bf16 do. `variant` is then the index of one of the two
-/// variants (the one with more flags set), for a message that points at a flag.
+/// named once, else which two name the same kernel: a variant's name (the spec's and its flags'),
+/// a program's, and a storage's (its dtypes and state names) can run together, as variant a_f32 in
+/// storage f32:m=bf16 and variant a in f32:f32_m=bf16 do. `at` then says where (the variant with
+/// more flags set).
 std::string kernel_name_clash(const std::vector<Program>& variants, const std::vector<Storage>& storage,
-                              const std::vector<std::string>& written, size_t* variant = nullptr);
+                              const std::vector<std::string>& written, KernelNameClash* at = nullptr);
 
 }  // namespace optgen

@@ -73,11 +73,14 @@ void check_kernel_names(const Spec& spec, const std::vector<Program>& variants) 
   std::vector<std::string> written = spec.storage_written;
   if (spec.storage.empty())
     for (const Storage& s : storage) written.push_back(s.text());
-  size_t v = 0;
-  const std::string clash = kernel_name_clash(variants, storage, written, &v);
+  KernelNameClash where;
+  const std::string clash = kernel_name_clash(variants, storage, written, &where);
   if (clash.empty()) return;
+  for (const ProgramSpec& program : spec.programs)
+    if (program.name == where.program)
+      throw SpecError(program.loc, clash, "rename the program, or the flag or state whose names run into its name");
   SourceLoc at = spec.update_loc;
-  for (const auto& [flag, on] : variants[v].flags)
+  for (const auto& [flag, on] : variants[where.variant].flags)
     if (on)
       if (const Hyperparameter* h = spec.find_hyperparameter(flag)) at = h->loc;
   throw SpecError(at, clash, "rename the flag or the state whose names run together");
