@@ -57,12 +57,13 @@ void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& v
     for (const auto& s : spec.states)
       if ((s.shape == StateShape::Rows || s.shape == StateShape::Cols) &&
           std::find(v.states.begin(), v.states.end(), s.name) != v.states.end())
-        throw SpecError(s.shape_loc,
-                        "state '" + s.name + "' of shape " + to_string(s.shape) + " needs a reduction in the step (" +
-                            v.variant +
-                            " has none): the kernels update a row or column state only in a step with "
-                            "a Reduce stage",
-                        "compute it from a row or column reduction, as row_mean(g * g)");
+        throw SpecError(
+            s.shape_loc,
+            "state '" + s.name + "' of shape " + spec.written_shape(s.shape) + " needs a reduction in the step (" +
+                v.variant + " has none): the kernels read and update a " +
+                (spec.block_elements > 0 ? "block" : "row or column") + " state only in a step with a Reduce stage",
+            spec.block_elements > 0 ? "compute it from a block reduction, as block_mean(g * g)"
+                                    : "compute it from a row or column reduction, as row_mean(g * g)");
   }
 }
 

@@ -152,6 +152,9 @@ struct Spec {
   /// wrote it, which the message quotes.
   std::string storage_problem(const Storage& storage, const std::string& written) const;
   std::vector<const Hyperparameter*> flags() const;  ///< specialized bools, in declaration order
+  /// `shape` as the spec writes it: a spec with blocks keeps its block states as rows (one row a
+  /// block), and they are "blocks" in its messages.
+  std::string written_shape(StateShape shape) const;
   /// The name of the variant whose flags are `flags` (each of flags() given): the spec's name,
   /// then each flag that is set, in declaration order (adam_amsgrad).
   std::string variant_name(const std::map<std::string, bool>& flags) const;

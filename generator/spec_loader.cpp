@@ -1006,9 +1006,8 @@ std::string Spec::storage_problem(const Storage& storage, const std::string& wri
              " both assign it a matrix function's result, and a storage names one of them";
   for (const ElementState& s : states)
     if (s.shape != StateShape::Elements && is_blockwise(storage.state_dtype(s.name)))
-      return "storage '" + written + "' keeps state '" + s.name +
-             "' (shape: " + (block_elements > 0 && s.shape == StateShape::Rows ? "blocks" : to_string(s.shape)) +
-             ") in " + to_string(storage.state_dtype(s.name)) +
+      return "storage '" + written + "' keeps state '" + s.name + "' (shape: " + written_shape(s.shape) + ") in " +
+             to_string(storage.state_dtype(s.name)) +
              ", but 8-bit blockwise storage is for states of a value per element";
   return "";
 }
@@ -1018,6 +1017,10 @@ std::vector<const Hyperparameter*> Spec::flags() const {
   for (const auto& h : hyperparameters)
     if (h.specialize) result.push_back(&h);
   return result;
+}
+
+std::string Spec::written_shape(StateShape shape) const {
+  return block_elements > 0 && shape == StateShape::Rows ? "blocks" : to_string(shape);
 }
 
 std::string Spec::variant_name(const std::map<std::string, bool>& flags) const {
