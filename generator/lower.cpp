@@ -504,9 +504,14 @@ class Lowering {
       const std::string where = over == Domain::Row      ? blocks() ? "each block" : "each row"
                                 : over == Domain::Column ? "each column"
                                                          : "the tensor";
-      throw SpecError(s.value->loc,
-                      "state '" + s.target + "' has " + per_level(level) + ", but this is " + per_level(value->level),
-                      "reduce it over " + where + " first (" + reduction_names(over, blocks()) + ")");
+      // A row or column value reduces to its matrix's (sum(r)) and no further: a tensor's value
+      // comes from its elements.
+      const bool from_lines = over == Domain::Tensor && value->level != Domain::Element;
+      throw SpecError(
+          s.value->loc, "state '" + s.target + "' has " + per_level(level) + ", but this is " + per_level(value->level),
+          from_lines ? "a tensor's value is a reduction of its element values (" + reduction_names(over, blocks()) +
+                           "), not of its " + (blocks() ? "blocks'" : "rows', columns' or matrices'") + " values"
+                     : "reduce it over " + where + " first (" + reduction_names(over, blocks()) + ")");
     }
   }
 
