@@ -87,6 +87,21 @@ void check_kernel_names(const Spec& spec, const std::vector<Program>& variants) 
   throw SpecError(at, clash, "rename the flag or the state whose names run together");
 }
 
+/// A state whose `when` holds in no variant (`when: false`, `when: a && !a`) would be declared,
+/// documented and stored for nothing: it is refused where its `when` is.
+void refuse_states_of_no_variant(const Spec& spec, const std::vector<Program>& variants) {
+  for (const auto& s : spec.states) {
+    if (!s.when) continue;
+    const bool somewhere = std::any_of(variants.begin(), variants.end(), [&](const Program& v) {
+      return std::find(v.states.begin(), v.states.end(), s.name) != v.states.end();
+    });
+    if (!somewhere)
+      throw SpecError(s.when->loc,
+                      "state '" + s.name + "' is in no variant: its 'when' holds for no value of the flags",
+                      "drop the state, or give it a 'when' that some variant meets");
+  }
+}
+
 }  // namespace
 
 std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_each, Emitters emitters) {
@@ -112,6 +127,7 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
     }
     variants.back().unit_matrices = unit_matrix_code(variants.back());
   }
+  refuse_states_of_no_variant(spec, variants);
   check_emitters(spec, variants, emitters);
   for (size_t i = 0; i < spec.storage.size(); ++i)
     check_storage(spec, variants, spec.storage[i], spec.storage_written[i]);
