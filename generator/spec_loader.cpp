@@ -195,6 +195,15 @@ class Loader {
     return node.Scalar();
   }
 
+  /// scalar() where the spec asks for a number or a bool (`kind`): quoted, YAML reads it as text,
+  /// and so does the spec.
+  std::string unquoted(const YAML::Node& node, const std::string& what, const std::string& kind) const {
+    std::string s = scalar(node, what);
+    if (node.Tag() == "!")  // a quoted scalar is tagged "!"
+      fail(node, what + " is quoted, so it is text, not " + kind, "write it without quotes: " + s);
+    return s;
+  }
+
   YAML::Node field(const YAML::Node& map, const YAML::Node& map_key, const char* key, const std::string& what) const {
     YAML::Node value = map[key];
     if (!value) fail(map_key, what + " has no '" + key + "'");
@@ -202,7 +211,7 @@ class Loader {
   }
 
   bool parse_bool(const YAML::Node& node, const std::string& what) const {
-    std::string s = scalar(node, what);
+    std::string s = unquoted(node, what, "true or false");
     if (s == "true" || s == "True") return true;
     if (s == "false" || s == "False") return false;
     fail(node, what + " must be true or false, not '" + s + "'");
@@ -230,7 +239,8 @@ class Loader {
   }
 
   double parse_default(const YAML::Node& node, ValueType type, const std::string& name) const {
-    std::string s = scalar(node, "the default of '" + name + "'");
+    std::string s =
+        unquoted(node, "the default of '" + name + "'", type == ValueType::Bool ? "true or false" : "a number");
     if (type == ValueType::Bool) {
       if (s == "true" || s == "True") return 1;
       if (s == "false" || s == "False") return 0;
@@ -300,6 +310,7 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     return init;
   }
   if (std::optional<double> value = loader.parse_number(s)) {
+    loader.unquoted(node, "the init of '" + owner + "'", "a number");
     init.value = *value;
     return init;
   }
@@ -739,7 +750,7 @@ void load_block_elements(const Loader& loader, const YAML::Node& root, Spec& spe
   const YAML::Node node = root["block_elements"];
   if (!node) return;
   spec.block_elements_loc = loader.loc(node);
-  const std::string text = loader.scalar(node, "'block_elements'");
+  const std::string text = loader.unquoted(node, "'block_elements'", "a number");
   const std::optional<double> value = loader.parse_number(text);
   if (!value || *value != std::floor(*value) || text.find_first_of(".eE") != std::string::npos || *value < 1 ||
       *value > 2147483647.0)
