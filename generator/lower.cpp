@@ -507,11 +507,13 @@ class Lowering {
       // A row or column value reduces to its matrix's (sum(r)) and no further: a tensor's value
       // comes from its elements.
       const bool from_lines = over == Domain::Tensor && value->level != Domain::Element;
+      // A spec with blocks reduces its tensors with the reductions of every spec (sum, mean, ...).
+      const std::string names = reduction_names(over, blocks() && over != Domain::Tensor);
       throw SpecError(
           s.value->loc, "state '" + s.target + "' has " + per_level(level) + ", but this is " + per_level(value->level),
-          from_lines ? "a tensor's value is a reduction of its element values (" + reduction_names(over, blocks()) +
-                           "), not of its " + (blocks() ? "blocks'" : "rows', columns' or matrices'") + " values"
-                     : "reduce it over " + where + " first (" + reduction_names(over, blocks()) + ")");
+          from_lines ? "a tensor's value is a reduction of its element values (" + names + "), not of its " +
+                           (blocks() ? "blocks'" : "rows', columns' or matrices'") + " values"
+                     : "reduce it over " + where + " first (" + names + ")");
     }
   }
 

@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 #include "lower.h"
@@ -68,7 +69,8 @@ void refuse_unsnapshotted_states(const Spec& spec, const std::vector<Program>& v
 }
 
 /// The spec's storage types (its `storage:`, else default_storage()) name each kernel once; where a
-/// variant's name runs into a storage's, the error points at a flag of the variant.
+/// variant's name runs into a storage's, the error points at the program whose kernel it is, if
+/// one of the two is a program's, else at a flag of the variant.
 void check_kernel_names(const Spec& spec, const std::vector<Program>& variants) {
   const std::vector<Storage> storage = storage_to_generate({}, spec.storage);
   std::vector<std::string> written = spec.storage_written;
@@ -88,18 +90,16 @@ void check_kernel_names(const Spec& spec, const std::vector<Program>& variants) 
 }
 
 /// A state whose `when` holds in no variant (`when: false`, `when: a && !a`) would be declared,
-/// documented and stored for nothing: it is refused where its `when` is.
-void refuse_states_of_no_variant(const Spec& spec, const std::vector<Program>& variants) {
-  for (const auto& s : spec.states) {
-    if (!s.when) continue;
-    const bool somewhere = std::any_of(variants.begin(), variants.end(), [&](const Program& v) {
-      return std::find(v.states.begin(), v.states.end(), s.name) != v.states.end();
-    });
-    if (!somewhere)
-      throw SpecError(s.when->loc,
-                      "state '" + s.name + "' is in no variant: its 'when' holds for no value of the flags",
+/// documented and stored for nothing: it is refused where its `when` is, before the variants are
+/// compiled (whose checks would ask for its impossible guard where the state is used).
+void refuse_states_of_no_variant(const Spec& spec, const Program& lowered) {
+  std::set<std::string> present;
+  for (const auto& flags : enumerate_variants(spec))
+    for (const std::string& state : specialize(lowered, flags).states) present.insert(state);
+  for (const auto& s : spec.states)
+    if (s.when && !present.count(s.name))
+      throw SpecError(s.when->loc, "state '" + s.name + "' is in no variant: its 'when' is never true",
                       "drop the state, or give it a 'when' that some variant meets");
-  }
 }
 
 }  // namespace
@@ -109,6 +109,7 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
   for (const MatrixFunctionSpec& f : spec.matrix_functions) compile_matrix_function(f);
   Program lowered = lower(spec);
   if (after_each) after_each("lower", lowered);
+  refuse_states_of_no_variant(spec, lowered);
   std::vector<Program> programs;
   for (const ProgramSpec& code : spec.programs) programs.push_back(lower(spec, code));
   std::vector<Program> variants;
@@ -127,7 +128,6 @@ std::vector<Program> compile_spec(const Spec& spec, const PassObserver& after_ea
     }
     variants.back().unit_matrices = unit_matrix_code(variants.back());
   }
-  refuse_states_of_no_variant(spec, variants);
   check_emitters(spec, variants, emitters);
   for (size_t i = 0; i < spec.storage.size(); ++i)
     check_storage(spec, variants, spec.storage[i], spec.storage_written[i]);

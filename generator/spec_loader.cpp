@@ -195,13 +195,14 @@ class Loader {
     return node.Scalar();
   }
 
-  /// scalar() where the spec asks for a number or a bool (`kind`): quoted, YAML reads it as text,
-  /// and so does the spec.
-  std::string unquoted(const YAML::Node& node, const std::string& what, const std::string& kind) const {
-    std::string s = scalar(node, what);
-    if (node.Tag() == "!")  // a quoted scalar is tagged "!"
-      fail(node, what + " is quoted, so it is text, not " + kind, "write it without quotes: " + s);
-    return s;
+  /// Refuses `node`, whose text reads as `kind` (a number; true or false), where YAML reads it as
+  /// text, and so does the spec: in quotes, a block scalar (| or >), or tagged !!str.
+  void refuse_text(const YAML::Node& node, const std::string& what, const std::string& kind) const {
+    if (node.Tag() != "!" && node.Tag() != "tag:yaml.org,2002:str") return;  // "!": quoted or a block scalar
+    std::string plain = node.Scalar();
+    while (!plain.empty() && std::isspace(static_cast<unsigned char>(plain.back()))) plain.pop_back();
+    fail(node, what + " is written as text (in quotes, a block scalar or !!str), not as " + kind,
+         "write it plainly: " + plain);
   }
 
   YAML::Node field(const YAML::Node& map, const YAML::Node& map_key, const char* key, const std::string& what) const {
@@ -211,10 +212,11 @@ class Loader {
   }
 
   bool parse_bool(const YAML::Node& node, const std::string& what) const {
-    std::string s = unquoted(node, what, "true or false");
-    if (s == "true" || s == "True") return true;
-    if (s == "false" || s == "False") return false;
-    fail(node, what + " must be true or false, not '" + s + "'");
+    std::string s = scalar(node, what);
+    if (s != "true" && s != "True" && s != "false" && s != "False")
+      fail(node, what + " must be true or false, not '" + s + "'");
+    refuse_text(node, what, "true or false");
+    return s == "true" || s == "True";
   }
 
   /// A number in digits, or an infinity: inf or YAML's .inf (.Inf, .INF), either signed.
@@ -239,14 +241,16 @@ class Loader {
   }
 
   double parse_default(const YAML::Node& node, ValueType type, const std::string& name) const {
-    std::string s =
-        unquoted(node, "the default of '" + name + "'", type == ValueType::Bool ? "true or false" : "a number");
+    const std::string what = "the default of '" + name + "'";
+    std::string s = scalar(node, what);
     if (type == ValueType::Bool) {
-      if (s == "true" || s == "True") return 1;
-      if (s == "false" || s == "False") return 0;
-      fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
+      if (s != "true" && s != "True" && s != "false" && s != "False")
+        fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
+      refuse_text(node, what, "true or false");
+      return s == "true" || s == "True" ? 1 : 0;
     }
     std::optional<double> value = parse_number(s);
+    if (value) refuse_text(node, what, "a number");
     if (!value) refuse_beyond_range(node, s, "default '" + s + "' of '" + name + "'");
     if (!value)
       fail(node,
@@ -310,7 +314,7 @@ Init parse_init(const Loader& loader, const YAML::Node& node, const Spec& spec, 
     return init;
   }
   if (std::optional<double> value = loader.parse_number(s)) {
-    loader.unquoted(node, "the init of '" + owner + "'", "a number");
+    loader.refuse_text(node, "the init of '" + owner + "'", "a number");
     init.value = *value;
     return init;
   }
@@ -429,11 +433,7 @@ void load_matrix_functions(const Loader& loader, const YAML::Node& node, std::ve
       f.parameters.push_back(p.Scalar());
       f.parameter_locs.push_back(loader.loc(p));
     }
-    if (const YAML::Node tall = value["transpose_tall"]) {
-      if (!tall.IsScalar() || (tall.Scalar() != "true" && tall.Scalar() != "false"))
-        loader.fail(tall, "'transpose_tall' must be true or false");
-      f.transpose_tall = tall.Scalar() == "true";
-    }
+    if (const YAML::Node tall = value["transpose_tall"]) f.transpose_tall = loader.parse_bool(tall, "'transpose_tall'");
     if (const YAML::Node doc = value["doc"]) f.doc = doc.Scalar();
     refuse_empty_do(loader, value);
     parse_block(loader, loader.field(value, key, "do", what), f.body, "matrix_functions: " + f.name, true);
@@ -750,12 +750,13 @@ void load_block_elements(const Loader& loader, const YAML::Node& root, Spec& spe
   const YAML::Node node = root["block_elements"];
   if (!node) return;
   spec.block_elements_loc = loader.loc(node);
-  const std::string text = loader.unquoted(node, "'block_elements'", "a number");
+  const std::string text = loader.scalar(node, "'block_elements'");
   const std::optional<double> value = loader.parse_number(text);
   if (!value || *value != std::floor(*value) || text.find_first_of(".eE") != std::string::npos || *value < 1 ||
       *value > 2147483647.0)
     loader.fail(node, "bad block_elements '" + text + "': expected a whole number of elements from 1 to 2^31 - 1",
                 "the elements of one block, e.g. 'block_elements: 256'");
+  loader.refuse_text(node, "'block_elements'", "a number");
   spec.block_elements = static_cast<long long>(*value);
 }
 
