@@ -211,12 +211,19 @@ class Loader {
     return value;
   }
 
+  /// A bool as the spec spells it: true or false (True, False); none for any other text.
+  static std::optional<bool> bool_value(const std::string& s) {
+    if (s == "true" || s == "True") return true;
+    if (s == "false" || s == "False") return false;
+    return std::nullopt;
+  }
+
   bool parse_bool(const YAML::Node& node, const std::string& what) const {
     std::string s = scalar(node, what);
-    if (s != "true" && s != "True" && s != "false" && s != "False")
-      fail(node, what + " must be true or false, not '" + s + "'");
+    const std::optional<bool> value = bool_value(s);
+    if (!value) fail(node, what + " must be true or false, not '" + s + "'");
     refuse_text(node, what, "true or false");
-    return s == "true" || s == "True";
+    return *value;
   }
 
   /// A number in digits, or an infinity: inf or YAML's .inf (.Inf, .INF), either signed.
@@ -244,10 +251,10 @@ class Loader {
     const std::string what = "the default of '" + name + "'";
     std::string s = scalar(node, what);
     if (type == ValueType::Bool) {
-      if (s != "true" && s != "True" && s != "false" && s != "False")
-        fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
+      const std::optional<bool> value = bool_value(s);
+      if (!value) fail(node, "bad default '" + s + "' for bool hyperparameter '" + name + "': expected true or false");
       refuse_text(node, what, "true or false");
-      return s == "true" || s == "True" ? 1 : 0;
+      return *value ? 1 : 0;
     }
     std::optional<double> value = parse_number(s);
     if (value) refuse_text(node, what, "a number");
